@@ -1,0 +1,11 @@
+//go:build tools
+
+// Package tools records the binaries built by scripts/install-tools.sh so that
+// `go mod tidy` keeps their full dependency graph pinned in go.sum.
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
