@@ -1,0 +1,33 @@
+# llmtrain — every install step lives here (pinned, cached outside the repo under
+# $(LLMTRAIN_CACHE)); a fresh clone needs only `make demo` or `make test`.
+SHELL := /bin/bash
+export LLMTRAIN_CACHE ?= $(HOME)/.cache/llmtrain
+VENV := .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: help venv test test-fast demo clean
+help:
+	@echo "make demo          set everything up and run the local demo (dev cluster, operator, CPU training)"
+	@echo "make test          run the whole test suite (builds tools on first run)"
+	@echo "make test-fast     everything except tests marked slow"
+	@echo "make tools         build/install the pinned Kubernetes tools into $(LLMTRAIN_CACHE)"
+	@echo "make dev-cluster   start a local kube-apiserver + etcd + controller-manager"
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml constraints.txt scripts/venv.sh
+	bash scripts/venv.sh
+
+include $(sort $(wildcard mk/*.mk))
+
+test: venv tools
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: venv tools
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+demo: venv tools
+	bash scripts/demo.sh
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -1,0 +1,188 @@
+"""The `LLMTrainingJob` spec (llmtrain.dev/v1alpha1): the one definition of the API.
+
+Everything else derives from these classes: the CRD's OpenAPI schema (`llmtrain.crd`), defaults,
+offline validation (`llmtrain validate`), the operator and the trainer's configuration. Field names
+are camelCase on the wire (Kubernetes convention) and snake_case in Python.
+
+Mutability: once created, only `spec.resilience` and `spec.checkpoint.intervalMinutes` / `keep`
+may change. Everything else shapes the running pods (their command, resources, rendezvous), so the
+API server rejects such an update (CEL transition rule `self == oldSelf`); to change it, delete the
+job and create a new one that resumes from the same checkpoint URI.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from .catalog import ModelDims, instance_types, model_preset, model_presets
+
+GROUP = "llmtrain.dev"
+VERSION = "v1alpha1"
+KIND = "LLMTrainingJob"
+PLURAL = "llmtrainingjobs"
+SINGULAR = "llmtrainingjob"
+SHORT_NAMES = ["llmtj"]
+API_VERSION = f"{GROUP}/{VERSION}"
+
+DEFAULT_IMAGE = "public.ecr.aws/llmtrain/llmtrain-trainer:0.1.0"
+
+IMMUTABLE = {"x-kubernetes-validations": [{
+    "rule": "self == oldSelf",
+    "message": "is immutable once the job exists (only spec.resilience and "
+               "spec.checkpoint.intervalMinutes/keep may change); delete and re-create the job "
+               "to change it — it resumes from spec.checkpoint.uri",
+}]}
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
+                              use_enum_values=True)
+
+
+class ShardingStrategy(str, Enum):
+    FULL_SHARD = "FULL_SHARD"
+    HYBRID_SHARD = "HYBRID_SHARD"
+    SHARD_GRAD_OP = "SHARD_GRAD_OP"
+    NO_SHARD = "NO_SHARD"
+
+
+MixedPrecision = Literal["bf16", "fp16", "fp32"]
+ActivationCheckpointing = Literal["none", "selective", "full"]
+LrSchedule = Literal["cosine", "linear", "constant"]
+RendezvousBackend = Literal["etcd", "etcd-v2", "c10d"]
+
+
+class SecretKeyRef(_Spec):
+    name: str = Field(min_length=1, description="Secret in the job's namespace")
+    key: str = Field("token", min_length=1, description="key inside the Secret")
+
+
+class Dims(_Spec):
+    """Explicit Llama dimensions, instead of a preset."""
+
+    hidden_size: int = Field(ge=8, le=65536)
+    intermediate_size: int = Field(ge=8, le=262144)
+    num_layers: int = Field(ge=1, le=512)
+    num_heads: int = Field(ge=1, le=1024)
+    num_kv_heads: int = Field(ge=1, le=1024)
+    vocab_size: int = Field(ge=2, le=1_048_576)
+    max_seq_len: int = Field(4096, ge=8, le=1_048_576)
+    rope_theta: float = Field(10000.0, gt=0)
+    norm_eps: float = Field(1e-5, gt=0, lt=1)
+
+
+class ModelSpec(_Spec):
+    preset: str | None = Field(None, json_schema_extra={"enum": list(model_presets())},
+                               description="a Llama-family preset; or give dims")
+    dims: Dims | None = None
+    pretrained_uri: str | None = Field(None, description="Hugging Face-format safetensors: s3://, file://")
+    hf_token_secret_ref: SecretKeyRef | None = Field(
+        None, description="Hugging Face token as a Secret reference (never inline)")
+
+
+class DataSpec(_Spec):
+    uri: str = Field("synthetic", description="s3://bucket/prefix/, file:///mnt/fsx/path, or synthetic")
+    seq_len: int = Field(2048, ge=8, le=1_048_576)
+
+
+class Volume(_Spec):
+    """A PersistentVolumeClaim (FSx for Lustre, EBS...) mounted into every worker."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    claim_name: str = Field(min_length=1, max_length=253)
+    mount_path: str = Field(pattern=r"^/")
+    read_only: bool = False
+
+
+class Toleration(_Spec):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Exists"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+
+
+class ClusterSpec(_Spec):
+    instance_type: str = Field(json_schema_extra={"enum": list(instance_types())})
+    nodes: int = Field(1, ge=1, le=4096)
+    min_nodes: int | None = Field(None, ge=1, le=4096, description="elastic lower bound (default: nodes)")
+    processes_per_node: int | None = Field(
+        None, ge=1, le=64, description="CPU workers per node on instanceType cpu (GPU types: one per GPU)")
+    image: str = Field(DEFAULT_IMAGE, min_length=1)
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    priority_class_name: str | None = Field(None, max_length=253)
+    queue_name: str | None = Field(None, max_length=63, description="Kueue LocalQueue name")
+    scheduler_name: str | None = Field(None, max_length=253)
+    service_account_name: str | None = Field(None, max_length=253)
+    env: dict[str, str] = Field(default_factory=dict, description="extra env; overrides the NCCL preset")
+    volumes: list[Volume] = Field(default_factory=list)
+
+
+class FSDPSpec(_Spec):
+    sharding_strategy: ShardingStrategy = ShardingStrategy.FULL_SHARD
+    mixed_precision: MixedPrecision = "bf16"
+    activation_checkpointing: ActivationCheckpointing = "selective"
+    compile: bool = False
+    cpu_offload: bool = False
+
+
+class TrainingSpec(_Spec):
+    max_steps: int = Field(1000, ge=1)
+    global_batch_tokens: int = Field(4_194_304, ge=1, description="tokens per optimizer step, all ranks")
+    micro_batch_size: int = Field(1, ge=1, le=4096, description="sequences per device per micro-step")
+    learning_rate: float = Field(3e-4, gt=0, le=1)
+    min_learning_rate: float = Field(3e-5, ge=0, le=1)
+    lr_schedule: LrSchedule = "cosine"
+    warmup_steps: int = Field(100, ge=0)
+    weight_decay: float = Field(0.1, ge=0, le=1)
+    grad_clip: float = Field(1.0, ge=0)
+    seed: int = Field(0, ge=0)
+
+
+class CheckpointSpec(_Spec):
+    uri: str | None = Field(None, description="s3://bucket/prefix/ or file:///mnt/fsx/ckpt; unset: no checkpoints",
+                            json_schema_extra=IMMUTABLE)
+    interval_minutes: int = Field(60, ge=1, le=10080)
+    interval_steps: int = Field(0, ge=0, description="also save every N steps (0: by time only)")
+    keep: int = Field(3, ge=1, le=1000)
+
+
+class ResilienceSpec(_Spec):
+    max_restarts: int = Field(10, ge=0, le=1000)
+    hang_timeout_minutes: int = Field(30, ge=1, le=10080)
+    collective_timeout_minutes: int = Field(10, ge=1, le=1440)
+
+
+class RendezvousSpec(_Spec):
+    backend: RendezvousBackend = "etcd-v2"
+    endpoint: str | None = Field(None, description="etcd host:port (etcd backends); default: the operator's")
+
+
+class LLMTrainingJobSpec(_Spec):
+    model: ModelSpec = Field(json_schema_extra=IMMUTABLE)
+    data: DataSpec = Field(default_factory=DataSpec, json_schema_extra=IMMUTABLE)
+    cluster: ClusterSpec = Field(json_schema_extra=IMMUTABLE)
+    fsdp: FSDPSpec = Field(default_factory=FSDPSpec, json_schema_extra=IMMUTABLE)
+    training: TrainingSpec = Field(default_factory=TrainingSpec, json_schema_extra=IMMUTABLE)
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    resilience: ResilienceSpec = Field(default_factory=ResilienceSpec)
+    rendezvous: RendezvousSpec = Field(default_factory=RendezvousSpec, json_schema_extra=IMMUTABLE)
+
+    def wire(self) -> dict[str, Any]:
+        """The spec as it appears in the object (camelCase, defaults filled in)."""
+        return self.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+PHASES = ("Pending", "Running", "Restarting", "Succeeded", "Failed")
+
+
+def resolve_dims(model: ModelSpec) -> ModelDims:
+    """The model's dimensions: the preset's, or the explicit ones (validation ensures exactly one)."""
+    if model.dims is not None:
+        return ModelDims(**model.dims.model_dump())
+    return model_preset(model.preset or "")
