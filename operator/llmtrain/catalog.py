@@ -78,6 +78,7 @@ def instance_types() -> dict[str, InstanceType]:
     out = {}
     for name, entry in raw["instances"].items():
         fam = families[entry["family"]]
+        entry = {**entry, "peak_flops_per_device": float(entry["peak_flops_per_device"])}
         out[name] = InstanceType(
             name=name,
             nccl_env=dict(fam.get("nccl_env") or {}),

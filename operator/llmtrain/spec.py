@@ -29,6 +29,9 @@ SHORT_NAMES = ["llmtj"]
 API_VERSION = f"{GROUP}/{VERSION}"
 
 DEFAULT_IMAGE = "public.ecr.aws/llmtrain/llmtrain-trainer:0.1.0"
+# The etcd the chart can install (release llmtrain in namespace llmtrain-system); the operator's
+# --default-etcd-endpoint overrides it. Used when spec.rendezvous.endpoint is unset.
+DEFAULT_ETCD_ENDPOINT = "llmtrain-etcd.llmtrain-system.svc:2379"
 
 IMMUTABLE = {"x-kubernetes-validations": [{
     "rule": "self == oldSelf",

@@ -1,0 +1,135 @@
+"""`llmtrain`: validate, plan and render LLMTrainingJobs offline; run them locally (trainer).
+
+Exit codes: 0 ok, 1 the job is invalid or does not fit, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import yaml
+
+from .crd import crd_manifest
+from .planner import plan_job
+from .render import render_pytorchjob
+from .spec import DEFAULT_ETCD_ENDPOINT
+from .validation import InvalidJob, check, load_job, parse_spec, read_job_document
+
+GIB = 1024**3
+
+
+def _load(args):
+    try:
+        return load_job(args.file, args.etcd_endpoint)
+    except InvalidJob as err:
+        _print_problems(args.file, err.problems)
+        return None
+    except (OSError, yaml.YAMLError) as err:
+        print(f"{args.file}: {err}", file=sys.stderr)
+        return None
+
+
+def cmd_validate(args) -> int:
+    job = _load(args)
+    if job is None:
+        return 1
+    print(f"{args.file}: {job.namespace}/{job.name} is valid")
+    return 0
+
+
+def cmd_render(args) -> int:
+    job = _load(args)
+    if job is None:
+        return 1
+    obj = render_pytorchjob(job.spec, job.name, args.namespace or job.namespace, args.attempt,
+                            default_etcd_endpoint=args.etcd_endpoint)
+    sys.stdout.write(yaml.safe_dump(obj, sort_keys=False))
+    return 0
+
+
+def _print_problems(path, problems) -> None:
+    print(f"{path}: invalid LLMTrainingJob", file=sys.stderr)
+    for p in problems:
+        print(f"  - {p}", file=sys.stderr)
+
+
+def cmd_plan(args) -> int:
+    # A job that does not fit still gets its plan (that is what the plan is for); any other
+    # problem stops here.
+    try:
+        doc = read_job_document(args.file)
+        spec = parse_spec(doc.get("spec") or {})
+    except InvalidJob as err:
+        _print_problems(args.file, err.problems)
+        return 1
+    problems = check(spec, (doc.get("metadata") or {}).get("name", ""), args.etcd_endpoint)
+    if any(p.field != "spec.cluster" for p in problems):
+        _print_problems(args.file, problems)
+        return 1
+    plan = plan_job(spec)
+    if args.output == "json":
+        print(json.dumps(plan.as_dict(), indent=2))
+    else:
+        rows = [("parameters", plan.params_bytes), ("gradients", plan.grads_bytes),
+                ("optimizer state", plan.optimizer_bytes), ("activations", plan.activations_bytes),
+                ("workspace (gathered blocks, logits)", plan.workspace_bytes),
+                ("total", plan.total_bytes), ("device memory", plan.gpu_memory_bytes)]
+        print(f"{spec.model.preset or 'custom'} on {spec.cluster.nodes} × {spec.cluster.instance_type}, "
+              f"{spec.fsdp.sharding_strategy}, {spec.fsdp.mixed_precision}, "
+              f"activation checkpointing {spec.fsdp.activation_checkpointing}")
+        print(f"  parameters: {plan.num_params / 1e9:.2f} B, world size {plan.world_size}, "
+              f"shard group {plan.shard_group}")
+        print("  per device:")
+        for label, value in rows:
+            print(f"    {label:<38} {value / GIB:10.2f} GiB")
+        print(f"  fits: {'yes' if plan.fits else 'NO'} (limit: 90% of device memory)")
+        print(f"  FLOPs per token: {plan.flops_per_token / 1e9:.1f} GFLOP")
+        print(f"  expected at {plan.assumed_mfu:.0%} MFU: {plan.tokens_per_second_per_gpu:,.0f} tokens/s "
+              f"per device, {plan.tokens_per_second:,.0f} tokens/s in all")
+        for p in problems:
+            print(f"  {p}")
+    return 0 if plan.fits else 1
+
+
+def cmd_crd(args) -> int:
+    sys.stdout.write(yaml.safe_dump(crd_manifest(), sort_keys=False))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="llmtrain", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def with_file(name, func, help):
+        p = sub.add_parser(name, help=help)
+        p.add_argument("file", help="LLMTrainingJob YAML file ('-' for stdin)")
+        p.add_argument("--etcd-endpoint", default=DEFAULT_ETCD_ENDPOINT,
+                       help="the operator's default etcd endpoint (default: %(default)s)")
+        p.set_defaults(func=func)
+        return p
+
+    with_file("validate", cmd_validate, "check a job and explain every problem")
+    r = with_file("render", cmd_render, "print the PyTorchJob the operator would create")
+    r.add_argument("--namespace", help="override metadata.namespace")
+    r.add_argument("--attempt", type=int, default=1)
+    pl = with_file("plan", cmd_plan, "memory per device, fit verdict, expected throughput")
+    pl.add_argument("--output", choices=["text", "json"], default="text")
+    sub.add_parser("crd", help="print the LLMTrainingJob CRD").set_defaults(func=cmd_crd)
+    try:  # the trainer's commands need torch, which the operator image does not carry
+        from llmtrain_trainer.commands import register
+    except ImportError:
+        pass
+    else:
+        register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

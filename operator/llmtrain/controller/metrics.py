@@ -1,0 +1,33 @@
+"""The operator's own Prometheus metrics (served by prometheus-client on --metrics-port).
+
+Names are part of the product surface: dashboards and alert rules query them, and a test checks
+that every metric a dashboard or rule names is registered here or by the trainer.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from ..spec import PHASES
+
+RECONCILE_OUTCOMES = ("created", "adopted", "updated", "unchanged", "invalid", "error")
+
+
+class OperatorMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None):
+        kw = {"registry": registry} if registry is not None else {}
+        self.reconciles = Counter(
+            "llmtrain_operator_reconciles", "Reconciles of LLMTrainingJobs by outcome",
+            ["outcome"], **kw)
+        self.reconcile_seconds = Histogram(
+            "llmtrain_operator_reconcile_duration_seconds", "Time spent in one reconcile",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), **kw)
+        self.jobs = Gauge(
+            "llmtrain_operator_jobs", "LLMTrainingJobs this operator owns, by phase", ["phase"], **kw)
+        self.restarts = Counter(
+            "llmtrain_operator_job_restarts", "Attempts started after a failure or hang",
+            ["namespace", "llmtrain_job", "reason"], **kw)
+        for outcome in RECONCILE_OUTCOMES:
+            self.reconciles.labels(outcome)
+        for phase in PHASES:
+            self.jobs.labels(phase)

@@ -1,0 +1,162 @@
+"""LLMTrainingJob → Kubeflow `kubeflow.org/v1` PyTorchJob, through a Jinja2 template.
+
+This module decides the values (from the spec and the instance catalog); the template
+`templates/pytorchjob.yaml.j2` lays them out. Choices a user should know about:
+
+- One PyTorchJob per attempt, named `<job>-a<attempt>`; the rendezvous id
+  `<namespace>-<job>-<uid prefix>-a<attempt>` is never reused, so a restarted attempt never meets
+  a closed rendezvous (RendezvousClosedError).
+- Workers run `torchrun ... -m llmtrain_trainer`; the trainer reads the whole spec from the
+  `LLMTRAIN_SPEC` environment variable (JSON), so the PyTorchJob is the complete, reviewable record.
+- GPU types request every GPU and EFA interface of the node (`nvidia.com/gpu`,
+  `vpc.amazonaws.com/efa` from the catalog; without EFA NCCL silently falls back to TCP), 2 MiB
+  hugepages for libfabric, REQUEST_FRACTION of the node's memory and CPUs (the rest is for the
+  kubelet and daemonsets), `/dev/shm` as memory, and IPC_LOCK for pinned memory.
+- Env precedence: NCCL/libfabric preset of the family < llmtrain's own < `spec.cluster.env`.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from typing import Any
+
+import jinja2
+import yaml
+
+from .catalog import InstanceType, instance_type
+from .spec import API_VERSION, KIND, LLMTrainingJobSpec
+
+METRICS_PORT = 9410
+C10D_PORT = 29400
+DEFAULT_ETCD_PORT = 2379
+REQUEST_FRACTION = 0.85
+CPU_WORKER_MEMORY_GIB = 4
+TRAINER_MODULE = "llmtrain_trainer"
+COMMAND = ["torchrun"]
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+GPU_TOLERATIONS = [
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "vpc.amazonaws.com/efa", "operator": "Exists", "effect": "NoSchedule"},
+]
+JOB_LABEL = "llmtrain.dev/job"
+ATTEMPT_LABEL = "llmtrain.dev/attempt"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+@cache
+def _template() -> jinja2.Template:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("llmtrain", "templates"),
+                             undefined=jinja2.StrictUndefined, autoescape=False)
+    return env.get_template("pytorchjob.yaml.j2")
+
+
+def pytorchjob_name(job: str, attempt: int) -> str:
+    return f"{job}-a{attempt}"
+
+
+def rendezvous_id(namespace: str, job: str, uid: str | None, attempt: int) -> str:
+    return f"{namespace}-{job}-{(uid or 'local')[:8]}-a{attempt}"
+
+
+def processes_per_node(spec: LLMTrainingJobSpec, inst: InstanceType) -> int:
+    return inst.gpus_per_node if inst.is_gpu else (spec.cluster.processes_per_node
+                                                   or inst.devices_per_node)
+
+
+def _rendezvous(spec: LLMTrainingJobSpec, ptj_name: str, rdzv_id: str,
+                default_etcd_endpoint: str | None) -> dict[str, Any]:
+    backend = spec.rendezvous.backend
+    if backend == "c10d":
+        endpoint = spec.rendezvous.endpoint or f"{ptj_name}-worker-0:{C10D_PORT}"
+    else:
+        endpoint = spec.rendezvous.endpoint or default_etcd_endpoint
+        if not endpoint:
+            raise ValueError("etcd rendezvous needs spec.rendezvous.endpoint or an operator default")
+    host, _, port = endpoint.rpartition(":")
+    if not host:
+        host, port = endpoint, str(C10D_PORT if backend == "c10d" else DEFAULT_ETCD_PORT)
+    return {"backend": backend, "host": host, "port": int(port), "id": rdzv_id,
+            "endpoint": f"{host}:{port}"}
+
+
+def _resources(inst: InstanceType, procs: int) -> dict[str, Any]:
+    if not inst.is_gpu:
+        req = {"cpu": str(procs), "memory": f"{CPU_WORKER_MEMORY_GIB * procs}Gi"}
+        return {"requests": req, "limits": {"memory": req["memory"]}}
+    exact = {"nvidia.com/gpu": str(inst.gpus_per_node)}
+    if inst.efa_interfaces:
+        exact["vpc.amazonaws.com/efa"] = str(inst.efa_interfaces)
+    if inst.hugepages_2mi:
+        exact["hugepages-2Mi"] = inst.hugepages_2mi
+    requests = {**exact, "cpu": str(int(inst.vcpus * REQUEST_FRACTION)),
+                "memory": f"{int(inst.memory_gib * REQUEST_FRACTION)}Gi"}
+    return {"requests": requests, "limits": dict(exact)}
+
+
+def _env(spec: LLMTrainingJobSpec, inst: InstanceType, job: str, namespace: str, attempt: int
+         ) -> list[dict[str, Any]]:
+    values: dict[str, Any] = dict(inst.nccl_env)
+    values.update({
+        # Let a NCCL error or timeout abort the process instead of hanging the collective.
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+        "LLMTRAIN_COLLECTIVE_TIMEOUT_SECONDS": str(spec.resilience.collective_timeout_minutes * 60),
+        "LLMTRAIN_JOB_NAME": job,
+        "LLMTRAIN_JOB_NAMESPACE": namespace,
+        "LLMTRAIN_ATTEMPT": str(attempt),
+        "LLMTRAIN_METRICS_PORT": str(METRICS_PORT),
+        "LLMTRAIN_SPEC": json.dumps(spec.wire(), sort_keys=True, separators=(",", ":")),
+    })
+    values.update(spec.cluster.env)
+    env = [{"name": k, "value": v} for k, v in values.items()]
+    env.append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+    ref = spec.model.hf_token_secret_ref
+    if ref is not None:
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    return env
+
+
+def _args(spec: LLMTrainingJobSpec, procs: int, min_nodes: int, rdzv: dict[str, Any]) -> list[str]:
+    return [
+        f"--nnodes={min_nodes}:{spec.cluster.nodes}",
+        f"--nproc-per-node={procs}",
+        f"--rdzv-backend={rdzv['backend']}",
+        f"--rdzv-endpoint={rdzv['endpoint']}",
+        f"--rdzv-id={rdzv['id']}",
+        "--max-restarts=0",
+        "-m", TRAINER_MODULE,
+    ]
+
+
+def render_pytorchjob(spec: LLMTrainingJobSpec, name: str, namespace: str = "default",
+                      attempt: int = 1, uid: str | None = None,
+                      default_etcd_endpoint: str | None = None) -> dict[str, Any]:
+    """The PyTorchJob for one attempt, as a dict ready for the API server."""
+    inst = instance_type(spec.cluster.instance_type)
+    procs = processes_per_node(spec, inst)
+    ptj_name = pytorchjob_name(name, attempt)
+    rdzv = _rendezvous(spec, ptj_name, rendezvous_id(namespace, name, uid, attempt),
+                       default_etcd_endpoint)
+    min_nodes = spec.cluster.min_nodes or spec.cluster.nodes
+    labels = {"app.kubernetes.io/name": "llmtrain", "app.kubernetes.io/managed-by": "llmtrain-operator",
+              JOB_LABEL: name, ATTEMPT_LABEL: str(attempt)}
+    if spec.cluster.queue_name:
+        labels[QUEUE_LABEL] = spec.cluster.queue_name
+    node_selector = {INSTANCE_TYPE_LABEL: inst.name} if inst.is_gpu else {}
+    node_selector.update(spec.cluster.node_selector)
+    tolerations = (GPU_TOLERATIONS if inst.is_gpu else []) + [
+        t.model_dump(exclude_none=True) for t in spec.cluster.tolerations]
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}] + [
+        {"name": v.name, "mountPath": v.mount_path, "readOnly": v.read_only} for v in spec.cluster.volumes]
+    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}] + [
+        {"name": v.name, "persistentVolumeClaim": {"claimName": v.claim_name, "readOnly": v.read_only}}
+        for v in spec.cluster.volumes]
+    owner = {"apiVersion": API_VERSION, "kind": KIND, "name": name, "uid": uid} if uid else None
+    text = _template().render(
+        name=ptj_name, namespace=namespace, labels=labels, owner=owner, spec=spec, inst=inst,
+        rdzv=rdzv, nodes=spec.cluster.nodes, min_nodes=min_nodes, procs_per_node=procs,
+        metrics_port=METRICS_PORT, node_selector=node_selector, tolerations=tolerations,
+        command=COMMAND, args=_args(spec, procs, min_nodes, rdzv),
+        env=_env(spec, inst, name, namespace, attempt),
+        resources=_resources(inst, procs), volume_mounts=mounts, volumes=volumes)
+    return yaml.safe_load(text)

@@ -1,0 +1,281 @@
+"""Validation of an LLMTrainingJob: what is wrong, why, and what would be accepted.
+
+Two layers. The CRD schema (generated from `spec.py`) lets the API server reject wrong types,
+enums and bounds at `kubectl apply`. This module repeats that offline (`llmtrain validate`) and adds
+what a schema cannot express: cross-field rules, URI schemes, the memory fit, batch arithmetic.
+The operator runs the same checks and marks a job Failed with these messages.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import yaml
+
+from .catalog import instance_types, model_presets
+from .planner import plan_job, suggest_fit
+from .spec import API_VERSION, DEFAULT_ETCD_ENDPOINT, KIND, LLMTrainingJobSpec, resolve_dims
+
+# Kubeflow names the worker Services `<job>-a<attempt>-worker-<index>`; they must be DNS-1035 labels (≤ 63).
+MAX_NAME_LENGTH = 45
+NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Variables the renderer and torchrun own; a user value would silently break the rendezvous.
+RESERVED_ENV = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+                "MASTER_PORT", "TORCHELASTIC_RUN_ID"}
+RESERVED_ENV_PREFIXES = ("LLMTRAIN_", "PET_")
+INLINE_TOKEN_KEYS = ("hfToken", "huggingFaceToken", "token", "hf_token")
+DATA_SCHEMES = ("synthetic", "s3://", "file://")
+STORAGE_SCHEMES = ("s3://", "file://")
+
+
+@dataclass(frozen=True)
+class Problem:
+    field: str
+    reason: str
+    accepted: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.reason} (accepted: {self.accepted})"
+
+
+class InvalidJob(ValueError):
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        super().__init__("; ".join(str(p) for p in problems))
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    namespace: str
+    spec: LLMTrainingJobSpec
+    document: dict
+
+
+def _loc(loc: tuple) -> str:
+    path = "spec"
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def _pydantic_problems(err: pydantic.ValidationError) -> list[Problem]:
+    problems = []
+    for e in err.errors():
+        field = _loc(e["loc"])
+        kind = e["type"]
+        if kind == "extra_forbidden":
+            problems.append(Problem(field, "unknown field", "the fields the CRD documents "
+                                    "(kubectl explain llmtrainingjob.spec)"))
+        elif kind == "missing":
+            problems.append(Problem(field, "is required", "a value"))
+        elif kind in ("literal_error", "enum"):
+            expected = e.get("ctx", {}).get("expected", "")
+            problems.append(Problem(field, f"{e['input']!r} is not a known value", expected))
+        elif "ctx" in e and any(k in e["ctx"] for k in ("ge", "gt", "le", "lt")):
+            bound = ", ".join(f"{'≥>≤<'[['ge', 'gt', 'le', 'lt'].index(k)]} {v}"
+                              for k, v in e["ctx"].items() if k in ("ge", "gt", "le", "lt"))
+            problems.append(Problem(field, f"{e['input']!r} is out of range", bound))
+        else:
+            problems.append(Problem(field, e["msg"], "see the CRD schema"))
+    return problems
+
+
+def _inline_token_problems(raw: dict) -> list[Problem]:
+    model = raw.get("model") if isinstance(raw, dict) else None
+    if not isinstance(model, dict):
+        return []
+    return [Problem(f"spec.model.{key}",
+                    "an inline Hugging Face token would be stored in plain text in the object",
+                    "spec.model.hfTokenSecretRef: {name: <Secret>, key: token}")
+            for key in INLINE_TOKEN_KEYS if key in model]
+
+
+def parse_spec(raw: dict) -> LLMTrainingJobSpec:
+    """Turn the wire spec into the typed spec, or raise InvalidJob naming every bad field."""
+    token = _inline_token_problems(raw)
+    if token:
+        raw = {**raw, "model": {k: v for k, v in raw["model"].items() if k not in INLINE_TOKEN_KEYS}}
+    try:
+        spec = LLMTrainingJobSpec.model_validate(raw)
+    except pydantic.ValidationError as err:
+        raise InvalidJob(token + _pydantic_problems(err)) from None
+    if token:
+        raise InvalidJob(token)
+    return spec
+
+
+def _uri_problem(field: str, uri: str | None, schemes: tuple[str, ...]) -> list[Problem]:
+    if uri is None or any(uri == s or uri.startswith(s) for s in schemes if s.endswith("://")) \
+            or uri in schemes:
+        if uri is not None and uri.endswith("://"):
+            return [Problem(field, f"{uri!r} names no bucket or path", f"{' | '.join(schemes)} with a path")]
+        return []
+    return [Problem(field, f"unsupported URI {uri!r}", " | ".join(
+        s + "…" if s.endswith("://") else s for s in schemes))]
+
+
+def check(spec: LLMTrainingJobSpec, name: str = "job", default_etcd_endpoint: str | None = None
+          ) -> list[Problem]:
+    """Semantic checks the schema cannot express. Returns every problem found, not just the first."""
+    p: list[Problem] = []
+    if len(name) > MAX_NAME_LENGTH or not NAME_RE.match(name):
+        p.append(Problem("metadata.name", f"{name!r} cannot name the worker Services "
+                         f"(<name>-worker-<n> must be a DNS-1035 label)",
+                         f"lower-case letters, digits and '-', starting with a letter, ≤ {MAX_NAME_LENGTH} characters"))
+
+    m = spec.model
+    if (m.preset is None) == (m.dims is None):
+        p.append(Problem("spec.model", "give exactly one of preset and dims",
+                         f"preset: {' | '.join(model_presets())}, or dims: {{hiddenSize, ...}}"))
+    elif m.preset is not None and m.preset not in model_presets():
+        p.append(Problem("spec.model.preset", f"unknown preset {m.preset!r}", " | ".join(model_presets())))
+    elif m.dims is not None:
+        d = m.dims
+        if d.hidden_size % d.num_heads:
+            p.append(Problem("spec.model.dims.numHeads", f"hiddenSize {d.hidden_size} is not divisible "
+                             f"by numHeads {d.num_heads}", "a divisor of hiddenSize"))
+        elif (d.hidden_size // d.num_heads) % 2:
+            p.append(Problem("spec.model.dims.numHeads", "the head dimension hiddenSize/numHeads is odd; "
+                             "rotary embeddings rotate pairs", "numHeads giving an even head dimension"))
+        if d.num_heads % d.num_kv_heads:
+            p.append(Problem("spec.model.dims.numKvHeads", f"numHeads {d.num_heads} is not a multiple of "
+                             f"numKvHeads {d.num_kv_heads} (grouped-query attention)", "a divisor of numHeads"))
+    p += _uri_problem("spec.model.pretrainedUri", m.pretrained_uri, STORAGE_SCHEMES)
+
+    p += _uri_problem("spec.data.uri", spec.data.uri, DATA_SCHEMES)
+    p += _uri_problem("spec.checkpoint.uri", spec.checkpoint.uri, STORAGE_SCHEMES)
+
+    c = spec.cluster
+    types = instance_types()
+    if c.instance_type not in types:
+        p.append(Problem("spec.cluster.instanceType", f"unknown instance type {c.instance_type!r}",
+                         " | ".join(types)))
+        return p  # everything below needs the catalog entry
+    inst = types[c.instance_type]
+    if c.min_nodes is not None and c.min_nodes > c.nodes:
+        p.append(Problem("spec.cluster.minNodes", f"{c.min_nodes} is more than nodes ({c.nodes})",
+                         f"1..{c.nodes}"))
+    if c.processes_per_node is not None and inst.is_gpu:
+        p.append(Problem("spec.cluster.processesPerNode", f"{c.instance_type} runs one worker per GPU "
+                         f"({inst.gpus_per_node})", "leave it unset on GPU instance types"))
+    for key in c.env:
+        if not ENV_NAME_RE.match(key):
+            p.append(Problem(f"spec.cluster.env.{key}", "is not a valid environment variable name",
+                             "letters, digits and '_', not starting with a digit"))
+        elif key in RESERVED_ENV or key.startswith(RESERVED_ENV_PREFIXES):
+            p.append(Problem(f"spec.cluster.env.{key}", "is set by torchrun/llmtrain for every worker",
+                             "any other variable (NCCL_*, FI_* and your own)"))
+    mounts = [v.mount_path.rstrip("/") or "/" for v in c.volumes]
+    for field, values in (("name", [v.name for v in c.volumes]), ("mountPath", mounts)):
+        dupes = sorted({v for v in values if values.count(v) > 1})
+        if dupes:
+            p.append(Problem(f"spec.cluster.volumes[].{field}", f"duplicated: {', '.join(dupes)}",
+                             "unique values"))
+    if "/dev/shm" in mounts:
+        p.append(Problem("spec.cluster.volumes[].mountPath", "/dev/shm is the workers' shared memory",
+                         "any other path"))
+    for i, t in enumerate(c.tolerations):
+        if t.operator == "Equal" and (t.key is None or t.value is None):
+            p.append(Problem(f"spec.cluster.tolerations[{i}]", "operator Equal needs a key and a value",
+                             "key + value, or operator Exists"))
+        if t.operator == "Exists" and t.value is not None:
+            p.append(Problem(f"spec.cluster.tolerations[{i}].value", "operator Exists takes no value",
+                             "remove value, or operator Equal"))
+    if inst.is_gpu:  # a file:// path in a pod is only shared storage if a volume backs it
+        for field, uri in (("spec.data.uri", spec.data.uri), ("spec.checkpoint.uri", spec.checkpoint.uri),
+                           ("spec.model.pretrainedUri", m.pretrained_uri)):
+            if uri and uri.startswith("file://") and len(uri) > 7:
+                path = uri[len("file://"):]
+                if not any(path == mp or path.startswith(mp.rstrip("/") + "/") for mp in mounts):
+                    p.append(Problem(field, f"{path} is not under any volume of spec.cluster.volumes, so "
+                                     "each pod would see only its own empty disk",
+                                     f"a path under {', '.join(mounts) or 'a mounted FSx/PVC volume'}, or s3://"))
+
+    f = spec.fsdp
+    if f.sharding_strategy == "HYBRID_SHARD" and min(c.nodes, c.min_nodes or c.nodes) < 2:
+        p.append(Problem("spec.fsdp.shardingStrategy", "HYBRID_SHARD shards within a node and replicates "
+                         "across nodes, so it needs at least 2 nodes",
+                         "FULL_SHARD on one node, or nodes ≥ 2"))
+    if f.mixed_precision == "fp16" and not inst.is_gpu:
+        p.append(Problem("spec.fsdp.mixedPrecision", "fp16 compute is not supported on CPU workers",
+                         "bf16 | fp32 on instanceType cpu"))
+
+    t = spec.training
+    if t.warmup_steps >= t.max_steps:
+        p.append(Problem("spec.training.warmupSteps", f"{t.warmup_steps} is not below maxSteps ({t.max_steps})",
+                         f"0..{t.max_steps - 1}"))
+    if t.min_learning_rate > t.learning_rate:
+        p.append(Problem("spec.training.minLearningRate", f"{t.min_learning_rate} exceeds learningRate "
+                         f"({t.learning_rate})", f"0..{t.learning_rate}"))
+    per_node = inst.devices_per_node if inst.is_gpu else (c.processes_per_node or inst.devices_per_node)
+    world = c.nodes * per_node
+    micro_tokens = spec.data.seq_len * t.micro_batch_size * world
+    if t.global_batch_tokens % micro_tokens:
+        lo = max(micro_tokens, t.global_batch_tokens // micro_tokens * micro_tokens)
+        p.append(Problem("spec.training.globalBatchTokens",
+                         f"{t.global_batch_tokens} is not a multiple of seqLen × microBatchSize × workers "
+                         f"= {spec.data.seq_len} × {t.micro_batch_size} × {world} = {micro_tokens}",
+                         f"a multiple of {micro_tokens}, e.g. {lo}"))
+
+    model_ok = not any(x.field in ("spec.model", "spec.model.preset") or x.field.startswith("spec.model.dims")
+                       for x in p)
+    if model_ok:
+        dims = resolve_dims(m)
+        if spec.data.seq_len > dims.max_seq_len:
+            p.append(Problem("spec.data.seqLen", f"{spec.data.seq_len} exceeds the model's context "
+                             f"length {dims.max_seq_len}", f"8..{dims.max_seq_len}"))
+        plan = plan_job(spec)
+        if not plan.fits:
+            gib = 1024**3
+            p.append(Problem("spec.cluster", f"needs {plan.total_bytes / gib:.1f} GiB per device but "
+                             f"{c.instance_type} has {plan.gpu_memory_bytes / gib:.0f} GiB "
+                             f"(see `llmtrain plan`)", suggest_fit(spec)))
+
+    r = spec.rendezvous
+    if r.backend.startswith("etcd") and not (r.endpoint or default_etcd_endpoint):
+        p.append(Problem("spec.rendezvous.endpoint", f"backend {r.backend} needs an etcd endpoint and the "
+                         "operator has no default", "host:port of an etcd (v2 API enabled), or backend c10d"))
+    return p
+
+
+def validate(raw_spec: dict, name: str = "job", default_etcd_endpoint: str | None = None
+             ) -> LLMTrainingJobSpec:
+    spec = parse_spec(raw_spec)
+    problems = check(spec, name, default_etcd_endpoint)
+    if problems:
+        raise InvalidJob(problems)
+    return spec
+
+
+def load_documents(path: str | Path) -> list[dict[str, Any]]:
+    text = Path(path).read_text() if str(path) != "-" else __import__("sys").stdin.read()
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def job_from_document(doc: dict, default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT) -> Job:
+    if doc.get("apiVersion") != API_VERSION or doc.get("kind") != KIND:
+        raise InvalidJob([Problem("apiVersion/kind", f"{doc.get('apiVersion')}/{doc.get('kind')} is "
+                                  "not an LLMTrainingJob", f"apiVersion: {API_VERSION}, kind: {KIND}")])
+    meta = doc.get("metadata") or {}
+    name = meta.get("name") or ""
+    spec = validate(doc.get("spec") or {}, name, default_etcd_endpoint)
+    return Job(name=name, namespace=meta.get("namespace") or "default", spec=spec, document=doc)
+
+
+def read_job_document(path: str | Path) -> dict:
+    """The single LLMTrainingJob document in a YAML file (other kinds in the file are ignored)."""
+    docs = [d for d in load_documents(path) if d.get("kind") == KIND]
+    if len(docs) != 1:
+        raise InvalidJob([Problem(str(path), f"holds {len(docs)} LLMTrainingJobs", "exactly one")])
+    return docs[0]
+
+
+def load_job(path: str | Path, default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT) -> Job:
+    """Read and validate the single LLMTrainingJob in a YAML file."""
+    return job_from_document(read_job_document(path), default_etcd_endpoint)
