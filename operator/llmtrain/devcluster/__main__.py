@@ -1,0 +1,59 @@
+"""``python -m llmtrain.devcluster up|down|status [--state-dir .dev-cluster]``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .cluster import DevCluster
+from .process import DevClusterError
+from .tools import ToolNotFoundError
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m llmtrain.devcluster", description=__doc__)
+    ap.add_argument("command", choices=("up", "down", "status"))
+    ap.add_argument("--state-dir", default=".dev-cluster", help="where certs, data, logs, pids live")
+    ap.add_argument("--crd", action="append", default=[], metavar="FILE",
+                    help="extra CRD YAML to install on up (repeatable)")
+    ap.add_argument("--no-project-crd", action="store_true",
+                    help="don't install llmtrain.crd.crd_manifest()")
+    ap.add_argument("--json", action="store_true", help="status as JSON")
+    args = ap.parse_args(argv)
+    cluster = DevCluster(args.state_dir)
+    try:
+        if args.command == "up":
+            already = cluster.is_running()
+            cluster.up(args.crd, install_project_crd=not args.no_project_crd)
+            pids = " ".join(f"{n}={p}" for n, p in cluster.pids().items())
+            print(f"# dev cluster {'already running' if already else 'up'}: {cluster.server} ({pids})",
+                  file=sys.stderr)
+            print(f"# logs: {cluster.logs_dir}; stop with: python -m llmtrain.devcluster down "
+                  f"--state-dir {args.state_dir}", file=sys.stderr)
+            print(f"export KUBECONFIG={cluster.kubeconfig}")
+        elif args.command == "down":
+            pids = cluster.pids()
+            cluster.down()
+            print(f"dev cluster stopped ({len(pids)} processes)" if pids else "dev cluster not running")
+        else:
+            st = cluster.status()
+            if args.json:
+                print(json.dumps(st, indent=2))
+            else:
+                print(f"state dir:  {st['state_dir']}")
+                print(f"server:     {st['server'] or '-'}")
+                print(f"ready:      {st['ready']}")
+                for name, c in st["components"].items():
+                    print(f"{name:24s} pid {c['pid']:<8d} {'running' if c['running'] else 'NOT running'}")
+                if st["ready"]:
+                    print(f"export KUBECONFIG={st['kubeconfig']}")
+            return 0 if st["ready"] else 3
+    except (DevClusterError, ToolNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

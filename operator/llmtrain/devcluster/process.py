@@ -1,0 +1,170 @@
+"""Process helpers: free ports, readiness polling, pid files and bounded shutdown."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Callable
+
+
+class DevClusterError(RuntimeError):
+    """A dev-cluster component failed to start, or the cluster is not in the expected state."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that the OS reports free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def log_tail(path: Path | str, lines: int = 40) -> str:
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError as e:
+        return f"<no log: {e}>"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def http_get(url: str, *, context: ssl.SSLContext | None = None, timeout: float = 2.0):
+    """GET ``url`` without any proxy; returns (status, body) or raises OSError."""
+    opener = _NO_PROXY
+    if context is not None:
+        opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
+        )
+    try:
+        with opener.open(url, timeout=timeout) as r:
+            return r.status, r.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+
+
+def wait_until(
+    check: Callable[[], bool],
+    *,
+    timeout: float,
+    what: str,
+    alive: Callable[[], bool] | None = None,
+    on_fail: Callable[[str], Exception] | None = None,
+) -> None:
+    """Poll ``check`` (with a short backoff) until it is true, the process dies, or time runs out."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    last_err = ""
+    while True:
+        try:
+            if check():
+                return
+        except Exception as e:  # noqa: BLE001 - reported if we time out
+            last_err = f"{type(e).__name__}: {e}"
+        if alive is not None and not alive():
+            msg = f"{what}: process exited before becoming ready"
+            raise (on_fail(msg) if on_fail else DevClusterError(msg))
+        if time.monotonic() >= deadline:
+            msg = f"{what}: not ready after {timeout:.0f}s" + (f" (last error: {last_err})" if last_err else "")
+            raise (on_fail(msg) if on_fail else DevClusterError(msg))
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
+
+
+# --- pid bookkeeping that survives the process that started the cluster ------------------
+
+def _proc_start_time(pid: int) -> str | None:
+    """Field 22 of /proc/<pid>/stat (start time in clock ticks): detects pid reuse."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _proc_state(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def pid_record(proc: subprocess.Popen) -> dict:
+    return {"pid": proc.pid, "start": _proc_start_time(proc.pid)}
+
+
+def is_running(rec: dict) -> bool:
+    """True while the recorded process exists (and is not a zombie) and is the same process."""
+    pid = rec["pid"]
+    state = _proc_state(pid)
+    if state is None or state in ("Z", "X"):
+        return False
+    return rec.get("start") is None or _proc_start_time(pid) == rec["start"]
+
+
+def write_pids(path: Path, records: dict[str, dict]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(records, indent=2))
+    os.replace(tmp, path)
+
+
+def read_pids(path: Path) -> dict[str, dict]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def stop_pid(
+    rec: dict, *, proc: subprocess.Popen | None = None, term_timeout: float = 15.0
+) -> None:
+    """SIGTERM the process (its own session/process group), SIGKILL after ``term_timeout``.
+
+    Returns only once the process is gone (reaped if it is our child).
+    """
+    pid = rec["pid"]
+
+    def gone() -> bool:
+        if proc is not None:
+            return proc.poll() is not None
+        return not is_running(rec)
+
+    def send(sig: int) -> None:
+        if gone():
+            return
+        try:
+            # Started with start_new_session=True: pid is its process-group id.
+            if os.getpgid(pid) == pid:
+                os.killpg(pid, sig)
+            else:
+                os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+    send(signal.SIGTERM)
+    deadline = time.monotonic() + term_timeout
+    delay = 0.02
+    while not gone() and time.monotonic() < deadline:
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.25)
+    if not gone():
+        send(signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not gone() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    if proc is not None:
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+    if not gone():
+        raise DevClusterError(f"process {pid} survived SIGKILL")
