@@ -1,6 +1,8 @@
 # Dev-cluster tooling (owned by the local-control-plane work; included by the top Makefile).
 # Needs from the top Makefile: VENV, PY and the $(VENV)/.installed target.
 DEV_CLUSTER_STATE ?= .dev-cluster
+# e.g. DEV_CLUSTER_FLAGS="--no-project-crd --crd extra.yaml"
+DEV_CLUSTER_FLAGS ?=
 
 .PHONY: tools dev-cluster dev-cluster-down dev-cluster-status
 
@@ -10,7 +12,7 @@ tools:
 
 ## dev-cluster: start a local control plane (etcd + apiserver + controller-manager) in $(DEV_CLUSTER_STATE)
 dev-cluster: tools $(VENV)/.installed
-	$(PY) -m llmtrain.devcluster up --state-dir $(DEV_CLUSTER_STATE)
+	$(PY) -m llmtrain.devcluster up --state-dir $(DEV_CLUSTER_STATE) $(DEV_CLUSTER_FLAGS)
 
 ## dev-cluster-down: stop it, leaving no process behind
 dev-cluster-down:

@@ -24,7 +24,7 @@ from llmtrain.devcluster import (
     stop_process,
 )
 from llmtrain.devcluster.process import is_running, read_pids
-from llmtrain.devcluster.tools import TOOLS
+from llmtrain.devcluster.tools import TOOLS, tools_dir, tools_key
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -55,7 +55,10 @@ def _eventually(fn, *, timeout: float = 60.0, what: str = "condition"):
 
 # --- tools ---------------------------------------------------------------------------------
 
-def test_all_pinned_tools_are_installed():
+def test_all_pinned_tools_are_installed(monkeypatch):
+    monkeypatch.delenv("LLMTRAIN_TOOLS_DIR", raising=False)
+    # Python finds the very directory install-tools.sh filled for this checkout's pins.
+    assert tools_dir().name == tools_key()
     for name in TOOLS:
         p = find_tool(name)
         assert p.is_file() and os.access(p, os.X_OK), p
