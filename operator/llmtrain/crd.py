@@ -39,6 +39,10 @@ def structural(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> di
         return merged
 
     node: dict[str, Any] = {k: schema[k] for k in _KEEP if k in schema}
+    # JSON Schema's numeric exclusive bounds are OpenAPI 3.0 booleans beside minimum/maximum.
+    for bound, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if not isinstance(node.get(bound, True), bool):
+            node[plain], node[bound] = node[bound], True
     if "type" not in node and "enum" in schema:
         node["type"] = "string"
     if node.get("type") == "object":
@@ -79,6 +83,7 @@ def status_schema() -> dict[str, Any]:
             "pytorchJob": {"type": "string"},
             "rendezvousId": {"type": "string"},
             "startTime": {"type": "string", "format": "date-time"},
+            "attemptStartTime": {"type": "string", "format": "date-time"},
             "completionTime": {"type": "string", "format": "date-time"},
             "plan": {"type": "object", "properties": {
                 "memoryPerGpuGiB": number, "fits": {"type": "boolean"},

@@ -139,7 +139,8 @@ class TrainingSpec(_Spec):
     global_batch_tokens: int = Field(4_194_304, ge=1, description="tokens per optimizer step, all ranks")
     micro_batch_size: int = Field(1, ge=1, le=4096, description="sequences per device per micro-step")
     learning_rate: float = Field(3e-4, gt=0, le=1)
-    min_learning_rate: float = Field(3e-5, ge=0, le=1)
+    min_learning_rate: float | None = Field(None, ge=0, le=1,
+                                            description="floor of the schedule (default: learningRate / 10)")
     lr_schedule: LrSchedule = "cosine"
     warmup_steps: int = Field(100, ge=0)
     weight_decay: float = Field(0.1, ge=0, le=1)

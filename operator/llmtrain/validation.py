@@ -210,7 +210,7 @@ def check(spec: LLMTrainingJobSpec, name: str = "job", default_etcd_endpoint: st
     if t.warmup_steps >= t.max_steps:
         p.append(Problem("spec.training.warmupSteps", f"{t.warmup_steps} is not below maxSteps ({t.max_steps})",
                          f"0..{t.max_steps - 1}"))
-    if t.min_learning_rate > t.learning_rate:
+    if t.min_learning_rate is not None and t.min_learning_rate > t.learning_rate:
         p.append(Problem("spec.training.minLearningRate", f"{t.min_learning_rate} exceeds learningRate "
                          f"({t.learning_rate})", f"0..{t.learning_rate}"))
     per_node = inst.devices_per_node if inst.is_gpu else (c.processes_per_node or inst.devices_per_node)

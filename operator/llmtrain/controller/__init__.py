@@ -1,0 +1,1 @@
+"""The llmtrain operator (kopf): owns LLMTrainingJobs and the PyTorchJobs they render to."""

@@ -1,0 +1,19 @@
+"""Operator settings, set once from the command line before kopf starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..render import METRICS_PORT
+from ..spec import DEFAULT_ETCD_ENDPOINT
+
+
+@dataclass
+class OperatorConfig:
+    default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT
+    trainer_metrics_port: int = METRICS_PORT
+    progress_interval: float = 30.0
+    scrape_timeout: float = 3.0
+
+
+CONFIG = OperatorConfig()

@@ -1,0 +1,134 @@
+"""Pure status logic: PyTorchJob conditions → our phase, conditions lists, trainer progress.
+
+No API calls here, so every rule is unit-testable.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+# Kubeflow's JobConditionType values (training-operator v1), in the order a job passes them.
+PTJ_CONDITIONS = ("Created", "Suspended", "Running", "Restarting", "Succeeded", "Failed")
+PHASE_OF = {"Created": "Pending", "Suspended": "Pending", "Running": "Running",
+            "Restarting": "Restarting", "Succeeded": "Succeeded", "Failed": "Failed"}
+TERMINAL = ("Succeeded", "Failed")
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def timestamp(t: dt.datetime | None = None) -> str:
+    return (t or now()).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: str | None) -> dt.datetime | None:
+    if not value:
+        return None
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def pytorchjob_state(ptj: dict) -> str | None:
+    """The PyTorchJob's current state: its terminal condition if any, else the latest True one."""
+    conds = [c for c in (ptj.get("status") or {}).get("conditions") or [] if c.get("status") == "True"]
+    types = {c["type"] for c in conds}
+    for terminal in TERMINAL:
+        if terminal in types:
+            return terminal
+    if not conds:
+        return None
+    latest = max(conds, key=lambda c: (c.get("lastTransitionTime") or "", PTJ_CONDITIONS.index(c["type"])
+                                       if c["type"] in PTJ_CONDITIONS else -1))
+    return latest["type"]
+
+
+def failure_message(ptj: dict) -> str:
+    for c in (ptj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Failed" and c.get("status") == "True":
+            return c.get("message") or c.get("reason") or "the PyTorchJob failed"
+    return "the PyTorchJob failed"
+
+
+def set_condition(conditions: list[dict], type_: str, status: bool, reason: str, message: str,
+                  generation: int | None = None) -> list[dict]:
+    """Return a new list with condition `type_` set; lastTransitionTime moves only on a change."""
+    value = "True" if status else "False"
+    out = []
+    found = False
+    for c in conditions or []:
+        if c.get("type") == type_:
+            found = True
+            changed = c.get("status") != value
+            c = {**c, "status": value, "reason": reason, "message": message,
+                 "lastTransitionTime": timestamp() if changed else c.get("lastTransitionTime", timestamp())}
+            if generation is not None:
+                c["observedGeneration"] = generation
+        out.append(c)
+    if not found:
+        c = {"type": type_, "status": value, "reason": reason, "message": message,
+             "lastTransitionTime": timestamp()}
+        if generation is not None:
+            c["observedGeneration"] = generation
+        out.append(c)
+    return out
+
+
+@dataclass(frozen=True)
+class Progress:
+    step: int | None = None
+    loss: float | None = None
+    tokens_per_second: float | None = None
+    mfu: float | None = None
+    last_checkpoint_step: int | None = None
+    last_checkpoint_time: float | None = None
+    heartbeat: float | None = None
+
+    def as_status(self) -> dict:
+        out: dict = {}
+        if self.step is not None:
+            out["step"] = int(self.step)
+        if self.loss is not None:
+            out["loss"] = round(self.loss, 4)
+        if self.tokens_per_second is not None:
+            out["tokensPerSecond"] = round(self.tokens_per_second, 1)
+        if self.mfu is not None:
+            out["mfu"] = round(self.mfu, 4)
+        if self.last_checkpoint_step is not None:
+            out["lastCheckpointStep"] = int(self.last_checkpoint_step)
+        if self.last_checkpoint_time:
+            out["lastCheckpointTime"] = timestamp(dt.datetime.fromtimestamp(self.last_checkpoint_time, dt.timezone.utc))
+        if self.heartbeat:
+            out["heartbeatTime"] = timestamp(dt.datetime.fromtimestamp(self.heartbeat, dt.timezone.utc))
+        return out
+
+
+_PROGRESS_METRICS = {
+    "llmtrain_trainer_step": "step",
+    "llmtrain_trainer_loss": "loss",
+    "llmtrain_trainer_tokens_per_second": "tokens_per_second",
+    "llmtrain_trainer_mfu": "mfu",
+    "llmtrain_trainer_last_checkpoint_step": "last_checkpoint_step",
+    "llmtrain_trainer_last_checkpoint_timestamp_seconds": "last_checkpoint_time",
+    "llmtrain_trainer_heartbeat_timestamp_seconds": "heartbeat",
+}
+
+
+def progress_from_metrics(text: str) -> Progress:
+    """Read the trainer's Prometheus exposition (one rank's endpoint) into a Progress."""
+    values: dict = {}
+    for family in text_string_to_metric_families(text):
+        field = _PROGRESS_METRICS.get(family.name)
+        if field and family.samples:
+            values[field] = family.samples[0].value
+    return Progress(**values)
+
+
+def hung(heartbeat: dt.datetime | None, running_since: dt.datetime | None, timeout: dt.timedelta,
+         at: dt.datetime | None = None) -> bool:
+    """A Running job is hung when no step completed for `timeout`: counted from its last heartbeat,
+    or from when it started running if no heartbeat was ever seen."""
+    last = max([t for t in (heartbeat, running_since) if t is not None], default=None)
+    return last is not None and (at or now()) - last > timeout
