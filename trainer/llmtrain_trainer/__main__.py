@@ -1,0 +1,32 @@
+"""Worker entry point: `torchrun ... -m llmtrain_trainer [--spec FILE]`.
+
+Inputs: the job spec (wire JSON/YAML, camelCase; a whole LLMTrainingJob document also works) from
+`--spec FILE`, else the env var LLMTRAIN_SPEC; job identity from LLMTRAIN_JOB_NAME,
+LLMTRAIN_JOB_NAMESPACE, LLMTRAIN_ATTEMPT; metrics port base LLMTRAIN_METRICS_PORT (default 9410,
++ LOCAL_RANK). Rank/world/rendezvous come from torchrun's environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m llmtrain_trainer", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--spec", help="job spec file (JSON or YAML); default: $LLMTRAIN_SPEC")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=os.environ.get("LLMTRAIN_LOG_LEVEL", "INFO"),
+                        format=f"%(asctime)s rank={os.environ.get('RANK', '0')} %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    from .config import JobIdentity, load_spec
+    from .train import run
+
+    return run(load_spec(args.spec), JobIdentity.from_env())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,376 @@
+"""Sharded, asynchronous, atomic checkpoints with `torch.distributed.checkpoint` (DCP).
+
+What is saved: the model and optimizer state dicts as DTensors (each rank writes only its shard), the
+step, the data position (samples consumed), and the RNG state. DCP stores the global shape and the
+offset of every shard, so a checkpoint written by N ranks loads on M ranks under any sharding
+strategy (resharding happens at load time).
+
+Layout, under spec.checkpoint.uri:
+
+    step-0000001000/   .metadata  __0_0.distcp  __1_0.distcp ...     complete checkpoints only
+    .partial-step-0000002000/                                         (local) being written
+    step-0000002000/   (S3) objects without _COMPLETE                 being written
+
+Atomicity: a checkpoint becomes visible only once every rank has written its part. DCP gathers
+all ranks' write results on rank 0 before calling the storage writer's `finish`, so `finish` on
+rank 0 is the one place that knows the checkpoint is whole; it then commits:
+- local / FSx: write into `.partial-step-N/`, then rename it to `step-N/` (atomic in POSIX);
+- S3: each rank writes its shard file to a node-local staging directory and uploads it in its
+  `write_data` (the background thread; a 70B shard upload never stalls training); `finish` uploads
+  `.metadata` and then the `_COMPLETE` marker object. Readers ignore prefixes without the marker.
+The newest `keep` complete checkpoints are kept; older ones and leftovers of interrupted saves are
+deleted (rank 0).
+
+Asynchrony: `dcp.async_save` first copies the state to host memory (the only part training waits
+for: a device→host copy of this rank's shard), then writes/uploads in a background thread over a
+dedicated gloo process group, so its collectives never interleave with the training collectives
+of the default group. One save is in flight at a time; the next one, or the end of training, waits
+for it.
+
+S3 loads read only what this rank needs: after planning, the reader knows the byte ranges of its
+items in each `__r_k.distcp` file and fetches each file's needed span with one ranged GET
+(bounded parallelism) into a sparse local file, which DCP's file reader then reads.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+from urllib.parse import urlparse
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+
+log = logging.getLogger(__name__)
+
+STEP_RE = re.compile(r"^step-(\d{10})$")
+MARKER = "_COMPLETE"
+METADATA = ".metadata"
+
+
+def step_name(step: int) -> str:
+    return f"step-{step:010d}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Local / FSx store.
+
+class _LocalWriter(FileSystemWriter):
+    def __init__(self, partial: str, final: str, on_commit: Callable[[], None]):
+        super().__init__(partial, single_file_per_rank=True, sync_files=True)
+        self._partial, self._final, self._on_commit = partial, final, on_commit
+
+    def finish(self, metadata, results) -> None:
+        super().finish(metadata, results)
+        if os.path.exists(self._final):  # a re-save of the same step (e.g. after a restart)
+            shutil.rmtree(self._final)
+        os.rename(self._partial, self._final)
+        _fsync_dir(os.path.dirname(self._final))
+        self._on_commit()
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LocalStore:
+    def __init__(self, root: str):
+        self.root = os.path.abspath(root)
+
+    def __str__(self) -> str:
+        return self.root
+
+    def list_complete(self) -> list[int]:
+        if not os.path.isdir(self.root):
+            return []
+        return sorted(int(m.group(1)) for n in os.listdir(self.root) if (m := STEP_RE.match(n))
+                      and os.path.exists(os.path.join(self.root, n, METADATA)))
+
+    def writer(self, step: int, rank: int, on_commit: Callable[[], None]):
+        os.makedirs(self.root, exist_ok=True)
+        return _LocalWriter(os.path.join(self.root, f".partial-{step_name(step)}"),
+                            os.path.join(self.root, step_name(step)), on_commit)
+
+    def reader(self, step: int, rank: int):
+        return FileSystemReader(os.path.join(self.root, step_name(step)))
+
+    def delete(self, step: int) -> None:
+        shutil.rmtree(os.path.join(self.root, step_name(step)), ignore_errors=True)
+
+    def clean_partials(self) -> None:
+        if os.path.isdir(self.root):
+            for n in os.listdir(self.root):
+                if n.startswith(".partial-"):
+                    shutil.rmtree(os.path.join(self.root, n), ignore_errors=True)
+
+    def finish_load(self, rank: int) -> None:
+        pass
+
+
+# ----------------------------------------------------------------------------------------------
+# S3 store.
+
+def _staging_root() -> str:
+    return os.environ.get("LLMTRAIN_CHECKPOINT_STAGING", os.path.join(tempfile.gettempdir(), "llmtrain-ckpt"))
+
+
+class _S3Writer(FileSystemWriter):
+    def __init__(self, store: "S3Store", step: int, rank: int, on_commit: Callable[[], None]):
+        self._staging = os.path.join(_staging_root(), f"{os.getpid()}-{step_name(step)}-r{rank}")
+        shutil.rmtree(self._staging, ignore_errors=True)
+        super().__init__(self._staging, single_file_per_rank=True, sync_files=False)
+        self._store, self._step, self._on_commit = store, step, on_commit
+
+    def write_data(self, plan, planner):
+        fut = super().write_data(plan, planner)
+        results = fut.result()
+        files = sorted({r.storage_data.relative_path for r in results})
+        for f in files:  # one file per rank in single_file_per_rank mode: one multipart upload
+            self._store.upload(os.path.join(self._staging, f), self._step, f)
+            os.remove(os.path.join(self._staging, f))
+        return fut
+
+    def finish(self, metadata, results) -> None:
+        super().finish(metadata, results)
+        self._store.upload(os.path.join(self._staging, METADATA), self._step, METADATA)
+        self._store.put(self._step, MARKER, json.dumps({"step": self._step, "time": time.time()}).encode())
+        shutil.rmtree(self._staging, ignore_errors=True)
+        self._on_commit()
+
+
+class _S3Reader(FileSystemReader):
+    def __init__(self, store: "S3Store", step: int, cache: str):
+        shutil.rmtree(cache, ignore_errors=True)
+        os.makedirs(cache)
+        super().__init__(cache)
+        self._store, self._step, self._cache = store, step, cache
+
+    def read_metadata(self, *args, **kwargs):
+        self._store.download(self._step, METADATA, os.path.join(self._cache, METADATA))
+        return super().read_metadata(*args, **kwargs)
+
+    def read_data(self, plan, planner):
+        spans: dict[str, list[int]] = {}
+        for item in plan.items:
+            info = self.storage_data[item.storage_index]
+            lo, hi = spans.setdefault(info.relative_path, [info.offset, info.offset + info.length])
+            spans[info.relative_path] = [min(lo, info.offset), max(hi, info.offset + info.length)]
+
+        def fetch(rel: str) -> None:
+            lo, hi = spans[rel]
+            data = self._store.get_range(self._step, rel, lo, hi - lo)
+            with open(os.path.join(self._cache, rel), "wb") as f:  # sparse: only [lo, hi) holds data
+                f.seek(lo)
+                f.write(data)
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(fetch, spans))
+        return super().read_data(plan, planner)
+
+
+class S3Store:
+    def __init__(self, uri: str):
+        from . import s3
+
+        self.uri = uri if uri.endswith("/") else uri + "/"
+        self.bucket, self.prefix = s3.split_uri(uri)
+        self.client = s3.client()
+        self._transfer = s3.transfer_config()
+
+    def __str__(self) -> str:
+        return self.uri
+
+    def _key(self, step: int, name: str) -> str:
+        return f"{self.prefix}{step_name(step)}/{name}"
+
+    def upload(self, path: str, step: int, name: str) -> None:
+        self.client.upload_file(path, self.bucket, self._key(step, name), Config=self._transfer)
+
+    def put(self, step: int, name: str, body: bytes) -> None:
+        self.client.put_object(Bucket=self.bucket, Key=self._key(step, name), Body=body)
+
+    def download(self, step: int, name: str, path: str) -> None:
+        self.client.download_file(self.bucket, self._key(step, name), path, Config=self._transfer)
+
+    def get_range(self, step: int, name: str, offset: int, length: int) -> bytes:
+        if length == 0:
+            return b""
+        r = self.client.get_object(Bucket=self.bucket, Key=self._key(step, name),
+                                   Range=f"bytes={offset}-{offset + length - 1}")
+        return r["Body"].read()
+
+    def _steps(self) -> dict[int, set[str]]:
+        """step → names of its objects that matter for completeness (only the marker)."""
+        out: dict[int, set[str]] = {}
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=self.prefix, Delimiter="/")
+        for page in pages:
+            for cp in page.get("CommonPrefixes", []):
+                name = cp["Prefix"][len(self.prefix):].rstrip("/")
+                if m := STEP_RE.match(name):
+                    out[int(m.group(1))] = set()
+        for step in out:
+            try:
+                self.client.head_object(Bucket=self.bucket, Key=self._key(step, MARKER))
+                out[step].add(MARKER)
+            except self.client.exceptions.ClientError:
+                pass
+        return out
+
+    def list_complete(self) -> list[int]:
+        return sorted(s for s, names in self._steps().items() if MARKER in names)
+
+    def writer(self, step: int, rank: int, on_commit: Callable[[], None]):
+        return _S3Writer(self, step, rank, on_commit)
+
+    def reader(self, step: int, rank: int):
+        return _S3Reader(self, step, self._cache_dir(step, rank))
+
+    def _cache_dir(self, step: int, rank: int) -> str:
+        return os.path.join(_staging_root(), f"{os.getpid()}-load-{step_name(step)}-r{rank}")
+
+    def finish_load(self, rank: int) -> None:
+        for n in os.listdir(_staging_root()):
+            if n.startswith(f"{os.getpid()}-load-"):
+                shutil.rmtree(os.path.join(_staging_root(), n), ignore_errors=True)
+
+    def delete(self, step: int) -> None:
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=f"{self.prefix}{step_name(step)}/")
+        for page in pages:
+            keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+            if keys:
+                # Marker first, so a checkpoint being deleted is never seen as complete-but-partial.
+                marker = [k for k in keys if k["Key"].endswith("/" + MARKER)]
+                if marker:
+                    self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": marker})
+                self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": keys})
+
+    def clean_partials(self) -> None:
+        for step, names in self._steps().items():
+            if MARKER not in names:
+                self.delete(step)
+
+
+def open_store(uri: str):
+    if uri.startswith("s3://"):
+        return S3Store(uri)
+    return LocalStore(urlparse(uri).path if uri.startswith("file://") else uri)
+
+
+# ----------------------------------------------------------------------------------------------
+
+class Checkpointer:
+    """Decides when to save (collectively), saves asynchronously, commits, prunes, resumes."""
+
+    def __init__(self, uri: str | None, *, keep: int, interval_minutes: float, interval_steps: int,
+                 timeout_minutes: float, metrics=None, emit: Callable[[dict], None] | None = None):
+        self.store = open_store(uri) if uri else None
+        self.keep = keep
+        self.interval_s = interval_minutes * 60
+        self.interval_steps = interval_steps
+        self.metrics = metrics
+        self.emit = emit or (lambda event: None)
+        self.rank = dist.get_rank()
+        self._future = None
+        self._last_save = time.monotonic()
+        self._lock = threading.Lock()
+        self.last_committed: int | None = None
+        self.last_started: int | None = None
+        # A separate gloo group for the background save: its collectives run in another thread and
+        # must not interleave with the training collectives on the default group. Uploads can be
+        # slow, hence the generous timeout.
+        self.pg = dist.new_group(backend="gloo", timeout=dt.timedelta(minutes=max(60.0, timeout_minutes)))
+        if self.store is not None:
+            if self.rank == 0:
+                self.store.clean_partials()
+            dist.barrier()
+
+    @property
+    def enabled(self) -> bool:
+        return self.store is not None
+
+    def due(self, step: int) -> bool:
+        """This rank's opinion; the trainer all-reduces it so every rank saves at the same step."""
+        if self.store is None:
+            return False
+        if self.interval_steps and step % self.interval_steps == 0:
+            return True
+        return time.monotonic() - self._last_save >= self.interval_s
+
+    def latest(self) -> int | None:
+        """Newest complete checkpoint, as rank 0 sees it (broadcast so every rank agrees)."""
+        if self.store is None:
+            return None
+        found = [self.store.list_complete() if self.rank == 0 else None]
+        dist.broadcast_object_list(found, src=0)
+        return found[0][-1] if found[0] else None
+
+    def load(self, step: int, state: dict[str, Any]) -> None:
+        dcp.load(state, storage_reader=self.store.reader(step, self.rank))
+        self.store.finish_load(self.rank)
+        self._last_save = time.monotonic()
+
+    def save(self, step: int, state: dict[str, Any], *, blocking: bool = False) -> None:
+        self.wait()
+        t0 = time.time()
+        self.last_started = step
+        self._last_save = time.monotonic()
+        commit = self._committer(step, t0)
+        writer = self.store.writer(step, self.rank, on_commit=commit if self.rank == 0 else (lambda: None))
+        if blocking:
+            dcp.save(state, storage_writer=writer, process_group=self.pg)
+            self._done(step, t0)
+            return
+        fut = dcp.async_save(state, storage_writer=writer, process_group=self.pg)
+        fut.add_done_callback(lambda f: self._done(step, t0, f))
+        self._future = fut
+
+    def _committer(self, step: int, t0: float) -> Callable[[], None]:
+        def commit() -> None:  # rank 0, inside DCP's finish: the checkpoint is whole and visible
+            self.emit({"event": "checkpoint", "step": step, "seconds": round(time.time() - t0, 3),
+                       "uri": f"{self.store}{'' if str(self.store).endswith('/') else '/'}{step_name(step)}"})
+            complete = self.store.list_complete()
+            for old in complete[:-self.keep]:
+                self.store.delete(old)
+        return commit
+
+    def _done(self, step: int, t0: float, fut=None) -> None:
+        if fut is not None and fut.exception() is not None:
+            log.error("checkpoint of step %d failed: %r", step, fut.exception())
+            self.emit({"event": "checkpoint_failed", "step": step, "error": repr(fut.exception())})
+            return
+        with self._lock:
+            self.last_committed = step
+        if self.metrics is not None:
+            self.metrics.last_checkpoint_step.set(step)
+            self.metrics.last_checkpoint_timestamp_seconds.set(time.time())
+            self.metrics.checkpoint_duration_seconds.observe(time.time() - t0)
+
+    def wait(self) -> None:
+        """Block until the in-flight save (if any) is complete."""
+        fut, self._future = self._future, None
+        if fut is not None:
+            try:
+                fut.result()
+            except Exception:  # already logged by _done; the next save tries again
+                pass
+
+    def close(self) -> None:
+        self.wait()
+        dist.destroy_process_group(self.pg)

@@ -1,0 +1,305 @@
+"""Training data: the token-shard format, local/S3 readers, a deterministic resumable order.
+
+Token-shard format (`llmtrain-tokens/v1`), written by `llmtrain prepare`
+-----------------------------------------------------------------------
+A directory (local/FSx path or S3 prefix) with
+
+    index.json         {"format": "llmtrain-tokens/v1", "dtype": "uint16" | "uint32",
+                        "vocab_size": 256, "eos_id": 0, "tokenizer": "byte" | "<file name>",
+                        "shards": [{"file": "shard-00000.bin", "tokens": 52428800}, ...]}
+    shard-NNNNN.bin    the token ids as a flat little-endian array of `dtype` (uint16 when the
+                       vocabulary fits in 16 bits), documents concatenated, each followed by eos_id
+
+No per-document offsets are needed: training reads fixed windows. Shards are large (default
+2^26 tokens = 128 MiB of uint16) so S3 GETs are few and large.
+
+Samples and order
+-----------------
+Sample k of a shard is the window of T+1 tokens starting at k·T (T = seqLen): inputs are the first
+T, targets the last T (next-token shift). A shard of n tokens holds ⌊(n−1)/T⌋ samples.
+
+Consecutive samples are grouped into chunks of ⌊CHUNK_TOKENS/T⌋ samples (4 Mi tokens). The global
+order is an endless sequence of epochs; epoch e visits all chunks in a permutation drawn from
+numpy's PCG64 seeded with (seed, e), each chunk's samples in file order. Step s trains on global
+samples [s·G, (s+1)·G) where G = globalBatchTokens / T, whatever the world size; data-parallel rank
+r of R takes the contiguous sub-range [s·G + r·G/R, s·G + (r+1)·G/R). Hence
+
+- the data position is one integer (samples consumed = step·G), stored in every checkpoint, and a
+  resumed run — on any number of ranks that divides G — sees exactly the samples it would have seen;
+- each rank reads only its part, and its part of a step is contiguous in a file except where it
+  crosses a chunk boundary: one large sequential read (one S3 ranged GET) per step and rank, issued
+  ahead of time by a bounded thread pool (`prefetch` steps, `workers` concurrent reads);
+- shuffling is by chunk: the order of 4 Mi-token regions changes every epoch; `llmtrain prepare`
+  additionally shuffles documents before writing, so a chunk mixes unrelated documents.
+
+`synthetic` data needs no files: sample i is the arithmetic progression x_t = (a + b·t) mod V with
+(a, b) drawn from (seed, i) — learnable (the loss falls), deterministic, free to generate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+import numpy as np
+import torch
+
+FORMAT = "llmtrain-tokens/v1"
+INDEX = "index.json"
+CHUNK_TOKENS = 1 << 22
+
+
+# ----------------------------------------------------------------------------------------------
+# Storage: read byte ranges of shard files.
+
+class LocalStorage:
+    """Files under a local / FSx / PVC directory, read with pread (no shared file offset: thread-safe)."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self._fds: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def read_text(self, name: str) -> str:
+        with open(os.path.join(self.root, name)) as f:
+            return f.read()
+
+    def read_range(self, name: str, offset: int, length: int) -> bytes:
+        with self._lock:
+            fd = self._fds.get(name)
+            if fd is None:
+                fd = self._fds[name] = os.open(os.path.join(self.root, name), os.O_RDONLY)
+        out = bytearray()
+        while len(out) < length:
+            chunk = os.pread(fd, length - len(out), offset + len(out))
+            if not chunk:
+                raise EOFError(f"{name}: short read at {offset + len(out)}")
+            out += chunk
+        return bytes(out)
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+class S3Storage:
+    """Objects under s3://bucket/prefix/, read with ranged GETs (endpoint from AWS_ENDPOINT_URL)."""
+
+    def __init__(self, uri: str):
+        from .s3 import client, split_uri
+
+        self.bucket, self.prefix = split_uri(uri)
+        self.client = client()
+
+    def _key(self, name: str) -> str:
+        return f"{self.prefix}{name}"
+
+    def read_text(self, name: str) -> str:
+        return self.client.get_object(Bucket=self.bucket, Key=self._key(name))["Body"].read().decode()
+
+    def read_range(self, name: str, offset: int, length: int) -> bytes:
+        r = self.client.get_object(Bucket=self.bucket, Key=self._key(name),
+                                   Range=f"bytes={offset}-{offset + length - 1}")
+        data = r["Body"].read()
+        if len(data) != length:
+            raise EOFError(f"s3://{self.bucket}/{self._key(name)}: got {len(data)} of {length} bytes")
+        return data
+
+    def close(self) -> None:
+        pass
+
+
+def open_storage(uri: str):
+    if uri.startswith("s3://"):
+        return S3Storage(uri)
+    path = urlparse(uri).path if uri.startswith("file://") else uri
+    return LocalStorage(os.path.abspath(path))
+
+
+# ----------------------------------------------------------------------------------------------
+# Datasets: global sample index → tokens.
+
+@dataclass(frozen=True)
+class _Chunk:
+    shard: int
+    first_sample: int
+    samples: int
+
+
+class ShardDataset:
+    """Pre-tokenized shards in the `llmtrain-tokens/v1` format, in the chunk-shuffled order."""
+
+    def __init__(self, uri: str, seq_len: int, seed: int):
+        self.storage = open_storage(uri)
+        self.index = json.loads(self.storage.read_text(INDEX))
+        if self.index.get("format") != FORMAT:
+            raise ValueError(f"{uri}: index.json format is {self.index.get('format')!r}, expected {FORMAT!r}")
+        self.dtype = np.dtype(self.index["dtype"]).newbyteorder("<")
+        self.vocab_size = int(self.index["vocab_size"])
+        self.seq_len, self.seed = seq_len, seed
+        per_chunk = max(1, CHUNK_TOKENS // seq_len)
+        self.shards = self.index["shards"]
+        self.chunks: list[_Chunk] = []
+        for i, sh in enumerate(self.shards):
+            n = max(0, (int(sh["tokens"]) - 1) // seq_len)
+            for first in range(0, n, per_chunk):
+                self.chunks.append(_Chunk(i, first, min(per_chunk, n - first)))
+        self.samples_per_epoch = sum(c.samples for c in self.chunks)
+        if self.samples_per_epoch == 0:
+            raise ValueError(f"{uri}: no complete sample of {seq_len + 1} tokens in any shard")
+        self._epochs: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _epoch(self, e: int) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk permutation, cumulative sample counts along it) for epoch e (small LRU cache)."""
+        with self._lock:
+            if e not in self._epochs:
+                perm = np.random.Generator(np.random.PCG64([self.seed, e])).permutation(len(self.chunks))
+                cum = np.cumsum([0] + [self.chunks[c].samples for c in perm])
+                self._epochs[e] = (perm, cum)
+                while len(self._epochs) > 4:
+                    self._epochs.popitem(last=False)
+            return self._epochs[e]
+
+    def segments(self, start: int, n: int) -> list[tuple[int, int, int]]:
+        """Split global samples [start, start+n) into (shard, first sample in shard, count) runs,
+        each one contiguous range of a file."""
+        out = []
+        while n > 0:
+            e, j = divmod(start, self.samples_per_epoch)
+            perm, cum = self._epoch(e)
+            pos = int(np.searchsorted(cum, j, side="right")) - 1
+            chunk = self.chunks[perm[pos]]
+            within = j - int(cum[pos])
+            take = min(n, chunk.samples - within)
+            out.append((chunk.shard, chunk.first_sample + within, take))
+            start, n = start + take, n - take
+        return out
+
+    def read_segment(self, shard: int, first: int, count: int) -> np.ndarray:
+        """`count` consecutive samples of one shard with a single read of count·T + 1 tokens."""
+        t, item = self.seq_len, self.dtype.itemsize
+        raw = self.storage.read_range(self.shards[shard]["file"], first * t * item, (count * t + 1) * item)
+        flat = np.frombuffer(raw, dtype=self.dtype)
+        # Windows of T+1 overlapping by one token: sample k = flat[k·T : k·T + T + 1].
+        return np.lib.stride_tricks.as_strided(flat, shape=(count, t + 1),
+                                               strides=(t * item, item)).astype(np.int64)
+
+    def close(self) -> None:
+        self.storage.close()
+
+
+class SyntheticDataset:
+    """Deterministic learnable sequences; no I/O (benchmarks, smoke tests)."""
+
+    def __init__(self, vocab_size: int, seq_len: int, seed: int):
+        self.vocab_size, self.seq_len, self.seed = vocab_size, seq_len, seed
+        self.samples_per_epoch = 1 << 62
+
+    def segments(self, start: int, n: int) -> list[tuple[int, int, int]]:
+        return [(0, start, n)]
+
+    def read_segment(self, shard: int, first: int, count: int) -> np.ndarray:
+        # (a, b) of sample i come from a hash of (seed, i) alone, so a sample's tokens don't depend
+        # on which rank or which read produced it (world-size independence, like the shard order).
+        i = np.arange(first, first + count, dtype=np.uint64)
+        h1, h2 = _mix64(i, self.seed, 1), _mix64(i, self.seed, 2)
+        a = (h1 % np.uint64(self.vocab_size)).astype(np.int64)[:, None]
+        b = (1 + h2 % np.uint64(min(self.vocab_size - 1, 7))).astype(np.int64)[:, None]
+        t = np.arange(self.seq_len + 1, dtype=np.int64)[None, :]
+        return (a + b * t) % self.vocab_size
+
+    def close(self) -> None:
+        pass
+
+
+def _mix64(x: np.ndarray, seed: int, salt: int) -> np.ndarray:
+    """splitmix64 finaliser of x + (seed, salt): a cheap, well-mixed per-element hash."""
+    with np.errstate(over="ignore"):
+        z = x + np.uint64((seed * 0x9E3779B97F4A7C15 + salt * 0xBF58476D1CE4E5B9) & (2**64 - 1))
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def open_dataset(uri: str, seq_len: int, seed: int, vocab_size: int):
+    if uri == "synthetic":
+        return SyntheticDataset(vocab_size, seq_len, seed)
+    ds = ShardDataset(uri, seq_len, seed)
+    if ds.vocab_size > vocab_size:
+        raise ValueError(f"{uri}: token vocabulary {ds.vocab_size} exceeds the model's {vocab_size}")
+    return ds
+
+
+# ----------------------------------------------------------------------------------------------
+# The loader: this rank's micro-batches for each step, prefetched.
+
+class DataLoader:
+    """Yields, for each step, this rank's list of micro-batches (inputs, targets), each of shape
+    (micro_batch, T). Position = next step; `state_dict()` is part of the checkpoint."""
+
+    def __init__(self, dataset, *, global_batch_seqs: int, dp_rank: int, dp_size: int, micro_batch: int,
+                 device: torch.device, prefetch: int = 2, workers: int = 4, start_step: int = 0):
+        if global_batch_seqs % (dp_size * micro_batch):
+            raise ValueError(f"global batch of {global_batch_seqs} sequences is not divisible by "
+                             f"{dp_size} ranks × microBatchSize {micro_batch}")
+        self.ds = dataset
+        self.g, self.rank, self.dp = global_batch_seqs, dp_rank, dp_size
+        self.per_rank = global_batch_seqs // dp_size
+        self.micro_batch = micro_batch
+        self.accum = self.per_rank // micro_batch
+        self.device = device
+        self.prefetch = max(1, prefetch)
+        self.pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="llmtrain-data")
+        self.step = start_step
+        self._pending: dict[int, Future] = {}
+        self.last_wait = 0.0
+
+    # A rank's samples for a step: a contiguous range of the global order.
+    def rank_range(self, step: int) -> tuple[int, int]:
+        return step * self.g + self.rank * self.per_rank, self.per_rank
+
+    def _load(self, step: int) -> np.ndarray:
+        start, n = self.rank_range(step)
+        parts = [self.ds.read_segment(*seg) for seg in self.ds.segments(start, n)]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _schedule(self) -> None:
+        for s in range(self.step, self.step + self.prefetch + 1):
+            if s not in self._pending:
+                self._pending[s] = self.pool.submit(self._load, s)
+
+    def next(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        self._schedule()
+        t0 = time.perf_counter()
+        arr = self._pending.pop(self.step).result()
+        self.last_wait = time.perf_counter() - t0
+        self.step += 1
+        self._schedule()
+        batch = torch.from_numpy(arr)
+        if self.device.type == "cuda":
+            batch = batch.pin_memory().to(self.device, non_blocking=True)
+        return [(mb[:, :-1], mb[:, 1:]) for mb in batch.split(self.micro_batch)]
+
+    def state_dict(self) -> dict:
+        return {"step": self.step, "samples_consumed": self.step * self.g, "global_batch_seqs": self.g}
+
+    def load_state_dict(self, sd: dict) -> None:
+        if int(sd["global_batch_seqs"]) != self.g:
+            raise ValueError(f"checkpoint was written with {sd['global_batch_seqs']} sequences per step, "
+                             f"this run uses {self.g}: the data position would not line up")
+        for f in self._pending.values():
+            f.cancel()
+        self._pending.clear()
+        self.step = int(sd["step"])
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.ds.close()

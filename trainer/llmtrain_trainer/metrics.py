@@ -1,0 +1,80 @@
+"""The trainer's Prometheus metrics: the names the operator, dashboards and alerts rely on.
+
+Every series carries the labels `llmtrain_job` (namespace/name) and `rank`. Every rank serves its own
+registry on port LLMTRAIN_METRICS_PORT + LOCAL_RANK; the operator scrapes rank 0 for status.progress.
+
+`llmtrain_trainer_heartbeat_timestamp_seconds` moves only when an optimizer step completes, so
+`time() - heartbeat > hang_timeout_seconds` is the hang alert, independent of whether the process
+is still alive and serving /metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+log = logging.getLogger(__name__)
+
+LABELS = ("llmtrain_job", "rank")
+
+STEP_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
+WAIT_BUCKETS = (0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30)
+CKPT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 3600)
+
+
+class TrainerMetrics:
+    """All trainer metrics, already bound to (job, rank).
+
+    `registry=None` creates a private `CollectorRegistry` (available as `.registry`), so several
+    instances can coexist in one process (tests); pass `prometheus_client.REGISTRY` to use the global one.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None, *, job: str, rank: int):
+        self.registry = registry if registry is not None else CollectorRegistry()
+        lv = (job, str(rank))
+        r = self.registry
+
+        def gauge(name, doc):
+            return Gauge(name, doc, LABELS, registry=r).labels(*lv)
+
+        def hist(name, doc, buckets):
+            return Histogram(name, doc, LABELS, buckets=buckets, registry=r).labels(*lv)
+
+        self.step = gauge("llmtrain_trainer_step", "Last completed optimizer step")
+        self.loss = gauge("llmtrain_trainer_loss", "Training loss of the last step (mean over the global batch)")
+        self.tokens_per_second = gauge("llmtrain_trainer_tokens_per_second",
+                                       "Training throughput of the whole job, tokens per second")
+        self.tokens_total = Counter("llmtrain_trainer_tokens_total", "Tokens trained on (whole job)",
+                                    LABELS, registry=r).labels(*lv)
+        self.tflops_per_device = gauge("llmtrain_trainer_tflops_per_device",
+                                       "Achieved model TFLOP/s per device (6N + 12LHQT FLOPs per token)")
+        self.mfu = gauge("llmtrain_trainer_mfu", "Model FLOPs utilisation, 0..1, against the catalog peak")
+        self.step_seconds = hist("llmtrain_trainer_step_seconds", "Wall time of one optimizer step", STEP_BUCKETS)
+        self.data_wait_seconds = hist("llmtrain_trainer_data_wait_seconds",
+                                      "Time a step waited for its input batch", WAIT_BUCKETS)
+        self.memory_allocated_bytes = gauge("llmtrain_trainer_memory_allocated_bytes",
+                                            "Device memory allocated by tensors (process RSS on CPU)")
+        self.memory_reserved_bytes = gauge("llmtrain_trainer_memory_reserved_bytes",
+                                           "Device memory reserved by the caching allocator (process RSS on CPU)")
+        self.last_checkpoint_step = gauge("llmtrain_trainer_last_checkpoint_step",
+                                          "Step of the newest complete checkpoint")
+        self.last_checkpoint_timestamp_seconds = gauge("llmtrain_trainer_last_checkpoint_timestamp_seconds",
+                                                       "Unix time the newest checkpoint became complete")
+        self.checkpoint_duration_seconds = hist("llmtrain_trainer_checkpoint_duration_seconds",
+                                                "Time from starting a checkpoint to it being complete", CKPT_BUCKETS)
+        self.checkpoint_interval_seconds = gauge("llmtrain_trainer_checkpoint_interval_seconds",
+                                                 "Configured checkpoint interval (spec.checkpoint.intervalMinutes)")
+        self.hang_timeout_seconds = gauge("llmtrain_trainer_hang_timeout_seconds",
+                                          "Configured hang timeout (spec.resilience.hangTimeoutMinutes)")
+        self.heartbeat_timestamp_seconds = gauge("llmtrain_trainer_heartbeat_timestamp_seconds",
+                                                 "Unix time the last optimizer step completed")
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> bool:
+        """Start the /metrics HTTP server; a busy port is logged, never fatal to training."""
+        try:
+            start_http_server(port, addr=addr, registry=self.registry)
+            return True
+        except OSError as e:
+            log.warning("metrics server not started on port %d: %s", port, e)
+            return False

@@ -1,0 +1,86 @@
+"""Initial weights from Hugging Face-format safetensors, loaded straight into the FSDP shards.
+
+Parameter names are the HF `LlamaForCausalLM` names (see `model.py`), so the mapping is the identity.
+Each process reads, for every parameter, only the rows of its own shard: safetensors' `get_slice`
+memory-maps the file and `slice[row0:row0+n]` touches just those bytes. No process ever holds a whole
+parameter, let alone the whole model.
+
+Sources: a `.safetensors` file, a directory of them (a sharded HF checkpoint, with or without
+`model.safetensors.index.json`), `file://` of either, or an `s3://` prefix/object, which local rank 0
+of each node downloads once into a node-local cache (the other local ranks wait at a barrier).
+Models with tied embeddings (no `lm_head.weight`) take the output projection from `embed_tokens`.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import tempfile
+from urllib.parse import urlparse
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from .init import canonical_name, local_rows
+
+
+def _download_s3(uri: str) -> str:
+    from . import s3
+
+    bucket, prefix = s3.split_uri(uri)
+    key_or_prefix = uri[5 + len(bucket) + 1:]
+    cache = os.path.join(os.environ.get("LLMTRAIN_CACHE_DIR", tempfile.gettempdir()), "llmtrain-pretrained",
+                         bucket, key_or_prefix.strip("/"))
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        c = s3.client()
+        if key_or_prefix.endswith(".safetensors"):
+            os.makedirs(os.path.dirname(cache), exist_ok=True)
+            c.download_file(bucket, key_or_prefix, cache, Config=s3.transfer_config())
+        else:
+            os.makedirs(cache, exist_ok=True)
+            for page in c.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+                for o in page.get("Contents", []):
+                    if o["Key"].endswith(".safetensors"):
+                        c.download_file(bucket, o["Key"], os.path.join(cache, os.path.basename(o["Key"])),
+                                        Config=s3.transfer_config())
+    if dist.is_initialized():
+        dist.barrier()
+    return cache
+
+
+def safetensors_files(uri: str) -> list[str]:
+    path = _download_s3(uri) if uri.startswith("s3://") else (urlparse(uri).path if uri.startswith("file://") else uri)
+    if os.path.isdir(path):
+        files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    else:
+        files = [path]
+    if not files or not all(os.path.isfile(f) for f in files):
+        raise FileNotFoundError(f"no .safetensors files at {uri}")
+    return files
+
+
+@torch.no_grad()
+def load_pretrained(model: nn.Module, uri: str) -> int:
+    """Copy each parameter's local shard from the safetensors at `uri`; returns parameters loaded."""
+    from safetensors import safe_open
+
+    files = safetensors_files(uri)
+    handles = [safe_open(f, framework="pt") for f in files]
+    where = {k: h for h in handles for k in h.keys()}
+    loaded = 0
+    for name, p in model.named_parameters():
+        key = canonical_name(name)
+        if key not in where and key == "lm_head.weight":
+            key = "model.embed_tokens.weight"  # tied embeddings
+        if key not in where:
+            raise KeyError(f"{uri}: no tensor {key!r} (have e.g. {sorted(where)[:5]})")
+        sl = where[key].get_slice(key)
+        shape = tuple(sl.get_shape())
+        if shape != tuple(p.shape):
+            raise ValueError(f"{key}: checkpoint shape {shape} != model shape {tuple(p.shape)}")
+        local, row0, n = local_rows(p)
+        if local.numel():
+            local.copy_(sl[row0:row0 + n].to(local.dtype))
+        loaded += 1
+    return loaded

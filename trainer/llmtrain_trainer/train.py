@@ -1,0 +1,230 @@
+"""The training loop that runs in every worker process.
+
+Per step: this rank's micro-batches (gradient accumulation up to the global batch), forward/backward
+under FSDP2, gradient clipping, AdamW, then ONE small all-reduce of [loss, stop, save] so that every
+rank agrees on the logged loss, on stopping (SIGTERM/SIGINT reached any rank) and on checkpointing
+(the time-based interval elapsed on any rank's clock) at the same step — a checkpoint or a stop
+decided by one rank alone would deadlock the others in the next collective.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+from llmtrain.catalog import instance_type
+from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
+
+from .checkpoint import Checkpointer
+from .config import JobIdentity, dumps, global_batch_seqs, lr_at
+from .data import DataLoader, open_dataset
+from .init import init_weights
+from .metrics import TrainerMetrics
+from .model import Llama, cross_entropy
+from .parallel import build_mesh, device_for_rank, init_distributed, parallelize
+from .throughput import step_throughput
+
+log = logging.getLogger("llmtrain_trainer")
+
+
+def emit(event: dict) -> None:
+    """One structured line on stdout (rank 0 only calls this for step lines)."""
+    sys.stdout.write(dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+class StopFlag:
+    """SIGTERM (node drain, spot interruption, torchrun shutting down) or SIGINT: finish the current
+    step, checkpoint, exit 0. Handlers only set a flag; the loop acts on it between steps."""
+
+    def __init__(self):
+        self.signal: int | None = None
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        self.signal = signum
+
+    @property
+    def set(self) -> bool:
+        return self.signal is not None
+
+
+def _memory(device: torch.device) -> tuple[int, int]:
+    if device.type == "cuda":
+        return torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
+    with open("/proc/self/statm") as f:
+        rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return rss, rss
+
+
+def build_optimizer(model: torch.nn.Module, spec: LLMTrainingJobSpec) -> torch.optim.Optimizer:
+    """AdamW (β = 0.9, 0.95, as Llama); weight decay on matrices only, not on norm gains."""
+    decay, no_decay = [], []
+    for p in model.parameters():
+        (decay if p.dim() >= 2 else no_decay).append(p)
+    groups = [{"params": decay, "weight_decay": spec.training.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=spec.training.learning_rate, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+
+
+def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
+    stop = StopFlag()
+    device = device_for_rank()
+    init_distributed(device, spec.resilience.collective_timeout_minutes)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    is_main = rank == 0
+    t = spec.training
+    dims = resolve_dims(spec.model)
+    seq_len = spec.data.seq_len
+    if seq_len > dims.max_seq_len:
+        raise ValueError(f"data.seqLen {seq_len} exceeds the model's max_seq_len {dims.max_seq_len}")
+    g = global_batch_seqs(spec)
+    tokens_per_step = g * seq_len
+    peak = instance_type(spec.cluster.instance_type).peak_flops_per_device
+    torch.manual_seed(t.seed)
+
+    metrics = TrainerMetrics(job=job.label, rank=rank)
+    metrics.serve(int(os.environ.get("LLMTRAIN_METRICS_PORT", "9410")) + local_rank)
+    metrics.checkpoint_interval_seconds.set(spec.checkpoint.interval_minutes * 60)
+    metrics.hang_timeout_seconds.set(spec.resilience.hang_timeout_minutes * 60)
+
+    if is_main:
+        print(f"master_addr={os.environ.get('MASTER_ADDR', socket.gethostname())} "
+              f"master_port={os.environ.get('MASTER_PORT', '')} world_size={world} "
+              f"local_world_size={local_world} backend={dist.get_backend()} device={device.type} "
+              f"job={job.label} attempt={job.attempt}", flush=True)
+        emit({"event": "config", "job": job.label, "attempt": job.attempt, "world_size": world,
+              "device": device.type, "global_batch_seqs": g, "tokens_per_step": tokens_per_step,
+              "grad_accum": g // (world * t.micro_batch_size), "dims": dims.__dict__, "spec": spec.wire()})
+    else:
+        log.info("rank=%d pid=%d started", rank, os.getpid())
+
+    # Model: meta → wrapped/sharded → materialised shard by shard.
+    mesh = build_mesh(spec.fsdp.sharding_strategy, device.type, world, local_world)
+    with torch.device("meta"):
+        model = Llama(dims)
+    parallelize(model, mesh, spec.fsdp, device)
+    model.to_empty(device=device)
+    model.init_rope(device)
+    if spec.model.pretrained_uri:
+        from .pretrained import load_pretrained
+
+        n = load_pretrained(model, spec.model.pretrained_uri)
+        if is_main:
+            emit({"event": "pretrained", "uri": spec.model.pretrained_uri, "tensors": n})
+    else:
+        init_weights(model, t.seed)
+    optimizer = build_optimizer(model, spec)
+
+    dataset = open_dataset(spec.data.uri, seq_len, t.seed, dims.vocab_size)
+    loader = DataLoader(dataset, global_batch_seqs=g, dp_rank=rank, dp_size=world,
+                        micro_batch=t.micro_batch_size, device=device)
+    ckpt = Checkpointer(spec.checkpoint.uri, keep=spec.checkpoint.keep,
+                        interval_minutes=spec.checkpoint.interval_minutes,
+                        interval_steps=spec.checkpoint.interval_steps,
+                        timeout_minutes=spec.resilience.collective_timeout_minutes,
+                        metrics=metrics, emit=emit if is_main else None)
+
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    def state(step: int) -> dict:
+        msd, osd = get_state_dict(model, optimizer)
+        return {"model": msd, "optim": osd,
+                "train": {"step": step, "world_size": world, "data": loader.state_dict(),
+                          "rng": torch.get_rng_state()}}
+
+    step = 0
+    latest = ckpt.latest()
+    if latest is not None:
+        t0 = time.time()
+        sd = state(0)
+        ckpt.load(latest, sd)
+        set_state_dict(model, optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+        torch.set_rng_state(sd["train"]["rng"])
+        loader.load_state_dict(sd["train"]["data"])
+        step = int(sd["train"]["step"])
+        if loader.step != step:
+            raise RuntimeError(f"checkpoint {latest}: data position {loader.step} != step {step}")
+        metrics.last_checkpoint_step.set(step)
+        if is_main:
+            emit({"event": "resume", "step": step, "from_world_size": int(sd["train"]["world_size"]),
+                  "world_size": world, "seconds": round(time.time() - t0, 3)})
+    metrics.step.set(step)
+
+    params = [p for p in model.parameters()]
+    accum = g // (world * t.micro_batch_size)
+    reason = "finished"
+    try:
+        while step < t.max_steps:
+            t0 = time.perf_counter()
+            lr = lr_at(step + 1, t)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            micro = loader.next()
+            loss_sum = torch.zeros((), device=device)
+            for x, y in micro:
+                loss = cross_entropy(model(x), y) / accum
+                loss.backward()
+                loss_sum += loss.detach()
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, t.grad_clip if t.grad_clip > 0 else float("inf"),
+                                                       foreach=True)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            flags = torch.stack([loss_sum.float(),
+                                 torch.tensor(float(stop.set), device=device),
+                                 torch.tensor(float(ckpt.due(step)), device=device)])
+            dist.all_reduce(flags)
+            loss_v, stop_v, save_v = flags.tolist()
+            loss_v /= world
+            dt_ = time.perf_counter() - t0
+
+            tp = step_throughput(tokens_per_step, dt_, world, dims, seq_len, peak)
+            now = time.time()
+            metrics.step.set(step)
+            metrics.loss.set(loss_v)
+            metrics.tokens_per_second.set(tp.tokens_per_second)
+            metrics.tokens_total.inc(tokens_per_step)
+            metrics.tflops_per_device.set(tp.tflops_per_device)
+            metrics.mfu.set(tp.mfu)
+            metrics.step_seconds.observe(dt_)
+            metrics.data_wait_seconds.observe(loader.last_wait)
+            alloc, reserved = _memory(device)
+            metrics.memory_allocated_bytes.set(alloc)
+            metrics.memory_reserved_bytes.set(reserved)
+            metrics.heartbeat_timestamp_seconds.set(now)
+            if is_main:
+                gn = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+                emit({"event": "step", "step": step, "loss": round(loss_v, 6), "lr": lr,
+                      "grad_norm": round(float(gn), 6), "tokens_per_second": round(tp.tokens_per_second, 2),
+                      "tflops_per_device": tp.tflops_per_device, "mfu": tp.mfu,
+                      "step_seconds": round(dt_, 6), "data_wait_seconds": round(loader.last_wait, 6),
+                      "sample_start": (step - 1) * g, "samples": g, "tokens": tokens_per_step,
+                      "max_steps": t.max_steps, "time": round(now, 3)})
+
+            if stop_v > 0:
+                reason = "signal"
+                break
+            if save_v > 0 and step < t.max_steps and ckpt.enabled:
+                ckpt.save(step, state(step))
+        if ckpt.enabled and ckpt.last_started != step:
+            # End of training or a stop request: save synchronously, it's the last thing we do.
+            ckpt.save(step, state(step), blocking=True)
+        ckpt.wait()
+    finally:
+        loader.close()
+    if is_main:
+        emit({"event": "end", "reason": reason, "step": step, "last_checkpoint": ckpt.last_committed})
+    ckpt.close()
+    dist.destroy_process_group()
+    return 0
