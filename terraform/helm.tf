@@ -1,0 +1,132 @@
+# Cluster software through the Helm provider (pinned chart versions in var.chart_versions).
+locals {
+  gpu_tolerations = [{ key = "nvidia.com/gpu", operator = "Exists", effect = "NoSchedule" }]
+  llmtrain_chart  = coalesce(var.llmtrain_chart_path, "${path.module}/../charts/llmtrain-operator")
+}
+
+resource "helm_release" "nvidia_device_plugin" {
+  name       = "nvidia-device-plugin"
+  repository = "https://nvidia.github.io/k8s-device-plugin"
+  chart      = "nvidia-device-plugin"
+  version    = var.chart_versions.nvidia_device_plugin
+  namespace  = "kube-system"
+  wait       = false # GPU groups may be scaled to zero at install time
+
+  values = [yamlencode({
+    nodeSelector = { "nvidia.com/gpu.present" = "true" }
+    tolerations  = local.gpu_tolerations
+  })]
+
+  depends_on = [aws_eks_node_group.system]
+}
+
+resource "helm_release" "efa_device_plugin" {
+  name       = "aws-efa-k8s-device-plugin"
+  repository = "https://aws.github.io/eks-charts"
+  chart      = "aws-efa-k8s-device-plugin"
+  version    = var.chart_versions.efa_device_plugin
+  namespace  = "kube-system"
+  wait       = false
+
+  values = [yamlencode({
+    nodeSelector = { "vpc.amazonaws.com/efa.present" = "true" }
+    tolerations  = local.gpu_tolerations
+  })]
+
+  depends_on = [aws_eks_node_group.system]
+}
+
+# Kubeflow training-operator (PyTorchJob controller). Upstream publishes kustomize manifests, not a
+# chart, so they are applied from the pinned release tag in three passes (CRDs and namespaces first).
+data "kustomization_build" "training_operator" {
+  count = var.install_training_operator ? 1 : 0
+  path  = "github.com/kubeflow/training-operator.git//manifests/overlays/standalone?ref=${var.training_operator_version}"
+}
+
+resource "kustomization_resource" "training_operator_p0" {
+  for_each = var.install_training_operator ? data.kustomization_build.training_operator[0].ids_prio[0] : toset([])
+  manifest = data.kustomization_build.training_operator[0].manifests[each.value]
+
+  depends_on = [aws_eks_node_group.system]
+}
+
+resource "kustomization_resource" "training_operator_p1" {
+  for_each = var.install_training_operator ? data.kustomization_build.training_operator[0].ids_prio[1] : toset([])
+  manifest = data.kustomization_build.training_operator[0].manifests[each.value]
+
+  depends_on = [kustomization_resource.training_operator_p0]
+}
+
+resource "kustomization_resource" "training_operator_p2" {
+  for_each = var.install_training_operator ? data.kustomization_build.training_operator[0].ids_prio[2] : toset([])
+  manifest = data.kustomization_build.training_operator[0].manifests[each.value]
+
+  depends_on = [kustomization_resource.training_operator_p1]
+}
+
+resource "helm_release" "llmtrain" {
+  count = var.install_llmtrain ? 1 : 0
+
+  name             = "llmtrain"
+  chart            = local.llmtrain_chart
+  namespace        = "llmtrain-system"
+  create_namespace = true
+  wait             = true
+
+  # Values the chart's values.schema.json defines; anything else goes through var.llmtrain_values.
+  values = [yamlencode(var.llmtrain_values)]
+
+  depends_on = [
+    kustomization_resource.training_operator_p2,
+    kubernetes_namespace_v1.training,
+  ]
+}
+
+resource "helm_release" "kube_prometheus_stack" {
+  count = var.enable_monitoring ? 1 : 0
+
+  name             = "kube-prometheus-stack"
+  repository       = "https://prometheus-community.github.io/helm-charts"
+  chart            = "kube-prometheus-stack"
+  version          = var.chart_versions.kube_prometheus_stack
+  namespace        = "monitoring"
+  create_namespace = true
+
+  values = [yamlencode({
+    prometheus = {
+      prometheusSpec = {
+        # Pick up the ServiceMonitors/PodMonitors/rules of other releases (llmtrain, DCGM).
+        serviceMonitorSelectorNilUsesHelmValues = false
+        podMonitorSelectorNilUsesHelmValues     = false
+        ruleSelectorNilUsesHelmValues           = false
+        retention                               = "15d"
+        nodeSelector                            = { "llmtrain.dev/node-pool" = "system" }
+      }
+    }
+    grafana = {
+      nodeSelector = { "llmtrain.dev/node-pool" = "system" }
+      sidecar      = { dashboards = { enabled = true, label = "grafana_dashboard", searchNamespace = "ALL" } }
+    }
+  })]
+
+  depends_on = [aws_eks_node_group.system, aws_eks_addon.coredns]
+}
+
+resource "helm_release" "dcgm_exporter" {
+  count = var.enable_monitoring ? 1 : 0
+
+  name       = "dcgm-exporter"
+  repository = "https://nvidia.github.io/dcgm-exporter/helm-charts"
+  chart      = "dcgm-exporter"
+  version    = var.chart_versions.dcgm_exporter
+  namespace  = "monitoring"
+  wait       = false
+
+  values = [yamlencode({
+    nodeSelector   = { "nvidia.com/gpu.present" = "true" }
+    tolerations    = local.gpu_tolerations
+    serviceMonitor = { enabled = true }
+  })]
+
+  depends_on = [helm_release.kube_prometheus_stack]
+}
