@@ -45,7 +45,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
-from urllib.parse import urlparse
 
 import torch
 import torch.distributed as dist
@@ -270,7 +269,9 @@ class S3Store:
 def open_store(uri: str):
     if uri.startswith("s3://"):
         return S3Store(uri)
-    return LocalStore(urlparse(uri).path if uri.startswith("file://") else uri)
+    from .config import local_path
+
+    return LocalStore(local_path(uri))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -86,5 +86,11 @@ def lr_at(step: int, t: TrainingSpec) -> float:
     return lo + (hi - lo) * 0.5 * (1 + math.cos(math.pi * p))
 
 
+def local_path(uri: str) -> str:
+    """Filesystem path of `file:///abs`, `file://rel/ative` (relative to the working directory) or a
+    plain path."""
+    return uri[len("file://"):] if uri.startswith("file://") else uri
+
+
 def dumps(obj) -> str:
     return json.dumps(obj, separators=(",", ":"), sort_keys=False, default=str)

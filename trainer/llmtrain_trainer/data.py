@@ -45,7 +45,6 @@ import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from urllib.parse import urlparse
 
 import numpy as np
 import torch
@@ -119,8 +118,9 @@ class S3Storage:
 def open_storage(uri: str):
     if uri.startswith("s3://"):
         return S3Storage(uri)
-    path = urlparse(uri).path if uri.startswith("file://") else uri
-    return LocalStorage(os.path.abspath(path))
+    from .config import local_path
+
+    return LocalStorage(os.path.abspath(local_path(uri)))
 
 
 # ----------------------------------------------------------------------------------------------

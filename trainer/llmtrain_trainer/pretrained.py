@@ -16,7 +16,6 @@ from __future__ import annotations
 import glob
 import os
 import tempfile
-from urllib.parse import urlparse
 
 import torch
 import torch.distributed as dist
@@ -50,7 +49,9 @@ def _download_s3(uri: str) -> str:
 
 
 def safetensors_files(uri: str) -> list[str]:
-    path = _download_s3(uri) if uri.startswith("s3://") else (urlparse(uri).path if uri.startswith("file://") else uri)
+    from .config import local_path
+
+    path = _download_s3(uri) if uri.startswith("s3://") else local_path(uri)
     if os.path.isdir(path):
         files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
     else:

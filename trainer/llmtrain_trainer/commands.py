@@ -1,0 +1,54 @@
+"""The trainer's subcommands of the `llmtrain` CLI: `local` and `prepare`.
+
+`llmtrain.cli` calls `register(subparsers)` and then `args.func(args)`; each function returns the
+process exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def cmd_local(args: argparse.Namespace) -> int:
+    from .local import run_local
+
+    return run_local(args.file, nproc=args.nproc, max_steps=args.max_steps, checkpoint_uri=args.checkpoint_uri,
+                     metrics_port=args.metrics_port, workdir=args.workdir, quiet=args.quiet)
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from .prepare import prepare
+
+    index = prepare(args.inputs, args.output, tokenizer=args.tokenizer, eos_id=args.eos_id,
+                    shard_tokens=args.shard_tokens, seed=args.seed)
+    print(f"{args.output}: {index['documents']} documents, {index['tokens']:,} tokens in "
+          f"{len(index['shards'])} shard(s), {index['dtype']}, vocabulary {index['vocab_size']} "
+          f"({index['tokenizer']})")
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("local", help="run a job on this machine (CPU processes or local GPUs)",
+                              description="Run an LLMTrainingJob locally through torchrun, with the job's "
+                              "rendezvous backend (a local etcd for etcd jobs). Ctrl-C checkpoints and "
+                              "stops; running again resumes.")
+    p.add_argument("file", help="LLMTrainingJob YAML file")
+    p.add_argument("--nproc", type=int, help="worker processes (default: local GPUs, or "
+                   "cluster.processesPerNode / the catalog default on CPU)")
+    p.add_argument("--max-steps", type=int, help="override training.maxSteps")
+    p.add_argument("--checkpoint-uri", help="override checkpoint.uri (a directory or s3://...)")
+    p.add_argument("--metrics-port", type=int, help="base port of the workers' /metrics (default 9410)")
+    p.add_argument("--workdir", help="spec copy and worker log (default .llmtrain/<job name>)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+    p.set_defaults(func=cmd_local)
+
+    q = subparsers.add_parser("prepare", help="tokenize text files into training shards",
+                              description="Turn .txt/.md/.jsonl files into llmtrain-tokens/v1 shards "
+                              "(byte-level, or a `tokenizers` tokenizer file).")
+    q.add_argument("inputs", nargs="+", help="files or directories")
+    q.add_argument("--output", "-o", required=True, help="output directory or s3://bucket/prefix/")
+    q.add_argument("--tokenizer", help="a tokenizers JSON file (default: byte-level, vocabulary 256)")
+    q.add_argument("--eos-id", type=int, help="end-of-document token id (default: from the tokenizer)")
+    q.add_argument("--shard-tokens", type=int, default=1 << 26, help="tokens per shard (default 2^26)")
+    q.add_argument("--seed", type=int, default=0, help="document shuffle seed")
+    q.set_defaults(func=cmd_prepare)

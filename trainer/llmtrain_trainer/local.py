@@ -1,0 +1,290 @@
+"""`llmtrain local FILE`: run an LLMTrainingJob on this machine, the way the cluster runs it.
+
+Same entry point (`torchrun ... -m llmtrain_trainer`), same spec, same rendezvous backend: for etcd
+jobs a throwaway local etcd (v2 API enabled) is started and stopped; c10d uses a free loopback port.
+One worker per local GPU, or `cluster.processesPerNode` (catalog default for `cpu`) CPU workers.
+Every run gets a fresh rendezvous id (reusing one is what causes RendezvousClosedError).
+
+The workers' structured stdout drives a progress bar (step, loss, tokens/s, ETA); everything else
+goes to `<workdir>/worker.log`. Ctrl-C sends SIGTERM to the workers, which finish the current step,
+write a checkpoint and exit 0; running the command again resumes from it. A second Ctrl-C kills.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+import contextlib
+from contextlib import contextmanager
+from pathlib import Path
+
+from .config import dumps, load_job_file
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _etcd_binary() -> str:
+    try:
+        from llmtrain.devcluster.tools import find_tool
+
+        return str(find_tool("etcd"))
+    except Exception:  # not installed by `make tools`: the Debian package works too
+        path = shutil.which("etcd")
+        if not path:
+            raise SystemExit("etcd not found: run `make tools`, or `apt-get install -y etcd-server`")
+        return path
+
+
+@contextmanager
+def local_etcd(data_dir: str):
+    """A single-member etcd with the v2 API (torch's etcd rendezvous speaks v2); yields host:port."""
+    try:
+        from llmtrain.devcluster import start_etcd, stop_process
+    except ImportError:
+        start_etcd = None
+    if start_etcd is not None:
+        try:
+            proc, url = start_etcd(data_dir, enable_v2=True)
+        except Exception as e:
+            if type(e).__name__ != "ToolNotFoundError":
+                raise
+        else:
+            try:
+                yield url.split("//", 1)[1]
+            finally:
+                stop_process(proc)
+            return
+    # Fallback (no devcluster tools): start it ourselves and poll /health.
+    cport, pport = _free_port(), _free_port()
+    curl, purl = f"http://127.0.0.1:{cport}", f"http://127.0.0.1:{pport}"
+    log = open(os.path.join(os.path.dirname(data_dir), "etcd.log"), "ab")
+    proc = subprocess.Popen([_etcd_binary(), "--name=default", f"--data-dir={data_dir}",
+                             f"--listen-client-urls={curl}", f"--advertise-client-urls={curl}",
+                             f"--listen-peer-urls={purl}", f"--initial-advertise-peer-urls={purl}",
+                             f"--initial-cluster=default={purl}", "--enable-v2=true", "--log-level=warn"],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"etcd exited with {proc.returncode}; see {log.name}")
+            try:
+                with urllib.request.urlopen(f"{curl}/health", timeout=1) as r:
+                    if json.loads(r.read()).get("health") == "true":
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("etcd did not become healthy within 60 s")
+            time.sleep(0.1)
+        yield f"127.0.0.1:{cport}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def default_nproc(spec) -> int:
+    from llmtrain.catalog import instance_type
+
+    it = instance_type(spec.cluster.instance_type)
+    if it.is_gpu:
+        import torch
+
+        n = torch.cuda.device_count()
+        if n:
+            return min(n, it.gpus_per_node)
+    return spec.cluster.processes_per_node or it.processes_per_node or 1
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+class _Progress:
+    """tqdm bar fed by the trainer's JSON step lines; summary at the end."""
+
+    def __init__(self, max_steps: int, quiet: bool):
+        self.quiet = quiet
+        self.bar = None
+        self.max_steps = max_steps
+        self.first_step = None
+        self.last: dict = {}
+        self.tps: list[float] = []
+        self.mfu: list[float] = []
+        self.checkpoints: list[dict] = []
+        self.resumed_from = None
+
+    def line(self, text: str, log) -> None:
+        event = None
+        if text.startswith("{"):
+            try:
+                event = json.loads(text)
+            except ValueError:
+                pass
+        if event is None:
+            log.write(text + "\n")
+            log.flush()
+            if text.startswith("master_addr=") and not self.quiet:
+                self._write(text)
+            return
+        kind = event.get("event")
+        if kind == "step":
+            self._step(event)
+        elif kind == "resume":
+            self.resumed_from = event["step"]
+            self._write(f"resumed from checkpoint at step {event['step']} "
+                        f"(written by {event['from_world_size']} processes)")
+        elif kind == "checkpoint":
+            self.checkpoints.append(event)
+            self._write(f"checkpoint step {event['step']} → {event['uri']} ({event['seconds']} s)")
+        elif kind == "checkpoint_failed":
+            self._write(f"checkpoint step {event['step']} FAILED: {event['error']}")
+        elif kind == "end":
+            self.last_end = event
+        log.write(text + "\n")
+
+    def _write(self, msg: str) -> None:
+        if self.quiet:
+            return
+        if self.bar is not None:
+            self.bar.write(msg)
+        else:
+            print(msg, flush=True)
+
+    def _step(self, e: dict) -> None:
+        if self.first_step is None:
+            self.first_step = e["step"] - 1
+            if not self.quiet:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=self.max_steps, initial=self.first_step, unit="step", dynamic_ncols=True)
+        self.last = e
+        self.tps.append(e["tokens_per_second"])
+        self.mfu.append(e["mfu"])
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"loss={e['loss']:.4f} tok/s={e['tokens_per_second']:,.0f} "
+                                     f"mfu={e['mfu']:.1%}", refresh=False)
+            self.bar.update(e["step"] - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def summary(self, wall: float, rc: int) -> str:
+        steady = self.tps[1:] or self.tps  # the first step includes warm-up
+        mfu = self.mfu[1:] or self.mfu
+        last = self.last
+        lines = [f"exit code        {rc}",
+                 f"steps            {self.first_step if self.first_step is not None else '-'} → "
+                 f"{last.get('step', '-')} of {self.max_steps}",
+                 f"final loss       {last.get('loss', '-')}",
+                 f"tokens/s (mean)  {sum(steady) / len(steady):,.0f}" if steady else "tokens/s         -",
+                 f"MFU (mean)       {sum(mfu) / len(mfu):.2%}" if mfu else "MFU              -",
+                 f"checkpoints      {len(self.checkpoints)}"
+                 + (f", last {self.checkpoints[-1]['uri']}" if self.checkpoints else ""),
+                 f"wall time        {wall:.1f} s"]
+        return "\n".join(lines)
+
+
+def run_local(file: str, *, nproc: int | None = None, max_steps: int | None = None,
+              checkpoint_uri: str | None = None, metrics_port: int | None = None,
+              workdir: str | None = None, quiet: bool = False) -> int:
+    doc, spec = load_job_file(file)
+    meta = doc.get("metadata") or {}
+    name = meta.get("name") or Path(file).stem
+    if max_steps is not None:
+        spec.training.max_steps = max_steps
+    if checkpoint_uri is not None:
+        spec.checkpoint.uri = checkpoint_uri
+    nproc = nproc or default_nproc(spec)
+    work = Path(workdir or os.path.join(".llmtrain", name))
+    work.mkdir(parents=True, exist_ok=True)
+    spec_file = work / "spec.json"
+    spec_file.write_text(dumps(spec.wire()))
+    if not spec.checkpoint.uri and not quiet:
+        print("note: spec.checkpoint.uri is unset: no checkpoints, Ctrl-C stops without saving "
+              "and a re-run starts over (set it, or pass --checkpoint-uri)", flush=True)
+
+    env = dict(os.environ)
+    env.update(spec.cluster.env)
+    env.update({"LLMTRAIN_JOB_NAME": name, "LLMTRAIN_JOB_NAMESPACE": meta.get("namespace") or "local",
+                "LLMTRAIN_ATTEMPT": env.get("LLMTRAIN_ATTEMPT", "0"), "PYTHONUNBUFFERED": "1"})
+    if metrics_port is not None:
+        env["LLMTRAIN_METRICS_PORT"] = str(metrics_port)
+
+    with contextlib.ExitStack() as stack:
+        backend = spec.rendezvous.backend
+        if backend in ("etcd", "etcd-v2"):
+            etcd_dir = tempfile.mkdtemp(prefix="etcd-", dir=work)
+            endpoint = stack.enter_context(local_etcd(etcd_dir))
+            stack.callback(shutil.rmtree, etcd_dir, True)
+        else:
+            endpoint = f"127.0.0.1:{_free_port()}"
+        rdzv_id = f"{name}-{uuid.uuid4().hex[:8]}"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={nproc}",
+               f"--rdzv-backend={backend}", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}",
+               "--max-restarts=0", "-m", "llmtrain_trainer", "--spec", str(spec_file)]
+        if not quiet:
+            print(f"llmtrain local: {name}: {nproc} worker(s), rendezvous {backend} at {endpoint} "
+                  f"(id {rdzv_id}); logs in {work / 'worker.log'}", flush=True)
+        return _supervise(cmd, env, work, spec.training.max_steps, quiet)
+
+
+def _supervise(cmd: list[str], env: dict, work: Path, max_steps: int, quiet: bool) -> int:
+    progress = _Progress(max_steps, quiet)
+    t0 = time.monotonic()
+    log = open(work / "worker.log", "a")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
+                            start_new_session=True)  # our Ctrl-C must not reach the workers directly
+    interrupts = 0
+    try:
+        while True:
+            try:
+                for line in proc.stdout:
+                    progress.line(line.rstrip("\n"), log)
+                break
+            except KeyboardInterrupt:
+                interrupts += 1
+                if interrupts == 1:
+                    progress._write("stopping: workers finish the step and write a checkpoint "
+                                    "(Ctrl-C again to kill)")
+                    for pid in _children(proc.pid) or [proc.pid]:
+                        try:
+                            os.kill(pid, signal.SIGTERM)
+                        except ProcessLookupError:
+                            pass
+                else:
+                    os.killpg(proc.pid, signal.SIGKILL)
+        rc = proc.wait()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        progress.close()
+        log.close()
+    if not quiet:
+        print(progress.summary(time.monotonic() - t0, rc), flush=True)
+    return rc

@@ -1,0 +1,136 @@
+"""`llmtrain prepare`: text files → token shards in the `llmtrain-tokens/v1` format (see `data.py`).
+
+Inputs are files or directories (searched recursively for *.txt, *.md, *.jsonl). A .txt/.md file is
+one document; a .jsonl file holds one document per line in its "text" field. Documents are shuffled
+(seeded) before being written, so the chunk-level shuffling of the reader mixes unrelated text.
+
+Tokenizer: a `tokenizers` JSON file (`--tokenizer tokenizer.json`, e.g. a Llama 3 tokenizer), or
+the byte-level fallback that needs no download: token = UTF-8 byte (vocabulary 256, matching the
+`tiny` preset), with byte 0 (NUL, absent from text) as the end-of-document token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from .data import FORMAT, INDEX
+
+DEFAULT_SHARD_TOKENS = 1 << 26
+EOS_CANDIDATES = ("<|end_of_text|>", "</s>", "<|endoftext|>", "<eos>")
+
+
+@dataclass
+class Tokenizer:
+    name: str
+    vocab_size: int
+    eos_id: int
+    _tok: object | None = None
+
+    def encode(self, text: str) -> list[int]:
+        if self._tok is None:
+            return list(text.encode("utf-8"))
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    @classmethod
+    def load(cls, path: str | None, eos_id: int | None = None) -> "Tokenizer":
+        if not path:
+            return cls("byte", 256, 0 if eos_id is None else eos_id)
+        from tokenizers import Tokenizer as HFTokenizer
+
+        tok = HFTokenizer.from_file(path)
+        if eos_id is None:
+            eos_id = next((i for t in EOS_CANDIDATES if (i := tok.token_to_id(t)) is not None), None)
+        if eos_id is None:
+            raise ValueError(f"{path}: no end-of-document token among {EOS_CANDIDATES}; pass --eos-id")
+        return cls(os.path.basename(path), tok.get_vocab_size(with_added_tokens=True), eos_id, tok)
+
+
+def _files(inputs: list[str]) -> list[Path]:
+    out: list[Path] = []
+    for inp in inputs:
+        p = Path(inp)
+        if p.is_dir():
+            out += sorted(q for q in p.rglob("*") if q.suffix in (".txt", ".md", ".jsonl") and q.is_file())
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise FileNotFoundError(inp)
+    if not out:
+        raise FileNotFoundError(f"no .txt/.md/.jsonl files in {inputs}")
+    return out
+
+
+def _documents(files: list[Path]) -> Iterator[str]:
+    for f in files:
+        if f.suffix == ".jsonl":
+            with open(f, encoding="utf-8") as fh:
+                for line in fh:
+                    if line.strip():
+                        yield json.loads(line)["text"]
+        else:
+            yield f.read_text(encoding="utf-8", errors="replace")
+
+
+def prepare(inputs: list[str], output: str, *, tokenizer: str | None = None, eos_id: int | None = None,
+            shard_tokens: int = DEFAULT_SHARD_TOKENS, seed: int = 0) -> dict:
+    """Write the shards and index.json to `output` (a directory, or s3://bucket/prefix/)."""
+    tok = Tokenizer.load(tokenizer, eos_id)
+    dtype = np.dtype("<u2") if tok.vocab_size <= 1 << 16 else np.dtype("<u4")
+    docs = list(_documents(_files(inputs)))
+    random.Random(seed).shuffle(docs)
+
+    to_s3 = output.startswith("s3://")
+    from .config import local_path
+
+    out_dir = tempfile.mkdtemp(prefix="llmtrain-prepare-") if to_s3 else local_path(output)
+    os.makedirs(out_dir, exist_ok=True)
+    shards: list[dict] = []
+    buf: list[np.ndarray] = []
+    buffered = 0
+
+    def flush(final: bool) -> None:
+        nonlocal buf, buffered
+        while buffered >= shard_tokens or (final and buffered):
+            flat = np.concatenate(buf)
+            take = min(shard_tokens, len(flat))
+            name = f"shard-{len(shards):05d}.bin"
+            flat[:take].astype(dtype).tofile(os.path.join(out_dir, name))
+            shards.append({"file": name, "tokens": int(take)})
+            rest = flat[take:]
+            buf, buffered = ([rest] if len(rest) else []), len(rest)
+
+    for text in docs:
+        ids = np.asarray(tok.encode(text) + [tok.eos_id], dtype=np.int64)
+        buf.append(ids)
+        buffered += len(ids)
+        flush(False)
+    flush(True)
+
+    index = {"format": FORMAT, "dtype": dtype.name.replace("<", ""), "vocab_size": tok.vocab_size,
+             "eos_id": tok.eos_id, "tokenizer": tok.name, "documents": len(docs),
+             "tokens": sum(s["tokens"] for s in shards), "shards": shards}
+    if tokenizer:
+        shutil.copyfile(tokenizer, os.path.join(out_dir, os.path.basename(tokenizer)))
+    with open(os.path.join(out_dir, INDEX), "w") as f:
+        json.dump(index, f, indent=1)
+
+    if to_s3:
+        from . import s3
+
+        bucket, prefix = s3.split_uri(output)
+        c = s3.client()
+        for name in sorted(os.listdir(out_dir)):  # index.json last: readers see complete data
+            if name != INDEX:
+                c.upload_file(os.path.join(out_dir, name), bucket, prefix + name, Config=s3.transfer_config())
+        c.upload_file(os.path.join(out_dir, INDEX), bucket, prefix + INDEX)
+        shutil.rmtree(out_dir)
+    return index
