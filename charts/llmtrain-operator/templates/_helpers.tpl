@@ -1,0 +1,84 @@
+{{/*
+Names. Everything is namespaced under "llmtrain-operator." so subcharts can't collide.
+*/}}
+{{- define "llmtrain-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "llmtrain-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "llmtrain-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "llmtrain-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "llmtrain-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "llmtrain-operator.labels" -}}
+helm.sh/chart: {{ include "llmtrain-operator.chart" . }}
+{{ include "llmtrain-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: llmtrain
+{{- end }}
+
+{{- define "llmtrain-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "llmtrain-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "llmtrain-operator.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/* Peering is on when asked for, and required (enforced below) for more than one replica. */}}
+{{- define "llmtrain-operator.peeringEnabled" -}}
+{{- if .Values.peering.enabled }}true{{ end }}
+{{- end }}
+
+{{- define "llmtrain-operator.peeringName" -}}
+{{- default (include "llmtrain-operator.fullname" .) .Values.peering.name }}
+{{- end }}
+
+{{/*
+The etcd endpoint new jobs get when they name none: an explicit value wins, then the bundled
+etcd subchart's Service, else the operator's built-in default.
+*/}}
+{{- define "llmtrain-operator.etcdEndpoint" -}}
+{{- if .Values.defaultEtcdEndpoint }}
+{{- .Values.defaultEtcdEndpoint }}
+{{- else if .Values.etcd.enabled }}
+{{- printf "%s.%s.svc:%d" (include "llmtrain-etcd.fullname" (dict "Values" .Values.etcd "Release" .Release "Chart" (dict "Name" "llmtrain-etcd"))) .Release.Namespace (int .Values.etcd.service.clientPort) }}
+{{- end }}
+{{- end }}
+
+{{/* Guard rails that JSON schema can't express across fields. */}}
+{{- define "llmtrain-operator.validate" -}}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.peering.enabled) }}
+{{- fail "replicaCount > 1 needs peering.enabled=true: without kopf peering two replicas would both act on the same LLMTrainingJob" }}
+{{- end }}
+{{- if and .Values.dashboards.enabled (not .Values.dashboards.label) }}
+{{- fail "dashboards.enabled needs dashboards.label (the label the Grafana sidecar watches, e.g. grafana_dashboard)" }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,32 @@
+{{/*
+The operator's permissions, shared by the ClusterRole (all namespaces) and the per-namespace Roles.
+Only what it really does: watch/patch its jobs and their status, own PyTorchJobs, read pods
+(worker state, rank 0's IP for progress), post events, and (with peering) keep its peering object.
+No Secrets, nothing cluster-admin.
+*/}}
+{{- define "llmtrain-operator.rules" -}}
+- apiGroups: [llmtrain.dev]
+  resources: [llmtrainingjobs]
+  verbs: [get, list, watch, patch, update]
+- apiGroups: [llmtrain.dev]
+  resources: [llmtrainingjobs/status]
+  verbs: [get, patch, update]
+- apiGroups: [kubeflow.org]
+  resources: [pytorchjobs]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end }}
+
+{{- define "llmtrain-operator.peeringRule" -}}
+- apiGroups: [kopf.dev]
+  resources: [{{ .resource }}]
+  verbs: [get, list, watch, patch]
+{{- end }}
