@@ -64,21 +64,41 @@ resource "kustomization_resource" "training_operator_p2" {
   depends_on = [kustomization_resource.training_operator_p1]
 }
 
+locals {
+  llmtrain_namespace = "llmtrain-system"
+  # Release "llmtrain" in llmtrain-system: the bundled etcd's Service is llmtrain-etcd, the
+  # operator's built-in default rendezvous endpoint.
+  etcd_endpoint = "llmtrain-etcd.${local.llmtrain_namespace}.svc:2379"
+  system_nodes  = { "llmtrain.dev/node-pool" = "system" }
+
+  # Keys of charts/llmtrain-operator/values.yaml; var.llmtrain_values is merged over them.
+  llmtrain_base_values = {
+    nodeSelector      = local.system_nodes
+    watchNamespaces   = [var.training_namespace]
+    etcd              = { enabled = var.install_etcd, nodeSelector = local.system_nodes }
+    serviceMonitor    = { enabled = var.enable_monitoring }
+    trainerPodMonitor = { enabled = var.enable_monitoring }
+    prometheusRule    = { enabled = var.enable_monitoring }
+    dashboards        = { enabled = var.enable_monitoring }
+  }
+}
+
 resource "helm_release" "llmtrain" {
   count = var.install_llmtrain ? 1 : 0
 
-  name             = "llmtrain"
-  chart            = local.llmtrain_chart
-  namespace        = "llmtrain-system"
-  create_namespace = true
-  wait             = true
+  name              = "llmtrain"
+  chart             = local.llmtrain_chart
+  dependency_update = true # builds the file:// etcd subchart
+  namespace         = local.llmtrain_namespace
+  create_namespace  = true
+  wait              = true
 
-  # Values the chart's values.schema.json defines; anything else goes through var.llmtrain_values.
-  values = [yamlencode(var.llmtrain_values)]
+  values = [yamlencode(local.llmtrain_base_values), yamlencode(var.llmtrain_values)]
 
   depends_on = [
     kustomization_resource.training_operator_p2,
     kubernetes_namespace_v1.training,
+    helm_release.kube_prometheus_stack, # its CRDs (ServiceMonitor, PrometheusRule) first
   ]
 }
 

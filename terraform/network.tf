@@ -1,18 +1,10 @@
-data "aws_availability_zones" "available" {
-  state = "available"
-  filter {
-    name   = "opt-in-status"
-    values = ["opt-in-not-required"]
-  }
-}
-
 locals {
-  azs    = length(var.availability_zones) > 0 ? var.availability_zones : slice(data.aws_availability_zones.available.names, 0, 3)
-  gpu_az = coalesce(var.gpu_availability_zone, local.azs[0])
+  azs    = var.availability_zones
+  gpu_az = var.gpu_availability_zone != null ? var.gpu_availability_zone : try(local.azs[0], null)
 
   vpc_id             = var.create_vpc ? aws_vpc.this[0].id : var.existing_vpc_id
   private_subnet_ids = var.create_vpc ? aws_subnet.private[*].id : var.existing_private_subnet_ids
-  gpu_subnet_id      = var.create_vpc ? aws_subnet.private[index(local.azs, local.gpu_az)].id : var.existing_gpu_subnet_id
+  gpu_subnet_id      = var.create_vpc ? aws_subnet.private[try(index(local.azs, local.gpu_az), 0)].id : var.existing_gpu_subnet_id
 }
 
 resource "aws_vpc" "this" {
@@ -25,6 +17,10 @@ resource "aws_vpc" "this" {
   tags = { Name = var.cluster_name }
 
   lifecycle {
+    precondition {
+      condition     = length(local.azs) >= 2 && alltrue([for az in local.azs : startswith(az, var.region)])
+      error_message = "create_vpc needs availability_zones: 2-4 zones of var.region (pick the ones where your GPU capacity is)."
+    }
     precondition {
       condition     = contains(local.azs, local.gpu_az)
       error_message = "gpu_availability_zone must be one of the VPC's availability zones."

@@ -55,7 +55,7 @@ output "fsx_file_system_id" {
 
 output "etcd_endpoint" {
   description = "Rendezvous endpoint (host:port) for PyTorchJob elasticPolicy; null without etcd."
-  value       = var.install_etcd ? local.etcd_endpoint : null
+  value       = var.install_etcd && var.install_llmtrain ? local.etcd_endpoint : null
 }
 
 output "gpu_node_groups" {

@@ -50,13 +50,13 @@ variable "vpc_cidr" {
 }
 
 variable "availability_zones" {
-  description = "AZs for the created VPC (2-4). Empty: the region's first three. The GPU node groups use gpu_availability_zone only."
+  description = "AZs of the created VPC (2-4 names such as us-west-2a), listed explicitly so the set never changes under you; required when create_vpc is true. Include the AZ where your GPU capacity (quota, reservation, Capacity Block) is."
   type        = list(string)
   default     = []
 
   validation {
-    condition     = length(var.availability_zones) == 0 || (length(var.availability_zones) >= 2 && length(var.availability_zones) <= 4)
-    error_message = "Give 2 to 4 availability zones, or none for the region's first three."
+    condition     = length(var.availability_zones) <= 4 && length(distinct(var.availability_zones)) == length(var.availability_zones)
+    error_message = "availability_zones: at most 4, without repeats."
   }
 }
 
@@ -345,20 +345,9 @@ variable "training_operator_version" {
 }
 
 variable "install_etcd" {
-  description = "Install a single-member etcd (v2 API enabled) in the training namespace for torch elastic rendezvous."
+  description = "Turn on the llmtrain-operator chart's bundled etcd (llmtrain-etcd, v2 API enabled) for torch elastic rendezvous; it serves the operator's default endpoint llmtrain-etcd.llmtrain-system.svc:2379."
   type        = bool
   default     = true
-}
-
-variable "etcd_image" {
-  description = "etcd image for the rendezvous server. Must be 3.5.x: torch's etcd rendezvous uses the v2 API, which etcd 3.6 removed."
-  type        = string
-  default     = "gcr.io/etcd-development/etcd:v3.5.21"
-
-  validation {
-    condition     = can(regex(":v3\\.5\\.[0-9]+(@sha256:[0-9a-f]{64})?$", var.etcd_image))
-    error_message = "etcd_image must be an etcd v3.5.x image (the v2 API is gone in 3.6)."
-  }
 }
 
 variable "install_llmtrain" {
