@@ -1,0 +1,206 @@
+"""llmtrain-operator chart, without a cluster: lint, render, CRDs from their one source, RBAC,
+hardening, Argo CD safety and the schema's rejections."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+
+import pytest
+import yaml
+
+from chart_helpers import CHARTS, ROOT, by_kind, one
+
+pytestmark = pytest.mark.infra
+
+ALL_ON = CHARTS / "llmtrain-operator" / "ci" / "all-on-values.yaml"
+NAMESPACED = CHARTS / "llmtrain-operator" / "ci" / "namespaced-values.yaml"
+
+# The operator's whole API surface (the contract); anything more is a least-privilege violation.
+EXPECTED_RULES = {
+    ("llmtrain.dev", "llmtrainingjobs"): {"get", "list", "watch", "patch", "update"},
+    ("llmtrain.dev", "llmtrainingjobs/status"): {"get", "patch", "update"},
+    ("kubeflow.org", "pytorchjobs"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "pods"): {"get", "list", "watch"},
+    ("", "events"): {"create", "patch"},
+    ("events.k8s.io", "events"): {"create", "patch"},
+}
+
+
+def _rules(role: dict) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        for g in rule["apiGroups"]:
+            for r in rule["resources"]:
+                out.setdefault((g, r), set()).update(rule["verbs"])
+    return out
+
+
+def test_helm_lint_strict_default_and_everything_on(helm):
+    for args in ([], ["-f", ALL_ON], ["-f", NAMESPACED]):
+        r = helm.run("lint", "--strict", helm.operator_chart, *args)
+        assert "1 chart(s) linted, 0 chart(s) failed" in r.stdout, r.stdout
+    r = helm.run("lint", "--strict", helm.charts / "llmtrain-etcd")
+    assert "0 chart(s) failed" in r.stdout
+
+
+def test_default_render_is_minimal(helm):
+    docs = helm.manifests()
+    kinds = sorted(d["kind"] for d in docs)
+    # Nothing a cluster usually already has: no monitoring objects, no etcd, no peering.
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+    for d in docs:
+        if d["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+            assert d["metadata"]["namespace"] == "llmtrain-system", d["kind"]
+    args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not any(a.startswith("--peering") for a in args)
+    assert one(docs, "Deployment")["spec"]["replicas"] == 1
+
+
+def test_everything_on_renders_every_optional_part(helm):
+    docs = helm.manifests("-f", ALL_ON)
+    kinds = {d["kind"] for d in docs}
+    assert {"ServiceMonitor", "PodMonitor", "PrometheusRule", "ConfigMap", "ClusterKopfPeering",
+            "PodDisruptionBudget", "StatefulSet"} <= kinds
+    dep = one(docs, "Deployment")
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--peering=llmtrain-llmtrain-operator" in args
+    peering = one(docs, "ClusterKopfPeering")
+    assert peering["metadata"]["name"] == "llmtrain-llmtrain-operator"
+    # The bundled etcd's Service is the default rendezvous endpoint.
+    etcd_svc = [s for s in by_kind(docs, "Service") if "etcd" in s["metadata"]["name"]]
+    assert [s["metadata"]["name"] for s in etcd_svc] == ["llmtrain-etcd"]
+    assert "--default-etcd-endpoint=llmtrain-etcd.llmtrain-system.svc:2379" in args
+    sts = one(docs, "StatefulSet")
+    assert "--enable-v2=true" in sts["spec"]["template"]["spec"]["containers"][0]["args"]
+    # Peering RBAC only when peering is on.
+    assert _rules(one(docs, "ClusterRole"))[("kopf.dev", "clusterkopfpeerings")] == {"get", "list", "watch", "patch"}
+    assert dep["spec"]["template"]["spec"]["containers"][0]["image"].endswith("@sha256:" + "0123456789abcdef" * 4)
+
+
+def test_namespaced_mode_uses_roles_and_namespaced_peering(helm):
+    docs = helm.manifests("-f", NAMESPACED)
+    assert not by_kind(docs, "ClusterRole") and not by_kind(docs, "ClusterRoleBinding")
+    roles = by_kind(docs, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    for role in roles:
+        rules = _rules(role)
+        assert rules.pop(("kopf.dev", "kopfpeerings")) == {"get", "list", "watch", "patch"}
+        assert rules == EXPECTED_RULES
+    assert sorted(p["metadata"]["namespace"] for p in by_kind(docs, "KopfPeering")) == ["team-a", "team-b"]
+    args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert {"--namespace=team-a", "--namespace=team-b", "--default-etcd-endpoint=etcd.shared.svc:2379"} <= set(args)
+
+
+def test_rbac_is_exactly_least_privilege(helm):
+    role = one(helm.manifests(), "ClusterRole")
+    rules = _rules(role)
+    assert rules == EXPECTED_RULES
+    for rule in role["rules"]:
+        assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
+    assert not any(r in ("secrets", "configmaps") for (_, r) in rules)
+    binding = one(helm.manifests(), "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"] != "cluster-admin"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "llmtrain-llmtrain-operator",
+                                    "namespace": "llmtrain-system"}]
+
+
+def test_deployment_is_hardened_and_probes_kopf_health(helm):
+    dep = one(helm.manifests(), "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"] and not sc.get("privileged")
+    assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+    health = next(p for p in c["ports"] if p["name"] == "health")["containerPort"]
+    assert health == 8080 and "--liveness-port=8080" in c["args"]
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}, probe
+    assert c["command"] == ["llmtrain-operator"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+
+
+def test_two_replicas_without_peering_fail_with_a_clear_message(helm):
+    r = helm.template("--set", "replicaCount=2", check=False)
+    assert r.returncode != 0
+    assert "replicaCount > 1 needs peering.enabled=true" in r.stderr
+
+
+def test_crds_are_generated_from_the_one_source():
+    from llmtrain.crd import crd_manifest
+
+    spec = importlib.util.spec_from_file_location("gen_chart_crds", ROOT / "scripts" / "gen-chart-crds.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.stale_files() == [], "run scripts/gen-chart-crds.py"
+    checked_in = yaml.safe_load((CHARTS / "llmtrain-operator" / "crds" / "llmtrain.dev_llmtrainingjobs.yaml").read_text())
+    assert checked_in == crd_manifest()
+    names = {yaml.safe_load(f.read_text())["metadata"]["name"]
+             for f in (CHARTS / "llmtrain-operator" / "crds").glob("*.yaml")}
+    assert names == {"llmtrainingjobs.llmtrain.dev", "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"}
+
+
+def test_monitoring_objects_carry_the_tested_rules_and_dashboards(helm):
+    docs = helm.manifests("-f", ALL_ON)
+    rule = one(docs, "PrometheusRule")
+    assert rule["spec"]["groups"] == yaml.safe_load((ROOT / "dashboards" / "rules" / "llmtrain.rules.yaml").read_text())["groups"]
+    cms = {k: json.loads(v) for cm in by_kind(docs, "ConfigMap") if "grafana_dashboard" in cm["metadata"]["labels"]
+           for k, v in cm["data"].items()}
+    generated = {f.name: json.loads(f.read_text()) for f in (ROOT / "dashboards" / "generated").glob("*.json")}
+    assert cms == generated and len(cms) == 3
+    sm = one(docs, "ServiceMonitor")
+    assert sm["spec"]["endpoints"][0]["honorLabels"] is True
+    assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    pm = one(docs, "PodMonitor")
+    assert pm["spec"]["selector"]["matchExpressions"] == [{"key": "llmtrain.dev/job", "operator": "Exists"}]
+    # The Service the ServiceMonitor selects exists and exposes the named port.
+    svc = next(s for s in by_kind(docs, "Service") if s["metadata"]["name"].endswith("-metrics"))
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert svc["spec"]["ports"][0]["name"] == sm["spec"]["endpoints"][0]["port"]
+
+
+def test_argocd_safe_no_lookup_no_randomness_stable_output(helm):
+    """Argo CD renders with `helm template`: lookup returns nothing there and anything random or
+    time-based makes every sync a diff."""
+    forbidden = re.compile(r"\b(lookup|randAlpha|randAlphaNum|randNumeric|randAscii|randBytes|uuidv4|now|"
+                           r"genCA|genPrivateKey|genSelfSignedCert|genSignedCert|date|unixEpoch)\b")
+    for tpl in CHARTS.glob("*/templates/*"):
+        text = tpl.read_text()
+        assert not forbidden.search(text), f"{tpl.relative_to(ROOT)}: {forbidden.search(text).group(0)}"
+    first = helm.template("-f", ALL_ON).stdout
+    assert first == helm.template("-f", ALL_ON).stdout
+    # CRDs live in crds/ (applied before templates by Helm, first by Argo CD), not in templates/.
+    assert not any(d["kind"] == "CustomResourceDefinition" for d in yaml.safe_load_all(first) if d)
+    # Custom resources of CRDs installed in the same sync tell Argo CD to skip their dry run.
+    peering = one(helm.manifests("-f", ALL_ON), "ClusterKopfPeering")
+    assert "SkipDryRunOnMissingResource=true" in peering["metadata"]["annotations"]["argocd.argoproj.io/sync-options"]
+
+
+# Each wrong value and the words helm's schema error must contain, so a user can tell what to fix.
+WRONG_VALUES = [
+    (["--set", "replicaCount=two"], ["replicaCount", "Invalid type", "Expected: integer"]),
+    (["--set", "replicaCount=0"], ["replicaCount", "greater than or equal to 1"]),
+    (["--set", "image.pullPolicy=Sometimes"], ["image.pullPolicy", "must be one of", "IfNotPresent"]),
+    (["--set", "watchNamespaces[0]=Team_A"], ["watchNamespaces.0", "Does not match pattern"]),
+    (["--set", "operator.metricsPort=70000"], ["operator.metricsPort", "less than or equal to 65535"]),
+    (["--set", "serviceMonitor.interval=30 seconds"], ["serviceMonitor.interval", "Does not match pattern"]),
+    (["--set", "defaultEtcdEndpoint=etcd-without-port"], ["defaultEtcdEndpoint", "Does not match pattern"]),
+    (["--set", "replicas=2"], ["Additional property replicas is not allowed"]),
+    (["--set", "logLevel=verbose"], ["logLevel", "must be one of", "info", "debug"]),
+    (["--set", "etcd.enabled=true", "--set", "etcd.persistence.size=lots"], ["persistence.size", "Does not match pattern"]),
+]
+
+
+@pytest.mark.parametrize("args,words", WRONG_VALUES, ids=[" ".join(a[1::2]) for a, _ in WRONG_VALUES])
+def test_schema_rejects_wrong_values_clearly(helm, args, words):
+    r = helm.template(*args, check=False)
+    assert r.returncode != 0, f"accepted {args}"
+    assert "values don't meet the specifications of the schema" in r.stderr, r.stderr
+    for w in words:
+        assert w in r.stderr, f"{w!r} not in: {r.stderr}"
