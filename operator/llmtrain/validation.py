@@ -120,7 +120,7 @@ def _uri_problem(field: str, uri: str | None, schemes: tuple[str, ...]) -> list[
         s + "…" if s.endswith("://") else s for s in schemes))]
 
 
-def check(spec: LLMTrainingJobSpec, name: str = "job", default_etcd_endpoint: str | None = None
+def check(spec: LLMTrainingJobSpec, name: str = "job", default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT
           ) -> list[Problem]:
     """Semantic checks the schema cannot express. Returns every problem found, not just the first."""
     p: list[Problem] = []
@@ -244,7 +244,7 @@ def check(spec: LLMTrainingJobSpec, name: str = "job", default_etcd_endpoint: st
     return p
 
 
-def validate(raw_spec: dict, name: str = "job", default_etcd_endpoint: str | None = None
+def validate(raw_spec: dict, name: str = "job", default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT
              ) -> LLMTrainingJobSpec:
     spec = parse_spec(raw_spec)
     problems = check(spec, name, default_etcd_endpoint)

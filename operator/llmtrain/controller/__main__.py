@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         settings.posting.level = logging.INFO
         settings.watching.server_timeout = 300
         settings.networking.request_timeout = 60
+        settings.execution.max_workers = 16  # sync handlers run in this pool; API calls block
         # Progress in annotations, not status.kopf: status is ours and the chart's printer columns'.
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="llmtrain.dev")
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(

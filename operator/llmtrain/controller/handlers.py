@@ -5,7 +5,7 @@ Lifecycle of one job:
   PyTorchJob     its conditions (Created/Running/Restarting/Succeeded/Failed) → status.phase
   Failed / hang  within spec.resilience.maxRestarts: attempt N+1 with a fresh rendezvous id; the
                  trainer resumes from the newest checkpoint. Beyond it: Failed.
-  per-job daemon every --progress-interval: scrape rank 0's metrics → status.progress; no step
+  per-job timer every --progress-interval: scrape rank 0's metrics → status.progress; no step
                  for spec.resilience.hangTimeoutMinutes while Running → restart (reason hang).
 
 An invalid job is marked Failed with the validation message and an event; nothing raises out of
@@ -81,7 +81,7 @@ def _owned_by(obj: dict, uid: str) -> bool:
 
 
 def _fail(body: dict, status: dict, reason: str, message: str) -> dict:
-    kopf.warning(body, reason=reason, message=message)
+    kopf.warn(body, reason=reason, message=message)
     conds = set_condition(status.get("conditions") or [], "Ready", False, reason, message,
                           body["metadata"].get("generation"))
     return {"phase": "Failed", "reason": reason, "message": message, "conditions": conds,
@@ -150,7 +150,7 @@ def spec_changed(body, old, new, status, namespace, name, patch, **_):
         # The CRD's CEL rules normally stop this at the API server; this catches a CRD without them.
         msg = ("only spec.resilience and spec.checkpoint.intervalMinutes/keep may change while the "
                "job exists; the running attempt keeps its original spec")
-        kopf.warning(body, reason="SpecChangeRejected", message=msg)
+        kopf.warn(body, reason="SpecChangeRejected", message=msg)
         patch.status["conditions"] = set_condition(status.get("conditions") or [], "SpecAccepted",
                                                    False, "ImmutableFieldChanged", msg, generation)
         METRICS.reconciles.labels("invalid").inc()
@@ -158,7 +158,7 @@ def spec_changed(body, old, new, status, namespace, name, patch, **_):
     try:
         validate(dict(new), name, CONFIG.default_etcd_endpoint)
     except InvalidJob as err:
-        kopf.warning(body, reason="SpecChangeRejected", message=str(err))
+        kopf.warn(body, reason="SpecChangeRejected", message=str(err))
         patch.status["conditions"] = set_condition(status.get("conditions") or [], "SpecAccepted",
                                                    False, "InvalidSpec", str(err), generation)
         METRICS.reconciles.labels("invalid").inc()
@@ -213,7 +213,7 @@ def pytorchjob_event(event, body, namespace, labels, **_):
         if err.status == 409:  # changed under us; the next event re-evaluates
             raise kopf.TemporaryError("LLMTrainingJob changed concurrently", delay=1)
         raise
-    (kopf.info if phase != "Failed" else kopf.warning)(job, reason=phase, message=update["message"])
+    (kopf.info if phase != "Failed" else kopf.warn)(job, reason=phase, message=update["message"])
     _track_phase(namespace, job["metadata"]["name"], phase)
 
 
@@ -250,7 +250,7 @@ def restart(job: dict, reason: str, message: str) -> None:
         _track_phase(namespace, name, "Failed")
         return
     METRICS.restarts.labels(namespace, name, reason).inc()
-    kopf.warning(job, reason="Restarting", message=update["message"])
+    kopf.warn(job, reason="Restarting", message=update["message"])
     if old:
         kube.delete_pytorchjob(namespace, old)
     ensure_pytorchjob(kube.get_job(namespace, name) or job)
@@ -284,15 +284,18 @@ def scrape_progress(namespace: str, name: str, attempt: int):
         return None
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5)
-def monitor(stopped, namespace, name, **_):
-    while not stopped:
-        job = kube.get_job(namespace, name)
-        if job is None or (job.get("status") or {}).get("phase") in TERMINAL:
-            return
-        if (job.get("status") or {}).get("phase") == "Running":
-            check_progress(job)
-        stopped.wait(CONFIG.progress_interval)
+def _running(status, **_) -> bool:
+    return (status or {}).get("phase") == "Running"
+
+
+# A timer, not a daemon: sync daemons hold an executor thread each for their whole life, so enough
+# running jobs would starve every other handler. The interval is read when this module is imported,
+# which __main__ does after applying the command line.
+@kopf.timer(GROUP, VERSION, PLURAL, interval=CONFIG.progress_interval, when=_running)
+def monitor(namespace, name, **_):
+    job = kube.get_job(namespace, name)
+    if job is not None and (job.get("status") or {}).get("phase") == "Running":
+        check_progress(job)
 
 
 def check_progress(job: dict) -> None:

@@ -1,0 +1,163 @@
+"""Fixtures for the operator against the real dev cluster: the operator as a real process, a rank-0
+trainer metrics endpoint served by the trainer's own TrainerMetrics, and polling helpers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+from prometheus_client import start_http_server
+
+from llmtrain.devcluster.process import free_port, log_tail
+from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
+
+PTJ = ("kubeflow.org", "v1", "pytorchjobs")
+
+
+def wait_for(fn, timeout: float = 30, what: str = "condition", interval: float = 0.1):
+    """Poll `fn` until it returns something truthy; fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+        except client.ApiException as err:
+            if err.status != 404:
+                raise
+            last = None
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+class OperatorProcess:
+    """`llmtrain-operator` run as a real process against the dev cluster's kubeconfig."""
+
+    def __init__(self, kubeconfig: Path, log: Path, trainer_metrics_port: int, extra_args=()):
+        self.kubeconfig, self.log_path = kubeconfig, log
+        self.liveness_port, self.metrics_port = free_port(), free_port()
+        self.trainer_metrics_port = trainer_metrics_port
+        self.extra_args = list(extra_args)
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        cmd = [sys.executable, "-m", "llmtrain.controller",
+               "--bind-address", "127.0.0.1",
+               "--liveness-port", str(self.liveness_port), "--metrics-port", str(self.metrics_port),
+               "--trainer-metrics-port", str(self.trainer_metrics_port), "--progress-interval", "0.5",
+               "--default-etcd-endpoint", "etcd.test.svc:2379", *self.extra_args]
+        self.log = open(self.log_path, "a")
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for(self.healthy, 60, f"operator health (log: {self.log_path})")
+
+    def healthy(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"operator exited {self.proc.returncode}:\n{log_tail(self.log_path)}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=1) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def stop(self, sig=signal.SIGTERM) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+
+@pytest.fixture(scope="module")
+def trainer_endpoint():
+    """A rank-0 metrics endpoint made of the trainer's real TrainerMetrics on a free loopback port."""
+    from llmtrain_trainer.metrics import TrainerMetrics
+
+    metrics = TrainerMetrics(job="progress", rank=0)
+    port = free_port()
+    server, thread = start_http_server(port, addr="127.0.0.1", registry=metrics.registry)
+    yield metrics, port
+    server.shutdown()
+    thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def operator(dev_cluster, trainer_endpoint, tmp_path_factory):
+    op = OperatorProcess(dev_cluster.kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log",
+                         trainer_endpoint[1])
+    op.start()
+    yield op
+    op.stop()
+
+
+@pytest.fixture
+def kube(dev_cluster):
+    with dev_cluster.api_client() as api:
+        yield Kube(api, dev_cluster)
+
+
+class Kube:
+    def __init__(self, api, cluster):
+        self.api, self.cluster = api, cluster
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+
+    def job_doc(self, name: str, spec: dict) -> dict:
+        return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": spec}
+
+    def apply(self, namespace: str, doc: dict, check: bool = True) -> subprocess.CompletedProcess:
+        return self.cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(doc), check=check)
+
+    def job(self, namespace: str, name: str) -> dict:
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+
+    def status(self, namespace: str, name: str) -> dict:
+        return self.job(namespace, name).get("status") or {}
+
+    def wait_phase(self, namespace: str, name: str, phase: str, timeout: float = 30) -> dict:
+        return wait_for(lambda: (s := self.status(namespace, name)).get("phase") == phase and s,
+                        timeout, f"{name} phase {phase}")
+
+    def ptj(self, namespace: str, name: str) -> dict:
+        return self.custom.get_namespaced_custom_object(*PTJ[:2], namespace, PTJ[2], name)
+
+    def wait_ptj(self, namespace: str, name: str, timeout: float = 30) -> dict:
+        return wait_for(lambda: self.ptj(namespace, name), timeout, f"PyTorchJob {name}")
+
+    def ptjs(self, namespace: str, job: str) -> list[dict]:
+        return self.custom.list_namespaced_custom_object(
+            *PTJ[:2], namespace, PTJ[2], label_selector=f"llmtrain.dev/job={job}")["items"]
+
+    def set_ptj_condition(self, namespace: str, name: str, ctype: str, message: str = "") -> None:
+        """Write the PyTorchJob's status the way Kubeflow's training-operator does: the new
+        condition True; Running goes False once the job succeeds or fails."""
+        ptj = self.ptj(namespace, name)
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        conds = [c for c in (ptj.get("status") or {}).get("conditions") or [] if c["type"] != ctype]
+        if ctype in ("Succeeded", "Failed"):
+            conds = [{**c, "status": "False"} if c["type"] == "Running" else c for c in conds]
+        conds.append({"type": ctype, "status": "True", "reason": f"PyTorchJob{ctype}",
+                      "message": message or f"PyTorchJob {name} is {ctype.lower()}.",
+                      "lastUpdateTime": now, "lastTransitionTime": now})
+        self.custom.patch_namespaced_custom_object_status(
+            *PTJ[:2], namespace, PTJ[2], name, {"status": {"conditions": conds}})
+
+    def events(self, namespace: str, name: str) -> list:
+        return [e for e in self.core.list_namespaced_event(namespace).items
+                if e.involved_object.name == name]

@@ -1,0 +1,225 @@
+"""The operator, as a real process, against a real kube-apiserver + etcd + controller-manager with
+Kubeflow's own PyTorchJob CRD. The PyTorchJob status is written the way the training-operator
+writes it (no training-operator runs here: it would need nodes and pods)."""
+
+from __future__ import annotations
+
+import copy
+import glob
+import signal
+import time
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from llmtrain.render import render_pytorchjob
+from llmtrain.validation import load_job, parse_spec
+
+from .conftest import wait_for
+from .invalid_cases import BASE, CASES, spec_with
+
+pytestmark = [pytest.mark.cluster]
+
+TINY = {"model": {"preset": "tiny"}, "data": {"seqLen": 64},
+        "cluster": {"instanceType": "cpu", "nodes": 1, "processesPerNode": 2, "image": "llmtrain-trainer:dev"},
+        "fsdp": {"mixedPrecision": "fp32"},
+        "training": {"maxSteps": 20, "globalBatchTokens": 64 * 2 * 2, "microBatchSize": 2, "warmupSteps": 2},
+        "rendezvous": {"backend": "c10d"}}
+
+
+def tiny(**over):
+    spec = copy.deepcopy(TINY)
+    for k, v in over.items():
+        spec.setdefault(k, {}).update(v)
+    return spec
+
+
+def is_subset(small, big) -> bool:
+    if isinstance(small, dict):
+        return isinstance(big, dict) and all(k in big and is_subset(v, big[k]) for k, v in small.items())
+    if isinstance(small, list):
+        return isinstance(big, list) and len(small) == len(big) and all(map(is_subset, small, big))
+    return small == big
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob("examples/*.yaml")))
+def test_every_example_becomes_a_pytorchjob_the_kubeflow_schema_accepts(path, operator, kube, namespace):
+    job = load_job(path)
+    kube.cluster.kubectl("apply", "-n", namespace, "-f", path)
+    ptj = kube.wait_ptj(namespace, f"{job.name}-a1")
+    uid = kube.job(namespace, job.name)["metadata"]["uid"]
+    expected = render_pytorchjob(job.spec, job.name, namespace, 1, uid, "etcd.test.svc:2379")
+    # Nothing the renderer wrote was pruned or rewritten by the API server's structural schema.
+    assert is_subset(expected["spec"], ptj["spec"])
+    assert ptj["metadata"]["ownerReferences"][0]["uid"] == uid
+    # And the rendered object passes Kubeflow's schema with strict field validation.
+    expected["metadata"]["name"] += "-dry"
+    kube.cluster.kubectl("create", "--dry-run=server", "--validate=strict", "-f", "-",
+                         input=yaml.safe_dump(expected))
+    status = kube.wait_phase(namespace, job.name, "Pending")
+    assert status["pytorchJob"] == ptj["metadata"]["name"] and status["attempt"] == 1
+    assert status["plan"]["fits"] is True
+    assert any(e.reason == "Created" for e in kube.events(namespace, job.name))
+
+
+def test_status_follows_the_pytorchjob(operator, kube, namespace):
+    kube.apply(namespace, kube.job_doc("follow", tiny()))
+    kube.wait_ptj(namespace, "follow-a1")
+    kube.set_ptj_condition(namespace, "follow-a1", "Created")
+    kube.wait_phase(namespace, "follow", "Pending")
+    kube.set_ptj_condition(namespace, "follow-a1", "Running")
+    running = kube.wait_phase(namespace, "follow", "Running")
+    assert running["startTime"] and any(c["type"] == "Ready" and c["status"] == "True"
+                                        for c in running["conditions"])
+    kube.set_ptj_condition(namespace, "follow-a1", "Succeeded")
+    done = kube.wait_phase(namespace, "follow", "Succeeded")
+    assert done["completionTime"]
+    table = kube.cluster.kubectl("get", "llmtj", "follow", "-n", namespace).stdout
+    assert table.split("\n")[0].split()[:5] == ["NAME", "PHASE", "MODEL", "INSTANCE", "NODES"]
+    assert "Succeeded" in table and "tiny" in table
+    reasons = {e.reason for e in kube.events(namespace, "follow")}
+    assert {"Created", "Running", "Succeeded"} <= reasons
+
+
+def test_failure_restarts_with_a_fresh_rendezvous_until_the_budget_is_spent(operator, kube, namespace):
+    kube.apply(namespace, kube.job_doc("flaky", tiny(resilience={"maxRestarts": 1})))
+    first = kube.wait_ptj(namespace, "flaky-a1")
+    kube.set_ptj_condition(namespace, "flaky-a1", "Running")
+    kube.wait_phase(namespace, "flaky", "Running")
+    kube.set_ptj_condition(namespace, "flaky-a1", "Failed", "worker 1 exited with code 137")
+    second = kube.wait_ptj(namespace, "flaky-a2")
+    status = kube.status(namespace, "flaky")
+    assert (status["attempt"], status["restarts"], status["phase"]) == (2, 1, "Restarting")
+    assert "code 137" in status["message"]
+    assert second["spec"]["elasticPolicy"]["rdzvId"] != first["spec"]["elasticPolicy"]["rdzvId"]
+    assert status["rendezvousId"] == second["spec"]["elasticPolicy"]["rdzvId"]
+    wait_for(lambda: [p["metadata"]["name"] for p in kube.ptjs(namespace, "flaky")] == ["flaky-a2"],
+             30, "the failed attempt's PyTorchJob to be deleted")
+    kube.set_ptj_condition(namespace, "flaky-a2", "Failed", "worker 0 exited with code 1")
+    failed = kube.wait_phase(namespace, "flaky", "Failed")
+    assert failed["reason"] == "RestartBudgetExhausted" and "1 of 1 restarts" in failed["message"]
+    assert not any(p["metadata"]["name"] == "flaky-a3" for p in kube.ptjs(namespace, "flaky"))
+
+
+def test_invalid_jobs_fail_with_their_message_and_the_operator_carries_on(operator, kube, namespace):
+    assert len(CASES) >= 15
+    for _, name, overrides, _, _ in CASES:
+        kube.apply(namespace, kube.job_doc(name, spec_with(overrides)))
+    for _, name, _, field, fragment in CASES:
+        status = kube.wait_phase(namespace, name, "Failed")
+        assert status["reason"] == "InvalidSpec"
+        assert field in status["message"] and fragment in status["message"], status["message"]
+        assert not kube.ptjs(namespace, name)
+    warnings = [e for e in kube.events(namespace, CASES[0][1]) if e.type == "Warning"]
+    assert warnings and warnings[0].reason == "InvalidSpec"
+    kube.apply(namespace, kube.job_doc("still-served", BASE))  # the operator is still serving
+    kube.wait_ptj(namespace, "still-served-a1")
+    assert operator.proc.poll() is None
+
+
+@pytest.mark.parametrize("overrides,fragment", [
+    ({"cluster": {"instanceType": "p9.48xlarge"}}, "spec.cluster.instanceType"),
+    ({"model": {"preset": "llama9"}}, "spec.model.preset"),
+    ({"cluster": {"nodes": 0}}, "spec.cluster.nodes"),
+    ({"fsdp": {"shardingStrategy": "ZERO3"}}, "spec.fsdp.shardingStrategy"),
+    ({"model": {"preset": "llama2-7b", "hfToken": "hf_secret"}}, 'unknown field "spec.model.hfToken"'),
+    ({"training": {"learningRate": 0}}, "spec.training.learningRate"),
+])
+def test_the_api_server_rejects_what_the_schema_can(overrides, fragment, kube, namespace):
+    result = kube.apply(namespace, kube.job_doc("rejected", spec_with(overrides)), check=False)
+    assert result.returncode != 0 and fragment in result.stderr, result.stderr
+
+
+def test_only_resilience_and_checkpoint_cadence_may_change(operator, kube, namespace):
+    kube.apply(namespace, kube.job_doc("mutable", tiny()))
+    kube.wait_phase(namespace, "mutable", "Pending")
+    bad = kube.cluster.kubectl("patch", "llmtj", "mutable", "-n", namespace, "--type=merge",
+                               "-p", '{"spec":{"fsdp":{"shardingStrategy":"NO_SHARD"}}}', check=False)
+    assert bad.returncode != 0 and "immutable" in bad.stderr and "spec.fsdp" in bad.stderr
+    kube.cluster.kubectl("patch", "llmtj", "mutable", "-n", namespace, "--type=merge",
+                         "-p", '{"spec":{"resilience":{"maxRestarts":4},"checkpoint":{"keep":5}}}')
+    job = wait_for(lambda: (j := kube.job(namespace, "mutable"))["status"].get("observedGeneration")
+                   == j["metadata"]["generation"] and j, 30, "observedGeneration to catch up")
+    assert job["metadata"]["generation"] == 2
+    assert any(c["type"] == "SpecAccepted" and c["status"] == "True" for c in job["status"]["conditions"])
+    assert [p["metadata"]["name"] for p in kube.ptjs(namespace, "mutable")] == ["mutable-a1"]
+
+
+def test_deleting_the_job_garbage_collects_its_pytorchjob(operator, kube, namespace):
+    kube.apply(namespace, kube.job_doc("doomed", tiny()))
+    kube.wait_ptj(namespace, "doomed-a1")
+    kube.cluster.kubectl("delete", "llmtj", "doomed", "-n", namespace, "--wait=true")
+    wait_for(lambda: not kube.ptjs(namespace, "doomed"), 60, "garbage collection of doomed-a1")
+
+
+def test_progress_from_rank0_metrics_and_restart_on_hang(operator, trainer_endpoint, kube, namespace):
+    metrics, _ = trainer_endpoint
+    kube.apply(namespace, kube.job_doc("progress", tiny(resilience={"hangTimeoutMinutes": 30, "maxRestarts": 2})))
+    kube.wait_ptj(namespace, "progress-a1")
+    # The worker pod as the training-operator would create it, with its IP as the kubelet reports it.
+    kube.core.create_namespaced_pod(namespace, {
+        "metadata": {"name": "progress-a1-worker-0", "labels": {
+            "llmtrain.dev/job": "progress", "llmtrain.dev/attempt": "1",
+            "training.kubeflow.org/replica-index": "0"}},
+        "spec": {"containers": [{"name": "pytorch", "image": "llmtrain-trainer:dev"}]}})
+    kube.core.patch_namespaced_pod_status("progress-a1-worker-0", namespace, {"status": {
+        "phase": "Running", "podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}})
+    metrics.step.set(42)
+    metrics.loss.set(2.5)
+    metrics.tokens_per_second.set(1234.5)
+    metrics.mfu.set(0.41)
+    metrics.heartbeat_timestamp_seconds.set(time.time())
+    kube.set_ptj_condition(namespace, "progress-a1", "Running")
+    progress = wait_for(lambda: kube.status(namespace, "progress").get("progress", {}).get("step") == 42
+                        and kube.status(namespace, "progress")["progress"], 30, "progress in status")
+    assert (progress["loss"], progress["tokensPerSecond"], progress["mfu"]) == (2.5, 1234.5, 0.41)
+    metrics.step.set(43)
+    wait_for(lambda: kube.status(namespace, "progress")["progress"]["step"] == 43, 30, "the next scrape")
+    assert kube.status(namespace, "progress")["attempt"] == 1  # a moving heartbeat is not a hang
+
+    # Two hours into the attempt, the last step completed an hour ago: longer than hangTimeoutMinutes.
+    two_hours_ago = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 7200))
+    kube.custom.patch_namespaced_custom_object_status("llmtrain.dev", "v1alpha1", namespace, "llmtrainingjobs",
+                                                      "progress", {"status": {"attemptStartTime": two_hours_ago}})
+    metrics.heartbeat_timestamp_seconds.set(time.time() - 3600)
+    kube.wait_ptj(namespace, "progress-a2")
+    status = kube.status(namespace, "progress")
+    assert status["attempt"] == 2 and status["reason"] == "Hang" and "no training step" in status["message"]
+    families = {f.name: f for f in text_string_to_metric_families(operator.metrics())}
+    hang = [s for s in families["llmtrain_operator_job_restarts"].samples
+            if s.name.endswith("_total") and s.labels.get("reason") == "hang" and s.labels["llmtrain_job"] == "progress"]
+    assert hang and hang[0].value == 1
+
+
+def test_operator_metrics_count_reconciles_and_phases(operator, kube, namespace):
+    def created() -> float:
+        fams = {f.name: f for f in text_string_to_metric_families(operator.metrics())}
+        return sum(s.value for s in fams["llmtrain_operator_reconciles"].samples
+                   if s.name.endswith("_total") and s.labels["outcome"] == "created")
+    before = created()
+    kube.apply(namespace, kube.job_doc("counted", tiny()))
+    kube.wait_ptj(namespace, "counted-a1")
+    wait_for(lambda: created() == before + 1, 10, "the created counter")
+    text = operator.metrics()
+    assert "llmtrain_operator_reconcile_duration_seconds_bucket" in text
+    assert 'llmtrain_operator_jobs{phase="Pending"}' in text
+
+
+def test_an_operator_restart_adopts_and_never_duplicates(operator, kube, namespace):
+    kube.apply(namespace, kube.job_doc("survivor", tiny()))
+    kube.wait_ptj(namespace, "survivor-a1")
+    operator.stop(signal.SIGKILL)
+    # While it is down: a job whose PyTorchJob the dead operator had created but not yet recorded.
+    kube.apply(namespace, kube.job_doc("orphan", tiny()))
+    uid = kube.job(namespace, "orphan")["metadata"]["uid"]
+    pre = render_pytorchjob(parse_spec(tiny()), "orphan", namespace, 1, uid, "etcd.test.svc:2379")
+    kube.custom.create_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs", pre)
+    operator.start()
+    status = kube.wait_phase(namespace, "orphan", "Pending")
+    assert status["pytorchJob"] == "orphan-a1"
+    assert any(e.reason == "Adopted" for e in kube.events(namespace, "orphan"))
+    wait_for(lambda: any(e.reason == "Adopted" for e in kube.events(namespace, "survivor")), 30,
+             "the restarted operator to resume survivor")
+    assert [p["metadata"]["name"] for p in kube.ptjs(namespace, "survivor")] == ["survivor-a1"]
+    assert [p["metadata"]["name"] for p in kube.ptjs(namespace, "orphan")] == ["orphan-a1"]

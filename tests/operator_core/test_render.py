@@ -1,0 +1,153 @@
+"""Renderer properties: what a PyTorchJob for EKS GPU nodes must carry (design.md §4)."""
+
+import json
+
+import pytest
+
+from llmtrain.catalog import instance_type
+from llmtrain.render import render_pytorchjob
+from llmtrain.validation import load_job, parse_spec
+
+
+def _spec(**over):
+    raw = {"model": {"preset": "llama2-7b"}, "data": {"uri": "s3://b/tokens/", "seqLen": 4096},
+           "cluster": {"instanceType": "p5.48xlarge", "nodes": 4},
+           "training": {"globalBatchTokens": 4096 * 32 * 4}}
+    for k, v in over.items():
+        raw[k] = {**raw.get(k, {}), **v}
+    return parse_spec(raw)
+
+
+def _render(spec=None, **kw):
+    kw.setdefault("default_etcd_endpoint", "etcd.infra:2379")
+    return render_pytorchjob(spec or _spec(), "job", "team", **kw)
+
+
+def _container(obj):
+    return obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+
+
+def _env(obj):
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in _container(obj)["env"]}
+
+
+@pytest.mark.parametrize("itype", ["p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge"])
+def test_gpu_and_efa_requests_come_from_the_catalog(itype):
+    inst = instance_type(itype)
+    obj = _render(_spec(cluster={"instanceType": itype}))
+    res = _container(obj)["resources"]
+    for part in ("requests", "limits"):  # extended resources: limits must equal requests
+        assert res[part]["nvidia.com/gpu"] == str(inst.gpus_per_node)
+        assert res[part]["vpc.amazonaws.com/efa"] == str(inst.efa_interfaces)
+        assert res[part]["hugepages-2Mi"] == res["requests"]["hugepages-2Mi"]
+    assert "memory" in res["requests"]  # hugepages need a memory request beside them
+    pod = obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert pod["nodeSelector"]["node.kubernetes.io/instance-type"] == itype
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert obj["spec"]["nprocPerNode"] == str(inst.gpus_per_node)
+    assert f"--nproc-per-node={inst.gpus_per_node}" in _container(obj)["args"]
+
+
+def test_worker_shape_rendezvous_and_policy():
+    obj = _render(attempt=3, uid="0123456789abcdef")
+    assert obj["apiVersion"] == "kubeflow.org/v1" and obj["kind"] == "PyTorchJob"
+    worker = obj["spec"]["pytorchReplicaSpecs"]["Worker"]
+    assert worker["replicas"] == 4 and set(obj["spec"]["pytorchReplicaSpecs"]) == {"Worker"}
+    c = _container(obj)
+    assert c["name"] == "pytorch"  # the training-operator looks the container up by this name
+    assert c["command"] == ["torchrun"] and c["args"][-2:] == ["-m", "llmtrain_trainer"]
+    ep = obj["spec"]["elasticPolicy"]
+    assert (ep["rdzvBackend"], ep["rdzvHost"], ep["rdzvPort"]) == ("etcd-v2", "etcd.infra", 2379)
+    assert ep["minReplicas"] == ep["maxReplicas"] == 4
+    assert f"--rdzv-id={ep['rdzvId']}" in c["args"] and "--nnodes=4:4" in c["args"]
+    assert obj["spec"]["runPolicy"]["backoffLimit"] == 0 and worker["restartPolicy"] == "Never"
+    assert "IPC_LOCK" in c["securityContext"]["capabilities"]["add"]
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    vols = {v["name"]: v for v in worker["template"]["spec"]["volumes"]}
+    assert vols[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
+    assert c["ports"][0]["containerPort"] == int(_env(obj)["LLMTRAIN_METRICS_PORT"])
+
+
+def test_rendezvous_id_is_unique_per_attempt_and_per_job_incarnation():
+    ids = {_render(attempt=a, uid=u)["spec"]["elasticPolicy"]["rdzvId"]
+           for a in (1, 2, 3) for u in ("aaaaaaaa-1", "bbbbbbbb-2")}
+    assert len(ids) == 6
+    names = {_render(attempt=a)["metadata"]["name"] for a in (1, 2)}
+    assert len(names) == 2
+
+
+def test_elastic_range_and_c10d_endpoint():
+    obj = _render(_spec(cluster={"minNodes": 2}, rendezvous={"backend": "c10d"}))
+    ep = obj["spec"]["elasticPolicy"]
+    assert (ep["minReplicas"], ep["maxReplicas"]) == (2, 4)
+    assert "--nnodes=2:4" in _container(obj)["args"]
+    assert ep["rdzvHost"] == f"{obj['metadata']['name']}-worker-0" and ep["rdzvBackend"] == "c10d"
+
+
+def test_environment_precedence_preset_then_ours_then_user():
+    env = _env(_render(_spec(cluster={"instanceType": "p4de.24xlarge", "env": {"NCCL_PROTO": "LL128", "X": "1"}})))
+    assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "1"
+    assert env["NCCL_PROTO"] == "LL128" and env["X"] == "1"  # the user overrides the preset
+    assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    assert env["LLMTRAIN_COLLECTIVE_TIMEOUT_SECONDS"] == "600"
+
+
+def test_trainer_receives_the_whole_spec():
+    spec = _spec(training={"seed": 7}, fsdp={"shardingStrategy": "SHARD_GRAD_OP"})
+    sent = json.loads(_env(_render(spec))["LLMTRAIN_SPEC"])
+    assert parse_spec(sent) == spec
+
+
+def test_token_only_as_secret_reference():
+    obj = _render(_spec(model={"hfTokenSecretRef": {"name": "hf", "key": "tok"}}))
+    env = _env(obj)
+    assert env["HF_TOKEN"] == {"secretKeyRef": {"name": "hf", "key": "tok"}}
+    assert "hf" not in json.loads(env["LLMTRAIN_SPEC"])["model"].get("hfToken", "")
+
+
+def test_scheduling_passthrough_and_owner():
+    obj = _render(_spec(cluster={"queueName": "q1", "schedulerName": "volcano", "priorityClassName": "hi",
+                                 "nodeSelector": {"pool": "a"},
+                                 "tolerations": [{"key": "k", "operator": "Equal", "value": "v"}]}),
+                  uid="uid-1")
+    assert obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "q1"
+    assert obj["spec"]["runPolicy"]["suspend"] is True  # Kueue admits it by unsuspending
+    pod = obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert (pod["schedulerName"], pod["priorityClassName"]) == ("volcano", "hi")
+    assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "p5.48xlarge", "pool": "a"}
+    assert {"key": "k", "operator": "Equal", "value": "v"} in pod["tolerations"]
+    owner = obj["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("LLMTrainingJob", "uid-1", True)
+    assert obj["metadata"]["labels"]["llmtrain.dev/job"] == "job"
+
+
+def test_volumes_mount_pvcs():
+    obj = _render(_spec(cluster={"volumes": [{"name": "fsx", "claimName": "fsx-pvc", "mountPath": "/fsx",
+                                              "readOnly": True}]}))
+    pod = obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert {"name": "fsx", "persistentVolumeClaim": {"claimName": "fsx-pvc", "readOnly": True}} in pod["volumes"]
+    assert {"name": "fsx", "mountPath": "/fsx", "readOnly": True} in _container(obj)["volumeMounts"]
+
+
+def test_cpu_jobs_request_no_accelerators():
+    obj = _render(_spec(model={"preset": "tiny"}, data={"seqLen": 128},
+                        cluster={"instanceType": "cpu", "nodes": 1, "processesPerNode": 3},
+                        training={"globalBatchTokens": 128 * 3}, fsdp={"mixedPrecision": "fp32"}))
+    res = _container(obj)["resources"]
+    assert "nvidia.com/gpu" not in res["requests"] and "vpc.amazonaws.com/efa" not in res["requests"]
+    assert obj["spec"]["nprocPerNode"] == "3"
+
+
+def test_user_strings_cannot_break_the_document():
+    nasty = 'x"\n  injected: true\n# }'
+    obj = _render(_spec(cluster={"env": {"NOTE": nasty}}))
+    assert _env(obj)["NOTE"] == nasty
+    assert "injected" not in obj["spec"]
+
+
+def test_every_example_renders(tmp_path):
+    import glob
+    for path in glob.glob("examples/*.yaml"):
+        job = load_job(path)
+        obj = render_pytorchjob(job.spec, job.name, job.namespace, default_etcd_endpoint="etcd:2379")
+        assert obj["metadata"]["name"] == f"{job.name}-a1", path
