@@ -1,0 +1,117 @@
+# syntax=docker/dockerfile:1.7
+# llmtrain images. Two targets, built from the repository root:
+#   docker build --target trainer  -t public.ecr.aws/llmtrain/llmtrain-trainer:0.1.0  .
+#   docker build --target operator -t public.ecr.aws/llmtrain/llmtrain-operator:0.1.0 .
+# Every Python package is installed with `-c constraints.txt`, i.e. at exactly the project's pins;
+# tests/infra/test_dockerfile.py checks the ARGs below against constraints.txt and the renderer.
+#
+# Layer order is for the build cache: OS + EFA (changes rarely) < third-party wheels (change when
+# pyproject.toml/constraints.txt change) < our source (changes every commit).
+
+# CUDA 13 base: torch 2.15.0 from PyPI is a CUDA 13 build (+cu132) and brings its CUDA runtime and
+# NCCL as wheels; the base supplies the CUDA 13 userspace expectations and NVIDIA_* settings, the
+# node supplies the driver.
+ARG CUDA_BASE_IMAGE=nvidia/cuda:13.2.0-base-ubuntu24.04
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+# ------------------------------------------------------------------------------------------------
+# trainer: OS packages, Python, EFA (libfabric + aws-ofi-nccl, the NCCL net plugin)
+# ------------------------------------------------------------------------------------------------
+FROM ${CUDA_BASE_IMAGE} AS trainer-base
+# EFA installer release: installs libfabric with the EFA provider, rdma-core and aws-ofi-nccl
+# (/opt/amazon/ofi-nccl), which NCCL loads as its network plugin. --skip-kmod: the kernel driver
+# comes from the node's AMI (EKS AL2023 NVIDIA AMI), not the container.
+ARG EFA_INSTALLER_VERSION=1.43.1
+ENV DEBIAN_FRONTEND=noninteractive
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# DL3008 (pin apt versions): Ubuntu's archive drops superseded package versions, so exact apt pins
+# break rebuilds within weeks; the base image tag pins the distribution release instead.
+# DL3003 (cd instead of WORKDIR): the EFA installer must run from its unpacked directory, and the
+# tarball and that directory must be deleted in the same layer or they stay in the image.
+# hadolint ignore=DL3008,DL3003
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates curl python3 python3-venv \
+ && curl -fsSL "https://efa-installer.amazonaws.com/aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz" -o /tmp/efa.tar.gz \
+ && tar -xzf /tmp/efa.tar.gz -C /tmp \
+ && cd /tmp/aws-efa-installer \
+ && ./efa_installer.sh -y --skip-kmod --skip-limit-conf --no-verify \
+ && cd / && rm -rf /tmp/aws-efa-installer /tmp/efa.tar.gz \
+ && apt-get purge -y curl && apt-get autoremove -y \
+ && rm -rf /var/lib/apt/lists/*
+
+# ------------------------------------------------------------------------------------------------
+# trainer-build: a venv with the trainer's dependencies at the constraints.txt pins, then llmtrain
+# ------------------------------------------------------------------------------------------------
+FROM trainer-base AS trainer-build
+# Versions the image must end up with; the build fails if pip resolved anything else.
+ARG TORCH_VERSION=2.15.0
+ARG NCCL_VERSION=2.30.7
+# The same pip/setuptools scripts/venv.sh uses.
+ARG PIP_VERSION=26.3
+ARG SETUPTOOLS_VERSION=84.2.1
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+RUN python3 -m venv /opt/venv \
+ && /opt/venv/bin/pip install "pip==${PIP_VERSION}" "setuptools==${SETUPTOOLS_VERSION}"
+COPY pyproject.toml constraints.txt ./
+# Dependencies first (core + [trainer], read from pyproject.toml), so editing source reuses this layer.
+RUN /opt/venv/bin/python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["trainer"]))' > /tmp/requirements.txt \
+ && /opt/venv/bin/pip install -c constraints.txt -r /tmp/requirements.txt
+COPY README.md ./
+COPY operator/llmtrain ./operator/llmtrain
+COPY trainer/llmtrain_trainer ./trainer/llmtrain_trainer
+RUN /opt/venv/bin/pip install --no-deps --no-build-isolation . \
+ && /opt/venv/bin/python -c "import torch, llmtrain_trainer; assert torch.__version__.split('+')[0] == '${TORCH_VERSION}', torch.__version__; assert '.'.join(map(str, torch.cuda.nccl.version())) == '${NCCL_VERSION}', torch.cuda.nccl.version()" \
+ && /opt/venv/bin/torchrun --help > /dev/null
+
+# ------------------------------------------------------------------------------------------------
+# trainer: what the rendered PyTorchJob runs: command ["torchrun"], args [..., "-m", "llmtrain_trainer"]
+# ------------------------------------------------------------------------------------------------
+FROM trainer-base AS trainer
+ARG UID=65532
+RUN groupadd --gid "${UID}" llmtrain \
+ && useradd --uid "${UID}" --gid "${UID}" --create-home --home-dir /home/llmtrain --shell /usr/sbin/nologin llmtrain
+COPY --from=trainer-build /opt/venv /opt/venv
+# aws-ofi-nccl and libfabric first on the library path so NCCL (from the nvidia-nccl wheel) finds
+# the EFA plugin; NCCL_DEBUG=INFO in a job shows "NET/OFI Selected provider is efa".
+ENV PATH=/opt/venv/bin:/opt/amazon/efa/bin:${PATH} \
+    LD_LIBRARY_PATH=/opt/amazon/ofi-nccl/lib:/opt/amazon/efa/lib \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    PYTHONUNBUFFERED=1 \
+    HOME=/home/llmtrain
+WORKDIR /home/llmtrain
+USER ${UID}:${UID}
+# Prometheus metrics: 9410 + local rank (8 GPUs per node).
+EXPOSE 9410-9417
+ENTRYPOINT ["torchrun"]
+CMD ["--nproc-per-node=gpu", "-m", "llmtrain_trainer"]
+
+# ------------------------------------------------------------------------------------------------
+# operator: slim Python, core + [operator] only (no torch)
+# ------------------------------------------------------------------------------------------------
+FROM ${PYTHON_IMAGE} AS operator-build
+ARG PIP_VERSION=26.3
+ARG SETUPTOOLS_VERSION=84.2.1
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+RUN python -m venv /opt/venv \
+ && /opt/venv/bin/pip install "pip==${PIP_VERSION}" "setuptools==${SETUPTOOLS_VERSION}"
+COPY pyproject.toml constraints.txt ./
+RUN /opt/venv/bin/python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["operator"]))' > /tmp/requirements.txt \
+ && /opt/venv/bin/pip install -c constraints.txt -r /tmp/requirements.txt
+COPY README.md ./
+COPY operator/llmtrain ./operator/llmtrain
+COPY trainer/llmtrain_trainer ./trainer/llmtrain_trainer
+RUN /opt/venv/bin/pip install --no-deps --no-build-isolation . \
+ && /opt/venv/bin/llmtrain-operator --help > /dev/null
+
+FROM ${PYTHON_IMAGE} AS operator
+ARG UID=65532
+RUN groupadd --gid "${UID}" llmtrain \
+ && useradd --uid "${UID}" --gid "${UID}" --no-create-home --shell /usr/sbin/nologin llmtrain
+COPY --from=operator-build /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:${PATH} PYTHONUNBUFFERED=1
+USER ${UID}:${UID}
+# kopf health (8080) and operator metrics (8000), as the chart's probes and Service expect.
+EXPOSE 8000 8080
+ENTRYPOINT ["llmtrain-operator"]
