@@ -26,6 +26,8 @@ EXPECTED_RULES = {
     ("", "events"): {"create", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},
 }
+# kopf's own need: it watches CRDs to notice resources appear/disappear (read-only, cluster-scoped).
+FRAMEWORK_RULES = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
 
 
 def _rules(role: dict) -> dict[tuple[str, str], set[str]]:
@@ -75,13 +77,16 @@ def test_everything_on_renders_every_optional_part(helm):
     sts = one(docs, "StatefulSet")
     assert "--enable-v2=true" in sts["spec"]["template"]["spec"]["containers"][0]["args"]
     # Peering RBAC only when peering is on.
-    assert _rules(one(docs, "ClusterRole"))[("kopf.dev", "clusterkopfpeerings")] == {"get", "list", "watch", "patch"}
+    assert _rules(one(docs, "ClusterRole")) == {**EXPECTED_RULES, **FRAMEWORK_RULES,
+                                                 ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"}}
     assert dep["spec"]["template"]["spec"]["containers"][0]["image"].endswith("@sha256:" + "0123456789abcdef" * 4)
 
 
 def test_namespaced_mode_uses_roles_and_namespaced_peering(helm):
     docs = helm.manifests("-f", NAMESPACED)
-    assert not by_kind(docs, "ClusterRole") and not by_kind(docs, "ClusterRoleBinding")
+    # Only kopf's CRD observation stays cluster-wide.
+    assert _rules(one(docs, "ClusterRole")) == FRAMEWORK_RULES
+    assert one(docs, "ClusterRoleBinding")["roleRef"]["name"] == one(docs, "ClusterRole")["metadata"]["name"]
     roles = by_kind(docs, "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     for role in roles:
@@ -96,7 +101,7 @@ def test_namespaced_mode_uses_roles_and_namespaced_peering(helm):
 def test_rbac_is_exactly_least_privilege(helm):
     role = one(helm.manifests(), "ClusterRole")
     rules = _rules(role)
-    assert rules == EXPECTED_RULES
+    assert rules == {**EXPECTED_RULES, **FRAMEWORK_RULES}
     for rule in role["rules"]:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
     assert not any(r in ("secrets", "configmaps") for (_, r) in rules)

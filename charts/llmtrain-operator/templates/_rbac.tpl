@@ -30,3 +30,14 @@ No Secrets, nothing cluster-admin.
   resources: [{{ .resource }}]
   verbs: [get, list, watch, patch]
 {{- end }}
+
+{{/*
+kopf itself lists/watches CustomResourceDefinitions to notice resources appearing or going away
+(without it its watcher fails and retries). CRDs hold no secrets; this is read-only and
+cluster-scoped, so it needs a ClusterRole even when the operator watches only some namespaces.
+*/}}
+{{- define "llmtrain-operator.frameworkRules" -}}
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [list, watch]
+{{- end }}

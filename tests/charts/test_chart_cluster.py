@@ -1,0 +1,225 @@
+"""`helm install` the chart into the real dev cluster, then run the operator exactly as the
+release's Deployment would (its command and args) as a local process authenticated only by the
+release's ServiceAccount token: it must reconcile an example LLMTrainingJob into a PyTorchJob,
+write status, post events and keep its kopf peering lease (so the RBAC the chart grants is
+enough), while anything outside that RBAC (reading Secrets, creating Deployments, deleting jobs)
+is refused by the API server."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from chart_helpers import ROOT
+
+pytestmark = [pytest.mark.infra, pytest.mark.cluster, pytest.mark.slow]
+
+EXAMPLE = ROOT / "examples" / "tiny-cpu.yaml"
+RELEASE = "llmtrain"
+
+
+def wait_for(fn, timeout: float, what: str, interval: float = 0.2):
+    """Poll `fn` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_ok(url: str) -> str | None:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.read().decode() if r.status == 200 else None
+    except OSError:
+        return None
+
+
+@pytest.fixture(scope="module")
+def release(helm, dev_cluster, tmp_path_factory):
+    """The chart installed with peering on (so its peering object and RBAC are exercised too)."""
+    from kubernetes import client
+
+    ns = f"llmtrain-system-{os.getpid()}"
+    with dev_cluster.api_client() as api:
+        client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
+    try:
+        helm.run("install", RELEASE, helm.operator_chart, "--namespace", ns, "--set", "peering.enabled=true",
+                 kubeconfig=dev_cluster.kubeconfig)
+        yield ns
+    finally:
+        helm.run("uninstall", RELEASE, "--namespace", ns, kubeconfig=dev_cluster.kubeconfig, check=False)
+        with dev_cluster.api_client() as api:
+            try:
+                client.CoreV1Api(api).delete_namespace(ns)
+            except client.ApiException as e:
+                if e.status != 404:
+                    raise
+
+
+@pytest.fixture(scope="module")
+def deployment(release, dev_cluster) -> dict:
+    out = dev_cluster.kubectl("get", "deployment", "-n", release, "-o", "json",
+                              "-l", f"app.kubernetes.io/instance={RELEASE}").stdout
+    (dep,) = json.loads(out)["items"]
+    return dep
+
+
+@pytest.fixture(scope="module")
+def sa_kubeconfig(release, deployment, dev_cluster, tmp_path_factory) -> Path:
+    sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    return dev_cluster.serviceaccount_kubeconfig(release, sa, path=tmp_path_factory.mktemp("sa") / "kubeconfig")
+
+
+@pytest.fixture(scope="module")
+def operator_process(deployment, sa_kubeconfig, tmp_path_factory):
+    """The Deployment's container command + args, run here with only the ServiceAccount's token.
+    Ports are moved to free loopback ports; everything else is the release's."""
+    (c,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert c["command"] == ["llmtrain-operator"]
+    liveness, metrics = free_port(), free_port()
+    args = []
+    for a in c["args"]:
+        if a.startswith("--liveness-port="):
+            a = f"--liveness-port={liveness}"
+        elif a.startswith("--metrics-port="):
+            a = f"--metrics-port={metrics}"
+        args.append(a)
+    exe = Path(sys.executable).with_name("llmtrain-operator")
+    assert exe.is_file(), f"console script missing: {exe}"
+    log_path = tmp_path_factory.mktemp("operator") / "operator.log"
+    env = {**os.environ, "KUBECONFIG": str(sa_kubeconfig), "POD_NAME": "llmtrain-operator-test-0",
+           "POD_ID": "llmtrain-operator-test-0", "POD_NAMESPACE": deployment["metadata"]["namespace"]}
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([str(exe), *args, "--bind-address=127.0.0.1"], env=env,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    probe = c["livenessProbe"]["httpGet"]["path"]
+    try:
+        wait_for(lambda: proc.poll() is not None or http_ok(f"http://127.0.0.1:{liveness}{probe}"), 60,
+                 "the operator's health endpoint")
+        assert proc.poll() is None, f"operator exited {proc.returncode}:\n{log_path.read_text()[-4000:]}"
+        yield {"proc": proc, "log": log_path, "metrics": metrics, "liveness": liveness, "args": args}
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+
+def test_release_objects_exist(release, deployment, dev_cluster):
+    assert deployment["spec"]["replicas"] == 1
+    crds = dev_cluster.kubectl("get", "crd", "-o", "name").stdout.split()
+    assert {"customresourcedefinition.apiextensions.k8s.io/llmtrainingjobs.llmtrain.dev",
+            "customresourcedefinition.apiextensions.k8s.io/clusterkopfpeerings.kopf.dev",
+            "customresourcedefinition.apiextensions.k8s.io/kopfpeerings.kopf.dev"} <= set(crds)
+    dev_cluster.kubectl("get", "clusterkopfpeering", f"{RELEASE}-llmtrain-operator")
+
+
+def test_operator_with_release_credentials_reconciles_an_example_job(
+        operator_process, release, dev_cluster, sa_kubeconfig):
+    job = yaml.safe_load(EXAMPLE.read_text())
+    name = job["metadata"]["name"]
+    dev_cluster.kubectl("apply", "-n", release, "-f", EXAMPLE)
+
+    def ptjs():
+        out = dev_cluster.kubectl("get", "pytorchjobs.kubeflow.org", "-n", release, "-o", "json").stdout
+        return [p for p in json.loads(out)["items"]
+                if any(o.get("kind") == "LLMTrainingJob" and o.get("name") == name
+                       for o in p["metadata"].get("ownerReferences") or [])]
+
+    def log_tail():
+        return operator_process["log"].read_text()[-4000:]
+
+    try:
+        (ptj,) = wait_for(ptjs, 90, f"a PyTorchJob owned by {name}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n--- operator log ---\n{log_tail()}") from None
+    assert ptj["metadata"]["labels"]["llmtrain.dev/job"] == name
+
+    def status():
+        out = json.loads(dev_cluster.kubectl("get", "llmtj", name, "-n", release, "-o", "json").stdout)
+        st = out.get("status") or {}
+        return st if st.get("phase") else None
+
+    st = wait_for(status, 60, "status.phase (status subresource patched)")
+    assert st["phase"] in ("Pending", "Running"), st
+    assert st.get("pytorchJob") == ptj["metadata"]["name"]
+
+    # Events posted with the operator's identity (core/events.k8s.io create).
+    def events():
+        out = dev_cluster.kubectl("get", "events", "-n", release, "-o", "json",
+                                  "--field-selector", f"involvedObject.name={name}").stdout
+        return json.loads(out)["items"]
+
+    assert wait_for(events, 30, f"events about {name}")
+
+    # The peering lease: kopf patched the release's ClusterKopfPeering with its identity.
+    def lease():
+        out = json.loads(dev_cluster.kubectl("get", "clusterkopfpeering", f"{RELEASE}-llmtrain-operator",
+                                             "-o", "json").stdout)
+        return (out.get("status") or {}).get("llmtrain-operator-test-0")
+
+    assert wait_for(lease, 30, "the operator's kopf peering lease")
+
+    # Nothing the operator (or kopf under it) tried was refused by RBAC.
+    denied = [line for line in operator_process["log"].read_text().splitlines()
+              if re.search(r'forbidden: User "system:serviceaccount:[^"]+" cannot', line)]
+    assert not denied, "RBAC denials in the operator log:\n" + "\n".join(denied[:10])
+
+    # Its metrics endpoint serves the operator's series.
+    body = http_ok(f"http://127.0.0.1:{operator_process['metrics']}/metrics") or ""
+    assert "llmtrain_operator_reconciles_total" in body
+    assert operator_process["proc"].poll() is None, log_tail()
+
+
+@pytest.mark.parametrize("verb,resource,extra", [
+    ("get", "secrets", []),
+    ("list", "secrets", ["--all-namespaces"]),
+    ("create", "deployments.apps", []),
+    ("delete", "llmtrainingjobs.llmtrain.dev", []),
+    ("delete", "pods", []),
+    ("create", "clusterrolebindings.rbac.authorization.k8s.io", []),
+    ("patch", "nodes", []),
+])
+def test_actions_outside_the_rbac_are_denied(release, dev_cluster, sa_kubeconfig, verb, resource, extra):
+    r = dev_cluster.kubectl("auth", "can-i", verb, resource, "-n", release, *extra,
+                            kubeconfig=sa_kubeconfig, check=False)
+    assert r.stdout.strip() == "no", (verb, resource, r.stdout, r.stderr)
+
+
+def test_reading_a_secret_is_forbidden_by_the_api_server(release, dev_cluster, sa_kubeconfig):
+    dev_cluster.kubectl("create", "secret", "generic", "hf-token", "-n", release, "--from-literal=token=x")
+    r = dev_cluster.kubectl("get", "secret", "hf-token", "-n", release, kubeconfig=sa_kubeconfig, check=False)
+    assert r.returncode != 0
+    assert "Forbidden" in r.stderr and "cannot get resource \"secrets\"" in r.stderr, r.stderr
+
+
+def test_what_the_operator_needs_is_allowed(release, dev_cluster, sa_kubeconfig):
+    for verb, resource in [("watch", "llmtrainingjobs.llmtrain.dev"), ("patch", "llmtrainingjobs.llmtrain.dev/status"),
+                           ("create", "pytorchjobs.kubeflow.org"), ("delete", "pytorchjobs.kubeflow.org"),
+                           ("list", "pods"), ("create", "events"), ("patch", "clusterkopfpeerings.kopf.dev")]:
+        r = dev_cluster.kubectl("auth", "can-i", verb, resource, "-n", release, kubeconfig=sa_kubeconfig, check=False)
+        assert r.stdout.strip() == "yes", (verb, resource, r.stderr)
