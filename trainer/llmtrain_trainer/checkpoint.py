@@ -137,7 +137,7 @@ class _S3Writer(FileSystemWriter):
 
     def write_data(self, plan, planner):
         fut = super().write_data(plan, planner)
-        results = fut.result()
+        results = fut.wait()  # a torch.futures.Future, already completed by the file writer
         files = sorted({r.storage_data.relative_path for r in results})
         for f in files:  # one file per rank in single_file_per_rank mode: one multipart upload
             self._store.upload(os.path.join(self._staging, f), self._step, f)

@@ -1,0 +1,262 @@
+"""Fast, in-process checks of the trainer's parts: model size, FLOPs/MFU, data format and order,
+prepare, metrics names."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from llmtrain import flops
+from llmtrain.catalog import instance_type, model_preset
+
+pytestmark = pytest.mark.trainer
+
+
+@pytest.mark.parametrize("preset", ["tiny", "llama2-7b", "llama3-8b", "llama2-70b"])
+def test_model_parameter_count_matches_catalog_formula(preset):
+    from llmtrain_trainer.model import Llama
+
+    dims = model_preset(preset)
+    with torch.device("meta"):
+        model = Llama(dims)
+    assert sum(p.numel() for p in model.parameters()) == flops.num_params(dims)
+
+
+def test_flops_per_token_and_mfu_match_documented_formula_by_hand():
+    """llama2-7b, T = 4096, on p5.48xlarge, computed here from the raw dimensions."""
+    from llmtrain_trainer.throughput import step_throughput
+
+    d, f, L, V, H, T = 4096, 11008, 32, 32000, 32, 4096
+    q = d // H
+    block = 4 * d * d + 3 * d * f + 2 * d          # Wq, Wk, Wv, Wo (MHA: kv = d) + SwiGLU + 2 norms
+    n_total = 2 * V * d + L * block + d
+    assert n_total == 6_738_415_616                 # the published 6.74 B
+    n_matmul = n_total - V * d                      # the input embedding is a lookup
+    fpt = 6 * n_matmul + 12 * L * H * q * T
+    dims = model_preset("llama2-7b")
+    assert flops.flops_per_token(dims, T) == fpt
+
+    # A step of 4 Mi tokens in 10 s on 16 nodes × 8 H100s.
+    tokens, seconds, devices, peak = 4 * 2**20, 10.0, 128, 989e12
+    assert instance_type("p5.48xlarge").peak_flops_per_device == peak
+    tp = step_throughput(tokens, seconds, devices, dims, T, peak)
+    tps_dev = tokens / seconds / devices
+    assert tp.tokens_per_second == pytest.approx(tokens / seconds)
+    assert tp.tflops_per_device == pytest.approx(tps_dev * fpt / 1e12)
+    assert tp.mfu == pytest.approx(tps_dev * fpt / peak)
+    assert 0 < tp.mfu < 1
+
+
+def test_init_is_independent_of_row_sharding():
+    """Each shard draws only its rows, yet the shards concatenate to the unsharded tensor."""
+    from llmtrain_trainer import init
+
+    full = torch.empty(300, 7)
+    init.fill_normal_(full, 0.02, "w", seed=3)
+    old = init.BLOCK_ELEMENTS
+    init.BLOCK_ELEMENTS = 64  # many blocks, so shards straddle block boundaries
+    try:
+        full_small_blocks = torch.empty(300, 7)
+        init.fill_normal_(full_small_blocks, 0.02, "w", seed=3)
+        rows = []
+        for lo, hi in [(0, 37), (37, 150), (150, 300)]:
+            local = torch.empty(hi - lo, 7)
+            orig = init.local_rows
+            init.local_rows = lambda p, lo=lo, hi=hi, local=local: (local, lo, hi - lo)
+            try:
+                init.fill_normal_(torch.empty(300, 7), 0.02, "w", seed=3)
+            finally:
+                init.local_rows = orig
+            rows.append(local)
+        assert torch.equal(torch.cat(rows), full_small_blocks)
+    finally:
+        init.BLOCK_ELEMENTS = old
+    assert full.std().item() == pytest.approx(0.02, rel=0.15)
+
+
+def _write_text(tmp_path, n_docs=30):
+    src = tmp_path / "text"
+    src.mkdir()
+    for i in range(n_docs):
+        (src / f"doc{i:02d}.txt").write_text(f"document {i}: " + "the quick brown fox jumps. " * (5 + i))
+    (src / "more.jsonl").write_text("\n".join(json.dumps({"text": f"line {i} héllo"}) for i in range(5)))
+    return src
+
+
+def test_prepare_byte_level_format(tmp_path):
+    from llmtrain_trainer.data import FORMAT
+    from llmtrain_trainer.prepare import prepare
+
+    src = _write_text(tmp_path)
+    out = tmp_path / "tok"
+    index = prepare([str(src)], str(out), shard_tokens=1000)
+    on_disk = json.loads((out / "index.json").read_text())
+    assert on_disk == index
+    assert index["format"] == FORMAT and index["dtype"] == "uint16" and index["vocab_size"] == 256
+    assert index["documents"] == 35 and index["eos_id"] == 0
+    texts = [p.read_text() for p in src.glob("*.txt")]
+    expected_tokens = sum(len(t.encode()) + 1 for t in texts) + sum(
+        len(f"line {i} héllo".encode()) + 1 for i in range(5))
+    assert index["tokens"] == expected_tokens
+    assert all(s["tokens"] == 1000 for s in index["shards"][:-1])
+    tokens = np.concatenate([np.fromfile(out / s["file"], dtype="<u2") for s in index["shards"]])
+    assert len(tokens) == expected_tokens and (tokens == 0).sum() == 35
+    decoded = bytes(tokens.astype(np.uint8)).split(b"\0")
+    assert sorted(d.decode() for d in decoded if d) == sorted(texts + [f"line {i} héllo" for i in range(5)])
+
+
+def test_prepare_with_tokenizers_file(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from llmtrain_trainer.prepare import prepare
+
+    src = _write_text(tmp_path)
+    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train([str(p) for p in src.glob("*.txt")], trainers.WordLevelTrainer(special_tokens=["<unk>", "</s>"]))
+    tok_file = tmp_path / "tokenizer.json"
+    tok.save(str(tok_file))
+    index = prepare([str(src)], str(tmp_path / "tok"), tokenizer=str(tok_file))
+    assert index["tokenizer"] == "tokenizer.json" and index["eos_id"] == tok.token_to_id("</s>")
+    assert index["vocab_size"] == tok.get_vocab_size()
+    assert (tmp_path / "tok" / "tokenizer.json").exists()
+    ids = np.fromfile(tmp_path / "tok" / index["shards"][0]["file"], dtype="<u2")
+    assert tok.decode([int(i) for i in ids[:4]]).split()[0] in ("document", "line")
+
+
+@pytest.fixture
+def shards(tmp_path):
+    from llmtrain_trainer.prepare import prepare
+
+    prepare([str(_write_text(tmp_path))], str(tmp_path / "tok"), shard_tokens=700)
+    return str(tmp_path / "tok")
+
+
+def test_order_is_a_permutation_per_epoch_and_deterministic(shards, monkeypatch):
+    from llmtrain_trainer import data
+
+    monkeypatch.setattr(data, "CHUNK_TOKENS", 64)  # many chunks per shard
+    ds = data.ShardDataset(shards, seq_len=16, seed=5)
+    n = ds.samples_per_epoch
+    assert len(ds.chunks) > len(ds.shards) > 1
+
+    def visit(start, count):
+        return [(sh, first + k) for sh, first, c in ds.segments(start, count) for k in range(c)]
+
+    epoch0, epoch1 = visit(0, n), visit(n, n)
+    assert len(set(epoch0)) == n and set(epoch0) == set(epoch1) and epoch0 != epoch1
+    assert visit(0, n) == epoch0
+    assert visit(3, 20) == epoch0[3:23]
+    other = data.ShardDataset(shards, seq_len=16, seed=6)
+    assert [(sh, f + k) for sh, f, c in other.segments(0, n) for k in range(c)] != epoch0
+    # A sample is T+1 consecutive tokens at k·T of its shard.
+    sh, first, _ = ds.segments(7, 1)[0]
+    raw = np.fromfile(f"{shards}/{ds.shards[sh]['file']}", dtype="<u2")
+    assert np.array_equal(ds.read_segment(sh, first, 1)[0], raw[first * 16:first * 16 + 17])
+
+
+@pytest.mark.parametrize("dp", [1, 2, 4])
+def test_rank_parts_tile_the_global_batch_at_any_world_size(shards, dp):
+    from llmtrain_trainer.data import DataLoader, ShardDataset
+
+    g, mb = 8, 2
+    ref = ShardDataset(shards, seq_len=16, seed=0)
+    for step in (0, 1, 5):
+        expected = np.concatenate([ref.read_segment(*s) for s in ref.segments(step * g, g)])
+        got = []
+        for r in range(dp):
+            loader = DataLoader(ShardDataset(shards, seq_len=16, seed=0), global_batch_seqs=g, dp_rank=r,
+                                dp_size=dp, micro_batch=mb, device=torch.device("cpu"), start_step=step)
+            micro = loader.next()
+            assert len(micro) == g // dp // mb
+            got += [torch.cat([x, y[:, -1:]], dim=1) for x, y in micro]
+            assert loader.state_dict() == {"step": step + 1, "samples_consumed": (step + 1) * g,
+                                           "global_batch_seqs": g}
+            loader.close()
+        assert np.array_equal(torch.cat(got).numpy(), expected)
+
+
+def test_loader_resumes_at_its_position(shards):
+    from llmtrain_trainer.data import DataLoader, ShardDataset
+
+    def make():
+        return DataLoader(ShardDataset(shards, seq_len=16, seed=0), global_batch_seqs=4, dp_rank=0, dp_size=1,
+                          micro_batch=2, device=torch.device("cpu"))
+
+    a = make()
+    batches = [a.next() for _ in range(5)]
+    b = make()
+    b.load_state_dict({"step": 3, "samples_consumed": 12, "global_batch_seqs": 4})
+    for x, y in b.next():
+        pass
+    assert torch.equal(x, batches[3][-1][0])
+    with pytest.raises(ValueError):
+        b.load_state_dict({"step": 3, "samples_consumed": 24, "global_batch_seqs": 8})
+    a.close(), b.close()
+
+
+def test_synthetic_samples_do_not_depend_on_the_read_split():
+    from llmtrain_trainer.data import SyntheticDataset
+
+    ds = SyntheticDataset(256, 16, seed=1)
+    whole = ds.read_segment(0, 10, 8)
+    assert np.array_equal(np.concatenate([ds.read_segment(0, 10, 3), ds.read_segment(0, 13, 5)]), whole)
+    assert whole.min() >= 0 and whole.max() < 256
+
+
+def test_s3_reader_reads_the_same_samples(shards, s3):
+    import boto3
+
+    from llmtrain_trainer.data import ShardDataset
+
+    c = boto3.client("s3")
+    c.create_bucket(Bucket="data")
+    import os
+
+    for name in os.listdir(shards):
+        c.upload_file(os.path.join(shards, name), "data", f"tok/{name}")
+    local, remote = ShardDataset(shards, 16, 0), ShardDataset("s3://data/tok/", 16, 0)
+    for seg in local.segments(0, 30):
+        assert np.array_equal(local.read_segment(*seg), remote.read_segment(*seg))
+
+
+EXPECTED_METRICS = {
+    "llmtrain_trainer_step": "gauge", "llmtrain_trainer_loss": "gauge",
+    "llmtrain_trainer_tokens_per_second": "gauge", "llmtrain_trainer_tokens": "counter",
+    "llmtrain_trainer_tflops_per_device": "gauge", "llmtrain_trainer_mfu": "gauge",
+    "llmtrain_trainer_step_seconds": "histogram", "llmtrain_trainer_data_wait_seconds": "histogram",
+    "llmtrain_trainer_memory_allocated_bytes": "gauge", "llmtrain_trainer_memory_reserved_bytes": "gauge",
+    "llmtrain_trainer_last_checkpoint_step": "gauge", "llmtrain_trainer_last_checkpoint_timestamp_seconds": "gauge",
+    "llmtrain_trainer_checkpoint_duration_seconds": "histogram",
+    "llmtrain_trainer_checkpoint_interval_seconds": "gauge", "llmtrain_trainer_hang_timeout_seconds": "gauge",
+    "llmtrain_trainer_heartbeat_timestamp_seconds": "gauge",
+}
+
+
+def test_metrics_names_types_and_labels():
+    from llmtrain_trainer.metrics import TrainerMetrics
+
+    m = TrainerMetrics(job="ns/job", rank=3)
+    m.tokens_total.inc(5)
+    families = {f.name: f for f in m.registry.collect()}
+    assert {n: f.type for n, f in families.items()} == EXPECTED_METRICS
+    for f in families.values():
+        for s in f.samples:
+            assert s.labels["llmtrain_job"] == "ns/job" and s.labels["rank"] == "3"
+    TrainerMetrics(job="other", rank=0)  # independent registries can coexist
+
+
+def test_lr_schedule_shapes():
+    from llmtrain.spec import TrainingSpec
+    from llmtrain_trainer.config import lr_at
+
+    t = TrainingSpec(maxSteps=110, warmupSteps=10, learningRate=1e-3, minLearningRate=1e-4)
+    assert lr_at(5, t) == pytest.approx(5e-4) and lr_at(10, t) == pytest.approx(1e-3)
+    assert lr_at(60, t) == pytest.approx(1e-4 + 0.9e-3 * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert lr_at(110, t) == pytest.approx(1e-4)
+    lin = TrainingSpec(maxSteps=110, warmupSteps=10, learningRate=1e-3, lrSchedule="linear")
+    assert lr_at(60, lin) == pytest.approx(1e-3 - 0.9e-3 * 0.5)  # floor defaults to lr/10
