@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1.7
 # llmtrain images. Two targets, built from the repository root:
-#   docker build --target trainer  -t public.ecr.aws/llmtrain/llmtrain-trainer:0.1.0  .
+#   docker build --target trainer -t public.ecr.aws/llmtrain/llmtrain-trainer:0.1.0 .
 #   docker build --target operator -t public.ecr.aws/llmtrain/llmtrain-operator:0.1.0 .
 # Every Python package is installed with `-c constraints.txt`, i.e. at exactly the project's pins;
 # tests/infra/test_dockerfile.py checks the ARGs below against constraints.txt and the renderer.
@@ -57,7 +57,6 @@ COPY pyproject.toml constraints.txt ./
 # Dependencies first (core + [trainer], read from pyproject.toml), so editing source reuses this layer.
 RUN /opt/venv/bin/python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["trainer"]))' > /tmp/requirements.txt \
  && /opt/venv/bin/pip install -c constraints.txt -r /tmp/requirements.txt
-COPY README.md ./
 COPY operator/llmtrain ./operator/llmtrain
 COPY trainer/llmtrain_trainer ./trainer/llmtrain_trainer
 RUN /opt/venv/bin/pip install --no-deps --no-build-isolation . \
@@ -99,7 +98,6 @@ RUN python -m venv /opt/venv \
 COPY pyproject.toml constraints.txt ./
 RUN /opt/venv/bin/python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["operator"]))' > /tmp/requirements.txt \
  && /opt/venv/bin/pip install -c constraints.txt -r /tmp/requirements.txt
-COPY README.md ./
 COPY operator/llmtrain ./operator/llmtrain
 COPY trainer/llmtrain_trainer ./trainer/llmtrain_trainer
 RUN /opt/venv/bin/pip install --no-deps --no-build-isolation . \

@@ -225,3 +225,9 @@ def test_example_tfvars_use_catalog_gpu_types(tfvars, catalog):
     assert groups
     for name, g in groups.items():
         assert g["instance_type"] in _gpu_catalog(catalog), (tfvars.name, name)
+
+
+def test_terraform_etcd_endpoint_is_the_operator_default(mod):
+    from llmtrain.spec import DEFAULT_ETCD_ENDPOINT
+    expr = mod.locals["etcd_endpoint"].replace("${local.llmtrain_namespace}", mod.locals["llmtrain_namespace"])
+    assert expr == DEFAULT_ETCD_ENDPOINT

@@ -1,0 +1,263 @@
+"""The Dockerfile, checked without a container engine: hadolint (the real binary), and a parse that
+ties the images to the project's own pins and to what the renderer and the chart run."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import tomllib
+from importlib import metadata
+
+import pytest
+import yaml
+
+from infra_hcl import ROOT
+
+pytestmark = pytest.mark.infra
+
+DOCKERFILE = ROOT / "Dockerfile"
+
+
+def parse_dockerfile(text: str) -> dict:
+    """{"args": {global ARG defaults}, "stages": {name: {"from": image, "lines": [(instr, rest)]}}}"""
+    logical, buf = [], ""
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if not buf and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if buf and line.lstrip().startswith("#"):
+            continue  # comment inside a continued instruction
+        if line.endswith("\\"):
+            buf += line[:-1] + " "
+            continue
+        logical.append(buf + line)
+        buf = ""
+    out: dict = {"args": {}, "stages": {}}
+    stage = None
+    for line in logical:
+        instr, _, rest = line.strip().partition(" ")
+        instr = instr.upper()
+        if instr == "FROM":
+            m = re.fullmatch(r"(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?", rest.strip(), re.I)
+            stage = {"from": m.group(1), "lines": []}
+            out["stages"][m.group(2) or str(len(out["stages"]))] = stage
+        elif stage is None:
+            if instr == "ARG":
+                k, _, v = rest.strip().partition("=")
+                out["args"][k] = v
+        else:
+            stage["lines"].append((instr, rest.strip()))
+    return out
+
+
+@pytest.fixture(scope="module")
+def df() -> dict:
+    return parse_dockerfile(DOCKERFILE.read_text())
+
+
+@pytest.fixture(scope="module")
+def pins() -> dict[str, str]:
+    out = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if "==" in line and not line.startswith("#"):
+            k, v = line.split("==", 1)
+            out[k.strip().lower().replace("_", "-")] = v.strip()
+    return out
+
+
+@pytest.fixture(scope="module")
+def pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def stage_args(df, name: str) -> dict[str, str]:
+    """ARG defaults visible in a stage, following FROM <earlier stage> chains."""
+    st = df["stages"][name]
+    base = stage_args(df, st["from"]) if st["from"] in df["stages"] else {}
+    for instr, rest in st["lines"]:
+        if instr == "ARG" and "=" in rest:
+            k, v = rest.split("=", 1)
+            base[k] = v
+    return base
+
+
+def stage_chain(df, name: str) -> list[str]:
+    st = df["stages"][name]
+    return ([*stage_chain(df, st["from"])] if st["from"] in df["stages"] else []) + [name]
+
+
+def last(df, name: str, instr: str) -> str | None:
+    for stage in reversed(stage_chain(df, name)):
+        found = [r for i, r in df["stages"][stage]["lines"] if i == instr]
+        if found:
+            return found[-1]
+    return None
+
+
+def expand(value: str, args: dict[str, str]) -> str:
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: args.get(m.group(1) or m.group(2), m.group(0)), value)
+
+
+# ------------------------------------------------------------------------------------------------
+def test_hadolint_passes(hadolint_bin):
+    proc = subprocess.run([str(hadolint_bin), "--no-color", str(DOCKERFILE)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_every_hadolint_ignore_is_explained():
+    lines = DOCKERFILE.read_text().splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r"\s*#\s*hadolint\s+ignore=([\w,]+)", line)
+        if not m:
+            continue
+        comments = []
+        j = i - 1
+        while j >= 0 and lines[j].lstrip().startswith("#"):
+            comments.append(lines[j])
+            j -= 1
+        for rule in m.group(1).split(","):
+            why = [c.split(rule, 1)[1] for c in comments if rule in c]
+            assert why and len(why[0].strip(" :()#")) >= 30, \
+                f"line {i + 1}: {rule} ignored without an explanation in the comment above it"
+    cfg = ROOT / ".hadolint.yaml"
+    if cfg.exists():
+        assert not (yaml.safe_load(cfg.read_text()) or {}).get("ignored"), ".hadolint.yaml ignores rules globally"
+
+
+def test_targets_exist_and_run_as_non_root(df):
+    for target in ("trainer", "operator"):
+        assert target in df["stages"], f"no `{target}` target"
+        user = last(df, target, "USER")
+        assert user, f"{target}: no USER"
+        uid = expand(user, {**df["args"], **stage_args(df, target)}).split(":")[0]
+        assert uid not in ("0", "root"), f"{target} runs as root"
+
+
+def test_image_uid_matches_the_chart_security_context(df):
+    values = yaml.safe_load((ROOT / "charts/llmtrain-operator/values.yaml").read_text())
+    uid = expand(last(df, "operator", "USER"), stage_args(df, "operator")).split(":")[0]
+    assert int(uid) == values["podSecurityContext"]["runAsUser"]
+
+
+def test_trainer_pins_agree_with_constraints(df, pins):
+    args = {**df["args"], **stage_args(df, "trainer-build")}
+    assert args["TORCH_VERSION"] == pins["torch"]
+    assert args["NCCL_VERSION"] == pins["nvidia-nccl-cu13"]
+    # the CUDA base image's major version is the one torch's NCCL/CUDA wheels are built for
+    cuda_major = re.search(r"nvidia-nccl-cu(\d+)", " ".join(f"{k}=={v}" for k, v in pins.items())).group(1)
+    base = df["args"]["CUDA_BASE_IMAGE"]
+    m = re.fullmatch(r"nvidia/cuda:(\d+)\.(\d+)\.\d+-(base|runtime|cudnn-runtime)-ubuntu\d+\.\d+", base)
+    assert m, base
+    assert m.group(1) == cuda_major, f"CUDA base {base} vs nvidia-nccl-cu{cuda_major}"
+    # and the NCCL/torch ARGs are enforced by the build itself, not just declared
+    run = " ".join(r for i, r in df["stages"]["trainer-build"]["lines"] if i == "RUN")
+    assert "${TORCH_VERSION}" in run and "${NCCL_VERSION}" in run and "torch.cuda.nccl.version()" in run
+
+
+def test_pip_and_setuptools_match_the_dev_environment(df):
+    venv_sh = (ROOT / "scripts/venv.sh").read_text()
+    for stage in ("trainer-build", "operator-build"):
+        args = stage_args(df, stage)
+        assert f"pip=={args['PIP_VERSION']}" in venv_sh, stage
+        assert f"setuptools=={args['SETUPTOOLS_VERSION']}" in venv_sh, stage
+
+
+def test_every_pip_install_is_pinned(df):
+    for name, st in df["stages"].items():
+        for instr, rest in st["lines"]:
+            if instr != "RUN":
+                continue
+            for cmd in re.split(r"&&|;", rest):
+                if "pip install" not in cmd:
+                    continue
+                words = shlex.split(cmd.replace('"', ""))
+                if "--no-deps" in words:
+                    continue  # our own package, dependencies already installed
+                ok = "-c" in words and words[words.index("-c") + 1] == "constraints.txt"
+                ok = ok or all("==" in w for w in words[words.index("install") + 1:])
+                assert ok, f"{name}: unpinned `{cmd.strip()}`"
+
+
+def test_extras_installed_per_target(df, pyproject):
+    run = {s: " ".join(r for i, r in df["stages"][s]["lines"] if i == "RUN") for s in ("trainer-build", "operator-build")}
+    assert '["optional-dependencies"]["trainer"]' in run["trainer-build"]
+    assert '["optional-dependencies"]["operator"]' in run["operator-build"]
+    assert "trainer" in pyproject["project"]["optional-dependencies"]
+    assert "operator" in pyproject["project"]["optional-dependencies"]
+    assert '"trainer"' not in run["operator-build"], "the operator image must not pull torch"
+
+
+def test_copy_sources_exist_and_are_in_the_build_context(df):
+    ignore = [l.strip() for l in (ROOT / ".dockerignore").read_text().splitlines() if l.strip() and not l.startswith("#")]
+    assert ignore[0] == "*", ".dockerignore is expected to be an allow-list"
+    allowed = [l[1:].rstrip("/") for l in ignore if l.startswith("!")]
+    for name, st in df["stages"].items():
+        for instr, rest in st["lines"]:
+            if instr not in ("COPY", "ADD") or rest.startswith("--from"):
+                continue
+            *srcs, _dest = shlex.split(rest)
+            for src in srcs:
+                assert (ROOT / src).exists(), f"{name}: COPY {src}: not in the repository"
+                assert any(src.rstrip("/") == a or src.startswith(a + "/") for a in allowed), \
+                    f"{name}: COPY {src} is excluded by .dockerignore"
+
+
+def rendered_worker() -> dict:
+    """The worker container of a PyTorchJob rendered by the real renderer for a p5 example."""
+    from llmtrain import render
+    from llmtrain.validation import load_job
+    job = load_job(ROOT / "examples/llama2-7b-p5.yaml")  # default etcd endpoint: the chart's
+    from llmtrain.spec import DEFAULT_ETCD_ENDPOINT
+    ptj = render.render_pytorchjob(job.spec, job.name, namespace="ml", default_etcd_endpoint=DEFAULT_ETCD_ENDPOINT)
+    (container,) = ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    return container
+
+
+def test_rendered_command_exists_in_the_trainer_image(df, pyproject):
+    container = rendered_worker()
+    # ENTRYPOINT is what a plain `docker run` does; the PyTorchJob's command replaces it with the same
+    entry = yaml.safe_load(last(df, "trainer", "ENTRYPOINT"))
+    assert container["command"] == entry, (container["command"], entry)
+    # `torchrun` is a console script of the torch distribution the image installs into /opt/venv/bin
+    scripts = {ep.name for ep in metadata.distribution("torch").entry_points if ep.group == "console_scripts"}
+    assert container["command"][0] in scripts
+    env = last(df, "trainer", "ENV")
+    assert re.search(r"PATH=/opt/venv/bin[:\s]", env), "the venv's bin is not first on the trainer PATH"
+    run = " ".join(r for i, r in df["stages"]["trainer-build"]["lines"] if i == "RUN")
+    assert f"/opt/venv/bin/{container['command'][0]} --help" in run, "the build does not prove the command runs"
+    # `-m <module>`: the module is a package of the distribution the image installs
+    args = container["args"]
+    module = args[args.index("-m") + 1]
+    where = pyproject["tool"]["setuptools"]["packages"]["find"]["where"]
+    pkg_dirs = [ROOT / w / module for w in where if (ROOT / w / module / "__main__.py").exists()]
+    assert pkg_dirs, f"no {module}/__main__.py under {where}"
+    copies = " ".join(r for i, r in df["stages"]["trainer-build"]["lines"] if i == "COPY")
+    assert str(pkg_dirs[0].relative_to(ROOT)) in copies, f"{module} is not copied into the trainer image"
+    # metrics port the renderer declares is exposed
+    ports = re.findall(r"(\d+)(?:-(\d+))?", last(df, "trainer", "EXPOSE"))
+    from llmtrain.render import METRICS_PORT
+    assert any(int(a) <= METRICS_PORT <= int(b or a) for a, b in ports)
+
+
+def test_default_image_references_point_at_these_targets(pyproject):
+    from llmtrain.spec import DEFAULT_IMAGE
+    version = pyproject["project"]["version"]
+    assert DEFAULT_IMAGE == f"public.ecr.aws/llmtrain/llmtrain-trainer:{version}"
+    assert rendered_worker()["image"] == DEFAULT_IMAGE
+    header = DOCKERFILE.read_text()
+    assert f"--target trainer -t {DEFAULT_IMAGE} ." in header
+    chart = yaml.safe_load((ROOT / "charts/llmtrain-operator/values.yaml").read_text())
+    repo = chart["image"]["repository"]
+    assert f"--target operator -t {repo}:{version} ." in header
+    assert yaml.safe_load((ROOT / "charts/llmtrain-operator/Chart.yaml").read_text())["appVersion"] == version
+
+
+def test_operator_entrypoint_is_the_chart_command_and_a_console_script(df, pyproject):
+    entry = yaml.safe_load(last(df, "operator", "ENTRYPOINT"))
+    assert entry == ["llmtrain-operator"]
+    assert entry[0] in pyproject["project"]["scripts"]
+    deployment = (ROOT / "charts/llmtrain-operator/templates/deployment.yaml").read_text()
+    m = re.search(r"command:\s*(\[.*\])", deployment)
+    assert m and yaml.safe_load(m.group(1)) == entry
