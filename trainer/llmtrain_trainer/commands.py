@@ -10,8 +10,23 @@ import argparse
 
 
 def cmd_local(args: argparse.Namespace) -> int:
+    import sys
+
     from .local import run_local
 
+    try:
+        from llmtrain.validation import InvalidJob
+    except ImportError:  # pragma: no cover - the lead's validation module is part of the package
+        InvalidJob = ValueError
+    try:
+        return _run_local(args, run_local)
+    except InvalidJob as err:
+        for p in getattr(err, "problems", [err]):
+            print(f"{args.file}: {p}", file=sys.stderr)
+        return 1
+
+
+def _run_local(args: argparse.Namespace, run_local) -> int:
     return run_local(args.file, nproc=args.nproc, max_steps=args.max_steps, checkpoint_uri=args.checkpoint_uri,
                      metrics_port=args.metrics_port, workdir=args.workdir, quiet=args.quiet)
 

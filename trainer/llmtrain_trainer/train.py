@@ -210,7 +210,7 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
                       "tflops_per_device": tp.tflops_per_device, "mfu": tp.mfu,
                       "step_seconds": round(dt_, 6), "data_wait_seconds": round(loader.last_wait, 6),
                       "sample_start": (step - 1) * g, "samples": g, "tokens": tokens_per_step,
-                      "max_steps": t.max_steps, "time": round(now, 3)})
+                      "max_steps": t.max_steps, "time": round(now, 6)})
 
             if stop_v > 0:
                 reason = "signal"

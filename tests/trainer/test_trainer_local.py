@@ -1,0 +1,52 @@
+"""`llmtrain local` end to end: a local etcd, torchrun workers, Ctrl-C → checkpoint, re-run → resume."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import yaml
+from conftest import REPO, base_spec, free_port_block
+
+pytestmark = [pytest.mark.trainer, pytest.mark.slow]
+
+
+def test_local_ctrl_c_checkpoints_and_rerun_resumes(tmp_path, corpus):
+    spec = base_spec(**{"data.uri": f"file://{corpus}", "rendezvous.backend": "etcd-v2", "training.maxSteps": 40,
+                        "checkpoint.uri": f"file://{tmp_path}/ckpt", "checkpoint.intervalSteps": 1,
+                        "checkpoint.keep": 1})
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"apiVersion": "llmtrain.dev/v1alpha1", "kind": "LLMTrainingJob",
+                                   "metadata": {"name": "local-test"}, "spec": spec}))
+    cmd = [sys.executable, "-m", "llmtrain.cli", "local", str(job), "--workdir", str(tmp_path / "work"),
+           "--metrics-port", str(free_port_block(2))]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(tmp_path / "stderr", "w"), text=True, env=env, cwd=REPO)
+    try:
+        out = []
+        for line in proc.stdout:
+            out.append(line)
+            if line.startswith("checkpoint step 2 "):
+                proc.send_signal(signal.SIGINT)  # what Ctrl-C delivers
+                break
+        out += proc.stdout.readlines()
+        assert proc.wait(120) == 0, "".join(out) + (tmp_path / "stderr").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = "".join(out)
+    assert "rendezvous etcd-v2 at 127.0.0.1:" in text and "master_addr=" in text
+    assert "stopping:" in text
+    stopped_at = int(text.split("steps            0 → ")[1].split()[0])
+    assert 2 <= stopped_at < 40
+    assert f"step-{stopped_at:010d}" in text  # the stop wrote a checkpoint
+
+    rerun = subprocess.run(cmd + ["--max-steps", str(stopped_at + 2)], capture_output=True, text=True,
+                           env=env, cwd=REPO, timeout=180)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert f"resumed from checkpoint at step {stopped_at}" in rerun.stdout
+    assert f"steps            {stopped_at} → {stopped_at + 2} of {stopped_at + 2}" in rerun.stdout
