@@ -158,5 +158,7 @@ def render_pytorchjob(spec: LLMTrainingJobSpec, name: str, namespace: str = "def
         metrics_port=METRICS_PORT, node_selector=node_selector, tolerations=tolerations,
         command=COMMAND, args=_args(spec, procs, min_nodes, rdzv),
         env=_env(spec, inst, name, namespace, attempt),
-        resources=_resources(inst, procs), volume_mounts=mounts, volumes=volumes)
+        resources=_resources(inst, procs), volume_mounts=mounts, volumes=volumes,
+        # each local rank serves its own /metrics on METRICS_PORT + local rank
+        ports=[{"name": f"metrics-{i}", "containerPort": METRICS_PORT + i} for i in range(procs)])
     return yaml.safe_load(text)

@@ -65,7 +65,8 @@ def test_worker_shape_rendezvous_and_policy():
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
     vols = {v["name"]: v for v in worker["template"]["spec"]["volumes"]}
     assert vols[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
-    assert c["ports"][0]["containerPort"] == int(_env(obj)["LLMTRAIN_METRICS_PORT"])
+    base = int(_env(obj)["LLMTRAIN_METRICS_PORT"])
+    assert [p["containerPort"] for p in c["ports"]] == [base + r for r in range(8)]  # one per local rank
 
 
 def test_rendezvous_id_is_unique_per_attempt_and_per_job_incarnation():
