@@ -2,6 +2,9 @@
 # StorageClass/PV/PVC. They wait for the system nodes and CoreDNS.
 locals {
   fsx_claim_name = "llmtrain-fsx"
+  # A class name used only to pair the static PV and PVC (no StorageClass object has it), so the
+  # claim can never be grabbed by a default StorageClass and provisioned elsewhere.
+  fsx_static_class = "llmtrain-fsx-static"
 }
 
 resource "kubernetes_namespace_v1" "training" {
@@ -64,7 +67,7 @@ resource "kubernetes_persistent_volume_v1" "fsx" {
     capacity                         = { storage = "${var.fsx_storage_capacity_gib}Gi" }
     access_modes                     = ["ReadWriteMany"]
     persistent_volume_reclaim_policy = "Retain"
-    storage_class_name               = ""
+    storage_class_name               = local.fsx_static_class
     mount_options                    = ["flock"]
     persistent_volume_source {
       csi {
@@ -90,7 +93,7 @@ resource "kubernetes_persistent_volume_claim_v1" "fsx" {
   }
   spec {
     access_modes       = ["ReadWriteMany"]
-    storage_class_name = ""
+    storage_class_name = local.fsx_static_class
     volume_name        = kubernetes_persistent_volume_v1.fsx[0].metadata[0].name
     resources {
       requests = { storage = "${var.fsx_storage_capacity_gib}Gi" }
