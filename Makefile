@@ -26,8 +26,9 @@ test: venv tools
 test-fast: venv tools
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
-demo: venv tools
-	bash scripts/demo.sh
+# The demo leaves the dev cluster running for exploration; `make dev-cluster-down` stops it.
+demo: venv tools dev-cluster chart-install chart-operator-kubeconfig
+	$(PY) scripts/demo.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache
