@@ -47,6 +47,16 @@ def test_strategy_trains_and_matches_single_process_reference(strategy, ac, corp
         assert e["mfu"] == pytest.approx(per_dev * fpt / peak, rel=1e-3)
 
 
+def test_bf16_mixed_precision_trains_close_to_fp32(corpus, reference, launch):
+    """bf16 compute with fp32 master weights and reduction: same trajectory within bf16 precision."""
+    w = run_to_end(launch(base_spec(**{"data.uri": corpus, "fsdp.mixedPrecision": "bf16",
+                                       "fsdp.activationCheckpointing": "selective"})))
+    losses = w.losses()
+    assert losses[STEPS] < losses[1] - 0.5, losses
+    for step, loss in losses.items():
+        assert loss == pytest.approx(reference[step], rel=3e-2), (step, losses, reference)
+
+
 def test_sigkill_a_worker_then_restart_resumes_from_last_checkpoint(corpus, reference, launch, tmp_path):
     spec = base_spec(**{"data.uri": corpus, "checkpoint.uri": str(tmp_path / "ckpt"),
                         "checkpoint.intervalSteps": 2, "checkpoint.keep": 2})

@@ -162,6 +162,13 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
     metrics.step.set(step)
 
     params = [p for p in model.parameters()]
+    # fp16 has 5 exponent bits: without loss scaling small gradients underflow to zero. The sharded
+    # scaler all-reduces "found inf" so every rank skips the same steps. (bf16 needs no scaling.)
+    scaler = None
+    if spec.fsdp.mixed_precision == "fp16":
+        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+        scaler = ShardedGradScaler(device=device.type)
     accum = g // (world * t.micro_batch_size)
     reason = "finished"
     try:
@@ -174,11 +181,17 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
             loss_sum = torch.zeros((), device=device)
             for x, y in micro:
                 loss = cross_entropy(model(x), y) / accum
-                loss.backward()
+                (scaler.scale(loss) if scaler else loss).backward()
                 loss_sum += loss.detach()
+            if scaler:
+                scaler.unscale_(optimizer)
             grad_norm = torch.nn.utils.clip_grad_norm_(params, t.grad_clip if t.grad_clip > 0 else float("inf"),
                                                        foreach=True)
-            optimizer.step()
+            if scaler:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
             flags = torch.stack([loss_sum.float(),
