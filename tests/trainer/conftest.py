@@ -95,8 +95,9 @@ class Workers:
                     f"--rdzv-backend={backend}", f"--rdzv-endpoint={endpoint}",
                     f"--rdzv-id={rdzv_id or 'test-' + uuid.uuid4().hex[:12]}", "--max-restarts=0",
                     "-m", "llmtrain_trainer", "--spec", str(self.spec_file)]
+        self.metrics_port = free_port_block(nproc)
         full_env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
-                        LLMTRAIN_METRICS_PORT=str(free_port_block(nproc)), LLMTRAIN_JOB_NAME="test",
+                        LLMTRAIN_METRICS_PORT=str(self.metrics_port), LLMTRAIN_JOB_NAME="test",
                         LLMTRAIN_CHECKPOINT_STAGING=str(tmp / "staging"))
         full_env.update(env or {})
         self.stderr_path = tmp / f"stderr-{name}-{time.monotonic_ns()}.log"
