@@ -32,10 +32,17 @@ def _run_local(args: argparse.Namespace, run_local) -> int:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
+    import sys
+
     from .prepare import prepare
 
-    index = prepare(args.inputs, args.output, tokenizer=args.tokenizer, eos_id=args.eos_id,
-                    shard_tokens=args.shard_tokens, seed=args.seed)
+    exts = tuple(e if e.startswith(".") else "." + e for e in args.extensions.split(",") if e)
+    try:
+        index = prepare(args.inputs, args.output, tokenizer=args.tokenizer, eos_id=args.eos_id,
+                        shard_tokens=args.shard_tokens, seed=args.seed, extensions=exts)
+    except (OSError, ValueError) as err:
+        print(f"llmtrain prepare: {err}", file=sys.stderr)
+        return 1
     print(f"{args.output}: {index['documents']} documents, {index['tokens']:,} tokens in "
           f"{len(index['shards'])} shard(s), {index['dtype']}, vocabulary {index['vocab_size']} "
           f"({index['tokenizer']})")
@@ -66,4 +73,6 @@ def register(subparsers) -> None:
     q.add_argument("--eos-id", type=int, help="end-of-document token id (default: from the tokenizer)")
     q.add_argument("--shard-tokens", type=int, default=1 << 26, help="tokens per shard (default 2^26)")
     q.add_argument("--seed", type=int, default=0, help="document shuffle seed")
+    q.add_argument("--extensions", default=".txt,.md,.jsonl",
+                   help="file suffixes to take from directories (default: %(default)s)")
     q.set_defaults(func=cmd_prepare)

@@ -1,6 +1,7 @@
 """`llmtrain prepare`: text files → token shards in the `llmtrain-tokens/v1` format (see `data.py`).
 
-Inputs are files or directories (searched recursively for *.txt, *.md, *.jsonl). A .txt/.md file is
+Inputs are files or directories (searched recursively for *.txt, *.md, *.jsonl, or the
+`--extensions` given; any non-.jsonl file is read as plain text). A .txt/.md file is
 one document; a .jsonl file holds one document per line in its "text" field. Documents are shuffled
 (seeded) before being written, so the chunk-level shuffling of the reader mixes unrelated text.
 
@@ -54,18 +55,21 @@ class Tokenizer:
         return cls(os.path.basename(path), tok.get_vocab_size(with_added_tokens=True), eos_id, tok)
 
 
-def _files(inputs: list[str]) -> list[Path]:
+DEFAULT_EXTENSIONS = (".txt", ".md", ".jsonl")
+
+
+def _files(inputs: list[str], extensions=DEFAULT_EXTENSIONS) -> list[Path]:
     out: list[Path] = []
     for inp in inputs:
         p = Path(inp)
         if p.is_dir():
-            out += sorted(q for q in p.rglob("*") if q.suffix in (".txt", ".md", ".jsonl") and q.is_file())
+            out += sorted(q for q in p.rglob("*") if q.suffix in extensions and q.is_file())
         elif p.is_file():
             out.append(p)
         else:
-            raise FileNotFoundError(inp)
+            raise FileNotFoundError(f"{inp}: no such file or directory")
     if not out:
-        raise FileNotFoundError(f"no .txt/.md/.jsonl files in {inputs}")
+        raise FileNotFoundError(f"no {'/'.join(extensions)} files in {' '.join(inputs)}")
     return out
 
 
@@ -81,11 +85,12 @@ def _documents(files: list[Path]) -> Iterator[str]:
 
 
 def prepare(inputs: list[str], output: str, *, tokenizer: str | None = None, eos_id: int | None = None,
-            shard_tokens: int = DEFAULT_SHARD_TOKENS, seed: int = 0) -> dict:
+            shard_tokens: int = DEFAULT_SHARD_TOKENS, seed: int = 0,
+            extensions: tuple[str, ...] = DEFAULT_EXTENSIONS) -> dict:
     """Write the shards and index.json to `output` (a directory, or s3://bucket/prefix/)."""
     tok = Tokenizer.load(tokenizer, eos_id)
     dtype = np.dtype("<u2") if tok.vocab_size <= 1 << 16 else np.dtype("<u4")
-    docs = list(_documents(_files(inputs)))
+    docs = list(_documents(_files(inputs, extensions)))
     random.Random(seed).shuffle(docs)
 
     to_s3 = output.startswith("s3://")
