@@ -72,10 +72,14 @@ class _LocalWriter(FileSystemWriter):
 
     def finish(self, metadata, results) -> None:
         super().finish(metadata, results)
-        if os.path.exists(self._final):  # a re-save of the same step (e.g. after a restart)
-            shutil.rmtree(self._final)
+        old = None
+        if os.path.exists(self._final):  # a re-save of the same step: move the old one aside first
+            old = os.path.join(os.path.dirname(self._final), f".old-{os.path.basename(self._final)}")
+            os.rename(self._final, old)
         os.rename(self._partial, self._final)
         _fsync_dir(os.path.dirname(self._final))
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
         self._on_commit()
 
 
@@ -114,7 +118,7 @@ class LocalStore:
     def clean_partials(self) -> None:
         if os.path.isdir(self.root):
             for n in os.listdir(self.root):
-                if n.startswith(".partial-"):
+                if n.startswith((".partial-", ".old-")):
                     shutil.rmtree(os.path.join(self.root, n), ignore_errors=True)
 
     def finish_load(self, rank: int) -> None:
@@ -326,6 +330,7 @@ class Checkpointer:
         dcp.load(state, storage_reader=self.store.reader(step, self.rank))
         self.store.finish_load(self.rank)
         self._last_save = time.monotonic()
+        self.last_committed = step
 
     def save(self, step: int, state: dict[str, Any], *, blocking: bool = False) -> None:
         self.wait()

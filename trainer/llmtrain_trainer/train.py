@@ -143,7 +143,7 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
                 "train": {"step": step, "world_size": world, "data": loader.state_dict(),
                           "rng": torch.get_rng_state()}}
 
-    step = 0
+    step = resumed_step = 0
     latest = ckpt.latest()
     if latest is not None:
         t0 = time.time()
@@ -152,7 +152,7 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
         set_state_dict(model, optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
         torch.set_rng_state(sd["train"]["rng"])
         loader.load_state_dict(sd["train"]["data"])
-        step = int(sd["train"]["step"])
+        step = resumed_step = int(sd["train"]["step"])
         if loader.step != step:
             raise RuntimeError(f"checkpoint {latest}: data position {loader.step} != step {step}")
         metrics.last_checkpoint_step.set(step)
@@ -230,7 +230,7 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
                 break
             if save_v > 0 and step < t.max_steps and ckpt.enabled:
                 ckpt.save(step, state(step))
-        if ckpt.enabled and ckpt.last_started != step:
+        if ckpt.enabled and step not in (ckpt.last_started, resumed_step):
             # End of training or a stop request: save synchronously, it's the last thing we do.
             ckpt.save(step, state(step), blocking=True)
         ckpt.wait()
