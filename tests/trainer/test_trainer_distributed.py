@@ -169,7 +169,8 @@ def test_s3_checkpoint_round_trip(corpus, launch, s3):
     assert_matches_reference(second.losses(), expected)
 
 
-def test_pretrained_safetensors_load_into_shards(corpus, launch, tmp_path):
+@pytest.mark.parametrize("where", ["file", "s3"])
+def test_pretrained_safetensors_load_into_shards(where, corpus, launch, tmp_path, request):
     """Weights written by the test (HF names, a different seed) are what the sharded model starts from."""
     from safetensors.torch import save_file
     from trainer_reference import reference_losses, reference_model
@@ -178,10 +179,22 @@ def test_pretrained_safetensors_load_into_shards(corpus, launch, tmp_path):
 
     spec = base_spec(**{"data.uri": corpus, "training.maxSteps": 2})
     hf = reference_model(LLMTrainingJobSpec.model_validate(spec), seed=1234)
-    save_file({k: v.contiguous() for k, v in hf.state_dict().items()}, str(tmp_path / "model.safetensors"))
+    path = tmp_path / "model.safetensors"
+    save_file({k: v.contiguous() for k, v in hf.state_dict().items()}, str(path))
     expected = reference_losses(spec, model=hf)
 
-    spec["model"]["pretrainedUri"] = f"file://{tmp_path}/model.safetensors"
-    w = run_to_end(launch(spec))
+    env = None
+    if where == "s3":
+        import boto3
+
+        env = request.getfixturevalue("s3")
+        c = boto3.client("s3")
+        c.create_bucket(Bucket="weights")
+        c.upload_file(str(path), "weights", "tiny/model.safetensors")
+        spec["model"]["pretrainedUri"] = "s3://weights/tiny/"
+        env = dict(env, LLMTRAIN_CACHE_DIR=str(tmp_path / "cache"))
+    else:
+        spec["model"]["pretrainedUri"] = f"file://{path}"
+    w = run_to_end(launch(spec, env=env))
     assert w.of("pretrained")[0]["tensors"] == len(list(hf.parameters()))
     assert_matches_reference(w.losses(), expected)

@@ -260,3 +260,19 @@ def test_lr_schedule_shapes():
     assert lr_at(110, t) == pytest.approx(1e-4)
     lin = TrainingSpec(maxSteps=110, warmupSteps=10, learningRate=1e-3, lrSchedule="linear")
     assert lr_at(60, lin) == pytest.approx(1e-3 - 0.9e-3 * 0.5)  # floor defaults to lr/10
+
+
+def test_spec_from_env_wire_json_or_whole_document(tmp_path, monkeypatch):
+    from llmtrain_trainer.config import JobIdentity, load_spec
+
+    wire = {"model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu"}, "data": {"seqLen": 64}}
+    monkeypatch.setenv("LLMTRAIN_SPEC", json.dumps(wire))
+    assert load_spec(None).data.seq_len == 64
+    doc = tmp_path / "job.yaml"
+    doc.write_text("apiVersion: llmtrain.dev/v1alpha1\nkind: LLMTrainingJob\nmetadata: {name: x}\n"
+                   "spec:\n  model: {preset: tiny}\n  cluster: {instanceType: cpu}\n  data: {seqLen: 32}\n")
+    assert load_spec(str(doc)).data.seq_len == 32  # --spec wins over the env
+    monkeypatch.setenv("LLMTRAIN_JOB_NAME", "j")
+    monkeypatch.setenv("LLMTRAIN_JOB_NAMESPACE", "ns")
+    monkeypatch.setenv("LLMTRAIN_ATTEMPT", "3")
+    assert JobIdentity.from_env() == JobIdentity("j", "ns", 3) and JobIdentity.from_env().label == "ns/j"
