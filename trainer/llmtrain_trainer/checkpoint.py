@@ -46,7 +46,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
