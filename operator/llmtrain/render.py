@@ -11,7 +11,8 @@ This module decides the values (from the spec and the instance catalog); the tem
 - GPU types request every GPU and EFA interface of the node (`nvidia.com/gpu`,
   `vpc.amazonaws.com/efa` from the catalog; without EFA NCCL silently falls back to TCP), 2 MiB
   hugepages for libfabric, REQUEST_FRACTION of the node's memory and CPUs (the rest is for the
-  kubelet and daemonsets), `/dev/shm` as memory, and IPC_LOCK for pinned memory.
+  kubelet and daemonsets), `/dev/shm` as memory, IPC_LOCK for pinned memory, node-local staging for
+  checkpoint shards, and a termination grace period that covers torchrun's SIGTERM window.
 - Env precedence: NCCL/libfabric preset of the family < llmtrain's own < `spec.cluster.env`.
 """
 
@@ -31,6 +32,11 @@ METRICS_PORT = 9410
 C10D_PORT = 29400
 DEFAULT_ETCD_PORT = 2379
 REQUEST_FRACTION = 0.85
+# torchrun gives its workers a fixed 30 s between SIGTERM and SIGKILL to save a checkpoint; the
+# kubelet must not kill torchrun itself before that.
+TERMINATION_GRACE_SECONDS = 120
+# Node-local disk (emptyDir) where each rank stages its checkpoint shard before the S3 upload.
+STAGING_PATH = "/var/lib/llmtrain/staging"
 CPU_WORKER_MEMORY_GIB = 4
 TRAINER_MODULE = "llmtrain_trainer"
 COMMAND = ["torchrun"]
@@ -105,6 +111,7 @@ def _env(spec: LLMTrainingJobSpec, inst: InstanceType, job: str, namespace: str,
         "LLMTRAIN_JOB_NAMESPACE": namespace,
         "LLMTRAIN_ATTEMPT": str(attempt),
         "LLMTRAIN_METRICS_PORT": str(METRICS_PORT),
+        "LLMTRAIN_CHECKPOINT_STAGING": STAGING_PATH,
         "LLMTRAIN_SPEC": json.dumps(spec.wire(), sort_keys=True, separators=(",", ":")),
     })
     values.update(spec.cluster.env)
@@ -146,16 +153,16 @@ def render_pytorchjob(spec: LLMTrainingJobSpec, name: str, namespace: str = "def
     node_selector.update(spec.cluster.node_selector)
     tolerations = (GPU_TOLERATIONS if inst.is_gpu else []) + [
         t.model_dump(exclude_none=True) for t in spec.cluster.tolerations]
-    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}] + [
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "staging", "mountPath": STAGING_PATH}] + [
         {"name": v.name, "mountPath": v.mount_path, "readOnly": v.read_only} for v in spec.cluster.volumes]
-    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}] + [
+    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, {"name": "staging", "emptyDir": {}}] + [
         {"name": v.name, "persistentVolumeClaim": {"claimName": v.claim_name, "readOnly": v.read_only}}
         for v in spec.cluster.volumes]
     owner = {"apiVersion": API_VERSION, "kind": KIND, "name": name, "uid": uid} if uid else None
     text = _template().render(
         name=ptj_name, namespace=namespace, labels=labels, owner=owner, spec=spec, inst=inst,
         rdzv=rdzv, nodes=spec.cluster.nodes, min_nodes=min_nodes, procs_per_node=procs,
-        metrics_port=METRICS_PORT, node_selector=node_selector, tolerations=tolerations,
+        metrics_port=METRICS_PORT, grace_seconds=TERMINATION_GRACE_SECONDS, node_selector=node_selector, tolerations=tolerations,
         command=COMMAND, args=_args(spec, procs, min_nodes, rdzv),
         env=_env(spec, inst, name, namespace, attempt),
         resources=_resources(inst, procs), volume_mounts=mounts, volumes=volumes,

@@ -70,7 +70,7 @@ def test_sigkill_a_worker_then_restart_resumes_from_last_checkpoint(corpus, refe
     with urllib.request.urlopen(f"http://127.0.0.1:{first.metrics_port}/metrics", timeout=5) as r:
         fams = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
     step_sample = fams["llmtrain_trainer_step"].samples[0]
-    assert step_sample.labels == {"llmtrain_job": "default/test", "rank": "0"} and step_sample.value >= 5
+    assert step_sample.labels == {"llmtrain_job": "test", "rank": "0"} and step_sample.value >= 5
     assert fams["llmtrain_trainer_heartbeat_timestamp_seconds"].samples[0].value > 0
     assert fams["llmtrain_trainer_last_checkpoint_step"].samples[0].value >= 2
     assert fams["llmtrain_trainer_hang_timeout_seconds"].samples[0].value == 30 * 60

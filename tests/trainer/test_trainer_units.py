@@ -240,13 +240,13 @@ EXPECTED_METRICS = {
 def test_metrics_names_types_and_labels():
     from llmtrain_trainer.metrics import TrainerMetrics
 
-    m = TrainerMetrics(job="ns/job", rank=3)
+    m = TrainerMetrics(job="job", rank=3)
     m.tokens_total.inc(5)
     families = {f.name: f for f in m.registry.collect()}
     assert {n: f.type for n, f in families.items()} == EXPECTED_METRICS
     for f in families.values():
         for s in f.samples:
-            assert s.labels["llmtrain_job"] == "ns/job" and s.labels["rank"] == "3"
+            assert s.labels["llmtrain_job"] == "job" and s.labels["rank"] == "3"
     TrainerMetrics(job="other", rank=0)  # independent registries can coexist
 
 

@@ -1,6 +1,6 @@
 """The trainer's Prometheus metrics: the names the operator, dashboards and alerts rely on.
 
-Every series carries the labels `llmtrain_job` (namespace/name) and `rank`. Every rank serves its own
+Every series carries the labels `llmtrain_job` (the job name; Prometheus adds `namespace` at scrape) and `rank`. Every rank serves its own
 registry on port LLMTRAIN_METRICS_PORT + LOCAL_RANK; the operator scrapes rank 0 for status.progress.
 
 `llmtrain_trainer_heartbeat_timestamp_seconds` moves only when an optimizer step completes, so

@@ -93,7 +93,8 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
     peak = instance_type(spec.cluster.instance_type).peak_flops_per_device
     torch.manual_seed(t.seed)
 
-    metrics = TrainerMetrics(job=job.label, rank=rank)
+    # The job name alone: the scrape adds `namespace`, as for the operator's own metrics.
+    metrics = TrainerMetrics(job=job.name, rank=rank)
     metrics.serve(int(os.environ.get("LLMTRAIN_METRICS_PORT", "9410")) + local_rank)
     metrics.checkpoint_interval_seconds.set(spec.checkpoint.interval_minutes * 60)
     metrics.hang_timeout_seconds.set(spec.resilience.hang_timeout_minutes * 60)

@@ -29,7 +29,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from ..planner import plan_job
-from ..render import ATTEMPT_LABEL, JOB_LABEL, pytorchjob_name, render_pytorchjob
+from ..render import ATTEMPT_LABEL, JOB_LABEL, pytorchjob_name, render_pytorchjob, rendezvous_id
 from ..spec import GROUP, PHASES, PLURAL, VERSION, LLMTrainingJobSpec
 from ..validation import InvalidJob, validate
 from . import kube
@@ -81,7 +81,7 @@ def _owned_by(obj: dict, uid: str) -> bool:
 
 
 def _fail(body: dict, status: dict, reason: str, message: str) -> dict:
-    kopf.warn(body, reason=reason, message=message)
+    """The status update that marks a job Failed (the caller posts the event once it applied)."""
     conds = set_condition(status.get("conditions") or [], "Ready", False, reason, message,
                           body["metadata"].get("generation"))
     return {"phase": "Failed", "reason": reason, "message": message, "conditions": conds,
@@ -111,6 +111,7 @@ def _reconcile(body, raw_spec, status, namespace, name, uid, patch) -> str:
         spec = validate(raw_spec, name, CONFIG.default_etcd_endpoint)
     except InvalidJob as err:
         patch.status.update(_fail(body, status, "InvalidSpec", str(err)))
+        kopf.warn(body, reason="InvalidSpec", message=str(err))
         return "invalid"
     attempt = status.get("attempt") or 1
     obj = _render(spec, raw_spec, body, attempt)
@@ -119,6 +120,7 @@ def _reconcile(body, raw_spec, status, namespace, name, uid, patch) -> str:
         msg = (f"a PyTorchJob named {obj['metadata']['name']} already exists in {namespace} and "
                "is not owned by this job; delete it or rename the job")
         patch.status.update(_fail(body, status, "NameConflict", msg))
+        kopf.warn(body, reason="NameConflict", message=msg)
         return "invalid"
     verb = "Created" if created else "Adopted"
     kopf.info(body, reason=verb, message=f"{verb} PyTorchJob {ptj['metadata']['name']} (attempt {attempt})")
@@ -178,79 +180,106 @@ def track_phase(event, namespace, name, status, **_):
 
 # --- PyTorchJob → LLMTrainingJob status ------------------------------------------------------------
 
+CONFLICT_RETRIES = 10
+
+
+def patch_status_fresh(namespace: str, name: str, decide):
+    """Read the job, let `decide(job)` return a status update (None: nothing to do), and apply it
+    only if the job is unchanged since the read; on a conflict, read and decide again. So two
+    triggers never both act on one attempt, and an unrelated write (kopf's own bookkeeping, a
+    progress scrape) never makes a transition get lost. Returns (job as read, update) or None."""
+    for _ in range(CONFLICT_RETRIES):
+        job = kube.get_job(namespace, name)
+        update = decide(job) if job is not None else None
+        if update is None:
+            return None
+        try:
+            kube.patch_job_status(namespace, name, update, job["metadata"]["resourceVersion"])
+            return job, update
+        except ApiException as err:
+            if err.status != 409:
+                raise
+    raise kopf.TemporaryError(f"{namespace}/{name} kept changing; status not updated", delay=1)
+
+
 @kopf.on.event("kubeflow.org", "v1", "pytorchjobs", labels={JOB_LABEL: kopf.PRESENT})
 def pytorchjob_event(event, body, namespace, labels, **_):
     if event["type"] == "DELETED":
         return
-    job = kube.get_job(namespace, labels[JOB_LABEL])
-    if job is None or not _owned_by(dict(body), job["metadata"]["uid"]):
-        return
-    status = job.get("status") or {}
-    if str(status.get("attempt")) != labels.get(ATTEMPT_LABEL) or status.get("phase") in TERMINAL:
-        return  # an older attempt's object, or a job that is already done
-    state = pytorchjob_state(dict(body))
+    ptj, name, attempt = dict(body), labels[JOB_LABEL], labels.get(ATTEMPT_LABEL)
+    state = pytorchjob_state(ptj)
     if state is None:
         return
+
+    def live_attempt(job: dict) -> bool:  # not an older attempt's object, not a finished job
+        status = job.get("status") or {}
+        return (_owned_by(ptj, job["metadata"]["uid"]) and str(status.get("attempt")) == attempt
+                and status.get("phase") not in TERMINAL)
+
     if state == "Failed":
-        restart(job, "failed", failure_message(dict(body)))
+        restart(namespace, name, "failed", failure_message(ptj), live_attempt)
         return
     phase = PHASE_OF[state]
-    if phase == status.get("phase"):
-        return
-    gen = job["metadata"].get("generation")
-    update: dict = {"phase": phase, "reason": state, "message": f"PyTorchJob {body['metadata']['name']} is {state}"}
-    ready = phase in ("Running", "Succeeded")
-    update["conditions"] = set_condition(status.get("conditions") or [], "Ready", ready, state,
-                                         update["message"], gen)
-    if phase == "Running":
-        update["startTime"] = status.get("startTime") or timestamp()
-        update["attemptStartTime"] = timestamp()
-    if phase == "Succeeded":
-        update["completionTime"] = timestamp()
-    try:
-        kube.patch_job_status(namespace, job["metadata"]["name"], update, job["metadata"]["resourceVersion"])
-    except ApiException as err:
-        if err.status == 409:  # changed under us; the next event re-evaluates
-            raise kopf.TemporaryError("LLMTrainingJob changed concurrently", delay=1)
-        raise
-    (kopf.info if phase != "Failed" else kopf.warn)(job, reason=phase, message=update["message"])
-    _track_phase(namespace, job["metadata"]["name"], phase)
+    message = f"PyTorchJob {ptj['metadata']['name']} is {state}"
+
+    def decide(job: dict) -> dict | None:
+        status = job.get("status") or {}
+        if not live_attempt(job) or status.get("phase") == phase:
+            return None
+        update: dict = {"phase": phase, "reason": state, "message": message,
+                        "conditions": set_condition(status.get("conditions") or [], "Ready",
+                                                    phase in ("Running", "Succeeded"), state, message,
+                                                    job["metadata"].get("generation"))}
+        if phase == "Running":
+            update["startTime"] = status.get("startTime") or timestamp()
+            update["attemptStartTime"] = timestamp()
+        if phase == "Succeeded":
+            update["completionTime"] = timestamp()
+        return update
+
+    done = patch_status_fresh(namespace, name, decide)
+    if done:
+        kopf.info(done[0], reason=phase, message=message)
+        _track_phase(namespace, name, phase)
 
 
-def restart(job: dict, reason: str, message: str) -> None:
+def restart(namespace: str, name: str, reason: str, message: str, still_applies) -> None:
     """Start the next attempt (fresh rendezvous id, resumes from the newest checkpoint), or fail the
-    job when its restart budget is spent. Guarded by resourceVersion so two triggers act once."""
-    meta, status = job["metadata"], job.get("status") or {}
-    namespace, name = meta["namespace"], meta["name"]
-    restarts = status.get("restarts") or 0
-    budget = (job["spec"].get("resilience") or {}).get("maxRestarts", 10)
-    old = status.get("pytorchJob")
-    if restarts >= budget:
-        update = _fail(job, status, "RestartBudgetExhausted",
-                       f"attempt {status.get('attempt')} {reason}: {message}; "
-                       f"{restarts} of {budget} restarts used")
-    else:
+    job when its restart budget is spent. `still_applies(job)` re-checks the trigger on every read."""
+
+    def decide(job: dict) -> dict | None:
+        if not still_applies(job):
+            return None
+        meta, status = job["metadata"], job.get("status") or {}
+        restarts = status.get("restarts") or 0
+        budget = (job["spec"].get("resilience") or {}).get("maxRestarts", 10)
+        if restarts >= budget:
+            return _fail(job, status, "RestartBudgetExhausted",
+                         f"attempt {status.get('attempt')} {reason}: {message}; "
+                         f"{restarts} of {budget} restarts used")
         attempt = (status.get("attempt") or 1) + 1
-        update = {"phase": "Restarting", "attempt": attempt, "restarts": restarts + 1,
-                  "reason": reason.capitalize(), "pytorchJob": pytorchjob_name(name, attempt),
-                  "message": f"attempt {attempt - 1} {reason}: {message}; starting attempt {attempt} "
-                             f"from the newest checkpoint",
-                  "conditions": set_condition(status.get("conditions") or [], "Ready", False,
-                                              "Restarting", f"attempt {attempt - 1} {reason}",
-                                              meta.get("generation"))}
-    try:
-        kube.patch_job_status(namespace, name, update, meta["resourceVersion"])
-    except ApiException as err:
-        if err.status == 409:
-            return  # someone (the other trigger) already acted on this version
-        raise
+        return {"phase": "Restarting", "attempt": attempt, "restarts": restarts + 1,
+                "reason": reason.capitalize(), "pytorchJob": pytorchjob_name(name, attempt),
+                "rendezvousId": rendezvous_id(namespace, name, meta["uid"], attempt),
+                "message": f"attempt {attempt - 1} {reason}: {message}; starting attempt {attempt} "
+                           f"from the newest checkpoint",
+                "conditions": set_condition(status.get("conditions") or [], "Ready", False,
+                                            "Restarting", f"attempt {attempt - 1} {reason}",
+                                            meta.get("generation"))}
+
+    done = patch_status_fresh(namespace, name, decide)
+    if not done:
+        return
+    job, update = done
+    old = (job.get("status") or {}).get("pytorchJob")
+    kopf.warn(job, reason=update["reason"] if update["phase"] == "Failed" else "Restarting",
+              message=update["message"])
     if update["phase"] == "Failed":
         if old and reason == "hang":  # a hung attempt still holds its GPUs
             kube.delete_pytorchjob(namespace, old)
         _track_phase(namespace, name, "Failed")
         return
     METRICS.restarts.labels(namespace, name, reason).inc()
-    kopf.warn(job, reason="Restarting", message=update["message"])
     if old:
         kube.delete_pytorchjob(namespace, old)
     ensure_pytorchjob(kube.get_job(namespace, name) or job)
@@ -314,6 +343,8 @@ def check_progress(job: dict) -> None:
     timeout = dt.timedelta(minutes=(job["spec"].get("resilience") or {}).get("hangTimeoutMinutes", 30))
     if hung(heartbeat, running_since, timeout):
         last = heartbeat or running_since
-        restart(kube.get_job(namespace, name) or job, "hang",
+        restart(namespace, name, "hang",
                 f"no training step completed for {(now() - last).total_seconds() / 60:.0f} min "
-                f"(hangTimeoutMinutes {timeout.total_seconds() / 60:.0f})")
+                f"(hangTimeoutMinutes {timeout.total_seconds() / 60:.0f})",
+                lambda j: (j.get("status") or {}).get("attempt", 1) == attempt
+                and (j.get("status") or {}).get("phase") == "Running")
