@@ -12,9 +12,11 @@ checked-in file differs (a test runs the same comparison).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import generated_files  # noqa: E402  (a sibling script module)
 
 import yaml
 
@@ -65,24 +67,15 @@ def expected_files() -> dict[Path, str]:
 
 
 def stale_files() -> list[Path]:
-    return [p for p, text in expected_files().items() if not p.is_file() or p.read_text() != text]
+    return generated_files.stale(_expected_bytes())
+
+
+def _expected_bytes() -> dict[Path, bytes]:
+    return {p: text.encode() for p, text in expected_files().items()}
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="only report out-of-date files")
-    args = ap.parse_args(argv)
-    if args.check:
-        stale = stale_files()
-        for p in stale:
-            print(f"out of date: {p.relative_to(ROOT)} (run scripts/gen-chart-crds.py)", file=sys.stderr)
-        return 1 if stale else 0
-    for p, text in expected_files().items():
-        p.parent.mkdir(parents=True, exist_ok=True)
-        if not p.is_file() or p.read_text() != text:
-            p.write_text(text)
-            print(f"wrote {p.relative_to(ROOT)}")
-    return 0
+    return generated_files.main(_expected_bytes, "scripts/gen-chart-crds.py", __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

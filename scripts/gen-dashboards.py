@@ -11,10 +11,12 @@ The chart needs its own copies (Helm's .Files cannot read outside the chart dire
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import generated_files  # noqa: E402  (a sibling script module)
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "llmtrain-operator"
@@ -41,24 +43,11 @@ def expected_files() -> dict[Path, bytes]:
 
 
 def stale_files() -> list[Path]:
-    return [p for p, data in expected_files().items() if not p.is_file() or p.read_bytes() != data]
+    return generated_files.stale(expected_files())
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="only report out-of-date files")
-    args = ap.parse_args(argv)
-    if args.check:
-        stale = stale_files()
-        for p in stale:
-            print(f"out of date: {p.relative_to(ROOT)} (run scripts/gen-dashboards.py)", file=sys.stderr)
-        return 1 if stale else 0
-    for p, data in expected_files().items():
-        p.parent.mkdir(parents=True, exist_ok=True)
-        if not p.is_file() or p.read_bytes() != data:
-            p.write_bytes(data)
-            print(f"wrote {p.relative_to(ROOT)}")
-    return 0
+    return generated_files.main(expected_files, "scripts/gen-dashboards.py", __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":
