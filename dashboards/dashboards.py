@@ -42,7 +42,6 @@ from grafana_foundation_sdk.models.dashboard import (
     DataSourceRef,
     Threshold,
     ThresholdsMode,
-    VariableHide,
     VariableOption,
     VariableRefresh,
     VariableSort,

@@ -7,7 +7,6 @@ out of the repo; helm's cache/config/data homes live in the temp dir too, so not
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path

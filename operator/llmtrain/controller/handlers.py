@@ -147,7 +147,7 @@ def spec_changed(body, old, new, status, namespace, name, patch, **_):
     generation = body["metadata"].get("generation")
     if status.get("phase") in TERMINAL:
         return
-    ptj = kube.get_pytorchjob(namespace, status.get("pytorchJob") or "")
+    ptj = kube.get_pytorchjob(namespace, status["pytorchJob"]) if status.get("pytorchJob") else None
     if ptj is not None and ptj["metadata"].get("annotations", {}).get(SPEC_HASH) != spec_hash(dict(new)):
         # The CRD's CEL rules normally stop this at the API server; this catches a CRD without them.
         msg = ("only spec.resilience and spec.checkpoint.intervalMinutes/keep may change while the "
