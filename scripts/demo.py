@@ -17,14 +17,14 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import yaml
 
 from llmtrain.devcluster import DevCluster
-from llmtrain.devcluster.process import free_port, log_tail
+from llmtrain.devcluster.process import free_port, log_tail, wait_until
+from llmtrain.devcluster.standins import pytorchjob_conditions, running_at, worker0_pod
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / os.environ.get("DEV_CLUSTER_STATE", ".dev-cluster")
@@ -37,13 +37,7 @@ def say(text: str) -> None:
 
 
 def wait_for(fn, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise SystemExit(f"demo: timed out waiting for {what}")
+    return wait_until(fn, timeout=timeout, what=f"demo: {what}", on_fail=SystemExit)
 
 
 def main() -> int:
@@ -96,14 +90,10 @@ def main() -> int:
 
         say("no kubelet here: marking the PyTorchJob Running and worker 0 at 127.0.0.1 (the "
             "training-operator's and kubelet's part)")
-        kubectl("create", "-n", NAMESPACE, "-f", "-", input=yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"{ptj}-worker-0", "labels": {
-                "llmtrain.dev/job": name, "llmtrain.dev/attempt": "1",
-                "training.kubeflow.org/replica-index": "0"}},
-            "spec": {"containers": [{"name": "pytorch", "image": container["image"]}]}}))
+        kubectl("create", "-n", NAMESPACE, "-f", "-",
+                input=yaml.safe_dump(worker0_pod(name, 1, container["image"])))
         kubectl("patch", "pod", f"{ptj}-worker-0", "-n", NAMESPACE, "--subresource=status", "--type=merge",
-                "-p", '{"status":{"phase":"Running","podIP":"127.0.0.1","podIPs":[{"ip":"127.0.0.1"}]}}')
+                "-p", json.dumps(running_at("127.0.0.1")))
         set_condition(kubectl, ptj, "Running")
         wait_for(lambda: "Running" in kubectl("get", "llmtj", name, "-n", NAMESPACE).stdout, 30, "Running")
 
@@ -135,17 +125,9 @@ def main() -> int:
 
 
 def set_condition(kubectl, ptj: str, ctype: str) -> None:
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    conds = [{"type": "Created", "status": "True", "reason": "PyTorchJobCreated",
-              "lastUpdateTime": now, "lastTransitionTime": now}]
-    if ctype == "Running":
-        conds.append({"type": "Running", "status": "True", "reason": "PyTorchJobRunning",
-                      "lastUpdateTime": now, "lastTransitionTime": now})
-    else:
-        conds += [{"type": "Running", "status": "False", "reason": "PyTorchJobRunning",
-                   "lastUpdateTime": now, "lastTransitionTime": now},
-                  {"type": ctype, "status": "True", "reason": f"PyTorchJob{ctype}",
-                   "lastUpdateTime": now, "lastTransitionTime": now}]
+    current = json.loads(kubectl("get", "pytorchjob", ptj, "-n", NAMESPACE, "-o",
+                                 "jsonpath={.status.conditions}").stdout or "[]")
+    conds = pytorchjob_conditions(current, ctype, ptj)
     kubectl("patch", "pytorchjob", ptj, "-n", NAMESPACE, "--subresource=status", "--type=merge",
             "-p", json.dumps({"status": {"conditions": conds}}))
 

@@ -11,10 +11,8 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -22,6 +20,7 @@ import pytest
 import yaml
 
 from chart_helpers import ROOT
+from llmtrain.devcluster.process import free_port, wait_until
 
 pytestmark = [pytest.mark.infra, pytest.mark.cluster, pytest.mark.slow]
 
@@ -29,22 +28,9 @@ EXAMPLE = ROOT / "examples" / "tiny-cpu.yaml"
 RELEASE = "llmtrain"
 
 
-def wait_for(fn, timeout: float, what: str, interval: float = 0.2):
-    """Poll `fn` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def wait_for(fn, timeout: float, what: str):
+    """Poll `fn` until it returns something truthy; fail the test after `timeout` seconds."""
+    return wait_until(fn, timeout=timeout, what=what, on_fail=AssertionError)
 
 
 def http_ok(url: str) -> str | None:

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -16,27 +15,17 @@ import yaml
 from kubernetes import client
 from prometheus_client import start_http_server
 
-from llmtrain.devcluster.process import free_port, log_tail
+from llmtrain.devcluster.process import free_port, log_tail, wait_until
+from llmtrain.devcluster.standins import pytorchjob_conditions
 from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
 PTJ = ("kubeflow.org", "v1", "pytorchjobs")
 
 
-def wait_for(fn, timeout: float = 30, what: str = "condition", interval: float = 0.1):
-    """Poll `fn` until it returns something truthy; fail with `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-        except client.ApiException as err:
-            if err.status != 404:
-                raise
-            last = None
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+def wait_for(fn, timeout: float = 30, what: str = "condition"):
+    """Poll `fn` until it returns something truthy (a 404 meanwhile is "not yet"); fail the test
+    with `what` after `timeout` seconds."""
+    return wait_until(fn, timeout=timeout, what=what, on_fail=AssertionError)
 
 
 class OperatorProcess:
@@ -145,16 +134,9 @@ class Kube:
             *PTJ[:2], namespace, PTJ[2], label_selector=f"llmtrain.dev/job={job}")["items"]
 
     def set_ptj_condition(self, namespace: str, name: str, ctype: str, message: str = "") -> None:
-        """Write the PyTorchJob's status the way Kubeflow's training-operator does: the new
-        condition True; Running goes False once the job succeeds or fails."""
-        ptj = self.ptj(namespace, name)
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        conds = [c for c in (ptj.get("status") or {}).get("conditions") or [] if c["type"] != ctype]
-        if ctype in ("Succeeded", "Failed"):
-            conds = [{**c, "status": "False"} if c["type"] == "Running" else c for c in conds]
-        conds.append({"type": ctype, "status": "True", "reason": f"PyTorchJob{ctype}",
-                      "message": message or f"PyTorchJob {name} is {ctype.lower()}.",
-                      "lastUpdateTime": now, "lastTransitionTime": now})
+        """Write the PyTorchJob's status the way Kubeflow's training-operator does."""
+        current = (self.ptj(namespace, name).get("status") or {}).get("conditions") or []
+        conds = pytorchjob_conditions(current, ctype, name, message)
         self.custom.patch_namespaced_custom_object_status(
             *PTJ[:2], namespace, PTJ[2], name, {"status": {"conditions": conds}})
 

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmtrain.devcluster.standins import running_at, worker0_pod
 from llmtrain.render import render_pytorchjob
 from llmtrain.validation import load_job, parse_spec
 
@@ -158,13 +159,8 @@ def test_progress_from_rank0_metrics_and_restart_on_hang(operator, trainer_endpo
     kube.apply(namespace, kube.job_doc("progress", tiny(resilience={"hangTimeoutMinutes": 30, "maxRestarts": 2})))
     kube.wait_ptj(namespace, "progress-a1")
     # The worker pod as the training-operator would create it, with its IP as the kubelet reports it.
-    kube.core.create_namespaced_pod(namespace, {
-        "metadata": {"name": "progress-a1-worker-0", "labels": {
-            "llmtrain.dev/job": "progress", "llmtrain.dev/attempt": "1",
-            "training.kubeflow.org/replica-index": "0"}},
-        "spec": {"containers": [{"name": "pytorch", "image": "llmtrain-trainer:dev"}]}})
-    kube.core.patch_namespaced_pod_status("progress-a1-worker-0", namespace, {"status": {
-        "phase": "Running", "podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}})
+    kube.core.create_namespaced_pod(namespace, worker0_pod("progress", 1, "llmtrain-trainer:dev"))
+    kube.core.patch_namespaced_pod_status("progress-a1-worker-0", namespace, running_at("127.0.0.1"))
     metrics.step.set(42)
     metrics.loss.set(2.5)
     metrics.tokens_per_second.set(1234.5)

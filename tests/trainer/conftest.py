@@ -28,6 +28,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from llmtrain.devcluster.process import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -55,12 +56,6 @@ def base_spec(**over) -> dict:
             d = d.setdefault(p, {})
         d[leaf] = value
     return copy.deepcopy(spec)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

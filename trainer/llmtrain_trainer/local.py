@@ -26,15 +26,9 @@ import contextlib
 from contextlib import contextmanager
 from pathlib import Path
 
+from llmtrain.devcluster.process import free_port
+
 from .config import dumps, load_job_file
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _etcd_binary() -> str:
@@ -69,7 +63,7 @@ def local_etcd(data_dir: str):
                 stop_process(proc)
             return
     # Fallback (no devcluster tools): start it ourselves and poll /health.
-    cport, pport = _free_port(), _free_port()
+    cport, pport = free_port(), free_port()
     curl, purl = f"http://127.0.0.1:{cport}", f"http://127.0.0.1:{pport}"
     log = open(os.path.join(os.path.dirname(data_dir), "etcd.log"), "ab")
     proc = subprocess.Popen([_etcd_binary(), "--name=default", f"--data-dir={data_dir}",
@@ -242,7 +236,7 @@ def run_local(file: str, *, nproc: int | None = None, max_steps: int | None = No
             endpoint = stack.enter_context(local_etcd(etcd_dir))
             stack.callback(shutil.rmtree, etcd_dir, True)
         else:
-            endpoint = f"127.0.0.1:{_free_port()}"
+            endpoint = f"127.0.0.1:{free_port()}"
         rdzv_id = f"{name}-{uuid.uuid4().hex[:8]}"
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={nproc}",
                f"--rdzv-backend={backend}", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}",

@@ -12,7 +12,9 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
 
 
 class DevClusterError(RuntimeError):
@@ -52,21 +54,23 @@ def http_get(url: str, *, context: ssl.SSLContext | None = None, timeout: float 
 
 
 def wait_until(
-    check: Callable[[], bool],
+    check: Callable[[], T],
     *,
     timeout: float,
     what: str,
     alive: Callable[[], bool] | None = None,
     on_fail: Callable[[str], Exception] | None = None,
-) -> None:
-    """Poll ``check`` (with a short backoff) until it is true, the process dies, or time runs out."""
+) -> T:
+    """Poll ``check`` (with a short backoff) until it returns something truthy, which is returned;
+    fail when the process dies or time runs out (exceptions from ``check`` count as "not yet")."""
     deadline = time.monotonic() + timeout
     delay = 0.05
     last_err = ""
     while True:
         try:
-            if check():
-                return
+            value = check()
+            if value:
+                return value
         except Exception as e:  # noqa: BLE001 - reported if we time out
             last_err = f"{type(e).__name__}: {e}"
         if alive is not None and not alive():

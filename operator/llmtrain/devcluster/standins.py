@@ -1,0 +1,35 @@
+"""What Kubeflow's training-operator and the kubelet would write, for a control plane that runs
+neither (the dev cluster: no nodes). The operator tests and `make demo` use these, so both stand in
+for those components the same way."""
+
+from __future__ import annotations
+
+import time
+
+from ..render import ATTEMPT_LABEL, JOB_LABEL, REPLICA_INDEX_LABEL
+
+
+def pytorchjob_conditions(current: list[dict], ctype: str, job: str, message: str = "") -> list[dict]:
+    """The PyTorchJob's conditions after the training-operator records `ctype`: that condition True;
+    Running goes False once the job succeeds or fails."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    conds = [c for c in current if c["type"] != ctype]
+    if ctype in ("Succeeded", "Failed"):
+        conds = [{**c, "status": "False"} if c["type"] == "Running" else c for c in conds]
+    conds.append({"type": ctype, "status": "True", "reason": f"PyTorchJob{ctype}",
+                  "message": message or f"PyTorchJob {job} is {ctype.lower()}.",
+                  "lastUpdateTime": now, "lastTransitionTime": now})
+    return conds
+
+
+def worker0_pod(job: str, attempt: int, image: str) -> dict:
+    """Worker 0's pod of an attempt, labelled as the operator's renderer and Kubeflow label it."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{job}-a{attempt}-worker-0",
+                         "labels": {JOB_LABEL: job, ATTEMPT_LABEL: str(attempt), REPLICA_INDEX_LABEL: "0"}},
+            "spec": {"containers": [{"name": "pytorch", "image": image}]}}
+
+
+def running_at(ip: str) -> dict:
+    """The pod status a kubelet reports for a running pod at `ip` (a status-subresource patch)."""
+    return {"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}}
