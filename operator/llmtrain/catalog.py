@@ -42,6 +42,11 @@ class InstanceType:
         """Worker processes per node: one per GPU, or the CPU default for `cpu`."""
         return self.gpus_per_node if self.is_gpu else (self.processes_per_node or 1)
 
+    def workers_per_node(self, requested: int | None = None) -> int:
+        """Worker processes per node for a job: one per GPU on GPU types; on `cpu`, the job's
+        spec.cluster.processesPerNode when given (validation rejects it on GPU types)."""
+        return self.gpus_per_node if self.is_gpu else (requested or self.devices_per_node)
+
     @property
     def device_memory_bytes(self) -> int:
         return int(self.gpu_memory_gib * GIB)

@@ -123,8 +123,7 @@ def plan_for(dims: ModelDims, inst: InstanceType, nodes: int, strategy: str, pre
 
 def plan_job(spec: LLMTrainingJobSpec, nodes: int | None = None, strategy: str | None = None) -> Plan:
     inst = instance_type(spec.cluster.instance_type)
-    per_node = inst.devices_per_node if inst.is_gpu else (spec.cluster.processes_per_node
-                                                          or inst.devices_per_node)
+    per_node = inst.workers_per_node(spec.cluster.processes_per_node)
     return plan_for(
         resolve_dims(spec.model), inst, nodes or spec.cluster.nodes,
         strategy or spec.fsdp.sharding_strategy, spec.fsdp.mixed_precision,

@@ -48,6 +48,8 @@ GPU_TOLERATIONS = [
 JOB_LABEL = "llmtrain.dev/job"
 ATTEMPT_LABEL = "llmtrain.dev/attempt"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# Set by Kubeflow on each worker pod; index 0 runs local rank 0 of the first node.
+REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 
 
 @cache
@@ -63,11 +65,6 @@ def pytorchjob_name(job: str, attempt: int) -> str:
 
 def rendezvous_id(namespace: str, job: str, uid: str | None, attempt: int) -> str:
     return f"{namespace}-{job}-{(uid or 'local')[:8]}-a{attempt}"
-
-
-def processes_per_node(spec: LLMTrainingJobSpec, inst: InstanceType) -> int:
-    return inst.gpus_per_node if inst.is_gpu else (spec.cluster.processes_per_node
-                                                   or inst.devices_per_node)
 
 
 def _rendezvous(spec: LLMTrainingJobSpec, ptj_name: str, rdzv_id: str,
@@ -140,7 +137,7 @@ def render_pytorchjob(spec: LLMTrainingJobSpec, name: str, namespace: str = "def
                       default_etcd_endpoint: str | None = None) -> dict[str, Any]:
     """The PyTorchJob for one attempt, as a dict ready for the API server."""
     inst = instance_type(spec.cluster.instance_type)
-    procs = processes_per_node(spec, inst)
+    procs = inst.workers_per_node(spec.cluster.processes_per_node)
     ptj_name = pytorchjob_name(name, attempt)
     rdzv = _rendezvous(spec, ptj_name, rendezvous_id(namespace, name, uid, attempt),
                        default_etcd_endpoint)

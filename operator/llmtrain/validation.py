@@ -111,13 +111,16 @@ def parse_spec(raw: dict) -> LLMTrainingJobSpec:
 
 
 def _uri_problem(field: str, uri: str | None, schemes: tuple[str, ...]) -> list[Problem]:
-    if uri is None or any(uri == s or uri.startswith(s) for s in schemes if s.endswith("://")) \
-            or uri in schemes:
-        if uri is not None and uri.endswith("://"):
-            return [Problem(field, f"{uri!r} names no bucket or path", f"{' | '.join(schemes)} with a path")]
+    """`schemes` holds URI prefixes ("s3://") and bare keywords ("synthetic")."""
+    prefixes = [s for s in schemes if s.endswith("://")]
+    if uri is None or (uri in schemes and uri not in prefixes):
         return []
-    return [Problem(field, f"unsupported URI {uri!r}", " | ".join(
-        s + "…" if s.endswith("://") else s for s in schemes))]
+    if not any(uri.startswith(s) for s in prefixes):
+        return [Problem(field, f"unsupported URI {uri!r}", " | ".join(
+            s + "…" if s in prefixes else s for s in schemes))]
+    if uri in prefixes:
+        return [Problem(field, f"{uri!r} names no bucket or path", f"{' | '.join(schemes)} with a path")]
+    return []
 
 
 def check(spec: LLMTrainingJobSpec, name: str = "job", default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT
@@ -213,8 +216,7 @@ def check(spec: LLMTrainingJobSpec, name: str = "job", default_etcd_endpoint: st
     if t.min_learning_rate is not None and t.min_learning_rate > t.learning_rate:
         p.append(Problem("spec.training.minLearningRate", f"{t.min_learning_rate} exceeds learningRate "
                          f"({t.learning_rate})", f"0..{t.learning_rate}"))
-    per_node = inst.devices_per_node if inst.is_gpu else (c.processes_per_node or inst.devices_per_node)
-    world = c.nodes * per_node
+    world = c.nodes * inst.workers_per_node(c.processes_per_node)
     micro_tokens = spec.data.seq_len * t.micro_batch_size * world
     if t.global_batch_tokens % micro_tokens:
         lo = max(micro_tokens, t.global_batch_tokens // micro_tokens * micro_tokens)

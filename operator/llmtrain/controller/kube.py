@@ -14,7 +14,6 @@ from kubernetes.client.exceptions import ApiException
 from ..spec import GROUP, PLURAL, VERSION
 
 PTJ_GROUP, PTJ_VERSION, PTJ_PLURAL = "kubeflow.org", "v1", "pytorchjobs"
-REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 
 
 @cache
@@ -88,7 +87,7 @@ def delete_pytorchjob(namespace: str, name: str) -> None:
 
 def rank0_pod_ip(namespace: str, job: str, attempt: int) -> str | None:
     """IP of the attempt's first worker pod (replica index 0), where local rank 0 serves metrics."""
-    from ..render import ATTEMPT_LABEL, JOB_LABEL
+    from ..render import ATTEMPT_LABEL, JOB_LABEL, REPLICA_INDEX_LABEL
     pods = core().list_namespaced_pod(
         namespace, label_selector=f"{JOB_LABEL}={job},{ATTEMPT_LABEL}={attempt}").items
     pods.sort(key=lambda p: (p.metadata.labels.get(REPLICA_INDEX_LABEL, "~"), p.metadata.name))
