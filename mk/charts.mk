@@ -4,7 +4,7 @@ CHART := charts/llmtrain-operator
 CHART_RELEASE ?= llmtrain
 CHART_NAMESPACE ?= llmtrain-system
 CHART_VALUES ?=
-HELM = $(shell $(PY) -c 'from llmtrain.devcluster.tools import find_tool; print(find_tool("helm"))')
+HELM = $(shell $(PY) -c 'from llmtrain_devcluster.tools import find_tool; print(find_tool("helm"))')
 CHART_HELM_ENV = HELM_CACHE_HOME=$(CURDIR)/$(DEV_CLUSTER_STATE)/helm/cache \
 	HELM_CONFIG_HOME=$(CURDIR)/$(DEV_CLUSTER_STATE)/helm/config \
 	HELM_DATA_HOME=$(CURDIR)/$(DEV_CLUSTER_STATE)/helm/data
@@ -41,7 +41,7 @@ chart-uninstall:
 ## chart-operator-kubeconfig: write $(DEV_CLUSTER_STATE)/operator.kubeconfig with the release's
 ## ServiceAccount token (run the operator locally with exactly the chart's RBAC)
 chart-operator-kubeconfig: $(VENV)/.installed
-	$(PY) -c 'import sys; from llmtrain.devcluster import DevCluster; \
+	$(PY) -c 'import sys; from llmtrain_devcluster import DevCluster; \
 		print(DevCluster(sys.argv[1]).serviceaccount_kubeconfig(sys.argv[2], sys.argv[3], \
 		path=sys.argv[1] + "/operator.kubeconfig", expiration_seconds=86400))' \
 		$(DEV_CLUSTER_STATE) $(CHART_NAMESPACE) $(CHART_RELEASE)-llmtrain-operator

@@ -12,11 +12,11 @@ tools:
 
 ## dev-cluster: start a local control plane (etcd + apiserver + controller-manager) in $(DEV_CLUSTER_STATE)
 dev-cluster: tools $(VENV)/.installed
-	$(PY) -m llmtrain.devcluster up --state-dir $(DEV_CLUSTER_STATE) $(DEV_CLUSTER_FLAGS)
+	$(PY) -m llmtrain_devcluster up --state-dir $(DEV_CLUSTER_STATE) $(DEV_CLUSTER_FLAGS)
 
 ## dev-cluster-down: stop it, leaving no process behind
 dev-cluster-down:
-	$(PY) -m llmtrain.devcluster down --state-dir $(DEV_CLUSTER_STATE)
+	$(PY) -m llmtrain_devcluster down --state-dir $(DEV_CLUSTER_STATE)
 
 dev-cluster-status:
-	$(PY) -m llmtrain.devcluster status --state-dir $(DEV_CLUSTER_STATE)
+	$(PY) -m llmtrain_devcluster status --state-dir $(DEV_CLUSTER_STATE)

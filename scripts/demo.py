@@ -22,9 +22,9 @@ from pathlib import Path
 
 import yaml
 
-from llmtrain.devcluster import DevCluster
-from llmtrain.devcluster.process import free_port, log_tail, wait_until
-from llmtrain.devcluster.standins import pytorchjob_conditions, running_at, worker0_pod
+from llmtrain_devcluster import DevCluster
+from llmtrain_devcluster.process import free_port, log_tail, wait_until
+from llmtrain_devcluster.standins import pytorchjob_conditions, running_at, worker0_pod
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / os.environ.get("DEV_CLUSTER_STATE", ".dev-cluster")

@@ -11,7 +11,7 @@
 #   ${LLMTRAIN_CACHE}/tools/current -> <key>
 #
 # <key> = first 16 hex digits of sha256(tools/k8s/pins.env + go.mod + go.sum);
-# llmtrain.devcluster.tools computes the same key to find the binaries.
+# llmtrain_devcluster.tools computes the same key to find the binaries.
 # Idempotent: with the cache present it only prints one version line per tool.
 set -euo pipefail
 

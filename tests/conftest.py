@@ -7,7 +7,7 @@ Binaries come from ``make tools``; without them the fixture errors (it never ski
 ``namespace`` (function): a fresh namespace (its ``default`` ServiceAccount already created),
 deleted afterwards.
 
-llmtrain.devcluster is imported lazily so suites that need no cluster don't pay for it.
+llmtrain_devcluster is imported lazily so suites that need no cluster don't pay for it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def dev_cluster(tmp_path_factory):
-    from llmtrain.devcluster import DevCluster
+    from llmtrain_devcluster import DevCluster
 
     cluster = DevCluster(tmp_path_factory.mktemp("dev-cluster"))
     try:

@@ -15,7 +15,7 @@ from chart_helpers import CHARTS, Helm
 
 @pytest.fixture(scope="session")
 def helm(tmp_path_factory) -> Helm:
-    from llmtrain.devcluster.tools import find_tool
+    from llmtrain_devcluster.tools import find_tool
 
     work = tmp_path_factory.mktemp("charts")
     h = Helm(find_tool("helm"), work / "helm-home", work / "charts")

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from chart_helpers import ROOT
-from llmtrain.devcluster.process import free_port, wait_until
+from llmtrain_devcluster.process import free_port, wait_until
 
 pytestmark = [pytest.mark.infra, pytest.mark.cluster, pytest.mark.slow]
 

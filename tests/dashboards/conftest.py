@@ -14,7 +14,7 @@ def find_promtool() -> Path:
     """promtool as installed by `make tools` (Debian's prometheus package, linked into the tools
     cache); falls back to PATH so the rule checks also run where only the Debian package is."""
     try:
-        from llmtrain.devcluster.tools import ToolNotFoundError, find_tool
+        from llmtrain_devcluster.tools import ToolNotFoundError, find_tool
 
         try:
             return find_tool("promtool")

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from llmtrain.devcluster import (
+from llmtrain_devcluster import (
     DevCluster,
     KubectlError,
     ToolNotFoundError,
@@ -23,8 +23,8 @@ from llmtrain.devcluster import (
     start_etcd,
     stop_process,
 )
-from llmtrain.devcluster.process import is_running, read_pids
-from llmtrain.devcluster.tools import TOOLS, tools_dir, tools_key
+from llmtrain_devcluster.process import is_running, read_pids
+from llmtrain_devcluster.tools import TOOLS, tools_dir, tools_key
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -264,7 +264,7 @@ def test_cli_up_outlives_the_command_and_down_leaves_no_process(tmp_path):
 
     pkg_root = str(Path(llmtrain.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
-    cli = [sys.executable, "-m", "llmtrain.devcluster"]
+    cli = [sys.executable, "-m", "llmtrain_devcluster"]
     recs: dict = {}
     try:
         # This test is about process lifecycle; the project CRD is covered by the dev_cluster fixture.

@@ -15,8 +15,8 @@ import yaml
 from kubernetes import client
 from prometheus_client import start_http_server
 
-from llmtrain.devcluster.process import free_port, log_tail, wait_until
-from llmtrain.devcluster.standins import pytorchjob_conditions
+from llmtrain_devcluster.process import free_port, log_tail, wait_until
+from llmtrain_devcluster.standins import pytorchjob_conditions
 from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
 PTJ = ("kubeflow.org", "v1", "pytorchjobs")

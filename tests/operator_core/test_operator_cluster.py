@@ -13,7 +13,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmtrain.devcluster.standins import running_at, worker0_pod
+from llmtrain_devcluster.standins import running_at, worker0_pod
 from llmtrain.render import render_pytorchjob
 from llmtrain.validation import load_job, parse_spec
 

@@ -28,7 +28,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from llmtrain.devcluster.process import free_port
+from llmtrain_devcluster.process import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable

@@ -26,14 +26,14 @@ import contextlib
 from contextlib import contextmanager
 from pathlib import Path
 
-from llmtrain.devcluster.process import free_port
+from torch.distributed.elastic.utils.distributed import get_free_port as free_port
 
 from .config import dumps, load_job_file
 
 
 def _etcd_binary() -> str:
     try:
-        from llmtrain.devcluster.tools import find_tool
+        from llmtrain_devcluster.tools import find_tool
 
         return str(find_tool("etcd"))
     except Exception:  # not installed by `make tools`: the Debian package works too
@@ -47,7 +47,7 @@ def _etcd_binary() -> str:
 def local_etcd(data_dir: str):
     """A single-member etcd with the v2 API (torch's etcd rendezvous speaks v2); yields host:port."""
     try:
-        from llmtrain.devcluster import start_etcd, stop_process
+        from llmtrain_devcluster import start_etcd, stop_process
     except ImportError:
         start_etcd = None
     if start_etcd is not None:

@@ -1,4 +1,4 @@
-"""``python -m llmtrain.devcluster up|down|status [--state-dir .dev-cluster]``."""
+"""``python -m llmtrain_devcluster up|down|status [--state-dir .dev-cluster]``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from .tools import ToolNotFoundError
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llmtrain.devcluster", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m llmtrain_devcluster", description=__doc__)
     ap.add_argument("command", choices=("up", "down", "status"))
     ap.add_argument("--state-dir", default=".dev-cluster", help="where certs, data, logs, pids live")
     ap.add_argument("--crd", action="append", default=[], metavar="FILE",
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
             pids = " ".join(f"{n}={p}" for n, p in cluster.pids().items())
             print(f"# dev cluster {'already running' if already else 'up'}: {cluster.server} ({pids})",
                   file=sys.stderr)
-            print(f"# logs: {cluster.logs_dir}; stop with: python -m llmtrain.devcluster down "
+            print(f"# logs: {cluster.logs_dir}; stop with: python -m llmtrain_devcluster down "
                   f"--state-dir {args.state_dir}", file=sys.stderr)
             print(f"export KUBECONFIG={cluster.kubeconfig}")
         elif args.command == "down":

@@ -2,11 +2,11 @@
 
 Binaries come from ``make tools`` (scripts/install-tools.sh); see :mod:`.tools`.
 
-    from llmtrain.devcluster import DevCluster
+    from llmtrain_devcluster import DevCluster
     with DevCluster("/tmp/dc") as c:
         c.kubectl("get", "namespaces")
 
-CLI: ``python -m llmtrain.devcluster up|down|status [--state-dir .dev-cluster]``.
+CLI: ``python -m llmtrain_devcluster up|down|status [--state-dir .dev-cluster]``.
 """
 
 from .cluster import DevCluster, KubectlError, project_crd_manifest, start_etcd, stop_process

@@ -617,7 +617,7 @@ def _note(msg: str) -> None:
         _noted.add(msg)
         import sys
 
-        print(f"llmtrain.devcluster: {msg}", file=sys.stderr)
+        print(f"llmtrain_devcluster: {msg}", file=sys.stderr)
 
 
 def _rmtree(path: Path) -> None:
