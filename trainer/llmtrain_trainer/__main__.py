@@ -1,4 +1,5 @@
-"""Worker entry point: `torchrun ... -m llmtrain_trainer [--spec FILE]`.
+"""Worker entry point: `torchrun ... -m llmtrain_trainer [--spec FILE]`; `... -m llmtrain_trainer
+healthcheck [--help]` runs the preflight health check instead (healthcheck.py).
 
 Inputs: the job spec (wire JSON/YAML, camelCase; a whole LLMTrainingJob document also works) from
 `--spec FILE`, else the env var LLMTRAIN_SPEC; job identity from LLMTRAIN_JOB_NAME,
@@ -15,6 +16,11 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["healthcheck"]:  # the preflight check (healthcheck.py) on the same image
+        from .healthcheck import main as healthcheck
+
+        return healthcheck(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m llmtrain_trainer", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--spec", help="job spec file (JSON or YAML); default: $LLMTRAIN_SPEC")
