@@ -26,7 +26,7 @@ import jinja2
 import yaml
 
 from .catalog import InstanceType, instance_type
-from .spec import API_VERSION, KIND, LLMTrainingJobSpec
+from .spec import API_VERSION, INSTANCE_TYPE_LABEL, KIND, LLMTrainingJobSpec
 
 METRICS_PORT = 9410
 C10D_PORT = 29400
@@ -40,7 +40,6 @@ STAGING_PATH = "/var/lib/llmtrain/staging"
 CPU_WORKER_MEMORY_GIB = 4
 TRAINER_MODULE = "llmtrain_trainer"
 COMMAND = ["torchrun"]
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 GPU_TOLERATIONS = [
     {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
     {"key": "vpc.amazonaws.com/efa", "operator": "Exists", "effect": "NoSchedule"},
@@ -146,8 +145,9 @@ def render_pytorchjob(spec: LLMTrainingJobSpec, name: str, namespace: str = "def
               JOB_LABEL: name, ATTEMPT_LABEL: str(attempt)}
     if spec.cluster.queue_name:
         labels[QUEUE_LABEL] = spec.cluster.queue_name
-    node_selector = {INSTANCE_TYPE_LABEL: inst.name} if inst.is_gpu else {}
-    node_selector.update(spec.cluster.node_selector)
+    node_selector = dict(spec.cluster.node_selector)
+    if inst.is_gpu:  # the pin is authoritative: applied last, over anything the user gave
+        node_selector[INSTANCE_TYPE_LABEL] = inst.name
     tolerations = (GPU_TOLERATIONS if inst.is_gpu else []) + [
         t.model_dump(exclude_none=True) for t in spec.cluster.tolerations]
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "staging", "mountPath": STAGING_PATH}] + [

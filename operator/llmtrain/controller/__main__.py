@@ -16,8 +16,13 @@ import sys
 import kopf
 from prometheus_client import start_http_server
 
-from ..spec import DEFAULT_ETCD_ENDPOINT
+from ..spec import DEFAULT_ETCD_ENDPOINT, LLMTrainingJobSpec
 from .config import CONFIG
+
+
+# Sections the CRD makes immutable (the CEL rule `self == oldSelf` on the section).
+IMMUTABLE_SECTIONS = [name for name, field in LLMTrainingJobSpec.model_fields.items()
+                      if name not in ("checkpoint", "resilience")]
 
 
 def default_priority() -> int:
@@ -40,6 +45,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="port of rank 0's trainer metrics in the worker pod")
     p.add_argument("--progress-interval", type=float, default=CONFIG.progress_interval,
                    help="seconds between progress scrapes / hang checks per running job")
+    p.add_argument("--workers", type=int, default=CONFIG.workers,
+                   help="handler threads (sync handlers make blocking API calls)")
     p.add_argument("--verbose", action="store_true")
     return p.parse_args(argv)
 
@@ -51,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     CONFIG.default_etcd_endpoint = args.default_etcd_endpoint or None
     CONFIG.trainer_metrics_port = args.trainer_metrics_port
     CONFIG.progress_interval = args.progress_interval
+    CONFIG.workers = args.workers
     from . import handlers  # noqa: F401 — importing registers the handlers with kopf
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.bind_address)
@@ -60,11 +68,18 @@ def main(argv: list[str] | None = None) -> int:
         settings.posting.level = logging.INFO
         settings.watching.server_timeout = 300
         settings.networking.request_timeout = 60
-        settings.execution.max_workers = 16  # sync handlers run in this pool; API calls block
+        settings.execution.max_workers = CONFIG.workers  # sync handlers run in this pool; API calls block
+        # kopf waits this long for more events of one object before handling it; its 0.1 s default
+        # is a tenth of a second on every new job's create→PyTorchJob latency.
+        settings.batching.batch_window = 0.02
         # Progress in annotations, not status.kopf: status is ours and the chart's printer columns'.
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="llmtrain.dev")
+        # The diff base is an annotation, and annotations share a 256 KiB limit: storing the whole
+        # spec there broke jobs with a large spec (cluster.env). Only the mutable sections are ever
+        # diffed (spec_changed), so only they are stored; the API server's CEL rules keep the others.
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix="llmtrain.dev", key="last-handled-configuration")
+            prefix="llmtrain.dev", key="last-handled-configuration",
+            ignored_fields=[f"spec.{s}" for s in IMMUTABLE_SECTIONS])
 
     kopf.run(
         clusterwide=not args.namespace,
