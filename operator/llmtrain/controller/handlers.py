@@ -258,11 +258,13 @@ def _reconcile(namespace: str, name: str) -> str:
             return None  # a resume of a job that is as recorded: nothing to write
         return update
 
+    done = None
     try:
-        patch_status_fresh(namespace, name, decide, on_read=lambda job: last.update(job=job))
+        done = patch_status_fresh(namespace, name, decide, on_read=lambda job: last.update(job=job))
     finally:
-        _drop_superseded(namespace, name, created, last.get("job"))
-    job = last.get("job")
+        job = last.get("job")
+        status = {**((job or {}).get("status") or {}), **(done[1] if done else {})}
+        _drop_superseded(namespace, created, None if job is None else status)
     if job is not None:
         event = outcome.get("event")
         if event:
@@ -270,14 +272,14 @@ def _reconcile(namespace: str, name: str) -> str:
     return outcome["result"]
 
 
-def _drop_superseded(namespace: str, name: str, created: list[str], job: dict | None) -> None:
-    """A PyTorchJob this call created for an attempt that the last read shows superseded (another
-    actor started a later attempt, or the job finished, between our read and our write) must not
-    live on beside the current one."""
-    current = ((job or {}).get("status") or {}).get("pytorchJob") if job else None
-    terminal = ((job or {}).get("status") or {}).get("phase") in TERMINAL if job else True
+def _drop_superseded(namespace: str, created: list[str], status: dict | None) -> None:
+    """A PyTorchJob this call created for an attempt that the job's final status (the last read,
+    plus our write if it applied) does not point at (another actor started a later attempt, or the
+    job failed or went away, between our read and our write) must not live on beside the current one."""
+    current = (status or {}).get("pytorchJob")
+    gone = status is None or status.get("phase") == "Failed"
     for ptj_name in created:
-        if ptj_name != current or terminal:
+        if ptj_name != current or gone:
             log.warning("deleting %s/%s: created for an attempt that was superseded", namespace, ptj_name)
             kube.delete_pytorchjob(namespace, ptj_name)
 
