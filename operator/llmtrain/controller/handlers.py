@@ -32,6 +32,7 @@ business and the checkpoint cadence is read by the next attempt.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import datetime as dt
 import hashlib
 import json
@@ -420,18 +421,18 @@ def restart(namespace: str, name: str, reason: str, message: str, still_applies)
         return
     job, update = done
     old = (job.get("status") or {}).get("pytorchJob")
-    kopf.warn(job, reason=update["reason"] if update["phase"] == "Failed" else "Restarting",
-              message=update["message"])
     if update["phase"] == "Failed":
         if old and reason in ("hang", "startup-timeout"):  # a stuck attempt still holds its nodes
             kube.delete_pytorchjob(namespace, old)
         _track_phase(namespace, name, "Failed")
-        return
-    METRICS.restarts.labels(namespace, name, reason).inc()
-    if old:
-        kube.delete_pytorchjob(namespace, old)
-    _track_phase(namespace, name, "Restarting")
-    _reconcile(namespace, name)  # creates the new attempt's PyTorchJob, on a fresh read
+    else:
+        METRICS.restarts.labels(namespace, name, reason).inc()
+        if old:
+            kube.delete_pytorchjob(namespace, old)
+        _track_phase(namespace, name, "Restarting")
+        _reconcile(namespace, name)  # creates the new attempt's PyTorchJob, on a fresh read
+    kopf.warn(job, reason=update["reason"] if update["phase"] == "Failed" else "Restarting",
+              message=update["message"])
 
 
 # --- pods, progress, start-up and hang detection (on the event loop) -----------------------------
@@ -452,7 +453,9 @@ _RANK0_IPS: dict[tuple[str, str], str] = {}
 
 
 async def _in_pool(fn, *args):
-    return await asyncio.get_running_loop().run_in_executor(_MONITOR_POOL, fn, *args)
+    # In a copy of the handler's context: kopf.info/warn find kopf's settings through contextvars.
+    ctx = contextvars.copy_context()
+    return await asyncio.get_running_loop().run_in_executor(_MONITOR_POOL, ctx.run, fn, *args)
 
 
 def _pods_of(index, namespace: str, name: str, attempt: int) -> list[dict]:
