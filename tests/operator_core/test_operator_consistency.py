@@ -30,6 +30,12 @@ class AttemptRecorder:
         self._thread.start()
 
     def _run(self):
+        try:
+            self._record()
+        except Exception:  # noqa: BLE001 — the stream ends when stop() closes it
+            pass
+
+    def _record(self):
         for event in self._watch.stream(self.custom.list_namespaced_custom_object, GROUP, VERSION,
                                         self.namespace, PLURAL, timeout_seconds=600):
             job = event["object"]
