@@ -146,7 +146,10 @@ class PTJWatch:
 
 def request_total(api) -> float:
     """The API server's own count of requests served (all clients)."""
-    data = api.call_api("/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False)[0].data.decode()
+    method, url, headers, body, post = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    response = api.call_api(method, url, headers, body, post)
+    response.read()
+    data = response.data.decode()
     return sum(float(line.rsplit(" ", 1)[1]) for line in data.splitlines()
                if line.startswith("apiserver_request_total{"))
 
