@@ -133,6 +133,12 @@ class PTJWatch:
         self._thread.start()
 
     def _run(self):
+        try:
+            self._stream()
+        except Exception:  # noqa: BLE001 — the stream ends when stop() closes it
+            pass
+
+    def _stream(self):
         for ev in self._watch.stream(self.custom.list_namespaced_custom_object, *PTJ[:2], self.namespace, PTJ[2],
                                      timeout_seconds=3600):
             name = ev["object"]["metadata"]["name"]
@@ -157,6 +163,25 @@ def request_total(api) -> float:
 def make_namespace(api, name: str) -> None:
     from kubernetes import client
     client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
+
+
+def log(out: dict) -> None:
+    """Each figure as soon as it is measured (stderr), so a late failure loses nothing."""
+    print(json.dumps(out, sort_keys=True), file=sys.stderr, flush=True)
+
+
+def delete_all(custom, group_version, namespace: str, plural: str) -> None:
+    """Delete every object of a kind in a namespace. A large deletecollection can time out at the
+    API server (504) after deleting part of the set: issue it again until it completes."""
+    from kubernetes.client.exceptions import ApiException
+    for _ in range(20):
+        try:
+            custom.delete_collection_namespaced_custom_object(*group_version, namespace, plural,
+                                                              propagation_policy="Background")
+            return
+        except ApiException as err:
+            if err.status not in (500, 504):
+                raise
 
 
 def wait_for(fn, timeout: float, what: str):
@@ -192,7 +217,8 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path) -> dict:
         list(pool.map(lambda o: custom.create_namespaced_custom_object(*PTJ[:2], ns_direct, PTJ[2], o), rendered))
     direct_s = time.monotonic() - started
     out["direct_jobs_per_s"] = a.jobs / direct_s
-    custom.delete_collection_namespaced_custom_object(*PTJ[:2], ns_direct, PTJ[2])
+    delete_all(custom, PTJ[:2], ns_direct, PTJ[2])
+    log(out)
 
     # --- operator ---
     op = Operator(kubeconfig, ns_op, workdir / "operator.log", a.workers)
@@ -225,6 +251,7 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path) -> dict:
         "api_requests_per_job": (requests - a.jobs) / a.jobs,
     })
     out["throughput_ratio"] = out["operator_jobs_per_s"] / out["direct_jobs_per_s"]
+    log(out)
 
     if a.running:
         def running() -> bool:
@@ -251,6 +278,7 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path) -> dict:
     rss, cpu = op.usage()
     out["operator_peak_rss_mib"] = max(out["operator_peak_rss_mib"], rss)
     out["operator_cpu_s_readopt"] = cpu
+    log(out)
 
     # --- lost / duplicated ---
     ptjs = custom.list_namespaced_custom_object(*PTJ[:2], ns_op, PTJ[2])["items"]
@@ -263,7 +291,7 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path) -> dict:
 
     # --- clean-up ---
     started = time.monotonic()
-    custom.delete_collection_namespaced_custom_object(GROUP, VERSION, ns_op, PLURAL)
+    delete_all(custom, (GROUP, VERSION), ns_op, PLURAL)
     wait_for(lambda: not custom.list_namespaced_custom_object(*PTJ[:2], ns_op, PTJ[2])["items"], a.timeout,
              "garbage collection of every PyTorchJob")
     out["cleanup_s"] = time.monotonic() - started

@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.verbose:  # kopf logs every handler and timer run of every object at INFO
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     CONFIG.default_etcd_endpoint = args.default_etcd_endpoint or None
     CONFIG.trainer_metrics_port = args.trainer_metrics_port
     CONFIG.progress_interval = args.progress_interval
@@ -73,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     @kopf.on.startup()
     def configure(settings: kopf.OperatorSettings, **_):
         settings.posting.level = logging.INFO
+        # Post only the events the handlers mean to (Created, Restarting, InvalidSpec...), not a
+        # "Logging" event for every handler and timer run: at 1,000 running jobs those were most of
+        # the operator's API requests.
+        settings.posting.loggers = False
         settings.watching.server_timeout = 300
         settings.networking.request_timeout = 60
         settings.execution.max_workers = CONFIG.workers  # sync handlers run in this pool; API calls block

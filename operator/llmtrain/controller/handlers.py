@@ -183,12 +183,12 @@ def patch_status_fresh(namespace: str, name: str, decide, on_read=None):
 
 @kopf.on.resume(GROUP, VERSION, PLURAL, backoff=5)
 @kopf.on.create(GROUP, VERSION, PLURAL, backoff=5)
-def reconcile(namespace, name, **_):
+def reconcile(body, namespace, name, **_):
     started = time.perf_counter()
     outcome = "error"
     try:
         with _job_lock(namespace, name):
-            outcome = _reconcile(namespace, name)
+            outcome = _already_recorded(dict(body)) or _reconcile(namespace, name)
     finally:
         METRICS.reconciles.labels(outcome).inc()
         METRICS.reconcile_seconds.observe(time.perf_counter() - started)
@@ -271,6 +271,24 @@ def _reconcile(namespace: str, name: str) -> str:
         if event:
             (kopf.warn if outcome["result"] == "invalid" else kopf.info)(job, reason=event[0], message=event[1])
     return outcome["result"]
+
+
+def _already_recorded(job: dict) -> str | None:
+    """The operator-restart fast path: a job whose status (as kopf listed it) already records its
+    current attempt's PyTorchJob, which still exists, needs no write, so it needs no fresh read
+    either: one GET of the PyTorchJob re-adopts it. Anything else takes the full, conditional path."""
+    meta, status = job["metadata"], job.get("status") or {}
+    attempt = status.get("attempt")
+    if (not attempt or status.get("phase") in TERMINAL or not status.get("phase")
+            or status.get("pytorchJob") != pytorchjob_name(meta["name"], attempt)
+            or status.get("observedGeneration") != meta.get("generation")
+            or "plan" not in status or "model" not in status):
+        return None
+    ptj = kube.get_pytorchjob(meta["namespace"], status["pytorchJob"])
+    if ptj is None or not _owned_by(ptj, meta["uid"]):
+        return None
+    kopf.info(job, reason="Adopted", message=f"Adopted PyTorchJob {status['pytorchJob']} (attempt {attempt})")
+    return "adopted"
 
 
 def _drop_superseded(namespace: str, created: list[str], status: dict | None) -> None:
