@@ -150,14 +150,23 @@ class PTJWatch:
         self._watch.stop()
 
 
-def request_total(api) -> float:
-    """The API server's own count of requests served (all clients)."""
+def request_counts(api) -> dict[str, float]:
+    """The API server's own count of requests served (all clients), by verb and resource."""
     method, url, headers, body, post = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
     response = api.call_api(method, url, headers, body, post)
     response.read()
     data = response.data.decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in data.splitlines()
-               if line.startswith("apiserver_request_total{"))
+    from prometheus_client.parser import text_string_to_metric_families
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(data):
+        if family.name != "apiserver_request":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_total"):
+                key = f"{sample.labels.get('verb')} {sample.labels.get('resource')}" + (
+                    f"/{sample.labels['subresource']}" if sample.labels.get("subresource") else "")
+                counts[key] = counts.get(key, 0) + sample.value
+    return counts
 
 
 def make_namespace(api, name: str) -> None:
@@ -231,7 +240,7 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path) -> dict:
         custom.create_namespaced_custom_object(GROUP, VERSION, ns_op, PLURAL, {
             "apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": SPEC})
 
-    before = request_total(api)
+    before = request_counts(api)
     started = time.monotonic()
     with ThreadPoolExecutor(a.threads) as pool:
         list(pool.map(create, names))
@@ -242,13 +251,16 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path) -> dict:
         items = custom.list_namespaced_custom_object(GROUP, VERSION, ns_op, PLURAL)["items"]
         return len(items) == a.jobs and all((j.get("status") or {}).get("pytorchJob") for j in items)
     wait_for(recorded, a.timeout, "every job's status")
-    requests = request_total(api) - before
+    after = request_counts(api)
+    by_kind = {k: (v - before.get(k, 0)) / a.jobs for k, v in after.items() if v - before.get(k, 0) >= a.jobs / 10}
+    requests = sum(after.values()) - sum(before.values())
     latencies = [watch.first[f"{n}-a1"] - created_at[n] for n in names]
     out.update({
         "create_to_ptj_p50_s": percentile(latencies, 50), "create_to_ptj_p95_s": percentile(latencies, 95),
         "create_to_ptj_p99_s": percentile(latencies, 99), "operator_jobs_per_s": a.jobs / op_s,
         # less the bench's own creates and its status polls (one LIST each, counted approximately as one)
         "api_requests_per_job": (requests - a.jobs) / a.jobs,
+        "api_requests_per_job_by_kind": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
     })
     out["throughput_ratio"] = out["operator_jobs_per_s"] / out["direct_jobs_per_s"]
     log(out)

@@ -51,6 +51,9 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 @cache
 def _template() -> jinja2.Template:
     env = jinja2.Environment(loader=jinja2.PackageLoader("llmtrain", "templates"),
@@ -165,4 +168,6 @@ def render_pytorchjob(spec: LLMTrainingJobSpec, name: str, namespace: str = "def
         resources=_resources(inst, procs), volume_mounts=mounts, volumes=volumes,
         # each local rank serves its own /metrics on METRICS_PORT + local rank
         ports=[{"name": f"metrics-{i}", "containerPort": METRICS_PORT + i} for i in range(procs)])
-    return yaml.safe_load(text)
+    # libyaml's loader when present: the pure-Python one took ~100 ms per PyTorchJob, most of the
+    # operator's CPU per job at 1,000 jobs.
+    return yaml.load(text, Loader=_LOADER)  # noqa: S506 — a SafeLoader
