@@ -15,7 +15,7 @@ from .spec import (GROUP, KIND, PHASES, PLURAL, SHORT_NAMES, SINGULAR, VERSION,
                    LLMTrainingJobSpec)
 
 _KEEP = ("type", "description", "default", "enum", "minimum", "maximum", "exclusiveMinimum",
-         "exclusiveMaximum", "minLength", "maxLength", "pattern", "minItems", "maxItems",
+         "exclusiveMaximum", "minLength", "maxLength", "pattern", "minItems", "maxItems", "maxProperties",
          "format", "x-kubernetes-validations")
 
 
@@ -84,6 +84,8 @@ def status_schema() -> dict[str, Any]:
             "rendezvousId": {"type": "string"},
             "startTime": {"type": "string", "format": "date-time"},
             "attemptStartTime": {"type": "string", "format": "date-time"},
+            "attemptCreationTime": {"type": "string", "format": "date-time"},
+            "model": {"type": "string"},
             "completionTime": {"type": "string", "format": "date-time"},
             "plan": {"type": "object", "properties": {
                 "memoryPerGpuGiB": number, "fits": {"type": "boolean"},
@@ -110,9 +112,12 @@ def status_schema() -> dict[str, Any]:
 
 PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-    {"name": "Model", "type": "string", "jsonPath": ".spec.model.preset"},
+    # status.model: the preset, or a dims summary (a jsonPath cannot fall back from one field to another)
+    {"name": "Model", "type": "string", "jsonPath": ".status.model"},
     {"name": "Instance", "type": "string", "jsonPath": ".spec.cluster.instanceType"},
     {"name": "Nodes", "type": "integer", "jsonPath": ".spec.cluster.nodes"},
+    {"name": "Attempt", "type": "integer", "jsonPath": ".status.attempt"},
+    {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
     {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
     {"name": "Loss", "type": "number", "jsonPath": ".status.progress.loss"},
     {"name": "Tokens/s", "type": "number", "jsonPath": ".status.progress.tokensPerSecond"},

@@ -13,7 +13,7 @@ job and create a new one that resumes from the same checkpoint URI.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -41,6 +41,38 @@ IMMUTABLE = {"x-kubernetes-validations": [{
 }]}
 
 
+# Kubernetes name formats (apimachinery's validation), so a bad name is refused at `kubectl apply`
+# instead of when the training-operator creates the pods.
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# A label value that is also a valid Kueue LocalQueue name (DNS subdomain ≤ 63).
+QUEUE_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+LABEL_KEY = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+             r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+# host:port (port optional: the backend's default); no scheme, no path.
+HOST_PORT = r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$"
+# A container image reference as the distribution/reference grammar has it: [registry[:port]/]path[:tag][@digest]
+_PATH_COMPONENT = r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*"
+IMAGE_REFERENCE = (r"^([A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*(:[0-9]+)?/)?"
+                   + _PATH_COMPONENT + r"(/" + _PATH_COMPONENT + r")*"
+                   r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$")
+# The node label the renderer pins GPU workers to; the instance type decides it, never nodeSelector.
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+NODE_SELECTOR_RULES = {"x-kubernetes-validations": [
+    {"rule": "self.all(k, k.matches('" + LABEL_KEY.replace("\\", "\\\\") + "'))",
+     "message": "every key must be a label key ([prefix/]name: name ≤ 63 of [A-Za-z0-9_.-], prefix a DNS subdomain)"},
+    {"rule": f"!('{INSTANCE_TYPE_LABEL}' in self)",
+     "message": f"{INSTANCE_TYPE_LABEL} is set from spec.cluster.instanceType; do not override it"},
+]}
+
+
+CHECKPOINT_URI_FIXED = {"x-kubernetes-validations": [{
+    "rule": "has(self.uri) == has(oldSelf.uri) && (!has(self.uri) || self.uri == oldSelf.uri)",
+    "message": "spec.checkpoint.uri is immutable once the job exists (it cannot be added, changed or "
+               "removed: the next attempt resumes from it); delete and re-create the job to change it",
+}]}
+
+
 class _Spec(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
                               use_enum_values=True)
@@ -60,7 +92,7 @@ RendezvousBackend = Literal["etcd", "etcd-v2", "c10d"]
 
 
 class SecretKeyRef(_Spec):
-    name: str = Field(min_length=1, description="Secret in the job's namespace")
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN, description="Secret in the job's namespace")
     key: str = Field("token", min_length=1, description="key inside the Secret")
 
 
@@ -96,13 +128,13 @@ class Volume(_Spec):
     """A PersistentVolumeClaim (FSx for Lustre, EBS...) mounted into every worker."""
 
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
-    claim_name: str = Field(min_length=1, max_length=253)
+    claim_name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
     mount_path: str = Field(pattern=r"^/")
     read_only: bool = False
 
 
 class Toleration(_Spec):
-    key: str | None = None
+    key: str | None = Field(None, max_length=316, pattern=LABEL_KEY)
     operator: Literal["Exists", "Equal"] = "Exists"
     value: str | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
@@ -114,14 +146,17 @@ class ClusterSpec(_Spec):
     min_nodes: int | None = Field(None, ge=1, le=4096, description="elastic lower bound (default: nodes)")
     processes_per_node: int | None = Field(
         None, ge=1, le=64, description="CPU workers per node on instanceType cpu (GPU types: one per GPU)")
-    image: str = Field(DEFAULT_IMAGE, min_length=1)
+    image: str = Field(DEFAULT_IMAGE, min_length=1, max_length=4096, pattern=IMAGE_REFERENCE,
+                       description="[registry/]repository[:tag][@digest]")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
-    node_selector: dict[str, str] = Field(default_factory=dict)
+    node_selector: dict[str, Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]] = Field(
+        default_factory=dict, max_length=64, json_schema_extra=NODE_SELECTOR_RULES,
+        description=f"extra node labels to match ({INSTANCE_TYPE_LABEL} comes from instanceType)")
     tolerations: list[Toleration] = Field(default_factory=list)
-    priority_class_name: str | None = Field(None, max_length=253)
-    queue_name: str | None = Field(None, max_length=63, description="Kueue LocalQueue name")
-    scheduler_name: str | None = Field(None, max_length=253)
-    service_account_name: str | None = Field(None, max_length=253)
+    priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN)
+    queue_name: str | None = Field(None, max_length=63, pattern=QUEUE_NAME, description="Kueue LocalQueue name")
+    scheduler_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN)
+    service_account_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN)
     env: dict[str, str] = Field(default_factory=dict, description="extra env; overrides the NCCL preset")
     volumes: list[Volume] = Field(default_factory=list)
 
@@ -149,8 +184,8 @@ class TrainingSpec(_Spec):
 
 
 class CheckpointSpec(_Spec):
-    uri: str | None = Field(None, description="s3://bucket/prefix/ or file:///mnt/fsx/ckpt; unset: no checkpoints",
-                            json_schema_extra=IMMUTABLE)
+    uri: str | None = Field(None, description="s3://bucket/prefix/ or file:///mnt/fsx/ckpt; unset: no checkpoints; "
+                            "cannot be set, changed or removed once the job exists")
     interval_minutes: int = Field(60, ge=1, le=10080)
     interval_steps: int = Field(0, ge=0, description="also save every N steps (0: by time only)")
     keep: int = Field(3, ge=1, le=1000)
@@ -159,12 +194,16 @@ class CheckpointSpec(_Spec):
 class ResilienceSpec(_Spec):
     max_restarts: int = Field(10, ge=0, le=1000)
     hang_timeout_minutes: int = Field(30, ge=1, le=10080)
+    startup_timeout_minutes: int = Field(
+        30, ge=1, le=10080, description="an attempt whose pods are not all running by then is restarted "
+        "(counts against maxRestarts); the pods' own reasons show in status.message")
     collective_timeout_minutes: int = Field(10, ge=1, le=1440)
 
 
 class RendezvousSpec(_Spec):
     backend: RendezvousBackend = "etcd-v2"
-    endpoint: str | None = Field(None, description="etcd host:port (etcd backends); default: the operator's")
+    endpoint: str | None = Field(None, max_length=261, pattern=HOST_PORT,
+                                 description="etcd host:port (etcd backends); default: the operator's")
 
 
 class LLMTrainingJobSpec(_Spec):
@@ -173,7 +212,9 @@ class LLMTrainingJobSpec(_Spec):
     cluster: ClusterSpec = Field(json_schema_extra=IMMUTABLE)
     fsdp: FSDPSpec = Field(default_factory=FSDPSpec, json_schema_extra=IMMUTABLE)
     training: TrainingSpec = Field(default_factory=TrainingSpec, json_schema_extra=IMMUTABLE)
-    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    # CEL on the section, not on the optional uri: a rule on an optional field only runs when the
+    # field is present both before and after, so adding or removing it would slip through.
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, json_schema_extra=CHECKPOINT_URI_FIXED)
     resilience: ResilienceSpec = Field(default_factory=ResilienceSpec)
     rendezvous: RendezvousSpec = Field(default_factory=RendezvousSpec, json_schema_extra=IMMUTABLE)
 
@@ -183,6 +224,15 @@ class LLMTrainingJobSpec(_Spec):
 
 
 PHASES = ("Pending", "Running", "Restarting", "Succeeded", "Failed")
+
+
+def model_summary(model: ModelSpec) -> str:
+    """What `kubectl get` shows as MODEL: the preset, or `custom-<layers>L-<hidden>h` for dims."""
+    if model.preset:
+        return model.preset
+    if model.dims is not None:
+        return f"custom-{model.dims.num_layers}L-{model.dims.hidden_size}h"
+    return ""
 
 
 def resolve_dims(model: ModelSpec) -> ModelDims:

@@ -18,7 +18,8 @@ import yaml
 
 from .catalog import instance_types, model_presets
 from .planner import plan_job, suggest_fit
-from .spec import API_VERSION, DEFAULT_ETCD_ENDPOINT, KIND, LLMTrainingJobSpec, resolve_dims
+from .spec import (API_VERSION, DEFAULT_ETCD_ENDPOINT, INSTANCE_TYPE_LABEL, KIND, LABEL_KEY,
+                   LLMTrainingJobSpec, resolve_dims)
 
 # Kubeflow names the worker Services `<job>-a<attempt>-worker-<index>`; they must be DNS-1035 labels (≤ 63).
 MAX_NAME_LENGTH = 45
@@ -174,6 +175,13 @@ def check(spec: LLMTrainingJobSpec, name: str = "job", default_etcd_endpoint: st
         elif key in RESERVED_ENV or key.startswith(RESERVED_ENV_PREFIXES):
             p.append(Problem(f"spec.cluster.env.{key}", "is set by torchrun/llmtrain for every worker",
                              "any other variable (NCCL_*, FI_* and your own)"))
+    for key in c.node_selector:
+        if key == INSTANCE_TYPE_LABEL:
+            p.append(Problem(f"spec.cluster.nodeSelector.{key}", "is set from spec.cluster.instanceType",
+                             "remove it; choose the instance type with spec.cluster.instanceType"))
+        elif not re.match(LABEL_KEY, key) or len(key.rpartition("/")[0]) > 253:
+            p.append(Problem(f"spec.cluster.nodeSelector.{key}", "is not a valid label key",
+                             "[prefix/]name: name ≤ 63 of letters, digits, '-', '_', '.'; prefix a DNS subdomain"))
     mounts = [v.mount_path.rstrip("/") or "/" for v in c.volumes]
     for field, values in (("name", [v.name for v in c.volumes]), ("mountPath", mounts)):
         dupes = sorted({v for v in values if values.count(v) > 1})
@@ -240,6 +248,9 @@ def check(spec: LLMTrainingJobSpec, name: str = "job", default_etcd_endpoint: st
                              f"(see `llmtrain plan`)", suggest_fit(spec)))
 
     r = spec.rendezvous
+    port = (r.endpoint or "").rpartition(":")[2] if ":" in (r.endpoint or "") else None
+    if port is not None and not (port.isdigit() and 0 < int(port) < 65536):
+        p.append(Problem("spec.rendezvous.endpoint", f"{r.endpoint!r} has no valid port", "host:port, port 1..65535"))
     if r.backend.startswith("etcd") and not (r.endpoint or default_etcd_endpoint):
         p.append(Problem("spec.rendezvous.endpoint", f"backend {r.backend} needs an etcd endpoint and the "
                          "operator has no default", "host:port of an etcd (v2 API enabled), or backend c10d"))

@@ -131,10 +131,14 @@ def test_deployment_is_hardened_and_probes_kopf_health(helm):
     assert env["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
 
 
-def test_two_replicas_without_peering_fail_with_a_clear_message(helm):
-    r = helm.template("--set", "replicaCount=2", check=False)
-    assert r.returncode != 0
-    assert "replicaCount > 1 needs peering.enabled=true" in r.stderr
+def test_replicas_elect_a_leader_on_a_lease_they_may_update(helm):
+    docs = [d for d in yaml.safe_load_all(helm.template("--set", "replicaCount=2").stdout) if d]
+    (deploy,) = [d for d in docs if d["kind"] == "Deployment"]
+    assert "--leader-elect" in deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+    roles = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-leader-election")]
+    assert roles and roles[0]["metadata"]["namespace"] == "llmtrain-system"
+    assert roles[0]["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                                  "verbs": ["get", "create", "update"]}]
 
 
 def test_crds_are_generated_from_the_one_source():

@@ -77,7 +77,8 @@ def test_status_follows_the_pytorchjob(operator, kube, namespace):
     done = kube.wait_phase(namespace, "follow", "Succeeded")
     assert done["completionTime"]
     table = kube.cluster.kubectl("get", "llmtj", "follow", "-n", namespace).stdout
-    assert table.split("\n")[0].split()[:5] == ["NAME", "PHASE", "MODEL", "INSTANCE", "NODES"]
+    assert table.split("\n")[0].split()[:7] == ["NAME", "PHASE", "MODEL", "INSTANCE", "NODES", "ATTEMPT", "RESTARTS"]
+    assert table.split("\n")[1].split()[:7] == ["follow", "Succeeded", "tiny", "cpu", "1", "1", "0"]
     assert "Succeeded" in table and "tiny" in table
     reasons = {e.reason for e in kube.events(namespace, "follow")}
     assert {"Created", "Running", "Succeeded"} <= reasons
@@ -126,6 +127,20 @@ def test_invalid_jobs_fail_with_their_message_and_the_operator_carries_on(operat
     ({"fsdp": {"shardingStrategy": "ZERO3"}}, "spec.fsdp.shardingStrategy"),
     ({"model": {"preset": "llama2-7b", "hfToken": "hf_secret"}}, 'unknown field "spec.model.hfToken"'),
     ({"training": {"learningRate": 0}}, "spec.training.learningRate"),
+    # Kubernetes names and formats, refused at apply instead of at pod creation (issue 8, defects 4 and 6)
+    ({"cluster": {"queueName": "Bad Queue!"}}, "spec.cluster.queueName"),
+    ({"rendezvous": {"endpoint": "etcd:notaport"}}, "spec.rendezvous.endpoint"),
+    ({"cluster": {"image": "Bad Image!!"}}, "spec.cluster.image"),
+    ({"cluster": {"serviceAccountName": "Bad_SA"}}, "spec.cluster.serviceAccountName"),
+    ({"cluster": {"priorityClassName": "High Priority"}}, "spec.cluster.priorityClassName"),
+    ({"cluster": {"volumes": [{"name": "fsx", "claimName": "My PVC", "mountPath": "/fsx"}]}},
+     "spec.cluster.volumes[0].claimName"),
+    ({"model": {"preset": "llama2-7b", "hfTokenSecretRef": {"name": "hf token"}}},
+     "spec.model.hfTokenSecretRef.name"),
+    ({"cluster": {"nodeSelector": {"bad key!": "x"}}}, "spec.cluster.nodeSelector"),
+    ({"cluster": {"nodeSelector": {"pool": "not a label value"}}}, "spec.cluster.nodeSelector.pool"),
+    ({"cluster": {"nodeSelector": {"node.kubernetes.io/instance-type": "p4d.24xlarge"}}},
+     "set from spec.cluster.instanceType"),
 ])
 def test_the_api_server_rejects_what_the_schema_can(overrides, fragment, kube, namespace):
     result = kube.apply(namespace, kube.job_doc("rejected", spec_with(overrides)), check=False)

@@ -124,6 +124,14 @@ def test_scheduling_passthrough_and_owner():
     assert obj["metadata"]["labels"]["llmtrain.dev/job"] == "job"
 
 
+def test_the_instance_type_pin_wins_over_a_user_node_selector():
+    # Validation refuses such a selector; the renderer must not depend on that alone.
+    spec = _spec(cluster={"nodeSelector": {"pool": "a"}})
+    spec.cluster.node_selector["node.kubernetes.io/instance-type"] = "p4d.24xlarge"
+    pod = _render(spec)["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "p5.48xlarge", "pool": "a"}
+
+
 def test_volumes_mount_pvcs():
     obj = _render(_spec(cluster={"volumes": [{"name": "fsx", "claimName": "fsx-pvc", "mountPath": "/fsx",
                                               "readOnly": True}]}))

@@ -34,6 +34,14 @@ def test_invalid_spec_names_field_reason_and_alternative(case):
     ({"model": {"preset": "llama2-7b", "hfToken": "hf_abc"}}, "spec.model.hfToken", "plain text"),
     ({"training": {"learningRate": -1}}, "spec.training.learningRate", "out of range"),
     ({"fsdp": {"sharding": "FULL_SHARD"}}, "spec.fsdp.sharding", "unknown field"),
+    ({"cluster": {"queueName": "Bad Queue!"}}, "spec.cluster.queueName", "pattern"),
+    ({"rendezvous": {"endpoint": "etcd:notaport"}}, "spec.rendezvous.endpoint", "pattern"),
+    ({"rendezvous": {"endpoint": "etcd:99999"}}, "spec.rendezvous.endpoint", "no valid port"),
+    ({"cluster": {"image": "Bad Image!!"}}, "spec.cluster.image", "pattern"),
+    ({"cluster": {"serviceAccountName": "Bad_SA"}}, "spec.cluster.serviceAccountName", "pattern"),
+    ({"cluster": {"nodeSelector": {"bad key!": "x"}}}, "spec.cluster.nodeSelector.bad key!", "not a valid label key"),
+    ({"cluster": {"nodeSelector": {"node.kubernetes.io/instance-type": "p4d.24xlarge"}}},
+     "spec.cluster.nodeSelector.node.kubernetes.io/instance-type", "set from spec.cluster.instanceType"),
 ])
 def test_schema_level_problems_are_explained_offline(overrides, field, fragment):
     with pytest.raises(InvalidJob) as err:

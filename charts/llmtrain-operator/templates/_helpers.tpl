@@ -75,9 +75,6 @@ etcd subchart's Service, else the operator's built-in default.
 
 {{/* Guard rails that JSON schema can't express across fields. */}}
 {{- define "llmtrain-operator.validate" -}}
-{{- if and (gt (int .Values.replicaCount) 1) (not .Values.peering.enabled) }}
-{{- fail "replicaCount > 1 needs peering.enabled=true: without kopf peering two replicas would both act on the same LLMTrainingJob" }}
-{{- end }}
 {{- if and .Values.dashboards.enabled (not .Values.dashboards.label) }}
 {{- fail "dashboards.enabled needs dashboards.label (the label the Grafana sidecar watches, e.g. grafana_dashboard)" }}
 {{- end }}

@@ -1,8 +1,9 @@
 """`llmtrain-operator`: run the operator (in a pod, or locally against a kubeconfig).
 
-High availability: with `--peering NAME` replicas coordinate through kopf peering objects; the
-replica with the highest priority acts, the others stand by. kopf freezes every replica that shares
-a priority, so the default priority is derived from the pod name (distinct per replica).
+High availability: with `--leader-elect` replicas share a coordination.k8s.io Lease
+(`leader.py`): exactly one holds it and runs the handlers; the others wait (serving /healthz) and
+take over within seconds of the leader dying, or at once when it shuts down cleanly. (`--peering`,
+kopf's own peering, is still accepted but is not a lease: replicas can overlap at start-up.)
 """
 
 from __future__ import annotations
@@ -16,8 +17,13 @@ import sys
 import kopf
 from prometheus_client import start_http_server
 
-from ..spec import DEFAULT_ETCD_ENDPOINT
+from ..spec import DEFAULT_ETCD_ENDPOINT, LLMTrainingJobSpec
 from .config import CONFIG
+
+
+# Sections the CRD makes immutable (the CEL rule `self == oldSelf` on the section).
+IMMUTABLE_SECTIONS = [name for name, field in LLMTrainingJobSpec.model_fields.items()
+                      if name not in ("checkpoint", "resilience")]
 
 
 def default_priority() -> int:
@@ -40,6 +46,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="port of rank 0's trainer metrics in the worker pod")
     p.add_argument("--progress-interval", type=float, default=CONFIG.progress_interval,
                    help="seconds between progress scrapes / hang checks per running job")
+    p.add_argument("--leader-elect", action="store_true",
+                   help="run only while holding a coordination.k8s.io Lease (for several replicas)")
+    p.add_argument("--leader-election-namespace", default=os.environ.get("POD_NAMESPACE", "default"))
+    p.add_argument("--leader-election-name", default="llmtrain-operator")
+    p.add_argument("--leader-lease-seconds", type=float, default=10.0,
+                   help="a dead leader is replaced this long after its last renewal")
+    p.add_argument("--workers", type=int, default=CONFIG.workers,
+                   help="handler threads (sync handlers make blocking API calls)")
     p.add_argument("--verbose", action="store_true")
     return p.parse_args(argv)
 
@@ -48,9 +62,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.verbose:  # kopf logs every handler and timer run of every object at INFO
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     CONFIG.default_etcd_endpoint = args.default_etcd_endpoint or None
     CONFIG.trainer_metrics_port = args.trainer_metrics_port
     CONFIG.progress_interval = args.progress_interval
+    CONFIG.workers = args.workers
     from . import handlers  # noqa: F401 — importing registers the handlers with kopf
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.bind_address)
@@ -58,14 +75,83 @@ def main(argv: list[str] | None = None) -> int:
     @kopf.on.startup()
     def configure(settings: kopf.OperatorSettings, **_):
         settings.posting.level = logging.INFO
+        # Post only the events the handlers mean to (Created, Restarting, InvalidSpec...), not a
+        # "Logging" event for every handler and timer run: at 1,000 running jobs those were most of
+        # the operator's API requests.
+        settings.posting.loggers = False
         settings.watching.server_timeout = 300
         settings.networking.request_timeout = 60
-        settings.execution.max_workers = 16  # sync handlers run in this pool; API calls block
+        settings.execution.max_workers = CONFIG.workers  # sync handlers run in this pool; API calls block
+        # kopf waits this long for more events of one object before handling it; its 0.1 s default
+        # is a tenth of a second on every new job's create→PyTorchJob latency.
+        settings.batching.batch_window = 0.02
         # Progress in annotations, not status.kopf: status is ours and the chart's printer columns'.
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="llmtrain.dev")
+        # The diff base is an annotation, and annotations share a 256 KiB limit: storing the whole
+        # spec there broke jobs with a large spec (cluster.env). Only the mutable sections are ever
+        # diffed (spec_changed), so only they are stored; the API server's CEL rules keep the others.
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix="llmtrain.dev", key="last-handled-configuration")
+            prefix="llmtrain.dev", key="last-handled-configuration",
+            ignored_fields=[f"spec.{s}" for s in IMMUTABLE_SECTIONS])
 
+    elector = None
+    if args.leader_elect:
+        elector = _become_leader(args)
+
+    try:
+        _run_kopf(args)
+    finally:
+        if elector is not None:
+            elector.release()
+    return 0
+
+
+def _become_leader(args):
+    """Block until this replica holds the Lease, serving /healthz meanwhile; then keep renewing
+    and exit the process the moment the lease is lost (a stale leader must not act)."""
+    from .leader import LeaderElector, LeaseConfig
+
+    identity = os.environ.get("POD_NAME") or f"{os.uname().nodename}-{os.getpid()}"
+    lease = args.leader_lease_seconds
+    elector = LeaderElector(LeaseConfig(name=args.leader_election_name, namespace=args.leader_election_namespace,
+                                        identity=identity, lease_seconds=lease,
+                                        renew_deadline=lease * 0.6, retry=max(0.2, lease / 10)))
+    standby = _standby_health_server(args) if args.liveness_port else None
+    try:
+        elector.wait_until_leader()
+    finally:
+        if standby is not None:
+            standby.shutdown()
+            standby.server_close()
+
+    def lost():
+        logging.getLogger("llmtrain.leader").error("lease lost: exiting so that only the new leader acts")
+        os._exit(3)
+
+    elector.keep_renewing(lost)
+    return elector
+
+
+def _standby_health_server(args):
+    import http.server
+    import threading
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 — http.server's naming
+            self.send_response(200 if self.path.startswith("/healthz") else 404)
+            self.end_headers()
+            self.wfile.write(b"standby\n")
+
+        def log_message(self, *_):
+            pass
+
+    http.server.HTTPServer.allow_reuse_address = True
+    server = http.server.HTTPServer((args.bind_address, args.liveness_port), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _run_kopf(args) -> None:
     kopf.run(
         clusterwide=not args.namespace,
         namespaces=args.namespace,
@@ -74,7 +160,6 @@ def main(argv: list[str] | None = None) -> int:
         priority=args.priority if args.priority is not None else (default_priority() if args.peering else 0),
         liveness_endpoint=f"http://{args.bind_address}:{args.liveness_port}/healthz" if args.liveness_port else None,
     )
-    return 0
 
 
 if __name__ == "__main__":

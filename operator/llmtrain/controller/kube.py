@@ -1,7 +1,7 @@
 """The few Kubernetes API calls the operator makes, through the official client.
 
 Kept in one place so the RBAC the chart grants can be read off this file: LLMTrainingJobs
-(get, patch status), PyTorchJobs (get, create, delete), Pods (list).
+(get, patch status), PyTorchJobs (get, create, delete); Pods are only watched (kopf index).
 """
 
 from __future__ import annotations
@@ -16,13 +16,20 @@ from ..spec import GROUP, PLURAL, VERSION
 PTJ_GROUP, PTJ_VERSION, PTJ_PLURAL = "kubeflow.org", "v1", "pytorchjobs"
 
 
+# Enough pooled connections for every handler thread plus the scraper's executor: with the client's
+# default (5 × CPUs) a busy operator on a 2-CPU pod queues its API calls on the pool.
+CONNECTION_POOL_SIZE = 64
+
+
 @cache
 def _client() -> kubernetes.client.ApiClient:
     try:
         kubernetes.config.load_incluster_config()
     except kubernetes.config.ConfigException:
         kubernetes.config.load_kube_config()
-    return kubernetes.client.ApiClient()
+    config = kubernetes.client.Configuration.get_default_copy()
+    config.connection_pool_maxsize = CONNECTION_POOL_SIZE
+    return kubernetes.client.ApiClient(config)
 
 
 def custom() -> kubernetes.client.CustomObjectsApi:
@@ -75,6 +82,16 @@ def create_pytorchjob(obj: dict) -> tuple[dict, bool]:
     return existing, False
 
 
+def ensure_pytorchjob(obj: dict, probably_exists: bool) -> tuple[dict, bool]:
+    """The PyTorchJob `obj` names, created if missing. When it probably exists already (a resumed
+    job whose status records it) one GET adopts it; otherwise one POST creates it."""
+    if probably_exists:
+        existing = get_pytorchjob(obj["metadata"]["namespace"], obj["metadata"]["name"])
+        if existing is not None:
+            return existing, False
+    return create_pytorchjob(obj)
+
+
 def delete_pytorchjob(namespace: str, name: str) -> None:
     try:
         custom().delete_namespaced_custom_object(
@@ -83,15 +100,3 @@ def delete_pytorchjob(namespace: str, name: str) -> None:
     except ApiException as err:
         if err.status != 404:
             raise
-
-
-def rank0_pod_ip(namespace: str, job: str, attempt: int) -> str | None:
-    """IP of the attempt's first worker pod (replica index 0), where local rank 0 serves metrics."""
-    from ..render import ATTEMPT_LABEL, JOB_LABEL, REPLICA_INDEX_LABEL
-    pods = core().list_namespaced_pod(
-        namespace, label_selector=f"{JOB_LABEL}={job},{ATTEMPT_LABEL}={attempt}").items
-    pods.sort(key=lambda p: (p.metadata.labels.get(REPLICA_INDEX_LABEL, "~"), p.metadata.name))
-    for pod in pods:
-        if pod.status and pod.status.pod_ip:
-            return pod.status.pod_ip
-    return None

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from ..render import REPLICA_INDEX_LABEL
+
 # Kubeflow's JobConditionType values (training-operator v1), in the order a job passes them.
 PTJ_CONDITIONS = ("Created", "Suspended", "Running", "Restarting", "Succeeded", "Failed")
 PHASE_OF = {"Created": "Pending", "Suspended": "Pending", "Running": "Running",
@@ -132,3 +134,35 @@ def hung(heartbeat: dt.datetime | None, running_since: dt.datetime | None, timeo
     or from when it started running if no heartbeat was ever seen."""
     last = max([t for t in (heartbeat, running_since) if t is not None], default=None)
     return last is not None and (at or now()) - last > timeout
+
+
+# Container waiting reasons that mean "this pod will not start by itself".
+STUCK_WAITING = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
+                 "CreateContainerError", "CrashLoopBackOff", "RunContainerError")
+
+
+def pod_summary(pod: dict) -> dict:
+    """What the operator keeps of a worker pod: enough to find rank 0 and to say why it is stuck."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    unschedulable = next((c.get("message") or c.get("reason") or "unschedulable"
+                          for c in status.get("conditions") or []
+                          if c.get("type") == "PodScheduled" and c.get("status") == "False"), None)
+    waiting = [(c.get("name"), c["state"]["waiting"].get("reason"), c["state"]["waiting"].get("message") or "")
+               for c in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
+               if (c.get("state") or {}).get("waiting")]
+    return {"name": meta.get("name"), "index": (meta.get("labels") or {}).get(REPLICA_INDEX_LABEL),
+            "ip": status.get("podIP"), "phase": status.get("phase"),
+            "unschedulable": unschedulable, "waiting": waiting}
+
+
+def startup_problem(pods: list[dict]) -> tuple[str, str] | None:
+    """(reason, message) of the first pod that cannot start, in the pods' own words:
+    ("Unschedulable", "pod x-a1-worker-0: 0/16 nodes are available: ...") or
+    ("ImagePullBackOff", "pod x-a1-worker-0: container pytorch: Back-off pulling image ...")."""
+    for pod in sorted(pods, key=lambda p: p.get("name") or ""):
+        for container, reason, message in pod.get("waiting") or []:
+            if reason in STUCK_WAITING:
+                return reason, f"pod {pod['name']}: container {container}: {reason}" + (f": {message}" if message else "")
+        if pod.get("unschedulable") and pod.get("phase") in (None, "Pending"):
+            return "Unschedulable", f"pod {pod['name']}: {pod['unschedulable']}"
+    return None

@@ -1,0 +1,375 @@
+"""How does the operator scale? Create→PyTorchJob latency and throughput against creating the rendered
+PyTorchJobs directly, in the same run, on the same API server.
+
+Phases (each in its own namespace):
+  direct    `--threads` client threads create `--jobs` rendered PyTorchJobs themselves: the
+            baseline rate (what the API server + etcd sustain for these objects, no operator);
+  operator  the same threads create `--jobs` LLMTrainingJobs; a watch records when each job's
+            PyTorchJob appears. Per job create→PyTorchJob latency (p50/p95/p99), jobs/s and its
+            ratio to the direct rate, API requests per job (the API server's own request counter,
+            less the bench's creates), the operator's peak RSS and CPU seconds;
+  re-adopt  SIGKILL the operator, start it again: time until it has resumed every job (its
+            reconcile counter), and that nothing was created twice;
+  clean-up  delete every job: time until the garbage collector removed every PyTorchJob;
+  counts    lost (no PyTorchJob, or status not recorded) and duplicated (a PyTorchJob created twice
+            or a second attempt) jobs.
+With `--running` (a cluster with scheduler, nodes and training-operator, given by `--kubeconfig`) it
+also waits for each job to be Running and reports create→Running.
+
+    .venv/bin/python bench/operator_scale.py                      # 1,000 jobs, 8 threads, own dev cluster
+    .venv/bin/python bench/operator_scale.py --quick              # 20 jobs, 4 threads (the test suite runs this)
+    .venv/bin/python bench/operator_scale.py --kubeconfig K --running --jobs 1000
+Prints a table and, last, one JSON line with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PTJ = ("kubeflow.org", "v1", "pytorchjobs")
+
+SPEC = {"model": {"preset": "tiny"}, "data": {"seqLen": 64},
+        "cluster": {"instanceType": "cpu", "nodes": 1, "processesPerNode": 2, "image": "llmtrain-trainer:dev"},
+        "fsdp": {"mixedPrecision": "fp32"},
+        "training": {"maxSteps": 20, "globalBatchTokens": 64 * 2 * 2, "microBatchSize": 2, "warmupSteps": 2},
+        "rendezvous": {"backend": "c10d"}}
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    k = min(len(values) - 1, max(0, round(q / 100 * (len(values) - 1))))
+    return values[k]
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Operator:
+    """The operator as a process, watching only the bench's namespace."""
+
+    def __init__(self, kubeconfig: Path, namespace: str, log: Path, workers: int | None):
+        self.kubeconfig, self.namespace, self.log_path, self.workers = kubeconfig, namespace, log, workers
+        self.proc: subprocess.Popen | None = None
+        self.metrics_port = self.liveness_port = 0
+
+    def start(self) -> float:
+        self.metrics_port, self.liveness_port = free_port(), free_port()
+        cmd = [sys.executable, "-m", "llmtrain.controller", "--namespace", self.namespace,
+               "--bind-address", "127.0.0.1", "--metrics-port", str(self.metrics_port),
+               "--liveness-port", str(self.liveness_port), "--default-etcd-endpoint", "etcd.bench.svc:2379"]
+        if self.workers:
+            cmd += ["--workers", str(self.workers)]
+        started = time.monotonic()
+        self.proc = subprocess.Popen(cmd, env={**os.environ, "KUBECONFIG": str(self.kubeconfig)},
+                                     stdout=open(self.log_path, "a"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"operator exited; see {self.log_path}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=1):
+                    return started
+            except OSError:
+                time.sleep(0.1)
+        raise SystemExit("operator did not become healthy")
+
+    def counter(self, outcome: str) -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(f'llmtrain_operator_reconciles_total{{outcome="{outcome}"}}'):
+                    return float(line.split()[-1])
+        return 0.0
+
+    def usage(self) -> tuple[float, float]:
+        """(peak RSS MiB, CPU seconds) of the operator process, from /proc."""
+        rss = 0.0
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                rss = int(line.split()[1]) / 1024
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return rss, cpu
+
+    def stop(self, sig=signal.SIGTERM) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class PTJWatch:
+    """First time each PyTorchJob was seen, and how often one was ADDED (a duplicate create)."""
+
+    def __init__(self, api, namespace: str):
+        from kubernetes import client, watch
+        self.custom, self.namespace = client.CustomObjectsApi(api), namespace
+        self.first: dict[str, float] = {}
+        self.added: dict[str, int] = {}
+        self._watch = watch.Watch()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        try:
+            self._stream()
+        except Exception:  # noqa: BLE001 — the stream ends when stop() closes it
+            pass
+
+    def _stream(self):
+        for ev in self._watch.stream(self.custom.list_namespaced_custom_object, *PTJ[:2], self.namespace, PTJ[2],
+                                     timeout_seconds=3600):
+            name = ev["object"]["metadata"]["name"]
+            if ev["type"] == "ADDED":
+                self.first.setdefault(name, time.monotonic())
+                self.added[name] = self.added.get(name, 0) + 1
+
+    def stop(self):
+        self._watch.stop()
+
+
+def request_counts(api) -> dict[str, float]:
+    """The API server's own count of requests served (all clients), by verb and resource."""
+    method, url, headers, body, post = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    response = api.call_api(method, url, headers, body, post)
+    response.read()
+    data = response.data.decode()
+    from prometheus_client.parser import text_string_to_metric_families
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(data):
+        if family.name != "apiserver_request":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_total"):
+                key = f"{sample.labels.get('verb')} {sample.labels.get('resource')}" + (
+                    f"/{sample.labels['subresource']}" if sample.labels.get("subresource") else "")
+                counts[key] = counts.get(key, 0) + sample.value
+    return counts
+
+
+def make_namespace(api, name: str) -> None:
+    from kubernetes import client
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
+
+
+def log(out: dict) -> None:
+    """Each figure as soon as it is measured (stderr), so a late failure loses nothing."""
+    print(json.dumps(out, sort_keys=True), file=sys.stderr, flush=True)
+
+
+def delete_all(custom, group_version, namespace: str, plural: str) -> None:
+    """Delete every object of a kind in a namespace. A large deletecollection can time out at the
+    API server (504) after deleting part of the set: issue it again until it completes."""
+    from kubernetes.client.exceptions import ApiException
+    for _ in range(20):
+        try:
+            custom.delete_collection_namespaced_custom_object(*group_version, namespace, plural,
+                                                              propagation_policy="Background")
+            return
+        except ApiException as err:
+            if err.status not in (500, 504):
+                raise
+
+
+def wait_for(fn, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise SystemExit(f"timed out waiting for {what}")
+
+
+def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path) -> dict:
+    from kubernetes import client
+
+    from llmtrain.render import render_pytorchjob
+    from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
+    from llmtrain.validation import parse_spec
+
+    custom = client.CustomObjectsApi(api)
+    tag = uuid.uuid4().hex[:6]
+    ns_direct, ns_op = f"bench-direct-{tag}", f"bench-op-{tag}"
+    make_namespace(api, ns_direct)
+    make_namespace(api, ns_op)
+    names = [f"job-{i:05d}" for i in range(a.jobs)]
+    spec = parse_spec(SPEC)
+    out: dict = {"jobs": a.jobs, "threads": a.threads}
+
+    # --- direct baseline ---
+    rendered = [render_pytorchjob(spec, n, ns_direct, 1, None, "etcd.bench.svc:2379") for n in names]
+    started = time.monotonic()
+    with ThreadPoolExecutor(a.threads) as pool:
+        list(pool.map(lambda o: custom.create_namespaced_custom_object(*PTJ[:2], ns_direct, PTJ[2], o), rendered))
+    direct_s = time.monotonic() - started
+    out["direct_jobs_per_s"] = a.jobs / direct_s
+    delete_all(custom, PTJ[:2], ns_direct, PTJ[2])
+    log(out)
+
+    # --- operator ---
+    op = Operator(kubeconfig, ns_op, workdir / "operator.log", a.workers)
+    op.start()
+    watch = PTJWatch(api, ns_op)
+    created_at: dict[str, float] = {}
+
+    def create(name: str):
+        created_at[name] = time.monotonic()
+        custom.create_namespaced_custom_object(GROUP, VERSION, ns_op, PLURAL, {
+            "apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": SPEC})
+
+    before = request_counts(api)
+    started = time.monotonic()
+    with ThreadPoolExecutor(a.threads) as pool:
+        list(pool.map(create, names))
+    wait_for(lambda: all(f"{n}-a1" in watch.first for n in names), a.timeout, "every PyTorchJob")
+    op_s = max(watch.first[f"{n}-a1"] for n in names) - started
+
+    def recorded() -> bool:  # status written too: the operator is done with every job
+        items = custom.list_namespaced_custom_object(GROUP, VERSION, ns_op, PLURAL)["items"]
+        return len(items) == a.jobs and all((j.get("status") or {}).get("pytorchJob") for j in items)
+    wait_for(recorded, a.timeout, "every job's status")
+    after = request_counts(api)
+    by_kind = {k: (v - before.get(k, 0)) / a.jobs for k, v in after.items() if v - before.get(k, 0) >= a.jobs / 10}
+    requests = sum(after.values()) - sum(before.values())
+    latencies = [watch.first[f"{n}-a1"] - created_at[n] for n in names]
+    out.update({
+        "create_to_ptj_p50_s": percentile(latencies, 50), "create_to_ptj_p95_s": percentile(latencies, 95),
+        "create_to_ptj_p99_s": percentile(latencies, 99), "operator_jobs_per_s": a.jobs / op_s,
+        # less the bench's own creates and its status polls (one LIST each, counted approximately as one)
+        "api_requests_per_job": (requests - a.jobs) / a.jobs,
+        "api_requests_per_job_by_kind": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
+    })
+    out["throughput_ratio"] = out["operator_jobs_per_s"] / out["direct_jobs_per_s"]
+    log(out)
+
+    if a.running:
+        def running() -> bool:
+            items = custom.list_namespaced_custom_object(GROUP, VERSION, ns_op, PLURAL)["items"]
+            now = time.monotonic()
+            for j in items:
+                if (j.get("status") or {}).get("phase") == "Running":
+                    running_at.setdefault(j["metadata"]["name"], now)
+            return len(running_at) == a.jobs
+        running_at: dict[str, float] = {}
+        wait_for(running, a.timeout, "every job Running")
+        lat = [running_at[n] - created_at[n] for n in names]
+        out.update({"create_to_running_p50_s": percentile(lat, 50), "create_to_running_p95_s": percentile(lat, 95),
+                    "create_to_running_p99_s": percentile(lat, 99)})
+
+    rss, cpu = op.usage()
+    out["operator_peak_rss_mib"], out["operator_cpu_s_create"] = rss, cpu
+
+    # --- re-adopt after SIGKILL ---
+    op.stop(signal.SIGKILL)
+    restarted = op.start()
+    wait_for(lambda: op.counter("adopted") + op.counter("unchanged") >= a.jobs, a.timeout, "re-adoption")
+    out["readopt_s"] = time.monotonic() - restarted
+    rss, cpu = op.usage()
+    out["operator_peak_rss_mib"] = max(out["operator_peak_rss_mib"], rss)
+    out["operator_cpu_s_readopt"] = cpu
+    log(out)
+
+    # --- lost / duplicated ---
+    ptjs = custom.list_namespaced_custom_object(*PTJ[:2], ns_op, PTJ[2])["items"]
+    per_job: dict[str, list[str]] = {}
+    for p in ptjs:
+        per_job.setdefault(p["metadata"]["labels"]["llmtrain.dev/job"], []).append(p["metadata"]["name"])
+    out["lost"] = sum(1 for n in names if per_job.get(n) != [f"{n}-a1"] and not per_job.get(n))
+    out["duplicated"] = (sum(1 for n in names if len(per_job.get(n, [])) > 1)
+                         + sum(1 for c in watch.added.values() if c > 1))
+
+    # --- clean-up ---
+    started = time.monotonic()
+    delete_all(custom, (GROUP, VERSION), ns_op, PLURAL)
+    wait_for(lambda: not custom.list_namespaced_custom_object(*PTJ[:2], ns_op, PTJ[2])["items"], a.timeout,
+             "garbage collection of every PyTorchJob")
+    out["cleanup_s"] = time.monotonic() - started
+    watch.stop()
+    op.stop()
+    for ns in (ns_direct, ns_op):
+        client.CoreV1Api(api).delete_namespace(ns)
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--jobs", type=int, default=1000)
+    p.add_argument("--threads", type=int, default=8, help="client threads creating objects")
+    p.add_argument("--workers", type=int, default=None, help="operator --workers (default: its own)")
+    p.add_argument("--quick", action="store_true", help="20 jobs, 4 threads")
+    p.add_argument("--kubeconfig", type=Path, help="an existing cluster (default: start a light dev cluster)")
+    p.add_argument("--running", action="store_true", help="also wait for Running (needs a full chain)")
+    p.add_argument("--timeout", type=float, default=600)
+    a = p.parse_args(argv)
+    if a.quick:
+        a.jobs, a.threads = 20, 4
+    sys.path[:0] = [str(REPO / "operator"), str(REPO / "devcluster")]
+    from kubernetes import client, config
+
+    with tempfile.TemporaryDirectory(prefix="operator-scale-") as tmp:
+        workdir = Path(tmp)
+        cluster = None
+        if a.kubeconfig is None:
+            from llmtrain_devcluster import DevCluster
+            cluster = DevCluster(workdir / "cluster")
+            cluster.up()
+            kubeconfig = cluster.kubeconfig
+        else:
+            kubeconfig = a.kubeconfig
+        try:
+            cfg = client.Configuration()
+            config.load_kube_config(str(kubeconfig), client_configuration=cfg)
+            cfg.connection_pool_maxsize = max(16, a.threads * 2)
+            api = client.ApiClient(cfg)
+            out = run(a, kubeconfig, api, workdir)
+        finally:
+            if cluster is not None:
+                cluster.down()
+    rows = [
+        ("create→PyTorchJob p50 / p95 / p99 (s)",
+         f"{out['create_to_ptj_p50_s']:.2f} / {out['create_to_ptj_p95_s']:.2f} / {out['create_to_ptj_p99_s']:.2f}"),
+        ("jobs/s: operator vs direct (ratio)",
+         f"{out['operator_jobs_per_s']:.1f} vs {out['direct_jobs_per_s']:.1f} ({out['throughput_ratio']:.2f}×)"),
+        ("API requests per job", f"{out['api_requests_per_job']:.1f}"),
+        ("re-adopt after SIGKILL (s)", f"{out['readopt_s']:.1f}"),
+        ("operator peak RSS (MiB)", f"{out['operator_peak_rss_mib']:.0f}"),
+        ("operator CPU (s): create phase / re-adopt",
+         f"{out['operator_cpu_s_create']:.1f} / {out['operator_cpu_s_readopt']:.1f}"),
+        ("clean-up (s)", f"{out['cleanup_s']:.1f}"),
+        ("lost / duplicated", f"{out['lost']} / {out['duplicated']}"),
+    ]
+    if "create_to_running_p99_s" in out:
+        rows.insert(1, ("create→Running p50 / p95 / p99 (s)", f"{out['create_to_running_p50_s']:.2f} / "
+                        f"{out['create_to_running_p95_s']:.2f} / {out['create_to_running_p99_s']:.2f}"))
+    print(f"operator_scale: {out['jobs']} jobs, {out['threads']} client threads")
+    for k, v in rows:
+        print(f"  {k:<46} {v}")
+    print(json.dumps(out, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

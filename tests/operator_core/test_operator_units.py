@@ -1,0 +1,67 @@
+"""Operator pieces that need no cluster: the phase gauge under concurrent handlers, and how the
+pods' own words become a Pending job's reason."""
+
+from __future__ import annotations
+
+import threading
+
+from prometheus_client import CollectorRegistry
+
+from llmtrain.controller.handlers import PhaseGauge
+from llmtrain.controller.metrics import OperatorMetrics
+from llmtrain.controller.status import pod_summary, startup_problem
+
+
+def test_the_phase_gauge_is_exact_when_many_handler_threads_update_it():
+    metrics = OperatorMetrics(CollectorRegistry())
+    gauge = PhaseGauge(metrics.jobs)
+    errors: list[BaseException] = []
+    threads_n, jobs_n = 16, 1500
+
+    def worker(t: int):
+        try:
+            for i in range(jobs_n):
+                gauge.track("ns", f"job-{t}-{i}", "Pending")
+                gauge.track("ns", f"job-{t}-{i}", "Running" if i % 3 else "Failed")
+                if i % 5 == 0:
+                    gauge.track("ns", f"job-{t}-{i}", None)  # deleted
+        except BaseException as err:  # noqa: BLE001 — the defect was a RuntimeError from a thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(threads_n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    alive = [i for i in range(jobs_n) if i % 5]
+    expected = {"Pending": 0, "Running": sum(1 for i in alive if i % 3) * threads_n,
+                "Failed": sum(1 for i in alive if i % 3 == 0) * threads_n}
+    for phase, count in expected.items():
+        assert metrics.jobs.labels(phase)._value.get() == count, phase
+
+
+def _pod(name, conditions=(), waiting=None, phase="Pending"):
+    status = {"phase": phase, "conditions": list(conditions)}
+    if waiting:
+        status["containerStatuses"] = [{"name": "pytorch", "state": {"waiting": waiting}}]
+    return pod_summary({"metadata": {"name": name, "labels": {}}, "status": status})
+
+
+def test_an_unschedulable_pod_is_reported_in_the_schedulers_words():
+    msg = "0/16 nodes are available: 16 Insufficient vpc.amazonaws.com/efa."
+    pods = [_pod("j-a1-worker-1"), _pod("j-a1-worker-0", [{"type": "PodScheduled", "status": "False",
+                                                             "reason": "Unschedulable", "message": msg}])]
+    assert startup_problem(pods) == ("Unschedulable", f"pod j-a1-worker-0: {msg}")
+
+
+def test_an_image_pull_failure_is_reported_with_the_kubelets_reason():
+    pods = [_pod("j-a1-worker-0", [{"type": "PodScheduled", "status": "True"}],
+                 {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "nope:1"'})]
+    assert startup_problem(pods) == (
+        "ImagePullBackOff", 'pod j-a1-worker-0: container pytorch: ImagePullBackOff: Back-off pulling image "nope:1"')
+
+
+def test_a_pod_that_is_merely_creating_its_container_is_not_a_problem():
+    pods = [_pod("j-a1-worker-0", [{"type": "PodScheduled", "status": "True"}], {"reason": "ContainerCreating"})]
+    assert startup_problem(pods) is None and startup_problem([]) is None
