@@ -12,6 +12,7 @@ import sys
 import yaml
 
 from .crd import crd_manifest
+from .defaults import explain
 from .planner import plan_job
 from .render import render_pytorchjob
 from .spec import DEFAULT_ETCD_ENDPOINT
@@ -36,7 +37,25 @@ def cmd_validate(args) -> int:
     if job is None:
         return 1
     print(f"{args.file}: {job.namespace}/{job.name} is valid")
+    _print_resolved(job.document.get("spec") or {}, job.spec)
     return 0
+
+
+def _resolved(raw_spec: dict, spec) -> dict:
+    """The batch/schedule values the job runs with; derived defaults carry the reason."""
+    t = spec.training
+    values = {"data.seqLen": spec.data.seq_len, "training.maxSteps": t.max_steps,
+              "training.warmupSteps": t.warmup_steps, "training.globalBatchTokens": t.global_batch_tokens,
+              "training.microBatchSize": t.micro_batch_size}
+    why = explain(raw_spec, spec)
+    return {k: ({"value": v, "derived": why[k]} if k in why else {"value": v}) for k, v in values.items()}
+
+
+def _print_resolved(raw_spec: dict, spec) -> None:
+    print("  resolved values:")
+    for key, entry in _resolved(raw_spec, spec).items():
+        why = f"  (derived: {entry['derived']})" if "derived" in entry else ""
+        print(f"    {key:<27} {entry['value']}{why}")
 
 
 def cmd_render(args) -> int:
@@ -70,7 +89,7 @@ def cmd_plan(args) -> int:
         return 1
     plan = plan_job(spec)
     if args.output == "json":
-        print(json.dumps(plan.as_dict(), indent=2))
+        print(json.dumps({**plan.as_dict(), "resolved": _resolved(doc.get("spec") or {}, spec)}, indent=2))
     else:
         rows = [("parameters", plan.params_bytes), ("gradients", plan.grads_bytes),
                 ("optimizer state", plan.optimizer_bytes), ("activations", plan.activations_bytes),
@@ -88,6 +107,7 @@ def cmd_plan(args) -> int:
         print(f"  FLOPs per token: {plan.flops_per_token / 1e9:.1f} GFLOP")
         print(f"  expected at {plan.assumed_mfu:.0%} MFU: {plan.tokens_per_second_per_gpu:,.0f} tokens/s "
               f"per device, {plan.tokens_per_second:,.0f} tokens/s in all")
+        _print_resolved(doc.get("spec") or {}, spec)
         for p in problems:
             print(f"  {p}")
     return 0 if plan.fits else 1
