@@ -11,8 +11,15 @@ This module decides the values (from the spec and the instance catalog); the tem
 - GPU types request every GPU and EFA interface of the node (`nvidia.com/gpu`,
   `vpc.amazonaws.com/efa` from the catalog; without EFA NCCL silently falls back to TCP), 2 MiB
   hugepages for libfabric, REQUEST_FRACTION of the node's memory and CPUs (the rest is for the
-  kubelet and daemonsets), `/dev/shm` as memory, IPC_LOCK for pinned memory, node-local staging for
-  checkpoint shards, and a termination grace period that covers torchrun's SIGTERM window.
+  kubelet and daemonsets), `/dev/shm` as memory, node-local staging for checkpoint shards, and a
+  termination grace period that covers torchrun's SIGTERM window.
+- Pod Security: workers run as the image's non-root user with seccomp RuntimeDefault, every
+  capability dropped and no ServiceAccount token (the trainer never calls the Kubernetes API; EKS
+  Pod Identity and IRSA project their own tokens). CPU jobs meet the `restricted` level. EFA
+  instance types add IPC_LOCK (libfabric pins the buffers it registers with the EFA device); the
+  image gives the Python interpreter that capability as a file capability, which a non-root process
+  only gains through exec with privilege escalation allowed, so EFA pods meet the `privileged`
+  level only (`baseline` does not allow IPC_LOCK): label their namespace accordingly.
 - Env precedence: NCCL/libfabric preset of the family < llmtrain's own < `spec.cluster.env`.
 """
 
@@ -50,6 +57,31 @@ ATTEMPT_LABEL = "llmtrain.dev/attempt"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # Set by Kubeflow on each worker pod; index 0 runs local rank 0 of the first node.
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+
+
+# The trainer image's user (Dockerfile: ARG UID=65532).
+TRAINER_UID = 65532
+# Pod Security Standards level each kind of worker pod meets (README "Pod Security").
+PSS_LEVEL_CPU = "restricted"
+PSS_LEVEL_EFA = "privileged"
+
+
+def pod_security_context() -> dict[str, Any]:
+    return {"runAsNonRoot": True, "runAsUser": TRAINER_UID, "runAsGroup": TRAINER_UID,
+            "fsGroup": TRAINER_UID, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def container_security_context(inst: InstanceType) -> dict[str, Any]:
+    if inst.efa_interfaces:
+        # IPC_LOCK reaches the non-root trainer only through the image's file capability on the
+        # interpreter, and exec grants file capabilities only without no_new_privs.
+        return {"allowPrivilegeEscalation": True, "privileged": False,
+                "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]}}
+    return {"allowPrivilegeEscalation": False, "privileged": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def pss_level(inst: InstanceType) -> str:
+    return PSS_LEVEL_EFA if inst.efa_interfaces else PSS_LEVEL_CPU
 
 
 @cache
@@ -163,6 +195,7 @@ def render_pytorchjob(spec: LLMTrainingJobSpec, name: str, namespace: str = "def
         command=COMMAND, args=_args(spec, procs, min_nodes, rdzv),
         env=_env(spec, inst, name, namespace, attempt),
         resources=_resources(inst, procs), volume_mounts=mounts, volumes=volumes,
+        pod_security=pod_security_context(), container_security=container_security_context(inst),
         # each local rank serves its own /metrics on METRICS_PORT + local rank
         ports=[{"name": f"metrics-{i}", "containerPort": METRICS_PORT + i} for i in range(procs)])
     return yaml.safe_load(text)
