@@ -86,12 +86,11 @@ locals {
 resource "helm_release" "llmtrain" {
   count = var.install_llmtrain ? 1 : 0
 
-  name              = "llmtrain"
-  chart             = local.llmtrain_chart
-  dependency_update = true # builds the file:// etcd subchart
-  namespace         = local.llmtrain_namespace
-  create_namespace  = true
-  wait              = true
+  name             = "llmtrain"
+  chart            = local.llmtrain_chart
+  namespace        = local.llmtrain_namespace
+  create_namespace = true
+  wait             = true
 
   values = [yamlencode(local.llmtrain_base_values), yamlencode(var.llmtrain_values)]
 

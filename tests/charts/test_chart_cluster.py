@@ -209,3 +209,42 @@ def test_what_the_operator_needs_is_allowed(release, dev_cluster, sa_kubeconfig)
                            ("list", "pods"), ("create", "events"), ("patch", "clusterkopfpeerings.kopf.dev")]:
         r = dev_cluster.kubectl("auth", "can-i", verb, resource, "-n", release, kubeconfig=sa_kubeconfig, check=False)
         assert r.stdout.strip() == "yes", (verb, resource, r.stderr)
+
+
+@pytest.fixture(scope="module")
+def users(release, dev_cluster, tmp_path_factory):
+    """Two users with client certificates, bound to the built-in `edit` and `view` roles in the
+    release namespace; nothing llmtrain-specific is bound to them."""
+    out = {}
+    for user, role in (("alice-edit", "edit"), ("bob-view", "view")):
+        out[role] = dev_cluster.make_user_kubeconfig(user, path=tmp_path_factory.mktemp(user) / "kubeconfig")
+        dev_cluster.kubectl("create", "rolebinding", f"{user}-{role}", f"--clusterrole={role}", f"--user={user}",
+                            "-n", release)
+    return out
+
+
+def can_i(dev_cluster, kubeconfig, release, verb, resource, *extra) -> str:
+    return dev_cluster.kubectl("auth", "can-i", verb, resource, "-n", release, *extra, kubeconfig=kubeconfig,
+                               check=False).stdout.strip()
+
+
+def test_edit_and_view_users_get_llmtrain_access_through_aggregation(release, dev_cluster, users):
+    jobs = "llmtrainingjobs.llmtrain.dev"
+    # The clusterrole-aggregation controller merges llmtrain-edit into `edit` asynchronously.
+    wait_for(lambda: can_i(dev_cluster, users["edit"], release, "create", jobs) == "yes", 60,
+             "`edit` to include llmtrain-edit (kubectl auth can-i create llmtrainingjobs as an edit user)")
+    for verb in ("get", "list", "watch", "update", "patch", "delete"):
+        assert can_i(dev_cluster, users["edit"], release, verb, jobs) == "yes", verb
+    assert can_i(dev_cluster, users["edit"], release, "patch", jobs, "--subresource=status") == "no"
+    assert can_i(dev_cluster, users["edit"], release, "get", jobs, "--subresource=status") == "yes"
+    wait_for(lambda: can_i(dev_cluster, users["view"], release, "list", jobs) == "yes", 60, "`view` aggregation")
+    for verb in ("create", "delete", "patch"):
+        assert can_i(dev_cluster, users["view"], release, verb, jobs) == "no", verb
+    # And the API server agrees for a real object created by the edit user.
+    job = yaml.safe_load(EXAMPLE.read_text())
+    job["metadata"] = {"name": "by-alice"}
+    r = dev_cluster.kubectl("create", "-n", release, "-f", "-", input=json.dumps(job), kubeconfig=users["edit"],
+                            check=False)
+    assert r.returncode == 0, r.stderr
+    assert dev_cluster.kubectl("get", "llmtj", "by-alice", "-n", release, kubeconfig=users["view"]).returncode == 0
+    dev_cluster.kubectl("delete", "llmtj", "by-alice", "-n", release, kubeconfig=users["edit"])

@@ -30,6 +30,14 @@ EXPECTED_RULES = {
 FRAMEWORK_RULES = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
 
 
+def operator_role(docs: list[dict]) -> dict:
+    """The operator's own ClusterRole (not the aggregated user roles)."""
+    roles = [d for d in by_kind(docs, "ClusterRole")
+             if not any(k.startswith("rbac.authorization.k8s.io/aggregate-to") for k in d["metadata"]["labels"])]
+    assert len(roles) == 1, [r["metadata"]["name"] for r in roles]
+    return roles[0]
+
+
 def _rules(role: dict) -> dict[tuple[str, str], set[str]]:
     out: dict[tuple[str, str], set[str]] = {}
     for rule in role["rules"]:
@@ -43,7 +51,7 @@ def test_helm_lint_strict_default_and_everything_on(helm):
     for args in ([], ["-f", ALL_ON], ["-f", NAMESPACED]):
         r = helm.run("lint", "--strict", helm.operator_chart, *args)
         assert "1 chart(s) linted, 0 chart(s) failed" in r.stdout, r.stdout
-    r = helm.run("lint", "--strict", helm.charts / "llmtrain-etcd")
+    r = helm.run("lint", "--strict", helm.operator_chart / "charts" / "llmtrain-etcd")
     assert "0 chart(s) failed" in r.stdout
 
 
@@ -51,7 +59,8 @@ def test_default_render_is_minimal(helm):
     docs = helm.manifests()
     kinds = sorted(d["kind"] for d in docs)
     # Nothing a cluster usually already has: no monitoring objects, no etcd, no peering.
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+    # The operator's ClusterRole + the two user roles aggregated into view/edit/admin.
+    assert kinds == ["ClusterRole"] * 3 + ["ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
     for d in docs:
         if d["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
             assert d["metadata"]["namespace"] == "llmtrain-system", d["kind"]
@@ -77,7 +86,7 @@ def test_everything_on_renders_every_optional_part(helm):
     sts = one(docs, "StatefulSet")
     assert "--enable-v2=true" in sts["spec"]["template"]["spec"]["containers"][0]["args"]
     # Peering RBAC only when peering is on.
-    assert _rules(one(docs, "ClusterRole")) == {**EXPECTED_RULES, **FRAMEWORK_RULES,
+    assert _rules(operator_role(docs)) == {**EXPECTED_RULES, **FRAMEWORK_RULES,
                                                  ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"}}
     assert dep["spec"]["template"]["spec"]["containers"][0]["image"].endswith("@sha256:" + "0123456789abcdef" * 4)
 
@@ -85,8 +94,8 @@ def test_everything_on_renders_every_optional_part(helm):
 def test_namespaced_mode_uses_roles_and_namespaced_peering(helm):
     docs = helm.manifests("-f", NAMESPACED)
     # Only kopf's CRD observation stays cluster-wide.
-    assert _rules(one(docs, "ClusterRole")) == FRAMEWORK_RULES
-    assert one(docs, "ClusterRoleBinding")["roleRef"]["name"] == one(docs, "ClusterRole")["metadata"]["name"]
+    assert _rules(operator_role(docs)) == FRAMEWORK_RULES
+    assert one(docs, "ClusterRoleBinding")["roleRef"]["name"] == operator_role(docs)["metadata"]["name"]
     roles = by_kind(docs, "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     for role in roles:
@@ -99,7 +108,7 @@ def test_namespaced_mode_uses_roles_and_namespaced_peering(helm):
 
 
 def test_rbac_is_exactly_least_privilege(helm):
-    role = one(helm.manifests(), "ClusterRole")
+    role = operator_role(helm.manifests())
     rules = _rules(role)
     assert rules == {**EXPECTED_RULES, **FRAMEWORK_RULES}
     for rule in role["rules"]:
@@ -175,7 +184,7 @@ def test_argocd_safe_no_lookup_no_randomness_stable_output(helm):
     time-based makes every sync a diff."""
     forbidden = re.compile(r"\b(lookup|randAlpha|randAlphaNum|randNumeric|randAscii|randBytes|uuidv4|now|"
                            r"genCA|genPrivateKey|genSelfSignedCert|genSignedCert|date|unixEpoch)\b")
-    for tpl in CHARTS.glob("*/templates/*"):
+    for tpl in CHARTS.glob("**/templates/*"):
         text = tpl.read_text()
         assert not forbidden.search(text), f"{tpl.relative_to(ROOT)}: {forbidden.search(text).group(0)}"
     first = helm.template("-f", ALL_ON).stdout
@@ -209,3 +218,18 @@ def test_schema_rejects_wrong_values_clearly(helm, args, words):
     assert "values don't meet the specifications of the schema" in r.stderr, r.stderr
     for w in words:
         assert w in r.stderr, f"{w!r} not in: {r.stderr}"
+
+
+def test_user_roles_aggregate_into_view_edit_admin(helm):
+    roles = {r["metadata"]["name"]: r for r in by_kind(helm.manifests(), "ClusterRole")}
+    view, edit = roles["llmtrain-view"], roles["llmtrain-edit"]
+    assert view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    assert {k: v for k, v in edit["metadata"]["labels"].items() if "aggregate-to" in k} == {
+        "rbac.authorization.k8s.io/aggregate-to-edit": "true", "rbac.authorization.k8s.io/aggregate-to-admin": "true"}
+    assert _rules(view) == {("llmtrain.dev", "llmtrainingjobs"): {"get", "list", "watch"},
+                            ("llmtrain.dev", "llmtrainingjobs/status"): {"get", "list", "watch"}}
+    # Users never write status: that is the operator's record.
+    assert _rules(edit)[("llmtrain.dev", "llmtrainingjobs/status")] == {"get", "list", "watch"}
+    assert {"create", "update", "patch", "delete"} <= _rules(edit)[("llmtrain.dev", "llmtrainingjobs")]
+    assert not [r for r in by_kind(helm.manifests("--set", "rbac.userRoles=false"), "ClusterRole")
+                if r["metadata"]["name"] in ("llmtrain-view", "llmtrain-edit")]

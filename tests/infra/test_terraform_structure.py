@@ -181,7 +181,7 @@ def test_fsx_and_helm_releases_present(mod):
 def test_chart_values_set_by_terraform_exist_in_the_chart(mod):
     """Keys terraform passes to the llmtrain-operator chart are keys its values.yaml defines."""
     chart_values = yaml.safe_load((TF_DIR.parent / "charts/llmtrain-operator/values.yaml").read_text())
-    etcd_values = yaml.safe_load((TF_DIR.parent / "charts/llmtrain-etcd/values.yaml").read_text())
+    etcd_values = yaml.safe_load((TF_DIR.parent / "charts/llmtrain-operator/charts/llmtrain-etcd/values.yaml").read_text())
     base = mod.locals["llmtrain_base_values"]
     assert base
     for k, v in base.items():
