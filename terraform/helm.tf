@@ -111,22 +111,7 @@ resource "helm_release" "kube_prometheus_stack" {
   namespace        = "monitoring"
   create_namespace = true
 
-  values = [yamlencode({
-    prometheus = {
-      prometheusSpec = {
-        # Pick up the ServiceMonitors/PodMonitors/rules of other releases (llmtrain, DCGM).
-        serviceMonitorSelectorNilUsesHelmValues = false
-        podMonitorSelectorNilUsesHelmValues     = false
-        ruleSelectorNilUsesHelmValues           = false
-        retention                               = "15d"
-        nodeSelector                            = { "llmtrain.dev/node-pool" = "system" }
-      }
-    }
-    grafana = {
-      nodeSelector = { "llmtrain.dev/node-pool" = "system" }
-      sidecar      = { dashboards = { enabled = true, label = "grafana_dashboard", searchNamespace = "ALL" } }
-    }
-  })]
+  values = [yamlencode(local.kube_prometheus_stack_values)]
 
   depends_on = [aws_eks_node_group.system, aws_eks_addon.coredns]
 }
@@ -141,11 +126,7 @@ resource "helm_release" "dcgm_exporter" {
   namespace  = "monitoring"
   wait       = false
 
-  values = [yamlencode({
-    nodeSelector   = { "nvidia.com/gpu.present" = "true" }
-    tolerations    = local.gpu_tolerations
-    serviceMonitor = { enabled = true }
-  })]
+  values = [yamlencode(local.dcgm_exporter_values)]
 
   depends_on = [helm_release.kube_prometheus_stack]
 }
