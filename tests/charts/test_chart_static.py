@@ -60,7 +60,8 @@ def test_default_render_is_minimal(helm):
     kinds = sorted(d["kind"] for d in docs)
     # Nothing a cluster usually already has: no monitoring objects, no etcd, no peering.
     # The operator's ClusterRole + the two user roles aggregated into view/edit/admin.
-    assert kinds == ["ClusterRole"] * 3 + ["ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+    assert kinds == ["ClusterRole"] * 3 + ["ClusterRoleBinding", "Deployment", "NetworkPolicy", "Service",
+                                           "ServiceAccount"]
     for d in docs:
         if d["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
             assert d["metadata"]["namespace"] == "llmtrain-system", d["kind"]
@@ -233,3 +234,55 @@ def test_user_roles_aggregate_into_view_edit_admin(helm):
     assert {"create", "update", "patch", "delete"} <= _rules(edit)[("llmtrain.dev", "llmtrainingjobs")]
     assert not [r for r in by_kind(helm.manifests("--set", "rbac.userRoles=false"), "ClusterRole")
                 if r["metadata"]["name"] in ("llmtrain-view", "llmtrain-edit")]
+
+
+def _matches(selector: dict, labels: dict) -> bool:
+    """Kubernetes label-selector semantics (matchLabels + In/NotIn/Exists/DoesNotExist)."""
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        present, value = e["key"] in labels, labels.get(e["key"])
+        ok = {"Exists": present, "DoesNotExist": not present, "In": present and value in e.get("values", []),
+              "NotIn": not present or value not in e.get("values", [])}[e["operator"]]
+        if not ok:
+            return False
+    return True
+
+
+def test_network_policies_admit_exactly_trainers_operator_and_prometheus(helm):
+    """Issue 10, defect 9: the policies' selectors checked against the labels the pods really carry:
+    worker pods as llmtrain.render renders them, the operator's pod template, Prometheus's."""
+    from llmtrain.render import render_pytorchjob
+    from llmtrain.validation import parse_spec
+
+    docs = helm.manifests("-f", NAMESPACED, "--set", "etcd.enabled=true")
+    pols = {p["metadata"]["name"]: p["spec"] for p in by_kind(docs, "NetworkPolicy")}
+    etcd_pol, op_pol = pols["llmtrain-llmtrain-operator-etcd"], pols["llmtrain-llmtrain-operator"]
+    etcd_pod = one(docs, "StatefulSet")["spec"]["template"]["metadata"]["labels"]
+    op_pod = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert _matches(etcd_pol["podSelector"], etcd_pod) and not _matches(etcd_pol["podSelector"], op_pod)
+    assert _matches(op_pol["podSelector"], op_pod) and not _matches(op_pol["podSelector"], etcd_pod)
+
+    ptj = render_pytorchjob(parse_spec({"model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu"}}),
+                            "job", "team-a", default_etcd_endpoint="llmtrain-etcd.llmtrain-system.svc:2379")
+    worker = ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["labels"]
+
+    def admitted(policy, pod_labels, namespace):
+        ns_labels = {"kubernetes.io/metadata.name": namespace}
+        for rule in policy["ingress"]:
+            for peer in rule["from"]:
+                in_ns = _matches(peer["namespaceSelector"], ns_labels) if "namespaceSelector" in peer \
+                    else namespace == "llmtrain-system"  # no namespaceSelector: the policy's own namespace
+                if in_ns and _matches(peer.get("podSelector", {}), pod_labels):
+                    return [p["port"] for p in rule["ports"]]
+        return []
+
+    assert admitted(etcd_pol, worker, "team-a") == [2379]
+    assert admitted(etcd_pol, worker, "team-c") == []  # not a watched namespace
+    assert admitted(etcd_pol, {"app": "anything-else"}, "team-a") == []
+    assert admitted(etcd_pol, op_pod, "llmtrain-system") == [2379]
+    prometheus = {"app.kubernetes.io/name": "prometheus", "prometheus": "kube-prometheus-stack-prometheus"}
+    assert admitted(op_pol, prometheus, "monitoring") == ["http-metrics"]
+    assert admitted(op_pol, worker, "team-a") == [] and admitted(op_pol, prometheus, "team-a") == []
+    ports = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert "http-metrics" in {p["name"] for p in ports}
