@@ -80,6 +80,12 @@ locals {
     trainerPodMonitor = { enabled = var.enable_monitoring }
     prometheusRule    = { enabled = var.enable_monitoring }
     dashboards        = { enabled = var.enable_monitoring }
+    # Jobs may run only the project's images and this account's ECR, and only as the trainer
+    # ServiceAccount Terraform binds to the bucket (or their namespace's default).
+    admission = {
+      allowedImageRegistries = concat(["public.ecr.aws/llmtrain", "${local.account_id}.dkr.ecr.${var.region}.amazonaws.com"], var.llmtrain_allowed_image_registries)
+      allowedServiceAccounts = [var.training_service_account]
+    }
   }
 }
 

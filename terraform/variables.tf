@@ -401,3 +401,9 @@ variable "chart_versions" {
   })
   default = {}
 }
+
+variable "llmtrain_allowed_image_registries" {
+  description = "More image registry prefixes LLMTrainingJobs may run, besides public.ecr.aws/llmtrain and this account's ECR in var.region (the operator rejects any other image)."
+  type        = list(string)
+  default     = []
+}

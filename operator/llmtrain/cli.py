@@ -16,20 +16,27 @@ from .defaults import explain
 from .planner import plan_job
 from .render import render_pytorchjob
 from .spec import DEFAULT_ETCD_ENDPOINT
-from .validation import InvalidJob, check, load_job, parse_spec, read_job_document
+from .validation import InvalidJob, Policy, check, load_job, parse_spec, read_job_document
 
 GIB = 1024**3
 
 
 def _load(args):
     try:
-        return load_job(args.file, args.etcd_endpoint)
+        return load_job(args.file, args.etcd_endpoint, _policy(args))
     except InvalidJob as err:
         _print_problems(args.file, err.problems)
         return None
     except (OSError, yaml.YAMLError) as err:
         print(f"{args.file}: {err}", file=sys.stderr)
         return None
+
+
+def _policy(args) -> Policy:
+    """The allow-lists: the operator's environment variables, plus any given on the command line."""
+    env = Policy.from_env()
+    return Policy(env.image_registries + tuple(args.allowed_image_registry),
+                  env.service_accounts + tuple(args.allowed_service_account))
 
 
 def cmd_validate(args) -> int:
@@ -83,7 +90,7 @@ def cmd_plan(args) -> int:
     except InvalidJob as err:
         _print_problems(args.file, err.problems)
         return 1
-    problems = check(spec, (doc.get("metadata") or {}).get("name", ""), args.etcd_endpoint)
+    problems = check(spec, (doc.get("metadata") or {}).get("name", ""), args.etcd_endpoint, _policy(args))
     if any(p.field != "spec.cluster" for p in problems):
         _print_problems(args.file, problems)
         return 1
@@ -127,6 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("file", help="LLMTrainingJob YAML file ('-' for stdin)")
         p.add_argument("--etcd-endpoint", default=DEFAULT_ETCD_ENDPOINT,
                        help="the operator's default etcd endpoint (default: %(default)s)")
+        p.add_argument("--allowed-image-registry", action="append", default=[], metavar="PREFIX",
+                       help=f"check the image against this allow-list (repeatable; also ${Policy.ENV_IMAGES})")
+        p.add_argument("--allowed-service-account", action="append", default=[], metavar="NAME",
+                       help=f"check serviceAccountName against this list (repeatable; also ${Policy.ENV_SERVICE_ACCOUNTS})")
         p.set_defaults(func=func)
         return p
 

@@ -286,3 +286,13 @@ def test_network_policies_admit_exactly_trainers_operator_and_prometheus(helm):
     assert admitted(op_pol, worker, "team-a") == [] and admitted(op_pol, prometheus, "team-a") == []
     ports = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["ports"]
     assert "http-metrics" in {p["name"] for p in ports}
+
+
+def test_allow_list_values_reach_the_operator_environment(helm):
+    env = {e["name"]: e.get("value") for e in
+           one(helm.manifests("-f", ALL_ON), "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["LLMTRAIN_ALLOWED_IMAGE_REGISTRIES"] == \
+        "public.ecr.aws/llmtrain,111122223333.dkr.ecr.us-east-1.amazonaws.com/llmtrain"
+    assert env["LLMTRAIN_ALLOWED_SERVICE_ACCOUNTS"] == "llmtrain-trainer"
+    default_env = one(helm.manifests(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert not [e for e in default_env if e["name"].startswith("LLMTRAIN_ALLOWED_")]

@@ -134,3 +134,35 @@ def test_validate_and_plan_show_the_resolved_values(tmp_path):
     resolved = __import__("json").loads(plan.stdout)["resolved"]
     assert resolved["training.globalBatchTokens"]["value"] == 512 and "derived" in resolved["training.globalBatchTokens"]
     assert resolved["training.maxSteps"] == {"value": 12}
+
+
+# --- Allow-lists (issue 10, defect 8) ----------------------------------------------------------
+def test_allow_lists_reject_other_registries_and_service_accounts():
+    from llmtrain.validation import Policy
+
+    policy = Policy(("public.ecr.aws/llmtrain", "111122223333.dkr.ecr.us-east-1.amazonaws.com/"), ("llmtrain-trainer",))
+    ok = {**MINIMAL_CPU, "cluster": {"instanceType": "cpu", "image": "public.ecr.aws/llmtrain/llmtrain-trainer:0.1.0",
+                                     "serviceAccountName": "llmtrain-trainer"}}
+    validate(ok, "job", policy=policy)
+    validate({**MINIMAL_CPU, "cluster": {"instanceType": "cpu",
+                                         "image": "111122223333.dkr.ecr.us-east-1.amazonaws.com/team/trainer@sha256:" + "a" * 64}},
+             "job", policy=policy)  # no serviceAccountName: the namespace default, always allowed
+    for image in ("docker.io/someone/miner:latest", "public.ecr.aws/llmtrain-evil/trainer:1", "public.ecr.aws/llmtrainer"):
+        with pytest.raises(InvalidJob) as err:
+            validate({**MINIMAL_CPU, "cluster": {"instanceType": "cpu", "image": image}}, "job", policy=policy)
+        (p,) = err.value.problems
+        assert p.field == "spec.cluster.image" and "public.ecr.aws/llmtrain" in p.accepted
+    with pytest.raises(InvalidJob) as err:
+        validate({**MINIMAL_CPU, "cluster": {"instanceType": "cpu", "serviceAccountName": "admin"}}, "job", policy=policy)
+    assert [p.field for p in err.value.problems] == ["spec.cluster.serviceAccountName"]
+
+
+def test_allow_lists_come_from_the_operator_environment(monkeypatch):
+    from llmtrain.validation import Policy
+
+    assert Policy.from_env({}) == Policy()  # nothing set: no restriction
+    monkeypatch.setenv(Policy.ENV_IMAGES, "public.ecr.aws/llmtrain, 1.dkr.ecr.us-east-1.amazonaws.com")
+    monkeypatch.setenv(Policy.ENV_SERVICE_ACCOUNTS, "llmtrain-trainer")
+    with pytest.raises(InvalidJob, match="spec.cluster.image"):  # validate() reads the environment
+        validate({**MINIMAL_CPU, "cluster": {"instanceType": "cpu", "image": "quay.io/x/y:1"}}, "job")
+    validate(MINIMAL_CPU, "job")
