@@ -126,3 +126,17 @@ USER ${UID}:${UID}
 # kopf health (8080) and operator metrics (8000), as the chart's probes and Service expect.
 EXPOSE 8000 8080
 ENTRYPOINT ["llmtrain-operator"]
+
+# ------------------------------------------------------------------------------------------------
+# debug-tools: htop and nvtop for the chart's optional debugTools DaemonSet on GPU nodes
+# (docker build --target debug-tools -t public.ecr.aws/llmtrain/llmtrain-debug-tools:0.1.0 .)
+# ------------------------------------------------------------------------------------------------
+FROM ${CUDA_BASE_IMAGE} AS debug-tools
+# DL3008: as above, the base image tag pins the distribution release.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends htop nvtop \
+ && rm -rf /var/lib/apt/lists/*
+ARG UID=65532
+USER ${UID}:${UID}
+ENTRYPOINT ["sleep", "infinity"]

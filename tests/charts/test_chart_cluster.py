@@ -277,3 +277,11 @@ def test_allow_lists_from_chart_values_fail_jobs_outside_them(operator_process, 
     ptjs = json.loads(dev_cluster.kubectl("get", "pytorchjobs.kubeflow.org", "-n", release, "-o", "json").stdout)
     assert not [p for p in ptjs["items"] if p["metadata"]["name"].startswith(name)]
     dev_cluster.kubectl("delete", "llmtj", name, "-n", release)
+
+
+def test_notes_show_how_to_watch_a_gpu_node_with_the_debug_tools(helm, release, dev_cluster):
+    notes = helm.run("install", "notes-check", helm.operator_chart, "--dry-run", "-n", release,
+                     "--set", "debugTools.enabled=true", "--set", "rbac.userRoles=false",
+                     kubeconfig=dev_cluster.kubeconfig).stdout
+    assert f"kubectl exec -it -n {release} $POD -c nvtop -- nvtop" in notes
+    assert "-l app.kubernetes.io/name=llmtrain-debug-tools,app.kubernetes.io/instance=notes-check" in notes

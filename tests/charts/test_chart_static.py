@@ -296,3 +296,23 @@ def test_allow_list_values_reach_the_operator_environment(helm):
     assert env["LLMTRAIN_ALLOWED_SERVICE_ACCOUNTS"] == "llmtrain-trainer"
     default_env = one(helm.manifests(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
     assert not [e for e in default_env if e["name"].startswith("LLMTRAIN_ALLOWED_")]
+
+
+def test_debug_tools_daemonset_runs_htop_and_nvtop_on_gpu_nodes_only_when_asked(helm):
+    assert not by_kind(helm.manifests(), "DaemonSet")
+    docs = helm.manifests("--set", "debugTools.enabled=true")
+    ds = one(docs, "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    assert {c["name"] for c in pod["containers"]} == {"htop", "nvtop"}
+    assert pod["hostPID"] is True and pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    # Tolerates exactly the taints the renderer's GPU pods tolerate (Terraform's GPU node groups).
+    from llmtrain.render import GPU_TOLERATIONS
+    assert all(t in pod["tolerations"] for t in GPU_TOLERATIONS)
+    nvtop = next(c for c in pod["containers"] if c["name"] == "nvtop")
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"} in nvtop["env"]
+    assert "nvidia.com/gpu" not in json.dumps(nvtop["resources"])  # watches GPUs, never allocates one
+    # Its pods are not the operator's: the Service, the PDB and the NetworkPolicy must not pick them.
+    labels = ds["spec"]["template"]["metadata"]["labels"]
+    (svc,) = by_kind(docs, "Service")
+    assert not _matches({"matchLabels": svc["spec"]["selector"]}, labels)
+    assert not _matches(one(docs, "NetworkPolicy")["spec"]["podSelector"], labels)
