@@ -315,4 +315,8 @@ def test_debug_tools_daemonset_runs_htop_and_nvtop_on_gpu_nodes_only_when_asked(
     labels = ds["spec"]["template"]["metadata"]["labels"]
     (svc,) = by_kind(docs, "Service")
     assert not _matches({"matchLabels": svc["spec"]["selector"]}, labels)
-    assert not _matches(one(docs, "NetworkPolicy")["spec"]["podSelector"], labels)
+    pols = {p["metadata"]["name"]: p["spec"] for p in by_kind(docs, "NetworkPolicy")}
+    assert not _matches(pols["llmtrain-llmtrain-operator"]["podSelector"], labels)
+    # Its own policy admits nobody (kubectl exec goes through the kubelet, not the pod network).
+    own = pols["llmtrain-llmtrain-operator-debug-tools"]
+    assert _matches(own["podSelector"], labels) and not own.get("ingress")
