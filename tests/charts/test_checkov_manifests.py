@@ -60,6 +60,7 @@ def skips(doc: dict) -> dict[str, str]:
     return out
 
 
+@pytest.mark.slow
 def test_chart_and_worker_pods_pass_checkov(checkov, helm, tmp_path):
     chart_docs = helm.manifests(*ALL_ON)
     (tmp_path / "chart.yaml").write_text(yaml.safe_dump_all(chart_docs))

@@ -21,7 +21,7 @@ import yaml
 from chart_helpers import CHARTS, ROOT
 from kube_json_schemas import generate
 
-pytestmark = [pytest.mark.infra, pytest.mark.cluster]
+pytestmark = [pytest.mark.infra, pytest.mark.cluster, pytest.mark.slow]
 
 CHART_CI = CHARTS / "llmtrain-operator" / "ci"
 VALUE_SETS = {
