@@ -20,8 +20,11 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM ${CUDA_BASE_IMAGE} AS trainer-base
 # EFA installer release: installs libfabric with the EFA provider, rdma-core and aws-ofi-nccl
 # (/opt/amazon/ofi-nccl), which NCCL loads as its network plugin. --skip-kmod: the kernel driver
-# comes from the node's AMI (EKS AL2023 NVIDIA AMI), not the container.
-ARG EFA_INSTALLER_VERSION=1.43.1
+# comes from the node's AMI (EKS AL2023 NVIDIA AMI), not the container. The tarball is verified
+# against a pinned sha256 (AWS publishes one per release) before anything from it runs; bump
+# both together. libcap2-bin: setcap for the IPC_LOCK file capability below.
+ARG EFA_INSTALLER_VERSION=1.50.0
+ARG EFA_INSTALLER_SHA256=fa6dff8593d866866c13cb4640d9059835cd4efa427971f100ab40c97bef2841
 ENV DEBIAN_FRONTEND=noninteractive
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # DL3008 (pin apt versions): Ubuntu's archive drops superseded package versions, so exact apt pins
@@ -30,8 +33,9 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # tarball and that directory must be deleted in the same layer or they stay in the image.
 # hadolint ignore=DL3008,DL3003
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates curl python3 python3-venv \
+ && apt-get install -y --no-install-recommends ca-certificates curl python3 python3-venv libcap2-bin \
  && curl -fsSL "https://efa-installer.amazonaws.com/aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz" -o /tmp/efa.tar.gz \
+ && echo "${EFA_INSTALLER_SHA256}  /tmp/efa.tar.gz" | sha256sum -c - \
  && tar -xzf /tmp/efa.tar.gz -C /tmp \
  && cd /tmp/aws-efa-installer \
  && ./efa_installer.sh -y --skip-kmod --skip-limit-conf --no-verify \
@@ -71,6 +75,15 @@ ARG UID=65532
 RUN groupadd --gid "${UID}" llmtrain \
  && useradd --uid "${UID}" --gid "${UID}" --create-home --home-dir /home/llmtrain --shell /usr/sbin/nologin llmtrain
 COPY --from=trainer-build /opt/venv /opt/venv
+# IPC_LOCK for EFA pods (libfabric pins registered buffers), usable by the non-root user: a
+# permitted-only file capability on the interpreter (no effective bit, so pods that drop every
+# capability, CPU jobs, still exec it; they simply gain nothing), raised into the effective set
+# by the trainer at start-up (llmtrain_trainer.capabilities). Exec with file capabilities runs in
+# glibc's secure mode, which ignores LD_LIBRARY_PATH, so the EFA and OFI-NCCL libraries are also
+# registered with the dynamic linker.
+RUN setcap cap_ipc_lock=+p "$(readlink -f /opt/venv/bin/python)" \
+ && printf '%s\n' /opt/amazon/ofi-nccl/lib /opt/amazon/efa/lib > /etc/ld.so.conf.d/llmtrain-efa.conf \
+ && ldconfig
 # aws-ofi-nccl and libfabric first on the library path so NCCL (from the nvidia-nccl wheel) finds
 # the EFA plugin; NCCL_DEBUG=INFO in a job shows "NET/OFI Selected provider is efa".
 ENV PATH=/opt/venv/bin:/opt/amazon/efa/bin:${PATH} \
@@ -113,3 +126,17 @@ USER ${UID}:${UID}
 # kopf health (8080) and operator metrics (8000), as the chart's probes and Service expect.
 EXPOSE 8000 8080
 ENTRYPOINT ["llmtrain-operator"]
+
+# ------------------------------------------------------------------------------------------------
+# debug-tools: htop and nvtop for the chart's optional debugTools DaemonSet on GPU nodes
+# (docker build --target debug-tools -t public.ecr.aws/llmtrain/llmtrain-debug-tools:0.1.0 .)
+# ------------------------------------------------------------------------------------------------
+FROM ${CUDA_BASE_IMAGE} AS debug-tools
+# DL3008: as above, the base image tag pins the distribution release.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends htop nvtop \
+ && rm -rf /var/lib/apt/lists/*
+ARG UID=65532
+USER ${UID}:${UID}
+ENTRYPOINT ["sleep", "infinity"]

@@ -9,7 +9,7 @@ CHART_HELM_ENV = HELM_CACHE_HOME=$(CURDIR)/$(DEV_CLUSTER_STATE)/helm/cache \
 	HELM_CONFIG_HOME=$(CURDIR)/$(DEV_CLUSTER_STATE)/helm/config \
 	HELM_DATA_HOME=$(CURDIR)/$(DEV_CLUSTER_STATE)/helm/data
 
-.PHONY: charts-gen charts-check chart-deps chart-lint chart-install chart-uninstall chart-operator-kubeconfig
+.PHONY: charts-gen charts-check chart-lint chart-install chart-uninstall chart-operator-kubeconfig
 
 ## charts-gen: regenerate the chart CRDs (from llmtrain.crd) and dashboards/rules copies
 charts-gen: $(VENV)/.installed
@@ -21,16 +21,13 @@ charts-check: $(VENV)/.installed
 	$(PY) scripts/gen-chart-crds.py --check
 	$(PY) scripts/gen-dashboards.py --check
 
-## chart-deps: build the chart's file:// dependency (llmtrain-etcd) into charts/llmtrain-operator/charts/
-chart-deps: tools
-	$(CHART_HELM_ENV) $(HELM) dependency build $(CHART)
-
-chart-lint: chart-deps
+# The etcd subchart is vendored in $(CHART)/charts/llmtrain-etcd: no `helm dependency build` step.
+chart-lint: tools
 	$(CHART_HELM_ENV) $(HELM) lint --strict $(CHART)
 	$(CHART_HELM_ENV) $(HELM) lint --strict $(CHART) -f $(CHART)/ci/all-on-values.yaml
 
 ## chart-install: helm upgrade --install the operator chart into the dev cluster (make dev-cluster first)
-chart-install: chart-deps
+chart-install: tools
 	$(CHART_HELM_ENV) KUBECONFIG=$(DEV_CLUSTER_STATE)/kubeconfig $(HELM) upgrade --install \
 		$(CHART_RELEASE) $(CHART) --namespace $(CHART_NAMESPACE) --create-namespace $(CHART_VALUES)
 

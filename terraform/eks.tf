@@ -30,6 +30,11 @@ resource "aws_eks_cluster" "this" {
 
   enabled_cluster_log_types = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
 
+  # What happens when kubernetes_version leaves standard support (see var.support_type).
+  upgrade_policy {
+    support_type = var.support_type
+  }
+
   access_config {
     authentication_mode                         = "API"
     bootstrap_cluster_creator_admin_permissions = true
@@ -104,4 +109,49 @@ resource "aws_eks_addon" "coredns" {
   resolve_conflicts_on_update = "OVERWRITE"
 
   depends_on = [aws_eks_node_group.system]
+}
+
+# CloudWatch Container Insights with enhanced observability: the CloudWatch agent (node, pod and
+# DCGM GPU metrics, EFA counters) and Fluent Bit, as an EKS-managed add-on. The agent's
+# ServiceAccount gets CloudWatchAgentServerPolicy through Pod Identity.
+resource "aws_iam_role" "cloudwatch_agent" {
+  count = var.enable_container_insights ? 1 : 0
+  name  = "${var.cluster_name}-cloudwatch-agent"
+
+  assume_role_policy = jsonencode({
+    Version = "2012-10-17"
+    Statement = [{
+      Effect    = "Allow"
+      Principal = { Service = "pods.eks.amazonaws.com" }
+      Action    = ["sts:AssumeRole", "sts:TagSession"]
+    }]
+  })
+}
+
+resource "aws_iam_role_policy_attachment" "cloudwatch_agent" {
+  count      = var.enable_container_insights ? 1 : 0
+  role       = aws_iam_role.cloudwatch_agent[0].name
+  policy_arn = "arn:${local.partition}:iam::aws:policy/CloudWatchAgentServerPolicy"
+}
+
+resource "aws_eks_addon" "cloudwatch_observability" {
+  count = var.enable_container_insights ? 1 : 0
+
+  cluster_name                = aws_eks_cluster.this.name
+  addon_name                  = "amazon-cloudwatch-observability"
+  resolve_conflicts_on_create = "OVERWRITE"
+  resolve_conflicts_on_update = "OVERWRITE"
+
+  pod_identity_association {
+    role_arn        = aws_iam_role.cloudwatch_agent[0].arn
+    service_account = "cloudwatch-agent"
+  }
+
+  # The agent runs on GPU nodes too (GPU metrics); they carry the GPU/EFA taints.
+  configuration_values = jsonencode({
+    containerLogs = { enabled = true }
+    tolerations   = [{ operator = "Exists" }]
+  })
+
+  depends_on = [aws_eks_addon.core, aws_eks_node_group.system]
 }

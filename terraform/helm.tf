@@ -80,18 +80,23 @@ locals {
     trainerPodMonitor = { enabled = var.enable_monitoring }
     prometheusRule    = { enabled = var.enable_monitoring }
     dashboards        = { enabled = var.enable_monitoring }
+    # Jobs may run only the project's images and this account's ECR, and only as the trainer
+    # ServiceAccount Terraform binds to the bucket (or their namespace's default).
+    admission = {
+      allowedImageRegistries = concat(["public.ecr.aws/llmtrain", "${local.account_id}.dkr.ecr.${var.region}.amazonaws.com"], var.llmtrain_allowed_image_registries)
+      allowedServiceAccounts = [var.training_service_account]
+    }
   }
 }
 
 resource "helm_release" "llmtrain" {
   count = var.install_llmtrain ? 1 : 0
 
-  name              = "llmtrain"
-  chart             = local.llmtrain_chart
-  dependency_update = true # builds the file:// etcd subchart
-  namespace         = local.llmtrain_namespace
-  create_namespace  = true
-  wait              = true
+  name             = "llmtrain"
+  chart            = local.llmtrain_chart
+  namespace        = local.llmtrain_namespace
+  create_namespace = true
+  wait             = true
 
   values = [yamlencode(local.llmtrain_base_values), yamlencode(var.llmtrain_values)]
 
@@ -112,22 +117,7 @@ resource "helm_release" "kube_prometheus_stack" {
   namespace        = "monitoring"
   create_namespace = true
 
-  values = [yamlencode({
-    prometheus = {
-      prometheusSpec = {
-        # Pick up the ServiceMonitors/PodMonitors/rules of other releases (llmtrain, DCGM).
-        serviceMonitorSelectorNilUsesHelmValues = false
-        podMonitorSelectorNilUsesHelmValues     = false
-        ruleSelectorNilUsesHelmValues           = false
-        retention                               = "15d"
-        nodeSelector                            = { "llmtrain.dev/node-pool" = "system" }
-      }
-    }
-    grafana = {
-      nodeSelector = { "llmtrain.dev/node-pool" = "system" }
-      sidecar      = { dashboards = { enabled = true, label = "grafana_dashboard", searchNamespace = "ALL" } }
-    }
-  })]
+  values = [yamlencode(local.kube_prometheus_stack_values)]
 
   depends_on = [aws_eks_node_group.system, aws_eks_addon.coredns]
 }
@@ -142,11 +132,7 @@ resource "helm_release" "dcgm_exporter" {
   namespace  = "monitoring"
   wait       = false
 
-  values = [yamlencode({
-    nodeSelector   = { "nvidia.com/gpu.present" = "true" }
-    tolerations    = local.gpu_tolerations
-    serviceMonitor = { enabled = true }
-  })]
+  values = [yamlencode(local.dcgm_exporter_values)]
 
   depends_on = [helm_release.kube_prometheus_stack]
 }

@@ -88,14 +88,31 @@ variable "existing_gpu_subnet_id" {
 # EKS control plane
 # ---------------------------------------------------------------------------------------------
 variable "kubernetes_version" {
-  description = "EKS Kubernetes version, pinned: upgrade deliberately, one minor version at a time."
+  description = "EKS Kubernetes version, pinned: upgrade deliberately, one minor version at a time. The default is in EKS standard support (and is the version llmtrain's manifests are validated against); check `aws eks describe-cluster-versions` before you pin another."
   type        = string
-  default     = "1.33"
+  default     = "1.35"
 
   validation {
-    condition     = can(regex("^1\\.(2[89]|3[0-9])$", var.kubernetes_version))
-    error_message = "kubernetes_version must be a supported EKS minor version such as 1.33 (1.28 or newer)."
+    condition     = can(regex("^1\\.(3[3-9]|[4-9][0-9])$", var.kubernetes_version))
+    error_message = "kubernetes_version must be an EKS minor version still in standard or extended support, such as 1.35 (1.33 or newer)."
   }
+}
+
+variable "support_type" {
+  description = "EKS upgrade policy. STANDARD: at the end of standard support EKS upgrades the control plane to the next version itself (no extended-support charge; plan your upgrades before that date). EXTENDED: keep the version up to 12 more months, at an extra hourly charge."
+  type        = string
+  default     = "STANDARD"
+
+  validation {
+    condition     = contains(["STANDARD", "EXTENDED"], var.support_type)
+    error_message = "support_type must be STANDARD or EXTENDED."
+  }
+}
+
+variable "enable_container_insights" {
+  description = "Install the amazon-cloudwatch-observability EKS add-on: CloudWatch Container Insights with GPU (DCGM) and EFA metrics, the managed alternative (or complement) to enable_monitoring's Prometheus stack. Billed per metric and log volume by CloudWatch."
+  type        = bool
+  default     = false
 }
 
 variable "endpoint_public_access" {
@@ -383,4 +400,10 @@ variable "chart_versions" {
     dcgm_exporter         = optional(string, "4.1.1")
   })
   default = {}
+}
+
+variable "llmtrain_allowed_image_registries" {
+  description = "More image registry prefixes LLMTrainingJobs may run, besides public.ecr.aws/llmtrain and this account's ECR in var.region (the operator rejects any other image)."
+  type        = list(string)
+  default     = []
 }

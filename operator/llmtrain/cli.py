@@ -12,17 +12,18 @@ import sys
 import yaml
 
 from .crd import crd_manifest
+from .defaults import explain
 from .planner import plan_job
 from .render import render_pytorchjob
 from .spec import DEFAULT_ETCD_ENDPOINT
-from .validation import InvalidJob, check, load_job, parse_spec, read_job_document
+from .validation import InvalidJob, Policy, check, load_job, parse_spec, read_job_document
 
 GIB = 1024**3
 
 
 def _load(args):
     try:
-        return load_job(args.file, args.etcd_endpoint)
+        return load_job(args.file, args.etcd_endpoint, _policy(args))
     except InvalidJob as err:
         _print_problems(args.file, err.problems)
         return None
@@ -31,12 +32,37 @@ def _load(args):
         return None
 
 
+def _policy(args) -> Policy:
+    """The allow-lists: the operator's environment variables, plus any given on the command line."""
+    env = Policy.from_env()
+    return Policy(env.image_registries + tuple(args.allowed_image_registry),
+                  env.service_accounts + tuple(args.allowed_service_account))
+
+
 def cmd_validate(args) -> int:
     job = _load(args)
     if job is None:
         return 1
     print(f"{args.file}: {job.namespace}/{job.name} is valid")
+    _print_resolved(job.document.get("spec") or {}, job.spec)
     return 0
+
+
+def _resolved(raw_spec: dict, spec) -> dict:
+    """The batch/schedule values the job runs with; derived defaults carry the reason."""
+    t = spec.training
+    values = {"data.seqLen": spec.data.seq_len, "training.maxSteps": t.max_steps,
+              "training.warmupSteps": t.warmup_steps, "training.globalBatchTokens": t.global_batch_tokens,
+              "training.microBatchSize": t.micro_batch_size}
+    why = explain(raw_spec, spec)
+    return {k: ({"value": v, "derived": why[k]} if k in why else {"value": v}) for k, v in values.items()}
+
+
+def _print_resolved(raw_spec: dict, spec) -> None:
+    print("  resolved values:")
+    for key, entry in _resolved(raw_spec, spec).items():
+        why = f"  (derived: {entry['derived']})" if "derived" in entry else ""
+        print(f"    {key:<27} {entry['value']}{why}")
 
 
 def cmd_render(args) -> int:
@@ -64,13 +90,13 @@ def cmd_plan(args) -> int:
     except InvalidJob as err:
         _print_problems(args.file, err.problems)
         return 1
-    problems = check(spec, (doc.get("metadata") or {}).get("name", ""), args.etcd_endpoint)
+    problems = check(spec, (doc.get("metadata") or {}).get("name", ""), args.etcd_endpoint, _policy(args))
     if any(p.field != "spec.cluster" for p in problems):
         _print_problems(args.file, problems)
         return 1
     plan = plan_job(spec)
     if args.output == "json":
-        print(json.dumps(plan.as_dict(), indent=2))
+        print(json.dumps({**plan.as_dict(), "resolved": _resolved(doc.get("spec") or {}, spec)}, indent=2))
     else:
         rows = [("parameters", plan.params_bytes), ("gradients", plan.grads_bytes),
                 ("optimizer state", plan.optimizer_bytes), ("activations", plan.activations_bytes),
@@ -88,6 +114,7 @@ def cmd_plan(args) -> int:
         print(f"  FLOPs per token: {plan.flops_per_token / 1e9:.1f} GFLOP")
         print(f"  expected at {plan.assumed_mfu:.0%} MFU: {plan.tokens_per_second_per_gpu:,.0f} tokens/s "
               f"per device, {plan.tokens_per_second:,.0f} tokens/s in all")
+        _print_resolved(doc.get("spec") or {}, spec)
         for p in problems:
             print(f"  {p}")
     return 0 if plan.fits else 1
@@ -107,6 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("file", help="LLMTrainingJob YAML file ('-' for stdin)")
         p.add_argument("--etcd-endpoint", default=DEFAULT_ETCD_ENDPOINT,
                        help="the operator's default etcd endpoint (default: %(default)s)")
+        p.add_argument("--allowed-image-registry", action="append", default=[], metavar="PREFIX",
+                       help=f"check the image against this allow-list (repeatable; also ${Policy.ENV_IMAGES})")
+        p.add_argument("--allowed-service-account", action="append", default=[], metavar="NAME",
+                       help=f"check serviceAccountName against this list (repeatable; also ${Policy.ENV_SERVICE_ACCOUNTS})")
         p.set_defaults(func=func)
         return p
 

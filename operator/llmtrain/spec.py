@@ -15,7 +15,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from .catalog import ModelDims, instance_types, model_preset, model_presets
@@ -121,7 +121,8 @@ class ModelSpec(_Spec):
 
 class DataSpec(_Spec):
     uri: str = Field("synthetic", description="s3://bucket/prefix/, file:///mnt/fsx/path, or synthetic")
-    seq_len: int = Field(2048, ge=8, le=1_048_576)
+    seq_len: int | None = Field(None, ge=8, le=1_048_576,
+                                description="default: 2048, or the model's context length if shorter")
 
 
 class Volume(_Spec):
@@ -171,13 +172,16 @@ class FSDPSpec(_Spec):
 
 class TrainingSpec(_Spec):
     max_steps: int = Field(1000, ge=1)
-    global_batch_tokens: int = Field(4_194_304, ge=1, description="tokens per optimizer step, all ranks")
+    # Unset: derived from the model size, instance type and workers (llmtrain.defaults).
+    global_batch_tokens: int | None = Field(
+        None, ge=1, description="tokens per optimizer step, all ranks (default: derived from the model "
+                                "size and workers; one micro-step of every worker on cpu)")
     micro_batch_size: int = Field(1, ge=1, le=4096, description="sequences per device per micro-step")
     learning_rate: float = Field(3e-4, gt=0, le=1)
     min_learning_rate: float | None = Field(None, ge=0, le=1,
                                             description="floor of the schedule (default: learningRate / 10)")
     lr_schedule: LrSchedule = "cosine"
-    warmup_steps: int = Field(100, ge=0)
+    warmup_steps: int | None = Field(None, ge=0, description="default: 10% of maxSteps, at most 100")
     weight_decay: float = Field(0.1, ge=0, le=1)
     grad_clip: float = Field(1.0, ge=0)
     seed: int = Field(0, ge=0)
@@ -217,6 +221,13 @@ class LLMTrainingJobSpec(_Spec):
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, json_schema_extra=CHECKPOINT_URI_FIXED)
     resilience: ResilienceSpec = Field(default_factory=ResilienceSpec)
     rendezvous: RendezvousSpec = Field(default_factory=RendezvousSpec, json_schema_extra=IMMUTABLE)
+
+    @model_validator(mode="after")
+    def _derive_defaults(self) -> "LLMTrainingJobSpec":
+        from .defaults import derive
+
+        derive(self)  # unset seqLen / warmupSteps / globalBatchTokens, from the rest of the spec
+        return self
 
     def wire(self) -> dict[str, Any]:
         """The spec as it appears in the object (camelCase, defaults filled in)."""

@@ -8,6 +8,7 @@ The operator runs the same checks and marks a job Failed with these messages.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,47 @@ class InvalidJob(ValueError):
     def __init__(self, problems: list[Problem]):
         self.problems = problems
         super().__init__("; ".join(str(p) for p in problems))
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A cluster admin's allow-lists: which image registries and ServiceAccounts jobs may use.
+
+    Without them anyone allowed to create an LLMTrainingJob could run any image under any
+    ServiceAccount of the namespace through the operator. The chart's `admission.*` values reach
+    the operator as the environment variables below (comma-separated); empty means no restriction.
+    A registry entry matches the image itself or anything under it (`public.ecr.aws/llmtrain`
+    allows `public.ecr.aws/llmtrain/llmtrain-trainer:0.1.0`, not `public.ecr.aws/llmtrain-x/...`).
+    A job without serviceAccountName runs as the namespace's `default` and is always allowed.
+    """
+
+    image_registries: tuple[str, ...] = ()
+    service_accounts: tuple[str, ...] = ()
+
+    ENV_IMAGES = "LLMTRAIN_ALLOWED_IMAGE_REGISTRIES"
+    ENV_SERVICE_ACCOUNTS = "LLMTRAIN_ALLOWED_SERVICE_ACCOUNTS"
+
+    @classmethod
+    def from_env(cls, env=None) -> "Policy":
+        env = os.environ if env is None else env
+
+        def split(var):
+            return tuple(x.strip() for x in env.get(var, "").replace(",", " ").split() if x.strip())
+
+        return cls(split(cls.ENV_IMAGES), split(cls.ENV_SERVICE_ACCOUNTS))
+
+    def problems(self, spec: LLMTrainingJobSpec) -> list[Problem]:
+        p = []
+        image = spec.cluster.image
+        if self.image_registries and not any(image == r.rstrip("/") or image.startswith(r.rstrip("/") + "/")
+                                             for r in self.image_registries):
+            p.append(Problem("spec.cluster.image", f"{image!r} is not from a registry this cluster allows",
+                             "an image under " + " | ".join(self.image_registries)))
+        sa = spec.cluster.service_account_name
+        if self.service_accounts and sa is not None and sa not in self.service_accounts:
+            p.append(Problem("spec.cluster.serviceAccountName", f"{sa!r} is not a ServiceAccount jobs may use",
+                             " | ".join(self.service_accounts) + ", or leave it unset"))
+        return p
 
 
 @dataclass(frozen=True)
@@ -124,10 +166,11 @@ def _uri_problem(field: str, uri: str | None, schemes: tuple[str, ...]) -> list[
     return []
 
 
-def check(spec: LLMTrainingJobSpec, name: str = "job", default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT
-          ) -> list[Problem]:
-    """Semantic checks the schema cannot express. Returns every problem found, not just the first."""
-    p: list[Problem] = []
+def check(spec: LLMTrainingJobSpec, name: str = "job", default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT,
+          policy: Policy | None = None) -> list[Problem]:
+    """Semantic checks the schema cannot express. Returns every problem found, not just the first.
+    `policy`: the allow-lists (default: from the environment, as the operator gets them)."""
+    p: list[Problem] = (policy if policy is not None else Policy.from_env()).problems(spec)
     if len(name) > MAX_NAME_LENGTH or not NAME_RE.match(name):
         p.append(Problem("metadata.name", f"{name!r} cannot name the worker Services "
                          f"(<name>-worker-<n> must be a DNS-1035 label)",
@@ -257,10 +300,10 @@ def check(spec: LLMTrainingJobSpec, name: str = "job", default_etcd_endpoint: st
     return p
 
 
-def validate(raw_spec: dict, name: str = "job", default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT
-             ) -> LLMTrainingJobSpec:
+def validate(raw_spec: dict, name: str = "job", default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT,
+             policy: Policy | None = None) -> LLMTrainingJobSpec:
     spec = parse_spec(raw_spec)
-    problems = check(spec, name, default_etcd_endpoint)
+    problems = check(spec, name, default_etcd_endpoint, policy)
     if problems:
         raise InvalidJob(problems)
     return spec
@@ -271,13 +314,14 @@ def load_documents(path: str | Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(text) if d]
 
 
-def job_from_document(doc: dict, default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT) -> Job:
+def job_from_document(doc: dict, default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT,
+                      policy: Policy | None = None) -> Job:
     if doc.get("apiVersion") != API_VERSION or doc.get("kind") != KIND:
         raise InvalidJob([Problem("apiVersion/kind", f"{doc.get('apiVersion')}/{doc.get('kind')} is "
                                   "not an LLMTrainingJob", f"apiVersion: {API_VERSION}, kind: {KIND}")])
     meta = doc.get("metadata") or {}
     name = meta.get("name") or ""
-    spec = validate(doc.get("spec") or {}, name, default_etcd_endpoint)
+    spec = validate(doc.get("spec") or {}, name, default_etcd_endpoint, policy)
     return Job(name=name, namespace=meta.get("namespace") or "default", spec=spec, document=doc)
 
 
@@ -289,6 +333,7 @@ def read_job_document(path: str | Path) -> dict:
     return docs[0]
 
 
-def load_job(path: str | Path, default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT) -> Job:
+def load_job(path: str | Path, default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT,
+             policy: Policy | None = None) -> Job:
     """Read and validate the single LLMTrainingJob in a YAML file."""
-    return job_from_document(read_job_document(path), default_etcd_endpoint)
+    return job_from_document(read_job_document(path), default_etcd_endpoint, policy)

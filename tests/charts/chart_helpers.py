@@ -1,8 +1,4 @@
-"""Chart test helpers: a helm runner bound to a working copy of charts/ with dependencies built.
-
-The copy keeps `helm dependency build` output (charts/llmtrain-operator/charts/*.tgz, Chart.lock)
-out of the repo; helm's cache/config/data homes live in the temp dir too, so nothing touches $HOME.
-"""
+"""Chart test helpers: a helm runner bound to a charts/ directory (helm's homes in a temp dir)."""
 
 from __future__ import annotations
 
@@ -21,7 +17,7 @@ CHARTS = ROOT / "charts"
 class Helm:
     binary: Path
     home: Path
-    charts: Path  # the working copy of charts/
+    charts: Path  # charts/ of the repository (or of a clean copy)
 
     @property
     def operator_chart(self) -> Path:

@@ -1,12 +1,11 @@
-"""Chart fixtures: the pinned helm binary and a working copy of charts/ with dependencies built.
+"""Chart fixtures: the pinned helm binary bound to the repository's charts/ as they are checked in.
 
-The copy keeps `helm dependency build` output (charts/llmtrain-operator/charts/*.tgz, Chart.lock)
-out of the repo; helm's cache/config/data homes live in the temp dir too, so nothing touches $HOME.
+No `helm dependency build`: the etcd subchart is vendored in charts/llmtrain-operator/charts/, so
+the tests see exactly what a clean clone, `helm install` and Argo CD see. helm's cache/config/data
+homes live in a temp dir, so nothing touches $HOME.
 """
 
 from __future__ import annotations
-
-import shutil
 
 import pytest
 
@@ -17,8 +16,4 @@ from chart_helpers import CHARTS, Helm
 def helm(tmp_path_factory) -> Helm:
     from llmtrain_devcluster.tools import find_tool
 
-    work = tmp_path_factory.mktemp("charts")
-    h = Helm(find_tool("helm"), work / "helm-home", work / "charts")
-    shutil.copytree(CHARTS, h.charts, ignore=shutil.ignore_patterns("*.tgz", "Chart.lock"))
-    h.run("dependency", "build", h.operator_chart)
-    return h
+    return Helm(find_tool("helm"), tmp_path_factory.mktemp("helm-home"), CHARTS)

@@ -51,6 +51,8 @@ def release(helm, dev_cluster, tmp_path_factory):
         client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
     try:
         helm.run("install", RELEASE, helm.operator_chart, "--namespace", ns, "--set", "peering.enabled=true",
+                 "--set", "admission.allowedImageRegistries={public.ecr.aws/llmtrain}",
+                 "--set", "admission.allowedServiceAccounts={llmtrain-trainer}",
                  kubeconfig=dev_cluster.kubeconfig)
         yield ns
     finally:
@@ -94,7 +96,9 @@ def operator_process(deployment, sa_kubeconfig, tmp_path_factory):
     exe = Path(sys.executable).with_name("llmtrain-operator")
     assert exe.is_file(), f"console script missing: {exe}"
     log_path = tmp_path_factory.mktemp("operator") / "operator.log"
-    env = {**os.environ, "KUBECONFIG": str(sa_kubeconfig), "POD_NAME": "llmtrain-operator-test-0",
+    # The container's literal env (e.g. the admission allow-lists), then what the kubelet would fill in.
+    literal = {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
+    env = {**os.environ, **literal, "KUBECONFIG": str(sa_kubeconfig), "POD_NAME": "llmtrain-operator-test-0",
            "POD_ID": "llmtrain-operator-test-0", "POD_NAMESPACE": deployment["metadata"]["namespace"]}
     with open(log_path, "w") as log:
         proc = subprocess.Popen([str(exe), *args, "--bind-address=127.0.0.1"], env=env,
@@ -209,3 +213,75 @@ def test_what_the_operator_needs_is_allowed(release, dev_cluster, sa_kubeconfig)
                            ("list", "pods"), ("create", "events"), ("patch", "clusterkopfpeerings.kopf.dev")]:
         r = dev_cluster.kubectl("auth", "can-i", verb, resource, "-n", release, kubeconfig=sa_kubeconfig, check=False)
         assert r.stdout.strip() == "yes", (verb, resource, r.stderr)
+
+
+@pytest.fixture(scope="module")
+def users(release, dev_cluster, tmp_path_factory):
+    """Two users with client certificates, bound to the built-in `edit` and `view` roles in the
+    release namespace; nothing llmtrain-specific is bound to them."""
+    out = {}
+    for user, role in (("alice-edit", "edit"), ("bob-view", "view")):
+        out[role] = dev_cluster.make_user_kubeconfig(user, path=tmp_path_factory.mktemp(user) / "kubeconfig")
+        dev_cluster.kubectl("create", "rolebinding", f"{user}-{role}", f"--clusterrole={role}", f"--user={user}",
+                            "-n", release)
+    return out
+
+
+def can_i(dev_cluster, kubeconfig, release, verb, resource, *extra) -> str:
+    return dev_cluster.kubectl("auth", "can-i", verb, resource, "-n", release, *extra, kubeconfig=kubeconfig,
+                               check=False).stdout.strip()
+
+
+def test_edit_and_view_users_get_llmtrain_access_through_aggregation(release, dev_cluster, users):
+    jobs = "llmtrainingjobs.llmtrain.dev"
+    # The clusterrole-aggregation controller merges llmtrain-edit into `edit` asynchronously.
+    wait_for(lambda: can_i(dev_cluster, users["edit"], release, "create", jobs) == "yes", 60,
+             "`edit` to include llmtrain-edit (kubectl auth can-i create llmtrainingjobs as an edit user)")
+    for verb in ("get", "list", "watch", "update", "patch", "delete"):
+        assert can_i(dev_cluster, users["edit"], release, verb, jobs) == "yes", verb
+    assert can_i(dev_cluster, users["edit"], release, "patch", jobs, "--subresource=status") == "no"
+    assert can_i(dev_cluster, users["edit"], release, "get", jobs, "--subresource=status") == "yes"
+    wait_for(lambda: can_i(dev_cluster, users["view"], release, "list", jobs) == "yes", 60, "`view` aggregation")
+    for verb in ("create", "delete", "patch"):
+        assert can_i(dev_cluster, users["view"], release, verb, jobs) == "no", verb
+    # And the API server agrees for a real object created by the edit user.
+    job = yaml.safe_load(EXAMPLE.read_text())
+    job["metadata"] = {"name": "by-alice"}
+    r = dev_cluster.kubectl("create", "-n", release, "-f", "-", input=json.dumps(job), kubeconfig=users["edit"],
+                            check=False)
+    assert r.returncode == 0, r.stderr
+    assert dev_cluster.kubectl("get", "llmtj", "by-alice", "-n", release, kubeconfig=users["view"]).returncode == 0
+    dev_cluster.kubectl("delete", "llmtj", "by-alice", "-n", release, kubeconfig=users["edit"])
+
+
+@pytest.mark.parametrize("field,value,reason", [
+    ("image", "docker.io/someone/miner:latest", "spec.cluster.image"),
+    ("image", "public.ecr.aws/llmtrain-lookalike/trainer:1", "spec.cluster.image"),
+    ("serviceAccountName", "cluster-admin-sa", "spec.cluster.serviceAccountName"),
+])
+def test_allow_lists_from_chart_values_fail_jobs_outside_them(operator_process, release, dev_cluster, field, value,
+                                                              reason):
+    """Issue 10, defect 8: chart values admission.* → the operator's environment → validation."""
+    job = yaml.safe_load(EXAMPLE.read_text())
+    name = f"deny-{field.lower()[:5]}-{abs(hash(value)) % 10000}"
+    job["metadata"] = {"name": name}
+    job["spec"]["cluster"][field] = value
+    dev_cluster.kubectl("create", "-n", release, "-f", "-", input=json.dumps(job))
+
+    def failed():
+        st = json.loads(dev_cluster.kubectl("get", "llmtj", name, "-n", release, "-o", "json").stdout).get("status") or {}
+        return st if st.get("phase") == "Failed" else None
+
+    st = wait_for(failed, 60, f"{name} marked Failed by the allow-list")
+    assert reason in st.get("message", ""), st
+    ptjs = json.loads(dev_cluster.kubectl("get", "pytorchjobs.kubeflow.org", "-n", release, "-o", "json").stdout)
+    assert not [p for p in ptjs["items"] if p["metadata"]["name"].startswith(name)]
+    dev_cluster.kubectl("delete", "llmtj", name, "-n", release)
+
+
+def test_notes_show_how_to_watch_a_gpu_node_with_the_debug_tools(helm, release, dev_cluster):
+    notes = helm.run("install", "notes-check", helm.operator_chart, "--dry-run", "-n", release,
+                     "--set", "debugTools.enabled=true", "--set", "rbac.userRoles=false",
+                     kubeconfig=dev_cluster.kubeconfig).stdout
+    assert f"kubectl exec -it -n {release} $POD -c nvtop -- nvtop" in notes
+    assert "-l app.kubernetes.io/name=llmtrain-debug-tools,app.kubernetes.io/instance=notes-check" in notes

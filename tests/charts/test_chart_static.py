@@ -30,6 +30,14 @@ EXPECTED_RULES = {
 FRAMEWORK_RULES = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
 
 
+def operator_role(docs: list[dict]) -> dict:
+    """The operator's own ClusterRole (not the aggregated user roles)."""
+    roles = [d for d in by_kind(docs, "ClusterRole")
+             if not any(k.startswith("rbac.authorization.k8s.io/aggregate-to") for k in d["metadata"]["labels"])]
+    assert len(roles) == 1, [r["metadata"]["name"] for r in roles]
+    return roles[0]
+
+
 def _rules(role: dict) -> dict[tuple[str, str], set[str]]:
     out: dict[tuple[str, str], set[str]] = {}
     for rule in role["rules"]:
@@ -43,7 +51,7 @@ def test_helm_lint_strict_default_and_everything_on(helm):
     for args in ([], ["-f", ALL_ON], ["-f", NAMESPACED]):
         r = helm.run("lint", "--strict", helm.operator_chart, *args)
         assert "1 chart(s) linted, 0 chart(s) failed" in r.stdout, r.stdout
-    r = helm.run("lint", "--strict", helm.charts / "llmtrain-etcd")
+    r = helm.run("lint", "--strict", helm.operator_chart / "charts" / "llmtrain-etcd")
     assert "0 chart(s) failed" in r.stdout
 
 
@@ -51,7 +59,9 @@ def test_default_render_is_minimal(helm):
     docs = helm.manifests()
     kinds = sorted(d["kind"] for d in docs)
     # Nothing a cluster usually already has: no monitoring objects, no etcd, no peering.
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+    # The operator's ClusterRole + the two user roles aggregated into view/edit/admin.
+    assert kinds == ["ClusterRole"] * 3 + ["ClusterRoleBinding", "Deployment", "NetworkPolicy", "Service",
+                                           "ServiceAccount"]
     for d in docs:
         if d["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
             assert d["metadata"]["namespace"] == "llmtrain-system", d["kind"]
@@ -77,7 +87,7 @@ def test_everything_on_renders_every_optional_part(helm):
     sts = one(docs, "StatefulSet")
     assert "--enable-v2=true" in sts["spec"]["template"]["spec"]["containers"][0]["args"]
     # Peering RBAC only when peering is on.
-    assert _rules(one(docs, "ClusterRole")) == {**EXPECTED_RULES, **FRAMEWORK_RULES,
+    assert _rules(operator_role(docs)) == {**EXPECTED_RULES, **FRAMEWORK_RULES,
                                                  ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"}}
     assert dep["spec"]["template"]["spec"]["containers"][0]["image"].endswith("@sha256:" + "0123456789abcdef" * 4)
 
@@ -85,8 +95,8 @@ def test_everything_on_renders_every_optional_part(helm):
 def test_namespaced_mode_uses_roles_and_namespaced_peering(helm):
     docs = helm.manifests("-f", NAMESPACED)
     # Only kopf's CRD observation stays cluster-wide.
-    assert _rules(one(docs, "ClusterRole")) == FRAMEWORK_RULES
-    assert one(docs, "ClusterRoleBinding")["roleRef"]["name"] == one(docs, "ClusterRole")["metadata"]["name"]
+    assert _rules(operator_role(docs)) == FRAMEWORK_RULES
+    assert one(docs, "ClusterRoleBinding")["roleRef"]["name"] == operator_role(docs)["metadata"]["name"]
     roles = by_kind(docs, "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     for role in roles:
@@ -99,7 +109,7 @@ def test_namespaced_mode_uses_roles_and_namespaced_peering(helm):
 
 
 def test_rbac_is_exactly_least_privilege(helm):
-    role = one(helm.manifests(), "ClusterRole")
+    role = operator_role(helm.manifests())
     rules = _rules(role)
     assert rules == {**EXPECTED_RULES, **FRAMEWORK_RULES}
     for rule in role["rules"]:
@@ -179,7 +189,7 @@ def test_argocd_safe_no_lookup_no_randomness_stable_output(helm):
     time-based makes every sync a diff."""
     forbidden = re.compile(r"\b(lookup|randAlpha|randAlphaNum|randNumeric|randAscii|randBytes|uuidv4|now|"
                            r"genCA|genPrivateKey|genSelfSignedCert|genSignedCert|date|unixEpoch)\b")
-    for tpl in CHARTS.glob("*/templates/*"):
+    for tpl in CHARTS.glob("**/templates/*"):
         text = tpl.read_text()
         assert not forbidden.search(text), f"{tpl.relative_to(ROOT)}: {forbidden.search(text).group(0)}"
     first = helm.template("-f", ALL_ON).stdout
@@ -213,3 +223,104 @@ def test_schema_rejects_wrong_values_clearly(helm, args, words):
     assert "values don't meet the specifications of the schema" in r.stderr, r.stderr
     for w in words:
         assert w in r.stderr, f"{w!r} not in: {r.stderr}"
+
+
+def test_user_roles_aggregate_into_view_edit_admin(helm):
+    roles = {r["metadata"]["name"]: r for r in by_kind(helm.manifests(), "ClusterRole")}
+    view, edit = roles["llmtrain-view"], roles["llmtrain-edit"]
+    assert view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    assert {k: v for k, v in edit["metadata"]["labels"].items() if "aggregate-to" in k} == {
+        "rbac.authorization.k8s.io/aggregate-to-edit": "true", "rbac.authorization.k8s.io/aggregate-to-admin": "true"}
+    assert _rules(view) == {("llmtrain.dev", "llmtrainingjobs"): {"get", "list", "watch"},
+                            ("llmtrain.dev", "llmtrainingjobs/status"): {"get", "list", "watch"}}
+    # Users never write status: that is the operator's record.
+    assert _rules(edit)[("llmtrain.dev", "llmtrainingjobs/status")] == {"get", "list", "watch"}
+    assert {"create", "update", "patch", "delete"} <= _rules(edit)[("llmtrain.dev", "llmtrainingjobs")]
+    assert not [r for r in by_kind(helm.manifests("--set", "rbac.userRoles=false"), "ClusterRole")
+                if r["metadata"]["name"] in ("llmtrain-view", "llmtrain-edit")]
+
+
+def _matches(selector: dict, labels: dict) -> bool:
+    """Kubernetes label-selector semantics (matchLabels + In/NotIn/Exists/DoesNotExist)."""
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        present, value = e["key"] in labels, labels.get(e["key"])
+        ok = {"Exists": present, "DoesNotExist": not present, "In": present and value in e.get("values", []),
+              "NotIn": not present or value not in e.get("values", [])}[e["operator"]]
+        if not ok:
+            return False
+    return True
+
+
+def test_network_policies_admit_exactly_trainers_operator_and_prometheus(helm):
+    """Issue 10, defect 9: the policies' selectors checked against the labels the pods really carry:
+    worker pods as llmtrain.render renders them, the operator's pod template, Prometheus's."""
+    from llmtrain.render import render_pytorchjob
+    from llmtrain.validation import parse_spec
+
+    docs = helm.manifests("-f", NAMESPACED, "--set", "etcd.enabled=true")
+    pols = {p["metadata"]["name"]: p["spec"] for p in by_kind(docs, "NetworkPolicy")}
+    etcd_pol, op_pol = pols["llmtrain-llmtrain-operator-etcd"], pols["llmtrain-llmtrain-operator"]
+    etcd_pod = one(docs, "StatefulSet")["spec"]["template"]["metadata"]["labels"]
+    op_pod = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert _matches(etcd_pol["podSelector"], etcd_pod) and not _matches(etcd_pol["podSelector"], op_pod)
+    assert _matches(op_pol["podSelector"], op_pod) and not _matches(op_pol["podSelector"], etcd_pod)
+
+    ptj = render_pytorchjob(parse_spec({"model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu"}}),
+                            "job", "team-a", default_etcd_endpoint="llmtrain-etcd.llmtrain-system.svc:2379")
+    worker = ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["labels"]
+
+    def admitted(policy, pod_labels, namespace):
+        ns_labels = {"kubernetes.io/metadata.name": namespace}
+        for rule in policy["ingress"]:
+            for peer in rule["from"]:
+                in_ns = _matches(peer["namespaceSelector"], ns_labels) if "namespaceSelector" in peer \
+                    else namespace == "llmtrain-system"  # no namespaceSelector: the policy's own namespace
+                if in_ns and _matches(peer.get("podSelector", {}), pod_labels):
+                    return [p["port"] for p in rule["ports"]]
+        return []
+
+    assert admitted(etcd_pol, worker, "team-a") == [2379]
+    assert admitted(etcd_pol, worker, "team-c") == []  # not a watched namespace
+    assert admitted(etcd_pol, {"app": "anything-else"}, "team-a") == []
+    assert admitted(etcd_pol, op_pod, "llmtrain-system") == [2379]
+    prometheus = {"app.kubernetes.io/name": "prometheus", "prometheus": "kube-prometheus-stack-prometheus"}
+    assert admitted(op_pol, prometheus, "monitoring") == ["http-metrics"]
+    assert admitted(op_pol, worker, "team-a") == [] and admitted(op_pol, prometheus, "team-a") == []
+    ports = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert "http-metrics" in {p["name"] for p in ports}
+
+
+def test_allow_list_values_reach_the_operator_environment(helm):
+    env = {e["name"]: e.get("value") for e in
+           one(helm.manifests("-f", ALL_ON), "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["LLMTRAIN_ALLOWED_IMAGE_REGISTRIES"] == \
+        "public.ecr.aws/llmtrain,111122223333.dkr.ecr.us-east-1.amazonaws.com/llmtrain"
+    assert env["LLMTRAIN_ALLOWED_SERVICE_ACCOUNTS"] == "llmtrain-trainer"
+    default_env = one(helm.manifests(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert not [e for e in default_env if e["name"].startswith("LLMTRAIN_ALLOWED_")]
+
+
+def test_debug_tools_daemonset_runs_htop_and_nvtop_on_gpu_nodes_only_when_asked(helm):
+    assert not by_kind(helm.manifests(), "DaemonSet")
+    docs = helm.manifests("--set", "debugTools.enabled=true")
+    ds = one(docs, "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    assert {c["name"] for c in pod["containers"]} == {"htop", "nvtop"}
+    assert pod["hostPID"] is True and pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    # Tolerates exactly the taints the renderer's GPU pods tolerate (Terraform's GPU node groups).
+    from llmtrain.render import GPU_TOLERATIONS
+    assert all(t in pod["tolerations"] for t in GPU_TOLERATIONS)
+    nvtop = next(c for c in pod["containers"] if c["name"] == "nvtop")
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"} in nvtop["env"]
+    assert "nvidia.com/gpu" not in json.dumps(nvtop["resources"])  # watches GPUs, never allocates one
+    # Its pods are not the operator's: the Service, the PDB and the NetworkPolicy must not pick them.
+    labels = ds["spec"]["template"]["metadata"]["labels"]
+    (svc,) = by_kind(docs, "Service")
+    assert not _matches({"matchLabels": svc["spec"]["selector"]}, labels)
+    pols = {p["metadata"]["name"]: p["spec"] for p in by_kind(docs, "NetworkPolicy")}
+    assert not _matches(pols["llmtrain-llmtrain-operator"]["podSelector"], labels)
+    # Its own policy admits nobody (kubectl exec goes through the kubelet, not the pod network).
+    own = pols["llmtrain-llmtrain-operator-debug-tools"]
+    assert _matches(own["podSelector"], labels) and not own.get("ingress")

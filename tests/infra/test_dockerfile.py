@@ -261,3 +261,27 @@ def test_operator_entrypoint_is_the_chart_command_and_a_console_script(df, pypro
     deployment = (ROOT / "charts/llmtrain-operator/templates/deployment.yaml").read_text()
     m = re.search(r"command:\s*(\[.*\])", deployment)
     assert m and yaml.safe_load(m.group(1)) == entry
+
+
+def test_efa_installer_is_current_and_verified_before_use(df):
+    """Issue 10, defect 10: a release from 2025 or later (1.43.1 was over a year old), and the
+    tarball checked against a pinned sha256 before it is unpacked or run."""
+    args = stage_args(df, "trainer-base")
+    version = tuple(int(x) for x in args["EFA_INSTALLER_VERSION"].split("."))
+    assert version >= (1, 50, 0)
+    assert re.fullmatch(r"[0-9a-f]{64}", args["EFA_INSTALLER_SHA256"])
+    (run,) = [r for i, r in df["stages"]["trainer-base"]["lines"] if i == "RUN" and "efa-installer" in r]
+    steps = [s.strip() for s in run.split("&&")]
+    download = next(i for i, s in enumerate(steps) if s.startswith("curl") and "efa-installer" in s)
+    verify = next(i for i, s in enumerate(steps) if "sha256sum -c" in s)
+    unpack = next(i for i, s in enumerate(steps) if s.startswith("tar "))
+    assert download < verify < unpack and "${EFA_INSTALLER_SHA256}" in steps[verify]
+
+
+def test_trainer_interpreter_carries_ipc_lock_as_permitted_only_file_capability(df):
+    """EFA pods add IPC_LOCK; the non-root trainer gains it only through a file capability. It must
+    be permitted-only: with the effective bit, pods that drop every capability (CPU jobs) could not
+    exec the interpreter at all (EPERM)."""
+    runs = " ".join(r for i, r in df["stages"]["trainer"]["lines"] if i == "RUN")
+    assert "setcap cap_ipc_lock=+p " in runs and "+ep" not in runs
+    assert "/etc/ld.so.conf.d/" in runs and "ldconfig" in runs  # secure-exec ignores LD_LIBRARY_PATH

@@ -8,7 +8,7 @@ import re
 import pytest
 import yaml
 
-from infra_hcl import CATALOG, TF_DIR, Module, block, dynamic
+from infra_hcl import CATALOG, ROOT, TF_DIR, Module, block, dynamic
 
 pytestmark = pytest.mark.infra
 
@@ -181,7 +181,7 @@ def test_fsx_and_helm_releases_present(mod):
 def test_chart_values_set_by_terraform_exist_in_the_chart(mod):
     """Keys terraform passes to the llmtrain-operator chart are keys its values.yaml defines."""
     chart_values = yaml.safe_load((TF_DIR.parent / "charts/llmtrain-operator/values.yaml").read_text())
-    etcd_values = yaml.safe_load((TF_DIR.parent / "charts/llmtrain-etcd/values.yaml").read_text())
+    etcd_values = yaml.safe_load((TF_DIR.parent / "charts/llmtrain-operator/charts/llmtrain-etcd/values.yaml").read_text())
     base = mod.locals["llmtrain_base_values"]
     assert base
     for k, v in base.items():
@@ -231,3 +231,29 @@ def test_terraform_etcd_endpoint_is_the_operator_default(mod):
     from llmtrain.spec import DEFAULT_ETCD_ENDPOINT
     expr = mod.locals["etcd_endpoint"].replace("${local.llmtrain_namespace}", mod.locals["llmtrain_namespace"])
     assert expr == DEFAULT_ETCD_ENDPOINT
+
+
+def test_default_eks_version_is_supported_and_the_upgrade_policy_is_explicit(mod):
+    """Issue 10, defect 10: 1.33 left EKS standard support; the default is the Kubernetes minor
+    llmtrain's manifests are validated against (the dev cluster's, tools/k8s/pins.env), and the
+    end-of-support behaviour is chosen, not left to EKS's default (extended support, billed)."""
+    pins = dict(line.split("=", 1) for line in (ROOT / "tools/k8s/pins.env").read_text().splitlines()
+                if "=" in line and not line.startswith("#"))
+    dev_minor = ".".join(pins["KUBERNETES_VERSION"].lstrip("v").split(".")[:2])
+    assert mod.variables["kubernetes_version"]["default"] == dev_minor
+    assert tuple(map(int, dev_minor.split("."))) >= (1, 35)
+    (cluster,) = mod.of_type("aws_eks_cluster").values()
+    (policy,) = block(cluster, "upgrade_policy")
+    assert policy["support_type"] == "${var.support_type}"
+    assert mod.variables["support_type"]["default"] == "STANDARD"
+
+
+def test_container_insights_addon_is_optional_with_its_own_identity(mod):
+    addon = mod.resources[("aws_eks_addon", "cloudwatch_observability")]
+    assert addon["addon_name"] == "amazon-cloudwatch-observability"
+    assert addon["count"] == "${var.enable_container_insights ? 1 : 0}"
+    assert mod.variables["enable_container_insights"]["default"] is False
+    (assoc,) = block(addon, "pod_identity_association")
+    assert assoc["service_account"] == "cloudwatch-agent"
+    attach = mod.resources[("aws_iam_role_policy_attachment", "cloudwatch_agent")]
+    assert attach["policy_arn"].endswith("policy/CloudWatchAgentServerPolicy")

@@ -61,7 +61,7 @@ def test_worker_shape_rendezvous_and_policy():
     assert ep["minReplicas"] == ep["maxReplicas"] == 4
     assert f"--rdzv-id={ep['rdzvId']}" in c["args"] and "--nnodes=4:4" in c["args"]
     assert obj["spec"]["runPolicy"]["backoffLimit"] == 0 and worker["restartPolicy"] == "Never"
-    assert "IPC_LOCK" in c["securityContext"]["capabilities"]["add"]
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}  # p5: EFA
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
     vols = {v["name"]: v for v in worker["template"]["spec"]["volumes"]}
     assert vols[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
@@ -162,3 +162,26 @@ def test_every_example_renders(tmp_path):
         job = load_job(path)
         obj = render_pytorchjob(job.spec, job.name, job.namespace, default_etcd_endpoint="etcd:2379")
         assert obj["metadata"]["name"] == f"{job.name}-a1", path
+
+
+# --- Pod Security (issue 10, defect 7); the admission verdicts are in test_pod_security.py --------
+def _pod(obj):
+    return obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("itype", ["cpu", "p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge"])
+def test_workers_run_non_root_with_runtime_default_seccomp_and_no_token(itype):
+    extra = {"processesPerNode": 2} if itype == "cpu" else {}
+    spec = _spec(cluster={"instanceType": itype, "nodes": 1, **extra}, fsdp={"mixedPrecision": "fp32"},
+                 training={"globalBatchTokens": 4096 * 8})
+    pod = _pod(_render(spec))
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 65532  # the trainer image's user (Dockerfile ARG UID)
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is False
+    sc = pod["containers"][0]["securityContext"]
+    assert sc["capabilities"]["drop"] == ["ALL"] and not sc["privileged"]
+    if itype == "cpu":  # nothing added, no escalation: the restricted level
+        assert "add" not in sc["capabilities"] and sc["allowPrivilegeEscalation"] is False
+    else:  # EFA: IPC_LOCK only, effective for the non-root user through the image's file capability
+        assert sc["capabilities"]["add"] == ["IPC_LOCK"] and sc["allowPrivilegeEscalation"] is True

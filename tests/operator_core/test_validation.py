@@ -84,3 +84,93 @@ def test_cli_validate_exit_codes(tmp_path):
     wrong_kind = tmp_path / "pod.yaml"
     wrong_kind.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n")
     assert "exactly one" in _cli("validate", str(wrong_kind)).stderr
+
+
+# --- Defaults derived from the rest of the spec (issue 10, defect 3) -----------------------------
+MINIMAL_CPU = {"model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu"}}
+
+
+def test_short_run_without_warmup_is_valid_and_warms_up_for_a_tenth():
+    spec = validate({**MINIMAL_CPU, "training": {"maxSteps": 12}}, "job")
+    assert spec.training.warmup_steps == 1  # 10% of 12, below maxSteps
+    assert validate({**MINIMAL_CPU, "training": {"maxSteps": 5000}}, "job").training.warmup_steps == 100
+
+
+def test_tiny_on_cpu_defaults_to_one_micro_step_of_its_own_context():
+    spec = validate(MINIMAL_CPU, "job")
+    # tiny's context is 256 tokens (data/models.yaml), the cpu type runs 2 workers (data/instances.yaml):
+    # one sequence per worker per step, so a step is a fraction of a second, not minutes.
+    assert spec.data.seq_len == 256
+    assert spec.training.global_batch_tokens == 256 * 1 * 2
+
+
+def test_gpu_default_batch_fits_any_worker_count():
+    # 3 × p5 = 24 GPUs at seqLen 4096: one micro-step is 98,304 tokens, which 4 Mi does not divide;
+    # the default is the nearest multiple of it (43 micro-steps), so the spec stays valid.
+    spec = validate({"model": {"preset": "llama2-7b"}, "data": {"seqLen": 4096},
+                     "cluster": {"instanceType": "p5.48xlarge", "nodes": 3}}, "job")
+    assert spec.training.global_batch_tokens == 43 * 4096 * 24
+    # A small custom model takes the small-model batch (0.5 Mi tokens: GPT-3's for < 1 B params).
+    small = validate({"model": {"dims": {"hiddenSize": 512, "intermediateSize": 1408, "numLayers": 8,
+                                         "numHeads": 8, "numKvHeads": 8, "vocabSize": 32000}},
+                      "data": {"seqLen": 1024}, "cluster": {"instanceType": "p5.48xlarge"}}, "job")
+    assert small.training.global_batch_tokens == 512 * 1024
+
+
+def test_explicit_values_are_kept_and_still_checked():
+    spec = validate({**MINIMAL_CPU, "data": {"seqLen": 128},
+                     "training": {"maxSteps": 40, "warmupSteps": 7, "globalBatchTokens": 2048}}, "job")
+    assert (spec.data.seq_len, spec.training.warmup_steps, spec.training.global_batch_tokens) == (128, 7, 2048)
+    with pytest.raises(InvalidJob, match="warmupSteps"):
+        validate({**MINIMAL_CPU, "training": {"maxSteps": 12, "warmupSteps": 12}}, "job")
+
+
+def test_validate_and_plan_show_the_resolved_values(tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"apiVersion": "llmtrain.dev/v1alpha1", "kind": "LLMTrainingJob",
+                                   "metadata": {"name": "short"},
+                                   "spec": {**MINIMAL_CPU, "training": {"maxSteps": 12}}}))
+    out = subprocess.run([sys.executable, "-m", "llmtrain.cli", "validate", str(job)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    lines = {line.split()[0]: line for line in out.stdout.splitlines()[2:]}
+    assert "1" in lines["training.warmupSteps"].split() and "derived:" in lines["training.warmupSteps"]
+    assert "512" in lines["training.globalBatchTokens"].split()
+    assert "derived" not in lines["training.maxSteps"]
+    plan = subprocess.run([sys.executable, "-m", "llmtrain.cli", "plan", str(job), "--output", "json"],
+                          capture_output=True, text=True)
+    resolved = __import__("json").loads(plan.stdout)["resolved"]
+    assert resolved["training.globalBatchTokens"]["value"] == 512 and "derived" in resolved["training.globalBatchTokens"]
+    assert resolved["training.maxSteps"] == {"value": 12}
+
+
+# --- Allow-lists (issue 10, defect 8) ----------------------------------------------------------
+def test_allow_lists_reject_other_registries_and_service_accounts():
+    from llmtrain.validation import Policy
+
+    policy = Policy(("public.ecr.aws/llmtrain", "111122223333.dkr.ecr.us-east-1.amazonaws.com/"), ("llmtrain-trainer",))
+    ok = {**MINIMAL_CPU, "cluster": {"instanceType": "cpu", "image": "public.ecr.aws/llmtrain/llmtrain-trainer:0.1.0",
+                                     "serviceAccountName": "llmtrain-trainer"}}
+    validate(ok, "job", policy=policy)
+    validate({**MINIMAL_CPU, "cluster": {"instanceType": "cpu",
+                                         "image": "111122223333.dkr.ecr.us-east-1.amazonaws.com/team/trainer@sha256:" + "a" * 64}},
+             "job", policy=policy)  # no serviceAccountName: the namespace default, always allowed
+    for image in ("docker.io/someone/miner:latest", "public.ecr.aws/llmtrain-evil/trainer:1", "public.ecr.aws/llmtrainer"):
+        with pytest.raises(InvalidJob) as err:
+            validate({**MINIMAL_CPU, "cluster": {"instanceType": "cpu", "image": image}}, "job", policy=policy)
+        (p,) = err.value.problems
+        assert p.field == "spec.cluster.image" and "public.ecr.aws/llmtrain" in p.accepted
+    with pytest.raises(InvalidJob) as err:
+        validate({**MINIMAL_CPU, "cluster": {"instanceType": "cpu", "serviceAccountName": "admin"}}, "job", policy=policy)
+    assert [p.field for p in err.value.problems] == ["spec.cluster.serviceAccountName"]
+
+
+def test_allow_lists_come_from_the_operator_environment(monkeypatch):
+    from llmtrain.validation import Policy
+
+    assert Policy.from_env({}) == Policy()  # nothing set: no restriction
+    monkeypatch.setenv(Policy.ENV_IMAGES, "public.ecr.aws/llmtrain, 1.dkr.ecr.us-east-1.amazonaws.com")
+    monkeypatch.setenv(Policy.ENV_SERVICE_ACCOUNTS, "llmtrain-trainer")
+    with pytest.raises(InvalidJob, match="spec.cluster.image"):  # validate() reads the environment
+        validate({**MINIMAL_CPU, "cluster": {"instanceType": "cpu", "image": "quay.io/x/y:1"}}, "job")
+    validate(MINIMAL_CPU, "job")

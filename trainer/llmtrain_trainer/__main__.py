@@ -28,8 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("LLMTRAIN_LOG_LEVEL", "INFO"),
                         format=f"%(asctime)s rank={os.environ.get('RANK', '0')} %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
+    from .capabilities import raise_permitted
     from .config import JobIdentity, load_spec
     from .train import run
+
+    raise_permitted()  # IPC_LOCK on EFA pods (see capabilities.py); a no-op elsewhere
 
     return run(load_spec(args.spec), JobIdentity.from_env())
 
