@@ -66,10 +66,10 @@ apt_install() {
 # cache. With env.sh sourced, `command -v etcd` is the cache's own symlink; linking bin/etcd to
 # that would make it a link to itself (issue 10, defect 2).
 system_bin() {
-    local dir real cache_real
+    local dir real cache_real search="$PATH:/usr/bin"
     cache_real="$(realpath -m "$CACHE/tools")"
     local IFS=:
-    for dir in $PATH /usr/bin; do
+    for dir in $search; do
         [[ -n "$dir" && -x "$dir/$1" && ! -d "$dir/$1" ]] || continue
         real="$(realpath -e "$dir/$1" 2>/dev/null)" || continue   # a link loop: skip it
         [[ "$real/" == "$cache_real"/* ]] && continue

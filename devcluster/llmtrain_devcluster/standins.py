@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from ..render import ATTEMPT_LABEL, JOB_LABEL, REPLICA_INDEX_LABEL
+from llmtrain.render import ATTEMPT_LABEL, JOB_LABEL, REPLICA_INDEX_LABEL
 
 
 def pytorchjob_conditions(current: list[dict], ctype: str, job: str, message: str = "") -> list[dict]:
