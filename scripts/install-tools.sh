@@ -72,7 +72,8 @@ system_bin() {
     for dir in $search; do
         [[ -n "$dir" && -x "$dir/$1" && ! -d "$dir/$1" ]] || continue
         real="$(realpath -e "$dir/$1" 2>/dev/null)" || continue   # a link loop: skip it
-        [[ "$real/" == "$cache_real"/* ]] && continue
+        # Neither a link inside the cache (bin/etcd itself) nor anything resolving into it.
+        [[ "$(realpath -m "$dir")/" == "$cache_real"/* || "$real/" == "$cache_real"/* ]] && continue
         echo "$dir/$1"
         return 0
     done
@@ -131,7 +132,7 @@ mod_dir() {
     (cd "$1" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly "$(go_bin)" mod download -json "$2") |
         sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
 }
-mod_version() { sed -n "s|^[[:space:]]*$2 \(v[^[:space:]]*\).*|\1|p" "$1/go.mod" | head -n1; }
+mod_version() { sed -n "s|^[[:space:]]*\(require[[:space:]]*\)\{0,1\}$2 \(v[^[:space:]]*\).*|\2|p" "$1/go.mod" | head -n1; }
 KWOK_VERSION="$(mod_version "$KWOK_MOD" sigs.k8s.io/kwok)"
 TO_VERSION="$(mod_version "$TO_MOD" github.com/kubeflow/training-operator)"
 [[ "$TO_VERSION" == "$TRAINING_OPERATOR_VERSION" ]] ||

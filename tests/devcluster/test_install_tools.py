@@ -48,21 +48,26 @@ def _system(name: str) -> Path:
     return Path(found).resolve()
 
 
-def test_make_tools_twice_with_env_sh_sourced_keeps_the_system_links(tmp_path):
-    dest = _scratch_cache(tmp_path)
-    first = _install(tmp_path, source_env=False)
-    assert first.returncode == 0, first.stderr
-    for _ in range(2):
-        r = _install(tmp_path, source_env=True)
-        assert r.returncode == 0, r.stderr
+def _assert_system_links(dest: Path, tmp_path: Path, when: str) -> None:
     for name in SYSTEM_LINKED:
         link = dest / "bin" / name
         target = Path(os.readlink(link))
         # Points at the system binary, never back into the tools cache (itself).
-        assert not str(target).startswith(str(tmp_path)), f"bin/{name} -> {target}"
-        assert link.resolve() == _system(name), f"bin/{name} -> {target}"
+        assert not str(target).startswith(str(tmp_path)), f"{when}: bin/{name} -> {target}"
+        assert link.resolve() == _system(name), f"{when}: bin/{name} -> {target}"
     out = subprocess.run([dest / "bin" / "etcd", "--version"], capture_output=True, text=True)
-    assert out.returncode == 0 and "etcd Version" in out.stdout
+    assert out.returncode == 0 and "etcd Version" in out.stdout, f"{when}: {out.stderr}"
+
+
+def test_make_tools_twice_with_env_sh_sourced_keeps_the_system_links(tmp_path):
+    dest = _scratch_cache(tmp_path)
+    first = _install(tmp_path, source_env=False)
+    assert first.returncode == 0, first.stderr
+    _assert_system_links(dest, tmp_path, "after the first run")
+    for i in (1, 2):
+        r = _install(tmp_path, source_env=True)
+        assert r.returncode == 0, r.stderr
+        _assert_system_links(dest, tmp_path, f"after sourced run {i}")
 
 
 def test_a_cache_already_broken_by_the_old_script_is_repaired(tmp_path):
