@@ -130,7 +130,8 @@ def kwok_config(stages_dir: Path, *, server_address: str, parallelism: int = 4) 
             "podPlayStageParallelism": parallelism,
             "podsOnNodeSyncParallelism": parallelism,
             "enablePodsOnNodeSyncListPager": True,
-            "enablePodsOnNodeSyncStreamWatch": True,
+            # A stream watch is a WatchList (sendInitialEvents), which the API server has off.
+            "enablePodsOnNodeSyncStreamWatch": False,
         },
     }
     docs = [yaml.safe_dump(options, sort_keys=False)]

@@ -11,7 +11,7 @@ import time
 import uuid
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 
 from llmtrain_devcluster.chain import FAIL_EXIT_CODE_ANNOTATION, FAIL_POD_LABEL
 from llmtrain_devcluster.process import wait_until
@@ -81,6 +81,24 @@ class Chain:
         self.core.patch_namespaced_pod(name, ns, {"metadata": {
             "labels": {FAIL_POD_LABEL: "true"},
             "annotations": {FAIL_EXIT_CODE_ANNOTATION: str(exit_code)}}})
+
+    def fail_pod_and_watch(self, ns: str, name: str, exit_code: int = 137, timeout: int = 60):
+        """Fail pod ``name`` through kwok and return the pod as it was when it turned Failed.
+
+        Watched, not polled: the training-operator deletes every pod of a failed job at once, so
+        a Failed pod may exist for only milliseconds."""
+        rv = self.core.list_namespaced_pod(ns, field_selector=f"metadata.name={name}").metadata.resource_version
+        self.fail_pod(ns, name, exit_code)
+        w = watch.Watch()
+        try:
+            for ev in w.stream(self.core.list_namespaced_pod, ns, field_selector=f"metadata.name={name}",
+                               resource_version=rv, timeout_seconds=timeout):
+                pod = ev["object"]
+                if pod.status.phase == "Failed":
+                    return pod
+        finally:
+            w.stop()
+        raise AssertionError(f"pod {ns}/{name} never turned Failed within {timeout}s")
 
     def ptj(self, ns: str, name: str) -> dict:
         return self.custom.get_namespaced_custom_object(*PTJ[:2], ns, PTJ[2], name)

@@ -63,14 +63,9 @@ def test_pod_failure_on_p5_nodes_starts_attempt_2(chain_cluster, chain, chain_ns
     # kwok fails worker 0's container; the training-operator fails the PyTorchJob (backoffLimit 0)
     # and deletes its pods, so what the failure looked like is recorded first.
     victim = sorted(pods, key=lambda p: p.metadata.name)[0]
-    chain.fail_pod(chain_ns, victim.metadata.name, exit_code=137)
-
-    def terminated():
-        p = chain.core.read_namespaced_pod(victim.metadata.name, chain_ns)
-        states = [c.state.terminated for c in p.status.container_statuses or [] if c.state.terminated]
-        return (p, states[0]) if p.status.phase == "Failed" and states else None
-
-    failed_pod, term = wait_for(terminated, 60, f"{victim.metadata.name} Failed by kwok")
+    failed_pod = chain.fail_pod_and_watch(chain_ns, victim.metadata.name, exit_code=137)
+    term = next(c.state.terminated for c in failed_pod.status.container_statuses
+                if c.state.terminated)
     assert term.exit_code == 137 and failed_pod.spec.node_name == victim.spec.node_name
     wait_for(lambda: chain.ptj_condition(chain_ns, a1, "Failed"), 60,
              f"PyTorchJob {a1} Failed (by the training-operator)")

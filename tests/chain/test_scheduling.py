@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
+from kubernetes.utils import parse_quantity
 
 from llmtrain.catalog import instance_type
 from llmtrain.render import INSTANCE_TYPE_LABEL, render_pytorchjob
@@ -40,7 +41,9 @@ def test_catalog_shapes_the_kwok_nodes(chain):
         cap = node.status.capacity
         assert cap["nvidia.com/gpu"] == str(inst.gpus_per_node)
         assert cap["vpc.amazonaws.com/efa"] == str(inst.efa_interfaces)
-        assert cap["hugepages-2Mi"] == inst.hugepages_2mi
+        assert parse_quantity(cap["hugepages-2Mi"]) == parse_quantity(inst.hugepages_2mi)
+        assert parse_quantity(cap["memory"]) == inst.memory_gib * 2**30
+        assert cap["cpu"] == str(inst.vcpus)
         assert {(t_.key, t_.effect) for t_ in node.spec.taints} == {
             ("nvidia.com/gpu", "NoSchedule"), ("vpc.amazonaws.com/efa", "NoSchedule")}
         assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
