@@ -38,6 +38,7 @@ STATE = ROOT / os.environ.get("DEV_CLUSTER_STATE", ".dev-cluster")
 JOB_FILE = ROOT / "examples" / "tiny-cpu.yaml"
 P5_JOB_FILE = ROOT / "examples" / "llama2-7b-p5.yaml"
 NAMESPACE = "demo"
+CHART_NAMESPACE = os.environ.get("CHART_NAMESPACE", "llmtrain-system")
 P5_NAMESPACE = "demo-p5"
 
 
@@ -60,10 +61,6 @@ def main() -> int:
 
     chain = cluster.chain
     kubectl("create", "namespace", NAMESPACE, check=False)
-    kubectl("delete", "llmtj", name, "-n", NAMESPACE, "--ignore-not-found", "--wait=true")
-    kubectl("delete", "pods", "-l", f"llmtrain.dev/job={name}", "-n", NAMESPACE, "--ignore-not-found",
-            "--wait=true")
-    shutil.rmtree(job["spec"]["checkpoint"]["uri"].removeprefix("file://"), ignore_errors=True)
 
     say("operator: running with the Helm release's ServiceAccount token")
     trainer_port, liveness, metrics = free_port(), free_port(), free_port()
@@ -84,8 +81,21 @@ def main() -> int:
                 return False
         wait_for(healthy, 60, "the operator")
         print(f"operator healthy; log: {log_path}")
+        # A previous run's job carries the operator's finalizer: delete it while the operator runs.
+        kubectl("delete", "llmtj", name, "-n", NAMESPACE, "--ignore-not-found", "--wait=true")
+        kubectl("delete", "pods", "-l", f"llmtrain.dev/job={name}", "-n", NAMESPACE,
+                "--ignore-not-found", "--wait=true")
+        shutil.rmtree(job["spec"]["checkpoint"]["uri"].removeprefix("file://"), ignore_errors=True)
         if chain:
+            # The operator runs here as a local process; the release's own Deployment would only
+            # be a pretend replica on a simulated node (and take the CPU node the job needs).
+            kubectl("scale", "deployment", "-n", CHART_NAMESPACE, "-l",
+                    "app.kubernetes.io/name=llmtrain-operator", "--replicas=0")
             p5_on_simulated_nodes(cluster)
+            # The CPU job's pod needs a node without GPU taints: one simulated "cpu" node.
+            if not kubectl("get", "nodes", "-l", "node.kubernetes.io/instance-type=cpu",
+                           "-o", "name").stdout.strip():
+                cluster.add_nodes({"cpu": 1})
 
         say(f"kubectl apply -f {JOB_FILE.relative_to(ROOT)}")
         print(kubectl("apply", "-n", NAMESPACE, "-f", str(JOB_FILE)).stdout.strip())
@@ -97,7 +107,9 @@ def main() -> int:
         container["env"] = [e for e in container["env"] if e["name"] != "LLMTRAIN_SPEC"] + [
             {"name": "LLMTRAIN_SPEC", "value": "<the job's spec as JSON>"}]
         print(yaml.safe_dump({"spec": obj["spec"]}, sort_keys=False))
-        wait_for(lambda: "Pending" in kubectl("get", "llmtj", name, "-n", NAMESPACE).stdout, 30, "Pending")
+        # On the chain its pod may already run by now: Running is as good as Pending here.
+        wait_for(lambda: any(p in kubectl("get", "llmtj", name, "-n", NAMESPACE).stdout
+                             for p in ("Pending", "Running") if chain or p == "Pending"), 30, "Pending")
         print(kubectl("get", "llmtj", "-n", NAMESPACE).stdout)
 
         pod = f"{ptj}-worker-0"
@@ -161,7 +173,8 @@ def p5_on_simulated_nodes(cluster: DevCluster) -> None:
     print(kubectl("get", "nodes", "-L", "node.kubernetes.io/instance-type", "-o",
                   "custom-columns=NODE:.metadata.name,TYPE:.metadata.labels.node\\.kubernetes\\.io/"
                   "instance-type,GPU:.status.allocatable.nvidia\\.com/gpu,"
-                  "EFA:.status.allocatable.vpc\\.amazonaws\\.com/efa,STATUS:.status.conditions[-1].type"
+                  "EFA:.status.allocatable.vpc\\.amazonaws\\.com/efa,"
+                  "READY:.status.conditions[?(@.type==\"Ready\")].status"
                   ).stdout)
     kubectl("create", "namespace", P5_NAMESPACE, check=False)
     kubectl("delete", "llmtj", name, "-n", P5_NAMESPACE, "--ignore-not-found", "--wait=true")
