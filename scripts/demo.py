@@ -192,7 +192,7 @@ def p5_on_simulated_nodes(cluster: DevCluster) -> None:
         return len(phases) == nodes and set(phases) == {"Running"}
 
     wait_for(pods_running, 120, f"{nodes} pods of {ptj} Running")
-    say(f"its pods, scheduled by kube-scheduler onto the simulated p5 nodes (kubectl get pods -o wide)")
+    say("its pods, scheduled by kube-scheduler onto the simulated p5 nodes (kubectl get pods -o wide)")
     print(kubectl("get", "pods", "-n", P5_NAMESPACE, "-o", "custom-columns=POD:.metadata.name,"
                   "STATUS:.status.phase,NODE:.spec.nodeName,GPU:.spec.containers[0].resources."
                   "requests.nvidia\\.com/gpu,EFA:.spec.containers[0].resources.requests."

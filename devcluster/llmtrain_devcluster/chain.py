@@ -15,9 +15,8 @@ training-operator, all pinned binaries from ``make tools`` (see :mod:`.tools`).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Mapping
 
 import yaml
 
@@ -141,7 +140,3 @@ def kwok_config(stages_dir: Path, *, server_address: str, parallelism: int = 4) 
             raise ValueError(f"{rel} in {stages_dir} is not a kwok Stage")
         docs.append(text.strip() + "\n")
     return "---\n".join(docs)
-
-
-def dump_manifests(objs: Iterable[dict]) -> str:
-    return "\n".join(json.dumps(o) for o in objs)

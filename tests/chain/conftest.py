@@ -7,7 +7,6 @@ pods, the scheduler binds them, kwok runs them (and fails one on request, via it
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
@@ -122,7 +121,3 @@ class Chain:
 def chain(chain_cluster):
     with chain_cluster.api_client() as api:
         yield Chain(api)
-
-
-def now() -> float:
-    return time.monotonic()

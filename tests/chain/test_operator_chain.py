@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from llmtrain.render import pytorchjob_name
-from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from llmtrain.spec import GROUP, PLURAL, VERSION
 from llmtrain_devcluster.process import free_port
 from operator_core.conftest import OperatorProcess
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kubernetes import client
 from kubernetes.utils import parse_quantity
 
 from llmtrain.catalog import instance_type
