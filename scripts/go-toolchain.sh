@@ -46,7 +46,8 @@ if [[ -n "$have" ]] && at_least "$have" "$NEED"; then
     echo "$candidate"
     exit 0
 fi
-log "${candidate}: ${have:+go$have is older than the go$NEED the tools modules need}${have:-not a working go}; bootstrapping $GO_TOOLCHAIN_VERSION"
+if [[ -n "$have" ]]; then why="go$have is older than the go$NEED the tools modules need"; else why="not a working go"; fi
+log "$candidate: $why; bootstrapping $GO_TOOLCHAIN_VERSION"
 at_least "${GO_TOOLCHAIN_VERSION#go}" "$NEED" ||
     die "pinned $GO_TOOLCHAIN_VERSION (tools/go/pins.env) is older than go$NEED; bump it"
 
