@@ -1,18 +1,23 @@
 # Dev-cluster tooling (owned by the local-control-plane work; included by the top Makefile).
 # Needs from the top Makefile: VENV, PY and the $(VENV)/.installed target.
 DEV_CLUSTER_STATE ?= .dev-cluster
-# e.g. DEV_CLUSTER_FLAGS="--no-project-crd --crd extra.yaml"
+# e.g. DEV_CLUSTER_FLAGS="--no-project-crd --crd extra.yaml --nodes p5.48xlarge=4"
 DEV_CLUSTER_FLAGS ?=
+# chain: + kube-scheduler, kwok GPU nodes, training-operator; light: control plane only
+DEV_CLUSTER_MODE ?= chain
 
 .PHONY: tools dev-cluster dev-cluster-down dev-cluster-status
 
-## tools: build/install the pinned kube-apiserver, controller-manager, kubectl, etcd, helm, promtool
+## tools: build/install the pinned kube-apiserver, controller-manager, scheduler, kubectl, kwok,
+## training-operator, etcd, helm, promtool (bootstraps the pinned Go when go is missing or old)
 tools:
 	bash scripts/install-tools.sh
 
-## dev-cluster: start a local control plane (etcd + apiserver + controller-manager) in $(DEV_CLUSTER_STATE)
+## dev-cluster: start a local cluster in $(DEV_CLUSTER_STATE): etcd + apiserver + controller-manager,
+## and with DEV_CLUSTER_MODE=chain (default) kube-scheduler, kwok GPU nodes and training-operator
 dev-cluster: tools $(VENV)/.installed
-	$(PY) -m llmtrain_devcluster up --state-dir $(DEV_CLUSTER_STATE) $(DEV_CLUSTER_FLAGS)
+	$(PY) -m llmtrain_devcluster up --state-dir $(DEV_CLUSTER_STATE) \
+		$(if $(filter chain,$(DEV_CLUSTER_MODE)),--chain,) $(DEV_CLUSTER_FLAGS)
 
 ## dev-cluster-down: stop it, leaving no process behind
 dev-cluster-down:

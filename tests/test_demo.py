@@ -1,5 +1,6 @@
 """`make demo`, the README's first command, end to end: its own dev cluster (a separate state dir,
-free ports), the chart, the operator with the release's RBAC, a real CPU training run whose
+free ports; chain mode: scheduler, kwok nodes, training-operator), the chart, the operator with the
+release's RBAC, a p5 job's pods Running on simulated p5 nodes, a real CPU training run whose
 progress reaches the job's status. Torn down afterwards."""
 
 import shutil
@@ -20,6 +21,11 @@ def test_make_demo_runs_the_whole_path():
         out = run.stdout + run.stderr
         assert run.returncode == 0, out[-4000:]
         assert "rdzvId: demo-tiny-cpu-" in out  # the rendered PyTorchJob was shown
+        # The p5 job's two pods were scheduled onto the two simulated p5.48xlarge nodes, Running.
+        p5_rows = [line.split() for line in out.splitlines() if line.startswith("llama2-7b-p5-a1-worker-")]
+        assert len(p5_rows) == 2, out[-4000:]
+        assert all(r[1] == "Running" and r[2].startswith("kwok-p5-48xlarge-") for r in p5_rows), p5_rows
+        assert len({r[2] for r in p5_rows}) == 2, p5_rows
         final = out.split("final status")[1]
         row = next(line for line in final.splitlines() if line.startswith("tiny-cpu"))
         cols = row.split()

@@ -1,4 +1,4 @@
-"""``python -m llmtrain_devcluster up|down|status [--state-dir .dev-cluster]``."""
+"""``python -m llmtrain_devcluster up|down|status [--state-dir .dev-cluster] [--chain]``."""
 
 from __future__ import annotations
 
@@ -6,9 +6,24 @@ import argparse
 import json
 import sys
 
+from .chain import DEFAULT_NODES
 from .cluster import DevCluster
 from .process import DevClusterError
 from .tools import ToolNotFoundError
+
+
+def _nodes(text: str) -> dict[str, int]:
+    from llmtrain.catalog import instance_types
+
+    known = instance_types()
+    out = {}
+    for item in filter(None, text.split(",")):
+        name, _, count = item.partition("=")
+        if name not in known or not count.isdigit():
+            raise argparse.ArgumentTypeError(
+                f"{item!r}: expected INSTANCE_TYPE=COUNT with INSTANCE_TYPE one of {', '.join(known)}")
+        out[name] = int(count)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,8 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-project-crd", action="store_true",
                     help="don't install llmtrain.crd.crd_manifest()")
     ap.add_argument("--json", action="store_true", help="status as JSON")
+    ap.add_argument("--chain", action="store_true",
+                    help="also run kube-scheduler, kwok GPU nodes and the training-operator")
+    ap.add_argument("--nodes", type=_nodes, default=None, metavar="TYPE=N,...",
+                    help="kwok nodes for --chain, e.g. p5.48xlarge=2,p4de.24xlarge=1 "
+                         "(default: %s)" % ",".join(f"{k}={v}" for k, v in DEFAULT_NODES.items()))
     args = ap.parse_args(argv)
-    cluster = DevCluster(args.state_dir)
+    cluster = DevCluster(args.state_dir, chain=True if args.chain else None, nodes=args.nodes)
     try:
         if args.command == "up":
             already = cluster.is_running()

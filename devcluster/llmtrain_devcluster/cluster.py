@@ -2,8 +2,10 @@
 
 Everything listens on free 127.0.0.1 ports, uses certificates generated into ``state_dir``,
 runs with ``--authorization-mode=Node,RBAC`` and a controller-manager that runs the garbage
-collector, namespace, service-account and token controllers. There are no nodes: pods stay
-Pending, which is what operator/chart tests need (objects, RBAC, GC, CRD validation).
+collector, namespace, service-account and token controllers. In the light mode (default) there
+are no nodes: pods stay Pending, which is what operator/chart tests need (objects, RBAC, GC, CRD
+validation). ``chain=True`` adds kube-scheduler, kwok-simulated GPU nodes and the Kubeflow
+training-operator (see :mod:`.chain`), so PyTorchJobs get real pods that are scheduled and run.
 
 Readiness is always polled (``/health``, ``/readyz``, ``/healthz``), never slept for.
 """
@@ -34,7 +36,8 @@ from .process import (
     wait_until,
     write_pids,
 )
-from .tools import find_tool, pytorchjob_crd_path
+from . import chain as chain_mod
+from .tools import find_tool, kwok_stages_dir, pytorchjob_crd_path
 
 __all__ = ["DevCluster", "start_etcd", "stop_process", "KubectlError"]
 
@@ -43,8 +46,15 @@ SERVICE_IP = "10.0.0.1"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 CLUSTER_NAME = "llmtrain-dev"
 
-# Components are stopped in this order (reverse of start).
-_COMPONENTS = ("kube-controller-manager", "kube-apiserver", "etcd")
+# Components start in this order and stop in reverse; the chain ones only with chain=True.
+_LIGHT = ("etcd", "kube-apiserver", "kube-controller-manager")
+_CHAIN = ("kube-scheduler", "training-operator", "kwok")
+_STOP_ORDER = tuple(reversed(_LIGHT + _CHAIN))
+# training-operator v1.9.3 keeps its webhook Secret here and its cert rotator only checks that
+# a serving cert exists at a hard-coded path (pkg/cert: "/tmp/k8s-webhook-server/serving-certs").
+TRAINING_OPERATOR_NAMESPACE = "kubeflow"
+TRAINING_OPERATOR_SECRET = "training-operator-webhook-cert"
+TRAINING_OPERATOR_ROTATOR_CERT = Path("/tmp/k8s-webhook-server/serving-certs/tls.crt")
 
 # Controllers that need nodes, a cloud provider or volumes/kubelets; they only add noise here.
 # Everything else stays on (garbage-collector, namespace, serviceaccount, serviceaccount-token,
@@ -185,10 +195,37 @@ class DevCluster:
     >>> c.down()                               # doctest: +SKIP
     """
 
-    def __init__(self, state_dir: Path | str, *, verbosity: int = 1):
+    def __init__(
+        self,
+        state_dir: Path | str,
+        *,
+        verbosity: int = 1,
+        chain: bool | None = None,
+        nodes: dict[str, int] | None = None,
+    ):
+        """``chain=True`` adds kube-scheduler, kwok nodes (``nodes``: ``{instance_type: count}``,
+        default :data:`.chain.DEFAULT_NODES`) and the training-operator. ``chain=None``: whatever
+        the cluster running from ``state_dir`` was started with (light when there is none)."""
         self.state_dir = Path(state_dir).resolve()
         self.verbosity = verbosity
+        self._chain = chain
+        self._nodes = nodes
         self._procs: dict[str, subprocess.Popen] = {}
+
+    @property
+    def chain(self) -> bool:
+        if self._chain is not None:
+            return self._chain
+        return bool(self._info().get("chain"))
+
+    @property
+    def nodes(self) -> dict[str, int]:
+        """The kwok nodes ``up()`` registers in chain mode."""
+        return dict(self._nodes if self._nodes is not None else chain_mod.DEFAULT_NODES)
+
+    @property
+    def components(self) -> tuple[str, ...]:
+        return _LIGHT + (_CHAIN if self.chain else ())
 
     # ----- paths ---------------------------------------------------------------------------
     @property
@@ -256,6 +293,8 @@ class DevCluster:
         try:
             self._start(timeout)
             self.install_crds(self._default_crds(install_project_crd) + list(extra_crds))
+            if self.chain:
+                self._start_chain(timeout)
         except BaseException:
             self.down()
             raise
@@ -277,7 +316,8 @@ class DevCluster:
 
         api_port = free_port()
         server = f"https://127.0.0.1:{api_port}"
-        self._info_file.write_text(json.dumps({"server": server, "etcd": etcd_url}, indent=2))
+        self._info_file.write_text(json.dumps(
+            {"server": server, "etcd": etcd_url, "chain": self.chain}, indent=2))
         self._write_kubeconfigs(server)
         api_cmd = [
             apiserver_bin,
@@ -300,8 +340,14 @@ class DevCluster:
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--proxy-client-cert-file={p / 'front-proxy-client.crt'}",
             f"--proxy-client-key-file={p / 'front-proxy-client.key'}",
-            # No nodes: don't try to publish 127.0.0.1 as the kubernetes service endpoint.
+            # No real nodes: don't try to publish 127.0.0.1 as the kubernetes service endpoint.
             "--endpoint-reconciler-type=none",
+            # 1.35 serves resourceVersion=0 watches (kwok's, client-go's) as WatchList streams,
+            # which etcd 3.4 cannot serve: they hang. Plain list+watch works everywhere.
+            "--feature-gates=WatchList=false",
+            # Otherwise every new Node gets node.kubernetes.io/not-ready:NoSchedule, which only
+            # the node-lifecycle controller (off here: no kubelets) would remove.
+            "--disable-admission-plugins=TaintNodesByCondition",
             "--allow-privileged=true",
             "--profiling=false",
             f"--v={self.verbosity}",
@@ -367,7 +413,7 @@ class DevCluster:
         for name, proc in self._procs.items():
             records.setdefault(name, pid_record(proc))
         errors = []
-        for name in _COMPONENTS:
+        for name in _STOP_ORDER:
             rec = records.get(name)
             if not rec:
                 continue
@@ -388,9 +434,9 @@ class DevCluster:
         return {n: r["pid"] for n, r in read_pids(self._pids_file).items()}
 
     def is_running(self) -> bool:
-        """All three components are alive and the API server answers /readyz."""
+        """All components of this mode are alive and the API server answers /readyz."""
         recs = read_pids(self._pids_file)
-        if set(recs) != set(_COMPONENTS) or not all(is_running(r) for r in recs.values()):
+        if set(recs) != set(self.components) or not all(is_running(r) for r in recs.values()):
             return False
         try:
             return http_get(f"{self.server}/readyz", context=self._admin_ssl_context()) == (200, "ok")
@@ -421,6 +467,133 @@ class DevCluster:
     def __exit__(self, *exc) -> None:
         self.down()
 
+    # ----- chain mode: kube-scheduler, training-operator, kwok nodes ------------------------
+    def _start_chain(self, timeout: float) -> None:
+        sched_bin = find_tool("kube-scheduler")
+        to_bin = find_tool("training-operator")
+        kwok_bin = find_tool("kwok")
+        stages = kwok_stages_dir()
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE  # self-signed serving certs; loopback only
+        info = self._info()
+
+        port = free_port()
+        kc = self.state_dir / "scheduler.kubeconfig"
+        sched = _popen([
+            sched_bin, f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}",
+            f"--authorization-kubeconfig={kc}", "--bind-address=127.0.0.1", f"--secure-port={port}",
+            "--leader-elect=false", f"--v={self.verbosity}",
+        ], self.logs_dir / "kube-scheduler.log")
+        self._procs["kube-scheduler"] = sched
+        self._save_pids()
+        self._wait_ready(
+            "kube-scheduler", sched,
+            lambda: http_get(f"https://127.0.0.1:{port}/healthz", context=insecure) == (200, "ok"),
+            timeout,
+        )
+        info["scheduler"] = f"https://127.0.0.1:{port}"
+
+        to_env, to_args = self.prepare_training_operator()
+        probe, metrics, webhook = free_port(), free_port(), free_port()
+        to = _popen([
+            to_bin, "--enable-scheme=pytorchjob",
+            f"--health-probe-bind-address=127.0.0.1:{probe}",
+            f"--metrics-bind-address=127.0.0.1:{metrics}",
+            # controller-runtime binds the webhook server on all interfaces; no flag for the host.
+            f"--webhook-server-port={webhook}",
+            *to_args,
+        ], self.logs_dir / "training-operator.log", env=to_env)
+        self._procs["training-operator"] = to
+        self._save_pids()
+        self._wait_ready(
+            "training-operator", to,
+            lambda: http_get(f"http://127.0.0.1:{probe}/readyz")[0] == 200,
+            timeout,
+        )
+        info["training_operator_metrics"] = f"http://127.0.0.1:{metrics}/metrics"
+
+        kwok_dir = self.state_dir / "kwok"
+        kwok_dir.mkdir(parents=True, exist_ok=True)
+        kport = free_port()
+        cfg = kwok_dir / "kwok.yaml"
+        cfg.write_text(chain_mod.kwok_config(stages, server_address=f"127.0.0.1:{kport}"))
+        kwok_env = dict(os.environ, KWOK_WORKDIR=str(kwok_dir))  # no ~/.kwok config mixed in
+        kw = _popen([kwok_bin, f"--kubeconfig={self.kubeconfig}", f"--config={cfg}"],
+                    self.logs_dir / "kwok.log", env=kwok_env)
+        self._procs["kwok"] = kw
+        self._save_pids()
+        self._wait_ready(
+            "kwok", kw, lambda: http_get(f"http://127.0.0.1:{kport}/healthz")[0] == 200, timeout
+        )
+        info["kwok"] = f"http://127.0.0.1:{kport}"
+        self._info_file.write_text(json.dumps(info, indent=2))
+        self.add_nodes(self.nodes, timeout=timeout)
+
+    def prepare_training_operator(self) -> tuple[dict, list[str]]:
+        """What training-operator needs before it starts: its namespace, the (empty) Secret its
+        cert rotator fills, and serving-cert files for its webhook server, kept in the state dir
+        (TMPDIR points controller-runtime's default cert dir there). Returns (env, extra args)."""
+        from kubernetes import client
+
+        ns, secret = TRAINING_OPERATOR_NAMESPACE, TRAINING_OPERATOR_SECRET
+        with self.api_client() as api:
+            core = client.CoreV1Api(api)
+            for create, body in (
+                (lambda b: core.create_namespace(b), {"metadata": {"name": ns}}),
+                (lambda b: core.create_namespaced_secret(ns, b), {"metadata": {"name": secret}}),
+            ):
+                try:
+                    create(body)
+                except client.ApiException as e:
+                    if e.status != 409:
+                        raise
+        tmp = self.state_dir / "training-operator" / "tmp"
+        certs = tmp / "k8s-webhook-server" / "serving-certs"
+        certs.mkdir(parents=True, exist_ok=True)
+        self._ca().issue_to_files(
+            certs / "tls.crt", certs / "tls.key", "training-operator", server=True,
+            dns=(f"training-operator.{ns}.svc", "localhost"), ips=("127.0.0.1",),
+        )
+        # The rotator stats this literal path (not TMPDIR's) before it reports ready; only the
+        # public certificate goes there, and only when nothing is there yet.
+        if not TRAINING_OPERATOR_ROTATOR_CERT.exists():
+            TRAINING_OPERATOR_ROTATOR_CERT.parent.mkdir(parents=True, exist_ok=True)
+            TRAINING_OPERATOR_ROTATOR_CERT.write_bytes((certs / "tls.crt").read_bytes())
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), TMPDIR=str(tmp),
+                   MY_POD_NAMESPACE=ns)
+        return env, []
+
+    def add_nodes(self, shapes: dict[str, int], *, timeout: float = 120.0) -> list[str]:
+        """Register kwok nodes ``{instance_type: count}`` (numbered after the existing ones of
+        each type) and wait until kwok reports them Ready."""
+        from kubernetes import client
+
+        with self.api_client() as api:
+            core = client.CoreV1Api(api)
+            existing = core.list_node(label_selector="type=kwok").items
+            start = {t: sum(1 for n in existing
+                            if n.metadata.labels.get(chain_mod.INSTANCE_TYPE_LABEL) == t)
+                     for t in shapes}
+            names = []
+            for node in chain_mod.node_manifests(shapes, start):
+                core.create_node(node)
+                names.append(node["metadata"]["name"])
+
+            def ready() -> bool:
+                for name in names:
+                    conds = core.read_node(name).status.conditions or []
+                    if not any(c.type == "Ready" and c.status == "True" for c in conds):
+                        return False
+                return True
+
+            def fail(msg: str) -> Exception:
+                log = self.logs_dir / "kwok.log"
+                return DevClusterError(f"kwok nodes {msg}\n--- tail of {log} ---\n{log_tail(log)}")
+
+            wait_until(ready, timeout=timeout, what=f"{len(names)} kwok nodes Ready", on_fail=fail)
+        return names
+
     # ----- PKI / kubeconfigs ---------------------------------------------------------------
     def _write_pki(self) -> None:
         p = self.pki_dir
@@ -436,6 +609,7 @@ class DevCluster:
                           orgs=("system:masters",), client=True)
         ca.issue_to_files(p / "controller-manager.crt", p / "controller-manager.key",
                           "system:kube-controller-manager", client=True)
+        ca.issue_to_files(p / "scheduler.crt", p / "scheduler.key", "system:kube-scheduler", client=True)
         pki.write_service_account_keypair(p / "sa.key", p / "sa.pub")
         # Front-proxy (aggregation layer) CA: the controller-manager's delegated authentication
         # reads it from kube-system/extension-apiserver-authentication and errors without it.
@@ -460,6 +634,9 @@ class DevCluster:
                               "system:kube-controller-manager",
                               (p / "controller-manager.crt").read_bytes(),
                               (p / "controller-manager.key").read_bytes(), server)
+        self._cert_kubeconfig(self.state_dir / "scheduler.kubeconfig", "system:kube-scheduler",
+                              (p / "scheduler.crt").read_bytes(), (p / "scheduler.key").read_bytes(),
+                              server)
 
     def _admin_ssl_context(self) -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=str(self.pki_dir / "ca.crt"))

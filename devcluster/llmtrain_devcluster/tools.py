@@ -3,12 +3,14 @@
 Layout (outside the repo, shared by every clone on the machine)::
 
     ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/<key>/bin/{kube-apiserver,kube-controller-manager,
-                                                         kubectl,etcd,helm,promtool}
+                                     kube-scheduler,kubectl,kwok,training-operator,etcd,helm,promtool}
     ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/<key>/crds/kubeflow.org_pytorchjobs.yaml
+    ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/<key>/kwok/stages/{node,pod}/...
     ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/current -> <key>
 
-``<key>`` is the first 16 hex digits of sha256(tools/k8s/pins.env + go.mod + go.sum), computed
-here exactly as the script computes it, so a checkout always finds the tools matching its pins.
+``<key>`` is the first 16 hex digits of sha256 over the tools modules' pin files (``_KEY_FILES``,
+relative to ``tools/``), computed here exactly as the script computes it, so a checkout always
+finds the tools matching its pins.
 ``LLMTRAIN_TOOLS_DIR`` (a ``<key>`` directory) overrides the lookup.
 """
 
@@ -23,12 +25,21 @@ __all__ = [
     "find_tool",
     "tools_dir",
     "pytorchjob_crd_path",
+    "kwok_stages_dir",
     "TOOLS",
 ]
 
-TOOLS = ("kube-apiserver", "kube-controller-manager", "kubectl", "etcd", "helm", "promtool")
+TOOLS = (
+    "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl",
+    "kwok", "training-operator", "etcd", "helm", "promtool",
+)
 
-_KEY_FILES = ("pins.env", "go.mod", "go.sum")
+# Same files, same order as KEY_FILES in scripts/install-tools.sh.
+_KEY_FILES = (
+    "k8s/pins.env", "k8s/go.mod", "k8s/go.sum",
+    "kwok/go.mod", "kwok/go.sum",
+    "training-operator/go.mod", "training-operator/go.sum",
+)
 _HINT = "run `make tools` (scripts/install-tools.sh) first"
 
 
@@ -40,20 +51,20 @@ def cache_dir() -> Path:
     return Path(os.environ.get("LLMTRAIN_CACHE") or Path.home() / ".cache" / "llmtrain")
 
 
-def _repo_tools_module() -> Path | None:
-    # operator/llmtrain/devcluster/tools.py -> repo root is parents[3]
-    mod = Path(__file__).resolve().parents[3] / "tools" / "k8s"
-    return mod if all((mod / f).is_file() for f in _KEY_FILES) else None
+def _repo_tools_root() -> Path | None:
+    # devcluster/llmtrain_devcluster/tools.py -> repo root is parents[2]
+    root = Path(__file__).resolve().parents[2] / "tools"
+    return root if all((root / f).is_file() for f in _KEY_FILES) else None
 
 
-def tools_key(module_dir: Path | None = None) -> str | None:
-    """The cache key for the pins in ``module_dir`` (default: this checkout's tools/k8s)."""
-    mod = module_dir or _repo_tools_module()
-    if mod is None:
+def tools_key(tools_root: Path | None = None) -> str | None:
+    """The cache key for the pins under ``tools_root`` (default: this checkout's ``tools/``)."""
+    root = tools_root or _repo_tools_root()
+    if root is None:
         return None
     h = hashlib.sha256()
     for f in _KEY_FILES:
-        h.update((mod / f).read_bytes())
+        h.update((root / f).read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -87,6 +98,14 @@ def find_tool(name: str) -> Path:
     p = d / "bin" / name
     if not (p.exists() and os.access(p, os.X_OK)):
         raise ToolNotFoundError(f"{name} not found at {p}; {_HINT}")
+    return p
+
+
+def kwok_stages_dir() -> Path:
+    """kwok's own stage YAMLs (``kustomize/stage/{node,pod}`` of the pinned kwok module)."""
+    p = tools_dir() / "kwok" / "stages"
+    if not (p / ".complete").is_file():
+        raise ToolNotFoundError(f"kwok stages not found at {p}; {_HINT}")
     return p
 
 

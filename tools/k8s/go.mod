@@ -1,5 +1,5 @@
 // Tools module: pins the real Kubernetes control-plane binaries used by the
-// local dev cluster (kube-apiserver, kube-controller-manager, kubectl).
+// local dev cluster (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl).
 // k8s.io/kubernetes lists its staging modules at v0.0.0, hence the replace block.
 module llmtrain.dev/tools/k8s
 

@@ -1,0 +1,142 @@
+"""The real chain behind a PyTorchJob: kube-scheduler, kwok-simulated GPU nodes and the Kubeflow
+training-operator, all pinned binaries from ``make tools`` (see :mod:`.tools`).
+
+- **Nodes** are generated from the instance catalog (``operator/llmtrain/data/instances.yaml``
+  through :mod:`llmtrain.catalog`): the instance-type label, the GPU and EFA taints the renderer
+  tolerates, and capacity ``nvidia.com/gpu``, ``vpc.amazonaws.com/efa``, ``hugepages-2Mi``, cpu and
+  memory at the catalog's numbers. kwok manages them (and their pods) by annotation.
+- **kwok** runs with the stages shipped in its own module (``kustomize/stage``): node initialize
+  and heartbeat (with a Lease), pod ready / complete / delete, and the chaos stage
+  ``pod-container-running-failed``: label a Running pod ``FAIL_POD_LABEL=true`` and kwok marks its
+  container terminated (exit code from the ``.../exit-code`` annotation, default 1), pod Failed.
+- **training-operator** v1 runs only its PyTorchJob controller. It has no switch for its webhook
+  server or cert rotator, so :func:`prepare_training_operator` creates what they wait for first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+import yaml
+
+__all__ = [
+    "FAIL_POD_LABEL",
+    "FAIL_EXIT_CODE_ANNOTATION",
+    "FAIL_REASON_ANNOTATION",
+    "KWOK_NODE_ANNOTATION",
+    "DEFAULT_NODES",
+    "node_manifest",
+    "node_manifests",
+    "kwok_config",
+]
+
+# kwok manages only Nodes carrying this annotation (kwok's own convention).
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+# kwok's chaos stage selects Running pods by this label; its annotations set exit code / reason.
+FAIL_POD_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
+FAIL_EXIT_CODE_ANNOTATION = f"{FAIL_POD_LABEL}/exit-code"
+FAIL_REASON_ANNOTATION = f"{FAIL_POD_LABEL}/reason"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+# Pod IPs kwok hands out; must not overlap the cluster's service CIDR (10.0.0.0/24).
+POD_CIDR = "10.244.0.0/16"
+# Per node, like a kubelet's default max-pods.
+MAX_PODS = 110
+
+# What `DevCluster(chain=True)` registers: two p5s for a 2-node job, and one each of the
+# shapes a p5 job must NOT land on (p4de: 4 EFA interfaces; p5en: 16).
+DEFAULT_NODES: Mapping[str, int] = {"p5.48xlarge": 2, "p4de.24xlarge": 1, "p5en.48xlarge": 1}
+
+# Stages from the kwok module (paths under kustomize/stage/, copied by install-tools.sh).
+STAGE_FILES = (
+    "node/fast/node-initialize.yaml",
+    "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "pod/fast/pod-ready.yaml",
+    "pod/fast/pod-complete.yaml",
+    "pod/fast/pod-delete.yaml",
+    "pod/chaos/pod-container-running-failed.yaml",
+)
+
+
+def node_name(instance_type: str, index: int) -> str:
+    return f"kwok-{instance_type.replace('.', '-')}-{index}"
+
+
+def node_manifest(instance_type: str, index: int) -> dict:
+    """A kwok-managed Node shaped like one ``instance_type`` from the catalog."""
+    from llmtrain.catalog import instance_type as lookup  # the one source of node shapes
+
+    inst = lookup(instance_type)
+    name = node_name(instance_type, index)
+    capacity = {
+        "cpu": str(inst.vcpus),
+        "memory": f"{inst.memory_gib}Gi",
+        "pods": str(MAX_PODS),
+    }
+    taints = []
+    if inst.is_gpu:
+        capacity["nvidia.com/gpu"] = str(inst.gpus_per_node)
+        # The taints EKS GPU node groups carry; the renderer tolerates exactly these.
+        taints.append({"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"})
+    if inst.efa_interfaces:
+        capacity["vpc.amazonaws.com/efa"] = str(inst.efa_interfaces)
+        taints.append({"key": "vpc.amazonaws.com/efa", "value": "true", "effect": "NoSchedule"})
+    if inst.hugepages_2mi:
+        capacity["hugepages-2Mi"] = inst.hugepages_2mi
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                INSTANCE_TYPE_LABEL: inst.name,
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "kubernetes.io/role": "agent",
+                "type": "kwok",
+            },
+        },
+        "spec": {"taints": taints},
+        "status": {"capacity": capacity, "allocatable": dict(capacity)},
+    }
+
+
+def node_manifests(shapes: Mapping[str, int], start: Mapping[str, int] | None = None) -> list[dict]:
+    """Nodes for ``{instance_type: count}``, numbered from ``start[instance_type]`` (default 0)."""
+    start = start or {}
+    return [node_manifest(t, start.get(t, 0) + i) for t, n in shapes.items() for i in range(n)]
+
+
+def kwok_config(stages_dir: Path, *, server_address: str, parallelism: int = 4) -> str:
+    """kwok's multi-document config: options plus the stages it plays.
+
+    Options read from a file get no defaults for parallelism and leases (measured: without
+    them nothing is played), so every one is set here.
+    """
+    options = {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokConfiguration",
+        "options": {
+            "cidr": POD_CIDR,
+            "manageAllNodes": False,
+            "manageNodesWithAnnotationSelector": f"{KWOK_NODE_ANNOTATION}=fake",
+            "serverAddress": server_address,
+            "nodeLeaseDurationSeconds": 40,
+            "nodeLeaseParallelism": parallelism,
+            "nodePlayStageParallelism": parallelism,
+            "podPlayStageParallelism": parallelism,
+            "podsOnNodeSyncParallelism": parallelism,
+            "enablePodsOnNodeSyncListPager": True,
+            # A stream watch is a WatchList (sendInitialEvents), which the API server has off.
+            "enablePodsOnNodeSyncStreamWatch": False,
+        },
+    }
+    docs = [yaml.safe_dump(options, sort_keys=False)]
+    for rel in STAGE_FILES:
+        text = (Path(stages_dir) / rel).read_text()
+        if "kind: Stage" not in text:
+            raise ValueError(f"{rel} in {stages_dir} is not a kwok Stage")
+        docs.append(text.strip() + "\n")
+    return "---\n".join(docs)

@@ -1,0 +1,36 @@
+"""Chain-mode inputs that need no cluster: the --nodes option and kwok's config file."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import yaml
+
+from llmtrain_devcluster.__main__ import _nodes
+from llmtrain_devcluster.chain import STAGE_FILES, kwok_config
+from llmtrain_devcluster.tools import kwok_stages_dir
+
+
+def test_nodes_option_parses_catalog_types():
+    assert _nodes("p5.48xlarge=4,p4de.24xlarge=1") == {"p5.48xlarge": 4, "p4de.24xlarge": 1}
+
+
+@pytest.mark.parametrize("bad", ["p9.huge=2", "p5.48xlarge", "p5.48xlarge=two"])
+def test_nodes_option_names_what_would_be_accepted(bad):
+    with pytest.raises(argparse.ArgumentTypeError) as e:
+        _nodes(bad)
+    msg = str(e.value)
+    assert bad.split(",")[0] in msg and "INSTANCE_TYPE=COUNT" in msg and "p5.48xlarge" in msg
+
+
+def test_kwok_config_sets_every_worker_count_and_plays_the_modules_stages():
+    docs = list(yaml.safe_load_all(kwok_config(kwok_stages_dir(), server_address="127.0.0.1:1")))
+    opts = docs[0]["options"]
+    # Read from a file, kwok applies no defaults to these: zero workers would play nothing.
+    for key in ("nodeLeaseParallelism", "nodePlayStageParallelism", "podPlayStageParallelism",
+                "podsOnNodeSyncParallelism", "nodeLeaseDurationSeconds"):
+        assert opts[key] > 0, key
+    stages = [d for d in docs[1:] if d["kind"] == "Stage"]
+    assert {s["metadata"]["name"] for s in stages} == {
+        f.rsplit("/", 1)[1].removesuffix(".yaml") for f in STAGE_FILES}
