@@ -276,3 +276,15 @@ def test_spec_from_env_wire_json_or_whole_document(tmp_path, monkeypatch):
     monkeypatch.setenv("LLMTRAIN_JOB_NAMESPACE", "ns")
     monkeypatch.setenv("LLMTRAIN_ATTEMPT", "3")
     assert JobIdentity.from_env() == JobIdentity("j", "ns", 3) and JobIdentity.from_env().label == "ns/j"
+
+
+@pytest.mark.parametrize("shard_tokens", [0, -5])
+def test_prepare_rejects_a_shard_size_below_one_token(tmp_path, shard_tokens):
+    """Defect: --shard-tokens 0 looped forever writing empty shard files."""
+    from llmtrain_trainer.prepare import prepare
+
+    out = tmp_path / "tok"
+    with pytest.raises(ValueError, match="shard_tokens") as err:
+        prepare([str(_write_text(tmp_path))], str(out), shard_tokens=shard_tokens)
+    assert "at least 1" in str(err.value)
+    assert not out.exists() or not any(out.iterdir())

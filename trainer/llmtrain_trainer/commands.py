@@ -49,6 +49,13 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("local", help="run a job on this machine (CPU processes or local GPUs)",
                               description="Run an LLMTrainingJob locally through torchrun, with the job's "
@@ -71,7 +78,7 @@ def register(subparsers) -> None:
     q.add_argument("--output", "-o", required=True, help="output directory or s3://bucket/prefix/")
     q.add_argument("--tokenizer", help="a tokenizers JSON file (default: byte-level, vocabulary 256)")
     q.add_argument("--eos-id", type=int, help="end-of-document token id (default: from the tokenizer)")
-    q.add_argument("--shard-tokens", type=int, default=1 << 26, help="tokens per shard (default 2^26)")
+    q.add_argument("--shard-tokens", type=_positive_int, default=1 << 26, help="tokens per shard (default 2^26)")
     q.add_argument("--seed", type=int, default=0, help="document shuffle seed")
     q.add_argument("--extensions", default=".txt,.md,.jsonl",
                    help="file suffixes to take from directories (default: %(default)s)")

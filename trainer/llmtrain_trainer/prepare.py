@@ -88,6 +88,8 @@ def prepare(inputs: list[str], output: str, *, tokenizer: str | None = None, eos
             shard_tokens: int = DEFAULT_SHARD_TOKENS, seed: int = 0,
             extensions: tuple[str, ...] = DEFAULT_EXTENSIONS) -> dict:
     """Write the shards and index.json to `output` (a directory, or s3://bucket/prefix/)."""
+    if shard_tokens < 1:  # 0 would never fill a shard: an endless stream of empty files
+        raise ValueError(f"shard_tokens must be at least 1 (got {shard_tokens}); default {DEFAULT_SHARD_TOKENS}")
     tok = Tokenizer.load(tokenizer, eos_id)
     dtype = np.dtype("<u2") if tok.vocab_size <= 1 << 16 else np.dtype("<u4")
     docs = list(_documents(_files(inputs, extensions)))
