@@ -82,7 +82,8 @@ class Workers:
     """A running torchrun (one "node"); `events` is filled from its stdout by a reader thread."""
 
     def __init__(self, spec: dict, nproc: int, tmp: Path, *, rdzv: tuple[str, str] | None = None,
-                 nnodes: int = 1, env: dict | None = None, name: str = "w", rdzv_id: str | None = None):
+                 nnodes: int = 1, env: dict | None = None, name: str = "w", rdzv_id: str | None = None,
+                 file_size_limit: int | None = None):
         self.spec_file = tmp / f"spec-{name}-{time.monotonic_ns()}.json"
         self.spec_file.write_text(json.dumps(spec))
         backend, endpoint = rdzv or ("c10d", f"127.0.0.1:{free_port()}")
@@ -98,7 +99,8 @@ class Workers:
         self.stderr_path = tmp / f"stderr-{name}-{time.monotonic_ns()}.log"
         self._stderr = open(self.stderr_path, "w")
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
-                                     env=full_env, cwd=REPO, start_new_session=True)
+                                     env=full_env, cwd=REPO, start_new_session=True,
+                                     preexec_fn=_limit_file_size(file_size_limit))
         self.events: list[dict] = []
         self.lines: "queue.Queue[dict | None]" = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -158,6 +160,19 @@ class Workers:
 
     def losses(self) -> dict[int, float]:
         return {e["step"]: e["loss"] for e in self.of("step")}
+
+
+def _limit_file_size(limit: int | None):
+    """RLIMIT_FSIZE for the torchrun tree: a write past `limit` bytes fails with EFBIG ("File too
+    large"), as on a full disk, without mounting anything (Python ignores SIGXFSZ)."""
+    if limit is None:
+        return None
+
+    def apply() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
 
 
 def free_port_block(n: int) -> int:

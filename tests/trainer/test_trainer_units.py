@@ -231,7 +231,7 @@ EXPECTED_METRICS = {
     "llmtrain_trainer_step_seconds": "histogram", "llmtrain_trainer_data_wait_seconds": "histogram",
     "llmtrain_trainer_memory_allocated_bytes": "gauge", "llmtrain_trainer_memory_reserved_bytes": "gauge",
     "llmtrain_trainer_last_checkpoint_step": "gauge", "llmtrain_trainer_last_checkpoint_timestamp_seconds": "gauge",
-    "llmtrain_trainer_checkpoint_duration_seconds": "histogram",
+    "llmtrain_trainer_checkpoint_duration_seconds": "histogram", "llmtrain_trainer_checkpoint_failures": "counter",
     "llmtrain_trainer_checkpoint_interval_seconds": "gauge", "llmtrain_trainer_hang_timeout_seconds": "gauge",
     "llmtrain_trainer_heartbeat_timestamp_seconds": "gauge",
 }

@@ -49,12 +49,29 @@ from typing import Any, Callable
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.api import CheckpointException
+
+# DCP reports a failed save/load as CheckpointException, which derives from BaseException (not
+# Exception): catch it explicitly, or one full disk ends the training run at the next save.
+SAVE_ERRORS = (Exception, CheckpointException)
 
 log = logging.getLogger(__name__)
 
 STEP_RE = re.compile(r"^step-(\d{10})$")
 MARKER = "_COMPLETE"
 METADATA = ".metadata"
+
+
+def _short(err: BaseException) -> str:
+    """One line for a (possibly multi-rank) checkpoint error: the root causes, not DCP's traceback."""
+    failures = getattr(err, "failures", None) or getattr(err, "_failures", None)
+    if isinstance(failures, dict) and failures:
+        causes = {}
+        for rank, f in sorted(failures.items()):
+            exc = f[0] if isinstance(f, tuple) else f
+            causes.setdefault(f"{type(exc).__name__}: {exc}", []).append(rank)
+        return "; ".join(f"{msg} (rank {','.join(map(str, ranks))})" for msg, ranks in causes.items())
+    return f"{type(err).__name__}: {err}"
 
 
 def step_name(step: int) -> str:
@@ -113,6 +130,10 @@ class LocalStore:
 
     def delete(self, step: int) -> None:
         shutil.rmtree(os.path.join(self.root, step_name(step)), ignore_errors=True)
+
+    def discard_partial(self, step: int) -> None:
+        """What a failed save of `step` left behind (never the committed step directory)."""
+        shutil.rmtree(os.path.join(self.root, f".partial-{step_name(step)}"), ignore_errors=True)
 
     def clean_partials(self) -> None:
         if os.path.isdir(self.root):
@@ -263,6 +284,9 @@ class S3Store:
                     self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": marker})
                 self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": keys})
 
+    def discard_partial(self, step: int) -> None:
+        pass  # objects of a step without its marker are never loaded; the next start removes them
+
     def clean_partials(self) -> None:
         for step, names in self._steps().items():
             if MARKER not in names:
@@ -296,6 +320,7 @@ class Checkpointer:
         self._lock = threading.Lock()
         self.last_committed: int | None = None
         self.last_started: int | None = None
+        self.failures = 0
         # A separate gloo group for the background save: its collectives run in another thread and
         # must not interleave with the training collectives on the default group. Uploads can be
         # slow, hence the generous timeout.
@@ -339,8 +364,12 @@ class Checkpointer:
         commit = self._committer(step, t0)
         writer = self.store.writer(step, self.rank, on_commit=commit if self.rank == 0 else (lambda: None))
         if blocking:
-            dcp.save(state, storage_writer=writer, process_group=self.pg)
-            self._done(step, t0)
+            try:
+                dcp.save(state, storage_writer=writer, process_group=self.pg)
+            except SAVE_ERRORS as err:
+                self._failed(step, err)
+            else:
+                self._done(step, t0)
             return
         fut = dcp.async_save(state, storage_writer=writer, process_group=self.pg)
         fut.add_done_callback(lambda f: self._done(step, t0, f))
@@ -355,10 +384,20 @@ class Checkpointer:
                 self.store.delete(old)
         return commit
 
+    def _failed(self, step: int, err: BaseException) -> None:
+        """A save that failed on any rank (DCP makes every rank raise): report it, drop its
+        leftovers, keep training; the next save starts from scratch."""
+        self.failures += 1
+        log.error("checkpoint of step %d failed (the next save tries again): %s", step, _short(err))
+        self.emit({"event": "checkpoint_failed", "step": step, "error": _short(err)})
+        if self.metrics is not None:
+            self.metrics.checkpoint_failures_total.inc()
+        if self.rank == 0:
+            self.store.discard_partial(step)
+
     def _done(self, step: int, t0: float, fut=None) -> None:
         if fut is not None and fut.exception() is not None:
-            log.error("checkpoint of step %d failed: %r", step, fut.exception())
-            self.emit({"event": "checkpoint_failed", "step": step, "error": repr(fut.exception())})
+            self._failed(step, fut.exception())
             return
         with self._lock:
             self.last_committed = step
@@ -373,7 +412,7 @@ class Checkpointer:
         if fut is not None:
             try:
                 fut.result()
-            except Exception:  # already logged by _done; the next save tries again
+            except SAVE_ERRORS:  # already reported by _done; the next save tries again
                 pass
 
     def close(self) -> None:

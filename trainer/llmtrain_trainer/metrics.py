@@ -63,6 +63,9 @@ class TrainerMetrics:
                                                        "Unix time the newest checkpoint became complete")
         self.checkpoint_duration_seconds = hist("llmtrain_trainer_checkpoint_duration_seconds",
                                                 "Time from starting a checkpoint to it being complete", CKPT_BUCKETS)
+        self.checkpoint_failures_total = Counter("llmtrain_trainer_checkpoint_failures",
+                                                 "Checkpoint saves that failed (training went on; the next save retries)",
+                                                 LABELS, registry=r).labels(*lv)
         self.checkpoint_interval_seconds = gauge("llmtrain_trainer_checkpoint_interval_seconds",
                                                  "Configured checkpoint interval (spec.checkpoint.intervalMinutes)")
         self.hang_timeout_seconds = gauge("llmtrain_trainer_hang_timeout_seconds",

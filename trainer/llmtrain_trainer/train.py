@@ -231,14 +231,19 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
                 break
             if save_v > 0 and step < t.max_steps and ckpt.enabled:
                 ckpt.save(step, state(step))
-        if ckpt.enabled and step not in (ckpt.last_started, resumed_step):
-            # End of training or a stop request: save synchronously, it's the last thing we do.
-            ckpt.save(step, state(step), blocking=True)
         ckpt.wait()
+        if ckpt.enabled and ckpt.last_committed != step:
+            # End of training or a stop request: save synchronously, it's the last thing we do
+            # (also when the background save of this very step failed).
+            ckpt.save(step, state(step), blocking=True)
     finally:
         loader.close()
     if is_main:
         emit({"event": "end", "reason": reason, "step": step, "last_checkpoint": ckpt.last_committed})
     ckpt.close()
     dist.destroy_process_group()
+    if ckpt.enabled and ckpt.last_committed != step:
+        log.error("the checkpoint of the final step %d failed; the newest checkpoint is %s", step,
+                  ckpt.last_committed)
+        return 1
     return 0
