@@ -85,3 +85,78 @@ def test_full_disk_fails_each_save_but_training_runs_to_the_end(corpus, launch, 
     end = w.of("end")[0]
     assert end["reason"] == "finished" and end["last_checkpoint"] is None
     assert rc != 0  # the trained state of the final step was not saved
+
+
+def _corrupt(step_dir, how: str) -> None:
+    if how == "truncated-shard":
+        shard = step_dir / "__0_0.distcp"
+        shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 3])
+    elif how == "empty-metadata":
+        (step_dir / ".metadata").write_bytes(b"")
+    else:
+        (step_dir / ".metadata").write_bytes(os.urandom(300))
+
+
+@pytest.mark.parametrize("how", ["truncated-shard", "empty-metadata", "garbage-metadata"])
+def test_corrupt_newest_checkpoint_falls_back_to_the_newest_that_loads(tmp_path, one_process_group, how):
+    """Defect: a corrupt newest checkpoint blocked every resume although an older good one existed."""
+    from llmtrain_trainer.checkpoint import Checkpointer
+
+    def make(events):
+        return Checkpointer(str(tmp_path / "ckpt"), keep=3, interval_minutes=60, interval_steps=0,
+                            timeout_minutes=1, emit=events.append)
+
+    ckpt = make([])
+    for step in (1, 2, 3):
+        ckpt.save(step, _state(float(step)), blocking=True)
+    ckpt.close()
+    _corrupt(tmp_path / "ckpt" / "step-0000000003", how)
+
+    events: list[dict] = []
+    ckpt = make(events)
+    found = ckpt.resume(lambda: _state(0.0))
+    assert found is not None
+    step, state = found
+    assert step == 2 and torch.equal(state["model"]["w"], torch.full((64,), 2.0))
+    assert ckpt.last_committed == 2
+    skipped = [e for e in events if e["event"] == "checkpoint_skipped"]
+    assert len(skipped) == 1 and skipped[0]["step"] == 3 and skipped[0]["uri"].endswith("step-0000000003")
+    ckpt.close()
+
+
+def test_no_loadable_checkpoint_is_an_error_naming_each(tmp_path, one_process_group):
+    """Never silently start over (and overwrite) when checkpoints exist but none loads."""
+    from llmtrain_trainer.checkpoint import Checkpointer
+
+    ckpt = Checkpointer(str(tmp_path / "ckpt"), keep=3, interval_minutes=60, interval_steps=0, timeout_minutes=1)
+    for step in (1, 2):
+        ckpt.save(step, _state(float(step)), blocking=True)
+        _corrupt(tmp_path / "ckpt" / f"step-{step:010d}", "empty-metadata")
+    with pytest.raises(RuntimeError, match="no checkpoint loads") as err:
+        ckpt.resume(lambda: _state(0.0))
+    assert "step-0000000001" in str(err.value) and "step-0000000002" in str(err.value)
+    ckpt.close()
+
+
+@pytest.mark.slow
+def test_truncated_newest_shard_resumes_two_ranks_from_the_older_checkpoint(corpus, launch, tmp_path):
+    """Only rank 1 reads the truncated shard; both ranks agree to fall back (DCP's load is collective)."""
+    from test_trainer_distributed import assert_matches_reference
+    from trainer_reference import reference_losses
+
+    # Constant LR: a first run of 4 steps follows the same trajectory as the full run.
+    spec = base_spec(**{"data.uri": corpus, "checkpoint.uri": str(tmp_path / "ckpt"),
+                        "checkpoint.intervalSteps": 2, "checkpoint.keep": 3, "training.lrSchedule": "constant",
+                        "training.warmupSteps": 0, "training.learningRate": 0.005})
+    first = launch(dict(spec, training={**spec["training"], "maxSteps": 4}), name="first")
+    assert first.wait(180) == 0, first.stderr()
+    shard = tmp_path / "ckpt" / "step-0000000004" / "__1_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:100])
+    second = launch(spec, name="second")
+    assert second.wait(180) == 0, second.stderr()
+    skipped = second.of("checkpoint_skipped")
+    assert [e["step"] for e in skipped] == [4] and "step-0000000004" in skipped[0]["uri"]
+    assert second.of("resume")[0]["step"] == 2
+    assert sorted(second.losses()) == list(range(3, STEPS + 1))
+    assert_matches_reference(second.losses(), reference_losses(spec))
+    assert "step-0000000004 does not load, skipped" in second.stderr()  # the warning names it

@@ -69,9 +69,9 @@ def _short(err: BaseException) -> str:
         causes = {}
         for rank, f in sorted(failures.items()):
             exc = f[0] if isinstance(f, tuple) else f
-            causes.setdefault(f"{type(exc).__name__}: {exc}", []).append(rank)
+            causes.setdefault(f"{type(exc).__name__}: {exc}".rstrip(": "), []).append(rank)
         return "; ".join(f"{msg} (rank {','.join(map(str, ranks))})" for msg, ranks in causes.items())
-    return f"{type(err).__name__}: {err}"
+    return f"{type(err).__name__}: {err}".rstrip(": ")
 
 
 def step_name(step: int) -> str:
@@ -343,18 +343,55 @@ class Checkpointer:
         return time.monotonic() - self._last_save >= self.interval_s
 
     def latest(self) -> int | None:
-        """Newest complete checkpoint, as rank 0 sees it (broadcast so every rank agrees)."""
+        """Newest complete checkpoint (it may still fail to load: see `resume`)."""
+        found = self.complete_steps()
+        return found[-1] if found else None
+
+    def complete_steps(self) -> list[int]:
+        """Complete checkpoints, oldest first, as rank 0 sees them (broadcast so every rank agrees)."""
         if self.store is None:
-            return None
+            return []
         found = [self.store.list_complete() if self.rank == 0 else None]
         dist.broadcast_object_list(found, src=0)
-        return found[0][-1] if found[0] else None
+        return found[0]
+
+    def uri_of(self, step: int) -> str:
+        root = str(self.store)
+        return f"{root}{'' if root.endswith('/') else '/'}{step_name(step)}"
 
     def load(self, step: int, state: dict[str, Any]) -> None:
-        dcp.load(state, storage_reader=self.store.reader(step, self.rank))
-        self.store.finish_load(self.rank)
+        try:
+            dcp.load(state, storage_reader=self.store.reader(step, self.rank))
+        finally:
+            self.store.finish_load(self.rank)
         self._last_save = time.monotonic()
         self.last_committed = step
+
+    def resume(self, make_state: Callable[[], dict[str, Any]]) -> tuple[int, dict[str, Any]] | None:
+        """Load the newest checkpoint that loads: (step, state), or None when there is none.
+
+        A checkpoint that fails to load (truncated shard, empty or garbage metadata) is skipped with
+        a warning naming it, and the next older one is tried: on a cluster, one bad checkpoint must
+        not burn the whole restart budget. DCP's load is collective (a failure on any rank raises
+        on every rank), so all ranks skip the same checkpoints. If checkpoints exist and none
+        loads, that is an error: starting over would silently overwrite them.
+        """
+        errors: list[str] = []
+        for step in reversed(self.complete_steps()):
+            state = make_state()
+            try:
+                self.load(step, state)
+            except SAVE_ERRORS as err:
+                msg = _short(err)
+                log.warning("checkpoint %s does not load, skipped (trying the next older one): %s",
+                            self.uri_of(step), msg)
+                self.emit({"event": "checkpoint_skipped", "step": step, "uri": self.uri_of(step), "error": msg})
+                errors.append(f"{self.uri_of(step)}: {msg}")
+                continue
+            return step, state
+        if errors:
+            raise RuntimeError(f"no checkpoint loads at {self.store}:\n  " + "\n  ".join(errors))
+        return None
 
     def save(self, step: int, state: dict[str, Any], *, blocking: bool = False) -> None:
         self.wait()
@@ -378,7 +415,7 @@ class Checkpointer:
     def _committer(self, step: int, t0: float) -> Callable[[], None]:
         def commit() -> None:  # rank 0, inside DCP's finish: the checkpoint is whole and visible
             self.emit({"event": "checkpoint", "step": step, "seconds": round(time.time() - t0, 3),
-                       "uri": f"{self.store}{'' if str(self.store).endswith('/') else '/'}{step_name(step)}"})
+                       "uri": self.uri_of(step)})
             complete = self.store.list_complete()
             for old in complete[:-self.keep]:
                 self.store.delete(old)

@@ -145,11 +145,10 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
                           "rng": torch.get_rng_state()}}
 
     step = resumed_step = 0
-    latest = ckpt.latest()
-    if latest is not None:
-        t0 = time.time()
-        sd = state(0)
-        ckpt.load(latest, sd)
+    t0 = time.time()
+    found = ckpt.resume(lambda: state(0))
+    if found is not None:
+        latest, sd = found
         set_state_dict(model, optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
         torch.set_rng_state(sd["train"]["rng"])
         loader.load_state_dict(sd["train"]["data"])
