@@ -6,7 +6,7 @@
   (strategy, activation checkpointing, checkpoint location, process count) don't change the
   numerics, so all of them are compared against one single-process reference trajectory.
 - `reference` (session): that trajectory, from a plain PyTorch loop (trainer_reference.py).
-- `launch()` / `Workers`: torchrun subprocesses whose structured stdout is parsed as it arrives;
+- `launch()` / `Workers`: torchrun subprocesses (under `llmtrain_trainer.launch`) whose structured stdout is parsed as it arrives;
   every process started is stopped (process group SIGKILL) when the test ends.
 - `etcd` (session) and `s3` (session): an etcd server with the v2 API and a moto S3 server, each on
   a free loopback port, stopped at the end.
@@ -87,7 +87,8 @@ class Workers:
         self.spec_file = tmp / f"spec-{name}-{time.monotonic_ns()}.json"
         self.spec_file.write_text(json.dumps(spec))
         backend, endpoint = rdzv or ("c10d", f"127.0.0.1:{free_port()}")
-        self.cmd = [PY, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
+        # The production entry point: torchrun under llmtrain_trainer.launch (a clean stop exits 0).
+        self.cmd = [PY, "-m", "llmtrain_trainer.launch", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
                     f"--rdzv-backend={backend}", f"--rdzv-endpoint={endpoint}",
                     f"--rdzv-id={rdzv_id or 'test-' + uuid.uuid4().hex[:12]}", "--max-restarts=0",
                     "-m", "llmtrain_trainer", "--spec", str(self.spec_file)]
@@ -130,8 +131,10 @@ class Workers:
                 return e
 
     def worker_pids(self) -> list[int]:
-        with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
-            return [int(x) for x in f.read().split()]
+        """The trainer processes: children of torchrun, the launcher's only child."""
+        from llmtrain_trainer.launch import children
+
+        return [w for torchrun in children(self.proc.pid) for w in children(torchrun)]
 
     def wait(self, timeout: float = 180) -> int:
         try:

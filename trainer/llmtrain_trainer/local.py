@@ -109,14 +109,6 @@ def default_nproc(spec) -> int:
     return spec.cluster.processes_per_node or it.processes_per_node or 1
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(x) for x in f.read().split()]
-    except OSError:
-        return []
-
-
 class _Progress:
     """tqdm bar fed by the trainer's JSON step lines; summary at the end."""
 
@@ -248,34 +240,38 @@ def run_local(file: str, *, nproc: int | None = None, max_steps: int | None = No
 
 
 def _supervise(cmd: list[str], env: dict, work: Path, max_steps: int, quiet: bool) -> int:
+    from .launch import kill_tree, stop_workers
+
     progress = _Progress(max_steps, quiet)
     t0 = time.monotonic()
     log = open(work / "worker.log", "a")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
                             start_new_session=True)  # our Ctrl-C must not reach the workers directly
+
+    def on_sigterm(signum, frame):  # `kill`, a container stop, a CI timeout: the same as Ctrl-C
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
     interrupts = 0
     try:
         while True:
             try:
                 for line in proc.stdout:
                     progress.line(line.rstrip("\n"), log)
+                rc = proc.wait()
                 break
             except KeyboardInterrupt:
                 interrupts += 1
                 if interrupts == 1:
                     progress._write("stopping: workers finish the step and write a checkpoint "
                                     "(Ctrl-C again to kill)")
-                    for pid in _children(proc.pid) or [proc.pid]:
-                        try:
-                            os.kill(pid, signal.SIGTERM)
-                        except ProcessLookupError:
-                            pass
+                    stop_workers(proc)
                 else:
-                    os.killpg(proc.pid, signal.SIGKILL)
-        rc = proc.wait()
+                    kill_tree(proc)
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            kill_tree(proc)
             proc.wait()
         progress.close()
         log.close()
