@@ -66,3 +66,17 @@ def test_local_sigterm_checkpoints_and_rerun_resumes(tmp_path, corpus):
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert f"resumed from checkpoint at step {stopped_at}" in rerun.stdout
     assert f"steps            {stopped_at} → {stopped_at + 2} of {stopped_at + 2}" in rerun.stdout
+
+
+def test_local_prints_the_workers_error(tmp_path):
+    """Defect: a failing worker showed only "exit code 1"; now the error itself is printed."""
+    spec = base_spec(**{"data.uri": f"file://{tmp_path}/no-such-data"})
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"apiVersion": "llmtrain.dev/v1alpha1", "kind": "LLMTrainingJob",
+                                   "metadata": {"name": "broken"}, "spec": spec}))
+    r = subprocess.run([sys.executable, "-m", "llmtrain.cli", "local", str(job), "--workdir", str(tmp_path / "w"),
+                        "--metrics-port", str(free_port_block(2))],
+                       capture_output=True, text=True, cwd=REPO, timeout=180)
+    assert r.returncode != 0
+    assert "error (rank 0): FileNotFoundError:" in r.stdout, r.stdout + r.stderr
+    assert "no-such-data/index.json" in r.stdout

@@ -22,10 +22,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("LLMTRAIN_LOG_LEVEL", "INFO"),
                         format=f"%(asctime)s rank={os.environ.get('RANK', '0')} %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
+    from .checkpoint import SAVE_ERRORS, _short
     from .config import JobIdentity, load_spec
-    from .train import run
+    from .train import emit, run
 
-    return run(load_spec(args.spec), JobIdentity.from_env())
+    try:
+        return run(load_spec(args.spec), JobIdentity.from_env())
+    except SAVE_ERRORS as err:
+        # The traceback goes to stderr (the worker log); one structured line to stdout says what
+        # failed on which rank, for `llmtrain local`, the operator and `kubectl logs` readers.
+        logging.getLogger("llmtrain_trainer").exception("training failed")
+        emit({"event": "error", "rank": int(os.environ.get("RANK", "0")), "error": _short(err)})
+        return 1
 
 
 if __name__ == "__main__":

@@ -18,11 +18,21 @@ def cmd_local(args: argparse.Namespace) -> int:
         from llmtrain.validation import InvalidJob
     except ImportError:  # pragma: no cover - the lead's validation module is part of the package
         InvalidJob = ValueError
+    import yaml
+
     try:
         return _run_local(args, run_local)
     except InvalidJob as err:
         for p in getattr(err, "problems", [err]):
             print(f"{args.file}: {p}", file=sys.stderr)
+        return 1
+    except OSError as err:
+        print(f"llmtrain local: {args.file}: {err.strerror or err}", file=sys.stderr)
+        return 1
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        print(f"llmtrain local: {args.file}: not valid YAML{at}: {getattr(err, 'problem', err)}", file=sys.stderr)
         return 1
 
 

@@ -122,6 +122,7 @@ class _Progress:
         self.mfu: list[float] = []
         self.checkpoints: list[dict] = []
         self.resumed_from = None
+        self.errors: list[dict] = []
 
     def line(self, text: str, log) -> None:
         event = None
@@ -150,6 +151,8 @@ class _Progress:
             self._write(f"checkpoint step {event['step']} FAILED: {event['error']}")
         elif kind == "end":
             self.last_end = event
+        elif kind == "error":
+            self.errors.append(event)
         log.write(text + "\n")
 
     def _write(self, msg: str) -> None:
@@ -192,7 +195,18 @@ class _Progress:
                  f"checkpoints      {len(self.checkpoints)}"
                  + (f", last {self.checkpoints[-1]['uri']}" if self.checkpoints else ""),
                  f"wall time        {wall:.1f} s"]
-        return "\n".join(lines)
+        return "\n".join(lines + self.error_lines())
+
+    def error_lines(self) -> list[str]:
+        """Rank 0's error first, then any different error another rank reported (the root cause
+        may be on another rank; rank 0 then often only saw a broken collective)."""
+        ordered = sorted(self.errors, key=lambda e: e.get("rank", 0))
+        seen, out = set(), []
+        for e in ordered:
+            if e["error"] not in seen:
+                seen.add(e["error"])
+                out.append(f"error (rank {e.get('rank', '?')}): {e['error']}")
+        return out[:4]
 
 
 def run_local(file: str, *, nproc: int | None = None, max_steps: int | None = None,
@@ -277,4 +291,8 @@ def _supervise(cmd: list[str], env: dict, work: Path, max_steps: int, quiet: boo
         log.close()
     if not quiet:
         print(progress.summary(time.monotonic() - t0, rc), flush=True)
+    elif rc:
+        print("\n".join(progress.error_lines()), file=sys.stderr, flush=True)
+    if rc and not progress.errors:
+        print(f"llmtrain local: the workers exited {rc}; see {work / 'worker.log'}", file=sys.stderr, flush=True)
     return rc

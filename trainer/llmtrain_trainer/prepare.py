@@ -44,15 +44,26 @@ class Tokenizer:
     @classmethod
     def load(cls, path: str | None, eos_id: int | None = None) -> "Tokenizer":
         if not path:
-            return cls("byte", 256, 0 if eos_id is None else eos_id)
-        from tokenizers import Tokenizer as HFTokenizer
+            tok = cls("byte", 256, 0 if eos_id is None else eos_id)
+        else:
+            from tokenizers import Tokenizer as HFTokenizer
 
-        tok = HFTokenizer.from_file(path)
-        if eos_id is None:
-            eos_id = next((i for t in EOS_CANDIDATES if (i := tok.token_to_id(t)) is not None), None)
-        if eos_id is None:
-            raise ValueError(f"{path}: no end-of-document token among {EOS_CANDIDATES}; pass --eos-id")
-        return cls(os.path.basename(path), tok.get_vocab_size(with_added_tokens=True), eos_id, tok)
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"--tokenizer {path}: no such file (expected a `tokenizers` "
+                                        "JSON file such as a model's tokenizer.json)")
+            try:
+                hf = HFTokenizer.from_file(path)
+            except Exception as err:  # the Rust side raises a bare Exception for any parse error
+                raise ValueError(f"--tokenizer {path}: not a `tokenizers` JSON file ({err})") from None
+            if eos_id is None:
+                eos_id = next((i for t in EOS_CANDIDATES if (i := hf.token_to_id(t)) is not None), None)
+            if eos_id is None:
+                raise ValueError(f"{path}: no end-of-document token among {EOS_CANDIDATES}; pass --eos-id")
+            tok = cls(os.path.basename(path), hf.get_vocab_size(with_added_tokens=True), eos_id, hf)
+        if not 0 <= tok.eos_id < tok.vocab_size:  # would index past the embedding table in training
+            raise ValueError(f"--eos-id {tok.eos_id} is outside the vocabulary of {tok.name} "
+                             f"(ids 0..{tok.vocab_size - 1})")
+        return tok
 
 
 DEFAULT_EXTENSIONS = (".txt", ".md", ".jsonl")
@@ -73,13 +84,24 @@ def _files(inputs: list[str], extensions=DEFAULT_EXTENSIONS) -> list[Path]:
     return out
 
 
+def _jsonl_text(line: str, where: str) -> str:
+    try:
+        doc = json.loads(line)
+    except ValueError as err:
+        raise ValueError(f"{where}: not a JSON object ({err})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("text"), str):
+        got = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
+        raise ValueError(f'{where}: a .jsonl line must be an object with a string "text" field (got {got})')
+    return doc["text"]
+
+
 def _documents(files: list[Path]) -> Iterator[str]:
     for f in files:
         if f.suffix == ".jsonl":
             with open(f, encoding="utf-8") as fh:
-                for line in fh:
+                for n, line in enumerate(fh, 1):
                     if line.strip():
-                        yield json.loads(line)["text"]
+                        yield _jsonl_text(line, f"{f}:{n}")
         else:
             yield f.read_text(encoding="utf-8", errors="replace")
 

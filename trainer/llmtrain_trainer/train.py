@@ -227,6 +227,9 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
 
             if stop_v > 0:
                 reason = "signal"
+                if is_main:
+                    emit({"event": "stop", "step": step, "reason": "signal",
+                          "signal": signal.Signals(stop.signal).name if stop.signal else "peer"})
                 break
             if save_v > 0 and step < t.max_steps and ckpt.enabled:
                 ckpt.save(step, state(step))
