@@ -160,3 +160,28 @@ def test_truncated_newest_shard_resumes_two_ranks_from_the_older_checkpoint(corp
     assert sorted(second.losses()) == list(range(3, STEPS + 1))
     assert_matches_reference(second.losses(), reference_losses(spec))
     assert "step-0000000004 does not load, skipped" in second.stderr()  # the warning names it
+
+
+def test_unwritable_local_checkpoint_location_fails_at_start_up(tmp_path, one_process_group):
+    """Defect: found only at the first save, an hour in by default."""
+    from llmtrain_trainer.checkpoint import Checkpointer
+
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(RuntimeError, match="checkpoint.uri .*file/ckpt.* is not writable") as err:
+        Checkpointer(str(tmp_path / "file" / "ckpt"), keep=1, interval_minutes=60, interval_steps=0,
+                     timeout_minutes=1)
+    assert "Not a directory" in str(err.value)
+
+
+def test_unwritable_s3_checkpoint_location_fails_at_start_up(s3, one_process_group):
+    import boto3
+
+    from llmtrain_trainer.checkpoint import Checkpointer
+
+    with pytest.raises(RuntimeError, match="checkpoint.uri s3://no-such-bucket/run/ is not writable") as err:
+        Checkpointer("s3://no-such-bucket/run/", keep=1, interval_minutes=60, interval_steps=0, timeout_minutes=1)
+    assert "NoSuchBucket" in str(err.value)
+    c = boto3.client("s3")
+    c.create_bucket(Bucket="writable")
+    Checkpointer("s3://writable/run/", keep=1, interval_minutes=60, interval_steps=0, timeout_minutes=1).close()
+    assert "Contents" not in c.list_objects_v2(Bucket="writable")  # the probe object is removed again

@@ -114,6 +114,16 @@ class LocalStore:
     def __str__(self) -> str:
         return self.root
 
+    def check_writable(self) -> None:
+        """Create the directory and write, sync and remove a probe file (raises OSError)."""
+        os.makedirs(self.root, exist_ok=True)
+        probe = os.path.join(self.root, f".write-test-{os.getpid()}")
+        with open(probe, "wb") as f:
+            f.write(b"llmtrain")
+            f.flush()
+            os.fsync(f.fileno())
+        os.remove(probe)
+
     def list_complete(self) -> list[int]:
         if not os.path.isdir(self.root):
             return []
@@ -221,6 +231,12 @@ class S3Store:
     def _key(self, step: int, name: str) -> str:
         return f"{self.prefix}{step_name(step)}/{name}"
 
+    def check_writable(self) -> None:
+        """PUT and DELETE a probe object under the prefix (raises botocore's ClientError)."""
+        key = f"{self.prefix}.write-test-{os.getpid()}"
+        self.client.put_object(Bucket=self.bucket, Key=key, Body=b"llmtrain")
+        self.client.delete_object(Bucket=self.bucket, Key=key)
+
     def upload(self, path: str, step: int, name: str) -> None:
         self.client.upload_file(path, self.bucket, self._key(step, name), Config=self._transfer)
 
@@ -326,9 +342,18 @@ class Checkpointer:
         # slow, hence the generous timeout.
         self.pg = dist.new_group(backend="gloo", timeout=dt.timedelta(minutes=max(60.0, timeout_minutes)))
         if self.store is not None:
+            # Rank 0 checks that it can write there now, not at the first save an hour in; every
+            # rank raises the same error (a rank-0-only exception would leave the others waiting).
+            problem = [None]
             if self.rank == 0:
-                self.store.clean_partials()
-            dist.barrier()
+                try:
+                    self.store.check_writable()
+                    self.store.clean_partials()
+                except Exception as err:
+                    problem[0] = f"checkpoint.uri {self.store} is not writable: {type(err).__name__}: {err}"
+            dist.broadcast_object_list(problem, src=0)
+            if problem[0]:
+                raise RuntimeError(problem[0])
 
     @property
     def enabled(self) -> bool:
