@@ -74,6 +74,10 @@ def test_sigkill_a_worker_then_restart_resumes_from_last_checkpoint(corpus, refe
     assert fams["llmtrain_trainer_heartbeat_timestamp_seconds"].samples[0].value > 0
     assert fams["llmtrain_trainer_last_checkpoint_step"].samples[0].value >= 2
     assert fams["llmtrain_trainer_hang_timeout_seconds"].samples[0].value == 30 * 60
+    # tokens_total is this rank's share: 8 sequences × 32 tokens per step over 2 ranks = 128 per step
+    # (the scrape may fall between the step gauge and the counter update of the same step).
+    tokens = fams["llmtrain_trainer_tokens"].samples[0].value
+    assert (step_sample.value - 1) * 128 <= tokens <= step_sample.value * 128, (tokens, step_sample.value)
     victim = first.worker_pids()[1]
     import os
 
@@ -197,6 +201,15 @@ def test_pretrained_safetensors_load_into_shards(where, corpus, launch, tmp_path
         env = dict(env, LLMTRAIN_CACHE_DIR=str(tmp_path / "cache"))
     else:
         spec["model"]["pretrainedUri"] = f"file://{path}"
+    if where == "file":
+        spec["checkpoint"] = {**spec["checkpoint"], "uri": str(tmp_path / "ckpt")}
     w = run_to_end(launch(spec, env=env))
     assert w.of("pretrained")[0]["tensors"] == len(list(hf.parameters()))
     assert_matches_reference(w.losses(), expected)
+    if where == "file":
+        # Resuming reads the checkpoint only: the pretrained weights are not read again (at 70B that
+        # is ~138 GB per node per restart), so a run resumes even once they are gone.
+        path.unlink()
+        again = run_to_end(launch(dict(spec, training={**spec["training"], "maxSteps": 3}), name="again"))
+        assert again.of("resume")[0]["step"] == 2 and not again.of("pretrained")
+        assert sorted(again.losses()) == [3]

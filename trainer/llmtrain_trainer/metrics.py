@@ -45,7 +45,7 @@ class TrainerMetrics:
         self.loss = gauge("llmtrain_trainer_loss", "Training loss of the last step (mean over the global batch)")
         self.tokens_per_second = gauge("llmtrain_trainer_tokens_per_second",
                                        "Training throughput of the whole job, tokens per second")
-        self.tokens_total = Counter("llmtrain_trainer_tokens_total", "Tokens trained on (whole job)",
+        self.tokens_total = Counter("llmtrain_trainer_tokens_total", "Tokens trained on by this rank (sum over ranks = the job's tokens)",
                                     LABELS, registry=r).labels(*lv)
         self.tflops_per_device = gauge("llmtrain_trainer_tflops_per_device",
                                        "Achieved model TFLOP/s per device (6N + 12LHQT FLOPs per token)")

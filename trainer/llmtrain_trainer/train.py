@@ -117,14 +117,6 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
     parallelize(model, mesh, spec.fsdp, device)
     model.to_empty(device=device)
     model.init_rope(device)
-    if spec.model.pretrained_uri:
-        from .pretrained import load_pretrained
-
-        n = load_pretrained(model, spec.model.pretrained_uri)
-        if is_main:
-            emit({"event": "pretrained", "uri": spec.model.pretrained_uri, "tensors": n})
-    else:
-        init_weights(model, t.seed)
     optimizer = build_optimizer(model, spec)
 
     dataset = open_dataset(spec.data.uri, seq_len, t.seed, dims.vocab_size)
@@ -159,6 +151,16 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
         if is_main:
             emit({"event": "resume", "step": step, "from_world_size": int(sd["train"]["world_size"]),
                   "world_size": world, "seconds": round(time.time() - t0, 3)})
+    elif spec.model.pretrained_uri:
+        # Initial weights only when there is no checkpoint to resume: at 70B, re-reading them on
+        # every restart before the checkpoint overwrites them costs ~138 GB of reads per node.
+        from .pretrained import load_pretrained
+
+        n = load_pretrained(model, spec.model.pretrained_uri)
+        if is_main:
+            emit({"event": "pretrained", "uri": spec.model.pretrained_uri, "tensors": n})
+    else:
+        init_weights(model, t.seed)
     metrics.step.set(step)
 
     params = [p for p in model.parameters()]
@@ -207,7 +209,7 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
             metrics.step.set(step)
             metrics.loss.set(loss_v)
             metrics.tokens_per_second.set(tp.tokens_per_second)
-            metrics.tokens_total.inc(tokens_per_step)
+            metrics.tokens_total.inc(tokens_per_step // world)  # this rank's share: a sum over ranks is the job's
             metrics.tflops_per_device.set(tp.tflops_per_device)
             metrics.mfu.set(tp.mfu)
             metrics.step_seconds.observe(dt_)
