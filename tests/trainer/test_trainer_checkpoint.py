@@ -185,3 +185,56 @@ def test_unwritable_s3_checkpoint_location_fails_at_start_up(s3, one_process_gro
     c.create_bucket(Bucket="writable")
     Checkpointer("s3://writable/run/", keep=1, interval_minutes=60, interval_steps=0, timeout_minutes=1).close()
     assert "Contents" not in c.list_objects_v2(Bucket="writable")  # the probe object is removed again
+
+
+def test_s3_fencing_a_late_writer_of_an_old_attempt_cannot_commit_a_broken_checkpoint(s3, one_process_group):
+    """Attempt 0 is still uploading step 4 (its pods are in their grace period) when attempt 1
+    starts and removes uncommitted objects. Attempt 0's rank 0 then writes the metadata and the
+    marker: before fencing that produced a checkpoint that looked complete over deleted shards."""
+    import threading
+
+    import boto3
+
+    from llmtrain_trainer.checkpoint import Checkpointer
+
+    boto3.client("s3").create_bucket(Bucket="fence")
+    uri = "s3://fence/run/"
+
+    def make(attempt):
+        return Checkpointer(uri, keep=5, interval_minutes=60, interval_steps=0, timeout_minutes=1, attempt=attempt)
+
+    old = make(0)
+    old.save(2, _state(2.0), blocking=True)
+    uploaded, release = threading.Event(), threading.Event()
+    real_writer = old.store.writer
+
+    def slow_writer(step, rank, on_commit):
+        w = real_writer(step, rank, on_commit)
+        finish = w.finish
+
+        def late_finish(metadata, results):  # shards are uploaded; the commit is late
+            uploaded.set()
+            assert release.wait(60)
+            finish(metadata, results)
+        w.finish = late_finish
+        return w
+
+    old.store.writer = slow_writer
+    late = threading.Thread(target=old.save, args=(4, _state(4.0)), kwargs={"blocking": True})
+    late.start()
+    assert uploaded.wait(60)
+    new = make(1)  # start-up of the next attempt: removes what is not committed, i.e. the old shards
+    release.set()
+    late.join(60)
+    assert not late.is_alive()
+
+    assert new.complete_steps() == [2]  # the late commit over deleted shards is not a checkpoint
+    step, state = new.resume(lambda: _state(0.0))
+    assert step == 2 and torch.equal(state["model"]["w"], torch.full((64,), 2.0))
+
+    # The new attempt's own step 4 is what counts from then on, whatever the old attempt left.
+    new.save(4, _state(44.0), blocking=True)
+    assert new.complete_steps() == [2, 4] and new.store.owner[4] == 1
+    step, state = make(2).resume(lambda: _state(0.0))
+    assert step == 4 and torch.equal(state["model"]["w"], torch.full((64,), 44.0))
+    old.close(), new.close()

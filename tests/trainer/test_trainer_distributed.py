@@ -164,9 +164,17 @@ def test_s3_checkpoint_round_trip(corpus, launch, s3):
     first = run_to_end(launch(dict(spec, training={**spec["training"], "maxSteps": 4}), env=s3, name="s3-first"))
     assert [e["step"] for e in first.of("checkpoint")] == [2, 4]
     keys = sorted(o["Key"] for o in c.list_objects_v2(Bucket="ckpt", Prefix="runs/a/")["Contents"])
-    # keep=1: step 2 pruned; step 4 complete: both ranks' shards, the metadata and the marker.
-    assert keys == ["runs/a/step-0000000004/.metadata", "runs/a/step-0000000004/_COMPLETE",
-                    "runs/a/step-0000000004/__0_0.distcp", "runs/a/step-0000000004/__1_0.distcp"]
+    # keep=1: step 2 pruned; step 4 complete, in attempt 0's directory: both ranks' shards, the
+    # metadata and the commit marker that lists them.
+    assert keys == ["runs/a/step-0000000004/a0/.metadata", "runs/a/step-0000000004/a0/_COMPLETE",
+                    "runs/a/step-0000000004/a0/__0_0.distcp", "runs/a/step-0000000004/a0/__1_0.distcp"]
+    import json
+
+    marker = json.loads(c.get_object(Bucket="ckpt", Key=keys[1])["Body"].read())
+    assert marker["attempt"] == 0 and marker["step"] == 4
+    sizes = {k.rsplit("/", 1)[1]: o["Size"] for o in c.list_objects_v2(Bucket="ckpt", Prefix="runs/a/")["Contents"]
+             for k in [o["Key"]]}
+    assert marker["files"] == {n: sizes[n] for n in (".metadata", "__0_0.distcp", "__1_0.distcp")}
 
     second = run_to_end(launch(spec, env=s3, name="s3-second"))
     assert second.of("resume")[0]["step"] == 4

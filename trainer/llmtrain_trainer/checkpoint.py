@@ -154,6 +154,12 @@ class LocalStore:
     def finish_load(self, rank: int) -> None:
         pass
 
+    def locations(self) -> None:
+        return None
+
+    def adopt(self, locations) -> None:
+        pass
+
 
 # ----------------------------------------------------------------------------------------------
 # S3 store.
@@ -168,33 +174,51 @@ class _S3Writer(FileSystemWriter):
         shutil.rmtree(self._staging, ignore_errors=True)
         super().__init__(self._staging, single_file_per_rank=True, sync_files=False)
         self._store, self._step, self._on_commit = store, step, on_commit
+        self._attempt = store.attempt
+
+    def prepare_global_plan(self, plans):
+        # Rank 0, before any rank writes: a re-save of this step by this same attempt (a re-run of
+        # `llmtrain local`) first withdraws the old marker, so old metadata never vouches for new shards.
+        self._store.delete_key(self._step, self._attempt, MARKER)
+        return super().prepare_global_plan(plans)
 
     def write_data(self, plan, planner):
         fut = super().write_data(plan, planner)
         results = fut.wait()  # a torch.futures.Future, already completed by the file writer
         files = sorted({r.storage_data.relative_path for r in results})
         for f in files:  # one file per rank in single_file_per_rank mode: one multipart upload
-            self._store.upload(os.path.join(self._staging, f), self._step, f)
+            self._store.upload(os.path.join(self._staging, f), self._step, self._attempt, f)
             os.remove(os.path.join(self._staging, f))
         return fut
 
     def finish(self, metadata, results) -> None:
         super().finish(metadata, results)
-        self._store.upload(os.path.join(self._staging, METADATA), self._step, METADATA)
-        self._store.put(self._step, MARKER, json.dumps({"step": self._step, "time": time.time()}).encode())
+        # The commit marker names its attempt and every object the checkpoint consists of, with the
+        # size each must have: a checkpoint is complete only if all of them are there (see
+        # S3Store.list_complete), so shards deleted under a late writer can never look complete.
+        files: dict[str, int] = {}
+        for per_rank in results:
+            for r in per_rank:
+                sd = r.storage_data
+                files[sd.relative_path] = max(files.get(sd.relative_path, 0), sd.offset + sd.length)
+        meta_path = os.path.join(self._staging, METADATA)
+        files[METADATA] = os.path.getsize(meta_path)
+        self._store.upload(meta_path, self._step, self._attempt, METADATA)
+        marker = {"step": self._step, "attempt": self._attempt, "time": time.time(), "files": files}
+        self._store.put(self._step, self._attempt, MARKER, json.dumps(marker).encode())
         shutil.rmtree(self._staging, ignore_errors=True)
         self._on_commit()
 
 
 class _S3Reader(FileSystemReader):
-    def __init__(self, store: "S3Store", step: int, cache: str):
+    def __init__(self, store: "S3Store", step: int, attempt: int, cache: str):
         shutil.rmtree(cache, ignore_errors=True)
         os.makedirs(cache)
         super().__init__(cache)
-        self._store, self._step, self._cache = store, step, cache
+        self._store, self._step, self._attempt, self._cache = store, step, attempt, cache
 
     def read_metadata(self, *args, **kwargs):
-        self._store.download(self._step, METADATA, os.path.join(self._cache, METADATA))
+        self._store.download(self._step, self._attempt, METADATA, os.path.join(self._cache, METADATA))
         return super().read_metadata(*args, **kwargs)
 
     def read_data(self, plan, planner):
@@ -206,7 +230,7 @@ class _S3Reader(FileSystemReader):
 
         def fetch(rel: str) -> None:
             lo, hi = spans[rel]
-            data = self._store.get_range(self._step, rel, lo, hi - lo)
+            data = self._store.get_range(self._step, self._attempt, rel, lo, hi - lo)
             with open(os.path.join(self._cache, rel), "wb") as f:  # sparse: only [lo, hi) holds data
                 f.seek(lo)
                 f.write(data)
@@ -216,20 +240,38 @@ class _S3Reader(FileSystemReader):
         return super().read_data(plan, planner)
 
 
+ATTEMPT_RE = re.compile(r"^a(\d+)$")
+
+
 class S3Store:
-    def __init__(self, uri: str):
+    """Checkpoints under s3://bucket/prefix/step-NNNNNNNNNN/a<attempt>/.
+
+    Fencing by attempt: every attempt writes only under its own `a<attempt>/` directory, and a step
+    is complete only through a commit marker that names the attempt and lists every object with its
+    size. A new attempt may therefore delete uncommitted directories at start-up while the previous
+    attempt's pods, still in their grace period, keep uploading: whatever the old writer commits
+    afterwards is either whole (all listed objects present) or not complete — never a checkpoint
+    that looks complete over deleted shards.
+    """
+
+    def __init__(self, uri: str, attempt: int = 0):
         from . import s3
 
         self.uri = uri if uri.endswith("/") else uri + "/"
         self.bucket, self.prefix = s3.split_uri(uri)
+        self.attempt = attempt
         self.client = s3.client()
         self._transfer = s3.transfer_config()
+        self.owner: dict[int, int] = {}  # complete step → the attempt whose directory holds it
 
     def __str__(self) -> str:
         return self.uri
 
-    def _key(self, step: int, name: str) -> str:
-        return f"{self.prefix}{step_name(step)}/{name}"
+    def _dir(self, step: int, attempt: int) -> str:
+        return f"{self.prefix}{step_name(step)}/a{attempt}/"
+
+    def _key(self, step: int, attempt: int, name: str) -> str:
+        return self._dir(step, attempt) + name
 
     def check_writable(self) -> None:
         """PUT and DELETE a probe object under the prefix (raises botocore's ClientError)."""
@@ -237,48 +279,72 @@ class S3Store:
         self.client.put_object(Bucket=self.bucket, Key=key, Body=b"llmtrain")
         self.client.delete_object(Bucket=self.bucket, Key=key)
 
-    def upload(self, path: str, step: int, name: str) -> None:
-        self.client.upload_file(path, self.bucket, self._key(step, name), Config=self._transfer)
+    def upload(self, path: str, step: int, attempt: int, name: str) -> None:
+        self.client.upload_file(path, self.bucket, self._key(step, attempt, name), Config=self._transfer)
 
-    def put(self, step: int, name: str, body: bytes) -> None:
-        self.client.put_object(Bucket=self.bucket, Key=self._key(step, name), Body=body)
+    def put(self, step: int, attempt: int, name: str, body: bytes) -> None:
+        self.client.put_object(Bucket=self.bucket, Key=self._key(step, attempt, name), Body=body)
 
-    def download(self, step: int, name: str, path: str) -> None:
-        self.client.download_file(self.bucket, self._key(step, name), path, Config=self._transfer)
+    def delete_key(self, step: int, attempt: int, name: str) -> None:
+        self.client.delete_object(Bucket=self.bucket, Key=self._key(step, attempt, name))
 
-    def get_range(self, step: int, name: str, offset: int, length: int) -> bytes:
+    def download(self, step: int, attempt: int, name: str, path: str) -> None:
+        self.client.download_file(self.bucket, self._key(step, attempt, name), path, Config=self._transfer)
+
+    def get_range(self, step: int, attempt: int, name: str, offset: int, length: int) -> bytes:
         if length == 0:
             return b""
-        r = self.client.get_object(Bucket=self.bucket, Key=self._key(step, name),
+        r = self.client.get_object(Bucket=self.bucket, Key=self._key(step, attempt, name),
                                    Range=f"bytes={offset}-{offset + length - 1}")
         return r["Body"].read()
 
-    def _steps(self) -> dict[int, set[str]]:
-        """step → names of its objects that matter for completeness (only the marker)."""
-        out: dict[int, set[str]] = {}
-        pages = self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=self.prefix, Delimiter="/")
-        for page in pages:
-            for cp in page.get("CommonPrefixes", []):
-                name = cp["Prefix"][len(self.prefix):].rstrip("/")
-                if m := STEP_RE.match(name):
-                    out[int(m.group(1))] = set()
-        for step in out:
-            try:
-                self.client.head_object(Bucket=self.bucket, Key=self._key(step, MARKER))
-                out[step].add(MARKER)
-            except self.client.exceptions.ClientError:
-                pass
+    def _objects(self) -> dict[tuple[int, int], dict[str, int]]:
+        """(step, attempt) → {object name: size} for everything under the prefix."""
+        out: dict[tuple[int, int], dict[str, int]] = {}
+        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix):
+            for o in page.get("Contents", []):
+                parts = o["Key"][len(self.prefix):].split("/", 2)
+                if len(parts) == 3 and (m := STEP_RE.match(parts[0])) and (a := ATTEMPT_RE.match(parts[1])):
+                    out.setdefault((int(m.group(1)), int(a.group(1))), {})[parts[2]] = o["Size"]
         return out
 
+    def _committed(self, step: int, attempt: int, names: dict[str, int]) -> bool:
+        if MARKER not in names:
+            return False
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=self._key(step, attempt, MARKER))["Body"].read()
+            marker = json.loads(body)
+            files = marker["files"]
+        except (ValueError, KeyError, TypeError, self.client.exceptions.ClientError) as err:
+            log.warning("%s: unreadable commit marker, ignored: %s", self._key(step, attempt, MARKER), err)
+            return False
+        if marker.get("attempt") != attempt or marker.get("step") != step:
+            return False
+        missing = [f for f, size in files.items() if names.get(f, -1) < size]
+        if missing:
+            log.warning("%s: commit marker of attempt %d lists objects that are missing or short (%s): "
+                        "not a complete checkpoint", self._dir(step, attempt), attempt, ", ".join(missing[:4]))
+            return False
+        return True
+
     def list_complete(self) -> list[int]:
-        return sorted(s for s, names in self._steps().items() if MARKER in names)
+        self.owner = {}
+        for (step, attempt), names in sorted(self._objects().items()):
+            if self._committed(step, attempt, names):
+                self.owner[step] = attempt  # sorted: the newest attempt that committed the step wins
+        return sorted(self.owner)
+
+    def locations(self) -> dict[int, int]:
+        return dict(self.owner)
+
+    def adopt(self, locations: dict[int, int]) -> None:
+        self.owner = dict(locations)
 
     def writer(self, step: int, rank: int, on_commit: Callable[[], None]):
         return _S3Writer(self, step, rank, on_commit)
 
     def reader(self, step: int, rank: int):
-        return _S3Reader(self, step, self._cache_dir(step, rank))
+        return _S3Reader(self, step, self.owner.get(step, self.attempt), self._cache_dir(step, rank))
 
     def _cache_dir(self, step: int, rank: int) -> str:
         return os.path.join(_staging_root(), f"{os.getpid()}-load-{step_name(step)}-r{rank}")
@@ -288,30 +354,34 @@ class S3Store:
             if n.startswith(f"{os.getpid()}-load-"):
                 shutil.rmtree(os.path.join(_staging_root(), n), ignore_errors=True)
 
-    def delete(self, step: int) -> None:
-        pages = self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=f"{self.prefix}{step_name(step)}/")
+    def _delete_prefix(self, prefix: str) -> None:
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
         for page in pages:
             keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
             if keys:
-                # Marker first, so a checkpoint being deleted is never seen as complete-but-partial.
+                # Markers first, so a checkpoint being deleted is never seen as complete-but-partial.
                 marker = [k for k in keys if k["Key"].endswith("/" + MARKER)]
                 if marker:
                     self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": marker})
                 self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": keys})
 
+    def delete(self, step: int) -> None:
+        self._delete_prefix(f"{self.prefix}{step_name(step)}/")
+
     def discard_partial(self, step: int) -> None:
-        pass  # objects of a step without its marker are never loaded; the next start removes them
+        pass  # uncommitted objects are never loaded; the next attempt's start-up removes them
 
     def clean_partials(self) -> None:
-        for step, names in self._steps().items():
-            if MARKER not in names:
-                self.delete(step)
+        """Remove every attempt directory without a valid commit (also one a previous attempt may
+        still be writing: fencing makes that safe, see the class docstring)."""
+        for (step, attempt), names in self._objects().items():
+            if not self._committed(step, attempt, names):
+                self._delete_prefix(self._dir(step, attempt))
 
 
-def open_store(uri: str):
+def open_store(uri: str, attempt: int = 0):
     if uri.startswith("s3://"):
-        return S3Store(uri)
+        return S3Store(uri, attempt)
     from .config import local_path
 
     return LocalStore(local_path(uri))
@@ -323,8 +393,9 @@ class Checkpointer:
     """Decides when to save (collectively), saves asynchronously, commits, prunes, resumes."""
 
     def __init__(self, uri: str | None, *, keep: int, interval_minutes: float, interval_steps: int,
-                 timeout_minutes: float, metrics=None, emit: Callable[[dict], None] | None = None):
-        self.store = open_store(uri) if uri else None
+                 timeout_minutes: float, metrics=None, emit: Callable[[dict], None] | None = None,
+                 attempt: int = 0):
+        self.store = open_store(uri, attempt) if uri else None
         self.keep = keep
         self.interval_s = interval_minutes * 60
         self.interval_steps = interval_steps
@@ -376,9 +447,11 @@ class Checkpointer:
         """Complete checkpoints, oldest first, as rank 0 sees them (broadcast so every rank agrees)."""
         if self.store is None:
             return []
-        found = [self.store.list_complete() if self.rank == 0 else None]
+        found = [(self.store.list_complete(), self.store.locations()) if self.rank == 0 else None]
         dist.broadcast_object_list(found, src=0)
-        return found[0]
+        steps, locations = found[0]
+        self.store.adopt(locations)
+        return steps
 
     def uri_of(self, step: int) -> str:
         root = str(self.store)

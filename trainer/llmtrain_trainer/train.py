@@ -126,7 +126,7 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
                         interval_minutes=spec.checkpoint.interval_minutes,
                         interval_steps=spec.checkpoint.interval_steps,
                         timeout_minutes=spec.resilience.collective_timeout_minutes,
-                        metrics=metrics, emit=emit if is_main else None)
+                        metrics=metrics, emit=emit if is_main else None, attempt=job.attempt)
 
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
