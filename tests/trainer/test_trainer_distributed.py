@@ -33,6 +33,15 @@ def test_strategy_trains_and_matches_single_process_reference(strategy, ac, corp
     assert_matches_reference(losses, reference)
     cfg = w.of("config")[0]
     assert cfg["world_size"] == 2 and cfg["grad_accum"] == 2
+    if strategy in ("NO_SHARD", "HYBRID_SHARD"):
+        # Gradients are all-reduced across replicas once per step, not once per micro-batch (2 here):
+        # one fp32 gradient shard — all parameters for NO_SHARD (shard=1), half for HYBRID_SHARD
+        # (shard=2 processes on this "node"; every tiny dim-0 size is even, so no padding).
+        from llmtrain.catalog import model_preset
+        from llmtrain.flops import num_params
+
+        shard = 1 if strategy == "NO_SHARD" else 2
+        assert {e["allreduce_bytes"] for e in w.of("step")} == {num_params(model_preset("tiny")) * 4 // shard}
 
     # MFU / TFLOP/s as logged = the documented formula applied to the logged throughput (cpu peak).
     from llmtrain.catalog import instance_type

@@ -28,7 +28,7 @@ from .data import DataLoader, open_dataset
 from .init import init_weights
 from .metrics import TrainerMetrics
 from .model import Llama, cross_entropy
-from .parallel import build_mesh, device_for_rank, init_distributed, parallelize
+from .parallel import AllReduceCounter, build_mesh, device_for_rank, has_replicas, init_distributed, parallelize
 from .throughput import step_throughput
 
 log = logging.getLogger("llmtrain_trainer")
@@ -172,6 +172,10 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
 
         scaler = ShardedGradScaler(device=device.type)
     accum = g // (world * t.micro_batch_size)
+    # NO_SHARD / HYBRID_SHARD: all-reduce gradients across replicas (nodes) once per step, on the
+    # last micro-batch, not once per micro-batch; earlier micro-batches accumulate locally.
+    replicas = has_replicas(spec.fsdp.sharding_strategy)
+    allreduce = AllReduceCounter(model) if replicas else None
     reason = "finished"
     try:
         while step < t.max_steps:
@@ -181,7 +185,9 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
                 group["lr"] = lr
             micro = loader.next()
             loss_sum = torch.zeros((), device=device)
-            for x, y in micro:
+            for i, (x, y) in enumerate(micro):
+                if replicas and accum > 1:
+                    model.set_requires_all_reduce(i == len(micro) - 1)
                 loss = cross_entropy(model(x), y) / accum
                 (scaler.scale(loss) if scaler else loss).backward()
                 loss_sum += loss.detach()
@@ -224,6 +230,7 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
                       "grad_norm": round(float(gn), 6), "tokens_per_second": round(tp.tokens_per_second, 2),
                       "tflops_per_device": tp.tflops_per_device, "mfu": tp.mfu,
                       "step_seconds": round(dt_, 6), "data_wait_seconds": round(loader.last_wait, 6),
+                      **({"allreduce_bytes": allreduce.take()} if allreduce else {}),
                       "sample_start": (step - 1) * g, "samples": g, "tokens": tokens_per_step,
                       "max_steps": t.max_steps, "time": round(now, 6)})
 
