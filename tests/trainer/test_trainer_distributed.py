@@ -112,7 +112,11 @@ def test_sigkill_a_worker_then_restart_resumes_from_last_checkpoint(corpus, refe
 
 
 def test_sigterm_checkpoints_and_exits_cleanly_then_resumes_on_one_process(corpus, reference, launch, tmp_path):
-    spec = base_spec(**{"data.uri": corpus, "checkpoint.uri": f"file://{tmp_path}/ckpt"})
+    # Micro-batches of 1: 4 per rank and step, so the stop usually lands inside a step and is taken
+    # at the next micro-batch boundary (the partial step is dropped); a stop at the step boundary
+    # must give the same outcome. Micro-batch size does not change the trajectory (equal-size means).
+    spec = base_spec(**{"data.uri": corpus, "checkpoint.uri": f"file://{tmp_path}/ckpt",
+                        "training.microBatchSize": 1})
     two = launch(spec, name="two")
     two.wait_for(lambda e: e.get("event") == "step" and e["step"] == 3)
     import os
@@ -124,11 +128,14 @@ def test_sigterm_checkpoints_and_exits_cleanly_then_resumes_on_one_process(corpu
     end = two.of("end")[0]
     assert end["reason"] == "signal" and end["last_checkpoint"] == end["step"] >= 3
     assert end["step"] < STEPS
+    stop = two.of("stop")[0]
+    assert stop["step"] == end["step"] == max(e["step"] for e in two.of("step"))  # no half step counted
+    assert stop.get("dropped_micro_batches", 1) in range(1, 4) and stop["signal"] == "SIGTERM"
 
     one = run_to_end(launch(spec, nproc=1, name="one"))
     resume = one.of("resume")[0]
     assert resume == {**resume, "step": end["step"], "from_world_size": 2, "world_size": 1}
-    assert one.of("config")[0]["grad_accum"] == 4
+    assert one.of("config")[0]["grad_accum"] == 8
     assert sorted(one.losses()) == list(range(end["step"] + 1, STEPS + 1))
     assert_matches_reference(two.losses(), reference)
     assert_matches_reference(one.losses(), reference)

@@ -288,6 +288,10 @@ class DataLoader:
             batch = batch.pin_memory().to(self.device, non_blocking=True)
         return [(mb[:, :-1], mb[:, 1:]) for mb in batch.split(self.micro_batch)]
 
+    def rewind(self) -> None:
+        """Give back the last step's batch (a stop in the middle of the step): it is read again."""
+        self.step -= 1
+
     def state_dict(self) -> dict:
         return {"step": self.step, "samples_consumed": self.step * self.g, "global_batch_seqs": self.g}
 
