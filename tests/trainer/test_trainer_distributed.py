@@ -166,7 +166,7 @@ def reference_for(corpus, **over):
     return reference_losses(base_spec(**{"data.uri": corpus, "training.maxSteps": steps}))
 
 
-def test_s3_checkpoint_round_trip(corpus, launch, s3):
+def test_s3_checkpoint_round_trip(corpus, launch, s3, tmp_path):
     import boto3
     from trainer_reference import reference_losses
 
@@ -191,6 +191,27 @@ def test_s3_checkpoint_round_trip(corpus, launch, s3):
     sizes = {k.rsplit("/", 1)[1]: o["Size"] for o in c.list_objects_v2(Bucket="ckpt", Prefix="runs/a/")["Contents"]
              for k in [o["Key"]]}
     assert marker["files"] == {n: sizes[n] for n in (".metadata", "__0_0.distcp", "__1_0.distcp")}
+
+    # `llmtrain export` reassembles the two ranks' FSDP shards from S3 into a model transformers
+    # loads, with the logits of the trainer's own model on those weights.
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
+    from llmtrain_trainer.export import export
+    from llmtrain_trainer.model import Llama
+    from llmtrain_trainer.pretrained import load_pretrained
+
+    job = LLMTrainingJobSpec.model_validate(spec)
+    info = export(job, str(tmp_path / "hf"), dtype="fp32")
+    assert info["step"] == 4 and info["checkpoint"] == "s3://ckpt/runs/a/step-0000000004"
+    hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"), attn_implementation="eager").eval()
+    mine = Llama(resolve_dims(job.model))
+    mine.init_rope("cpu")
+    load_pretrained(mine, str(tmp_path / "hf"))
+    tokens = torch.randint(0, 256, (1, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (hf(tokens).logits - mine.eval()(tokens)).abs().max().item() < 1e-5
 
     second = run_to_end(launch(spec, env=s3, name="s3-second"))
     assert second.of("resume")[0]["step"] == 4

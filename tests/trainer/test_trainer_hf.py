@@ -97,3 +97,79 @@ def test_llama31_presets_carry_the_released_rope_scaling():
                                "originalMaxPositionEmbeddings": 32}}},
         "cluster": {"instanceType": "cpu"}})
     assert resolve_dims(spec.model).rope_scaling == LLAMA31
+
+
+def _prepared_with_tokenizer(tmp_path) -> str:
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from llmtrain_trainer.prepare import prepare
+
+    src = tmp_path / "text"
+    src.mkdir()
+    (src / "a.txt").write_text("the quick brown fox jumps over the lazy dog " * 20)
+    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train([str(src / "a.txt")], trainers.WordLevelTrainer(special_tokens=["<unk>", "</s>"]))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    prepare([str(src)], str(tmp_path / "tokens"), tokenizer=str(tmp_path / "tokenizer.json"))
+    return str(tmp_path / "tokens")
+
+
+@pytest.mark.parametrize("max_shard_gb", [5.0, 0.0001], ids=["one-file", "sharded"])
+def test_export_checkpoint_loads_in_transformers_with_the_same_logits(tmp_path, capsys, max_shard_gb):
+    """A checkpoint in the trainer's format (DCP, LocalStore layout) → `llmtrain export` → the
+    directory loads with AutoModelForCausalLM and gives the trainer model's logits."""
+    import json
+
+    import torch.distributed.checkpoint as dcp
+    import yaml
+    from transformers import AutoModelForCausalLM
+    from trainer_reference import reference_model
+
+    from llmtrain.cli import main
+    from llmtrain.spec import LLMTrainingJobSpec
+    data = _prepared_with_tokenizer(tmp_path)  # token shards with the tokenizer.json beside them
+    spec = {"model": {"dims": {"hiddenSize": 64, "intermediateSize": 176, "numLayers": 2, "numHeads": 4,
+                               "numKvHeads": 2, "vocabSize": 256, "maxSeqLen": 128, "ropeTheta": 500000.0,
+                               "ropeScaling": {"ropeType": "llama3", "factor": 8, "lowFreqFactor": 1,
+                                               "highFreqFactor": 4, "originalMaxPositionEmbeddings": 32}}},
+            "data": {"uri": f"file://{data}", "seqLen": 32}, "cluster": {"instanceType": "cpu"},
+            "checkpoint": {"uri": f"file://{tmp_path}/ckpt"}}
+    model = reference_model(LLMTrainingJobSpec.model_validate(spec), seed=7)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1 + 0.1 * torch.randn_like(p))
+    sd = {"model": model.state_dict(), "train": {"step": 3}}
+    dcp.save(sd, checkpoint_id=str(tmp_path / "ckpt" / "step-0000000003"), no_dist=True)
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"apiVersion": "llmtrain.dev/v1alpha1", "kind": "LLMTrainingJob",
+                                   "metadata": {"name": "x"}, "spec": spec}))
+
+    out = tmp_path / "hf"
+    assert main(["export", str(job), "-o", str(out), "--dtype", "fp32", "--max-shard-gb", str(max_shard_gb)]) == 0
+    assert "step-0000000003" in capsys.readouterr().out
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["rope_scaling"]["rope_type"] == "llama3" and cfg["eos_token_id"] == 1
+    assert (out / "tokenizer.json").exists()
+    assert (out / "model.safetensors.index.json").exists() == (max_shard_gb < 1)
+
+    hf = AutoModelForCausalLM.from_pretrained(str(out), attn_implementation="eager").eval()
+    tokens = torch.randint(0, 256, (2, 128), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert (hf(tokens).logits - model.eval()(tokens)).abs().max().item() < 1e-5
+
+
+def test_export_without_a_checkpoint_is_a_clear_error(tmp_path, capsys):
+    import yaml
+
+    from llmtrain.cli import main
+
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"apiVersion": "llmtrain.dev/v1alpha1", "kind": "LLMTrainingJob",
+                                   "metadata": {"name": "x"}, "spec": {
+                                       "model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu"},
+                                       "data": {"seqLen": 32}, "checkpoint": {"uri": f"file://{tmp_path}/none"}}}))
+    assert main(["export", str(job), "-o", str(tmp_path / "hf")]) == 1
+    err = capsys.readouterr().err
+    assert "no complete checkpoint at" in err and "Traceback" not in err

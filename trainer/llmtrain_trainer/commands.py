@@ -1,4 +1,4 @@
-"""The trainer's subcommands of the `llmtrain` CLI: `local` and `prepare`.
+"""The trainer's subcommands of the `llmtrain` CLI: `local`, `prepare` and `export`.
 
 `llmtrain.cli` calls `register(subparsers)` and then `args.func(args)`; each function returns the
 process exit code.
@@ -59,6 +59,24 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    import sys
+
+    from .config import load_job_file
+    from .export import export
+
+    try:
+        _, spec = load_job_file(args.file)
+        out = export(spec, args.output, checkpoint_uri=args.checkpoint_uri, step=args.step, dtype=args.dtype,
+                     max_shard_gb=args.max_shard_gb)
+    except (OSError, ValueError) as err:
+        print(f"llmtrain export: {err}", file=sys.stderr)
+        return 1
+    print(f"{args.output}: {out['parameters']:,} parameters from {out['checkpoint']} as {out['dtype']} in "
+          f"{len(out['files'])} file(s)" + (f", tokenizer {out['tokenizer']}" if out["tokenizer"] else ""))
+    return 0
+
+
 def _positive_int(text: str) -> int:
     n = int(text)
     if n < 1:
@@ -93,3 +111,14 @@ def register(subparsers) -> None:
     q.add_argument("--extensions", default=".txt,.md,.jsonl",
                    help="file suffixes to take from directories (default: %(default)s)")
     q.set_defaults(func=cmd_prepare)
+
+    e = subparsers.add_parser("export", help="a checkpoint as a Hugging Face model (safetensors + config.json)",
+                              description="Write a job's newest complete checkpoint (or --step) as a Hugging "
+                              "Face model directory that transformers, vLLM and the Hub load as is.")
+    e.add_argument("file", help="the LLMTrainingJob YAML file the checkpoint belongs to")
+    e.add_argument("--output", "-o", required=True, help="output directory")
+    e.add_argument("--checkpoint-uri", help="override checkpoint.uri (a directory or s3://...)")
+    e.add_argument("--step", type=int, help="checkpoint step (default: the newest complete one)")
+    e.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16", help="weight dtype (default bf16)")
+    e.add_argument("--max-shard-gb", type=float, default=5.0, help="safetensors file size limit (default 5)")
+    e.set_defaults(func=cmd_export)
