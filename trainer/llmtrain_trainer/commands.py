@@ -49,7 +49,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     exts = tuple(e if e.startswith(".") else "." + e for e in args.extensions.split(",") if e)
     try:
         index = prepare(args.inputs, args.output, tokenizer=args.tokenizer, eos_id=args.eos_id,
-                        shard_tokens=args.shard_tokens, seed=args.seed, extensions=exts)
+                        shard_tokens=args.shard_tokens, extensions=exts, progress=not args.quiet)
     except (OSError, ValueError) as err:
         print(f"llmtrain prepare: {err}", file=sys.stderr)
         return 1
@@ -107,7 +107,7 @@ def register(subparsers) -> None:
     q.add_argument("--tokenizer", help="a tokenizers JSON file (default: byte-level, vocabulary 256)")
     q.add_argument("--eos-id", type=int, help="end-of-document token id (default: from the tokenizer)")
     q.add_argument("--shard-tokens", type=_positive_int, default=1 << 26, help="tokens per shard (default 2^26)")
-    q.add_argument("--seed", type=int, default=0, help="document shuffle seed")
+    q.add_argument("--quiet", action="store_true", help="no progress bar")
     q.add_argument("--extensions", default=".txt,.md,.jsonl",
                    help="file suffixes to take from directories (default: %(default)s)")
     q.set_defaults(func=cmd_prepare)
