@@ -332,3 +332,21 @@ def test_prepare_streams_with_memory_bounded_by_one_shard(tmp_path, capsys):
     assert peak < 8e6, f"peak {peak / 1e6:.1f} MB"
     err = capsys.readouterr().err
     assert "tokenizing" in err and "100%" in err  # the progress bar, over the input bytes
+
+
+def test_prepare_to_s3_uploads_shard_by_shard_and_reads_back_the_same(tmp_path, s3):
+    import boto3
+
+    from llmtrain_trainer.data import ShardDataset
+    from llmtrain_trainer.prepare import prepare
+
+    boto3.client("s3").create_bucket(Bucket="prep")
+    src = _write_text(tmp_path)
+    local = prepare([str(src)], str(tmp_path / "tok"), shard_tokens=700)
+    remote = prepare([str(src)], "s3://prep/tok/", shard_tokens=700)
+    assert remote == local and len(remote["shards"]) > 3
+    keys = sorted(o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket="prep")["Contents"])
+    assert keys == sorted(["tok/index.json"] + [f"tok/{s['file']}" for s in local["shards"]])
+    a, b = ShardDataset(str(tmp_path / "tok"), 16, 0), ShardDataset("s3://prep/tok/", 16, 0)
+    for seg in a.segments(0, 12):
+        assert np.array_equal(a.read_segment(*seg), b.read_segment(*seg))

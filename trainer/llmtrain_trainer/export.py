@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import warnings
 
 import torch
 
@@ -63,7 +64,9 @@ def load_weights(checkpoint_uri: str, dims, step: int | None = None) -> tuple[in
     weights = {name: torch.empty(p.shape, dtype=torch.float32) for name, p in model.named_parameters()}
     state = {"model": weights}
     try:
-        dcp.load(state, storage_reader=store.reader(step, 0), no_dist=True)
+        with warnings.catch_warnings():  # "no process group: loading in a single process" is the intent
+            warnings.simplefilter("ignore", UserWarning)
+            dcp.load(state, storage_reader=store.reader(step, 0), no_dist=True)
     finally:
         store.finish_load(0)
     return step, weights

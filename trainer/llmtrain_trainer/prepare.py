@@ -111,8 +111,8 @@ def _documents(files: list[Path]) -> Iterator[tuple[str, int]]:
 class _ShardWriter:
     """Tokens → fixed-size shard files through one preallocated buffer of `shard_tokens`."""
 
-    def __init__(self, out_dir: str, shard_tokens: int, dtype: np.dtype):
-        self.out_dir, self.dtype = out_dir, dtype
+    def __init__(self, out_dir: str, shard_tokens: int, dtype: np.dtype, on_shard=None):
+        self.out_dir, self.dtype, self.on_shard = out_dir, dtype, on_shard
         self.buf = np.empty(shard_tokens, dtype=dtype)
         self.fill = 0
         self.shards: list[dict] = []
@@ -133,6 +133,8 @@ class _ShardWriter:
             self.buf[:self.fill].tofile(os.path.join(self.out_dir, name))
             self.shards.append({"file": name, "tokens": int(self.fill)})
             self.fill = 0
+            if self.on_shard is not None:
+                self.on_shard(name)
 
 
 def prepare(inputs: list[str], output: str, *, tokenizer: str | None = None, eos_id: int | None = None,
@@ -155,7 +157,17 @@ def prepare(inputs: list[str], output: str, *, tokenizer: str | None = None, eos
 
     out_dir = tempfile.mkdtemp(prefix="llmtrain-prepare-") if to_s3 else local_path(output)
     os.makedirs(out_dir, exist_ok=True)
-    writer = _ShardWriter(out_dir, shard_tokens, dtype)
+    upload = None
+    if to_s3:  # each shard goes up as soon as it is full, so local disk holds one shard at a time
+        from . import s3
+
+        bucket, prefix = s3.split_uri(output)
+        c = s3.client()
+
+        def upload(name: str) -> None:
+            c.upload_file(os.path.join(out_dir, name), bucket, prefix + name, Config=s3.transfer_config())
+            os.remove(os.path.join(out_dir, name))
+    writer = _ShardWriter(out_dir, shard_tokens, dtype, on_shard=upload)
     from tqdm import tqdm
 
     documents = 0
@@ -177,13 +189,9 @@ def prepare(inputs: list[str], output: str, *, tokenizer: str | None = None, eos
         json.dump(index, f, indent=1)
 
     if to_s3:
-        from . import s3
-
-        bucket, prefix = s3.split_uri(output)
-        c = s3.client()
-        for name in sorted(os.listdir(out_dir)):  # index.json last: readers see complete data
+        for name in sorted(os.listdir(out_dir)):  # the tokenizer; index.json last: readers see complete data
             if name != INDEX:
-                c.upload_file(os.path.join(out_dir, name), bucket, prefix + name, Config=s3.transfer_config())
+                upload(name)
         c.upload_file(os.path.join(out_dir, INDEX), bucket, prefix + INDEX)
         shutil.rmtree(out_dir)
     return index
