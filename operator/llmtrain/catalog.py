@@ -53,6 +53,17 @@ class InstanceType:
 
 
 @dataclass(frozen=True)
+class RopeScaling:
+    """Llama 3.1-style RoPE frequency scaling (Hugging Face `rope_scaling` with rope_type "llama3")."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+    rope_type: str = "llama3"
+
+
+@dataclass(frozen=True)
 class ModelDims:
     """Llama-architecture dimensions. `head_dim` = hidden_size / num_heads."""
 
@@ -65,6 +76,11 @@ class ModelDims:
     max_seq_len: int = 4096
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
+    rope_scaling: RopeScaling | None = None
+
+    def __post_init__(self):
+        if isinstance(self.rope_scaling, dict):  # from models.yaml or a spec's dims
+            object.__setattr__(self, "rope_scaling", RopeScaling(**self.rope_scaling))
 
     @property
     def head_dim(self) -> int:

@@ -96,6 +96,16 @@ class SecretKeyRef(_Spec):
     key: str = Field("token", min_length=1, description="key inside the Secret")
 
 
+class RopeScalingSpec(_Spec):
+    """RoPE scaling of Llama 3.1 / 3.2 / 3.3 (Hugging Face config.json `rope_scaling`, type llama3)."""
+
+    rope_type: Literal["llama3"] = "llama3"
+    factor: float = Field(gt=0)
+    low_freq_factor: float = Field(gt=0)
+    high_freq_factor: float = Field(gt=0)
+    original_max_position_embeddings: int = Field(ge=1)
+
+
 class Dims(_Spec):
     """Explicit Llama dimensions, instead of a preset."""
 
@@ -108,6 +118,7 @@ class Dims(_Spec):
     max_seq_len: int = Field(4096, ge=8, le=1_048_576)
     rope_theta: float = Field(10000.0, gt=0)
     norm_eps: float = Field(1e-5, gt=0, lt=1)
+    rope_scaling: RopeScalingSpec | None = None
 
 
 class ModelSpec(_Spec):

@@ -6,7 +6,7 @@
   (strategy, activation checkpointing, checkpoint location, process count) don't change the
   numerics, so all of them are compared against one single-process reference trajectory.
 - `reference` (session): that trajectory, from a plain PyTorch loop (trainer_reference.py).
-- `launch()` / `Workers`: torchrun subprocesses whose structured stdout is parsed as it arrives;
+- `launch()` / `Workers`: torchrun subprocesses (under `llmtrain_trainer.launch`) whose structured stdout is parsed as it arrives;
   every process started is stopped (process group SIGKILL) when the test ends.
 - `etcd` (session) and `s3` (session): an etcd server with the v2 API and a moto S3 server, each on
   a free loopback port, stopped at the end.
@@ -66,7 +66,7 @@ def corpus(tmp_path_factory) -> str:
     for f in sorted((REPO / "trainer" / "llmtrain_trainer").glob("*.py")):
         (src / f"{f.stem}.txt").write_text(f.read_text())
     out = tmp_path_factory.mktemp("tokens")
-    prepare([str(src)], str(out), shard_tokens=20_000, seed=0)
+    prepare([str(src)], str(out), shard_tokens=20_000)
     return str(out)
 
 
@@ -82,11 +82,13 @@ class Workers:
     """A running torchrun (one "node"); `events` is filled from its stdout by a reader thread."""
 
     def __init__(self, spec: dict, nproc: int, tmp: Path, *, rdzv: tuple[str, str] | None = None,
-                 nnodes: int = 1, env: dict | None = None, name: str = "w", rdzv_id: str | None = None):
+                 nnodes: int = 1, env: dict | None = None, name: str = "w", rdzv_id: str | None = None,
+                 file_size_limit: int | None = None):
         self.spec_file = tmp / f"spec-{name}-{time.monotonic_ns()}.json"
         self.spec_file.write_text(json.dumps(spec))
         backend, endpoint = rdzv or ("c10d", f"127.0.0.1:{free_port()}")
-        self.cmd = [PY, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
+        # The production entry point: torchrun under llmtrain_trainer.launch (a clean stop exits 0).
+        self.cmd = [PY, "-m", "llmtrain_trainer.launch", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
                     f"--rdzv-backend={backend}", f"--rdzv-endpoint={endpoint}",
                     f"--rdzv-id={rdzv_id or 'test-' + uuid.uuid4().hex[:12]}", "--max-restarts=0",
                     "-m", "llmtrain_trainer", "--spec", str(self.spec_file)]
@@ -98,7 +100,8 @@ class Workers:
         self.stderr_path = tmp / f"stderr-{name}-{time.monotonic_ns()}.log"
         self._stderr = open(self.stderr_path, "w")
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
-                                     env=full_env, cwd=REPO, start_new_session=True)
+                                     env=full_env, cwd=REPO, start_new_session=True,
+                                     preexec_fn=_limit_file_size(file_size_limit))
         self.events: list[dict] = []
         self.lines: "queue.Queue[dict | None]" = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -128,8 +131,10 @@ class Workers:
                 return e
 
     def worker_pids(self) -> list[int]:
-        with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
-            return [int(x) for x in f.read().split()]
+        """The trainer processes: children of torchrun, the launcher's only child."""
+        from llmtrain_trainer.launch import children
+
+        return [w for torchrun in children(self.proc.pid) for w in children(torchrun)]
 
     def wait(self, timeout: float = 180) -> int:
         try:
@@ -158,6 +163,19 @@ class Workers:
 
     def losses(self) -> dict[int, float]:
         return {e["step"]: e["loss"] for e in self.of("step")}
+
+
+def _limit_file_size(limit: int | None):
+    """RLIMIT_FSIZE for the torchrun tree: a write past `limit` bytes fails with EFBIG ("File too
+    large"), as on a full disk, without mounting anything (Python ignores SIGXFSZ)."""
+    if limit is None:
+        return None
+
+    def apply() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
 
 
 def free_port_block(n: int) -> int:

@@ -33,6 +33,15 @@ def test_strategy_trains_and_matches_single_process_reference(strategy, ac, corp
     assert_matches_reference(losses, reference)
     cfg = w.of("config")[0]
     assert cfg["world_size"] == 2 and cfg["grad_accum"] == 2
+    if strategy in ("NO_SHARD", "HYBRID_SHARD"):
+        # Gradients are all-reduced across replicas once per step, not once per micro-batch (2 here):
+        # one fp32 gradient shard — all parameters for NO_SHARD (shard=1), half for HYBRID_SHARD
+        # (shard=2 processes on this "node"; every tiny dim-0 size is even, so no padding).
+        from llmtrain.catalog import model_preset
+        from llmtrain.flops import num_params
+
+        shard = 1 if strategy == "NO_SHARD" else 2
+        assert {e["allreduce_bytes"] for e in w.of("step")} == {num_params(model_preset("tiny")) * 4 // shard}
 
     # MFU / TFLOP/s as logged = the documented formula applied to the logged throughput (cpu peak).
     from llmtrain.catalog import instance_type
@@ -74,6 +83,10 @@ def test_sigkill_a_worker_then_restart_resumes_from_last_checkpoint(corpus, refe
     assert fams["llmtrain_trainer_heartbeat_timestamp_seconds"].samples[0].value > 0
     assert fams["llmtrain_trainer_last_checkpoint_step"].samples[0].value >= 2
     assert fams["llmtrain_trainer_hang_timeout_seconds"].samples[0].value == 30 * 60
+    # tokens_total is this rank's share: 8 sequences × 32 tokens per step over 2 ranks = 128 per step
+    # (the scrape may fall between the step gauge and the counter update of the same step).
+    tokens = fams["llmtrain_trainer_tokens"].samples[0].value
+    assert (step_sample.value - 1) * 128 <= tokens <= step_sample.value * 128, (tokens, step_sample.value)
     victim = first.worker_pids()[1]
     import os
 
@@ -99,21 +112,30 @@ def test_sigkill_a_worker_then_restart_resumes_from_last_checkpoint(corpus, refe
 
 
 def test_sigterm_checkpoints_and_exits_cleanly_then_resumes_on_one_process(corpus, reference, launch, tmp_path):
-    spec = base_spec(**{"data.uri": corpus, "checkpoint.uri": f"file://{tmp_path}/ckpt"})
+    # Micro-batches of 1: 4 per rank and step, so the stop usually lands inside a step and is taken
+    # at the next micro-batch boundary (the partial step is dropped); a stop at the step boundary
+    # must give the same outcome. Micro-batch size does not change the trajectory (equal-size means).
+    spec = base_spec(**{"data.uri": corpus, "checkpoint.uri": f"file://{tmp_path}/ckpt",
+                        "training.microBatchSize": 1})
     two = launch(spec, name="two")
     two.wait_for(lambda e: e.get("event") == "step" and e["step"] == 3)
     import os
 
-    os.kill(two.worker_pids()[0], signal.SIGTERM)  # one rank only: the step's all-reduce tells the other
+    # What the kubelet does on a drain: SIGTERM to the container's PID 1, the launcher. The workers
+    # stop, checkpoint, exit 0, and so does the pod (torchrun alone would exit 1).
+    os.kill(two.proc.pid, signal.SIGTERM)
     assert two.wait(60) == 0, two.stderr()
     end = two.of("end")[0]
     assert end["reason"] == "signal" and end["last_checkpoint"] == end["step"] >= 3
     assert end["step"] < STEPS
+    stop = two.of("stop")[0]
+    assert stop["step"] == end["step"] == max(e["step"] for e in two.of("step"))  # no half step counted
+    assert stop.get("dropped_micro_batches", 1) in range(1, 4) and stop["signal"] == "SIGTERM"
 
     one = run_to_end(launch(spec, nproc=1, name="one"))
     resume = one.of("resume")[0]
     assert resume == {**resume, "step": end["step"], "from_world_size": 2, "world_size": 1}
-    assert one.of("config")[0]["grad_accum"] == 4
+    assert one.of("config")[0]["grad_accum"] == 8
     assert sorted(one.losses()) == list(range(end["step"] + 1, STEPS + 1))
     assert_matches_reference(two.losses(), reference)
     assert_matches_reference(one.losses(), reference)
@@ -144,7 +166,7 @@ def reference_for(corpus, **over):
     return reference_losses(base_spec(**{"data.uri": corpus, "training.maxSteps": steps}))
 
 
-def test_s3_checkpoint_round_trip(corpus, launch, s3):
+def test_s3_checkpoint_round_trip(corpus, launch, s3, tmp_path):
     import boto3
     from trainer_reference import reference_losses
 
@@ -158,9 +180,38 @@ def test_s3_checkpoint_round_trip(corpus, launch, s3):
     first = run_to_end(launch(dict(spec, training={**spec["training"], "maxSteps": 4}), env=s3, name="s3-first"))
     assert [e["step"] for e in first.of("checkpoint")] == [2, 4]
     keys = sorted(o["Key"] for o in c.list_objects_v2(Bucket="ckpt", Prefix="runs/a/")["Contents"])
-    # keep=1: step 2 pruned; step 4 complete: both ranks' shards, the metadata and the marker.
-    assert keys == ["runs/a/step-0000000004/.metadata", "runs/a/step-0000000004/_COMPLETE",
-                    "runs/a/step-0000000004/__0_0.distcp", "runs/a/step-0000000004/__1_0.distcp"]
+    # keep=1: step 2 pruned; step 4 complete, in attempt 0's directory: both ranks' shards, the
+    # metadata and the commit marker that lists them.
+    assert keys == ["runs/a/step-0000000004/a0/.metadata", "runs/a/step-0000000004/a0/_COMPLETE",
+                    "runs/a/step-0000000004/a0/__0_0.distcp", "runs/a/step-0000000004/a0/__1_0.distcp"]
+    import json
+
+    marker = json.loads(c.get_object(Bucket="ckpt", Key=keys[1])["Body"].read())
+    assert marker["attempt"] == 0 and marker["step"] == 4
+    sizes = {k.rsplit("/", 1)[1]: o["Size"] for o in c.list_objects_v2(Bucket="ckpt", Prefix="runs/a/")["Contents"]
+             for k in [o["Key"]]}
+    assert marker["files"] == {n: sizes[n] for n in (".metadata", "__0_0.distcp", "__1_0.distcp")}
+
+    # `llmtrain export` reassembles the two ranks' FSDP shards from S3 into a model transformers
+    # loads, with the logits of the trainer's own model on those weights.
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
+    from llmtrain_trainer.export import export
+    from llmtrain_trainer.model import Llama
+    from llmtrain_trainer.pretrained import load_pretrained
+
+    job = LLMTrainingJobSpec.model_validate(spec)
+    info = export(job, str(tmp_path / "hf"), dtype="fp32")
+    assert info["step"] == 4 and info["checkpoint"] == "s3://ckpt/runs/a/step-0000000004"
+    hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"), attn_implementation="eager").eval()
+    mine = Llama(resolve_dims(job.model))
+    mine.init_rope("cpu")
+    load_pretrained(mine, str(tmp_path / "hf"))
+    tokens = torch.randint(0, 256, (1, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (hf(tokens).logits - mine.eval()(tokens)).abs().max().item() < 1e-5
 
     second = run_to_end(launch(spec, env=s3, name="s3-second"))
     assert second.of("resume")[0]["step"] == 4
@@ -195,6 +246,15 @@ def test_pretrained_safetensors_load_into_shards(where, corpus, launch, tmp_path
         env = dict(env, LLMTRAIN_CACHE_DIR=str(tmp_path / "cache"))
     else:
         spec["model"]["pretrainedUri"] = f"file://{path}"
+    if where == "file":
+        spec["checkpoint"] = {**spec["checkpoint"], "uri": str(tmp_path / "ckpt")}
     w = run_to_end(launch(spec, env=env))
     assert w.of("pretrained")[0]["tensors"] == len(list(hf.parameters()))
     assert_matches_reference(w.losses(), expected)
+    if where == "file":
+        # Resuming reads the checkpoint only: the pretrained weights are not read again (at 70B that
+        # is ~138 GB per node per restart), so a run resumes even once they are gone.
+        path.unlink()
+        again = run_to_end(launch(dict(spec, training={**spec["training"], "maxSteps": 3}), name="again"))
+        assert again.of("resume")[0]["step"] == 2 and not again.of("pretrained")
+        assert sorted(again.losses()) == [3]

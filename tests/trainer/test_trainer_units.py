@@ -136,13 +136,12 @@ def shards(tmp_path):
     return str(tmp_path / "tok")
 
 
-def test_order_is_a_permutation_per_epoch_and_deterministic(shards, monkeypatch):
+def test_order_is_a_permutation_per_epoch_and_deterministic(shards):
     from llmtrain_trainer import data
 
-    monkeypatch.setattr(data, "CHUNK_TOKENS", 64)  # many chunks per shard
     ds = data.ShardDataset(shards, seq_len=16, seed=5)
     n = ds.samples_per_epoch
-    assert len(ds.chunks) > len(ds.shards) > 1
+    assert len(ds.shards) > 3
 
     def visit(start, count):
         return [(sh, first + k) for sh, first, c in ds.segments(start, count) for k in range(c)]
@@ -150,13 +149,33 @@ def test_order_is_a_permutation_per_epoch_and_deterministic(shards, monkeypatch)
     epoch0, epoch1 = visit(0, n), visit(n, n)
     assert len(set(epoch0)) == n and set(epoch0) == set(epoch1) and epoch0 != epoch1
     assert visit(0, n) == epoch0
-    assert visit(3, 20) == epoch0[3:23]
+    assert visit(3, 20) == epoch0[3:23]  # resumable: any position reproduces the same samples
     other = data.ShardDataset(shards, seq_len=16, seed=6)
     assert [(sh, f + k) for sh, f, c in other.segments(0, n) for k in range(c)] != epoch0
     # A sample is T+1 consecutive tokens at k·T of its shard.
     sh, first, _ = ds.segments(7, 1)[0]
     raw = np.fromfile(f"{shards}/{ds.shards[sh]['file']}", dtype="<u2")
     assert np.array_equal(ds.read_segment(sh, first, 1)[0], raw[first * 16:first * 16 + 17])
+
+
+def test_a_batch_draws_samples_from_across_the_shards(shards):
+    """Sample-level shuffling: 16 consecutive samples of the order come from many shards, not from
+    one contiguous stretch (which is what a chunk-level order gave for data written in order)."""
+    from llmtrain_trainer import data
+
+    ds = data.ShardDataset(shards, seq_len=16, seed=0)
+    for start in (0, 16, ds.samples_per_epoch - 8):
+        picked = [sh for sh, first, c in ds.segments(start, 16) for _ in range(c)]
+        assert len(set(picked)) >= min(4, len(ds.shards)), picked
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 17, 1000, 4097])
+def test_permute_is_a_bijection(n):
+    from llmtrain_trainer.data import permute
+
+    p = permute(np.arange(n), n, seed=3, epoch=1)
+    assert sorted(p.tolist()) == list(range(n))
+    assert n < 5 or p.tolist() != list(range(n))
 
 
 @pytest.mark.parametrize("dp", [1, 2, 4])
@@ -231,7 +250,7 @@ EXPECTED_METRICS = {
     "llmtrain_trainer_step_seconds": "histogram", "llmtrain_trainer_data_wait_seconds": "histogram",
     "llmtrain_trainer_memory_allocated_bytes": "gauge", "llmtrain_trainer_memory_reserved_bytes": "gauge",
     "llmtrain_trainer_last_checkpoint_step": "gauge", "llmtrain_trainer_last_checkpoint_timestamp_seconds": "gauge",
-    "llmtrain_trainer_checkpoint_duration_seconds": "histogram",
+    "llmtrain_trainer_checkpoint_duration_seconds": "histogram", "llmtrain_trainer_checkpoint_failures": "counter",
     "llmtrain_trainer_checkpoint_interval_seconds": "gauge", "llmtrain_trainer_hang_timeout_seconds": "gauge",
     "llmtrain_trainer_heartbeat_timestamp_seconds": "gauge",
 }
@@ -276,3 +295,58 @@ def test_spec_from_env_wire_json_or_whole_document(tmp_path, monkeypatch):
     monkeypatch.setenv("LLMTRAIN_JOB_NAMESPACE", "ns")
     monkeypatch.setenv("LLMTRAIN_ATTEMPT", "3")
     assert JobIdentity.from_env() == JobIdentity("j", "ns", 3) and JobIdentity.from_env().label == "ns/j"
+
+
+@pytest.mark.parametrize("shard_tokens", [0, -5])
+def test_prepare_rejects_a_shard_size_below_one_token(tmp_path, shard_tokens):
+    """Defect: --shard-tokens 0 looped forever writing empty shard files."""
+    from llmtrain_trainer.prepare import prepare
+
+    out = tmp_path / "tok"
+    with pytest.raises(ValueError, match="shard_tokens") as err:
+        prepare([str(_write_text(tmp_path))], str(out), shard_tokens=shard_tokens)
+    assert "at least 1" in str(err.value)
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_prepare_streams_with_memory_bounded_by_one_shard(tmp_path, capsys):
+    """The corpus is never held in memory: 20 MB of text prepares with a peak of a few MB of Python/
+    numpy allocations (the whole-corpus version held every document and its token list)."""
+    import tracemalloc
+
+    from llmtrain_trainer.prepare import prepare
+
+    src = tmp_path / "big.jsonl"
+    doc = json.dumps({"text": "streaming keeps memory flat. " * 350})  # ~10 KB per document
+    with open(src, "w") as f:
+        for _ in range(2000):
+            f.write(doc + "\n")
+    assert src.stat().st_size > 20e6
+    tracemalloc.start()
+    try:
+        index = prepare([str(src)], str(tmp_path / "tok"), shard_tokens=1 << 18, progress=True)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert index["documents"] == 2000 and index["tokens"] == 2000 * (len("streaming keeps memory flat. ") * 350 + 1)
+    assert peak < 8e6, f"peak {peak / 1e6:.1f} MB"
+    err = capsys.readouterr().err
+    assert "tokenizing" in err and "100%" in err  # the progress bar, over the input bytes
+
+
+def test_prepare_to_s3_uploads_shard_by_shard_and_reads_back_the_same(tmp_path, s3):
+    import boto3
+
+    from llmtrain_trainer.data import ShardDataset
+    from llmtrain_trainer.prepare import prepare
+
+    boto3.client("s3").create_bucket(Bucket="prep")
+    src = _write_text(tmp_path)
+    local = prepare([str(src)], str(tmp_path / "tok"), shard_tokens=700)
+    remote = prepare([str(src)], "s3://prep/tok/", shard_tokens=700)
+    assert remote == local and len(remote["shards"]) > 3
+    keys = sorted(o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket="prep")["Contents"])
+    assert keys == sorted(["tok/index.json"] + [f"tok/{s['file']}" for s in local["shards"]])
+    a, b = ShardDataset(str(tmp_path / "tok"), 16, 0), ShardDataset("s3://prep/tok/", 16, 0)
+    for seg in a.segments(0, 12):
+        assert np.array_equal(a.read_segment(*seg), b.read_segment(*seg))

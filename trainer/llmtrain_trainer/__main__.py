@@ -17,6 +17,9 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    from .capabilities import raise_permitted
+
+    raise_permitted()  # IPC_LOCK on EFA pods (see capabilities.py); a no-op elsewhere
     if argv[:1] == ["healthcheck"]:  # the preflight check (healthcheck.py) on the same image
         from .healthcheck import main as healthcheck
 
@@ -28,13 +31,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("LLMTRAIN_LOG_LEVEL", "INFO"),
                         format=f"%(asctime)s rank={os.environ.get('RANK', '0')} %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
-    from .capabilities import raise_permitted
+    from .checkpoint import SAVE_ERRORS, _short
     from .config import JobIdentity, load_spec
-    from .train import run
+    from .train import emit, run
 
-    raise_permitted()  # IPC_LOCK on EFA pods (see capabilities.py); a no-op elsewhere
-
-    return run(load_spec(args.spec), JobIdentity.from_env())
+    try:
+        return run(load_spec(args.spec), JobIdentity.from_env())
+    except SAVE_ERRORS as err:
+        # The traceback goes to stderr (the worker log); one structured line to stdout says what
+        # failed on which rank, for `llmtrain local`, the operator and `kubectl logs` readers.
+        logging.getLogger("llmtrain_trainer").exception("training failed")
+        emit({"event": "error", "rank": int(os.environ.get("RANK", "0")), "error": _short(err)})
+        return 1
 
 
 if __name__ == "__main__":

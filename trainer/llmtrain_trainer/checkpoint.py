@@ -49,12 +49,29 @@ from typing import Any, Callable
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.api import CheckpointException
+
+# DCP reports a failed save/load as CheckpointException, which derives from BaseException (not
+# Exception): catch it explicitly, or one full disk ends the training run at the next save.
+SAVE_ERRORS = (Exception, CheckpointException)
 
 log = logging.getLogger(__name__)
 
 STEP_RE = re.compile(r"^step-(\d{10})$")
 MARKER = "_COMPLETE"
 METADATA = ".metadata"
+
+
+def _short(err: BaseException) -> str:
+    """One line for a (possibly multi-rank) checkpoint error: the root causes, not DCP's traceback."""
+    failures = getattr(err, "failures", None) or getattr(err, "_failures", None)
+    if isinstance(failures, dict) and failures:
+        causes = {}
+        for rank, f in sorted(failures.items()):
+            exc = f[0] if isinstance(f, tuple) else f
+            causes.setdefault(f"{type(exc).__name__}: {exc}".rstrip(": "), []).append(rank)
+        return "; ".join(f"{msg} (rank {','.join(map(str, ranks))})" for msg, ranks in causes.items())
+    return f"{type(err).__name__}: {err}".rstrip(": ")
 
 
 def step_name(step: int) -> str:
@@ -97,6 +114,16 @@ class LocalStore:
     def __str__(self) -> str:
         return self.root
 
+    def check_writable(self) -> None:
+        """Create the directory and write, sync and remove a probe file (raises OSError)."""
+        os.makedirs(self.root, exist_ok=True)
+        probe = os.path.join(self.root, f".write-test-{os.getpid()}")
+        with open(probe, "wb") as f:
+            f.write(b"llmtrain")
+            f.flush()
+            os.fsync(f.fileno())
+        os.remove(probe)
+
     def list_complete(self) -> list[int]:
         if not os.path.isdir(self.root):
             return []
@@ -114,6 +141,10 @@ class LocalStore:
     def delete(self, step: int) -> None:
         shutil.rmtree(os.path.join(self.root, step_name(step)), ignore_errors=True)
 
+    def discard_partial(self, step: int) -> None:
+        """What a failed save of `step` left behind (never the committed step directory)."""
+        shutil.rmtree(os.path.join(self.root, f".partial-{step_name(step)}"), ignore_errors=True)
+
     def clean_partials(self) -> None:
         if os.path.isdir(self.root):
             for n in os.listdir(self.root):
@@ -121,6 +152,12 @@ class LocalStore:
                     shutil.rmtree(os.path.join(self.root, n), ignore_errors=True)
 
     def finish_load(self, rank: int) -> None:
+        pass
+
+    def locations(self) -> None:
+        return None
+
+    def adopt(self, locations) -> None:
         pass
 
 
@@ -137,33 +174,51 @@ class _S3Writer(FileSystemWriter):
         shutil.rmtree(self._staging, ignore_errors=True)
         super().__init__(self._staging, single_file_per_rank=True, sync_files=False)
         self._store, self._step, self._on_commit = store, step, on_commit
+        self._attempt = store.attempt
+
+    def prepare_global_plan(self, plans):
+        # Rank 0, before any rank writes: a re-save of this step by this same attempt (a re-run of
+        # `llmtrain local`) first withdraws the old marker, so old metadata never vouches for new shards.
+        self._store.delete_key(self._step, self._attempt, MARKER)
+        return super().prepare_global_plan(plans)
 
     def write_data(self, plan, planner):
         fut = super().write_data(plan, planner)
         results = fut.wait()  # a torch.futures.Future, already completed by the file writer
         files = sorted({r.storage_data.relative_path for r in results})
         for f in files:  # one file per rank in single_file_per_rank mode: one multipart upload
-            self._store.upload(os.path.join(self._staging, f), self._step, f)
+            self._store.upload(os.path.join(self._staging, f), self._step, self._attempt, f)
             os.remove(os.path.join(self._staging, f))
         return fut
 
     def finish(self, metadata, results) -> None:
         super().finish(metadata, results)
-        self._store.upload(os.path.join(self._staging, METADATA), self._step, METADATA)
-        self._store.put(self._step, MARKER, json.dumps({"step": self._step, "time": time.time()}).encode())
+        # The commit marker names its attempt and every object the checkpoint consists of, with the
+        # size each must have: a checkpoint is complete only if all of them are there (see
+        # S3Store.list_complete), so shards deleted under a late writer can never look complete.
+        files: dict[str, int] = {}
+        for per_rank in results:
+            for r in per_rank:
+                sd = r.storage_data
+                files[sd.relative_path] = max(files.get(sd.relative_path, 0), sd.offset + sd.length)
+        meta_path = os.path.join(self._staging, METADATA)
+        files[METADATA] = os.path.getsize(meta_path)
+        self._store.upload(meta_path, self._step, self._attempt, METADATA)
+        marker = {"step": self._step, "attempt": self._attempt, "time": time.time(), "files": files}
+        self._store.put(self._step, self._attempt, MARKER, json.dumps(marker).encode())
         shutil.rmtree(self._staging, ignore_errors=True)
         self._on_commit()
 
 
 class _S3Reader(FileSystemReader):
-    def __init__(self, store: "S3Store", step: int, cache: str):
+    def __init__(self, store: "S3Store", step: int, attempt: int, cache: str):
         shutil.rmtree(cache, ignore_errors=True)
         os.makedirs(cache)
         super().__init__(cache)
-        self._store, self._step, self._cache = store, step, cache
+        self._store, self._step, self._attempt, self._cache = store, step, attempt, cache
 
     def read_metadata(self, *args, **kwargs):
-        self._store.download(self._step, METADATA, os.path.join(self._cache, METADATA))
+        self._store.download(self._step, self._attempt, METADATA, os.path.join(self._cache, METADATA))
         return super().read_metadata(*args, **kwargs)
 
     def read_data(self, plan, planner):
@@ -175,7 +230,7 @@ class _S3Reader(FileSystemReader):
 
         def fetch(rel: str) -> None:
             lo, hi = spans[rel]
-            data = self._store.get_range(self._step, rel, lo, hi - lo)
+            data = self._store.get_range(self._step, self._attempt, rel, lo, hi - lo)
             with open(os.path.join(self._cache, rel), "wb") as f:  # sparse: only [lo, hi) holds data
                 f.seek(lo)
                 f.write(data)
@@ -185,63 +240,111 @@ class _S3Reader(FileSystemReader):
         return super().read_data(plan, planner)
 
 
+ATTEMPT_RE = re.compile(r"^a(\d+)$")
+
+
 class S3Store:
-    def __init__(self, uri: str):
+    """Checkpoints under s3://bucket/prefix/step-NNNNNNNNNN/a<attempt>/.
+
+    Fencing by attempt: every attempt writes only under its own `a<attempt>/` directory, and a step
+    is complete only through a commit marker that names the attempt and lists every object with its
+    size. A new attempt may therefore delete uncommitted directories at start-up while the previous
+    attempt's pods, still in their grace period, keep uploading: whatever the old writer commits
+    afterwards is either whole (all listed objects present) or not complete — never a checkpoint
+    that looks complete over deleted shards.
+    """
+
+    def __init__(self, uri: str, attempt: int = 0):
         from . import s3
 
         self.uri = uri if uri.endswith("/") else uri + "/"
         self.bucket, self.prefix = s3.split_uri(uri)
+        self.attempt = attempt
         self.client = s3.client()
         self._transfer = s3.transfer_config()
+        self.owner: dict[int, int] = {}  # complete step → the attempt whose directory holds it
 
     def __str__(self) -> str:
         return self.uri
 
-    def _key(self, step: int, name: str) -> str:
-        return f"{self.prefix}{step_name(step)}/{name}"
+    def _dir(self, step: int, attempt: int) -> str:
+        return f"{self.prefix}{step_name(step)}/a{attempt}/"
 
-    def upload(self, path: str, step: int, name: str) -> None:
-        self.client.upload_file(path, self.bucket, self._key(step, name), Config=self._transfer)
+    def _key(self, step: int, attempt: int, name: str) -> str:
+        return self._dir(step, attempt) + name
 
-    def put(self, step: int, name: str, body: bytes) -> None:
-        self.client.put_object(Bucket=self.bucket, Key=self._key(step, name), Body=body)
+    def check_writable(self) -> None:
+        """PUT and DELETE a probe object under the prefix (raises botocore's ClientError)."""
+        key = f"{self.prefix}.write-test-{os.getpid()}"
+        self.client.put_object(Bucket=self.bucket, Key=key, Body=b"llmtrain")
+        self.client.delete_object(Bucket=self.bucket, Key=key)
 
-    def download(self, step: int, name: str, path: str) -> None:
-        self.client.download_file(self.bucket, self._key(step, name), path, Config=self._transfer)
+    def upload(self, path: str, step: int, attempt: int, name: str) -> None:
+        self.client.upload_file(path, self.bucket, self._key(step, attempt, name), Config=self._transfer)
 
-    def get_range(self, step: int, name: str, offset: int, length: int) -> bytes:
+    def put(self, step: int, attempt: int, name: str, body: bytes) -> None:
+        self.client.put_object(Bucket=self.bucket, Key=self._key(step, attempt, name), Body=body)
+
+    def delete_key(self, step: int, attempt: int, name: str) -> None:
+        self.client.delete_object(Bucket=self.bucket, Key=self._key(step, attempt, name))
+
+    def download(self, step: int, attempt: int, name: str, path: str) -> None:
+        self.client.download_file(self.bucket, self._key(step, attempt, name), path, Config=self._transfer)
+
+    def get_range(self, step: int, attempt: int, name: str, offset: int, length: int) -> bytes:
         if length == 0:
             return b""
-        r = self.client.get_object(Bucket=self.bucket, Key=self._key(step, name),
+        r = self.client.get_object(Bucket=self.bucket, Key=self._key(step, attempt, name),
                                    Range=f"bytes={offset}-{offset + length - 1}")
         return r["Body"].read()
 
-    def _steps(self) -> dict[int, set[str]]:
-        """step → names of its objects that matter for completeness (only the marker)."""
-        out: dict[int, set[str]] = {}
-        pages = self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=self.prefix, Delimiter="/")
-        for page in pages:
-            for cp in page.get("CommonPrefixes", []):
-                name = cp["Prefix"][len(self.prefix):].rstrip("/")
-                if m := STEP_RE.match(name):
-                    out[int(m.group(1))] = set()
-        for step in out:
-            try:
-                self.client.head_object(Bucket=self.bucket, Key=self._key(step, MARKER))
-                out[step].add(MARKER)
-            except self.client.exceptions.ClientError:
-                pass
+    def _objects(self) -> dict[tuple[int, int], dict[str, int]]:
+        """(step, attempt) → {object name: size} for everything under the prefix."""
+        out: dict[tuple[int, int], dict[str, int]] = {}
+        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix):
+            for o in page.get("Contents", []):
+                parts = o["Key"][len(self.prefix):].split("/", 2)
+                if len(parts) == 3 and (m := STEP_RE.match(parts[0])) and (a := ATTEMPT_RE.match(parts[1])):
+                    out.setdefault((int(m.group(1)), int(a.group(1))), {})[parts[2]] = o["Size"]
         return out
 
+    def _committed(self, step: int, attempt: int, names: dict[str, int]) -> bool:
+        if MARKER not in names:
+            return False
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=self._key(step, attempt, MARKER))["Body"].read()
+            marker = json.loads(body)
+            files = marker["files"]
+        except (ValueError, KeyError, TypeError, self.client.exceptions.ClientError) as err:
+            log.warning("%s: unreadable commit marker, ignored: %s", self._key(step, attempt, MARKER), err)
+            return False
+        if marker.get("attempt") != attempt or marker.get("step") != step:
+            return False
+        missing = [f for f, size in files.items() if names.get(f, -1) < size]
+        if missing:
+            log.warning("%s: commit marker of attempt %d lists objects that are missing or short (%s): "
+                        "not a complete checkpoint", self._dir(step, attempt), attempt, ", ".join(missing[:4]))
+            return False
+        return True
+
     def list_complete(self) -> list[int]:
-        return sorted(s for s, names in self._steps().items() if MARKER in names)
+        self.owner = {}
+        for (step, attempt), names in sorted(self._objects().items()):
+            if self._committed(step, attempt, names):
+                self.owner[step] = attempt  # sorted: the newest attempt that committed the step wins
+        return sorted(self.owner)
+
+    def locations(self) -> dict[int, int]:
+        return dict(self.owner)
+
+    def adopt(self, locations: dict[int, int]) -> None:
+        self.owner = dict(locations)
 
     def writer(self, step: int, rank: int, on_commit: Callable[[], None]):
         return _S3Writer(self, step, rank, on_commit)
 
     def reader(self, step: int, rank: int):
-        return _S3Reader(self, step, self._cache_dir(step, rank))
+        return _S3Reader(self, step, self.owner.get(step, self.attempt), self._cache_dir(step, rank))
 
     def _cache_dir(self, step: int, rank: int) -> str:
         return os.path.join(_staging_root(), f"{os.getpid()}-load-{step_name(step)}-r{rank}")
@@ -251,27 +354,34 @@ class S3Store:
             if n.startswith(f"{os.getpid()}-load-"):
                 shutil.rmtree(os.path.join(_staging_root(), n), ignore_errors=True)
 
-    def delete(self, step: int) -> None:
-        pages = self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=f"{self.prefix}{step_name(step)}/")
+    def _delete_prefix(self, prefix: str) -> None:
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
         for page in pages:
             keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
             if keys:
-                # Marker first, so a checkpoint being deleted is never seen as complete-but-partial.
+                # Markers first, so a checkpoint being deleted is never seen as complete-but-partial.
                 marker = [k for k in keys if k["Key"].endswith("/" + MARKER)]
                 if marker:
                     self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": marker})
                 self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": keys})
 
+    def delete(self, step: int) -> None:
+        self._delete_prefix(f"{self.prefix}{step_name(step)}/")
+
+    def discard_partial(self, step: int) -> None:
+        pass  # uncommitted objects are never loaded; the next attempt's start-up removes them
+
     def clean_partials(self) -> None:
-        for step, names in self._steps().items():
-            if MARKER not in names:
-                self.delete(step)
+        """Remove every attempt directory without a valid commit (also one a previous attempt may
+        still be writing: fencing makes that safe, see the class docstring)."""
+        for (step, attempt), names in self._objects().items():
+            if not self._committed(step, attempt, names):
+                self._delete_prefix(self._dir(step, attempt))
 
 
-def open_store(uri: str):
+def open_store(uri: str, attempt: int = 0):
     if uri.startswith("s3://"):
-        return S3Store(uri)
+        return S3Store(uri, attempt)
     from .config import local_path
 
     return LocalStore(local_path(uri))
@@ -283,8 +393,9 @@ class Checkpointer:
     """Decides when to save (collectively), saves asynchronously, commits, prunes, resumes."""
 
     def __init__(self, uri: str | None, *, keep: int, interval_minutes: float, interval_steps: int,
-                 timeout_minutes: float, metrics=None, emit: Callable[[dict], None] | None = None):
-        self.store = open_store(uri) if uri else None
+                 timeout_minutes: float, metrics=None, emit: Callable[[dict], None] | None = None,
+                 attempt: int = 0):
+        self.store = open_store(uri, attempt) if uri else None
         self.keep = keep
         self.interval_s = interval_minutes * 60
         self.interval_steps = interval_steps
@@ -296,14 +407,24 @@ class Checkpointer:
         self._lock = threading.Lock()
         self.last_committed: int | None = None
         self.last_started: int | None = None
+        self.failures = 0
         # A separate gloo group for the background save: its collectives run in another thread and
         # must not interleave with the training collectives on the default group. Uploads can be
         # slow, hence the generous timeout.
         self.pg = dist.new_group(backend="gloo", timeout=dt.timedelta(minutes=max(60.0, timeout_minutes)))
         if self.store is not None:
+            # Rank 0 checks that it can write there now, not at the first save an hour in; every
+            # rank raises the same error (a rank-0-only exception would leave the others waiting).
+            problem = [None]
             if self.rank == 0:
-                self.store.clean_partials()
-            dist.barrier()
+                try:
+                    self.store.check_writable()
+                    self.store.clean_partials()
+                except Exception as err:
+                    problem[0] = f"checkpoint.uri {self.store} is not writable: {type(err).__name__}: {err}"
+            dist.broadcast_object_list(problem, src=0)
+            if problem[0]:
+                raise RuntimeError(problem[0])
 
     @property
     def enabled(self) -> bool:
@@ -318,18 +439,57 @@ class Checkpointer:
         return time.monotonic() - self._last_save >= self.interval_s
 
     def latest(self) -> int | None:
-        """Newest complete checkpoint, as rank 0 sees it (broadcast so every rank agrees)."""
+        """Newest complete checkpoint (it may still fail to load: see `resume`)."""
+        found = self.complete_steps()
+        return found[-1] if found else None
+
+    def complete_steps(self) -> list[int]:
+        """Complete checkpoints, oldest first, as rank 0 sees them (broadcast so every rank agrees)."""
         if self.store is None:
-            return None
-        found = [self.store.list_complete() if self.rank == 0 else None]
+            return []
+        found = [(self.store.list_complete(), self.store.locations()) if self.rank == 0 else None]
         dist.broadcast_object_list(found, src=0)
-        return found[0][-1] if found[0] else None
+        steps, locations = found[0]
+        self.store.adopt(locations)
+        return steps
+
+    def uri_of(self, step: int) -> str:
+        root = str(self.store)
+        return f"{root}{'' if root.endswith('/') else '/'}{step_name(step)}"
 
     def load(self, step: int, state: dict[str, Any]) -> None:
-        dcp.load(state, storage_reader=self.store.reader(step, self.rank))
-        self.store.finish_load(self.rank)
+        try:
+            dcp.load(state, storage_reader=self.store.reader(step, self.rank))
+        finally:
+            self.store.finish_load(self.rank)
         self._last_save = time.monotonic()
         self.last_committed = step
+
+    def resume(self, make_state: Callable[[], dict[str, Any]]) -> tuple[int, dict[str, Any]] | None:
+        """Load the newest checkpoint that loads: (step, state), or None when there is none.
+
+        A checkpoint that fails to load (truncated shard, empty or garbage metadata) is skipped with
+        a warning naming it, and the next older one is tried: on a cluster, one bad checkpoint must
+        not burn the whole restart budget. DCP's load is collective (a failure on any rank raises
+        on every rank), so all ranks skip the same checkpoints. If checkpoints exist and none
+        loads, that is an error: starting over would silently overwrite them.
+        """
+        errors: list[str] = []
+        for step in reversed(self.complete_steps()):
+            state = make_state()
+            try:
+                self.load(step, state)
+            except SAVE_ERRORS as err:
+                msg = _short(err)
+                log.warning("checkpoint %s does not load, skipped (trying the next older one): %s",
+                            self.uri_of(step), msg)
+                self.emit({"event": "checkpoint_skipped", "step": step, "uri": self.uri_of(step), "error": msg})
+                errors.append(f"{self.uri_of(step)}: {msg}")
+                continue
+            return step, state
+        if errors:
+            raise RuntimeError(f"no checkpoint loads at {self.store}:\n  " + "\n  ".join(errors))
+        return None
 
     def save(self, step: int, state: dict[str, Any], *, blocking: bool = False) -> None:
         self.wait()
@@ -339,8 +499,12 @@ class Checkpointer:
         commit = self._committer(step, t0)
         writer = self.store.writer(step, self.rank, on_commit=commit if self.rank == 0 else (lambda: None))
         if blocking:
-            dcp.save(state, storage_writer=writer, process_group=self.pg)
-            self._done(step, t0)
+            try:
+                dcp.save(state, storage_writer=writer, process_group=self.pg)
+            except SAVE_ERRORS as err:
+                self._failed(step, err)
+            else:
+                self._done(step, t0)
             return
         fut = dcp.async_save(state, storage_writer=writer, process_group=self.pg)
         fut.add_done_callback(lambda f: self._done(step, t0, f))
@@ -349,16 +513,26 @@ class Checkpointer:
     def _committer(self, step: int, t0: float) -> Callable[[], None]:
         def commit() -> None:  # rank 0, inside DCP's finish: the checkpoint is whole and visible
             self.emit({"event": "checkpoint", "step": step, "seconds": round(time.time() - t0, 3),
-                       "uri": f"{self.store}{'' if str(self.store).endswith('/') else '/'}{step_name(step)}"})
+                       "uri": self.uri_of(step)})
             complete = self.store.list_complete()
             for old in complete[:-self.keep]:
                 self.store.delete(old)
         return commit
 
+    def _failed(self, step: int, err: BaseException) -> None:
+        """A save that failed on any rank (DCP makes every rank raise): report it, drop its
+        leftovers, keep training; the next save starts from scratch."""
+        self.failures += 1
+        log.error("checkpoint of step %d failed (the next save tries again): %s", step, _short(err))
+        self.emit({"event": "checkpoint_failed", "step": step, "error": _short(err)})
+        if self.metrics is not None:
+            self.metrics.checkpoint_failures_total.inc()
+        if self.rank == 0:
+            self.store.discard_partial(step)
+
     def _done(self, step: int, t0: float, fut=None) -> None:
         if fut is not None and fut.exception() is not None:
-            log.error("checkpoint of step %d failed: %r", step, fut.exception())
-            self.emit({"event": "checkpoint_failed", "step": step, "error": repr(fut.exception())})
+            self._failed(step, fut.exception())
             return
         with self._lock:
             self.last_committed = step
@@ -373,7 +547,7 @@ class Checkpointer:
         if fut is not None:
             try:
                 fut.result()
-            except Exception:  # already logged by _done; the next save tries again
+            except SAVE_ERRORS:  # already reported by _done; the next save tries again
                 pass
 
     def close(self) -> None:

@@ -1,4 +1,4 @@
-"""The trainer's subcommands of the `llmtrain` CLI: `local` and `prepare`.
+"""The trainer's subcommands of the `llmtrain` CLI: `local`, `prepare` and `export`.
 
 `llmtrain.cli` calls `register(subparsers)` and then `args.func(args)`; each function returns the
 process exit code.
@@ -18,11 +18,21 @@ def cmd_local(args: argparse.Namespace) -> int:
         from llmtrain.validation import InvalidJob
     except ImportError:  # pragma: no cover - the lead's validation module is part of the package
         InvalidJob = ValueError
+    import yaml
+
     try:
         return _run_local(args, run_local)
     except InvalidJob as err:
         for p in getattr(err, "problems", [err]):
             print(f"{args.file}: {p}", file=sys.stderr)
+        return 1
+    except OSError as err:
+        print(f"llmtrain local: {args.file}: {err.strerror or err}", file=sys.stderr)
+        return 1
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        print(f"llmtrain local: {args.file}: not valid YAML{at}: {getattr(err, 'problem', err)}", file=sys.stderr)
         return 1
 
 
@@ -39,7 +49,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     exts = tuple(e if e.startswith(".") else "." + e for e in args.extensions.split(",") if e)
     try:
         index = prepare(args.inputs, args.output, tokenizer=args.tokenizer, eos_id=args.eos_id,
-                        shard_tokens=args.shard_tokens, seed=args.seed, extensions=exts)
+                        shard_tokens=args.shard_tokens, extensions=exts, progress=not args.quiet)
     except (OSError, ValueError) as err:
         print(f"llmtrain prepare: {err}", file=sys.stderr)
         return 1
@@ -47,6 +57,31 @@ def cmd_prepare(args: argparse.Namespace) -> int:
           f"{len(index['shards'])} shard(s), {index['dtype']}, vocabulary {index['vocab_size']} "
           f"({index['tokenizer']})")
     return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    import sys
+
+    from .config import load_job_file
+    from .export import export
+
+    try:
+        _, spec = load_job_file(args.file)
+        out = export(spec, args.output, checkpoint_uri=args.checkpoint_uri, step=args.step, dtype=args.dtype,
+                     max_shard_gb=args.max_shard_gb)
+    except (OSError, ValueError) as err:
+        print(f"llmtrain export: {err}", file=sys.stderr)
+        return 1
+    print(f"{args.output}: {out['parameters']:,} parameters from {out['checkpoint']} as {out['dtype']} in "
+          f"{len(out['files'])} file(s)" + (f", tokenizer {out['tokenizer']}" if out["tokenizer"] else ""))
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
 
 
 def register(subparsers) -> None:
@@ -71,8 +106,19 @@ def register(subparsers) -> None:
     q.add_argument("--output", "-o", required=True, help="output directory or s3://bucket/prefix/")
     q.add_argument("--tokenizer", help="a tokenizers JSON file (default: byte-level, vocabulary 256)")
     q.add_argument("--eos-id", type=int, help="end-of-document token id (default: from the tokenizer)")
-    q.add_argument("--shard-tokens", type=int, default=1 << 26, help="tokens per shard (default 2^26)")
-    q.add_argument("--seed", type=int, default=0, help="document shuffle seed")
+    q.add_argument("--shard-tokens", type=_positive_int, default=1 << 26, help="tokens per shard (default 2^26)")
+    q.add_argument("--quiet", action="store_true", help="no progress bar")
     q.add_argument("--extensions", default=".txt,.md,.jsonl",
                    help="file suffixes to take from directories (default: %(default)s)")
     q.set_defaults(func=cmd_prepare)
+
+    e = subparsers.add_parser("export", help="a checkpoint as a Hugging Face model (safetensors + config.json)",
+                              description="Write a job's newest complete checkpoint (or --step) as a Hugging "
+                              "Face model directory that transformers, vLLM and the Hub load as is.")
+    e.add_argument("file", help="the LLMTrainingJob YAML file the checkpoint belongs to")
+    e.add_argument("--output", "-o", required=True, help="output directory")
+    e.add_argument("--checkpoint-uri", help="override checkpoint.uri (a directory or s3://...)")
+    e.add_argument("--step", type=int, help="checkpoint step (default: the newest complete one)")
+    e.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16", help="weight dtype (default bf16)")
+    e.add_argument("--max-shard-gb", type=float, default=5.0, help="safetensors file size limit (default 5)")
+    e.set_defaults(func=cmd_export)

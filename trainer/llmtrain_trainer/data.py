@@ -18,19 +18,20 @@ Samples and order
 Sample k of a shard is the window of T+1 tokens starting at k·T (T = seqLen): inputs are the first
 T, targets the last T (next-token shift). A shard of n tokens holds ⌊(n−1)/T⌋ samples.
 
-Consecutive samples are grouped into chunks of ⌊CHUNK_TOKENS/T⌋ samples (4 Mi tokens). The global
-order is an endless sequence of epochs; epoch e visits all chunks in a permutation drawn from
-numpy's PCG64 seeded with (seed, e), each chunk's samples in file order. Step s trains on global
-samples [s·G, (s+1)·G) where G = globalBatchTokens / T, whatever the world size; data-parallel rank
-r of R takes the contiguous sub-range [s·G + r·G/R, s·G + (r+1)·G/R). Hence
+The global order is an endless sequence of epochs; epoch e visits every sample of every shard once,
+in a permutation of the sample ids drawn from (seed, e) — a keyed Feistel bijection (`permute`), so
+no permutation table is stored whatever the corpus size. Step s trains on global samples
+[s·G, (s+1)·G) where G = globalBatchTokens / T, whatever the world size; data-parallel rank r of R
+takes the sub-range [s·G + r·G/R, s·G + (r+1)·G/R). Hence
 
 - the data position is one integer (samples consumed = step·G), stored in every checkpoint, and a
   resumed run — on any number of ranks that divides G — sees exactly the samples it would have seen;
-- each rank reads only its part, and its part of a step is contiguous in a file except where it
-  crosses a chunk boundary: one large sequential read (one S3 ranged GET) per step and rank, issued
-  ahead of time by a bounded thread pool (`prefetch` steps, `workers` concurrent reads);
-- shuffling is by chunk: the order of 4 Mi-token regions changes every epoch; `llmtrain prepare`
-  additionally shuffles documents before writing, so a chunk mixes unrelated documents.
+- shuffling is at sample granularity across all shards: a global batch draws its samples from all
+  over the corpus, even when the data was tokenized by another tool with documents in order (a
+  chunk-level order would make a 4 Mi-token batch one contiguous stretch of one source);
+- each rank reads only its own samples, one ranged read per sample (adjacent picks merged), issued
+  ahead of time by a bounded thread pool (`prefetch` steps, `workers` concurrent reads): a few
+  reads of T+1 tokens per rank and step, small next to a step's compute.
 
 `synthetic` data needs no files: sample i is the arithmetic progression x_t = (a + b·t) mod V with
 (a, b) drawn from (seed, i) — learnable (the loss falls), deterministic, free to generate.
@@ -42,7 +43,6 @@ import json
 import os
 import threading
 import time
-from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -51,7 +51,6 @@ import torch
 
 FORMAT = "llmtrain-tokens/v1"
 INDEX = "index.json"
-CHUNK_TOKENS = 1 << 22
 
 
 # ----------------------------------------------------------------------------------------------
@@ -83,9 +82,10 @@ class LocalStorage:
         return bytes(out)
 
     def close(self) -> None:
-        for fd in self._fds.values():
+        with self._lock:
+            fds, self._fds = list(self._fds.values()), {}
+        for fd in fds:
             os.close(fd)
-        self._fds.clear()
 
 
 class S3Storage:
@@ -126,15 +126,8 @@ def open_storage(uri: str):
 # ----------------------------------------------------------------------------------------------
 # Datasets: global sample index → tokens.
 
-@dataclass(frozen=True)
-class _Chunk:
-    shard: int
-    first_sample: int
-    samples: int
-
-
 class ShardDataset:
-    """Pre-tokenized shards in the `llmtrain-tokens/v1` format, in the chunk-shuffled order."""
+    """Pre-tokenized shards in the `llmtrain-tokens/v1` format, in a sample-level shuffled order."""
 
     def __init__(self, uri: str, seq_len: int, seed: int):
         self.storage = open_storage(uri)
@@ -144,43 +137,34 @@ class ShardDataset:
         self.dtype = np.dtype(self.index["dtype"]).newbyteorder("<")
         self.vocab_size = int(self.index["vocab_size"])
         self.seq_len, self.seed = seq_len, seed
-        per_chunk = max(1, CHUNK_TOKENS // seq_len)
         self.shards = self.index["shards"]
-        self.chunks: list[_Chunk] = []
-        for i, sh in enumerate(self.shards):
-            n = max(0, (int(sh["tokens"]) - 1) // seq_len)
-            for first in range(0, n, per_chunk):
-                self.chunks.append(_Chunk(i, first, min(per_chunk, n - first)))
-        self.samples_per_epoch = sum(c.samples for c in self.chunks)
+        per_shard = [max(0, (int(sh["tokens"]) - 1) // seq_len) for sh in self.shards]
+        self._first = np.cumsum([0] + per_shard)  # global (unshuffled) index of each shard's sample 0
+        self.samples_per_epoch = int(self._first[-1])
         if self.samples_per_epoch == 0:
             raise ValueError(f"{uri}: no complete sample of {seq_len + 1} tokens in any shard")
-        self._epochs: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._lock = threading.Lock()
 
-    def _epoch(self, e: int) -> tuple[np.ndarray, np.ndarray]:
-        """(chunk permutation, cumulative sample counts along it) for epoch e (small LRU cache)."""
-        with self._lock:
-            if e not in self._epochs:
-                perm = np.random.Generator(np.random.PCG64([self.seed, e])).permutation(len(self.chunks))
-                cum = np.cumsum([0] + [self.chunks[c].samples for c in perm])
-                self._epochs[e] = (perm, cum)
-                while len(self._epochs) > 4:
-                    self._epochs.popitem(last=False)
-            return self._epochs[e]
+    def _locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Unshuffled sample ids → (shard, sample within the shard)."""
+        shard = np.searchsorted(self._first, ids, side="right") - 1
+        return shard, ids - self._first[shard]
 
     def segments(self, start: int, n: int) -> list[tuple[int, int, int]]:
-        """Split global samples [start, start+n) into (shard, first sample in shard, count) runs,
-        each one contiguous range of a file."""
-        out = []
-        while n > 0:
-            e, j = divmod(start, self.samples_per_epoch)
-            perm, cum = self._epoch(e)
-            pos = int(np.searchsorted(cum, j, side="right")) - 1
-            chunk = self.chunks[perm[pos]]
-            within = j - int(cum[pos])
-            take = min(n, chunk.samples - within)
-            out.append((chunk.shard, chunk.first_sample + within, take))
-            start, n = start + take, n - take
+        """Global samples [start, start+n) as (shard, first sample in shard, count) runs, each one
+        contiguous range of a file (adjacent picks are merged into one read)."""
+        pos = np.arange(start, start + n, dtype=np.int64)
+        epoch, j = np.divmod(pos, self.samples_per_epoch)
+        ids = np.empty(n, dtype=np.int64)
+        for e in np.unique(epoch):
+            sel = epoch == e
+            ids[sel] = permute(j[sel], self.samples_per_epoch, self.seed, int(e))
+        shard, local = self._locate(ids)
+        out: list[tuple[int, int, int]] = []
+        for sh, lo in zip(shard.tolist(), local.tolist()):
+            if out and out[-1][0] == sh and out[-1][1] + out[-1][2] == lo:
+                out[-1] = (sh, out[-1][1], out[-1][2] + 1)
+            else:
+                out.append((sh, lo, 1))
         return out
 
     def read_segment(self, shard: int, first: int, count: int) -> np.ndarray:
@@ -194,6 +178,33 @@ class ShardDataset:
 
     def close(self) -> None:
         self.storage.close()
+
+
+def permute(j: np.ndarray, n: int, seed: int, epoch: int) -> np.ndarray:
+    """A keyed bijection of [0, n) (vectorised): position j of epoch `epoch` → sample id.
+
+    A 4-round Feistel network on the smallest even number of bits covering n, with round keys from
+    (seed, epoch, round); values that land in [n, 2^bits) are fed through again ("cycle walking")
+    until they fall inside [0, n), which keeps it a bijection of [0, n). No permutation table is
+    stored (O(1) memory for any corpus) and the data position stays one integer.
+    """
+    bits = max(2, int(n - 1).bit_length())
+    bits += bits % 2
+    half = bits // 2
+    mask = np.uint64((1 << half) - 1)
+    x = j.astype(np.uint64)
+    todo = np.ones(len(x), dtype=bool)
+    with np.errstate(over="ignore"):
+        while todo.any():
+            v = x[todo]
+            left, right = v >> np.uint64(half), v & mask
+            for r in range(4):
+                f = _mix64(right, seed, (epoch << 8) | r) & mask
+                left, right = right, left ^ f
+            v = (left << np.uint64(half)) | right
+            x[todo] = v
+            todo[todo] = v >= np.uint64(n)
+    return x.astype(np.int64)
 
 
 class SyntheticDataset:
@@ -288,6 +299,10 @@ class DataLoader:
             batch = batch.pin_memory().to(self.device, non_blocking=True)
         return [(mb[:, :-1], mb[:, 1:]) for mb in batch.split(self.micro_batch)]
 
+    def rewind(self) -> None:
+        """Give back the last step's batch (a stop in the middle of the step): it is read again."""
+        self.step -= 1
+
     def state_dict(self) -> dict:
         return {"step": self.step, "samples_consumed": self.step * self.g, "global_batch_seqs": self.g}
 
@@ -301,5 +316,5 @@ class DataLoader:
         self.step = int(sd["step"])
 
     def close(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.pool.shutdown(wait=True, cancel_futures=True)  # reads in flight finish before files close
         self.ds.close()

@@ -109,14 +109,6 @@ def default_nproc(spec) -> int:
     return spec.cluster.processes_per_node or it.processes_per_node or 1
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(x) for x in f.read().split()]
-    except OSError:
-        return []
-
-
 class _Progress:
     """tqdm bar fed by the trainer's JSON step lines; summary at the end."""
 
@@ -130,6 +122,7 @@ class _Progress:
         self.mfu: list[float] = []
         self.checkpoints: list[dict] = []
         self.resumed_from = None
+        self.errors: list[dict] = []
 
     def line(self, text: str, log) -> None:
         event = None
@@ -158,6 +151,8 @@ class _Progress:
             self._write(f"checkpoint step {event['step']} FAILED: {event['error']}")
         elif kind == "end":
             self.last_end = event
+        elif kind == "error":
+            self.errors.append(event)
         log.write(text + "\n")
 
     def _write(self, msg: str) -> None:
@@ -200,7 +195,18 @@ class _Progress:
                  f"checkpoints      {len(self.checkpoints)}"
                  + (f", last {self.checkpoints[-1]['uri']}" if self.checkpoints else ""),
                  f"wall time        {wall:.1f} s"]
-        return "\n".join(lines)
+        return "\n".join(lines + self.error_lines())
+
+    def error_lines(self) -> list[str]:
+        """Rank 0's error first, then any different error another rank reported (the root cause
+        may be on another rank; rank 0 then often only saw a broken collective)."""
+        ordered = sorted(self.errors, key=lambda e: e.get("rank", 0))
+        seen, out = set(), []
+        for e in ordered:
+            if e["error"] not in seen:
+                seen.add(e["error"])
+                out.append(f"error (rank {e.get('rank', '?')}): {e['error']}")
+        return out[:4]
 
 
 def run_local(file: str, *, nproc: int | None = None, max_steps: int | None = None,
@@ -248,37 +254,45 @@ def run_local(file: str, *, nproc: int | None = None, max_steps: int | None = No
 
 
 def _supervise(cmd: list[str], env: dict, work: Path, max_steps: int, quiet: bool) -> int:
+    from .launch import kill_tree, stop_workers
+
     progress = _Progress(max_steps, quiet)
     t0 = time.monotonic()
     log = open(work / "worker.log", "a")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
                             start_new_session=True)  # our Ctrl-C must not reach the workers directly
+
+    def on_sigterm(signum, frame):  # `kill`, a container stop, a CI timeout: the same as Ctrl-C
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
     interrupts = 0
     try:
         while True:
             try:
                 for line in proc.stdout:
                     progress.line(line.rstrip("\n"), log)
+                rc = proc.wait()
                 break
             except KeyboardInterrupt:
                 interrupts += 1
                 if interrupts == 1:
                     progress._write("stopping: workers finish the step and write a checkpoint "
                                     "(Ctrl-C again to kill)")
-                    for pid in _children(proc.pid) or [proc.pid]:
-                        try:
-                            os.kill(pid, signal.SIGTERM)
-                        except ProcessLookupError:
-                            pass
+                    stop_workers(proc)
                 else:
-                    os.killpg(proc.pid, signal.SIGKILL)
-        rc = proc.wait()
+                    kill_tree(proc)
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            kill_tree(proc)
             proc.wait()
         progress.close()
         log.close()
     if not quiet:
         print(progress.summary(time.monotonic() - t0, rc), flush=True)
+    elif rc:
+        print("\n".join(progress.error_lines()), file=sys.stderr, flush=True)
+    if rc and not progress.errors:
+        print(f"llmtrain local: the workers exited {rc}; see {work / 'worker.log'}", file=sys.stderr, flush=True)
     return rc

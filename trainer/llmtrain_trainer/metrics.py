@@ -45,7 +45,7 @@ class TrainerMetrics:
         self.loss = gauge("llmtrain_trainer_loss", "Training loss of the last step (mean over the global batch)")
         self.tokens_per_second = gauge("llmtrain_trainer_tokens_per_second",
                                        "Training throughput of the whole job, tokens per second")
-        self.tokens_total = Counter("llmtrain_trainer_tokens_total", "Tokens trained on (whole job)",
+        self.tokens_total = Counter("llmtrain_trainer_tokens_total", "Tokens trained on by this rank (sum over ranks = the job's tokens)",
                                     LABELS, registry=r).labels(*lv)
         self.tflops_per_device = gauge("llmtrain_trainer_tflops_per_device",
                                        "Achieved model TFLOP/s per device (6N + 12LHQT FLOPs per token)")
@@ -63,6 +63,9 @@ class TrainerMetrics:
                                                        "Unix time the newest checkpoint became complete")
         self.checkpoint_duration_seconds = hist("llmtrain_trainer_checkpoint_duration_seconds",
                                                 "Time from starting a checkpoint to it being complete", CKPT_BUCKETS)
+        self.checkpoint_failures_total = Counter("llmtrain_trainer_checkpoint_failures",
+                                                 "Checkpoint saves that failed (training went on; the next save retries)",
+                                                 LABELS, registry=r).labels(*lv)
         self.checkpoint_interval_seconds = gauge("llmtrain_trainer_checkpoint_interval_seconds",
                                                  "Configured checkpoint interval (spec.checkpoint.intervalMinutes)")
         self.hang_timeout_seconds = gauge("llmtrain_trainer_hang_timeout_seconds",

@@ -51,9 +51,32 @@ class RMSNorm(nn.Module):
         return xf.type_as(x) * self.weight
 
 
-def rope_cos_sin(head_dim: int, seq_len: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+def llama3_scaled_frequencies(inv_freq: torch.Tensor, scaling) -> torch.Tensor:
+    """Llama 3.1 RoPE scaling: with L = original context, wavelength λ = 2π/f,
+
+        λ < L/high_freq_factor                (high frequencies)   f unchanged
+        λ > L/low_freq_factor                 (low frequencies)    f / factor
+        otherwise, s = (L/λ − low) / (high − low) ∈ [0, 1]:      (1 − s)·f/factor + s·f
+
+    so the local (short-wavelength) structure the model learned at L is kept and the long
+    wavelengths are stretched by `factor` to cover the longer context.
+    """
+    lo, hi, L = scaling.low_freq_factor, scaling.high_freq_factor, scaling.original_max_position_embeddings
+    wavelen = 2 * math.pi / inv_freq
+    s = ((L / wavelen - lo) / (hi - lo)).clamp(0.0, 1.0)
+    return torch.where(wavelen < L / hi, inv_freq,
+                       torch.where(wavelen > L / lo, inv_freq / scaling.factor,
+                                   (1 - s) * inv_freq / scaling.factor + s * inv_freq))
+
+
+def rope_cos_sin(head_dim: int, seq_len: int, theta: float, device=None,
+                 scaling=None) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin tables of shape (seq_len, head_dim), rotate-half layout (each angle appears twice)."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+    if scaling is not None:
+        if scaling.rope_type != "llama3":
+            raise ValueError(f"unsupported rope_scaling type {scaling.rope_type!r} (supported: llama3)")
+        inv_freq = llama3_scaled_frequencies(inv_freq, scaling)
     t = torch.arange(seq_len, device=device, dtype=torch.float32)
     freqs = torch.outer(t, inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -143,7 +166,8 @@ class Llama(nn.Module):
         self.register_buffer("rope_sin", torch.empty(0), persistent=False)
 
     def init_rope(self, device: torch.device | str) -> None:
-        cos, sin = rope_cos_sin(self.dims.head_dim, self.dims.max_seq_len, self.dims.rope_theta, device)
+        cos, sin = rope_cos_sin(self.dims.head_dim, self.dims.max_seq_len, self.dims.rope_theta, device,
+                                self.dims.rope_scaling)
         self.rope_cos, self.rope_sin = cos, sin
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -145,3 +145,28 @@ def parallelize(model: nn.Module, mesh, fsdp_spec, device: torch.device) -> nn.M
         layers[i] = block
     shard(model, reshard_after_forward=False)
     return model
+
+
+def has_replicas(strategy: str) -> bool:
+    """NO_SHARD and HYBRID_SHARD all-reduce gradients across a replicate mesh dimension."""
+    return strategy in ("NO_SHARD", "HYBRID_SHARD")
+
+
+class AllReduceCounter:
+    """Bytes of gradients all-reduced across replicas, counted where FSDP2 issues the all-reduce
+    (its all-reduce hook runs only when the all-reduce ran, with the reduced tensor)."""
+
+    def __init__(self, model: nn.Module):
+        from torch.distributed.fsdp import FSDPModule
+
+        self.bytes = 0
+        for m in model.modules():
+            if isinstance(m, FSDPModule):
+                m.set_all_reduce_hook(self._count)
+
+    def _count(self, reduced: torch.Tensor) -> None:
+        self.bytes += reduced.numel() * reduced.element_size()
+
+    def take(self) -> int:
+        n, self.bytes = self.bytes, 0
+        return n

@@ -14,6 +14,8 @@ Models with tied embeddings (no `lm_head.weight`) take the output projection fro
 from __future__ import annotations
 
 import glob
+import json
+import logging
 import os
 import tempfile
 
@@ -22,6 +24,8 @@ import torch.distributed as dist
 from torch import nn
 
 from .init import canonical_name, local_rows
+
+log = logging.getLogger(__name__)
 
 
 def _download_s3(uri: str) -> str:
@@ -40,7 +44,7 @@ def _download_s3(uri: str) -> str:
             os.makedirs(cache, exist_ok=True)
             for page in c.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
                 for o in page.get("Contents", []):
-                    if o["Key"].endswith(".safetensors"):
+                    if o["Key"].endswith((".safetensors", "/config.json")):
                         c.download_file(bucket, o["Key"], os.path.join(cache, os.path.basename(o["Key"])),
                                         Config=s3.transfer_config())
     if dist.is_initialized():
@@ -61,12 +65,33 @@ def safetensors_files(uri: str) -> list[str]:
     return files
 
 
+def check_config(files: list[str], uri: str, dims) -> dict | None:
+    """The checkpoint's config.json (beside the safetensors), compared with the spec: a mismatch in
+    anything that changes the logits (dimensions, rope_theta, RoPE scaling, rms_norm_eps) is an
+    error, not a silently wrong model. None when there is no config.json (only shapes are checked)."""
+    from .hf import config_mismatches
+
+    path = os.path.join(os.path.dirname(files[0]), "config.json")
+    if not os.path.isfile(path):
+        log.warning("%s: no config.json beside the weights: only tensor shapes can be checked, not "
+                    "rope_theta, RoPE scaling or rms_norm_eps", uri)
+        return None
+    with open(path) as f:
+        cfg = json.load(f)
+    problems = config_mismatches(cfg, dims)
+    if problems:
+        raise ValueError(f"model.pretrainedUri {uri}: its config.json does not match spec.model:\n  "
+                         + "\n  ".join(problems))
+    return cfg
+
+
 @torch.no_grad()
 def load_pretrained(model: nn.Module, uri: str) -> int:
     """Copy each parameter's local shard from the safetensors at `uri`; returns parameters loaded."""
     from safetensors import safe_open
 
     files = safetensors_files(uri)
+    check_config(files, uri, model.dims)
     handles = [safe_open(f, framework="pt") for f in files]
     where = {k: h for h in handles for k in h.keys()}
     loaded = 0

@@ -28,7 +28,7 @@ from .data import DataLoader, open_dataset
 from .init import init_weights
 from .metrics import TrainerMetrics
 from .model import Llama, cross_entropy
-from .parallel import build_mesh, device_for_rank, init_distributed, parallelize
+from .parallel import AllReduceCounter, build_mesh, device_for_rank, has_replicas, init_distributed, parallelize
 from .throughput import step_throughput
 
 log = logging.getLogger("llmtrain_trainer")
@@ -75,6 +75,13 @@ def build_optimizer(model: torch.nn.Module, spec: LLMTrainingJobSpec) -> torch.o
     return torch.optim.AdamW(groups, lr=spec.training.learning_rate, betas=(0.9, 0.95), eps=1e-8, foreach=True)
 
 
+def _stop_agreed(stop: StopFlag, group) -> bool:
+    """Whether any rank was asked to stop (a collective: every rank calls it at the same point)."""
+    flag = torch.tensor([float(stop.set)])
+    dist.all_reduce(flag, group=group)
+    return flag.item() > 0
+
+
 def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
     stop = StopFlag()
     device = device_for_rank()
@@ -117,14 +124,6 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
     parallelize(model, mesh, spec.fsdp, device)
     model.to_empty(device=device)
     model.init_rope(device)
-    if spec.model.pretrained_uri:
-        from .pretrained import load_pretrained
-
-        n = load_pretrained(model, spec.model.pretrained_uri)
-        if is_main:
-            emit({"event": "pretrained", "uri": spec.model.pretrained_uri, "tensors": n})
-    else:
-        init_weights(model, t.seed)
     optimizer = build_optimizer(model, spec)
 
     dataset = open_dataset(spec.data.uri, seq_len, t.seed, dims.vocab_size)
@@ -134,7 +133,7 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
                         interval_minutes=spec.checkpoint.interval_minutes,
                         interval_steps=spec.checkpoint.interval_steps,
                         timeout_minutes=spec.resilience.collective_timeout_minutes,
-                        metrics=metrics, emit=emit if is_main else None)
+                        metrics=metrics, emit=emit if is_main else None, attempt=job.attempt)
 
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
@@ -145,11 +144,10 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
                           "rng": torch.get_rng_state()}}
 
     step = resumed_step = 0
-    latest = ckpt.latest()
-    if latest is not None:
-        t0 = time.time()
-        sd = state(0)
-        ckpt.load(latest, sd)
+    t0 = time.time()
+    found = ckpt.resume(lambda: state(0))
+    if found is not None:
+        latest, sd = found
         set_state_dict(model, optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
         torch.set_rng_state(sd["train"]["rng"])
         loader.load_state_dict(sd["train"]["data"])
@@ -160,6 +158,16 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
         if is_main:
             emit({"event": "resume", "step": step, "from_world_size": int(sd["train"]["world_size"]),
                   "world_size": world, "seconds": round(time.time() - t0, 3)})
+    elif spec.model.pretrained_uri:
+        # Initial weights only when there is no checkpoint to resume: at 70B, re-reading them on
+        # every restart before the checkpoint overwrites them costs ~138 GB of reads per node.
+        from .pretrained import load_pretrained
+
+        n = load_pretrained(model, spec.model.pretrained_uri)
+        if is_main:
+            emit({"event": "pretrained", "uri": spec.model.pretrained_uri, "tensors": n})
+    else:
+        init_weights(model, t.seed)
     metrics.step.set(step)
 
     params = [p for p in model.parameters()]
@@ -171,6 +179,15 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
 
         scaler = ShardedGradScaler(device=device.type)
     accum = g // (world * t.micro_batch_size)
+    # NO_SHARD / HYBRID_SHARD: all-reduce gradients across replicas (nodes) once per step, on the
+    # last micro-batch, not once per micro-batch; earlier micro-batches accumulate locally.
+    replicas = has_replicas(spec.fsdp.sharding_strategy)
+    allreduce = AllReduceCounter(model) if replicas else None
+    # A stop request is acted on at the next micro-batch boundary, not only after the whole step
+    # (~37 s at 70B on 16 nodes): the partial step is dropped and the last completed step saved.
+    # Agreeing needs a collective on every boundary; a 1-float gloo all-reduce on its own group
+    # (never the GPU stream, never the checkpoint thread's group) costs well under a millisecond.
+    control = dist.new_group(backend="gloo") if accum > 1 else None
     reason = "finished"
     try:
         while step < t.max_steps:
@@ -180,10 +197,26 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
                 group["lr"] = lr
             micro = loader.next()
             loss_sum = torch.zeros((), device=device)
-            for x, y in micro:
+            for i, (x, y) in enumerate(micro):
+                if replicas and accum > 1:
+                    model.set_requires_all_reduce(i == len(micro) - 1)
                 loss = cross_entropy(model(x), y) / accum
                 (scaler.scale(loss) if scaler else loss).backward()
                 loss_sum += loss.detach()
+                if control is not None and i < len(micro) - 1 and _stop_agreed(stop, control):
+                    dropped = i + 1
+                    break
+            else:
+                dropped = 0
+            if dropped:
+                optimizer.zero_grad(set_to_none=True)
+                loader.rewind()
+                reason = "signal"
+                if is_main:
+                    emit({"event": "stop", "step": step, "reason": "signal",
+                          "signal": signal.Signals(stop.signal).name if stop.signal else "peer",
+                          "dropped_micro_batches": dropped, "of": accum})
+                break
             if scaler:
                 scaler.unscale_(optimizer)
             grad_norm = torch.nn.utils.clip_grad_norm_(params, t.grad_clip if t.grad_clip > 0 else float("inf"),
@@ -208,7 +241,7 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
             metrics.step.set(step)
             metrics.loss.set(loss_v)
             metrics.tokens_per_second.set(tp.tokens_per_second)
-            metrics.tokens_total.inc(tokens_per_step)
+            metrics.tokens_total.inc(tokens_per_step // world)  # this rank's share: a sum over ranks is the job's
             metrics.tflops_per_device.set(tp.tflops_per_device)
             metrics.mfu.set(tp.mfu)
             metrics.step_seconds.observe(dt_)
@@ -223,22 +256,31 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
                       "grad_norm": round(float(gn), 6), "tokens_per_second": round(tp.tokens_per_second, 2),
                       "tflops_per_device": tp.tflops_per_device, "mfu": tp.mfu,
                       "step_seconds": round(dt_, 6), "data_wait_seconds": round(loader.last_wait, 6),
+                      **({"allreduce_bytes": allreduce.take()} if allreduce else {}),
                       "sample_start": (step - 1) * g, "samples": g, "tokens": tokens_per_step,
                       "max_steps": t.max_steps, "time": round(now, 6)})
 
             if stop_v > 0:
                 reason = "signal"
+                if is_main:
+                    emit({"event": "stop", "step": step, "reason": "signal",
+                          "signal": signal.Signals(stop.signal).name if stop.signal else "peer"})
                 break
             if save_v > 0 and step < t.max_steps and ckpt.enabled:
                 ckpt.save(step, state(step))
-        if ckpt.enabled and step not in (ckpt.last_started, resumed_step):
-            # End of training or a stop request: save synchronously, it's the last thing we do.
-            ckpt.save(step, state(step), blocking=True)
         ckpt.wait()
+        if ckpt.enabled and ckpt.last_committed != step:
+            # End of training or a stop request: save synchronously, it's the last thing we do
+            # (also when the background save of this very step failed).
+            ckpt.save(step, state(step), blocking=True)
     finally:
         loader.close()
     if is_main:
         emit({"event": "end", "reason": reason, "step": step, "last_checkpoint": ckpt.last_committed})
     ckpt.close()
     dist.destroy_process_group()
+    if ckpt.enabled and ckpt.last_committed != step:
+        log.error("the checkpoint of the final step %d failed; the newest checkpoint is %s", step,
+                  ckpt.last_committed)
+        return 1
     return 0
