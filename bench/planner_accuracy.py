@@ -15,6 +15,7 @@ planner is considered accurate within ±15%.
 
     .venv/bin/python bench/planner_accuracy.py                 # table for both models (~10 min on 2 cores)
     .venv/bin/python bench/planner_accuracy.py --quick         # tiny model, 2 cases, for the test suite
+    .venv/bin/python bench/planner_accuracy.py --measured bench/results/planner_accuracy.json  # re-predict
 """
 
 from __future__ import annotations
@@ -134,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--steps", type=int, default=2, help="the peak is reached in step 2 (AdamW state exists)")
     p.add_argument("--quick", action="store_true", help="tiny model, FULL_SHARD and NO_SHARD without checkpointing")
+    p.add_argument("--measured", help="re-predict against the measurements of an earlier --json result "
+                   "(after a planner change; nothing is run)")
     p.add_argument("--explain", action="store_true", help="print the operators running at each peak")
     p.add_argument("--json", help="also write the result here")
     a = p.parse_args(argv)
@@ -145,6 +148,14 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ, OMP_NUM_THREADS="1", LLMTRAIN_METRICS_PORT=_metrics_port(), LLMTRAIN_LOG_LEVEL="WARNING",
                PYTHONPATH=os.pathsep.join([str(REPO / "operator"), str(REPO / "trainer"),
                                            os.environ.get("PYTHONPATH", "")]))
+    reuse = None
+    if a.measured:
+        old = json.loads(Path(a.measured).read_text())
+        a.seq_len, a.micro_batch, a.nproc = old["seq_len"], old["micro_batch"], old["nproc"]
+        reuse = {(r["model"], r["strategy"], r["activation_checkpointing"]): r["measured_bytes"] for r in old["rows"]}
+        a.models = ",".join(dict.fromkeys(k[0] for k in reuse))
+        a.strategies = ",".join(dict.fromkeys(k[1] for k in reuse))
+        a.checkpointing = ",".join(dict.fromkeys(k[2] for k in reuse))
     t0 = time.time()
     rows = []
     print(f"{'model':6} {'strategy':14} {'AC':9} {'predicted MiB':>14} {'measured MiB':>13} {'ratio':>6}")
@@ -153,7 +164,10 @@ def main(argv: list[str] | None = None) -> int:
             for ckpt in a.checkpointing.split(","):
                 spec = job_spec(MODELS[model], strategy, ckpt, a.seq_len, a.micro_batch, a.nproc, a.steps)
                 plan = predict(spec, a.nproc)
-                measured = measure(spec, a.nproc, env, a.explain)
+                if reuse is not None:  # the measurement does not depend on the planner: re-predict only
+                    measured = reuse[(model, strategy, ckpt)]
+                else:
+                    measured = measure(spec, a.nproc, env, a.explain)
                 ratio = plan["total_bytes"] / measured
                 rows.append({"model": model, "strategy": strategy, "activation_checkpointing": ckpt,
                              "num_params": plan["num_params"], "predicted_bytes": plan["total_bytes"],
