@@ -14,7 +14,7 @@ precision (fp32), sequence length, micro-batch and shard group. Ratio = predicte
 planner is considered accurate within ±15%.
 
     .venv/bin/python bench/planner_accuracy.py                 # table for both models (~10 min on 2 cores)
-    .venv/bin/python bench/planner_accuracy.py --quick         # tiny model, 2 cases, for the test suite
+    .venv/bin/python bench/planner_accuracy.py --quick         # tiny model, FULL_SHARD, 2 cases (tests)
     .venv/bin/python bench/planner_accuracy.py --measured bench/results/planner_accuracy.json  # re-predict
 """
 
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--micro-batch", type=int, default=2)
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--steps", type=int, default=2, help="the peak is reached in step 2 (AdamW state exists)")
-    p.add_argument("--quick", action="store_true", help="tiny model, FULL_SHARD and NO_SHARD without checkpointing")
+    p.add_argument("--quick", action="store_true", help="tiny model, FULL_SHARD, no and full checkpointing")
     p.add_argument("--measured", help="re-predict against the measurements of an earlier --json result "
                    "(after a planner change; nothing is run)")
     p.add_argument("--explain", action="store_true", help="print the operators running at each peak")
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         worker(*a.run_worker)
         return 0
     if a.quick:
-        a.models, a.strategies, a.checkpointing = "tiny", "FULL_SHARD,NO_SHARD", "none"
+        a.models, a.strategies, a.checkpointing = "tiny", "FULL_SHARD", "none,full"
     env = dict(os.environ, OMP_NUM_THREADS="1", LLMTRAIN_METRICS_PORT=_metrics_port(), LLMTRAIN_LOG_LEVEL="WARNING",
                PYTHONPATH=os.pathsep.join([str(REPO / "operator"), str(REPO / "trainer"),
                                            os.environ.get("PYTHONPATH", "")]))

@@ -46,11 +46,13 @@ def test_trainer_overhead_quick():
 @pytest.mark.trainer
 def test_planner_accuracy_quick():
     r = run_bench("planner_accuracy.py", "--quick")
-    assert [(row["model"], row["strategy"]) for row in r["rows"]] == [("tiny", "FULL_SHARD"), ("tiny", "NO_SHARD")]
+    assert [(row["strategy"], row["activation_checkpointing"]) for row in r["rows"]] == [
+        ("FULL_SHARD", "none"), ("FULL_SHARD", "full")]
     for row in r["rows"]:
-        assert row["measured_bytes"] > 0
-        # The tiny model is dominated by fixed allocations; still, 2× either way means a broken formula.
-        assert 0.5 < row["ratio"] < 2.0, row
+        assert row["model"] == "tiny" and row["measured_bytes"] > 0
+        # Within a third of the trainer's real peak (the README's table holds ±15% on the 124M model;
+        # the tiny one has a few MiB of fixed buffers). The planner before the fix was 1.98× and 0.42× here.
+        assert 0.75 < row["ratio"] < 1.33, row
 
 
 @pytest.mark.slow
