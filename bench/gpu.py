@@ -8,8 +8,9 @@ CUDA context, fresh compile cache), the first `--warmup` steps dropped, then the
 
   llmtrain/<compile>/<ac>  the real trainer (`-m llmtrain_trainer`, FSDP2 on a 1-GPU mesh, bf16
                            params, fp32 reductions) with torch.compile off/on and selective/full
-                           activation checkpointing; tokens/s and MFU from its own step lines
-                           (`llmtrain.flops`: 6N + 12·L·H·q·T per token, catalog peak per GPU),
+                           activation checkpointing; step time from its own step lines
+                           (`llmtrain.flops`: 6N + 12·L·H·q·T per token, catalog peak per GPU, the
+                           same formula for every variant),
                            peak memory = torch.cuda.max_memory_allocated of the worker;
   plain                    a plain PyTorch loop on the same model (no FSDP, bf16 autocast, no AC,
                            no compile) — the floor of what the model costs;
@@ -208,15 +209,15 @@ def _run(kind: str, spec: dict, a: argparse.Namespace, tmp: str) -> dict:
     lines = [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
     result = lines[-1]
     if kind == "llmtrain":
-        steps = [e for e in lines if e.get("event") == "step"][a.warmup:]
-        return _summary([e["step_seconds"] for e in steps], result["peak_memory_bytes"], spec, a, wall,
-                        mfu=statistics.median(e["mfu"] for e in steps))
+        # Same clock as the minimal loops: time between consecutive step ends (bookkeeping included).
+        ends = [e["time"] for e in lines if e.get("event") == "step"]
+        times = [y - x for x, y in zip(ends[a.warmup:], ends[a.warmup + 1:])]
+        return _summary(times, result["peak_memory_bytes"], spec, a, wall)
     times = [b - x for x, b in zip(result["ends"][a.warmup:], result["ends"][a.warmup + 1:])]
     return _summary(times, result["peak_memory_bytes"], spec, a, wall)
 
 
-def _summary(step_seconds: list[float], peak: int, spec: dict, a: argparse.Namespace, wall: float,
-             mfu: float | None = None) -> dict:
+def _summary(step_seconds: list[float], peak: int, spec: dict, a: argparse.Namespace, wall: float) -> dict:
     from llmtrain import flops
     from llmtrain.catalog import instance_type
     from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
@@ -230,7 +231,7 @@ def _summary(step_seconds: list[float], peak: int, spec: dict, a: argparse.Names
             "step_seconds_median": round(med, 5),
             "step_seconds_spread": [round(min(step_seconds), 5), round(max(step_seconds), 5)],
             "tokens_per_second": round(tps, 1),
-            "mfu": round(mfu if mfu is not None else flops.mfu(tps, fpt, peak_flops), 4),
+            "mfu": round(flops.mfu(tps, fpt, peak_flops), 4),
             "peak_memory_gib": round(peak / 2**30, 3)}
 
 
