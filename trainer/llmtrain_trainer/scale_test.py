@@ -9,8 +9,9 @@ after `--warmup` of the trainer's own step lines — tokens/s of the job, tokens
 
     efficiency(n) = (tokens/s per worker at n) / (tokens/s per worker at the smallest size)
 
-On one machine the workers share its cores and memory bandwidth: a CPU run past the core count
-measures oversubscription, not the interconnect. (Node counts on a cluster, through the operator,
+On CPU every worker gets one intra-op thread at every size (unless OMP_NUM_THREADS is set). On one
+machine the workers share its cores and memory bandwidth: a CPU run past the core count measures
+oversubscription, not the interconnect. (Node counts on a cluster, through the operator,
 are not implemented here: there the same table would be read from each job's status.)
 """
 
@@ -119,6 +120,11 @@ def run_scale_test(file: str, sizes: list[int], *, max_steps: int | None = None,
     steps = max_steps or spec.training.max_steps
     if steps <= warmup:
         raise ValueError(f"--max-steps {steps}: need more steps than --warmup {warmup}")
+    if spec.cluster.instance_type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        # Same resources per worker at every size: torchrun sets one intra-op thread per process only
+        # when it starts several, so a 1-process run would otherwise get all cores (and, on a busy
+        # machine, OpenMP barriers waiting on descheduled threads).
+        os.environ["OMP_NUM_THREADS"] = "1"
     out = Path(output or os.path.join(".llmtrain", f"{name}-scale-test"))
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -135,7 +141,8 @@ def run_scale_test(file: str, sizes: list[int], *, max_steps: int | None = None,
     add_efficiency(rows)
     result = {"job": name, "file": str(file), "sizes": sizes, "steps": steps, "warmup": warmup,
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpus": os.cpu_count(),
-              "instance_type": spec.cluster.instance_type, "global_batch_tokens": spec.training.global_batch_tokens,
+              "instance_type": spec.cluster.instance_type, "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+              "loadavg": [round(x, 2) for x in os.getloadavg()], "global_batch_tokens": spec.training.global_batch_tokens,
               "rows": rows}
     (out / "scale-test.json").write_text(json.dumps(result, indent=1) + "\n")
     chart(rows, f"{name}: {spec.cluster.instance_type}, global batch {spec.training.global_batch_tokens:,} tokens",
