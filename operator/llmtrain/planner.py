@@ -43,8 +43,9 @@ Workspace, on top of the standard accounting:
 
 Peak: gradients are freed after every optimizer step (zero_grad(set_to_none=True)) and fill up only
 while backward frees the activations, so the total is
-    params + optimizer + max(activations + workspace, grads + gathered blocks)
-(the start and the end of backward), not the sum of all parts. bench/planner_accuracy.py measures
+    params + optimizer + max(activations + workspace, grads + gathered blocks + root gradients)
+(the start and the end of backward), not the sum of all parts; the root module (embedding,
+lm_head) is reduce-scattered last, so under sharding its fp32 gradients (2·V·d) are whole at the end. bench/planner_accuracy.py measures
 it against the trainer (README, Performance). A job fits when the total stays below FIT_FRACTION of
 GPU memory; the rest is CUDA context, NCCL buffers and allocator fragmentation.
 """
@@ -155,6 +156,12 @@ def gathered_bytes(dims: ModelDims, strategy: str, group: int, precision: str) -
     return 2 * _elem(precision) * block_params(dims)
 
 
+def unsharded_root_grad_bytes(dims: ModelDims, group: int) -> int:
+    """The root module (embedding, lm_head) is reduce-scattered last, when backward ends: until then
+    its fp32 gradients (2·V·d) are whole, on top of the sharded gradients (sharded strategies)."""
+    return 0 if group <= 1 else 4 * 2 * dims.vocab_size * dims.hidden_size
+
+
 def plan_for(dims: ModelDims, inst: InstanceType, nodes: int, strategy: str, precision: str,
              checkpointing: str, seq_len: int, micro_batch: int, cpu_offload: bool = False,
              per_node: int | None = None, assumed_mfu: float = ASSUMED_MFU) -> Plan:
@@ -171,7 +178,8 @@ def plan_for(dims: ModelDims, inst: InstanceType, nodes: int, strategy: str, pre
     # Gradients are freed after every optimizer step (zero_grad(set_to_none=True)) and only fill up
     # while backward frees the activations, so the peak is the larger of two moments: the start of
     # backward (activations + workspace, no gradients) and its end (all gradients, activations gone).
-    total = params + optim + max(acts + workspace, grads + gathered_bytes(dims, strategy, group, precision))
+    end_of_backward = grads + gathered_bytes(dims, strategy, group, precision) + unsharded_root_grad_bytes(dims, group)
+    total = params + optim + max(acts + workspace, end_of_backward)
     fpt = flops_per_token(dims, seq_len)
     per_gpu_tps = assumed_mfu * inst.peak_flops_per_device / fpt
     return Plan(

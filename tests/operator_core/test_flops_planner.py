@@ -126,3 +126,16 @@ def test_plan_json_has_the_documented_keys(tmp_path):
     assert plan["fits"] is True
     assert plan["total_bytes"] >= plan["params_bytes"] + plan["grads_bytes"] + plan["optimizer_bytes"] \
         + plan["activations_bytes"]
+
+
+def test_sharded_peak_at_end_of_backward_holds_the_roots_unsharded_gradients():
+    # FULL_SHARD, full checkpointing, short sequences: the end of backward is the peak. There the
+    # sharded gradients sit next to the root module's (embedding + lm_head) fp32 gradients, still
+    # whole until the root's reduce-scatter, and the 2 gathered blocks.
+    from llmtrain.flops import block_params
+
+    d, inst = model_preset("llama2-7b"), instance_type("p5.48xlarge")
+    p = plan_for(d, inst, 2, "FULL_SHARD", "bf16", "full", 128, 1)
+    root_grads = 4 * 2 * 32000 * 4096
+    gathered = 2 * 2 * block_params(d)
+    assert p.total_bytes == p.params_bytes + p.optimizer_bytes + p.grads_bytes + gathered + root_grads
