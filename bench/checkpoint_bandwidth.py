@@ -160,6 +160,12 @@ def s3_speed(bucket: str, directory: str, nbytes: int, files: int) -> dict:
 
 # -- the trainer -----------------------------------------------------------------------------------
 
+def step_name(step: int) -> str:
+    from llmtrain_trainer.checkpoint import step_name as name
+
+    return name(step)
+
+
 def run_trainer(spec: dict, work: str, env: dict, nproc: int) -> list[dict]:
     spec_file = os.path.join(work, "spec.json")
     Path(spec_file).write_text(json.dumps(spec))
@@ -229,12 +235,13 @@ def main(argv: list[str] | None = None) -> int:
         if a.target == "s3":
             from llmtrain_trainer import s3
 
-            objs = s3.client().list_objects_v2(Bucket=bucket, Prefix=f"ckpt/step-{a.steps:09d}/").get("Contents", [])
+            objs = s3.client().list_objects_v2(Bucket=bucket, Prefix=f"ckpt/{step_name(a.steps)}/").get("Contents", [])
             nbytes = sum(o["Size"] for o in objs)
         else:
-            ckpt_dir = [d for d in Path(uri).iterdir() if d.name.endswith(f"{a.steps:09d}")]
-            nbytes = tree_bytes(str(ckpt_dir[0])) if ckpt_dir else tree_bytes(uri)
+            nbytes = tree_bytes(os.path.join(uri, step_name(a.steps)))
             evict_tree(uri)
+        if not nbytes:
+            sys.exit(f"checkpoint {step_name(a.steps)} not found under {uri}")
         resumed = run_trainer(job_spec(dims, uri, a.steps + 1, a.interval, a.nproc), work, env, a.nproc)
         resume = [e for e in resumed if e.get("event") == "resume"]
         if not resume:
