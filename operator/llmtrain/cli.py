@@ -100,8 +100,9 @@ def cmd_plan(args) -> int:
     else:
         rows = [("parameters", plan.params_bytes), ("gradients", plan.grads_bytes),
                 ("optimizer state", plan.optimizer_bytes), ("activations", plan.activations_bytes),
-                ("workspace (gathered blocks, logits)", plan.workspace_bytes),
-                ("total", plan.total_bytes), ("device memory", plan.gpu_memory_bytes)]
+                ("workspace (gathered blocks, loss)", plan.workspace_bytes),
+                ("peak (gradients, activations apart)", plan.total_bytes),
+                ("device memory", plan.gpu_memory_bytes)]
         print(f"{spec.model.preset or 'custom'} on {spec.cluster.nodes} × {spec.cluster.instance_type}, "
               f"{spec.fsdp.sharding_strategy}, {spec.fsdp.mixed_precision}, "
               f"activation checkpointing {spec.fsdp.activation_checkpointing}")

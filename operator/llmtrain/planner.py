@@ -12,18 +12,42 @@ How much of it one GPU holds depends on the strategy; N is the shard group:
     NO_SHARD       everything whole                                             16Ψ
 CPU offload moves the sharded state to host memory: the GPU keeps none of it.
 
-Activations per layer, 16-bit (Korthikanti et al. 2022), s = seq len, b = micro batch,
-h = hidden, a = heads:
-    none:      s·b·h·(34 + 5·a·s/h)
-    selective: 34·s·b·h              (attention scores recomputed; also what SDPA/flash gives)
-    full:      2·s·b·h               (only each block's input is kept)
-times L layers (doubled for fp32). The 34 comes from a GPT block with a 4h MLP; Llama's SwiGLU MLP
-is a little larger, so treat this as an estimate.
+Activations: the tensors autograd saves for backward, counted for THIS trainer's block (Llama:
+RMSNorm computed in fp32, GQA attention through scaled_dot_product_attention, SwiGLU MLP), with
+e = bytes per activation element (2 for bf16/fp16, 4 for fp32), d = hidden, kv = KV heads · head dim,
+f = MLP width, per token and layer:
+    none:      8d + e·(7d + 2kv + 4f)   two RMSNorms keep an fp32 input (4d) and their normalised
+                                       output (e·d) each; q/k/v input, q, k, v, attention output,
+                                       o_proj input, MLP input (e·(5d + 2kv)); gate, up, silu(gate)
+                                       and their product (4e·f). SDPA (flash / memory-efficient) keeps
+                                       no s×s score matrix, so Korthikanti's 5as/h term does not apply.
+    selective: e·(5d + 2kv + 2f)       the block input and the outputs of the matmuls and attention,
+                                       which the selective policy saves (the rest is recomputed)
+    full:      e·d                     only each block's input
+times s·b tokens and L layers. With checkpointing, backward rebuilds one block at a time: counted as
+workspace. (Korthikanti et al. 2022 give 34·s·b·h for a GPT block with
+16-bit activations; for Llama-shaped blocks the formula above is what measurement on the trainer
+confirms: bench/planner_accuracy.py.)
 
-Workspace, on top of the standard accounting: the parameters FSDP gathers for the block it is
-computing plus the one it prefetches (2 blocks at 16-bit, sharded strategies only), and the fp32
-logits of one micro batch for the loss (b·s·V·4 bytes). A job fits when the total stays below
-FIT_FRACTION of GPU memory; the rest is CUDA context, NCCL buffers and allocator fragmentation.
+Workspace, on top of the standard accounting:
+  - the loss: logits in fp32 for b·s tokens — the log-softmax output that cross-entropy keeps, and at
+    the start of backward its incoming and outgoing gradients (3 × 4·V bytes per token; measured:
+    the peak of a step is inside LogSoftmaxBackward), plus the 16-bit logits themselves under mixed
+    precision; the final norm and lm_head input (4d + e·d per token);
+  - with checkpointing, one block rebuilt in backward (what the mode did not keep: the whole block
+    for `full`, its norms and elementwise ops for `selective`) plus its backward gradient buffers
+    (e·(2d + 3f) per token) — never at the same time as the loss buffers (freed before backward
+    reaches the blocks), so the larger of the two counts;
+  - FSDP (FULL_SHARD, HYBRID_SHARD): the unsharded parameters of the block being computed and of the
+    one prefetched (2 blocks; SHARD_GRAD_OP counts its gathered parameters in the model state).
+
+Peak: gradients are freed after every optimizer step (zero_grad(set_to_none=True)) and fill up only
+while backward frees the activations, so the total is
+    params + optimizer + max(activations + workspace, grads + gathered blocks + root gradients)
+(the start and the end of backward), not the sum of all parts; the root module (embedding,
+lm_head) is reduce-scattered last, so under sharding its fp32 gradients (2·V·d) are whole at the end. bench/planner_accuracy.py measures
+it against the trainer (README, Performance). A job fits when the total stays below FIT_FRACTION of
+GPU memory; the rest is CUDA context, NCCL buffers and allocator fragmentation.
 """
 
 from __future__ import annotations
@@ -83,17 +107,59 @@ def model_state_bytes(psi: int, strategy: str, group: int, precision: str,
     return p // group, g // group, o // group
 
 
+def _elem(precision: str) -> int:
+    return 4 if precision == "fp32" else 2
+
+
+def _block_activation_bytes_per_token(dims: ModelDims, checkpointing: str, e: int) -> int:
+    d, f = dims.hidden_size, dims.intermediate_size
+    kv = dims.num_kv_heads * dims.head_dim
+    if checkpointing == "full":
+        return e * d
+    if checkpointing == "selective":
+        return e * (5 * d + 2 * kv + 2 * f)
+    return 8 * d + e * (7 * d + 2 * kv + 4 * f)
+
+
 def activation_bytes(dims: ModelDims, seq_len: int, micro_batch: int, checkpointing: str,
                      precision: str) -> int:
-    s, b, h, a, L = seq_len, micro_batch, dims.hidden_size, dims.num_heads, dims.num_layers
-    if checkpointing == "full":
-        per_layer = 2 * s * b * h
-    elif checkpointing == "selective":
-        per_layer = 34 * s * b * h
-    else:
-        per_layer = s * b * h * 34 + 5 * a * s * s * b
-    scale = 2 if precision == "fp32" else 1
-    return per_layer * L * scale
+    """Activations all blocks keep for backward (one block's recomputation is workspace)."""
+    e = _elem(precision)
+    return _block_activation_bytes_per_token(dims, checkpointing, e) * dims.num_layers * seq_len * micro_batch
+
+
+def recompute_bytes(dims: ModelDims, seq_len: int, micro_batch: int, checkpointing: str, precision: str) -> int:
+    """Under checkpointing, backward rebuilds one block at a time: what the mode did not keep (the
+    whole block for `full`; norms and elementwise ops for `selective`), plus that block's backward
+    gradient buffers (2 d-wide and 3 f-wide per token)."""
+    if checkpointing == "none":
+        return 0
+    e = _elem(precision)
+    rebuilt = _block_activation_bytes_per_token(dims, "none", e)
+    if checkpointing == "selective":
+        rebuilt -= _block_activation_bytes_per_token(dims, "selective", e)
+    grads = e * (2 * dims.hidden_size + 3 * dims.intermediate_size)
+    return (rebuilt + grads) * seq_len * micro_batch
+
+
+def loss_workspace_bytes(dims: ModelDims, seq_len: int, micro_batch: int, precision: str) -> int:
+    e, d, V = _elem(precision), dims.hidden_size, dims.vocab_size
+    per_token = 3 * 4 * V + (e * V if e != 4 else 0) + 4 * d + e * d
+    return per_token * seq_len * micro_batch
+
+
+def gathered_bytes(dims: ModelDims, strategy: str, group: int, precision: str) -> int:
+    """FSDP's unsharded copies of the block being computed and the one prefetched (sharded
+    strategies; SHARD_GRAD_OP counts all its gathered parameters in the model state already)."""
+    if group <= 1 or strategy == "SHARD_GRAD_OP":
+        return 0
+    return 2 * _elem(precision) * block_params(dims)
+
+
+def unsharded_root_grad_bytes(dims: ModelDims, group: int) -> int:
+    """The root module (embedding, lm_head) is reduce-scattered last, when backward ends: until then
+    its fp32 gradients (2·V·d) are whole, on top of the sharded gradients (sharded strategies)."""
+    return 0 if group <= 1 else 4 * 2 * dims.vocab_size * dims.hidden_size
 
 
 def plan_for(dims: ModelDims, inst: InstanceType, nodes: int, strategy: str, precision: str,
@@ -105,10 +171,15 @@ def plan_for(dims: ModelDims, inst: InstanceType, nodes: int, strategy: str, pre
     psi = num_params(dims)
     params, grads, optim = model_state_bytes(psi, strategy, group, precision, cpu_offload)
     acts = activation_bytes(dims, seq_len, micro_batch, checkpointing, precision)
-    gathered = 2 * block_params(dims) * (4 if precision == "fp32" else 2) if group > 1 else 0
-    logits = micro_batch * seq_len * dims.vocab_size * 4
-    workspace = gathered + logits
-    total = params + grads + optim + acts + workspace
+    # The loss buffers are gone before backward reaches the first recomputed block: the larger counts.
+    workspace = gathered_bytes(dims, strategy, group, precision) + max(
+        loss_workspace_bytes(dims, seq_len, micro_batch, precision),
+        recompute_bytes(dims, seq_len, micro_batch, checkpointing, precision))
+    # Gradients are freed after every optimizer step (zero_grad(set_to_none=True)) and only fill up
+    # while backward frees the activations, so the peak is the larger of two moments: the start of
+    # backward (activations + workspace, no gradients) and its end (all gradients, activations gone).
+    end_of_backward = grads + gathered_bytes(dims, strategy, group, precision) + unsharded_root_grad_bytes(dims, group)
+    total = params + optim + max(acts + workspace, end_of_backward)
     fpt = flops_per_token(dims, seq_len)
     per_gpu_tps = assumed_mfu * inst.peak_flops_per_device / fpt
     return Plan(

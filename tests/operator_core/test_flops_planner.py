@@ -56,13 +56,28 @@ def test_cpu_offload_leaves_no_model_state_on_the_gpu():
     assert plan.params_bytes == plan.grads_bytes == plan.optimizer_bytes == 0
 
 
-def test_activation_formulas_korthikanti():
+def test_activation_formulas_for_the_trainers_llama_block():
+    # llama2-7b: d = 4096, kv = 32 heads · 128 = 4096, f = 11008; bf16 (e = 2), per token and layer:
+    #   none      8d + e(7d + 2kv + 4f) = 32768 + 2·(28672 + 8192 + 44032) = 194560
+    #   selective e(5d + 2kv + 2f)      = 2·(20480 + 8192 + 22016)         = 101376
+    #   full      e·d                                                        = 8192
     d = model_preset("llama2-7b")
-    s, b, h, a, L = 4096, 2, 4096, 32, 32
-    assert activation_bytes(d, s, b, "full", "bf16") == 2 * s * b * h * L
-    assert activation_bytes(d, s, b, "selective", "bf16") == 34 * s * b * h * L
-    assert activation_bytes(d, s, b, "none", "bf16") == s * b * h * (34 + 5 * a * s // h) * L
+    s, b, L = 4096, 2, 32
+    assert activation_bytes(d, s, b, "none", "bf16") == 194560 * s * b * L
+    assert activation_bytes(d, s, b, "selective", "bf16") == 101376 * s * b * L
+    assert activation_bytes(d, s, b, "full", "bf16") == 8192 * s * b * L
+    # fp32: e = 4; only the fp32 RMSNorm input copies (8d) don't double.
     assert activation_bytes(d, s, b, "full", "fp32") == 2 * activation_bytes(d, s, b, "full", "bf16")
+    assert activation_bytes(d, s, b, "none", "fp32") == (8 * 4096 + 4 * (7 * 4096 + 2 * 4096 + 4 * 11008)) * s * b * L
+
+
+def test_peak_is_the_larger_of_backward_start_and_end_not_the_sum():
+    # Gradients (freed each step) and activations never peak together: adding a little activation
+    # memory to a job whose gradients dominate leaves the plan unchanged.
+    d, inst = model_preset("llama2-7b"), instance_type("p5.48xlarge")
+    p = plan_for(d, inst, 1, "NO_SHARD", "bf16", "full", 128, 1)
+    assert p.grads_bytes > p.activations_bytes + p.workspace_bytes
+    assert p.total_bytes == p.params_bytes + p.optimizer_bytes + p.grads_bytes
 
 
 def test_more_nodes_never_need_more_memory_under_full_shard():
@@ -111,3 +126,16 @@ def test_plan_json_has_the_documented_keys(tmp_path):
     assert plan["fits"] is True
     assert plan["total_bytes"] >= plan["params_bytes"] + plan["grads_bytes"] + plan["optimizer_bytes"] \
         + plan["activations_bytes"]
+
+
+def test_sharded_peak_at_end_of_backward_holds_the_roots_unsharded_gradients():
+    # FULL_SHARD, full checkpointing, short sequences: the end of backward is the peak. There the
+    # sharded gradients sit next to the root module's (embedding + lm_head) fp32 gradients, still
+    # whole until the root's reduce-scatter, and the 2 gathered blocks.
+    from llmtrain.flops import block_params
+
+    d, inst = model_preset("llama2-7b"), instance_type("p5.48xlarge")
+    p = plan_for(d, inst, 2, "FULL_SHARD", "bf16", "full", 128, 1)
+    root_grads = 4 * 2 * 32000 * 4096
+    gathered = 2 * 2 * block_params(d)
+    assert p.total_bytes == p.params_bytes + p.optimizer_bytes + p.grads_bytes + gathered + root_grads

@@ -1,4 +1,4 @@
-"""The trainer's subcommands of the `llmtrain` CLI: `local`, `prepare` and `export`.
+"""The trainer's subcommands of the `llmtrain` CLI: `local`, `prepare`, `export` and `scale-test`.
 
 `llmtrain.cli` calls `register(subparsers)` and then `args.func(args)`; each function returns the
 process exit code.
@@ -84,6 +84,23 @@ def _positive_int(text: str) -> int:
     return n
 
 
+def cmd_scale_test(args: argparse.Namespace) -> int:
+    import sys
+
+    from .scale_test import parse_sizes, run_scale_test
+
+    try:
+        sizes = parse_sizes(args.sizes)
+        result = run_scale_test(args.file, sizes, max_steps=args.max_steps, warmup=args.warmup,
+                                output=args.output, metrics_port=args.metrics_port)
+    except (OSError, ValueError, RuntimeError) as err:
+        print(f"llmtrain scale-test: {err}", file=sys.stderr)
+        return 1
+    print(result["table"])
+    print(f"wrote {result['json_path']} and {result['png_path']}")
+    return 0
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("local", help="run a job on this machine (CPU processes or local GPUs)",
                               description="Run an LLMTrainingJob locally through torchrun, with the job's "
@@ -122,3 +139,14 @@ def register(subparsers) -> None:
     e.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16", help="weight dtype (default bf16)")
     e.add_argument("--max-shard-gb", type=float, default=5.0, help="safetensors file size limit (default 5)")
     e.set_defaults(func=cmd_export)
+    t = subparsers.add_parser("scale-test", help="run a job at several sizes; throughput per worker and scaling efficiency",
+                              description="Run the same job locally with each number of worker processes in "
+                              "--sizes (same global batch: strong scaling) and write a table, scale-test.json "
+                              "and scale-test.png (tokens/s per worker and efficiency vs the smallest size).")
+    t.add_argument("file", help="LLMTrainingJob YAML file")
+    t.add_argument("--sizes", default="1,2,4", help="worker counts, comma-separated (default: %(default)s)")
+    t.add_argument("--max-steps", type=int, help="steps per size (default: training.maxSteps)")
+    t.add_argument("--warmup", type=int, default=2, help="first steps left out of the medians (default: %(default)s)")
+    t.add_argument("--output", "-o", help="output directory (default .llmtrain/<job name>-scale-test)")
+    t.add_argument("--metrics-port", type=int, help="base port of the workers' /metrics (default 9410)")
+    t.set_defaults(func=cmd_scale_test)

@@ -1,0 +1,305 @@
+"""Checkpoint bandwidth: the trainer's save and load speed vs what the storage itself does, same run.
+
+1. The storage's own speed, measured first, in the same directory (or moto bucket): sequential write
+   of one file per worker process with fsync, then a cold sequential read (the files are evicted
+   from the page cache with posix_fadvise(DONTNEED) before reading); for S3, a multipart
+   upload_file / download_file of the same bytes with the trainer's TransferConfig.
+2. The trainer (`torchrun -m llmtrain_trainer`, 2 CPU processes, gloo) on a model whose state
+   (fp32 parameters + AdamW m and v) is `--state-gib` in all, saving asynchronously every
+   `--interval` steps and once more, blocking, at the end. Save bandwidth = checkpoint bytes / the
+   blocking save's seconds (from the trainer's `checkpoint` event); load bandwidth = bytes / the
+   `resume` event's seconds of a second run, with the checkpoint evicted from the page cache first.
+3. The step-time cost of asynchronous checkpointing: the median step that overlaps a save in
+   flight (its interval intersects [save start, commit]) vs the median step that doesn't.
+
+Ratios: trainer bandwidth ÷ storage bandwidth (target ≥ 0.8×), overlapped ÷ clean step (target < 1.05×).
+
+    .venv/bin/python bench/checkpoint_bandwidth.py                    # local disk, ~2 GiB of state
+    .venv/bin/python bench/checkpoint_bandwidth.py --target s3        # the same against moto S3
+    .venv/bin/python bench/checkpoint_bandwidth.py --quick            # small, for the test suite
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _metrics_port() -> str:
+    """A free base port for the workers' /metrics (rank r serves base + r; a busy one is only logged)."""
+    from torch.distributed.elastic.utils.distributed import get_free_port
+
+    return str(get_free_port())
+BLOCK = 8 << 20
+
+
+def model_dims(state_gib: float) -> dict:
+    """A Llama whose fp32 params + AdamW state (12 bytes/param) is about `state_gib` GiB."""
+    params = state_gib * (1 << 30) / 12
+    d, ffn, vocab, heads = (1024, 2816, 8192, 16) if state_gib >= 0.5 else (256, 704, 2048, 4)
+    per_layer = 4 * d * d + 3 * d * ffn  # attention (MHA) + SwiGLU MLP
+    layers = max(1, round((params - 2 * vocab * d) / per_layer))
+    return {"hiddenSize": d, "intermediateSize": ffn, "numLayers": layers, "numHeads": heads, "numKvHeads": heads,
+            "vocabSize": vocab, "maxSeqLen": 64}
+
+
+def state_bytes(dims: dict) -> int:
+    from llmtrain.catalog import ModelDims
+    from llmtrain.flops import num_params
+
+    d = ModelDims(hidden_size=dims["hiddenSize"], intermediate_size=dims["intermediateSize"],
+                  num_layers=dims["numLayers"], num_heads=dims["numHeads"], num_kv_heads=dims["numKvHeads"],
+                  vocab_size=dims["vocabSize"])
+    return 12 * num_params(d)
+
+
+def job_spec(dims: dict, ckpt_uri: str, steps: int, interval: int, nproc: int) -> dict:
+    return {
+        "model": {"dims": dims},
+        "data": {"uri": "synthetic", "seqLen": 32},
+        "cluster": {"instanceType": "cpu", "processesPerNode": nproc},
+        "fsdp": {"shardingStrategy": "FULL_SHARD", "mixedPrecision": "fp32", "activationCheckpointing": "none"},
+        "training": {"maxSteps": steps, "globalBatchTokens": 32 * nproc, "microBatchSize": 1,
+                     "learningRate": 3e-4, "warmupSteps": 1, "seed": 0},
+        "checkpoint": {"uri": ckpt_uri, "intervalMinutes": 600, "intervalSteps": interval, "keep": 2},
+        "rendezvous": {"backend": "c10d"},
+    }
+
+
+# -- the storage's own speed -----------------------------------------------------------------------
+
+def _evict(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def evict_tree(root: str) -> None:
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            _evict(os.path.join(dirpath, f))
+
+
+def disk_speed(directory: str, nbytes: int, files: int) -> dict:
+    """Sequential write (+fsync) and cold read of `files` files written concurrently, like the ranks do."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    buf = os.urandom(BLOCK)
+    paths = [os.path.join(directory, f"disk-speed-{i}") for i in range(files)]
+    per_file = nbytes // files
+
+    def write(path: str) -> None:
+        with open(path, "wb", buffering=0) as f:
+            left = per_file
+            while left > 0:
+                left -= f.write(memoryview(buf)[:min(BLOCK, left)])
+            os.fsync(f.fileno())
+
+    def read(path: str) -> None:
+        with open(path, "rb", buffering=0) as f:
+            while f.readinto(bytearray(BLOCK)):
+                pass
+
+    with ThreadPoolExecutor(files) as pool:
+        t0 = time.perf_counter()
+        list(pool.map(write, paths))
+        w = time.perf_counter() - t0
+        for p in paths:
+            _evict(p)
+        t0 = time.perf_counter()
+        list(pool.map(read, paths))
+        r = time.perf_counter() - t0
+    for p in paths:
+        os.remove(p)
+    return {"bytes": per_file * files, "write_MBps": per_file * files / w / 1e6, "read_MBps": per_file * files / r / 1e6}
+
+
+def s3_speed(bucket: str, directory: str, nbytes: int, files: int) -> dict:
+    """upload_file / download_file of `files` files concurrently, with the trainer's TransferConfig."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from llmtrain_trainer import s3
+
+    client, cfg = s3.client(), s3.transfer_config()
+    per_file = nbytes // files
+    paths = []
+    for i in range(files):
+        p = os.path.join(directory, f"s3-speed-{i}")
+        with open(p, "wb") as f:
+            for _ in range(per_file // BLOCK):
+                f.write(os.urandom(BLOCK))
+            f.write(os.urandom(per_file % BLOCK))
+        paths.append(p)
+    with ThreadPoolExecutor(files) as pool:
+        t0 = time.perf_counter()
+        list(pool.map(lambda p: client.upload_file(p, bucket, "speed/" + os.path.basename(p), Config=cfg), paths))
+        w = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        list(pool.map(lambda p: client.download_file(bucket, "speed/" + os.path.basename(p), p + ".back", Config=cfg),
+                      paths))
+        r = time.perf_counter() - t0
+    for p in paths:
+        os.remove(p)
+        os.remove(p + ".back")
+        client.delete_object(Bucket=bucket, Key="speed/" + os.path.basename(p))
+    return {"bytes": per_file * files, "write_MBps": per_file * files / w / 1e6, "read_MBps": per_file * files / r / 1e6}
+
+
+# -- the trainer -----------------------------------------------------------------------------------
+
+def step_name(step: int) -> str:
+    from llmtrain_trainer.checkpoint import step_name as name
+
+    return name(step)
+
+
+def run_trainer(spec: dict, work: str, env: dict, nproc: int) -> list[dict]:
+    spec_file = os.path.join(work, "spec.json")
+    Path(spec_file).write_text(json.dumps(spec))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+           "-m", "llmtrain_trainer", "--spec", spec_file]
+    out = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
+    if out.returncode:
+        sys.exit(f"trainer failed:\n{out.stderr[-4000:]}")
+    return [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
+
+
+def overlap_cost(events: list[dict], interval: int) -> dict:
+    """Steps whose interval overlaps an asynchronous save in flight vs steps that overlap none."""
+    steps = {e["step"]: e["time"] for e in events if e.get("event") == "step"}
+    saves = {e["step"]: e["seconds"] for e in events if e.get("event") == "checkpoint"}
+    windows = [(steps[s], steps[s] + sec) for s, sec in saves.items() if s in steps and s % interval == 0]
+    overlapped, clean = [], []
+    for s in sorted(steps)[2:]:  # the first steps include warm-up
+        if s - 1 not in steps:
+            continue
+        a, b = steps[s - 1], steps[s]
+        (overlapped if any(a < w1 and b > w0 for w0, w1 in windows) else clean).append(b - a)
+    if not overlapped or not clean:
+        return {"overlapped_steps": len(overlapped), "clean_steps": len(clean)}
+    return {"overlapped_steps": len(overlapped), "clean_steps": len(clean),
+            "overlapped_step_s": round(statistics.median(overlapped), 4),
+            "clean_step_s": round(statistics.median(clean), 4),
+            "ratio": round(statistics.median(overlapped) / statistics.median(clean), 3)}
+
+
+def tree_bytes(root: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", choices=["disk", "s3"], default="disk")
+    p.add_argument("--dir", help="where to write (default: a temporary directory under $TMPDIR)")
+    p.add_argument("--state-gib", type=float, default=2.0, help="model + optimizer state, all ranks")
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--steps", type=int, default=13)
+    p.add_argument("--interval", type=int, default=4, help="asynchronous save every N steps")
+    p.add_argument("--quick", action="store_true", help="0.05 GiB of state, 6 steps")
+    p.add_argument("--json", help="also write the result here")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.state_gib, a.steps, a.interval = 0.05, 6, 2
+    env = dict(os.environ, OMP_NUM_THREADS="1", LLMTRAIN_METRICS_PORT=_metrics_port(), LLMTRAIN_LOG_LEVEL="WARNING",
+               PYTHONPATH=os.pathsep.join([str(REPO / "operator"), str(REPO / "trainer"),
+                                           os.environ.get("PYTHONPATH", "")]))
+    dims = model_dims(a.state_gib)
+    load_before = os.getloadavg()
+    t_start = time.time()
+    with tempfile.TemporaryDirectory(dir=a.dir) as work, _s3_server(a.target == "s3", env) as bucket:
+        os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})
+        if a.target == "s3":
+            storage = s3_speed(bucket, work, state_bytes(dims), a.nproc)
+            uri = f"s3://{bucket}/ckpt"
+        else:
+            storage = disk_speed(work, state_bytes(dims), a.nproc)
+            uri = os.path.join(work, "ckpt")
+        events = run_trainer(job_spec(dims, uri, a.steps, a.interval, a.nproc), work, env, a.nproc)
+        final = [e for e in events if e.get("event") == "checkpoint" and e["step"] == a.steps]
+        if not final:
+            sys.exit(f"no final checkpoint event in {events[-3:]}")
+        save_s = final[0]["seconds"]
+        if a.target == "s3":
+            from llmtrain_trainer import s3
+
+            objs = s3.client().list_objects_v2(Bucket=bucket, Prefix=f"ckpt/{step_name(a.steps)}/").get("Contents", [])
+            nbytes = sum(o["Size"] for o in objs)
+        else:
+            nbytes = tree_bytes(os.path.join(uri, step_name(a.steps)))
+            evict_tree(uri)
+        if not nbytes:
+            sys.exit(f"checkpoint {step_name(a.steps)} not found under {uri}")
+        resumed = run_trainer(job_spec(dims, uri, a.steps + 1, a.interval, a.nproc), work, env, a.nproc)
+        resume = [e for e in resumed if e.get("event") == "resume"]
+        if not resume:
+            sys.exit("the second run did not resume")
+        load_s = resume[0]["seconds"]
+    save_bw, load_bw = nbytes / save_s / 1e6, nbytes / load_s / 1e6
+    out = {"bench": "checkpoint_bandwidth", "target": a.target,
+           "date": time.strftime("%Y-%m-%d", time.gmtime(t_start)), "cpus": os.cpu_count(), "nproc": a.nproc,
+           "quick": a.quick, "model": dims, "checkpoint_bytes": nbytes,
+           "storage": {k: (round(v, 1) if isinstance(v, float) else v) for k, v in storage.items()},
+           "save_seconds": save_s, "load_seconds": load_s,
+           "save_MBps": round(save_bw, 1), "load_MBps": round(load_bw, 1),
+           "save_ratio": round(save_bw / storage["write_MBps"], 3),
+           "load_ratio": round(load_bw / storage["read_MBps"], 3),
+           "async_step_cost": overlap_cost(events, a.interval),
+           "loadavg_before": [round(x, 2) for x in load_before],
+           "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+           "seconds": round(time.time() - t_start, 1)}
+    print(json.dumps(out))
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
+    c = out["async_step_cost"]
+    print(f"{a.target}: checkpoint {nbytes / 1e9:.2f} GB; save {save_bw:,.0f} MB/s = {out['save_ratio']:.2f}x the "
+          f"storage's {storage['write_MBps']:,.0f} MB/s; load {load_bw:,.0f} MB/s = {out['load_ratio']:.2f}x its "
+          f"{storage['read_MBps']:,.0f} MB/s (target ≥ 0.8x); step overlapping an async save: "
+          f"{c.get('ratio', 'n/a')}x a clean step (target < 1.05x)")
+    return 0
+
+
+class _s3_server:
+    """A moto S3 server on a free loopback port when `enabled`; yields the bucket name (or None)."""
+
+    def __init__(self, enabled: bool, env: dict):
+        self.enabled, self.env, self.server = enabled, env, None
+
+    def __enter__(self):
+        if not self.enabled:
+            return None
+        from moto.server import ThreadedMotoServer
+        from torch.distributed.elastic.utils.distributed import get_free_port
+
+        port = get_free_port()
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        self.server.start()
+        self.env.update({"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+                         "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+                         "AWS_REGION": "us-east-1"})
+        os.environ.update({k: v for k, v in self.env.items() if k.startswith("AWS_")})
+        from llmtrain_trainer import s3
+
+        s3.client().create_bucket(Bucket="bench")
+        return "bench"
+
+    def __exit__(self, *exc):
+        if self.server is not None:
+            self.server.stop()
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())

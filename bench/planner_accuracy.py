@@ -1,0 +1,191 @@
+"""How right is `llmtrain plan`? Its predicted memory per worker vs the peak the trainer really reaches.
+
+For each model (the `tiny` preset and a ~124M Llama), each sharding strategy and each activation
+checkpointing mode, the real trainer (`torchrun -m llmtrain_trainer`, 2 CPU processes, gloo, fp32) runs
+a few steps inside the PyTorch profiler with memory profiling on. Measured = the peak of torch's own CPU
+allocator accounting ("Total Allocated" of the profiler's memory events) during the run, minus what was
+allocated before it started — i.e. every tensor the trainer holds at its worst moment (parameters,
+gradients, AdamW state, activations, FSDP's gathered blocks and communication buffers, logits), and
+nothing else (no Python heap, no allocator caching). The larger of the two ranks is taken. On a GPU the
+same quantity is `torch.cuda.max_memory_allocated` (see bench/gpu.py).
+
+Predicted = `llmtrain.planner.plan_for(...)`.total_bytes for the same dims, strategy, checkpointing,
+precision (fp32), sequence length, micro-batch and shard group. Ratio = predicted / measured; the
+planner is considered accurate within ±15%.
+
+    .venv/bin/python bench/planner_accuracy.py                 # table for both models (~10 min on 2 cores)
+    .venv/bin/python bench/planner_accuracy.py --quick         # tiny model, FULL_SHARD, 2 cases (tests)
+    .venv/bin/python bench/planner_accuracy.py --measured bench/results/planner_accuracy.json  # re-predict
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _metrics_port() -> str:
+    """A free base port for the workers' /metrics (rank r serves base + r; a busy one is only logged)."""
+    from torch.distributed.elastic.utils.distributed import get_free_port
+
+    return str(get_free_port())
+
+MODELS = {
+    "tiny": {"preset": "tiny"},
+    # ~124M parameters, Llama-3-shaped (GQA 12/4 heads, SwiGLU), 32k vocabulary.
+    "124m": {"dims": {"hiddenSize": 768, "intermediateSize": 2048, "numLayers": 12, "numHeads": 12,
+                      "numKvHeads": 4, "vocabSize": 32000, "maxSeqLen": 1024}},
+}
+STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
+CHECKPOINTING = ("none", "selective", "full")
+TOLERANCE = 0.15
+
+
+def job_spec(model: dict, strategy: str, ckpt: str, seq_len: int, micro_batch: int, nproc: int, steps: int) -> dict:
+    return {
+        "model": model,
+        "data": {"uri": "synthetic", "seqLen": seq_len},
+        "cluster": {"instanceType": "cpu", "processesPerNode": nproc},
+        "fsdp": {"shardingStrategy": strategy, "mixedPrecision": "fp32", "activationCheckpointing": ckpt},
+        "training": {"maxSteps": steps, "globalBatchTokens": seq_len * micro_batch * nproc,
+                     "microBatchSize": micro_batch, "learningRate": 3e-4, "warmupSteps": 1, "seed": 0},
+        "rendezvous": {"backend": "c10d"},
+    }
+
+
+def worker(spec_path: str, out_dir: str) -> None:
+    """One torchrun worker: the real trainer's `run()` inside the profiler; writes this rank's peak."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from llmtrain_trainer.config import JobIdentity, load_spec
+    from llmtrain_trainer.train import run
+
+    spec = load_spec(spec_path)
+    rank = os.environ["RANK"]
+    rss_before = _status_kib("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM (peak RSS) to the current RSS
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        run(spec, JobIdentity("planner-accuracy", "bench", 0))
+    trace = os.path.join(out_dir, f"trace-{rank}.json")
+    prof.export_chrome_trace(trace)
+    trace_events = json.loads(Path(trace).read_text())["traceEvents"]
+    os.remove(trace)
+    events = [e for e in trace_events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0]
+    before = events[0]["args"]["Total Allocated"] - events[0]["args"]["Bytes"] if events else 0
+    top = max(events, key=lambda e: e["args"]["Total Allocated"])
+    # Where the peak happens: the operators running at that instant, outermost first (for --explain).
+    at = sorted((e for e in trace_events if e.get("ph") == "X" and e.get("tid") == top["tid"]
+                 and e["ts"] <= top["ts"] <= e["ts"] + e.get("dur", 0)), key=lambda e: e["ts"])
+    Path(out_dir, f"peak-{rank}.json").write_text(json.dumps({
+        "peak_bytes": top["args"]["Total Allocated"] - before, "at": [e["name"] for e in at][:12],
+        "rss_peak_delta_bytes": (_status_kib("VmHWM") - rss_before) * 1024}))
+
+
+def _status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+def measure(spec: dict, nproc: int, env: dict, explain: bool = False) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        spec_file = os.path.join(tmp, "spec.json")
+        Path(spec_file).write_text(json.dumps(spec))
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+               __file__, "--run-worker", spec_file, tmp]
+        out = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
+        if out.returncode:
+            sys.exit(f"trainer failed ({spec['fsdp']}):\n{out.stderr[-4000:]}")
+        peaks = [json.loads(Path(tmp, f"peak-{r}.json").read_text()) for r in range(nproc)]
+        top = max(peaks, key=lambda p: p["peak_bytes"])
+        if explain:
+            print(f"    peak inside: {' > '.join(top['at'])}; peak RSS delta "
+                  f"{max(p['rss_peak_delta_bytes'] for p in peaks) / 2**20:.1f} MiB", flush=True)
+        return top["peak_bytes"]
+
+
+def predict(spec: dict, nproc: int) -> dict:
+    from llmtrain.catalog import instance_type
+    from llmtrain.planner import plan_for
+    from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
+
+    s = LLMTrainingJobSpec.model_validate(spec)
+    return plan_for(resolve_dims(s.model), instance_type("cpu"), 1, s.fsdp.sharding_strategy,
+                    s.fsdp.mixed_precision, s.fsdp.activation_checkpointing, s.data.seq_len,
+                    s.training.micro_batch_size, per_node=nproc).as_dict()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run-worker", nargs=2, help=argparse.SUPPRESS)
+    p.add_argument("--models", default="tiny,124m")
+    p.add_argument("--strategies", default=",".join(STRATEGIES))
+    p.add_argument("--checkpointing", default=",".join(CHECKPOINTING))
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--micro-batch", type=int, default=2)
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--steps", type=int, default=2, help="the peak is reached in step 2 (AdamW state exists)")
+    p.add_argument("--quick", action="store_true", help="tiny model, FULL_SHARD, no and full checkpointing")
+    p.add_argument("--measured", help="re-predict against the measurements of an earlier --json result "
+                   "(after a planner change; nothing is run)")
+    p.add_argument("--explain", action="store_true", help="print the operators running at each peak")
+    p.add_argument("--json", help="also write the result here")
+    a = p.parse_args(argv)
+    if a.run_worker:
+        worker(*a.run_worker)
+        return 0
+    if a.quick:
+        a.models, a.strategies, a.checkpointing = "tiny", "FULL_SHARD", "none,full"
+    env = dict(os.environ, OMP_NUM_THREADS="1", LLMTRAIN_METRICS_PORT=_metrics_port(), LLMTRAIN_LOG_LEVEL="WARNING",
+               PYTHONPATH=os.pathsep.join([str(REPO / "operator"), str(REPO / "trainer"),
+                                           os.environ.get("PYTHONPATH", "")]))
+    reuse = None
+    if a.measured:
+        old = json.loads(Path(a.measured).read_text())
+        a.seq_len, a.micro_batch, a.nproc = old["seq_len"], old["micro_batch"], old["nproc"]
+        reuse = {(r["model"], r["strategy"], r["activation_checkpointing"]): r["measured_bytes"] for r in old["rows"]}
+        a.models = ",".join(dict.fromkeys(k[0] for k in reuse))
+        a.strategies = ",".join(dict.fromkeys(k[1] for k in reuse))
+        a.checkpointing = ",".join(dict.fromkeys(k[2] for k in reuse))
+    t0 = time.time()
+    rows = []
+    print(f"{'model':6} {'strategy':14} {'AC':9} {'predicted MiB':>14} {'measured MiB':>13} {'ratio':>6}")
+    for model in a.models.split(","):
+        for strategy in a.strategies.split(","):
+            for ckpt in a.checkpointing.split(","):
+                spec = job_spec(MODELS[model], strategy, ckpt, a.seq_len, a.micro_batch, a.nproc, a.steps)
+                plan = predict(spec, a.nproc)
+                if reuse is not None:  # the measurement does not depend on the planner: re-predict only
+                    measured = reuse[(model, strategy, ckpt)]
+                else:
+                    measured = measure(spec, a.nproc, env, a.explain)
+                ratio = plan["total_bytes"] / measured
+                rows.append({"model": model, "strategy": strategy, "activation_checkpointing": ckpt,
+                             "num_params": plan["num_params"], "predicted_bytes": plan["total_bytes"],
+                             "measured_bytes": measured, "ratio": round(ratio, 3),
+                             "within_tolerance": abs(ratio - 1) <= TOLERANCE,
+                             "predicted_parts": {k: plan[k] for k in ("params_bytes", "grads_bytes",
+                                                 "optimizer_bytes", "activations_bytes", "workspace_bytes")}})
+                print(f"{model:6} {strategy:14} {ckpt:9} {plan['total_bytes'] / 2**20:14.1f} "
+                      f"{measured / 2**20:13.1f} {ratio:6.2f}{'' if rows[-1]['within_tolerance'] else '  <-- off'}",
+                      flush=True)
+    out = {"bench": "planner_accuracy", "date": time.strftime("%Y-%m-%d", time.gmtime(t0)), "cpus": os.cpu_count(),
+           "nproc": a.nproc, "seq_len": a.seq_len, "micro_batch": a.micro_batch, "precision": "fp32",
+           "tolerance": TOLERANCE, "seconds": round(time.time() - t0, 1), "rows": rows}
+    print(json.dumps(out))
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

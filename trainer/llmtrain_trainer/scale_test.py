@@ -1,0 +1,152 @@
+"""`llmtrain scale-test job.yaml --sizes 1,2,4`: the same job at several sizes; throughput per worker
+and scaling efficiency against the smallest size, as a table, a JSON file and a PNG chart.
+
+Locally a size is a number of worker processes (CPU processes, or local GPUs), each run through
+`llmtrain local` (the same torchrun entry point the cluster uses) with the job's global batch, so
+it is strong scaling: the work per step is fixed and spread over more workers. Every run starts from
+scratch (checkpointing off, so no size resumes another's run). Per size: the median over the steps
+after `--warmup` of the trainer's own step lines — tokens/s of the job, tokens/s per worker and MFU.
+
+    efficiency(n) = (tokens/s per worker at n) / (tokens/s per worker at the smallest size)
+
+On CPU every worker gets one intra-op thread at every size (unless OMP_NUM_THREADS is set). On one
+machine the workers share its cores and memory bandwidth: a CPU run past the core count measures
+oversubscription, not the interconnect. (Node counts on a cluster, through the operator,
+are not implemented here: there the same table would be read from each job's status.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+
+def parse_sizes(text: str) -> list[int]:
+    try:
+        sizes = sorted({int(s) for s in text.split(",") if s.strip()})
+    except ValueError:
+        raise ValueError(f"--sizes {text!r}: expected comma-separated positive integers, e.g. 1,2,4") from None
+    if not sizes or sizes[0] < 1:
+        raise ValueError(f"--sizes {text!r}: expected comma-separated positive integers, e.g. 1,2,4")
+    return sizes
+
+
+def check_divisible(spec, sizes: list[int]) -> None:
+    """The global batch must split evenly at every size (sequences = workers × micro-batch × accumulation)."""
+    from .config import global_batch_seqs
+
+    g, mb = global_batch_seqs(spec), spec.training.micro_batch_size
+    bad = [n for n in sizes if g % (n * mb)]
+    if bad:
+        raise ValueError(f"training.globalBatchTokens: {g} sequences per step do not split over "
+                         f"{', '.join(map(str, bad))} worker(s) × microBatchSize {mb}; use sizes that divide "
+                         f"{g // mb}, or a global batch that is a multiple of {max(sizes) * mb} sequences")
+
+
+def step_events(worker_log: Path) -> list[dict]:
+    events = []
+    for line in worker_log.read_text().splitlines():
+        if line.startswith("{"):
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("event") == "step":
+                events.append(event)
+    return events
+
+
+def summarize(size: int, events: list[dict], warmup: int) -> dict:
+    steady = [e for e in events if e["step"] > warmup] or events
+    if not steady:
+        raise RuntimeError(f"size {size}: the run produced no step lines")
+    tps = statistics.median(e["tokens_per_second"] for e in steady)
+    q = statistics.quantiles([e["tokens_per_second"] for e in steady], n=4) if len(steady) > 1 else [tps, tps, tps]
+    return {"size": size, "steps": len(steady), "tokens_per_second": round(tps, 2),
+            "tokens_per_second_per_worker": round(tps / size, 2),
+            "tokens_per_second_iqr": [round(q[0], 2), round(q[2], 2)],
+            "mfu": round(statistics.median(e["mfu"] for e in steady), 5),
+            "step_seconds": round(statistics.median(e["step_seconds"] for e in steady), 5)}
+
+
+def add_efficiency(rows: list[dict]) -> list[dict]:
+    base = rows[0]["tokens_per_second_per_worker"]
+    for r in rows:
+        r["scaling_efficiency"] = round(r["tokens_per_second_per_worker"] / base, 4) if base else 0.0
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    out = [f"{'workers':>7} {'tokens/s':>12} {'tokens/s/worker':>16} {'efficiency':>10} {'MFU':>8} {'step s':>8}"]
+    for r in rows:
+        out.append(f"{r['size']:>7} {r['tokens_per_second']:>12,.0f} {r['tokens_per_second_per_worker']:>16,.0f} "
+                   f"{r['scaling_efficiency']:>10.1%} {r['mfu']:>8.2%} {r['step_seconds']:>8.3f}")
+    return "\n".join(out)
+
+
+def chart(rows: list[dict], title: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    sizes = [r["size"] for r in rows]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    ax1.plot(sizes, [r["tokens_per_second_per_worker"] for r in rows], "o-")
+    ax1.set(xlabel="workers", ylabel="tokens/s per worker", title="throughput per worker", xticks=sizes)
+    ax1.set_ylim(bottom=0)
+    ax2.plot(sizes, [100 * r["scaling_efficiency"] for r in rows], "o-", color="tab:green")
+    ax2.axhline(100, color="grey", linewidth=0.8, linestyle="--")
+    ax2.set(xlabel="workers", ylabel="% of the smallest size's per-worker throughput",
+            title="scaling efficiency", xticks=sizes)
+    ax2.set_ylim(0, 110)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def run_scale_test(file: str, sizes: list[int], *, max_steps: int | None = None, warmup: int = 2,
+                   output: str | None = None, metrics_port: int | None = None) -> dict:
+    from .config import load_job_file
+    from .local import run_local
+
+    doc, spec = load_job_file(file)
+    name = (doc.get("metadata") or {}).get("name") or Path(file).stem
+    check_divisible(spec, sizes)
+    steps = max_steps or spec.training.max_steps
+    if steps <= warmup:
+        raise ValueError(f"--max-steps {steps}: need more steps than --warmup {warmup}")
+    if spec.cluster.instance_type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        # Same resources per worker at every size: torchrun sets one intra-op thread per process only
+        # when it starts several, so a 1-process run would otherwise get all cores (and, on a busy
+        # machine, OpenMP barriers waiting on descheduled threads).
+        os.environ["OMP_NUM_THREADS"] = "1"
+    out = Path(output or os.path.join(".llmtrain", f"{name}-scale-test"))
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for n in sizes:
+        work = out / f"size-{n}"
+        if (work / "worker.log").exists():
+            (work / "worker.log").unlink()  # a fresh log per run: run_local appends
+        print(f"scale-test: {name}: {n} worker(s), {steps} steps", flush=True)
+        rc = run_local(file, nproc=n, max_steps=steps, checkpoint_uri="", metrics_port=metrics_port,
+                       workdir=str(work), quiet=True)
+        if rc:
+            raise RuntimeError(f"size {n}: the run exited with {rc}; see {work / 'worker.log'}")
+        rows.append(summarize(n, step_events(work / "worker.log"), warmup))
+    add_efficiency(rows)
+    result = {"job": name, "file": str(file), "sizes": sizes, "steps": steps, "warmup": warmup,
+              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpus": os.cpu_count(),
+              "instance_type": spec.cluster.instance_type, "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+              "loadavg": [round(x, 2) for x in os.getloadavg()], "global_batch_tokens": spec.training.global_batch_tokens,
+              "rows": rows}
+    (out / "scale-test.json").write_text(json.dumps(result, indent=1) + "\n")
+    chart(rows, f"{name}: {spec.cluster.instance_type}, global batch {spec.training.global_batch_tokens:,} tokens",
+          out / "scale-test.png")
+    result["table"] = table(rows)
+    result["json_path"], result["png_path"] = str(out / "scale-test.json"), str(out / "scale-test.png")
+    return result
