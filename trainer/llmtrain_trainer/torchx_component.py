@@ -6,17 +6,17 @@ operator's PyTorchJob runs, from an LLMTrainingJob file.
     torchx run -s local_cwd llmtrain.llmtrain --job_file examples/tiny-cpu.yaml   # installed entry point
 
 The job file is validated exactly as `llmtrain validate` does (derived defaults resolved), then
-turned into torchx's `dist.ddp` AppDef: `torchrun -m llmtrain_trainer` on `nodes` replicas of
+turned into torchx's `dist.torchrun` AppDef: `torchrun -m llmtrain_trainer` on `nodes` replicas of
 `workers per node` processes (one per GPU; spec.cluster.processesPerNode on cpu), c10d rendezvous,
 no torchrun restarts (restarts belong to whoever resubmits, as with the operator), the instance
 type's GPU/EFA/CPU/memory from the catalog, and the same environment the renderer gives the pods
 (NCCL/libfabric preset, LLMTRAIN_SPEC with the whole resolved spec, spec.cluster.env last).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: torchx reads the component's argument types from the
+# real annotations to parse command-line values.
 import torchx.specs as specs
-from torchx.components.dist import ddp
+from torchx.components.dist import torchrun
 
 from llmtrain.catalog import instance_type
 from llmtrain.render import METRICS_PORT, _env
@@ -42,7 +42,7 @@ def llmtrain(job_file: str, attempt: int = 1, metrics_port: int = METRICS_PORT, 
     env["LLMTRAIN_METRICS_PORT"] = str(metrics_port)
     nodes = spec.cluster.nodes
     min_nodes = spec.cluster.min_nodes or nodes
-    app = ddp(
+    app = torchrun(
         m="llmtrain_trainer",
         name=name or job.name,
         image=spec.cluster.image,
