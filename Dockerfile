@@ -65,10 +65,11 @@ COPY operator/llmtrain ./operator/llmtrain
 COPY trainer/llmtrain_trainer ./trainer/llmtrain_trainer
 RUN /opt/venv/bin/pip install --no-deps --no-build-isolation . \
  && /opt/venv/bin/python -c "import torch, llmtrain_trainer; assert torch.__version__.split('+')[0] == '${TORCH_VERSION}', torch.__version__; assert '.'.join(map(str, torch.cuda.nccl.version())) == '${NCCL_VERSION}', torch.cuda.nccl.version()" \
- && /opt/venv/bin/torchrun --help > /dev/null
+ && /opt/venv/bin/python -m llmtrain_trainer.launch --help > /dev/null
 
 # ------------------------------------------------------------------------------------------------
-# trainer: what the rendered PyTorchJob runs: command ["torchrun"], args [..., "-m", "llmtrain_trainer"]
+# trainer: what the rendered PyTorchJob runs: command ["python", "-m", "llmtrain_trainer.launch"]
+# (torchrun with a clean stop), args [..., "-m", "llmtrain_trainer"]
 # ------------------------------------------------------------------------------------------------
 FROM trainer-base AS trainer
 ARG UID=65532
@@ -95,7 +96,7 @@ WORKDIR /home/llmtrain
 USER ${UID}:${UID}
 # Prometheus metrics: 9410 + local rank (8 GPUs per node).
 EXPOSE 9410-9417
-ENTRYPOINT ["torchrun"]
+ENTRYPOINT ["python", "-m", "llmtrain_trainer.launch"]
 CMD ["--nproc-per-node=gpu", "-m", "llmtrain_trainer"]
 
 # ------------------------------------------------------------------------------------------------

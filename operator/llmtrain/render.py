@@ -39,14 +39,20 @@ METRICS_PORT = 9410
 C10D_PORT = 29400
 DEFAULT_ETCD_PORT = 2379
 REQUEST_FRACTION = 0.85
-# torchrun gives its workers a fixed 30 s between SIGTERM and SIGKILL to save a checkpoint; the
-# kubelet must not kill torchrun itself before that.
+# The SIGTERM checkpoint's window: the workers stop at the next micro-batch, stage their shards and
+# upload them (the 70B on 16 x p5 example needs about 46 s: bench/checkpoint_staging.py). The pod
+# command is llmtrain_trainer.launch, which hands SIGTERM to the workers so they get this whole
+# period rather than torchrun's own 30 s shutdown timeout, and exits 0 on a clean stop.
 TERMINATION_GRACE_SECONDS = 120
-# Node-local disk (emptyDir) where each rank stages its checkpoint shard before the S3 upload.
+# Where each rank stages its checkpoint shard before the S3 upload. On GPU nodes it is memory
+# (tmpfs): a disk-backed emptyDir on a default EBS root volume (~125 MB/s) would need ~400 s for
+# the 70B example's 52 GB per node, far past the grace period. The size limit bounds what staging
+# may take from the pod's memory limit.
 STAGING_PATH = "/var/lib/llmtrain/staging"
+STAGING_MEMORY_FRACTION = 0.25
 CPU_WORKER_MEMORY_GIB = 4
 TRAINER_MODULE = "llmtrain_trainer"
-COMMAND = ["torchrun"]
+COMMAND = ["python", "-m", "llmtrain_trainer.launch"]
 GPU_TOLERATIONS = [
     {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
     {"key": "vpc.amazonaws.com/efa", "operator": "Exists", "effect": "NoSchedule"},
@@ -217,7 +223,9 @@ def render_pytorchjob(spec: LLMTrainingJobSpec, name: str, namespace: str = "def
         t.model_dump(exclude_none=True) for t in spec.cluster.tolerations]
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "staging", "mountPath": STAGING_PATH}] + [
         {"name": v.name, "mountPath": v.mount_path, "readOnly": v.read_only} for v in spec.cluster.volumes]
-    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, {"name": "staging", "emptyDir": {}}] + [
+    staging = ({"medium": "Memory", "sizeLimit": f"{int(inst.memory_gib * STAGING_MEMORY_FRACTION)}Gi"}
+               if inst.is_gpu else {})
+    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, {"name": "staging", "emptyDir": staging}] + [
         {"name": v.name, "persistentVolumeClaim": {"claimName": v.claim_name, "readOnly": v.read_only}}
         for v in spec.cluster.volumes]
     owner = {"apiVersion": API_VERSION, "kind": KIND, "name": name, "uid": uid} if uid else None

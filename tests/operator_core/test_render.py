@@ -55,7 +55,7 @@ def test_worker_shape_rendezvous_and_policy():
     assert worker["replicas"] == 4 and set(obj["spec"]["pytorchReplicaSpecs"]) == {"Worker"}
     c = _container(obj)
     assert c["name"] == "pytorch"  # the training-operator looks the container up by this name
-    assert c["command"] == ["torchrun"] and c["args"][-2:] == ["-m", "llmtrain_trainer"]
+    assert c["command"] == ["python", "-m", "llmtrain_trainer.launch"] and c["args"][-2:] == ["-m", "llmtrain_trainer"]
     ep = obj["spec"]["elasticPolicy"]
     assert (ep["rdzvBackend"], ep["rdzvHost"], ep["rdzvPort"]) == ("etcd-v2", "etcd.infra", 2379)
     assert ep["minReplicas"] == ep["maxReplicas"] == 4
@@ -185,3 +185,17 @@ def test_workers_run_non_root_with_runtime_default_seccomp_and_no_token(itype):
         assert "add" not in sc["capabilities"] and sc["allowPrivilegeEscalation"] is False
     else:  # EFA: IPC_LOCK only, effective for the non-root user through the image's file capability
         assert sc["capabilities"]["add"] == ["IPC_LOCK"] and sc["allowPrivilegeEscalation"] is True
+
+
+@pytest.mark.parametrize("itype, medium", [("p5.48xlarge", {"medium": "Memory", "sizeLimit": "512Gi"}),
+                                           ("p4de.24xlarge", {"medium": "Memory", "sizeLimit": "288Gi"}),
+                                           ("cpu", {})])
+def test_checkpoint_staging_is_memory_on_gpu_nodes(itype, medium):
+    # A SIGTERM save stages ~52 GB per node for the 70B example: at EBS speed (~125 MB/s) that is
+    # ~400 s, past the 120 s grace period, so GPU pods stage in tmpfs, bounded to a quarter of the
+    # node's memory (p5: 2048 GiB, p4de: 1152 GiB).
+    spec = _spec(cluster={"instanceType": itype, "nodes": 1})
+    pod = _render(spec)["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    (staging,) = [v for v in pod["volumes"] if v["name"] == "staging"]
+    assert staging["emptyDir"] == medium
+    assert pod["terminationGracePeriodSeconds"] == 120
