@@ -51,7 +51,9 @@ def test_default_render_is_minimal(helm):
     docs = helm.manifests()
     kinds = sorted(d["kind"] for d in docs)
     # Nothing a cluster usually already has: no monitoring objects, no etcd, no peering.
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+    # (the Role + RoleBinding are only for the leader-election Lease, in the release namespace)
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "Service",
+                     "ServiceAccount"]
     for d in docs:
         if d["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
             assert d["metadata"]["namespace"] == "llmtrain-system", d["kind"]
@@ -87,7 +89,7 @@ def test_namespaced_mode_uses_roles_and_namespaced_peering(helm):
     # Only kopf's CRD observation stays cluster-wide.
     assert _rules(one(docs, "ClusterRole")) == FRAMEWORK_RULES
     assert one(docs, "ClusterRoleBinding")["roleRef"]["name"] == one(docs, "ClusterRole")["metadata"]["name"]
-    roles = by_kind(docs, "Role")
+    roles = [r for r in by_kind(docs, "Role") if not r["metadata"]["name"].endswith("-leader-election")]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     for role in roles:
         rules = _rules(role)
