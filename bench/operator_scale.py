@@ -133,20 +133,28 @@ class PTJWatch:
         self._thread.start()
 
     def _run(self):
-        try:
-            self._stream()
-        except Exception:  # noqa: BLE001 — the stream ends when stop() closes it
-            pass
+        version = None
+        while not self._stopped:
+            try:  # a watch can end early (server timeout, a dropped connection): resume it
+                for ev in self._watch.stream(self.custom.list_namespaced_custom_object, *PTJ[:2], self.namespace,
+                                             PTJ[2], timeout_seconds=300, resource_version=version):
+                    meta = ev["object"]["metadata"]
+                    version = meta.get("resourceVersion", version)
+                    if ev["type"] == "ADDED":
+                        self.first.setdefault(meta["name"], time.monotonic())
+                        self.added[meta["name"]] = self.added.get(meta["name"], 0) + 1
+            except Exception as err:  # noqa: BLE001
+                if self._stopped:
+                    return
+                print(f"watch restarted: {err!r}", file=sys.stderr)
+                version = None  # 410 Gone and friends: list again (re-lists count as ADDED once more)
+                self.relisted = True
 
-    def _stream(self):
-        for ev in self._watch.stream(self.custom.list_namespaced_custom_object, *PTJ[:2], self.namespace, PTJ[2],
-                                     timeout_seconds=3600):
-            name = ev["object"]["metadata"]["name"]
-            if ev["type"] == "ADDED":
-                self.first.setdefault(name, time.monotonic())
-                self.added[name] = self.added.get(name, 0) + 1
+    _stopped = False
+    relisted = False
 
     def stop(self):
+        self._stopped = True
         self._watch.stop()
 
 
@@ -298,8 +306,9 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path) -> dict:
     for p in ptjs:
         per_job.setdefault(p["metadata"]["labels"]["llmtrain.dev/job"], []).append(p["metadata"]["name"])
     out["lost"] = sum(1 for n in names if per_job.get(n) != [f"{n}-a1"] and not per_job.get(n))
-    out["duplicated"] = (sum(1 for n in names if len(per_job.get(n, [])) > 1)
-                         + sum(1 for c in watch.added.values() if c > 1))
+    out["duplicated"] = sum(1 for n in names if len(per_job.get(n, [])) > 1)
+    if not watch.relisted:  # a re-list shows every object as ADDED again: only count without one
+        out["duplicated"] += sum(1 for c in watch.added.values() if c > 1)
 
     # --- clean-up ---
     started = time.monotonic()
@@ -344,7 +353,13 @@ def main(argv=None) -> int:
             config.load_kube_config(str(kubeconfig), client_configuration=cfg)
             cfg.connection_pool_maxsize = max(16, a.threads * 2)
             api = client.ApiClient(cfg)
-            out = run(a, kubeconfig, api, workdir)
+            try:
+                out = run(a, kubeconfig, api, workdir)
+            except BaseException:
+                log_path = workdir / "operator.log"
+                if log_path.exists():
+                    print("--- operator log (tail) ---\n" + log_path.read_text()[-6000:], file=sys.stderr)
+                raise
         finally:
             if cluster is not None:
                 cluster.down()

@@ -59,9 +59,10 @@ def test_default_render_is_minimal(helm):
     docs = helm.manifests()
     kinds = sorted(d["kind"] for d in docs)
     # Nothing a cluster usually already has: no monitoring objects, no etcd, no peering.
-    # The operator's ClusterRole + the two user roles aggregated into view/edit/admin.
-    assert kinds == ["ClusterRole"] * 3 + ["ClusterRoleBinding", "Deployment", "NetworkPolicy", "Service",
-                                           "ServiceAccount"]
+    # The operator's ClusterRole + the two user roles aggregated into view/edit/admin; the Role +
+    # RoleBinding are only for the leader-election Lease, in the release namespace.
+    assert kinds == ["ClusterRole"] * 3 + ["ClusterRoleBinding", "Deployment", "NetworkPolicy", "Role",
+                                           "RoleBinding", "Service", "ServiceAccount"]
     for d in docs:
         if d["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
             assert d["metadata"]["namespace"] == "llmtrain-system", d["kind"]
@@ -97,7 +98,7 @@ def test_namespaced_mode_uses_roles_and_namespaced_peering(helm):
     # Only kopf's CRD observation stays cluster-wide.
     assert _rules(operator_role(docs)) == FRAMEWORK_RULES
     assert one(docs, "ClusterRoleBinding")["roleRef"]["name"] == operator_role(docs)["metadata"]["name"]
-    roles = by_kind(docs, "Role")
+    roles = [r for r in by_kind(docs, "Role") if not r["metadata"]["name"].endswith("-leader-election")]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     for role in roles:
         rules = _rules(role)

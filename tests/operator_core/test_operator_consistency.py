@@ -77,7 +77,7 @@ def own_operator(dev_cluster, trainer_endpoint, tmp_path):
 def test_attempts_failed_while_the_operator_was_down_go_forward_exactly_once(own_operator, kube, namespace):
     names = [f"storm-{i}" for i in range(20)]
     recorder = AttemptRecorder(kube.api, namespace)
-    op = own_operator()
+    op = own_operator("--verbose")
     for name in names:
         _create(kube, namespace, name, tiny(resilience={"maxRestarts": 3}))
     for name in names:
@@ -91,17 +91,23 @@ def test_attempts_failed_while_the_operator_was_down_go_forward_exactly_once(own
     op.stop(signal.SIGKILL)
     op.start()
 
+    last: list = []
+
     def settled() -> bool:
         for name in names:
             status = kube.status(namespace, name)
-            if (status.get("attempt"), status.get("restarts"), status.get("pytorchJob")) != (2, 1, f"{name}-a2"):
-                return False
-            if sorted(p["metadata"]["name"] for p in kube.ptjs(namespace, name)
-                      if not p["metadata"].get("deletionTimestamp")) != [f"{name}-a2"]:
+            live = sorted(p["metadata"]["name"] for p in kube.ptjs(namespace, name)
+                          if not p["metadata"].get("deletionTimestamp"))
+            state = (status.get("attempt"), status.get("restarts"), status.get("pytorchJob"), live)
+            if state != (2, 1, f"{name}-a2", [f"{name}-a2"]):
+                last[:] = [name, state, status.get("phase"), status.get("message")]
                 return False
         return True
 
-    wait_for(settled, 90, "every job at attempt 2 / restarts 1 with only <job>-a2 alive")
+    try:
+        wait_for(settled, 90, "every job at attempt 2 / restarts 1 with only <job>-a2 alive")
+    except AssertionError as err:
+        raise AssertionError(f"{err}; e.g. {last}") from None
     # The resumed operator's handlers have all run (every job was re-adopted or restarted), and
     # nothing went back on the way, in any write the API server stored.
     wait_for(lambda: all(any(e.reason in ("Adopted", "Created") for e in kube.events(namespace, n)

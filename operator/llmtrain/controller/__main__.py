@@ -85,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
         # kopf waits this long for more events of one object before handling it; its 0.1 s default
         # is a tenth of a second on every new job's create→PyTorchJob latency.
         settings.batching.batch_window = 0.02
+        # After each of its own patches kopf waits (default up to 5 s) until the watch shows the
+        # patched version, so it never acts on a body older than its own write. Our handlers never
+        # decide from kopf's body (fresh reads, conditional writes, idempotent adopt), so a long wait
+        # buys nothing; under load it was most of the create→PyTorchJob latency.
+        settings.persistence.consistency_timeout = 0.5
         # Progress in annotations, not status.kopf: status is ours and the chart's printer columns'.
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="llmtrain.dev")
         # The diff base is an annotation, and annotations share a 256 KiB limit: storing the whole

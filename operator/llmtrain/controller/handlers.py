@@ -379,35 +379,60 @@ def pytorchjob_event(event, body, namespace, labels, **_):
         return (_owned_by(ptj, job["metadata"]["uid"]) and str(status.get("attempt") or 1) == attempt
                 and status.get("phase") not in TERMINAL)
 
+    seen: dict = {}
     with _job_lock(namespace, name):
-        if state == "Failed":
-            restart(namespace, name, "failed", failure_message(ptj), live_attempt)
-            return
-        phase = PHASE_OF[state]
-        message = f"PyTorchJob {ptj['metadata']['name']} is {state}"
-
-        def decide(job: dict) -> dict | None:
-            status = job.get("status") or {}
-            if not live_attempt(job) or status.get("phase") == phase:
-                return None
-            update: dict = {"phase": phase, "reason": state, "message": message,
-                            "conditions": set_condition(status.get("conditions") or [], "Ready",
-                                                        phase in ("Running", "Succeeded"), state, message,
-                                                        job["metadata"].get("generation"))}
-            if phase == "Running":
-                update["startTime"] = status.get("startTime") or timestamp()
-                update["attemptStartTime"] = timestamp()
-            if phase == "Succeeded":
-                update["completionTime"] = timestamp()
-            return update
-
-        done = patch_status_fresh(namespace, name, decide)
+        try:
+            if state == "Failed":
+                restart(namespace, name, "failed", failure_message(ptj), live_attempt,
+                        on_read=lambda job: seen.update(job=job))
+                return
+            done = _follow(namespace, name, ptj, state, live_attempt, seen)
+        finally:
+            _delete_if_superseded(ptj, seen.get("job"))
     if done:
-        kopf.info(done[0], reason=phase, message=message)
-        _track_phase(namespace, name, phase)
+        kopf.info(done[0], reason=PHASE_OF[state], message=done[1]["message"])
+        _track_phase(namespace, name, PHASE_OF[state])
 
 
-def restart(namespace: str, name: str, reason: str, message: str, still_applies) -> None:
+def _delete_if_superseded(ptj: dict, job: dict | None) -> None:
+    """A PyTorchJob of an attempt older than the job's current one is left over (the operator died
+    between starting the next attempt and deleting this one): delete it, so exactly one lives."""
+    if job is None or not _owned_by(ptj, job["metadata"]["uid"]):
+        return
+    try:
+        attempt = int(ptj["metadata"]["labels"][ATTEMPT_LABEL])
+    except (KeyError, ValueError):
+        return
+    if attempt < ((job.get("status") or {}).get("attempt") or 1):
+        log.info("deleting %s/%s: superseded by attempt %s", ptj["metadata"]["namespace"],
+                 ptj["metadata"]["name"], job["status"]["attempt"])
+        kube.delete_pytorchjob(ptj["metadata"]["namespace"], ptj["metadata"]["name"])
+
+
+def _follow(namespace, name, ptj, state, live_attempt, seen):
+    """Copy the PyTorchJob's (non-failed) state into the job's phase, on a fresh read."""
+    phase = PHASE_OF[state]
+    message = f"PyTorchJob {ptj['metadata']['name']} is {state}"
+
+    def decide(job: dict) -> dict | None:
+        status = job.get("status") or {}
+        if not live_attempt(job) or status.get("phase") == phase:
+            return None
+        update: dict = {"phase": phase, "reason": state, "message": message,
+                        "conditions": set_condition(status.get("conditions") or [], "Ready",
+                                                    phase in ("Running", "Succeeded"), state, message,
+                                                    job["metadata"].get("generation"))}
+        if phase == "Running":
+            update["startTime"] = status.get("startTime") or timestamp()
+            update["attemptStartTime"] = timestamp()
+        if phase == "Succeeded":
+            update["completionTime"] = timestamp()
+        return update
+
+    return patch_status_fresh(namespace, name, decide, on_read=lambda job: seen.update(job=job))
+
+
+def restart(namespace: str, name: str, reason: str, message: str, still_applies, on_read=None) -> None:
     """Start the next attempt (fresh rendezvous id, resumes from the newest checkpoint), or fail the
     job when its restart budget is spent. `still_applies(job)` re-checks the trigger on every read.
     Callers hold the job's lock."""
@@ -434,7 +459,7 @@ def restart(namespace: str, name: str, reason: str, message: str, still_applies)
                                             "Restarting", f"attempt {attempt - 1} {reason}",
                                             meta.get("generation"))}
 
-    done = patch_status_fresh(namespace, name, decide)
+    done = patch_status_fresh(namespace, name, decide, on_read=on_read)
     if not done:
         return
     job, update = done
