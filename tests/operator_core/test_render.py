@@ -65,7 +65,8 @@ def test_worker_shape_rendezvous_and_policy():
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
     vols = {v["name"]: v for v in worker["template"]["spec"]["volumes"]}
     assert vols[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
-    assert vols[mounts[_env(obj)["LLMTRAIN_CHECKPOINT_STAGING"]]]["emptyDir"] == {}  # node-local disk
+    # p5: tmpfs, a quarter of its 2048 GiB (see test_checkpoint_staging_is_memory_on_gpu_nodes)
+    assert vols[mounts[_env(obj)["LLMTRAIN_CHECKPOINT_STAGING"]]]["emptyDir"] == {"medium": "Memory", "sizeLimit": "512Gi"}
     assert worker["template"]["spec"]["terminationGracePeriodSeconds"] > 30  # torchrun's SIGTERM window
     base = int(_env(obj)["LLMTRAIN_METRICS_PORT"])
     assert [p["containerPort"] for p in c["ports"]] == [base + r for r in range(8)]  # one per local rank
