@@ -145,8 +145,11 @@ def run_scale_test(file: str, sizes: list[int], *, max_steps: int | None = None,
               "loadavg": [round(x, 2) for x in os.getloadavg()], "global_batch_tokens": spec.training.global_batch_tokens,
               "rows": rows}
     (out / "scale-test.json").write_text(json.dumps(result, indent=1) + "\n")
-    chart(rows, f"{name}: {spec.cluster.instance_type}, global batch {spec.training.global_batch_tokens:,} tokens",
-          out / "scale-test.png")
     result["table"] = table(rows)
     result["json_path"], result["png_path"] = str(out / "scale-test.json"), str(out / "scale-test.png")
+    try:
+        chart(rows, f"{name}: {spec.cluster.instance_type}, global batch {spec.training.global_batch_tokens:,} tokens",
+              out / "scale-test.png")
+    except ImportError:  # the trainer image carries no matplotlib; the table and JSON are still written
+        result["png_path"] = "no PNG (matplotlib is not installed: pip install matplotlib)"
     return result
