@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import queue
-import signal
 import statistics
 import subprocess
 import sys
@@ -83,31 +82,11 @@ class Run:
                 return item
 
     def kill(self) -> None:
-        """SIGKILL torchrun and every worker at once, as a lost node would. The workers run in
-        sessions of their own (torchrun starts them so), so killing torchrun's group is not enough."""
-        for pid in [self.proc.pid, *descendants(self.proc.pid)]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        """SIGKILL torchrun and every worker at once, as a lost node would."""
+        from llmtrain_trainer.launch import kill_tree
+
+        kill_tree(self.proc)
         self.proc.wait()
-
-
-def descendants(pid: int) -> list[int]:
-    out = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except FileNotFoundError:
-        return out
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                kids = [int(x) for x in f.read().split()]
-        except FileNotFoundError:
-            continue
-        for k in kids:
-            out += [k, *descendants(k)]
-    return out
 
 
 def cold_start(nproc: int, workdir: Path) -> float:

@@ -38,11 +38,22 @@ def stop_workers(torchrun: subprocess.Popen) -> None:
             pass
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, children before their own children."""
+    out = []
+    for child in children(pid):
+        out += [child, *descendants(child)]
+    return out
+
+
 def kill_tree(torchrun: subprocess.Popen) -> None:
-    try:
-        os.killpg(torchrun.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    """SIGKILL torchrun and every process below it. Killing its process group is not enough:
+    torchrun starts each worker in a session of its own, so the workers would run on, orphaned."""
+    for pid in [torchrun.pid, *descendants(torchrun.pid)]:  # listed before any of them dies
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def torchrun_command(args: list[str]) -> list[str]:
