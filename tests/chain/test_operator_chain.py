@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 import yaml
 
 from llmtrain.render import pytorchjob_name
@@ -67,8 +68,17 @@ def test_pod_failure_on_p5_nodes_starts_attempt_2(chain_cluster, chain, chain_ns
     term = next(c.state.terminated for c in failed_pod.status.container_statuses
                 if c.state.terminated)
     assert term.exit_code == 137 and failed_pod.spec.node_name == victim.spec.node_name
-    wait_for(lambda: chain.ptj_condition(chain_ns, a1, "Failed"), 60,
-             f"PyTorchJob {a1} Failed (by the training-operator)")
+
+    def a1_failed() -> bool:
+        try:
+            return chain.ptj_condition(chain_ns, a1, "Failed")
+        except ApiException as err:
+            # Gone already: the operator saw it fail, started attempt 2 and deleted attempt 1.
+            if err.status == 404:
+                return status().get("attempt", 1) >= 2
+            raise
+
+    wait_for(a1_failed, 60, f"PyTorchJob {a1} Failed (by the training-operator)")
 
     a2 = pytorchjob_name(name, 2)
     wait_for(lambda: status().get("attempt") == 2, 60,
