@@ -32,14 +32,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from ports import metrics_port
+
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _metrics_port() -> str:
-    """A free base port for the workers' /metrics (rank r serves base + r; a busy one is only logged)."""
-    from torch.distributed.elastic.utils.distributed import get_free_port
-
-    return str(get_free_port())
 BLOCK = 8 << 20
 
 
@@ -213,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.quick:
         a.state_gib, a.steps, a.interval = 0.05, 6, 2
-    env = dict(os.environ, OMP_NUM_THREADS="1", LLMTRAIN_METRICS_PORT=_metrics_port(), LLMTRAIN_LOG_LEVEL="WARNING",
+    env = dict(os.environ, OMP_NUM_THREADS="1", LLMTRAIN_METRICS_PORT=metrics_port(), LLMTRAIN_LOG_LEVEL="WARNING",
                PYTHONPATH=os.pathsep.join([str(REPO / "operator"), str(REPO / "trainer"),
                                            os.environ.get("PYTHONPATH", "")]))
     dims = model_dims(a.state_gib)

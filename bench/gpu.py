@@ -38,14 +38,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from ports import metrics_port
+
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _metrics_port() -> str:
-    """A free base port for the workers' /metrics (rank r serves base + r; a busy one is only logged)."""
-    from torch.distributed.elastic.utils.distributed import get_free_port
-
-    return str(get_free_port())
 
 # Llama 3.2 1B shape (untied embeddings here: ~1.5B parameters with the 128k vocabulary).
 SHAPE_1B = {"hiddenSize": 2048, "intermediateSize": 8192, "numLayers": 16, "numHeads": 32, "numKvHeads": 8,
@@ -190,7 +187,7 @@ def worker_torchtitan(spec_path: str) -> None:
 def _run(kind: str, spec: dict, a: argparse.Namespace, tmp: str) -> dict:
     spec_file = os.path.join(tmp, f"{kind}.json")
     Path(spec_file).write_text(json.dumps(spec))
-    env = dict(os.environ, LLMTRAIN_METRICS_PORT=_metrics_port(), LLMTRAIN_LOG_LEVEL="WARNING", PYTHONUNBUFFERED="1",
+    env = dict(os.environ, LLMTRAIN_METRICS_PORT=metrics_port(), LLMTRAIN_LOG_LEVEL="WARNING", PYTHONUNBUFFERED="1",
                PYTHONPATH=os.pathsep.join(p for p in [a.torchtitan_path, str(REPO / "operator"),
                                                       str(REPO / "trainer"), os.environ.get("PYTHONPATH")] if p))
     if a.device == "cpu":

@@ -29,14 +29,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from ports import metrics_port
+
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _metrics_port() -> str:
-    """A free base port for the workers' /metrics (rank r serves base + r; a busy one is only logged)."""
-    from torch.distributed.elastic.utils.distributed import get_free_port
-
-    return str(get_free_port())
 
 MODELS = {
     "tiny": {"preset": "tiny"},
@@ -145,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.quick:
         a.models, a.strategies, a.checkpointing = "tiny", "FULL_SHARD", "none,full"
-    env = dict(os.environ, OMP_NUM_THREADS="1", LLMTRAIN_METRICS_PORT=_metrics_port(), LLMTRAIN_LOG_LEVEL="WARNING",
+    env = dict(os.environ, OMP_NUM_THREADS="1", LLMTRAIN_METRICS_PORT=metrics_port(), LLMTRAIN_LOG_LEVEL="WARNING",
                PYTHONPATH=os.pathsep.join([str(REPO / "operator"), str(REPO / "trainer"),
                                            os.environ.get("PYTHONPATH", "")]))
     reuse = None

@@ -31,6 +31,8 @@ import time
 import uuid
 from pathlib import Path
 
+from ports import metrics_port
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -57,7 +59,7 @@ class Run:
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
                f"--rdzv-endpoint=127.0.0.1:{get_free_port()}", f"--rdzv-id=rec-{uuid.uuid4().hex[:8]}",
                "--max-restarts=0", "-m", "llmtrain_trainer", "--spec", str(spec_file)]
-        env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", LLMTRAIN_METRICS_PORT="0",
+        env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", LLMTRAIN_METRICS_PORT=metrics_port(),
                    LLMTRAIN_CHECKPOINT_STAGING=str(workdir / "staging"))
         self.started = time.monotonic()
         self.stderr = open(workdir / f"stderr-{uuid.uuid4().hex[:6]}.log", "w")

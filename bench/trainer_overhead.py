@@ -38,14 +38,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from ports import metrics_port
+
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _metrics_port() -> str:
-    """A free base port for the workers' /metrics (rank r serves base + r; a busy one is only logged)."""
-    from torch.distributed.elastic.utils.distributed import get_free_port
-
-    return str(get_free_port())
 
 # name: (hidden, layers, heads, kv_heads, vocab, seq_len, sequences per step)
 SIZES = {
@@ -231,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         return trainer_worker(a.run_trainer)
     if a.quick:
         a.steps, a.warmup, a.repeats = 8, 2, 1
-    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), LLMTRAIN_METRICS_PORT=_metrics_port(), PYTHONUNBUFFERED="1",
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), LLMTRAIN_METRICS_PORT=metrics_port(), PYTHONUNBUFFERED="1",
                LLMTRAIN_LOG_LEVEL="WARNING", PYTHONPATH=os.pathsep.join(
                    [str(REPO / "operator"), str(REPO / "trainer"), os.environ.get("PYTHONPATH", "")]))
     load_before = os.getloadavg()

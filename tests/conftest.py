@@ -22,12 +22,9 @@ import pytest
 def dev_cluster(tmp_path_factory):
     from llmtrain_devcluster import DevCluster
 
-    cluster = DevCluster(tmp_path_factory.mktemp("dev-cluster"))
-    try:
-        cluster.up()
+    # A context manager: up() on entry (which stops what it started if it fails), down() on exit.
+    with DevCluster(tmp_path_factory.mktemp("dev-cluster")) as cluster:
         yield cluster
-    finally:
-        cluster.down()
 
 
 @pytest.fixture

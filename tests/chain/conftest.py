@@ -26,12 +26,8 @@ def wait_for(fn, timeout: float = 60, what: str = "condition"):
 def chain_cluster(tmp_path_factory):
     from llmtrain_devcluster import DevCluster
 
-    cluster = DevCluster(tmp_path_factory.mktemp("chain-cluster"), chain=True)
-    try:
-        cluster.up()
+    with DevCluster(tmp_path_factory.mktemp("chain-cluster"), chain=True) as cluster:
         yield cluster
-    finally:
-        cluster.down()
 
 
 @pytest.fixture

@@ -1,0 +1,11 @@
+"""Ports for the trainer processes the benchmarks start."""
+
+from __future__ import annotations
+
+
+def metrics_port() -> str:
+    """A free base port for the workers' /metrics (rank r serves base + r; a busy one is only logged).
+    Not 0: that is no "any free port" here, rank 1 would ask for port 1."""
+    from torch.distributed.elastic.utils.distributed import get_free_port
+
+    return str(get_free_port())
