@@ -432,24 +432,32 @@ def _follow(namespace, name, ptj, state, live_attempt, seen):
     return patch_status_fresh(namespace, name, decide, on_read=lambda job: seen.update(job=job))
 
 
-def restart(namespace: str, name: str, reason: str, message: str, still_applies, on_read=None) -> None:
+def restart(namespace: str, name: str, reason: str, message: str, still_applies, on_read=None, *,
+            spend: bool = True, amend=None) -> None:
     """Start the next attempt (fresh rendezvous id, resumes from the newest checkpoint), or fail the
     job when its restart budget is spent. `still_applies(job)` re-checks the trigger on every read.
-    Callers hold the job's lock."""
+    `spend=False`: the new attempt does not count against spec.resilience.maxRestarts (an attempt
+    that never trained through no fault of the job, e.g. a failed preflight or a resume after
+    suspend). `amend(job, update) -> update` adds fields to the transition (decided on the same
+    fresh read, written in the same conditional write). Callers hold the job's lock."""
 
     def decide(job: dict) -> dict | None:
+        update = _decide(job)
+        return amend(job, update) if (update is not None and amend is not None) else update
+
+    def _decide(job: dict) -> dict | None:
         if not still_applies(job):
             return None
         meta, status = job["metadata"], job.get("status") or {}
         restarts = status.get("restarts") or 0
         budget = (job["spec"].get("resilience") or {}).get("maxRestarts", 10)
-        if restarts >= budget:
+        if spend and restarts >= budget:
             return _fail(job, status, "RestartBudgetExhausted",
                          f"attempt {status.get('attempt') or 1} {reason}: {message}; "
                          f"{restarts} of {budget} restarts used")
         attempt = (status.get("attempt") or 1) + 1
         reason_word = "".join(w.capitalize() for w in reason.split("-"))
-        return {"phase": "Restarting", "attempt": attempt, "restarts": restarts + 1,
+        return {"phase": "Restarting", "attempt": attempt, "restarts": restarts + (1 if spend else 0),
                 "reason": reason_word, "pytorchJob": pytorchjob_name(name, attempt),
                 "rendezvousId": rendezvous_id(namespace, name, meta["uid"], attempt),
                 "attemptCreationTime": timestamp(),
