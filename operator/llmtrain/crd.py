@@ -85,6 +85,7 @@ def status_schema() -> dict[str, Any]:
             "startTime": {"type": "string", "format": "date-time"},
             "attemptStartTime": {"type": "string", "format": "date-time"},
             "attemptCreationTime": {"type": "string", "format": "date-time"},
+            "nextAttemptTime": {"type": "string", "format": "date-time"},
             "model": {"type": "string"},
             "completionTime": {"type": "string", "format": "date-time"},
             "plan": {"type": "object", "properties": {

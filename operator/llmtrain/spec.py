@@ -4,8 +4,8 @@ Everything else derives from these classes: the CRD's OpenAPI schema (`llmtrain.
 offline validation (`llmtrain validate`), the operator and the trainer's configuration. Field names
 are camelCase on the wire (Kubernetes convention) and snake_case in Python.
 
-Mutability: once created, only `spec.resilience` and `spec.checkpoint.intervalMinutes` / `keep`
-may change. Everything else shapes the running pods (their command, resources, rendezvous), so the
+Mutability: once created, only `spec.resilience`, `spec.suspend` and
+`spec.checkpoint.intervalMinutes` / `keep` may change. Everything else shapes the running pods (their command, resources, rendezvous), so the
 API server rejects such an update (CEL transition rule `self == oldSelf`); to change it, delete the
 job and create a new one that resumes from the same checkpoint URI.
 """
@@ -35,7 +35,7 @@ DEFAULT_ETCD_ENDPOINT = "llmtrain-etcd.llmtrain-system.svc:2379"
 
 IMMUTABLE = {"x-kubernetes-validations": [{
     "rule": "self == oldSelf",
-    "message": "is immutable once the job exists (only spec.resilience and "
+    "message": "is immutable once the job exists (only spec.resilience, spec.suspend and "
                "spec.checkpoint.intervalMinutes/keep may change); delete and re-create the job "
                "to change it — it resumes from spec.checkpoint.uri",
 }]}
@@ -213,6 +213,10 @@ class ResilienceSpec(_Spec):
         30, ge=1, le=10080, description="an attempt whose pods are not all running by then is restarted "
         "(counts against maxRestarts); the pods' own reasons show in status.message")
     collective_timeout_minutes: int = Field(10, ge=1, le=1440)
+    restart_backoff_seconds: int = Field(
+        10, ge=0, le=86400, description="wait before the first restart after a failure; doubles with "
+        "every restart spent, up to maxRestartBackoffSeconds (0: restart at once)")
+    max_restart_backoff_seconds: int = Field(300, ge=0, le=86400, description="cap of the restart backoff")
 
 
 class RendezvousSpec(_Spec):
@@ -232,6 +236,9 @@ class LLMTrainingJobSpec(_Spec):
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, json_schema_extra=CHECKPOINT_URI_FIXED)
     resilience: ResilienceSpec = Field(default_factory=ResilienceSpec)
     rendezvous: RendezvousSpec = Field(default_factory=RendezvousSpec, json_schema_extra=IMMUTABLE)
+    suspend: bool = Field(False, description="true: stop the running attempt (the trainer checkpoints on "
+                          "SIGTERM) and keep the restart budget; false again: resume from the newest "
+                          "checkpoint as a new attempt (Kueue's suspend semantics)")
 
     @model_validator(mode="after")
     def _derive_defaults(self) -> "LLMTrainingJobSpec":
@@ -245,7 +252,7 @@ class LLMTrainingJobSpec(_Spec):
         return self.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
-PHASES = ("Pending", "Running", "Restarting", "Succeeded", "Failed")
+PHASES = ("Pending", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
 
 
 def model_summary(model: ModelSpec) -> str:

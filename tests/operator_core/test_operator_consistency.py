@@ -191,7 +191,8 @@ def test_a_spec_larger_than_the_annotation_limit_still_runs_and_updates(operator
     job = wait_for(lambda: (j := kube.job(namespace, "big"))["status"].get("observedGeneration") == 2 and j,
                    30, "the resilience update to be applied")
     assert any(c["type"] == "SpecAccepted" and c["status"] == "True" for c in job["status"]["conditions"])
-    assert sum(len(k) + len(v) for k, v in job["metadata"]["annotations"].items()) < 16 * 1024
+    annotations = job["metadata"].get("annotations") or {}
+    assert sum(len(k) + len(v) for k, v in annotations.items()) < 16 * 1024
 
 
 def test_checkpoint_uri_cannot_be_added_or_removed_on_a_live_job(kube, dev_cluster, namespace):

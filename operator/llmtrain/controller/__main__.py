@@ -17,13 +17,8 @@ import sys
 import kopf
 from prometheus_client import start_http_server
 
-from ..spec import DEFAULT_ETCD_ENDPOINT, LLMTrainingJobSpec
+from ..spec import DEFAULT_ETCD_ENDPOINT
 from .config import CONFIG
-
-
-# Sections the CRD makes immutable (the CEL rule `self == oldSelf` on the section).
-IMMUTABLE_SECTIONS = [name for name, field in LLMTrainingJobSpec.model_fields.items()
-                      if name not in ("checkpoint", "resilience")]
 
 
 def default_priority() -> int:
@@ -53,7 +48,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--leader-lease-seconds", type=float, default=10.0,
                    help="a dead leader is replaced this long after its last renewal")
     p.add_argument("--workers", type=int, default=CONFIG.workers,
-                   help="handler threads (sync handlers make blocking API calls)")
+                   help="reconciler worker threads: jobs reconciled at once (each makes blocking API calls)")
     p.add_argument("--verbose", action="store_true")
     return p.parse_args(argv)
 
@@ -81,23 +76,15 @@ def main(argv: list[str] | None = None) -> int:
         settings.posting.loggers = False
         settings.watching.server_timeout = 300
         settings.networking.request_timeout = 60
-        settings.execution.max_workers = CONFIG.workers  # sync handlers run in this pool; API calls block
+        # kopf runs no sync handler of ours (the reconciler has its own workers, --workers).
+        settings.execution.max_workers = 4
         # kopf waits this long for more events of one object before handling it; its 0.1 s default
         # is a tenth of a second on every new job's create→PyTorchJob latency.
         settings.batching.batch_window = 0.02
-        # After each of its own patches kopf waits (default up to 5 s) until the watch shows the
-        # patched version, so it never acts on a body older than its own write. Our handlers never
-        # decide from kopf's body (fresh reads, conditional writes, idempotent adopt), so a long wait
-        # buys nothing; under load it was most of the create→PyTorchJob latency.
-        settings.persistence.consistency_timeout = 0.5
-        # Progress in annotations, not status.kopf: status is ours and the chart's printer columns'.
-        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="llmtrain.dev")
-        # The diff base is an annotation, and annotations share a 256 KiB limit: storing the whole
-        # spec there broke jobs with a large spec (cluster.env). Only the mutable sections are ever
-        # diffed (spec_changed), so only they are stored; the API server's CEL rules keep the others.
-        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix="llmtrain.dev", key="last-handled-configuration",
-            ignored_fields=[f"spec.{s}" for s in IMMUTABLE_SECTIONS])
+        # No persistence settings: only on.event handlers and indices are registered, so kopf
+        # stores no progress, no diff base and no finalizer on our objects (level-triggered
+        # reconciler, handlers.py); spec changes are seen as metadata.generation moving past
+        # status.observedGeneration.
 
     elector = None
     if args.leader_elect:

@@ -1,32 +1,46 @@
-"""kopf handlers: LLMTrainingJob → PyTorchJob, status, progress, restarts and hang detection.
+"""The LLMTrainingJob reconciler: LLMTrainingJob → PyTorchJob, status, progress, restarts, backoff,
+suspend and hang detection.
 
-Lifecycle of one job:
-  create/resume  validate → render attempt N → create (or adopt) PyTorchJob `<job>-a<N>` → Pending
-  PyTorchJob     its conditions (Created/Running/Restarting/Succeeded/Failed) → status.phase
-  Failed / hang  within spec.resilience.maxRestarts: attempt N+1 with a fresh rendezvous id; the
-  / start-up     trainer resumes from the newest checkpoint. Beyond it: Failed.
-  per-job timer  (async, on the event loop, never on the handler threads) every --progress-interval:
-                 Pending: the pods' own reasons (unschedulable, image pull) → status + event, and
-                 spec.resilience.startupTimeoutMinutes → restart; Running: scrape rank 0's metrics
-                 → status.progress, no step for hangTimeoutMinutes → restart (reason hang).
+Level-triggered: kopf only delivers watch events (`on.event`: kopf stores nothing on our objects,
+no annotations, no finalizers, no status.kopf). Every event of a job, of one of its PyTorchJobs, or
+a timer puts the job's key on a work queue (`workqueue.py`: deduplicated per namespace/name, the
+newest object wins, one worker per key at a time, --workers at once, transient errors retried with
+capped exponential backoff, timed work requeued after its delay). A worker compares what the job
+says (metadata.generation, spec.suspend, status.attempt/phase/nextAttemptTime) with what exists
+(the attempt's PyTorchJob, from the PyTorchJob watch) and takes the next step:
+  new job        validate → render attempt 1 → create (or adopt) `<job>-a1` → Pending
+  spec changed   generation ≠ status.observedGeneration: SpecAccepted condition (only
+                 spec.resilience, spec.suspend and the checkpoint cadence may change)
+  suspend        spec.suspend true: phase Suspended, then the attempt's PyTorchJob is deleted (its
+                 pods get their termination grace period: the trainer checkpoints on SIGTERM);
+                 false again: a new attempt that spends no restart and resumes from that checkpoint
+  no PyTorchJob  status names attempt N (a new attempt, or a crash between writing attempt N and
+                 creating its PyTorchJob): create `<job>-aN` once status.nextAttemptTime has passed
+  PyTorchJob     its conditions (Created/Running/Restarting/Succeeded/Failed) → status.phase;
+                 Failed (or a hang / start-up timeout from the monitor) within
+                 spec.resilience.maxRestarts: attempt N+1 (fresh rendezvous id, resumes from the
+                 newest checkpoint) after the restart backoff; beyond it: Failed
+  active job     every --progress-interval (requeue-after) the monitor runs on the event loop:
+                 Pending: the pods' own reasons and the start-up deadline; Running: rank 0's
+                 metrics → status.progress, no step for hangTimeoutMinutes → restart (hang).
 
 Consistency rules (an operator restart, a failover or two triggers at once must never go back):
-  * every status transition is decided on a fresh GET and written with that read's resourceVersion
-    (`patch_status_fresh`); on a conflict it is decided again on a new read;
+  * decisions are made on state as fresh as the watch: a watch event is a read at its
+    resourceVersion (and the response of our own write is one too); every status transition is
+    written with the resourceVersion it was decided from (409 → read again, decide again);
   * status.attempt and status.restarts only go up: only `restart` raises them, by one, from a
-    fresh read; nothing else writes them except with the value it just read;
-  * the PyTorchJob of attempt N is created only by a handler whose fresh read says attempt N, and
-    if the conditional write that follows finds the job moved on, it deletes what it created;
-  * within one process the handlers of one job run one at a time (`_job_lock`); across processes
-    only the Lease holder runs at all (`leader.py`).
+    fresh read (`patch_status_fresh`); nothing else writes them except with the value it read;
+  * the PyTorchJob of attempt N is created only on a read that says attempt N, and is always
+    followed by a conditional status write decided from that read; if that write finds the job
+    moved on (a later attempt, Failed, Suspended, deleted), what was created is deleted
+    (`_drop_superseded`); a PyTorchJob of an attempt older than the job's is deleted whenever it is
+    seen (a crash between the two steps): never two live attempts;
+  * one worker per job at a time (the queue), plus `_job_lock` against the monitor's restarts;
+    across processes only the Lease holder runs at all (`leader.py`).
 
 An invalid job (or one whose PyTorchJob cannot be rendered or is refused by the API server) is
-marked Failed with the message and an event; nothing raises out of a handler for a bad spec, so one
-bad object never stops the operator serving the others.
-
-Spec changes: the CRD makes everything but spec.resilience and spec.checkpoint.intervalMinutes/
-keep immutable. Those two take effect without touching the pods: resilience is the operator's own
-business and the checkpoint cadence is read by the next attempt.
+marked Failed with the message and an event; nothing raises out of the reconciler for a bad spec,
+so one bad object never stops the operator serving the others.
 """
 
 from __future__ import annotations
@@ -56,10 +70,12 @@ from .metrics import OperatorMetrics
 from .status import (PHASE_OF, TERMINAL, failure_message, hung, now, parse_time, pod_summary,
                      progress_from_metrics, pytorchjob_state, set_condition, startup_problem,
                      timestamp)
+from .workqueue import WorkQueue, newer
 
 METRICS = OperatorMetrics()
 SPEC_HASH = "llmtrain.dev/spec-hash"
-MUTABLE_SECTIONS = ("resilience", "checkpoint")
+MUTABLE_SECTIONS = ("resilience", "checkpoint", "suspend")
+ACTIVE = ("Pending", "Restarting", "Running")
 log = logging.getLogger("llmtrain.operator")
 
 
@@ -97,8 +113,8 @@ _locks_guard = threading.Lock()
 
 @contextmanager
 def _job_lock(namespace: str, name: str):
-    """The handlers of one job (its own create/resume and its PyTorchJobs' events) one at a time.
-    The conditional writes keep them correct without this; the lock keeps them from racing each
+    """The reconciler's run of a job and the monitor's restarts of it, one at a time. The
+    conditional writes keep them correct without this; the lock keeps them from racing each
     other into conflicts and wasted creates."""
     with _locks_guard:
         lock = _locks.setdefault((namespace, name), threading.Lock())
@@ -160,18 +176,22 @@ CONFLICT_RETRIES = 10
 def patch_status_fresh(namespace: str, name: str, decide, on_read=None):
     """Read the job, let `decide(job)` return a status update (None: nothing to do), and apply it
     only if the job is unchanged since the read; on a conflict, read and decide again. So two
-    triggers never both act on one attempt, and an unrelated write (kopf's own bookkeeping, a
-    progress scrape) never makes a transition get lost. `on_read(job)` sees every read (also the
-    last one when nothing is to be done). Returns (job as read, update) or None."""
+    triggers never both act on one attempt, and an unrelated write (a progress scrape) never makes
+    a transition get lost. `on_read(job)` sees every read (also the last one when nothing is to be
+    done). The written object goes to the work queue as the job's newest state. Returns (job as
+    read, update) or None."""
     for _ in range(CONFLICT_RETRIES):
         job = kube.get_job(namespace, name)
         if on_read is not None:
             on_read(job)
+        if job is not None:
+            QUEUE.observe((namespace, name), job)
         update = decide(job) if job is not None else None
         if update is None:
             return None
         try:
-            kube.patch_job_status(namespace, name, update, job["metadata"]["resourceVersion"])
+            written = kube.patch_job_status(namespace, name, update, job["metadata"]["resourceVersion"])
+            QUEUE.observe((namespace, name), written)
             return job, update
         except ApiException as err:
             if err.status != 409:
@@ -179,267 +199,379 @@ def patch_status_fresh(namespace: str, name: str, decide, on_read=None):
     raise kopf.TemporaryError(f"{namespace}/{name} kept changing; status not updated", delay=1)
 
 
-# --- LLMTrainingJob: create / resume -------------------------------------------------------------
+# --- what exists: the PyTorchJobs of every job, from their watch ---------------------------------
 
-@kopf.on.resume(GROUP, VERSION, PLURAL, backoff=5)
-@kopf.on.create(GROUP, VERSION, PLURAL, backoff=5)
-def reconcile(body, namespace, name, **_):
-    started = time.perf_counter()
-    outcome = "error"
+class AttemptCache:
+    """The PyTorchJobs the operator's watch has seen (and those it created itself, from the create's
+    response), per job. Filled by a kopf index function, so kopf starts no handler before the
+    initial list of every PyTorchJob is in here: a restarted operator re-adopts from this cache
+    without a request per job. Read by the queue's worker threads, written on the event loop."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._by_job: dict[tuple[str, str], dict[str, dict]] = {}
+
+    def put(self, ptj: dict) -> None:
+        meta = ptj["metadata"]
+        job = (meta.get("labels") or {}).get(JOB_LABEL)
+        if not job:
+            return
+        with self._lock:
+            known = self._by_job.setdefault((meta["namespace"], job), {})
+            if newer(ptj, known.get(meta["name"])):
+                known[meta["name"]] = ptj
+
+    def drop(self, namespace: str, job: str, name: str) -> None:
+        with self._lock:
+            known = self._by_job.get((namespace, job))
+            if known is not None:
+                known.pop(name, None)
+                if not known:
+                    del self._by_job[(namespace, job)]
+
+    def of(self, namespace: str, job: str) -> dict[str, dict]:
+        with self._lock:
+            return dict(self._by_job.get((namespace, job)) or {})
+
+
+ATTEMPTS = AttemptCache()
+
+
+# --- the reconciler ------------------------------------------------------------------------------
+
+def _attempt_of(ptj: dict) -> int | None:
     try:
-        with _job_lock(namespace, name):
-            outcome = _already_recorded(dict(body)) or _reconcile(namespace, name)
-    finally:
-        METRICS.reconciles.labels(outcome).inc()
-        METRICS.reconcile_seconds.observe(time.perf_counter() - started)
+        return int(ptj["metadata"]["labels"][ATTEMPT_LABEL])
+    except (KeyError, ValueError, TypeError):
+        return None
 
 
-def _reconcile(namespace: str, name: str) -> str:
-    """Make sure the attempt the job's status records (1 for a new job) has its PyTorchJob, and
-    record that in status. Decided on a fresh read, written with that read's resourceVersion."""
-    outcome = {"result": "unchanged"}
-    created: list[str] = []  # PyTorchJobs this call created
-    last: dict = {}
+def restart_backoff(resilience: dict, restarts: int) -> float:
+    """Seconds before attempt N+1 after the `restarts`-th restart spent: restartBackoffSeconds,
+    doubling with every restart already spent, at most maxRestartBackoffSeconds."""
+    first = float(resilience.get("restartBackoffSeconds", 10))
+    cap = float(resilience.get("maxRestartBackoffSeconds", 300))
+    return min(cap, first * 2 ** min(max(restarts, 0), 30))
 
-    def decide(job: dict) -> dict | None:
+
+class Reconcile:
+    """One run of the reconciler for one job: steps towards what the job asks for until nothing is
+    left to do. Each step is decided on `self.job` (a watch event, the response of our last write,
+    or a fresh GET after a conflict) and written conditionally on its resourceVersion."""
+
+    MAX_STEPS = 12
+
+    def __init__(self, namespace: str, name: str, job: dict, first_sight: bool):
+        self.namespace, self.name, self.job = namespace, name, job
+        self.first_sight = first_sight
+        self.created: list[str] = []  # PyTorchJobs this run created
+        self.outcome: str | None = None
+        self.requeue: float | None = None
+
+    @property
+    def key(self):
+        return (self.namespace, self.name)
+
+    def run(self) -> float | None:
+        try:
+            for _ in range(self.MAX_STEPS):
+                if self.job is None:
+                    return None
+                step = self._next_step()
+                if step is None:
+                    if self.first_sight and self.outcome is None:
+                        self._adopted()
+                    return self.requeue
+                update, after = step
+                if self._write(update) and after is not None:
+                    after()
+            return 0.0  # still moving: run again (after any other key that waits)
+        finally:
+            status = None if self.job is None else (self.job.get("status") or {})
+            _drop_superseded(self.namespace, self.created, status)
+
+    def _write(self, update: dict) -> bool:
+        try:
+            written = kube.patch_job_status(self.namespace, self.name, update,
+                                            self.job["metadata"]["resourceVersion"])
+        except ApiException as err:
+            if err.status not in (404, 409):
+                raise
+            # Someone wrote since our read (or the job is gone): read again and decide again.
+            self.job = kube.get_job(self.namespace, self.name)
+            if self.job is not None:
+                QUEUE.observe(self.key, self.job)
+            return False
+        self.job = written
+        QUEUE.observe(self.key, written)
+        return True
+
+    def _refresh(self) -> None:
+        """After a step that wrote through `patch_status_fresh` (restart): continue from what it
+        wrote (or read)."""
+        latest = QUEUE.get(self.key)
+        if latest is not None and newer(latest, self.job):
+            self.job = latest
+
+    def _event(self, warning: bool, reason: str, message: str) -> None:
+        (kopf.warn if warning else kopf.info)(self.job, reason=reason, message=message)
+
+    # --- deciding ---
+
+    def _next_step(self):
+        job = self.job
+        meta, status, spec = job["metadata"], job.get("status") or {}, job.get("spec") or {}
+        phase = status.get("phase")
+        if phase in TERMINAL:
+            if self.first_sight and self.outcome is None:
+                self.outcome = "unchanged"
+            return None
+        if not phase:
+            return self._start()
+        if meta.get("generation") != status.get("observedGeneration") and not self._spec_answered():
+            return self._spec_changed()
+        ptjs = ATTEMPTS.of(self.namespace, self.name)
+        attempt = status.get("attempt") or 1
+        for ptj_name, ptj in ptjs.items():  # left over from a crash between two steps
+            older = (_attempt_of(ptj) or attempt) < attempt
+            if older and _owned_by(ptj, meta["uid"]) and not ptj["metadata"].get("deletionTimestamp"):
+                log.info("deleting %s/%s: superseded by attempt %s", self.namespace, ptj_name, attempt)
+                kube.delete_pytorchjob(self.namespace, ptj_name)
+        current = ptjs.get(pytorchjob_name(self.name, attempt))
+        if current is not None and not _owned_by(current, meta["uid"]):
+            current = None  # a name conflict: creating will say so
+        suspend = bool(spec.get("suspend"))
+        if phase == "Suspended":
+            if suspend:
+                if current is not None and not current["metadata"].get("deletionTimestamp"):
+                    kube.delete_pytorchjob(self.namespace, current["metadata"]["name"])
+                return None
+            return self._resume()
+        if suspend:
+            return self._suspend(current)
+        if current is None:
+            due = parse_time(status.get("nextAttemptTime"))
+            if due is not None and due > now():
+                self.requeue = (due - now()).total_seconds() + 0.05
+                return None
+            return self._create_attempt(attempt)
+        if current["metadata"].get("deletionTimestamp"):
+            return None  # its DELETED event brings us back
+        state = pytorchjob_state(current)
+        if state == "Failed":
+            _attempt_failed(self.namespace, self.name, current)
+            self._refresh()
+            self.outcome = self.outcome or "restarted"
+            return self._next_step() if (self.job.get("status") or {}).get("attempt") != attempt else None
+        if state is not None and PHASE_OF[state] != phase:
+            return self._follow(current, state)
+        if phase in ACTIVE:
+            _schedule_monitor(self.job)
+            self.requeue = CONFIG.progress_interval
+        return None
+
+    def _validated(self):
+        try:
+            return validate(self.job["spec"], self.name, CONFIG.default_etcd_endpoint), None
+        except InvalidJob as err:
+            status, msg = self.job.get("status") or {}, str(err)
+            self.outcome = "invalid"
+            return None, (_fail(self.job, status, "InvalidSpec", msg),
+                          lambda: self._event(True, "InvalidSpec", msg))
+
+    def _start(self):
+        spec, failed = self._validated()
+        if failed:
+            return failed
+        if self.job["spec"].get("suspend"):
+            generation = self.job["metadata"].get("generation")
+            conds = set_condition([], "Validated", True, "SpecValid", "the spec passed validation", generation)
+            conds = set_condition(conds, "Ready", False, "Suspended", "spec.suspend is true", generation)
+            self.outcome = "suspended"
+            return ({"phase": "Suspended", "attempt": 1, "restarts": 0, "observedGeneration": generation,
+                     "model": model_summary(spec.model), "plan": _plan_status(spec), "conditions": conds,
+                     "reason": "Suspended", "message": "created suspended: spec.suspend is true"},
+                    lambda: self._event(False, "Suspended", "created suspended (spec.suspend is true)"))
+        return self._create_attempt(1, spec)
+
+    def _create_attempt(self, attempt: int, spec: LLMTrainingJobSpec | None = None):
+        """Create (or adopt) attempt N's PyTorchJob, then record it, conditionally on the read that
+        said attempt N. Without the GET the old operator made first: the watch's object may be
+        older than the job, but the write that follows fails on any newer version, and then what
+        was created is deleted unless a fresh read still asks for it (`_drop_superseded`)."""
+        job = self.job
         meta, status = job["metadata"], job.get("status") or {}
         generation = meta.get("generation")
-        if status.get("phase") in TERMINAL:
-            outcome.update(result="unchanged", event=None)
-            return None
-        try:
-            spec = validate(job["spec"], name, CONFIG.default_etcd_endpoint)
-        except InvalidJob as err:
-            outcome.update(result="invalid", event=("InvalidSpec", str(err)))
-            return _fail(job, status, "InvalidSpec", str(err))
-        attempt = status.get("attempt") or 1
+        if spec is None:
+            spec, failed = self._validated()
+            if failed:
+                return failed
         try:
             obj = _render(spec, job["spec"], job, attempt)
         except (ValueError, TypeError) as err:  # what validation could not foresee
             msg = f"cannot render the PyTorchJob of attempt {attempt}: {err}"
-            outcome.update(result="invalid", event=("RenderFailed", msg))
-            return _fail(job, status, "RenderFailed", msg)
+            self.outcome = "invalid"
+            return _fail(job, status, "RenderFailed", msg), lambda: self._event(True, "RenderFailed", msg)
         ptj_name = obj["metadata"]["name"]
+        existing = ATTEMPTS.of(self.namespace, self.name).get(ptj_name)
         try:
-            ptj, was_created = kube.ensure_pytorchjob(obj, probably_exists=status.get("pytorchJob") == ptj_name)
+            if existing is not None and not existing["metadata"].get("deletionTimestamp"):
+                ptj, was_created = existing, False
+            else:
+                ptj, was_created = kube.create_pytorchjob(obj)
         except ApiException as err:
             if err.status not in (400, 403, 422):
                 raise
             msg = f"the API server refused PyTorchJob {ptj_name}: {_api_message(err)}"
-            outcome.update(result="invalid", event=("PyTorchJobRejected", msg))
-            return _fail(job, status, "PyTorchJobRejected", msg)
+            self.outcome = "invalid"
+            return (_fail(job, status, "PyTorchJobRejected", msg),
+                    lambda: self._event(True, "PyTorchJobRejected", msg))
+        ATTEMPTS.put(ptj)
         if was_created:
-            created.append(ptj_name)
+            self.created.append(ptj_name)
         if not _owned_by(ptj, meta["uid"]):
-            msg = (f"a PyTorchJob named {ptj_name} already exists in {namespace} and "
+            msg = (f"a PyTorchJob named {ptj_name} already exists in {self.namespace} and "
                    "is not owned by this job; delete it or rename the job")
-            outcome.update(result="invalid", event=("NameConflict", msg))
-            return _fail(job, status, "NameConflict", msg)
-        verb = "Created" if ptj_name in created else "Adopted"
-        outcome.update(result=verb.lower(), event=(verb, f"{verb} PyTorchJob {ptj_name} (attempt {attempt})"))
-        update = {
-            "attempt": attempt,
-            "restarts": status.get("restarts") or 0,
-            "pytorchJob": ptj_name,
-            "rendezvousId": ptj["spec"]["elasticPolicy"]["rdzvId"],
-            "observedGeneration": generation,
-            "model": model_summary(spec.model),
-        }
-        conds = set_condition(status.get("conditions") or [], "Validated", True, "SpecValid",
-                              "the spec passed validation", generation)
-        if not status.get("phase"):  # a new job; a resumed one keeps its phase and Ready
-            update["phase"] = "Pending"
-            update["attemptCreationTime"] = timestamp()
-            conds = set_condition(conds, "Ready", False, "Pending", "waiting for the PyTorchJob to run",
-                                  generation)
-        update["conditions"] = conds
-        if "plan" not in status:
-            update["plan"] = _plan_status(spec)
-        if all(status.get(k) == v for k, v in update.items()):
-            return None  # a resume of a job that is as recorded: nothing to write
-        return update
+            self.outcome = "invalid"
+            return _fail(job, status, "NameConflict", msg), lambda: self._event(True, "NameConflict", msg)
+        verb = "Created" if was_created else "Adopted"
+        self.outcome = verb.lower()
+        update = {"attempt": attempt, "restarts": status.get("restarts") or 0, "pytorchJob": ptj_name,
+                  "rendezvousId": ptj["spec"]["elasticPolicy"]["rdzvId"], "attemptCreationTime": timestamp(),
+                  "nextAttemptTime": None}
+        if not status.get("phase"):  # a new job
+            conds = set_condition(status.get("conditions") or [], "Validated", True, "SpecValid",
+                                  "the spec passed validation", generation)
+            update.update(phase="Pending", observedGeneration=generation, model=model_summary(spec.model),
+                          plan=_plan_status(spec),
+                          conditions=set_condition(conds, "Ready", False, "Pending",
+                                                   "waiting for the PyTorchJob to run", generation))
+        message = f"{verb} PyTorchJob {ptj_name} (attempt {attempt})"
+        return update, lambda: self._event(False, verb, message)
 
-    done = None
-    try:
-        done = patch_status_fresh(namespace, name, decide, on_read=lambda job: last.update(job=job))
-    finally:
-        job = last.get("job")
-        status = {**((job or {}).get("status") or {}), **(done[1] if done else {})}
-        _drop_superseded(namespace, created, None if job is None else status)
-    if job is not None:
-        event = outcome.get("event")
-        if event:
-            (kopf.warn if outcome["result"] == "invalid" else kopf.info)(job, reason=event[0], message=event[1])
-    return outcome["result"]
+    def _adopted(self) -> None:
+        """First sight of a job whose attempt is as recorded (an operator restart): nothing to
+        write; say so once."""
+        status = self.job.get("status") or {}
+        exists = status.get("pytorchJob") in ATTEMPTS.of(self.namespace, self.name)
+        self.outcome = "adopted" if exists else "unchanged"
+        if exists and status.get("phase") in ACTIVE:
+            self._event(False, "Adopted", f"Adopted PyTorchJob {status['pytorchJob']} "
+                        f"(attempt {status.get('attempt') or 1})")
+
+    def _spec_answered(self) -> bool:
+        """The current generation was already judged (and refused: observedGeneration stays)."""
+        generation = self.job["metadata"].get("generation")
+        return any(c.get("type") == "SpecAccepted" and c.get("observedGeneration") == generation
+                   for c in (self.job.get("status") or {}).get("conditions") or [])
+
+    def _spec_changed(self):
+        job = self.job
+        status, generation = job.get("status") or {}, job["metadata"].get("generation")
+        current = ATTEMPTS.of(self.namespace, self.name).get(status.get("pytorchJob") or "")
+        if current is not None and current["metadata"].get("annotations", {}).get(SPEC_HASH) != spec_hash(job["spec"]):
+            # The CRD's CEL rules normally stop this at the API server; this catches a CRD without them.
+            msg = ("only spec.resilience, spec.suspend and spec.checkpoint.intervalMinutes/keep may "
+                   "change while the job exists; the running attempt keeps its original spec")
+            reason, ok = "ImmutableFieldChanged", False
+        else:
+            try:
+                validate(job["spec"], self.name, CONFIG.default_etcd_endpoint)
+                msg, reason, ok = "spec update applied (resilience and suspend now, checkpoint cadence " \
+                                  "from the next attempt)", "Applied", True
+            except InvalidJob as err:
+                msg, reason, ok = str(err), "InvalidSpec", False
+        update = {"conditions": set_condition(status.get("conditions") or [], "SpecAccepted", ok, reason, msg,
+                                              generation)}
+        if ok:
+            update["observedGeneration"] = max(generation or 0, status.get("observedGeneration") or 0)
+        self.outcome = "updated" if ok else "invalid"
+        return update, lambda: (self._event(False, "SpecUpdated", msg) if ok
+                                else self._event(True, "SpecChangeRejected", msg))
+
+    def _suspend(self, current: dict | None):
+        status = self.job.get("status") or {}
+        attempt = status.get("attempt") or 1
+        msg = (f"spec.suspend is true: attempt {attempt} stopped (the trainer checkpoints on SIGTERM); "
+               "the restart budget is kept; set it to false to resume from the newest checkpoint")
+        update = {"phase": "Suspended", "reason": "Suspended", "message": msg, "nextAttemptTime": None,
+                  "conditions": set_condition(status.get("conditions") or [], "Ready", False, "Suspended",
+                                              msg, self.job["metadata"].get("generation"))}
+        self.outcome = "suspended"
+
+        def after():
+            if current is not None:
+                kube.delete_pytorchjob(self.namespace, current["metadata"]["name"])
+            self._event(False, "Suspended", msg)
+        return update, after
+
+    def _resume(self):
+        status = self.job.get("status") or {}
+        self.outcome = "resumed"
+        if not status.get("pytorchJob"):  # created suspended: attempt 1 never started
+            generation = self.job["metadata"].get("generation")
+            return ({"phase": "Pending", "reason": "Resumed", "message": "spec.suspend is false: starting",
+                     "conditions": set_condition(status.get("conditions") or [], "Ready", False, "Pending",
+                                                 "waiting for the PyTorchJob to run", generation)}, None)
+        restart(self.namespace, self.name, "resumed", "spec.suspend is false",
+                lambda j: (j.get("status") or {}).get("phase") == "Suspended" and not (j.get("spec") or {}).get("suspend"),
+                spend=False)
+        self._refresh()
+        return self._next_step() if (self.job.get("status") or {}).get("phase") != "Suspended" else None
+
+    def _follow(self, ptj: dict, state: str):
+        """Copy the PyTorchJob's (non-failed) state into the job's phase."""
+        status = self.job.get("status") or {}
+        phase = PHASE_OF[state]
+        message = f"PyTorchJob {ptj['metadata']['name']} is {state}"
+        update: dict = {"phase": phase, "reason": state, "message": message,
+                        "conditions": set_condition(status.get("conditions") or [], "Ready",
+                                                    phase in ("Running", "Succeeded"), state, message,
+                                                    self.job["metadata"].get("generation"))}
+        if phase == "Running":
+            update["startTime"] = status.get("startTime") or timestamp()
+            update["attemptStartTime"] = timestamp()
+        if phase == "Succeeded":
+            update["completionTime"] = timestamp()
+        return update, lambda: self._event(False, phase, message)
 
 
-def _already_recorded(job: dict) -> str | None:
-    """The operator-restart fast path: a job whose status (as kopf listed it) already records its
-    current attempt's PyTorchJob, which still exists, needs no write, so it needs no fresh read
-    either: one GET of the PyTorchJob re-adopts it. Anything else takes the full, conditional path."""
-    meta, status = job["metadata"], job.get("status") or {}
-    attempt = status.get("attempt")
-    if (not attempt or status.get("phase") in TERMINAL or not status.get("phase")
-            or status.get("pytorchJob") != pytorchjob_name(meta["name"], attempt)
-            or status.get("observedGeneration") != meta.get("generation")
-            or "plan" not in status or "model" not in status):
-        return None
-    ptj = kube.get_pytorchjob(meta["namespace"], status["pytorchJob"])
-    if ptj is None or not _owned_by(ptj, meta["uid"]):
-        return None
-    kopf.info(job, reason="Adopted", message=f"Adopted PyTorchJob {status['pytorchJob']} (attempt {attempt})")
-    return "adopted"
+def _attempt_failed(namespace: str, name: str, ptj: dict) -> None:
+    """The current attempt's PyTorchJob failed: the next attempt, or Failed when the budget is spent."""
+    attempt = str(_attempt_of(ptj) or "")
+
+    def live_attempt(job: dict) -> bool:  # not an older attempt's object, not a finished job
+        status = job.get("status") or {}
+        return (_owned_by(ptj, job["metadata"]["uid"]) and str(status.get("attempt") or 1) == attempt
+                and status.get("phase") not in TERMINAL + ("Suspended",))
+
+    restart(namespace, name, "failed", failure_message(ptj), live_attempt)
 
 
 def _drop_superseded(namespace: str, created: list[str], status: dict | None) -> None:
-    """A PyTorchJob this call created for an attempt that the job's final status (the last read,
-    plus our write if it applied) does not point at (another actor started a later attempt, or the
-    job failed or went away, between our read and our write) must not live on beside the current one."""
+    """A PyTorchJob this run created for an attempt that the job's final status (the last read,
+    or our last write) does not point at (another actor started a later attempt, the job failed,
+    was suspended or went away between our read and our write) must not live on beside the
+    current one."""
     current = (status or {}).get("pytorchJob")
-    gone = status is None or status.get("phase") == "Failed"
+    gone = status is None or status.get("phase") in ("Failed", "Suspended")
     for ptj_name in created:
         if ptj_name != current or gone:
             log.warning("deleting %s/%s: created for an attempt that was superseded", namespace, ptj_name)
             kube.delete_pytorchjob(namespace, ptj_name)
 
 
-# --- LLMTrainingJob: spec updates ----------------------------------------------------------------
-
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec", backoff=5)
-def spec_changed(body, status, namespace, name, **_):
-    # The diff base holds only the mutable sections (see __main__), so `old`/`new` would be partial:
-    # decide from the whole current spec in `body`.
-    new_spec = dict(body["spec"])
-    generation = body["metadata"].get("generation")
-    if (status or {}).get("phase") in TERMINAL:
-        return
-    ptj = kube.get_pytorchjob(namespace, status["pytorchJob"]) if (status or {}).get("pytorchJob") else None
-    if ptj is not None and ptj["metadata"].get("annotations", {}).get(SPEC_HASH) != spec_hash(new_spec):
-        # The CRD's CEL rules normally stop this at the API server; this catches a CRD without them.
-        msg = ("only spec.resilience and spec.checkpoint.intervalMinutes/keep may change while the "
-               "job exists; the running attempt keeps its original spec")
-        reason, ok = "ImmutableFieldChanged", False
-    else:
-        try:
-            validate(new_spec, name, CONFIG.default_etcd_endpoint)
-            msg, reason, ok = "resilience/checkpoint cadence updated", "Applied", True
-        except InvalidJob as err:
-            msg, reason, ok = str(err), "InvalidSpec", False
-
-    def decide(job: dict) -> dict | None:
-        st = job.get("status") or {}
-        if st.get("phase") in TERMINAL:
-            return None
-        update = {"conditions": set_condition(st.get("conditions") or [], "SpecAccepted", ok, reason, msg,
-                                              generation)}
-        if ok:
-            update["observedGeneration"] = max(generation or 0, st.get("observedGeneration") or 0)
-        return update
-
-    with _job_lock(namespace, name):
-        done = patch_status_fresh(namespace, name, decide)
-    if not done:
-        return
-    if ok:
-        kopf.info(body, reason="SpecUpdated", message="resilience settings apply now; checkpoint cadence "
-                  "applies from the next attempt")
-    else:
-        kopf.warn(body, reason="SpecChangeRejected", message=msg)
-    METRICS.reconciles.labels("updated" if ok else "invalid").inc()
-
-
-@kopf.on.event(GROUP, VERSION, PLURAL)
-async def track_phase(event, namespace, name, status, **_):
-    # async: pure bookkeeping, so it runs on the event loop instead of taking a handler thread
-    deleted = event["type"] == "DELETED"
-    _track_phase(namespace, name, None if deleted else (status or {}).get("phase"))
-    if deleted:
-        _forget(namespace, name)
-        _RANK0_IPS.pop((namespace, name), None)
-
-
-# --- PyTorchJob → LLMTrainingJob status ------------------------------------------------------------
-
-def _has_state(body, **_) -> bool:
-    # Filtered on the event loop: PyTorchJob events without a condition cost no handler thread.
-    return pytorchjob_state(body) is not None
-
-
-@kopf.on.event("kubeflow.org", "v1", "pytorchjobs", labels={JOB_LABEL: kopf.PRESENT}, when=_has_state)
-def pytorchjob_event(event, body, namespace, labels, **_):
-    if event["type"] == "DELETED":
-        return
-    ptj, name, attempt = dict(body), labels[JOB_LABEL], labels.get(ATTEMPT_LABEL)
-    state = pytorchjob_state(ptj)
-    if state is None:
-        return
-
-    def live_attempt(job: dict) -> bool:  # not an older attempt's object, not a finished job
-        status = job.get("status") or {}
-        return (_owned_by(ptj, job["metadata"]["uid"]) and str(status.get("attempt") or 1) == attempt
-                and status.get("phase") not in TERMINAL)
-
-    seen: dict = {}
-    with _job_lock(namespace, name):
-        try:
-            if state == "Failed":
-                restart(namespace, name, "failed", failure_message(ptj), live_attempt,
-                        on_read=lambda job: seen.update(job=job))
-                return
-            done = _follow(namespace, name, ptj, state, live_attempt, seen)
-        finally:
-            _delete_if_superseded(ptj, seen.get("job"))
-    if done:
-        kopf.info(done[0], reason=PHASE_OF[state], message=done[1]["message"])
-        _track_phase(namespace, name, PHASE_OF[state])
-
-
-def _delete_if_superseded(ptj: dict, job: dict | None) -> None:
-    """A PyTorchJob of an attempt older than the job's current one is left over (the operator died
-    between starting the next attempt and deleting this one): delete it, so exactly one lives."""
-    if job is None or not _owned_by(ptj, job["metadata"]["uid"]):
-        return
-    try:
-        attempt = int(ptj["metadata"]["labels"][ATTEMPT_LABEL])
-    except (KeyError, ValueError):
-        return
-    if attempt < ((job.get("status") or {}).get("attempt") or 1):
-        log.info("deleting %s/%s: superseded by attempt %s", ptj["metadata"]["namespace"],
-                 ptj["metadata"]["name"], job["status"]["attempt"])
-        kube.delete_pytorchjob(ptj["metadata"]["namespace"], ptj["metadata"]["name"])
-
-
-def _follow(namespace, name, ptj, state, live_attempt, seen):
-    """Copy the PyTorchJob's (non-failed) state into the job's phase, on a fresh read."""
-    phase = PHASE_OF[state]
-    message = f"PyTorchJob {ptj['metadata']['name']} is {state}"
-
-    def decide(job: dict) -> dict | None:
-        status = job.get("status") or {}
-        if not live_attempt(job) or status.get("phase") == phase:
-            return None
-        update: dict = {"phase": phase, "reason": state, "message": message,
-                        "conditions": set_condition(status.get("conditions") or [], "Ready",
-                                                    phase in ("Running", "Succeeded"), state, message,
-                                                    job["metadata"].get("generation"))}
-        if phase == "Running":
-            update["startTime"] = status.get("startTime") or timestamp()
-            update["attemptStartTime"] = timestamp()
-        if phase == "Succeeded":
-            update["completionTime"] = timestamp()
-        return update
-
-    return patch_status_fresh(namespace, name, decide, on_read=lambda job: seen.update(job=job))
-
-
 def restart(namespace: str, name: str, reason: str, message: str, still_applies, on_read=None, *,
             spend: bool = True, amend=None) -> None:
     """Start the next attempt (fresh rendezvous id, resumes from the newest checkpoint), or fail the
     job when its restart budget is spent. `still_applies(job)` re-checks the trigger on every read.
-    `spend=False`: the new attempt does not count against spec.resilience.maxRestarts (an attempt
-    that never trained through no fault of the job, e.g. a failed preflight or a resume after
-    suspend). `amend(job, update) -> update` adds fields to the transition (decided on the same
-    fresh read, written in the same conditional write). Callers hold the job's lock."""
+    `spend=False`: the new attempt does not count against spec.resilience.maxRestarts and starts at
+    once (an attempt that never trained through no fault of the job, e.g. a failed preflight or a
+    resume after suspend). `spend=True`: the next attempt's PyTorchJob is created only after the
+    restart backoff (status.nextAttemptTime, so it survives operator restarts). `amend(job, update)
+    -> update` adds fields to the transition (decided on the same fresh read, written in the same
+    conditional write). Callers hold the job's lock. The reconciler creates the new attempt's
+    PyTorchJob (the job is queued)."""
 
     def decide(job: dict) -> dict | None:
         update = _decide(job)
@@ -450,19 +582,24 @@ def restart(namespace: str, name: str, reason: str, message: str, still_applies,
             return None
         meta, status = job["metadata"], job.get("status") or {}
         restarts = status.get("restarts") or 0
-        budget = (job["spec"].get("resilience") or {}).get("maxRestarts", 10)
+        resilience = job["spec"].get("resilience") or {}
+        budget = resilience.get("maxRestarts", 10)
         if spend and restarts >= budget:
             return _fail(job, status, "RestartBudgetExhausted",
                          f"attempt {status.get('attempt') or 1} {reason}: {message}; "
                          f"{restarts} of {budget} restarts used")
         attempt = (status.get("attempt") or 1) + 1
+        delay = restart_backoff(resilience, restarts) if spend else 0.0
+        due = now() + dt.timedelta(seconds=delay)
+        when = (f"at {timestamp(due)} (restart backoff {delay:.0f} s)" if delay >= 1 else "now")
         reason_word = "".join(w.capitalize() for w in reason.split("-"))
         return {"phase": "Restarting", "attempt": attempt, "restarts": restarts + (1 if spend else 0),
                 "reason": reason_word, "pytorchJob": pytorchjob_name(name, attempt),
                 "rendezvousId": rendezvous_id(namespace, name, meta["uid"], attempt),
-                "attemptCreationTime": timestamp(),
+                "attemptCreationTime": timestamp(due),
+                "nextAttemptTime": timestamp(due) if delay >= 1 else None,
                 "message": f"attempt {attempt - 1} {reason}: {message}; starting attempt {attempt} "
-                           f"from the newest checkpoint",
+                           f"from the newest checkpoint {when}",
                 "conditions": set_condition(status.get("conditions") or [], "Ready", False,
                                             "Restarting", f"attempt {attempt - 1} {reason}",
                                             meta.get("generation"))}
@@ -475,15 +612,92 @@ def restart(namespace: str, name: str, reason: str, message: str, still_applies,
     if update["phase"] == "Failed":
         if old and reason in ("hang", "startup-timeout"):  # a stuck attempt still holds its nodes
             kube.delete_pytorchjob(namespace, old)
-        _track_phase(namespace, name, "Failed")
     else:
         METRICS.restarts.labels(namespace, name, reason).inc()
         if old:
             kube.delete_pytorchjob(namespace, old)
-        _track_phase(namespace, name, "Restarting")
-        _reconcile(namespace, name)  # creates the new attempt's PyTorchJob, on a fresh read
     kopf.warn(job, reason=update["reason"] if update["phase"] == "Failed" else "Restarting",
               message=update["message"])
+    QUEUE.add((namespace, name))  # level-triggered: the reconciler creates the new attempt
+
+
+_SEEN: set[tuple[str, str]] = set()  # jobs this process reconciled at least once
+_SEEN_LOCK = threading.Lock()
+
+
+def reconcile_key(key: tuple[str, str], job: dict | None) -> float | None:
+    """The work queue's handler: returns when to look again (seconds), or None."""
+    if job is None:
+        return None
+    namespace, name = key
+    with _SEEN_LOCK:
+        first = key not in _SEEN
+        _SEEN.add(key)
+    started = time.perf_counter()
+    run = Reconcile(namespace, name, job, first)
+    try:
+        with _job_lock(namespace, name):
+            return run.run()
+    except Exception:
+        run.outcome = "error"
+        raise
+    finally:
+        if run.outcome:
+            METRICS.reconciles.labels(run.outcome).inc()
+            METRICS.reconcile_seconds.observe(time.perf_counter() - started)
+
+
+QUEUE = WorkQueue(reconcile_key, workers=CONFIG.workers)
+_LOOP: asyncio.AbstractEventLoop | None = None
+_POD_INDEX = None
+
+
+def _start_workers(attempt_pods) -> None:
+    """On the first event, from kopf's context: the workers run in copies of it (kopf.info/warn
+    post through context variables), and the monitor runs on this loop."""
+    global _LOOP, _POD_INDEX
+    _POD_INDEX = attempt_pods
+    if not QUEUE.started:
+        _LOOP = asyncio.get_running_loop()
+        QUEUE.start([contextvars.copy_context() for _ in range(CONFIG.workers)])
+
+
+# --- kopf: watch events only (no persistence: kopf writes nothing on our objects) ----------------
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def job_event(event, body, namespace, name, status, attempt_pods: kopf.Index, **_):
+    # async: pure bookkeeping on the event loop; the work happens on the queue's threads
+    _start_workers(attempt_pods)
+    key = (namespace, name)
+    if event["type"] == "DELETED":
+        _track_phase(namespace, name, None)
+        QUEUE.forget(key)
+        _forget(namespace, name)
+        _RANK0_IPS.pop(key, None)
+        _LAST_MONITOR.pop(key, None)
+        with _SEEN_LOCK:
+            _SEEN.discard(key)
+        return
+    _track_phase(namespace, name, (status or {}).get("phase"))
+    QUEUE.add(key, dict(body))
+
+
+@kopf.index("kubeflow.org", "v1", "pytorchjobs", labels={JOB_LABEL: kopf.PRESENT})
+async def attempt_pytorchjobs(body, **_):
+    """Fills ATTEMPTS before any handler runs (kopf waits for every index's initial list)."""
+    ATTEMPTS.put(dict(body))
+
+
+@kopf.on.event("kubeflow.org", "v1", "pytorchjobs", labels={JOB_LABEL: kopf.PRESENT})
+async def pytorchjob_event(event, body, namespace, name, labels, attempt_pods: kopf.Index, **_):
+    _start_workers(attempt_pods)
+    if event["type"] == "DELETED":
+        ATTEMPTS.drop(namespace, labels[JOB_LABEL], name)
+    else:
+        ATTEMPTS.put(dict(body))
+    key = (namespace, labels[JOB_LABEL])
+    if QUEUE.get(key) is not None:  # the job's own first event queues it otherwise
+        QUEUE.add(key)
 
 
 # --- pods, progress, start-up and hang detection (on the event loop) -----------------------------
@@ -495,7 +709,7 @@ async def attempt_pods(namespace, labels, body, **_):
     return {(namespace, labels[JOB_LABEL], labels[ATTEMPT_LABEL]): pod_summary(dict(body))}
 
 
-# Blocking API calls of the timers run here, never on kopf's handler pool: a slow scrape or a burst
+# Blocking API calls of the monitor run here, never on the reconciler's workers: a slow scrape or a burst
 # of timer work cannot delay a new job's PyTorchJob.
 _MONITOR_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="llmtrain-monitor")
 _SCRAPES: asyncio.Semaphore | None = None
@@ -510,6 +724,8 @@ async def _in_pool(fn, *args):
 
 
 def _pods_of(index, namespace: str, name: str, attempt: int) -> list[dict]:
+    if index is None:
+        return []
     try:
         return list(index[(namespace, name, str(attempt))])
     except KeyError:
@@ -543,22 +759,41 @@ async def scrape_progress(ip: str):
     return progress_from_metrics(text)
 
 
-def _active(status, **_) -> bool:
-    return (status or {}).get("phase") in ("Pending", "Restarting", "Running")
+_MONITORING: set[tuple[str, str]] = set()  # monitors in flight (touched on the event loop only)
+_LAST_MONITOR: dict[tuple[str, str], float] = {}  # when each job's monitor last started (workers)
+_MONITOR_GUARD = threading.Lock()
 
 
-# A timer with an async function: it runs on kopf's event loop, so thousands of running jobs cost
-# coroutines, not threads. The interval is read when this module is imported, which __main__ does
-# after applying the command line.
-@kopf.timer(GROUP, VERSION, PLURAL, interval=CONFIG.progress_interval, when=_active)
-async def monitor(body, namespace, name, attempt_pods: kopf.Index, **_):
-    status = body.get("status") or {}
-    attempt = status.get("attempt") or 1
-    pods = _pods_of(attempt_pods, namespace, name, attempt)
-    if status.get("phase") == "Running":
-        await check_progress(dict(body), pods)
-    else:
-        await check_startup(dict(body), pods)
+def _schedule_monitor(job: dict) -> None:
+    """From a worker: run the job's monitor on the event loop, at most once per
+    --progress-interval and never two at once for a job (a slow scrape does not pile up)."""
+    key = (job["metadata"]["namespace"], job["metadata"]["name"])
+    with _MONITOR_GUARD:
+        at = time.monotonic()
+        if at - _LAST_MONITOR.get(key, -1e9) < CONFIG.progress_interval * 0.9 or _LOOP is None:
+            return
+        _LAST_MONITOR[key] = at
+    asyncio.run_coroutine_threadsafe(monitor(job), _LOOP)
+
+
+async def monitor(job: dict) -> None:
+    """Timed work of an active job, on kopf's event loop: thousands of running jobs cost
+    coroutines, not threads, and nothing here delays a new job's PyTorchJob."""
+    meta, status = job["metadata"], job.get("status") or {}
+    key = (meta["namespace"], meta["name"])
+    if key in _MONITORING:
+        return
+    _MONITORING.add(key)
+    try:
+        pods = _pods_of(_POD_INDEX, meta["namespace"], meta["name"], status.get("attempt") or 1)
+        if status.get("phase") == "Running":
+            await check_progress(job, pods)
+        else:
+            await check_startup(job, pods)
+    except Exception:  # noqa: BLE001 — the next tick tries again
+        log.exception("monitor of %s/%s failed", *key)
+    finally:
+        _MONITORING.discard(key)
 
 
 async def check_startup(job: dict, pods: list[dict]) -> None:
@@ -609,7 +844,8 @@ async def check_progress(job: dict, pods: list[dict]) -> None:
     if progress is not None:
         current.update(progress.as_status())
         current["updateTime"] = timestamp()
-        await _in_pool(kube.patch_job_status, namespace, name, {"progress": current})
+        written = await _in_pool(kube.patch_job_status, namespace, name, {"progress": current})
+        QUEUE.observe((namespace, name), written)
     heartbeat = parse_time(current.get("heartbeatTime"))
     running_since = parse_time(status.get("attemptStartTime") or status.get("startTime"))
     if heartbeat is not None and running_since is not None and heartbeat < running_since:

@@ -1,0 +1,169 @@
+"""A per-key work queue, client-go's workqueue semantics in a few lines (threads, not asyncio: the
+reconciler makes blocking API calls with the official client).
+
+  * keys are deduplicated: a key waiting in the queue is there once, however many events arrive;
+  * the latest object wins: `add(key, obj)` keeps the newest object seen for the key (by
+    resourceVersion, so an older watch event that arrives after our own write's response never
+    replaces it) and the worker gets that one;
+  * one key is processed by one worker at a time; a key added while it is being processed is
+    processed again right after (nothing is lost, nothing runs twice at once);
+  * at most `workers` keys are processed at once;
+  * `add_after(key, seconds)` schedules timed work (requeue-after), keeping only the earliest;
+  * a handler that raises is retried with capped exponential backoff (per key, reset on success).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from typing import Callable, Hashable
+
+log = logging.getLogger("llmtrain.workqueue")
+
+
+def _rv(obj: dict | None) -> int | None:
+    try:
+        return int(obj["metadata"]["resourceVersion"])
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+def newer(a: dict | None, b: dict | None) -> bool:
+    """True unless `a` is known to be older than `b`. The resourceVersions etcd gives are
+    increasing integers; where one does not parse, the later arrival wins. This ordering is only
+    an optimization: every write is conditional on the version it was decided from, so acting on
+    an older object costs a 409 and a re-read, never a wrong write."""
+    ra, rb = _rv(a), _rv(b)
+    return ra is None or rb is None or ra >= rb
+
+
+class WorkQueue:
+    def __init__(self, handler: Callable[[Hashable, dict | None], float | None], workers: int,
+                 retry_base: float = 0.5, retry_cap: float = 60.0, name: str = "reconcile"):
+        self._handler, self._workers, self._name = handler, workers, name
+        self._retry_base, self._retry_cap = retry_base, retry_cap
+        self._cv = threading.Condition()
+        self._ready: deque = deque()
+        self._queued: set = set()
+        self._active: set = set()
+        self._dirty: set = set()
+        self._objects: dict = {}
+        self._due: dict = {}
+        self._timers: list = []
+        self._seq = itertools.count()
+        self._failures: dict = {}
+        self._threads: list[threading.Thread] = []
+
+    # --- producers (any thread) ---
+
+    def observe(self, key: Hashable, obj: dict) -> None:
+        """Remember `obj` as the key's latest object (if it is not older) without queueing it."""
+        with self._cv:
+            if newer(obj, self._objects.get(key)):
+                self._objects[key] = obj
+
+    def get(self, key: Hashable) -> dict | None:
+        with self._cv:
+            return self._objects.get(key)
+
+    def add(self, key: Hashable, obj: dict | None = None) -> None:
+        with self._cv:
+            if obj is not None and newer(obj, self._objects.get(key)):
+                self._objects[key] = obj
+            self._enqueue(key)
+
+    def add_after(self, key: Hashable, seconds: float) -> None:
+        if seconds <= 0:
+            return self.add(key)
+        when = time.monotonic() + seconds
+        with self._cv:
+            if key in self._due and self._due[key] <= when:
+                return
+            self._due[key] = when
+            heapq.heappush(self._timers, (when, next(self._seq), key))
+            self._cv.notify()
+
+    def forget(self, key: Hashable) -> None:
+        """The object is gone: drop what is known of it (a run in progress finishes)."""
+        with self._cv:
+            self._objects.pop(key, None)
+            self._due.pop(key, None)
+            self._failures.pop(key, None)
+            self._dirty.discard(key)
+            if key in self._queued:
+                self._queued.discard(key)
+                self._ready.remove(key)
+
+    def _enqueue(self, key) -> None:
+        if key in self._active:
+            self._dirty.add(key)
+        elif key not in self._queued:
+            self._queued.add(key)
+            self._ready.append(key)
+            self._cv.notify()
+
+    # --- workers ---
+
+    def start(self, contexts) -> None:
+        """One worker thread per context (a contextvars.Context each: kopf's event posting finds
+        its queue through context variables, so workers run in copies of a handler's context)."""
+        for i, ctx in enumerate(contexts):
+            t = threading.Thread(target=ctx.run, args=(self._work,), name=f"llmtrain-{self._name}-{i}",
+                                 daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    @property
+    def started(self) -> bool:
+        return bool(self._threads)
+
+    def depth(self) -> int:
+        with self._cv:
+            return len(self._ready)
+
+    def _next(self):
+        with self._cv:
+            while True:
+                now = time.monotonic()
+                while self._timers and self._timers[0][0] <= now:
+                    when, _, key = heapq.heappop(self._timers)
+                    if self._due.get(key) == when:
+                        del self._due[key]
+                        self._enqueue(key)
+                if self._ready:
+                    key = self._ready.popleft()
+                    self._queued.discard(key)
+                    self._active.add(key)
+                    return key, self._objects.get(key)
+                timeout = self._timers[0][0] - now if self._timers else None
+                self._cv.wait(timeout)
+
+    def _done(self, key) -> None:
+        with self._cv:
+            self._active.discard(key)
+            if key in self._dirty:
+                self._dirty.discard(key)
+                self._enqueue(key)
+
+    def _work(self) -> None:
+        while True:
+            key, obj = self._next()
+            requeue = None
+            try:
+                requeue = self._handler(key, obj)
+                with self._cv:
+                    self._failures.pop(key, None)
+            except Exception as err:  # noqa: BLE001 — retried with backoff; one key never stops the rest
+                with self._cv:
+                    n = self._failures[key] = self._failures.get(key, 0) + 1
+                requeue = min(self._retry_cap, self._retry_base * 2 ** (n - 1))
+                log.warning("%s %s failed (%s: %s); retry %d in %.1fs", self._name, key,
+                            type(err).__name__, err, n, requeue, exc_info=n == 1)
+            finally:
+                self._done(key)
+            if requeue is not None:
+                self.add_after(key, requeue)
