@@ -26,7 +26,10 @@ TINY = {"model": {"preset": "tiny"}, "data": {"seqLen": 64},
         "cluster": {"instanceType": "cpu", "nodes": 1, "processesPerNode": 2, "image": "llmtrain-trainer:dev"},
         "fsdp": {"mixedPrecision": "fp32"},
         "training": {"maxSteps": 20, "globalBatchTokens": 64 * 2 * 2, "microBatchSize": 2, "warmupSteps": 2},
-        "rendezvous": {"backend": "c10d"}}
+        "rendezvous": {"backend": "c10d"},
+        # 1 s instead of the default 10 s: the restart tests need not wait; test_operator_reconciler
+        # covers the backoff itself.
+        "resilience": {"restartBackoffSeconds": 1}}
 
 
 def tiny(**over):

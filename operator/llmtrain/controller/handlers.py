@@ -58,6 +58,7 @@ from contextlib import contextmanager
 
 import aiohttp
 import kopf
+import yaml
 from kubernetes.client.exceptions import ApiException
 
 from ..planner import plan_job
@@ -408,7 +409,7 @@ class Reconcile:
                 return failed
         try:
             obj = _render(spec, job["spec"], job, attempt)
-        except (ValueError, TypeError) as err:  # what validation could not foresee
+        except (ValueError, TypeError, yaml.YAMLError) as err:  # what validation could not foresee
             msg = f"cannot render the PyTorchJob of attempt {attempt}: {err}"
             self.outcome = "invalid"
             return _fail(job, status, "RenderFailed", msg), lambda: self._event(True, "RenderFailed", msg)
@@ -591,6 +592,8 @@ def restart(namespace: str, name: str, reason: str, message: str, still_applies,
         attempt = (status.get("attempt") or 1) + 1
         delay = restart_backoff(resilience, restarts) if spend else 0.0
         due = now() + dt.timedelta(seconds=delay)
+        if due.microsecond:  # status times have whole seconds: round up, never start early
+            due = due.replace(microsecond=0) + dt.timedelta(seconds=1)
         when = (f"at {timestamp(due)} (restart backoff {delay:.0f} s)" if delay >= 1 else "now")
         reason_word = "".join(w.capitalize() for w in reason.split("-"))
         return {"phase": "Restarting", "attempt": attempt, "restarts": restarts + (1 if spend else 0),

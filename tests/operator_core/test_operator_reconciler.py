@@ -1,0 +1,156 @@
+"""The level-triggered reconciler against the real apiserver: kopf stores nothing on the jobs, a
+recorded attempt without its PyTorchJob gets it, a spec the renderer cannot handle ends Failed, the
+restart backoff spaces attempts (and survives an operator restart), suspend/resume keep the budget."""
+
+from __future__ import annotations
+
+import datetime as dt
+import signal
+import time
+
+import pytest
+
+from llmtrain.render import rendezvous_id
+from llmtrain.spec import GROUP, PLURAL, VERSION
+
+from .conftest import wait_for
+from .test_operator_cluster import tiny
+from .test_operator_consistency import _create, own_operator  # noqa: F401 — fixture
+
+pytestmark = [pytest.mark.cluster]
+
+
+def _live(kube, namespace: str, name: str) -> list[str]:
+    return sorted(p["metadata"]["name"] for p in kube.ptjs(namespace, name)
+                  if not p["metadata"].get("deletionTimestamp"))
+
+
+def _patch_spec(kube, namespace: str, name: str, spec: dict) -> None:
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, {"spec": spec})
+
+
+def _time(value: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def test_kopf_stores_nothing_on_the_jobs(operator, kube, namespace):
+    # kopf's on.create/update bookkeeping wrote progress and a diff base into annotations (3
+    # PATCHes per job) and its timer added a finalizer: none of that may be left on a job.
+    _create(kube, namespace, "clean", tiny())
+    kube.wait_ptj(namespace, "clean-a1")
+    kube.set_ptj_condition(namespace, "clean-a1", "Running")
+    kube.wait_phase(namespace, "clean", "Running")
+    _patch_spec(kube, namespace, "clean", {"resilience": {"maxRestarts": 5}})
+    job = wait_for(lambda: (j := kube.job(namespace, "clean"))["status"].get("observedGeneration") == 2 and j,
+                   30, "the spec update to be observed")
+    assert not job["metadata"].get("annotations"), job["metadata"].get("annotations")
+    assert not job["metadata"].get("finalizers"), job["metadata"].get("finalizers")
+    assert "kopf" not in job["status"]
+    managers = {m["manager"] for m in job["metadata"]["managedFields"]}
+    assert not any("kopf" in m for m in managers), managers
+
+
+def test_a_recorded_attempt_without_its_pytorchjob_gets_it(operator, kube, namespace):
+    # What a crash between writing attempt 2 and creating its PyTorchJob leaves behind, written by
+    # hand while the operator runs: the status names attempt 2, only attempt 1's PyTorchJob exists.
+    _create(kube, namespace, "heal", tiny())
+    kube.wait_ptj(namespace, "heal-a1")
+    kube.set_ptj_condition(namespace, "heal-a1", "Running")
+    kube.wait_phase(namespace, "heal", "Running")
+    uid = kube.job(namespace, "heal")["metadata"]["uid"]
+    started = time.monotonic()
+    kube.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "heal", {"status": {
+        "phase": "Restarting", "attempt": 2, "restarts": 1, "pytorchJob": "heal-a2",
+        "rendezvousId": rendezvous_id(namespace, "heal", uid, 2)}})
+    ptj = kube.wait_ptj(namespace, "heal-a2", timeout=15)
+    assert time.monotonic() - started < 10
+    assert ptj["spec"]["elasticPolicy"]["rdzvId"] == rendezvous_id(namespace, "heal", uid, 2)
+    wait_for(lambda: _live(kube, namespace, "heal") == ["heal-a2"], 15, "the superseded heal-a1 to be deleted")
+    status = kube.status(namespace, "heal")
+    assert (status["attempt"], status["restarts"], status["pytorchJob"]) == (2, 1, "heal-a2")
+    assert any(e.reason == "Created" and "attempt 2" in e.message for e in kube.events(namespace, "heal"))
+
+
+def test_a_spec_the_renderer_cannot_handle_ends_failed(operator, kube, namespace):
+    # The schema and validation accept any string in cluster.env, but the renderer's YAML step
+    # cannot load a character outside the Basic Multilingual Plane.
+    _create(kube, namespace, "emoji", tiny(cluster={"env": {"GREETING": "hello \U0001F600"}}))
+    status = kube.wait_phase(namespace, "emoji", "Failed")
+    assert status["reason"] == "RenderFailed"
+    assert status["message"].startswith("cannot render the PyTorchJob of attempt 1:")
+    wait_for(lambda: any(e.type == "Warning" and e.reason == "RenderFailed" for e in kube.events(namespace, "emoji")),
+             15, "a RenderFailed event")
+    assert not kube.ptjs(namespace, "emoji")
+
+
+@pytest.mark.slow
+def test_restart_backoff_spaces_attempts_and_survives_an_operator_restart(own_operator, kube, namespace):  # noqa: F811
+    op = own_operator()
+    _create(kube, namespace, "loop", tiny(resilience={"maxRestarts": 5, "restartBackoffSeconds": 3,
+                                                      "maxRestartBackoffSeconds": 6}))
+    kube.wait_ptj(namespace, "loop-a1")
+    # Attempt 1 fails: attempt 2 after 3 s.
+    failed_at = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    kube.set_ptj_condition(namespace, "loop-a1", "Failed", "worker 0 exited with code 1")
+    waiting = wait_for(lambda: (s := kube.status(namespace, "loop")).get("attempt") == 2 and s, 15, "attempt 2 recorded")
+    due = _time(waiting["nextAttemptTime"])
+    assert 2 <= (due - failed_at).total_seconds() <= 5, (failed_at, due)
+    assert "restart backoff 3 s" in waiting["message"] and waiting["nextAttemptTime"] in waiting["message"]
+    second = kube.wait_ptj(namespace, "loop-a2", timeout=20)
+    assert _time(second["metadata"]["creationTimestamp"]) >= due
+    assert "nextAttemptTime" not in kube.status(namespace, "loop")
+
+    # Attempt 2 fails: 6 s (doubled). The operator dies right after recording it; the one that
+    # starts again must still wait for status.nextAttemptTime.
+    failed_at = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    kube.set_ptj_condition(namespace, "loop-a2", "Failed", "worker 0 exited with code 1")
+    waiting = wait_for(lambda: (s := kube.status(namespace, "loop")).get("attempt") == 3 and s, 15, "attempt 3 recorded")
+    op.stop(signal.SIGKILL)
+    due = _time(waiting["nextAttemptTime"])
+    assert 5 <= (due - failed_at).total_seconds() <= 8, (failed_at, due)
+    assert not kube.ptjs(namespace, "loop") or _live(kube, namespace, "loop") in ([], ["loop-a2"])
+    op.start()
+    third = kube.wait_ptj(namespace, "loop-a3", timeout=30)
+    assert _time(third["metadata"]["creationTimestamp"]) >= due
+    status = kube.status(namespace, "loop")
+    assert (status["attempt"], status["restarts"]) == (3, 2)
+
+
+def test_suspend_stops_the_attempt_keeps_the_budget_and_resume_starts_the_next(operator, kube, namespace):
+    _create(kube, namespace, "pause", tiny())
+    first = kube.wait_ptj(namespace, "pause-a1")
+    # The pods the deletion stops get the trainer's SIGTERM checkpoint window.
+    pod = first["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] >= 120
+    kube.set_ptj_condition(namespace, "pause-a1", "Running")
+    kube.wait_phase(namespace, "pause", "Running")
+
+    _patch_spec(kube, namespace, "pause", {"suspend": True})
+    status = kube.wait_phase(namespace, "pause", "Suspended")
+    wait_for(lambda: not kube.ptjs(namespace, "pause"), 30, "the attempt's PyTorchJob to be deleted")
+    assert (status["attempt"], status["restarts"]) == (1, 0)
+    assert [c["reason"] for c in status["conditions"] if c["type"] == "Ready"] == ["Suspended"]
+    assert any(e.reason == "Suspended" for e in kube.events(namespace, "pause"))
+    row = kube.cluster.kubectl("get", "llmtj", "pause", "-n", namespace).stdout.split("\n")[1].split()
+    assert row[1] == "Suspended"
+
+    _patch_spec(kube, namespace, "pause", {"suspend": False})
+    second = kube.wait_ptj(namespace, "pause-a2")
+    assert second["spec"]["elasticPolicy"]["rdzvId"] != first["spec"]["elasticPolicy"]["rdzvId"]
+    status = kube.status(namespace, "pause")
+    assert (status["attempt"], status["restarts"]) == (2, 0)  # a resume spends no restart
+    assert "resumed" in status["message"]
+    assert _live(kube, namespace, "pause") == ["pause-a2"]
+
+
+def test_a_job_created_suspended_starts_when_resumed(operator, kube, namespace):
+    spec = tiny()
+    spec["suspend"] = True
+    _create(kube, namespace, "queued", spec)
+    status = kube.wait_phase(namespace, "queued", "Suspended")
+    assert (status["attempt"], status["restarts"]) == (1, 0) and not kube.ptjs(namespace, "queued")
+    _patch_spec(kube, namespace, "queued", {"suspend": False})
+    kube.wait_ptj(namespace, "queued-a1")
+    status = wait_for(lambda: (s := kube.status(namespace, "queued")).get("pytorchJob") == "queued-a1" and s,
+                      15, "queued-a1 recorded")
+    assert (status["attempt"], status["restarts"], status["phase"]) == (1, 0, "Pending")
