@@ -13,7 +13,7 @@ pytestmark = pytest.mark.infra
 ROOT = Path(__file__).resolve().parents[2]
 ARGO = ROOT / "examples" / "argocd"
 HEALTH = ARGO / "health" / "llmtrain.dev" / "LLMTrainingJob"
-PHASES = {"Pending", "Running", "Restarting", "Succeeded", "Failed"}
+PHASES = {"Pending", "Running", "Restarting", "Suspended", "Succeeded", "Failed"}
 
 
 def _to_lua(lua, value):
@@ -52,7 +52,7 @@ def test_every_phase_is_covered_and_mapped_sensibly():
         if phase and obj["metadata"].get("generation") == obj["status"].get("observedGeneration") and not conds:
             seen[phase] = case["healthStatus"]["status"]
     assert seen == {"Pending": "Progressing", "Running": "Healthy", "Restarting": "Progressing",
-                    "Succeeded": "Healthy", "Failed": "Degraded"}
+                    "Suspended": "Suspended", "Succeeded": "Healthy", "Failed": "Degraded"}
     assert set(seen) == PHASES
 
 

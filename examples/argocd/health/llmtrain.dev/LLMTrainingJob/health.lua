@@ -6,6 +6,7 @@
 --   Running                                     -> Healthy     (training; progress in the message)
 --   Restarting                                  -> Progressing (recovering from a failure or hang
 --                                                               within spec.resilience.maxRestarts)
+--   Suspended (spec.suspend)                    -> Suspended
 --   Succeeded                                   -> Healthy
 --   Failed                                      -> Degraded
 --   anything else                               -> Unknown
@@ -75,6 +76,9 @@ elseif phase == "Running" then
 elseif phase == "Restarting" then
   hs.status = "Progressing"
   hs.message = with_message("Restarting", status)
+elseif phase == "Suspended" then
+  hs.status = "Suspended"
+  hs.message = with_message("Suspended", status)
 elseif phase == "Succeeded" then
   hs.status = "Healthy"
   hs.message = with_message("Succeeded", status)
