@@ -229,11 +229,14 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path) -> dict:
 
     # --- direct baseline ---
     rendered = [render_pytorchjob(spec, n, ns_direct, 1, None, "etcd.bench.svc:2379") for n in names]
+    before = request_counts(api)
     started = time.monotonic()
     with ThreadPoolExecutor(a.threads) as pool:
         list(pool.map(lambda o: custom.create_namespaced_custom_object(*PTJ[:2], ns_direct, PTJ[2], o), rendered))
     direct_s = time.monotonic() - started
     out["direct_jobs_per_s"] = a.jobs / direct_s
+    # What the API server served per second (all clients): the ceiling both phases share.
+    out["direct_api_requests_per_s"] = (sum(request_counts(api).values()) - sum(before.values())) / direct_s
     delete_all(custom, PTJ[:2], ns_direct, PTJ[2])
     log(out)
 
@@ -269,6 +272,7 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path) -> dict:
         # less the bench's own creates and its status polls (one LIST each, counted approximately as one)
         "api_requests_per_job": (requests - a.jobs) / a.jobs,
         "api_requests_per_job_by_kind": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
+        "operator_api_requests_per_s": requests / (time.monotonic() - started),
     })
     out["throughput_ratio"] = out["operator_jobs_per_s"] / out["direct_jobs_per_s"]
     log(out)
@@ -369,6 +373,8 @@ def main(argv=None) -> int:
         ("jobs/s: operator vs direct (ratio)",
          f"{out['operator_jobs_per_s']:.1f} vs {out['direct_jobs_per_s']:.1f} ({out['throughput_ratio']:.2f}×)"),
         ("API requests per job", f"{out['api_requests_per_job']:.1f}"),
+        ("API server requests/s: operator phase vs direct",
+         f"{out['operator_api_requests_per_s']:.0f} vs {out['direct_api_requests_per_s']:.0f}"),
         ("re-adopt after SIGKILL (s)", f"{out['readopt_s']:.1f}"),
         ("operator peak RSS (MiB)", f"{out['operator_peak_rss_mib']:.0f}"),
         ("operator CPU (s): create phase / re-adopt",

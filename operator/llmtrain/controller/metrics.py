@@ -10,7 +10,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..spec import PHASES
 
-RECONCILE_OUTCOMES = ("created", "adopted", "updated", "unchanged", "invalid", "error")
+RECONCILE_OUTCOMES = ("created", "adopted", "updated", "unchanged", "invalid", "restarted", "suspended",
+                      "resumed", "error")
 
 
 class OperatorMetrics:
