@@ -48,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import datetime as dt
+import functools
 import hashlib
 import json
 import logging
@@ -315,7 +316,7 @@ class Reconcile:
             self.job = latest
 
     def _event(self, warning: bool, reason: str, message: str) -> None:
-        (kopf.warn if warning else kopf.info)(self.job, reason=reason, message=message)
+        post_event(self.job, warning, reason, message)
 
     # --- deciding ---
 
@@ -537,6 +538,21 @@ class Reconcile:
         return update, lambda: self._event(False, phase, message)
 
 
+def post_event(obj: dict, warning: bool, reason: str, message: str) -> None:
+    """A Kubernetes event about `obj`, through kopf's poster. From a worker thread it is handed to
+    the event loop without waiting (kopf.info/warn called off the loop block until the loop takes
+    the event: a busy loop would hold up the reconciler)."""
+    post = functools.partial(kopf.warn if warning else kopf.info, obj, reason=reason, message=message)
+    try:
+        on_loop = asyncio.get_running_loop() is _LOOP
+    except RuntimeError:
+        on_loop = False
+    if _LOOP is None or on_loop:
+        post()
+    else:
+        _LOOP.call_soon_threadsafe(post, context=contextvars.copy_context())
+
+
 def _attempt_failed(namespace: str, name: str, ptj: dict) -> None:
     """The current attempt's PyTorchJob failed: the next attempt, or Failed when the budget is spent."""
     attempt = str(_attempt_of(ptj) or "")
@@ -619,8 +635,7 @@ def restart(namespace: str, name: str, reason: str, message: str, still_applies,
         METRICS.restarts.labels(namespace, name, reason).inc()
         if old:
             kube.delete_pytorchjob(namespace, old)
-    kopf.warn(job, reason=update["reason"] if update["phase"] == "Failed" else "Restarting",
-              message=update["message"])
+    post_event(job, True, update["reason"] if update["phase"] == "Failed" else "Restarting", update["message"])
     QUEUE.add((namespace, name))  # level-triggered: the reconciler creates the new attempt
 
 
