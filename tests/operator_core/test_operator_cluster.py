@@ -64,7 +64,7 @@ def test_every_example_becomes_a_pytorchjob_the_kubeflow_schema_accepts(path, op
     status = kube.wait_phase(namespace, job.name, "Pending")
     assert status["pytorchJob"] == ptj["metadata"]["name"] and status["attempt"] == 1
     assert status["plan"]["fits"] is True
-    assert any(e.reason == "Created" for e in kube.events(namespace, job.name))
+    wait_for(lambda: any(e.reason == "Created" for e in kube.events(namespace, job.name)), 15, "a Created event")
 
 
 def test_status_follows_the_pytorchjob(operator, kube, namespace):
@@ -83,8 +83,9 @@ def test_status_follows_the_pytorchjob(operator, kube, namespace):
     assert table.split("\n")[0].split()[:7] == ["NAME", "PHASE", "MODEL", "INSTANCE", "NODES", "ATTEMPT", "RESTARTS"]
     assert table.split("\n")[1].split()[:7] == ["follow", "Succeeded", "tiny", "cpu", "1", "1", "0"]
     assert "Succeeded" in table and "tiny" in table
-    reasons = {e.reason for e in kube.events(namespace, "follow")}
-    assert {"Created", "Running", "Succeeded"} <= reasons
+    # Events are posted after the status write they report, asynchronously.
+    wait_for(lambda: {"Created", "Running", "Succeeded"} <= {e.reason for e in kube.events(namespace, "follow")},
+             15, "Created, Running and Succeeded events")
 
 
 def test_failure_restarts_with_a_fresh_rendezvous_until_the_budget_is_spent(operator, kube, namespace):
@@ -116,8 +117,9 @@ def test_invalid_jobs_fail_with_their_message_and_the_operator_carries_on(operat
         assert status["reason"] == "InvalidSpec"
         assert field in status["message"] and fragment in status["message"], status["message"]
         assert not kube.ptjs(namespace, name)
-    warnings = [e for e in kube.events(namespace, CASES[0][1]) if e.type == "Warning"]
-    assert warnings and warnings[0].reason == "InvalidSpec"
+    warnings = wait_for(lambda: [e for e in kube.events(namespace, CASES[0][1]) if e.type == "Warning"], 15,
+                        "a Warning event")
+    assert warnings[0].reason == "InvalidSpec"
     kube.apply(namespace, kube.job_doc("still-served", BASE))  # the operator is still serving
     kube.wait_ptj(namespace, "still-served-a1")
     assert operator.proc.poll() is None
@@ -232,7 +234,7 @@ def test_an_operator_restart_adopts_and_never_duplicates(operator, kube, namespa
     operator.start()
     status = kube.wait_phase(namespace, "orphan", "Pending")
     assert status["pytorchJob"] == "orphan-a1"
-    assert any(e.reason == "Adopted" for e in kube.events(namespace, "orphan"))
+    wait_for(lambda: any(e.reason == "Adopted" for e in kube.events(namespace, "orphan")), 15, "an Adopted event")
     wait_for(lambda: any(e.reason == "Adopted" for e in kube.events(namespace, "survivor")), 30,
              "the restarted operator to resume survivor")
     assert [p["metadata"]["name"] for p in kube.ptjs(namespace, "survivor")] == ["survivor-a1"]

@@ -164,7 +164,8 @@ def test_a_pytorchjob_the_api_server_refuses_fails_the_job_with_its_reason(opera
         status = kube.wait_phase(namespace, "refused", "Failed")
         assert status["reason"] == "PyTorchJobRejected"
         assert "images tagged :forbidden are not allowed here" in status["message"]
-        assert any(e.type == "Warning" and e.reason == "PyTorchJobRejected" for e in kube.events(namespace, "refused"))
+        wait_for(lambda: any(e.type == "Warning" and e.reason == "PyTorchJobRejected"
+                             for e in kube.events(namespace, "refused")), 15, "a PyTorchJobRejected event")
         assert not kube.ptjs(namespace, "refused")
     finally:
         adm.delete_validating_admission_policy_binding(policy)

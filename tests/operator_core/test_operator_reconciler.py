@@ -68,7 +68,8 @@ def test_a_recorded_attempt_without_its_pytorchjob_gets_it(operator, kube, names
     wait_for(lambda: _live(kube, namespace, "heal") == ["heal-a2"], 15, "the superseded heal-a1 to be deleted")
     status = kube.status(namespace, "heal")
     assert (status["attempt"], status["restarts"], status["pytorchJob"]) == (2, 1, "heal-a2")
-    assert any(e.reason == "Created" and "attempt 2" in e.message for e in kube.events(namespace, "heal"))
+    wait_for(lambda: any(e.reason == "Created" and "attempt 2" in e.message for e in kube.events(namespace, "heal")),
+             15, "a Created event for attempt 2")
 
 
 def test_a_spec_the_renderer_cannot_handle_ends_failed(operator, kube, namespace):
@@ -130,7 +131,7 @@ def test_suspend_stops_the_attempt_keeps_the_budget_and_resume_starts_the_next(o
     wait_for(lambda: not kube.ptjs(namespace, "pause"), 30, "the attempt's PyTorchJob to be deleted")
     assert (status["attempt"], status["restarts"]) == (1, 0)
     assert [c["reason"] for c in status["conditions"] if c["type"] == "Ready"] == ["Suspended"]
-    assert any(e.reason == "Suspended" for e in kube.events(namespace, "pause"))
+    wait_for(lambda: any(e.reason == "Suspended" for e in kube.events(namespace, "pause")), 15, "a Suspended event")
     row = kube.cluster.kubectl("get", "llmtj", "pause", "-n", namespace).stdout.split("\n")[1].split()
     assert row[1] == "Suspended"
 
