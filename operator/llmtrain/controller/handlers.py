@@ -270,6 +270,7 @@ class Reconcile:
         self.created: list[str] = []  # PyTorchJobs this run created
         self.outcome: str | None = None
         self.requeue: float | None = None
+        self.waiting = False  # for the watch to show a recorded PyTorchJob
 
     @property
     def key(self):
@@ -282,7 +283,7 @@ class Reconcile:
                     return None
                 step = self._next_step()
                 if step is None:
-                    if self.first_sight and self.outcome is None:
+                    if self.first_sight and self.outcome is None and not self.waiting:
                         self._adopted()
                     return self.requeue
                 update, after = step
@@ -343,7 +344,11 @@ class Reconcile:
         current = ptjs.get(pytorchjob_name(self.name, attempt))
         if current is None and status.get("pytorchJob") == pytorchjob_name(self.name, attempt):
             # Recorded but not (yet) seen by the watch: after an operator restart the jobs' events
-            # may come before their PyTorchJobs'. One GET tells (the old fast path's cost).
+            # come before their PyTorchJobs'. Right after the start, wait a little for the watch
+            # (its event queues the job again); then one GET tells.
+            if self.first_sight and _LOOP is not None and time.monotonic() - _WATCH_STARTED < UNSEEN_GRACE:
+                self.waiting, self.requeue = True, 1.0
+                return None
             current = kube.get_pytorchjob(self.namespace, status["pytorchJob"])
             if current is not None:
                 ATTEMPTS.put(current)
@@ -657,12 +662,15 @@ def reconcile_key(key: tuple[str, str], job: dict | None) -> float | None:
     namespace, name = key
     with _SEEN_LOCK:
         first = key not in _SEEN
-        _SEEN.add(key)
     started = time.perf_counter()
     run = Reconcile(namespace, name, job, first)
     try:
         with _job_lock(namespace, name):
-            return run.run()
+            requeue = run.run()
+        if not run.waiting:
+            with _SEEN_LOCK:
+                _SEEN.add(key)
+        return requeue
     except Exception:
         run.outcome = "error"
         raise
@@ -674,6 +682,8 @@ def reconcile_key(key: tuple[str, str], job: dict | None) -> float | None:
 
 QUEUE = WorkQueue(reconcile_key, workers=CONFIG.workers)
 _LOOP: asyncio.AbstractEventLoop | None = None
+_WATCH_STARTED = 0.0  # monotonic time of the first watch event
+UNSEEN_GRACE = 5.0
 _POD_INDEX = None
 
 
@@ -683,6 +693,8 @@ def _start_workers(attempt_pods) -> None:
     global _LOOP, _POD_INDEX
     _POD_INDEX = attempt_pods
     if not QUEUE.started:
+        global _WATCH_STARTED
+        _WATCH_STARTED = time.monotonic()
         _LOOP = asyncio.get_running_loop()
         QUEUE.start([contextvars.copy_context() for _ in range(CONFIG.workers)])
 
