@@ -21,6 +21,7 @@ CLI shows which fields were derived and why (`explain`).
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from .catalog import instance_types, model_presets
@@ -84,7 +85,7 @@ def first_step_timeout_minutes(spec: "LLMTrainingJobSpec") -> tuple[int, str]:
     params = _num_params(spec) or 0
     per_node = max(params * STATE_BYTES_PER_PARAM / spec.cluster.nodes,
                    params * PRETRAINED_BYTES_PER_PARAM if spec.model.pretrained_uri else 0)
-    load = -(-int(per_node / LOAD_BYTES_PER_SECOND) // 60)  # ceil, minutes
+    load = math.ceil(per_node / LOAD_BYTES_PER_SECOND / 60)
     hang = spec.resilience.hang_timeout_minutes
     return hang + load, (f"hangTimeoutMinutes ({hang}) + {load} min to read {per_node / 1e9:.1f} GB "
                          f"per node at {LOAD_BYTES_PER_SECOND / 1e6:.0f} MB/s")
