@@ -5,13 +5,15 @@ moved to quarantine/ and kept there (retention never sees them)."""
 from __future__ import annotations
 
 import pytest
+import torch
 from conftest import STEPS, base_spec
 from test_trainer_distributed import assert_matches_reference
 from trainer_reference import reference_losses
 
-pytestmark = [pytest.mark.trainer, pytest.mark.slow]
+pytestmark = pytest.mark.trainer
 
 
+@pytest.mark.slow
 def test_resume_before_step_rolls_back_and_quarantines_the_later_checkpoints(corpus, launch, tmp_path):
     ckpt = tmp_path / "ckpt"
     # Constant LR: a resumed run follows the same trajectory as one uninterrupted run.
@@ -44,3 +46,64 @@ def test_resume_before_step_rolls_back_and_quarantines_the_later_checkpoints(cor
         assert sorted(p.name for p in kept.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
     # ...and the new attempt wrote those step numbers afresh; retention pruned only the top level.
     assert sorted(p.name for p in ckpt.glob("step-*")) == [f"step-{s:010d}" for s in (6, 8)]
+
+
+@pytest.fixture
+def one_process_group():
+    import torch.distributed as dist
+    from llmtrain_devcluster.process import free_port
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def _state(value: float) -> dict:
+    return {"model": {"w": torch.full((16,), value)}, "train": {"step": int(value)}}
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_quarantine_sets_aside_every_checkpoint_from_the_step_on_and_retention_ignores_it(
+        where, tmp_path, one_process_group, request):
+    from llmtrain_trainer.checkpoint import Checkpointer
+
+    if where == "s3":
+        import boto3
+
+        request.getfixturevalue("s3")
+        boto3.client("s3").create_bucket(Bucket="roll")
+        uri = "s3://roll/run/"
+    else:
+        uri = str(tmp_path / "ckpt")
+
+    def make(attempt: int, keep: int) -> Checkpointer:
+        return Checkpointer(uri, keep=keep, interval_minutes=60, interval_steps=0, timeout_minutes=1, attempt=attempt)
+
+    first = make(1, keep=5)
+    for step in (2, 4, 6):
+        first.save(step, _state(float(step)), blocking=True)
+    first.close()
+    second = make(2, keep=1)
+    moved = second.quarantine_from(4)
+    assert [m.rstrip("/").rsplit("/", 1)[-1] for m in moved] == ["step-0000000004", "step-0000000006"]
+    assert all("/quarantine/" in m for m in moved)
+    step, state = second.resume(lambda: _state(0.0))
+    assert step == 2 and torch.equal(state["model"]["w"], torch.full((16,), 2.0))
+    # The new attempt writes step 4 again; keep 1 prunes step 2 but never the quarantined ones.
+    second.save(4, _state(44.0), blocking=True)
+    assert second.complete_steps() == [4]
+    again = second.quarantine_from(4)  # a second rollback over the same step: a new name, nothing lost
+    assert again[0].rstrip("/").endswith("quarantine/step-0000000004.2")
+    if where == "s3":
+        import boto3
+
+        keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket="roll", Prefix="run/quarantine/")["Contents"]]
+        for name in ("step-0000000004/a1/", "step-0000000006/a1/", "step-0000000004.2/a2/"):
+            assert f"run/quarantine/{name}_COMPLETE" in keys and f"run/quarantine/{name}.metadata" in keys
+    else:
+        q = tmp_path / "ckpt" / "quarantine"
+        assert sorted(p.name for p in q.iterdir()) == ["step-0000000004", "step-0000000004.2", "step-0000000006"]
+        assert all((q / n / ".metadata").exists() for n in ("step-0000000004", "step-0000000006"))
+    second.close()
