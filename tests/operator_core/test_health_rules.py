@@ -182,3 +182,23 @@ def test_losswatch_records_every_step_between_scrapes():
     assert (n.streak, n.max_streak, n.max_streak_start) == (3, 3, 5)
     n.observe(8, 1.9)
     assert (n.streak, n.max_streak, n.max_streak_start) == (0, 3, 5)
+
+
+def test_the_renderer_passes_a_pending_rollback_to_the_trainer():
+    from llmtrain.render import render_pytorchjob
+
+    def env(**kw) -> dict:
+        ptj = render_pytorchjob(spec(), "j", "ns", 2, "uid", "etcd:2379", **kw)
+        c = ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+        return {e["name"]: e.get("value") for e in c["env"]}
+
+    assert env(resume_before_step=290)["LLMTRAIN_RESUME_BEFORE_STEP"] == "290"
+    assert "LLMTRAIN_RESUME_BEFORE_STEP" not in env() and "LLMTRAIN_RESUME_BEFORE_STEP" not in env(resume_before_step=None)
+
+
+def test_a_spike_factor_of_one_or_less_is_refused_with_the_field():
+    from llmtrain.validation import InvalidJob, validate
+
+    with pytest.raises(InvalidJob, match=r"spec.resilience.lossSpikeFactor: 1.0 is out of range \(accepted: > 1.0\)"):
+        validate({"model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu"},
+                  "resilience": {"lossSpikeFactor": 1.0}}, "x", "etcd:2379")
