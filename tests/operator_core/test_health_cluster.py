@@ -90,12 +90,14 @@ def test_nan_losses_restart_before_the_first_bad_step_and_the_next_attempt_ackno
         wait_for(lambda: condition(kube.status(namespace, name), "TrainingHealthy").get("status") == "True",
                  30, "TrainingHealthy True while steps complete")
         # Steps 41 and 42 were NaN, then 43, 44 (all between two scrapes): a run of 4 from step 41.
+        t0 = time.monotonic()
         m.nonfinite_loss_steps.set(4)
         m.nonfinite_loss_max_steps.set(4)
         m.nonfinite_loss_first_step.set(41)
         m.loss.set(float("nan"))
         m.step.set(44)
         ptj2 = kube.wait_ptj(namespace, f"{name}-a2")
+        print(f"NaN run → attempt 2's PyTorchJob: {time.monotonic() - t0:.2f} s (--progress-interval 0.5)")
         status = kube.status(namespace, name)
         assert (status["attempt"], status["reason"], status["resumeBeforeStep"]) == (2, "NonFiniteLoss", 41)
         assert "NaN/Inf for 4 consecutive steps from step 41" in status["message"]
@@ -132,9 +134,11 @@ def test_loss_spike_restarts_before_the_spike(health_operator, kube, namespace):
         m.step.set(301)
         wait_for(lambda: kube.status(namespace, name)["progress"]["step"] == 301, 30, "the next scrape")
         assert kube.status(namespace, name)["attempt"] == 1
+        t0 = time.monotonic()
         m.loss_spike_step.set(290)
         m.loss_spike_ratio.set(3.4)
         ptj2 = kube.wait_ptj(namespace, f"{name}-a2")
+        print(f"loss spike → attempt 2's PyTorchJob: {time.monotonic() - t0:.2f} s (--progress-interval 0.5)")
         status = kube.status(namespace, name)
         assert (status["attempt"], status["reason"], status["resumeBeforeStep"]) == (2, "LossSpike", 290)
         assert "s3://bucket/spike/quarantine/" in status["message"]
@@ -154,8 +158,10 @@ def test_no_first_step_within_the_allowance_restarts(health_operator, kube, name
         wait_for(lambda: kube.status(namespace, name)["progress"]["updateTime"] != time_of_scrape, 30,
                  "a scrape after the clock moved")
         assert kube.status(namespace, name)["attempt"] == 1  # loading for 10 min is not a hang
+        t0 = time.monotonic()
         set_clock(kube, namespace, name, minutes_ago=21)
         kube.wait_ptj(namespace, f"{name}-a2")
+        print(f"past firstStepTimeoutMinutes → attempt 2's PyTorchJob: {time.monotonic() - t0:.2f} s")
         status = kube.status(namespace, name)
         assert (status["attempt"], status["reason"]) == (2, "NoFirstStep")
         assert "firstStepTimeoutMinutes 20" in status["message"] and "resumeBeforeStep" not in status
@@ -171,9 +177,11 @@ def test_stale_checkpoint_is_a_warning_condition_without_a_restart(health_operat
         wait_for(lambda: condition(kube.status(namespace, name), "TrainingHealthy").get("status") == "True",
                  30, "TrainingHealthy")
         assert not condition(kube.status(namespace, name), "CheckpointStale")  # 0 of 10 minutes
+        t0 = time.monotonic()
         set_clock(kube, namespace, name, minutes_ago=11)  # 2 × intervalMinutes without a checkpoint
         status = wait_for(lambda: (s := kube.status(namespace, name))
                           and condition(s, "CheckpointStale").get("status") == "True" and s, 30, "CheckpointStale")
+        print(f"past 2 × intervalMinutes → CheckpointStale=True: {time.monotonic() - t0:.2f} s")
         cond = condition(status, "CheckpointStale")
         assert cond["reason"] == "NoRecentCheckpoint" and "2 × checkpoint.intervalMinutes (5)" in cond["message"]
         wait_for(lambda: warnings(kube, namespace, name, "NoRecentCheckpoint"), 30, "a warning event")
