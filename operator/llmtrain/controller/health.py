@@ -118,10 +118,11 @@ def _restart(spec, progress, heartbeat, running_since, at) -> Restart | None:
         worst = int(progress.nonfinite_loss_max_steps or 0)
         if r.non_finite_loss_steps and worst >= r.non_finite_loss_steps:
             first = int(progress.nonfinite_loss_first_step or 0) or None
+            where = (f"from step {first} (nonFiniteLossSteps {r.non_finite_loss_steps}); resuming from "
+                     f"the newest checkpoint before step {first}" if first else
+                     f"(nonFiniteLossSteps {r.non_finite_loss_steps}); resuming from the newest checkpoint")
             return Restart("non-finite-loss", "NonFiniteLoss",
-                           f"the loss was NaN/Inf for {worst} consecutive steps from step {first} "
-                           f"(nonFiniteLossSteps {r.non_finite_loss_steps}); resuming from the newest "
-                           f"checkpoint before step {first}", first)
+                           f"the loss was NaN/Inf for {worst} consecutive steps {where}", first)
         spike = int(progress.loss_spike_step or 0)
         ratio = progress.loss_spike_ratio or 0.0
         if (r.loss_spike_factor and spike and spike >= r.loss_spike_min_steps
