@@ -202,3 +202,19 @@ def test_a_spike_factor_of_one_or_less_is_refused_with_the_field():
     with pytest.raises(InvalidJob, match=r"spec.resilience.lossSpikeFactor: 1.0 is out of range \(accepted: > 1.0\)"):
         validate({"model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu"},
                   "resilience": {"lossSpikeFactor": 1.0}}, "x", "etcd:2379")
+
+
+def test_the_trainers_loss_facts_reach_the_operator_under_the_names_it_reads():
+    from llmtrain_trainer.losswatch import LossWatch
+    from llmtrain_trainer.metrics import TrainerMetrics
+    from prometheus_client import generate_latest
+
+    w = LossWatch(window=3, factor=2.0, min_steps=0)
+    for step, loss in enumerate([2.0, 2.1, 1.9, 4.5, math.nan, math.nan], start=1):
+        w.observe(step, loss)
+    m = TrainerMetrics(job="j", rank=0)
+    w.export(m)
+    p = progress_from_metrics(generate_latest(m.registry).decode())
+    assert (p.loss_spike_step, p.loss_spike_ratio) == (4, pytest.approx(4.5 / 2.0))
+    assert (p.nonfinite_loss_steps, p.nonfinite_loss_max_steps, p.nonfinite_loss_first_step) == (2, 2, 5)
+    assert p.loss_median == 2.0
