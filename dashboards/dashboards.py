@@ -272,6 +272,23 @@ def training() -> gdash.Dashboard:
                         [(f"max {by} (llmtrain_trainer_memory_reserved_bytes{{{JOB_SEL}}})", lj)],
                         unit="bytes"))
 
+    d = d.with_row(gdash.Row("Loss health"))
+    d = d.with_panel(ts("Loss vs its recent median",
+                        [(f"avg {by} (llmtrain_trainer_loss{{{JOB_SEL}}})", lj + " loss"),
+                         (f"avg {by} (llmtrain_trainer_loss_median{{{JOB_SEL}}})", lj + " median"),
+                         (f"max {by} (llmtrain_trainer_loss_ratio_to_median{{{JOB_SEL}}})", lj + " ratio")],
+                        desc="The median of the previous resilience.lossSpikeWindow steps; the spike "
+                             "rule compares each step's loss with it (alert LLMTrainLossSpike)."))
+    d = d.with_panel(ts("Loss spikes and NaN/Inf streaks",
+                        [(f"max {by} (llmtrain_trainer_loss_spike_step{{{JOB_SEL}}})", lj + " first spike step"),
+                         (f"max {by} (llmtrain_trainer_loss_spike_ratio{{{JOB_SEL}}})", lj + " its ratio"),
+                         (f"max {by} (llmtrain_trainer_nonfinite_loss_max_steps{{{JOB_SEL}}})", lj + " longest NaN run"),
+                         (f"max {by} (llmtrain_trainer_nonfinite_loss_first_step{{{JOB_SEL}}})", lj + " its first step"),
+                         (f"max {by} (llmtrain_trainer_nonfinite_loss_steps{{{JOB_SEL}}})", lj + " NaN now"),
+                         (f"max {by} (llmtrain_trainer_resumed_before_step{{{JOB_SEL}}})", lj + " rolled back before")],
+                        desc="What the operator's NaN and loss-spike rules read, per attempt "
+                             "(alert LLMTrainLossNonFinite); a rollback shows as 'rolled back before'.", w=12))
+
     d = d.with_row(gdash.Row("Checkpoints, heartbeat, restarts"))
     d = d.with_panel(ts("Checkpoint age vs 2x interval",
                         [(f"time() - max {by} (llmtrain_trainer_last_checkpoint_timestamp_seconds{{{JOB_SEL}}} > 0)",

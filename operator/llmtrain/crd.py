@@ -97,7 +97,14 @@ def status_schema() -> dict[str, Any]:
                 "mfu": number, "lastCheckpointStep": {"type": "integer"},
                 "lastCheckpointTime": {"type": "string", "format": "date-time"},
                 "heartbeatTime": {"type": "string", "format": "date-time"},
-                "updateTime": {"type": "string", "format": "date-time"}}},
+                "updateTime": {"type": "string", "format": "date-time"},
+                # the trainer's per-step loss facts (controller/health.py)
+                "nonFiniteLossSteps": {"type": "integer"}, "nonFiniteLossMaxSteps": {"type": "integer"},
+                "nonFiniteLossFirstStep": {"type": "integer"}, "lossMedian": number,
+                "lossSpikeStep": {"type": "integer"}, "lossSpikeRatio": number,
+                "resumedBeforeStep": {"type": "integer"}}},
+            # a NaN/spike rollback the next attempt still has to apply (controller/health.py)
+            "resumeBeforeStep": {"type": "integer"},
             "conditions": {"type": "array", "items": {
                 "type": "object", "required": ["type", "status"],
                 "properties": {

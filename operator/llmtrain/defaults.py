@@ -21,6 +21,7 @@ CLI shows which fields were derived and why (`explain`).
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from .catalog import instance_types, model_presets
@@ -70,6 +71,26 @@ def global_batch_tokens(spec: "LLMTrainingJobSpec") -> tuple[int, str]:
     return tokens, f"about {target // 1024} Ki tokens for {size}, rounded to a multiple of {step}"
 
 
+# Start-up allowance before the first step: what a worker reads before it can train, at a rate
+# that even a congested S3 prefix or a busy FSx volume sustains per node.
+LOAD_BYTES_PER_SECOND = 100e6
+STATE_BYTES_PER_PARAM = 16  # fp32 weights + two AdamW moments + bf16 copy: a checkpoint's share
+PRETRAINED_BYTES_PER_PARAM = 2  # bf16 safetensors, read whole by every node
+
+
+def first_step_timeout_minutes(spec: "LLMTrainingJobSpec") -> tuple[int, str]:
+    """(minutes, why) for an unset resilience.firstStepTimeoutMinutes: the hang timeout plus the
+    time a node needs to read what it loads before its first step (its shard of the checkpoint, or
+    the whole pretrained model) at LOAD_BYTES_PER_SECOND."""
+    params = _num_params(spec) or 0
+    per_node = max(params * STATE_BYTES_PER_PARAM / spec.cluster.nodes,
+                   params * PRETRAINED_BYTES_PER_PARAM if spec.model.pretrained_uri else 0)
+    load = math.ceil(per_node / LOAD_BYTES_PER_SECOND / 60)
+    hang = spec.resilience.hang_timeout_minutes
+    return hang + load, (f"hangTimeoutMinutes ({hang}) + {load} min to read {per_node / 1e9:.1f} GB "
+                         f"per node at {LOAD_BYTES_PER_SECOND / 1e6:.0f} MB/s")
+
+
 def derive(spec: "LLMTrainingJobSpec") -> None:
     """Fill the unset derived fields of ``spec`` in place (seqLen first: the batch depends on it)."""
     if spec.data.seq_len is None:
@@ -80,6 +101,8 @@ def derive(spec: "LLMTrainingJobSpec") -> None:
         t.warmup_steps = warmup_steps(t.max_steps)
     if t.global_batch_tokens is None:
         t.global_batch_tokens = global_batch_tokens(spec)[0]
+    if spec.resilience.first_step_timeout_minutes is None:
+        spec.resilience.first_step_timeout_minutes = min(10080, first_step_timeout_minutes(spec)[0])
 
 
 def explain(raw_spec: dict, spec: "LLMTrainingJobSpec") -> dict[str, str]:
@@ -94,4 +117,6 @@ def explain(raw_spec: dict, spec: "LLMTrainingJobSpec") -> dict[str, str]:
                                        f"at most {MAX_DEFAULT_WARMUP}")
     if "globalBatchTokens" not in training:
         why["training.globalBatchTokens"] = global_batch_tokens(spec)[1]
+    if "firstStepTimeoutMinutes" not in (raw_spec.get("resilience") or {}):
+        why["resilience.firstStepTimeoutMinutes"] = first_step_timeout_minutes(spec)[1]
     return why

@@ -167,8 +167,8 @@ def _resources(inst: InstanceType, procs: int) -> dict[str, Any]:
     return {"requests": requests, "limits": {**exact, "memory": memory}}
 
 
-def _env(spec: LLMTrainingJobSpec, inst: InstanceType, job: str, namespace: str, attempt: int
-         ) -> list[dict[str, Any]]:
+def _env(spec: LLMTrainingJobSpec, inst: InstanceType, job: str, namespace: str, attempt: int,
+         resume_before_step: int | None = None) -> list[dict[str, Any]]:
     values: dict[str, Any] = dict(inst.nccl_env)
     values.update({
         # Let a NCCL error or timeout abort the process instead of hanging the collective.
@@ -181,6 +181,8 @@ def _env(spec: LLMTrainingJobSpec, inst: InstanceType, job: str, namespace: str,
         "LLMTRAIN_CHECKPOINT_STAGING": STAGING_PATH,
         "LLMTRAIN_SPEC": json.dumps(spec.wire(), sort_keys=True, separators=(",", ":")),
     })
+    if resume_before_step:  # the trainer resumes from the newest checkpoint before this step
+        values["LLMTRAIN_RESUME_BEFORE_STEP"] = str(int(resume_before_step))
     values.update(spec.cluster.env)
     env = [{"name": k, "value": v} for k, v in values.items()]
     env.append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
@@ -204,8 +206,10 @@ def _args(spec: LLMTrainingJobSpec, procs: int, min_nodes: int, rdzv: dict[str, 
 
 def render_pytorchjob(spec: LLMTrainingJobSpec, name: str, namespace: str = "default",
                       attempt: int = 1, uid: str | None = None,
-                      default_etcd_endpoint: str | None = None) -> dict[str, Any]:
-    """The PyTorchJob for one attempt, as a dict ready for the API server."""
+                      default_etcd_endpoint: str | None = None, *,
+                      resume_before_step: int | None = None) -> dict[str, Any]:
+    """The PyTorchJob for one attempt, as a dict ready for the API server. `resume_before_step`:
+    a loss rollback the operator decided (status.resumeBeforeStep, controller/health.py)."""
     inst = instance_type(spec.cluster.instance_type)
     procs = inst.workers_per_node(spec.cluster.processes_per_node)
     ptj_name = pytorchjob_name(name, attempt)
@@ -234,7 +238,7 @@ def render_pytorchjob(spec: LLMTrainingJobSpec, name: str, namespace: str = "def
         rdzv=rdzv, nodes=spec.cluster.nodes, min_nodes=min_nodes, procs_per_node=procs,
         metrics_port=METRICS_PORT, grace_seconds=TERMINATION_GRACE_SECONDS, node_selector=node_selector, tolerations=tolerations,
         command=COMMAND, args=_args(spec, procs, min_nodes, rdzv),
-        env=_env(spec, inst, name, namespace, attempt),
+        env=_env(spec, inst, name, namespace, attempt, resume_before_step),
         resources=_resources(inst, procs), volume_mounts=mounts, volumes=volumes,
         pod_security=pod_security_context(), container_security=container_security_context(inst),
         pod_annotations=checkov_annotations(spec, inst),

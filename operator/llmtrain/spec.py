@@ -217,6 +217,22 @@ class ResilienceSpec(_Spec):
         10, ge=0, le=86400, description="wait before the first restart after a failure; doubles with "
         "every restart spent, up to maxRestartBackoffSeconds (0: restart at once)")
     max_restart_backoff_seconds: int = Field(300, ge=0, le=86400, description="cap of the restart backoff")
+    # Health rules (operator/llmtrain/controller/health.py); each verdict is a status condition.
+    first_step_timeout_minutes: int | None = Field(
+        None, ge=1, le=10080, description="an attempt Running this long without its first optimizer "
+        "step is restarted (reason NoFirstStep); default: hangTimeoutMinutes plus the time to read the "
+        "model state at 100 MB/s per node (llmtrain.defaults)")
+    non_finite_loss_steps: int = Field(
+        3, ge=0, le=100000, description="restart from the newest checkpoint before the first bad step "
+        "after this many consecutive NaN/Inf losses (0: off)")
+    loss_spike_factor: float | None = Field(
+        None, gt=1, le=1000, description="roll back to the newest checkpoint before a step whose loss "
+        "exceeds this factor × the median of the previous lossSpikeWindow steps; the checkpoints from "
+        "that step on are kept under <checkpoint.uri>/quarantine/ (unset: off)")
+    loss_spike_window: int = Field(100, ge=3, le=100000, description="steps in the loss median the spike "
+                                   "rule compares against (read by the trainer when an attempt starts)")
+    loss_spike_min_steps: int = Field(100, ge=0, description="no spike verdict before this step (the "
+                                      "loss falls fast and noisily early on)")
 
 
 class RendezvousSpec(_Spec):

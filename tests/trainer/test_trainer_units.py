@@ -253,6 +253,10 @@ EXPECTED_METRICS = {
     "llmtrain_trainer_checkpoint_duration_seconds": "histogram", "llmtrain_trainer_checkpoint_failures": "counter",
     "llmtrain_trainer_checkpoint_interval_seconds": "gauge", "llmtrain_trainer_hang_timeout_seconds": "gauge",
     "llmtrain_trainer_heartbeat_timestamp_seconds": "gauge",
+    # per-step loss facts for the operator's health rules (losswatch.py)
+    **{f"llmtrain_trainer_{n}": "gauge" for n in (
+        "nonfinite_loss_steps", "nonfinite_loss_max_steps", "nonfinite_loss_first_step", "loss_median",
+        "loss_ratio_to_median", "loss_spike_step", "loss_spike_ratio", "resumed_before_step")},
 }
 
 

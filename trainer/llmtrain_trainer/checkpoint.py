@@ -10,6 +10,13 @@ Layout, under spec.checkpoint.uri:
     step-0000001000/   .metadata  __0_0.distcp  __1_0.distcp ...     complete checkpoints only
     .partial-step-0000002000/                                         (local) being written
     step-0000002000/   (S3) objects without _COMPLETE                 being written
+    quarantine/step-0000003000/                                       set aside by a loss-spike rollback
+
+Loss-spike rollback (LLMTRAIN_RESUME_BEFORE_STEP=S, set by the operator): the attempt resumes from
+the newest complete checkpoint with step < S; rank 0 first moves every complete checkpoint with
+step >= S to `quarantine/step-N/` (`.2`, `.3`... if that name is taken), where neither resume,
+retention nor the clean-up of partial saves ever looks, so they stay for inspection and the new
+attempt can write those step numbers again. Deleting them is the user's decision.
 
 Atomicity: a checkpoint becomes visible only once every rank has written its part. DCP gathers
 all ranks' write results on rank 0 before calling the storage writer's `finish`, so `finish` on
@@ -58,6 +65,7 @@ SAVE_ERRORS = (Exception, CheckpointException)
 log = logging.getLogger(__name__)
 
 STEP_RE = re.compile(r"^step-(\d{10})$")
+QUARANTINE = "quarantine"
 MARKER = "_COMPLETE"
 METADATA = ".metadata"
 
@@ -76,6 +84,15 @@ def _short(err: BaseException) -> str:
 
 def step_name(step: int) -> str:
     return f"step-{step:010d}"
+
+
+def _free_name(path: str, exists: Callable[[str], bool]) -> str:
+    """`path`, or `path.2`, `path.3`... : the first that does not exist yet."""
+    candidate, n = path, 1
+    while exists(candidate):
+        n += 1
+        candidate = f"{path}.{n}"
+    return candidate
 
 
 # ----------------------------------------------------------------------------------------------
@@ -140,6 +157,15 @@ class LocalStore:
 
     def delete(self, step: int) -> None:
         shutil.rmtree(os.path.join(self.root, step_name(step)), ignore_errors=True)
+
+    def quarantine(self, step: int) -> str:
+        """Move the complete checkpoint `step` aside (a rename: instant at any size)."""
+        qdir = os.path.join(self.root, QUARANTINE)
+        os.makedirs(qdir, exist_ok=True)
+        dest = _free_name(os.path.join(qdir, step_name(step)), os.path.exists)
+        os.rename(os.path.join(self.root, step_name(step)), dest)
+        _fsync_dir(self.root)
+        return dest
 
     def discard_partial(self, step: int) -> None:
         """What a failed save of `step` left behind (never the committed step directory)."""
@@ -368,6 +394,22 @@ class S3Store:
     def delete(self, step: int) -> None:
         self._delete_prefix(f"{self.prefix}{step_name(step)}/")
 
+    def quarantine(self, step: int) -> str:
+        """Copy every object of `step` (all attempts) under quarantine/step-N/ (server-side,
+        multipart for large shards), then delete the originals, markers first."""
+        src = f"{self.prefix}{step_name(step)}/"
+
+        def exists(prefix: str) -> bool:
+            return bool(self.client.list_objects_v2(Bucket=self.bucket, Prefix=prefix + "/", MaxKeys=1).get("KeyCount"))
+
+        dest = _free_name(f"{self.prefix}{QUARANTINE}/{step_name(step)}", exists) + "/"
+        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=src):
+            for o in page.get("Contents", []):
+                self.client.copy({"Bucket": self.bucket, "Key": o["Key"]}, self.bucket,
+                                 dest + o["Key"][len(src):], Config=self._transfer)
+        self._delete_prefix(src)
+        return f"s3://{self.bucket}/{dest}"
+
     def discard_partial(self, step: int) -> None:
         pass  # uncommitted objects are never loaded; the next attempt's start-up removes them
 
@@ -464,6 +506,21 @@ class Checkpointer:
             self.store.finish_load(self.rank)
         self._last_save = time.monotonic()
         self.last_committed = step
+
+    def quarantine_from(self, before_step: int) -> list[str]:
+        """Loss-spike rollback: move every complete checkpoint with step >= `before_step` aside
+        (rank 0), so that resume, retention and new saves of those steps never touch them. Returns
+        where they went (every rank gets the list)."""
+        moved: list = [None]
+        if self.store is not None and self.rank == 0:
+            try:
+                moved[0] = [self.store.quarantine(s) for s in self.store.list_complete() if s >= before_step]
+            except Exception as err:  # every rank must raise, not only rank 0
+                moved[0] = f"cannot move the checkpoints from step {before_step} on aside: {type(err).__name__}: {err}"
+        dist.broadcast_object_list(moved, src=0)
+        if isinstance(moved[0], str):
+            raise RuntimeError(moved[0])
+        return moved[0] or []
 
     def resume(self, make_state: Callable[[], dict[str, Any]]) -> tuple[int, dict[str, Any]] | None:
         """Load the newest checkpoint that loads: (step, state), or None when there is none.

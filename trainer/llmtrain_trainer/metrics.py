@@ -73,6 +73,25 @@ class TrainerMetrics:
         self.heartbeat_timestamp_seconds = gauge("llmtrain_trainer_heartbeat_timestamp_seconds",
                                                  "Unix time the last optimizer step completed")
 
+        # Per-step loss facts (losswatch.py) for the operator's NaN / loss-spike rules and the alerts.
+        self.nonfinite_loss_steps = gauge("llmtrain_trainer_nonfinite_loss_steps",
+                                          "Consecutive steps, up to the last one, whose loss was NaN or Inf")
+        self.nonfinite_loss_max_steps = gauge("llmtrain_trainer_nonfinite_loss_max_steps",
+                                              "Longest run of consecutive NaN/Inf losses in this attempt")
+        self.nonfinite_loss_first_step = gauge("llmtrain_trainer_nonfinite_loss_first_step",
+                                               "First step of that longest run (0: none)")
+        self.loss_median = gauge("llmtrain_trainer_loss_median",
+                                 "Median loss of the previous resilience.lossSpikeWindow finite steps")
+        self.loss_ratio_to_median = gauge("llmtrain_trainer_loss_ratio_to_median",
+                                          "The last step's loss / llmtrain_trainer_loss_median")
+        self.loss_spike_step = gauge("llmtrain_trainer_loss_spike_step",
+                                     "First step of this attempt whose loss exceeded the spike factor × the median (0: none)")
+        self.loss_spike_ratio = gauge("llmtrain_trainer_loss_spike_ratio",
+                                      "Loss / median at llmtrain_trainer_loss_spike_step")
+        self.resumed_before_step = gauge("llmtrain_trainer_resumed_before_step",
+                                         "The rollback this attempt applied: it resumed from the newest checkpoint "
+                                         "before this step (LLMTRAIN_RESUME_BEFORE_STEP; 0: none)")
+
     def serve(self, port: int, addr: str = "0.0.0.0") -> bool:
         """Start the /metrics HTTP server; a busy port is logged, never fatal to training."""
         try:

@@ -10,6 +10,7 @@ decided by one rank alone would deadlock the others in the next collective.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import socket
@@ -26,6 +27,7 @@ from .checkpoint import Checkpointer
 from .config import JobIdentity, dumps, global_batch_seqs, lr_at
 from .data import DataLoader, open_dataset
 from .init import init_weights
+from .losswatch import LossWatch
 from .metrics import TrainerMetrics
 from .model import Llama, cross_entropy
 from .parallel import AllReduceCounter, build_mesh, device_for_rank, has_replicas, init_distributed, parallelize
@@ -145,6 +147,14 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
 
     step = resumed_step = 0
     t0 = time.time()
+    # A loss-spike/NaN rollback decided by the operator: resume from before that step, keeping the
+    # checkpoints from it on aside for inspection (checkpoint.py, "Loss-spike rollback").
+    before = int(os.environ.get("LLMTRAIN_RESUME_BEFORE_STEP") or 0)
+    if before > 0:
+        moved = ckpt.quarantine_from(before)
+        metrics.resumed_before_step.set(before)
+        if is_main:
+            emit({"event": "rollback", "before_step": before, "quarantined": moved})
     found = ckpt.resume(lambda: state(0))
     if found is not None:
         latest, sd = found
@@ -188,6 +198,8 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
     # Agreeing needs a collective on every boundary; a 1-float gloo all-reduce on its own group
     # (never the GPU stream, never the checkpoint thread's group) costs well under a millisecond.
     control = dist.new_group(backend="gloo") if accum > 1 else None
+    r = spec.resilience
+    watch = LossWatch(r.loss_spike_window, r.loss_spike_factor, r.loss_spike_min_steps)
     reason = "finished"
     try:
         while step < t.max_steps:
@@ -249,6 +261,8 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
             alloc, reserved = _memory(device)
             metrics.memory_allocated_bytes.set(alloc)
             metrics.memory_reserved_bytes.set(reserved)
+            watch.observe(step, loss_v)
+            watch.export(metrics)
             metrics.heartbeat_timestamp_seconds.set(now)
             if is_main:
                 gn = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
@@ -266,10 +280,15 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
                     emit({"event": "stop", "step": step, "reason": "signal",
                           "signal": signal.Signals(stop.signal).name if stop.signal else "peer"})
                 break
-            if save_v > 0 and step < t.max_steps and ckpt.enabled:
+            # Never checkpoint a NaN/Inf state (every rank sees the same all-reduced loss, so all
+            # skip together): a restart must find a checkpoint from before the loss went bad.
+            if save_v > 0 and step < t.max_steps and ckpt.enabled and math.isfinite(loss_v):
                 ckpt.save(step, state(step))
         ckpt.wait()
-        if ckpt.enabled and ckpt.last_committed != step:
+        if watch.streak:
+            log.error("the loss of the final step %d is not finite: no final checkpoint (the newest "
+                      "is %s)", step, ckpt.last_committed)
+        if ckpt.enabled and ckpt.last_committed != step and not watch.streak:
             # End of training or a stop request: save synchronously, it's the last thing we do
             # (also when the background save of this very step failed).
             ckpt.save(step, state(step), blocking=True)
@@ -279,7 +298,7 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
         emit({"event": "end", "reason": reason, "step": step, "last_checkpoint": ckpt.last_committed})
     ckpt.close()
     dist.destroy_process_group()
-    if ckpt.enabled and ckpt.last_committed != step:
+    if ckpt.enabled and ckpt.last_committed != step and not watch.streak:
         log.error("the checkpoint of the final step %d failed; the newest checkpoint is %s", step,
                   ckpt.last_committed)
         return 1

@@ -66,10 +66,10 @@ from ..planner import plan_job
 from ..render import ATTEMPT_LABEL, JOB_LABEL, pytorchjob_name, render_pytorchjob, rendezvous_id
 from ..spec import GROUP, PHASES, PLURAL, VERSION, LLMTrainingJobSpec, model_summary
 from ..validation import InvalidJob, validate
-from . import kube
+from . import health, kube
 from .config import CONFIG
 from .metrics import OperatorMetrics
-from .status import (PHASE_OF, TERMINAL, failure_message, hung, now, parse_time, pod_summary,
+from .status import (PHASE_OF, TERMINAL, failure_message, now, parse_time, pod_summary,
                      progress_from_metrics, pytorchjob_state, set_condition, startup_problem,
                      timestamp)
 from .workqueue import WorkQueue, newer
@@ -148,7 +148,8 @@ def _plan_status(spec: LLMTrainingJobSpec) -> dict:
 def _render(spec: LLMTrainingJobSpec, raw_spec: dict, body: dict, attempt: int) -> dict:
     meta = body["metadata"]
     obj = render_pytorchjob(spec, meta["name"], meta["namespace"], attempt, meta["uid"],
-                            CONFIG.default_etcd_endpoint)
+                            CONFIG.default_etcd_endpoint,
+                            resume_before_step=(body.get("status") or {}).get("resumeBeforeStep"))
     obj["metadata"]["annotations"][SPEC_HASH] = spec_hash(raw_spec)
     return obj
 
@@ -641,7 +642,7 @@ def restart(namespace: str, name: str, reason: str, message: str, still_applies,
     job, update = done
     old = (job.get("status") or {}).get("pytorchJob")
     if update["phase"] == "Failed":
-        if old and reason in ("hang", "startup-timeout"):  # a stuck attempt still holds its nodes
+        if old and reason in ("hang", "startup-timeout", *health.RESTART_REASONS):  # still holds its nodes
             kube.delete_pytorchjob(namespace, old)
     else:
         METRICS.restarts.labels(namespace, name, reason).inc()
@@ -861,9 +862,52 @@ async def check_startup(job: dict, pods: list[dict]) -> None:
         kopf.warn(done[0], reason=reason, message=message)
 
 
-def _locked_restart(namespace, name, reason, message, still_applies) -> None:
+def _locked_restart(namespace, name, reason, message, still_applies, amend=None) -> None:
     with _job_lock(namespace, name):
-        restart(namespace, name, reason, message, still_applies)
+        restart(namespace, name, reason, message, still_applies, amend=amend)
+
+
+def _apply_health(namespace: str, name: str, attempt: int, verdict: "health.Verdict") -> None:
+    """A health verdict for a Running attempt: its restart (with the condition and the rollback step
+    in the same conditional write), or its changed conditions and the applied rollback."""
+    def same_attempt(j: dict) -> bool:
+        st = j.get("status") or {}
+        return (st.get("attempt") or 1) == attempt and st.get("phase") == "Running"
+
+    if verdict.restart is not None:
+        r = verdict.restart
+        _locked_restart(namespace, name, r.reason, r.message, same_attempt, amend=r.amend)
+        return
+    posted: list = []
+
+    def decide(j: dict) -> dict | None:
+        st = j.get("status") or {}
+        if not same_attempt(j):
+            return None
+        changed = health.changed_conditions(st.get("conditions") or [], verdict)
+        applied = verdict.rollback_applied is not None and st.get("resumeBeforeStep") == verdict.rollback_applied
+        if not changed and not applied:
+            return None
+        conds = st.get("conditions") or []
+        for c in changed:
+            conds = set_condition(conds, c.type, c.status, c.reason, c.message, j["metadata"].get("generation"))
+        posted[:] = [c for c in changed if c.warn and c.status]
+        update: dict = {"conditions": conds}
+        if applied:
+            update["resumeBeforeStep"] = None
+            posted.append(verdict)
+        return update
+
+    with _job_lock(namespace, name):
+        done = patch_status_fresh(namespace, name, decide)
+    if done:
+        for item in posted:
+            if isinstance(item, health.Condition):
+                post_event(done[0], True, item.reason, item.message)
+            else:
+                post_event(done[0], False, "RolledBack", (
+                    f"attempt {attempt} resumed from the newest checkpoint before step {item.rollback_applied}; "
+                    f"the later ones are kept under <checkpoint.uri>/quarantine/"))
 
 
 async def check_progress(job: dict, pods: list[dict]) -> None:
@@ -877,16 +921,11 @@ async def check_progress(job: dict, pods: list[dict]) -> None:
         current["updateTime"] = timestamp()
         written = await _in_pool(kube.patch_job_status, namespace, name, {"progress": current})
         QUEUE.observe((namespace, name), written)
-    heartbeat = parse_time(current.get("heartbeatTime"))
-    running_since = parse_time(status.get("attemptStartTime") or status.get("startTime"))
-    if heartbeat is not None and running_since is not None and heartbeat < running_since:
-        heartbeat = None  # the previous attempt's heartbeat says nothing about this one
-    timeout = dt.timedelta(minutes=(job["spec"].get("resilience") or {}).get("hangTimeoutMinutes", 30))
-    if hung(heartbeat, running_since, timeout):
-        last = heartbeat or running_since
-        await _in_pool(
-            _locked_restart, namespace, name, "hang",
-            f"no training step completed for {(now() - last).total_seconds() / 60:.0f} min "
-            f"(hangTimeoutMinutes {timeout.total_seconds() / 60:.0f})",
-            lambda j: (j.get("status") or {}).get("attempt", 1) == attempt
-            and (j.get("status") or {}).get("phase") == "Running")
+    # --- health rules (controller/health.py): hang, no first step, NaN, loss spike, stale checkpoint
+    spec = health.resilience(job["spec"])
+    if spec is not None:
+        verdict = health.evaluate(spec, {**status, "progress": current}, progress, now())
+        if health.needs_write(status, verdict):  # most scrapes: nothing to write, no extra GET
+            await _in_pool(_apply_health, namespace, name, attempt, verdict)
+    # --- end of health rules
+
