@@ -14,6 +14,9 @@ that depend on the rest of the spec (and the sequence length) are derived when t
   (seqLen × microBatchSize × workers) so the batch arithmetic always holds. On CPU workers (the
   ``cpu`` instance type: a laptop or CI) it is exactly one micro-step, no gradient accumulation.
 
+- ``resilience.preflight``: on for GPU instance types with 2 or more nodes (where a slow EFA link or
+  a bad GPU costs a whole gang and the check's minute is cheap), off on CPU and single nodes.
+
 `LLMTrainingJobSpec` calls `derive` when it is built, so the operator, `llmtrain validate`/`plan`,
 the renderer (the trainer's LLMTRAIN_SPEC) and the trainer all see the same resolved values; the
 CLI shows which fields were derived and why (`explain`).
@@ -70,6 +73,16 @@ def global_batch_tokens(spec: "LLMTrainingJobSpec") -> tuple[int, str]:
     return tokens, f"about {target // 1024} Ki tokens for {size}, rounded to a multiple of {step}"
 
 
+def preflight(spec: "LLMTrainingJobSpec") -> tuple[bool, str]:
+    """(on, why) for a spec whose resilience.preflight is unset."""
+    inst = instance_types().get(spec.cluster.instance_type)
+    if inst is None or not inst.is_gpu:
+        return False, "off on CPU workers"
+    if spec.cluster.nodes < 2:
+        return False, "off for a single node (no inter-node links to test)"
+    return True, f"on for a GPU job of {spec.cluster.nodes} nodes"
+
+
 def derive(spec: "LLMTrainingJobSpec") -> None:
     """Fill the unset derived fields of ``spec`` in place (seqLen first: the batch depends on it)."""
     if spec.data.seq_len is None:
@@ -80,6 +93,8 @@ def derive(spec: "LLMTrainingJobSpec") -> None:
         t.warmup_steps = warmup_steps(t.max_steps)
     if t.global_batch_tokens is None:
         t.global_batch_tokens = global_batch_tokens(spec)[0]
+    if spec.resilience.preflight is None:
+        spec.resilience.preflight = preflight(spec)[0]
 
 
 def explain(raw_spec: dict, spec: "LLMTrainingJobSpec") -> dict[str, str]:
@@ -94,4 +109,6 @@ def explain(raw_spec: dict, spec: "LLMTrainingJobSpec") -> dict[str, str]:
                                        f"at most {MAX_DEFAULT_WARMUP}")
     if "globalBatchTokens" not in training:
         why["training.globalBatchTokens"] = global_batch_tokens(spec)[1]
+    if "preflight" not in (raw_spec.get("resilience") or {}):
+        why["resilience.preflight"] = preflight(spec)[1]
     return why

@@ -213,6 +213,10 @@ class ResilienceSpec(_Spec):
         30, ge=1, le=10080, description="an attempt whose pods are not all running by then is restarted "
         "(counts against maxRestarts); the pods' own reasons show in status.message")
     collective_timeout_minutes: int = Field(10, ge=1, le=1440)
+    preflight: bool | None = Field(
+        None, description="run the health check (GPUs, matmul, memory, all-reduce bandwidth) on every rank "
+        "before training; a failing or slow node is avoided and the attempt retried without spending a "
+        "restart. Unset: on for GPU jobs of 2 or more nodes")
 
 
 class RendezvousSpec(_Spec):

@@ -50,7 +50,7 @@ from ..planner import plan_job
 from ..render import ATTEMPT_LABEL, JOB_LABEL, pytorchjob_name, render_pytorchjob, rendezvous_id
 from ..spec import GROUP, PHASES, PLURAL, VERSION, LLMTrainingJobSpec, model_summary
 from ..validation import InvalidJob, validate
-from . import kube
+from . import forensics, kube, nodes
 from .config import CONFIG
 from .metrics import OperatorMetrics
 from .status import (PHASE_OF, TERMINAL, failure_message, hung, now, parse_time, pod_summary,
@@ -61,6 +61,7 @@ METRICS = OperatorMetrics()
 SPEC_HASH = "llmtrain.dev/spec-hash"
 MUTABLE_SECTIONS = ("resilience", "checkpoint")
 log = logging.getLogger("llmtrain.operator")
+nodes.register(kopf)  # nodes: the pod watch that catches failures before the pods are deleted
 
 
 # --- shared in-process state ---------------------------------------------------------------------
@@ -130,7 +131,8 @@ def _plan_status(spec: LLMTrainingJobSpec) -> dict:
 def _render(spec: LLMTrainingJobSpec, raw_spec: dict, body: dict, attempt: int) -> dict:
     meta = body["metadata"]
     obj = render_pytorchjob(spec, meta["name"], meta["namespace"], attempt, meta["uid"],
-                            CONFIG.default_etcd_endpoint)
+                            CONFIG.default_etcd_endpoint,
+                            avoid_nodes=(body.get("status") or {}).get("avoidNodes") or ())  # nodes.py
     obj["metadata"]["annotations"][SPEC_HASH] = spec_hash(raw_spec)
     return obj
 
@@ -356,6 +358,7 @@ async def track_phase(event, namespace, name, status, **_):
     if deleted:
         _forget(namespace, name)
         _RANK0_IPS.pop((namespace, name), None)
+        nodes.forget(namespace, name)
 
 
 # --- PyTorchJob → LLMTrainingJob status ------------------------------------------------------------
@@ -383,6 +386,15 @@ def pytorchjob_event(event, body, namespace, labels, **_):
     with _job_lock(namespace, name):
         try:
             if state == "Failed":
+                # --- nodes: failure forensics + preflight (forensics.py) ---
+                job = kube.get_job(namespace, name)
+                if job is not None and live_attempt(job):
+                    failed = forensics.on_failed(namespace, name, ptj, int(attempt), job)
+                    restart(namespace, name, failed.reason, failed.message, live_attempt,
+                            on_read=lambda job: seen.update(job=job), spend=failed.spend, amend=failed.amend)
+                    forensics.after_restart(namespace, name, failed, job)
+                    return
+                # --- end nodes ---
                 restart(namespace, name, "failed", failure_message(ptj), live_attempt,
                         on_read=lambda job: seen.update(job=job))
                 return
@@ -597,7 +609,8 @@ async def check_startup(job: dict, pods: list[dict]) -> None:
 
 def _locked_restart(namespace, name, reason, message, still_applies) -> None:
     with _job_lock(namespace, name):
-        restart(namespace, name, reason, message, still_applies)
+        restart(namespace, name, reason, message, still_applies,
+                amend=forensics.flight_recorder_amend(reason))  # nodes: names the NCCL dumps
 
 
 async def check_progress(job: dict, pods: list[dict]) -> None:
