@@ -199,3 +199,13 @@ def test_a_collective_timeout_failure_names_the_flight_recorder(monkeypatch):
     assert update["flightRecorder"]["attempt"] == 2 and update["flightRecorder"]["reason"] == "collective-timeout"
     assert update["avoidNodes"] == ["n1"]
     nodes.FAILURES.clear()
+
+
+def test_ranks_that_only_lost_a_peer_are_not_blamed_beside_the_one_that_failed():
+    culprit = {"node": "a", "pod": "p0", "reason": "XID 79", "message": "NVRM: Xid (PCI:0000:53:00): 79"}
+    victim = {"node": "b", "pod": "p1", "reason": "NCCL error",
+              "message": "DistBackendError: NCCL error: remote process exited or there was a network error"}
+    reset = {"node": "c", "pod": "p2", "reason": "exit 1", "message": "gloo: Connection reset by peer"}
+    assert nodes.culprits([victim, culprit, reset]) == [culprit]
+    # only victims: nobody else to blame, so they are what is known
+    assert nodes.culprits([victim, reset]) == [victim, reset]

@@ -81,7 +81,7 @@ def on_failed(namespace: str, name: str, ptj: dict, attempt: int, job: dict) -> 
         done = (job.get("status") or {}).get("preflightFailures") or 0
         spend = done >= preflight.MAX_FREE_RETRIES
     else:
-        blamed, reason, spend = seen, "failed", True
+        blamed, reason, spend = nodes.culprits(seen), "failed", True
         message = failure_message(ptj)
         if seen:
             message += "; " + ", ".join(f"pod {f['pod']} on node {f['node']}: {f['reason']}" for f in seen[:3])

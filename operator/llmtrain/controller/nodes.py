@@ -52,6 +52,9 @@ PREFLIGHT_EXIT_CODE = 86
 _XID = re.compile(r"\bxid\b\s*(?:\([^)]*\))?\s*[:=]?\s*(\d{1,3})\b", re.IGNORECASE)
 _NCCL = re.compile(r"nccl|watchdog caught collective operation timeout|ProcessGroupNCCL", re.IGNORECASE)
 _EFA = re.compile(r"\befa\b|libfabric|\bfi_[a-z_]+|FI_EFA|rdma", re.IGNORECASE)
+# A rank that only lost its peer says so: blaming its node too would empty a cluster one gang at a time.
+_REMOTE = re.compile(r"remote process exited|ncclRemoteError|connection reset by peer|"
+                     r"connection closed by (remote )?peer|peer .* closed", re.IGNORECASE)
 _COLLECTIVE_TIMEOUT = re.compile(r"collective operation timeout|watchdog.*timed? ?out|"
                                  r"Timeout\(ms\)=\d+|NCCL.*timeout", re.IGNORECASE)
 
@@ -115,6 +118,14 @@ def failure_of(pod: dict) -> dict | None:
     if xid is not None:
         out["xid"] = xid
     return out
+
+
+def culprits(failures: list[dict]) -> list[dict]:
+    """The failures to blame nodes for: when some pods failed on their own and others only report
+    that a peer went away (NCCL 'remote process exited', 'Connection reset by peer'), the latter are
+    victims of the former and their nodes are left alone."""
+    own = [f for f in failures if not _REMOTE.search(f.get("message") or "")]
+    return own or list(failures)
 
 
 def record(bad_nodes: list[dict], failures: list[dict], attempt: int, when: str,
@@ -210,13 +221,34 @@ def forget(namespace: str, job: str) -> None:
 
 def wait_for_failures(namespace: str, job: str, attempt: int | str, timeout: float = 5.0) -> list[dict]:
     """The attempt's pod failures, waiting up to `timeout` for the first one: the PyTorchJob's
-    Failed condition and the pod's Failed state arrive on two watches, in either order."""
+    Failed condition and the pod's Failed state arrive on two watches, in either order. If the
+    watch saw none (the operator was restarted in between), the pods that still exist are read."""
     deadline = time.monotonic() + timeout
     while True:
         seen = failures(namespace, job, attempt)
-        if seen or time.monotonic() >= deadline:
+        if seen:
             return seen
+        if time.monotonic() >= deadline:
+            return _listed_failures(namespace, job, attempt)
         time.sleep(0.05)
+
+
+def _listed_failures(namespace: str, job: str, attempt: int | str) -> list[dict]:
+    from kubernetes.client.exceptions import ApiException
+
+    from . import kube
+
+    try:
+        pods = kube.core().list_namespaced_pod(
+            namespace, label_selector=f"{JOB_LABEL}={job},{ATTEMPT_LABEL}={attempt}").items
+    except ApiException as err:
+        log.warning("cannot list the pods of %s/%s attempt %s: %s", namespace, job, attempt, err.reason)
+        return []
+    api = kube.core().api_client
+    found = [f for f in (failure_of(api.sanitize_for_serialization(p)) for p in pods) if f is not None]
+    for f in found:
+        remember(namespace, job, str(attempt), f)
+    return failures(namespace, job, attempt)
 
 
 def pod_failed(body, **_) -> bool:
