@@ -13,8 +13,9 @@ the training-operator deletes the pod) without anyone scraping logs:
 What the operator does with it (forensics.py): the suspect nodes go to status.badNodes with reason
 "preflight: ...", the next attempt avoids them, status.preflight records the measurement (and the
 llmtrain_operator_preflight_bus_bandwidth_gbps gauge), and the restart does not spend the job's
-restart budget: the attempt never trained. At most MAX_FREE_RETRIES preflight failures in a row are
-free, so a job whose every node fails the check still ends (by the budget) instead of looping.
+restart budget: the attempt never trained. The first MAX_FREE_RETRIES failed checks of a job are
+free (status.preflightFailures counts them), so a job whose every node fails the check still ends
+(by the budget) instead of looping.
 """
 
 from __future__ import annotations
