@@ -82,6 +82,13 @@ def _events(chain, ns: str, reason: str) -> list[str]:
     return [e.message for e in chain.core.list_namespaced_event(ns).items if e.reason == reason]
 
 
+def _event(chain, ns: str, reason: str, *fragments: str) -> str:
+    """The first `reason` event whose message has every fragment (events are posted after the
+    status write they report, so they are waited for)."""
+    return wait_for(lambda: next((m for m in _events(chain, ns, reason) if all(f in m for f in fragments)), None),
+                    30, f"a {reason} event with {fragments}")
+
+
 def test_a_pod_failing_on_a_node_keeps_the_next_attempt_off_it(chain, chain_ns, operator, untaint):
     name = "xid"
     _job(chain, chain_ns, name, nodes=1)
@@ -105,8 +112,8 @@ def test_a_pod_failing_on_a_node_keeps_the_next_attempt_off_it(chain, chain_ns, 
     assert pod2.spec.node_name != bad
     assert chain.nodes_by_type()[pod2.spec.node_name] == P5
     # events name the node: the pod's failure, and the restart that avoids it
-    assert any(bad in m and "XID 79" in m for m in _events(chain, chain_ns, "PodFailedOnNode"))
-    assert any(f"avoiding {bad}" in m for m in _events(chain, chain_ns, "Restarting"))
+    _event(chain, chain_ns, "PodFailedOnNode", bad, "XID 79")
+    _event(chain, chain_ns, "Restarting", f"avoiding {bad}")
     # opt-in suspect taint, within the fraction (1 of the 2 p5s)
     def tainted():
         return {n.metadata.name: t.value for n in chain.core.list_node(label_selector="type=kwok").items
@@ -141,16 +148,16 @@ def test_a_failed_preflight_is_retried_elsewhere_without_spending_a_restart(chai
              f"attempt 2 (log: {operator.log_path})")
     st = _status(chain, chain_ns, name)
     assert st["restarts"] == 0  # the attempt never trained: no restart spent
-    assert st["reason"] == "PreflightFailed"
+    _event(chain, chain_ns, "Restarting", "attempt 1 preflight-failed", f"suspect node(s) {bad}",
+           "all-reduce bus bandwidth 310.5 GB/s (expected 400.0 GB/s)", f"avoiding {bad}")
     assert [b["node"] for b in st["badNodes"]] == [bad]
     assert st["badNodes"][0]["reason"].startswith("preflight: 7 GPU(s) visible")
     assert st["avoidNodes"] == [bad]
     assert st["preflight"]["busBandwidthGBps"] == 310.5 and st["preflight"]["suspectNodes"] == [bad]
     (pod2,) = _running(chain, chain_ns, name, 2, 1)
     assert pod2.spec.node_name != bad and chain.nodes_by_type()[pod2.spec.node_name] == P5
-    metrics = operator.metrics()
-    assert (f'llmtrain_operator_preflight_bus_bandwidth_gbps{{llmtrain_job="{name}",namespace="{chain_ns}"}} 310.5'
-            in metrics), [m for m in metrics.splitlines() if "preflight" in m]
+    gauge = f'llmtrain_operator_preflight_bus_bandwidth_gbps{{llmtrain_job="{name}",namespace="{chain_ns}"}} 310.5'
+    wait_for(lambda: gauge in operator.metrics(), 30, f"{gauge} in the operator's metrics")
 
 
 def test_avoiding_would_leave_too_few_nodes_so_the_job_keeps_them(chain, chain_ns, operator, untaint):
@@ -169,8 +176,7 @@ def test_avoiding_would_leave_too_few_nodes_so_the_job_keeps_them(chain, chain_n
     assert [b["node"] for b in st["badNodes"]] == [victim.spec.node_name]
     assert st["badNodes"][0]["reason"] == "NCCL error"
     assert st["avoidNodes"] == []
-    assert any(f"not avoiding {victim.spec.node_name}: only 2 Ready node(s)" in m
-               for m in _events(chain, chain_ns, "Restarting"))
+    _event(chain, chain_ns, "Restarting", f"not avoiding {victim.spec.node_name}: only 2 Ready node(s)")
     pods2 = _running(chain, chain_ns, name, 2, 2)  # still schedulable: both p5s again
     assert {p.spec.node_name for p in pods2} == {p.spec.node_name for p in pods}
     assert not any(t.key == SUSPECT for n in chain.core.list_node(label_selector="type=kwok").items
