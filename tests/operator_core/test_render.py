@@ -218,6 +218,11 @@ def test_avoided_nodes_become_required_hostname_anti_affinity():
     assert _pod_spec(obj)["nodeSelector"]["node.kubernetes.io/instance-type"] == "p5.48xlarge"
 
 
+def test_a_crashed_worker_leaves_its_log_tail_as_the_termination_message():
+    # what the operator reads the NCCL/EFA/XID text from when the trainer could not write one itself
+    assert _container(_render())["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
 def test_preflight_is_on_by_default_for_multi_node_gpu_jobs_only():
     assert _spec().resilience.preflight is True  # 4 × p5
     assert _env(_render())["LLMTRAIN_PREFLIGHT"] == "1"

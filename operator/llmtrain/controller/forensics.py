@@ -13,6 +13,7 @@ handlers.py calls in at two points (and nowhere else):
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 
 from ..catalog import instance_type
@@ -72,7 +73,10 @@ class FailedAttempt:
 
 def on_failed(namespace: str, name: str, ptj: dict, attempt: int, job: dict) -> FailedAttempt:
     """The restart that attempt `attempt`'s failure calls for (see the module docstring)."""
+    started = time.monotonic()
     seen = nodes.wait_for_failures(namespace, name, attempt)
+    log.info("%s/%s attempt %s failed: %d pod failure(s) known after %.2f s", namespace, name, attempt,
+             len(seen), time.monotonic() - started)
     verdict = preflight.preflight_verdict(seen)
     if verdict is not None:
         blamed = preflight.suspect_failures(verdict, seen)
