@@ -181,3 +181,46 @@ def test_avoiding_would_leave_too_few_nodes_so_the_job_keeps_them(chain, chain_n
     assert {p.spec.node_name for p in pods2} == {p.spec.node_name for p in pods}
     assert not any(t.key == SUSPECT for n in chain.core.list_node(label_selector="type=kwok").items
                    for t in n.spec.taints or [])  # a node the job still needs is never tainted
+
+
+@pytest.fixture
+def spare_p5(chain_cluster, chain):
+    """A third p5 node for this test only (the session's cluster keeps its default shape for the
+    other chain tests, which count its nodes)."""
+    (name,) = chain_cluster.add_nodes({P5: 1})
+    yield name
+    # Requested before chain_ns, so this runs after the namespace's pods are gone; a pod left on
+    # the node would outlive it (nothing finishes a pod of a deleted kwok node).
+    wait_for(lambda: not chain.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items,
+             60, f"no pods on {name}")
+    chain.core.delete_node(name)
+    wait_for(lambda: name not in chain.nodes_by_type(), 60, f"node {name} gone")
+
+
+def test_a_gang_drops_only_the_node_its_preflight_names(chain, spare_p5, chain_ns, operator, untaint):
+    from llmtrain_trainer.healthcheck import RankResult, judge, termination_message
+    from llmtrain_trainer.launch import PREFLIGHT_EXIT_CODE
+
+    name = "gang-preflight"
+    _job(chain, chain_ns, name, nodes=2)  # preflight on by default: 2 GPU nodes
+    pods = sorted(_running(chain, chain_ns, name, 1, 2), key=lambda p: p.metadata.name)
+    placed = {p.metadata.name: p.spec.node_name for p in pods}
+    slow_pod = pods[1].metadata.name
+    slow = placed[slow_pod]
+    healthy = placed[pods[0].metadata.name]
+    # 16 ranks over the two nodes; every link of node 1's ranks (8..15) is 20x slower. Both pods'
+    # launchers would exit 86 with this verdict; the first one kwok fails is enough.
+    results = [RankResult(rank=r, node=r // 8, host=pods[r // 8].metadata.name, devices_ok=True, compute_ok=True,
+                          memory_ok=True, link_gbps=2.0 if r // 8 else 40.0, node_name=placed[pods[r // 8].metadata.name])
+               for r in range(16)]
+    verdict = judge(results, busbw=20.0, expected_busbw=400.0, min_fraction=0.5)
+    assert verdict["suspectNodes"][0]["nodeName"] == slow and len(verdict["suspectNodes"]) == 1
+    _fail(chain, chain_ns, slow_pod, PREFLIGHT_EXIT_CODE, termination_message(verdict))
+
+    wait_for(lambda: _status(chain, chain_ns, name).get("attempt") == 2, 60,
+             f"attempt 2 (log: {operator.log_path})")
+    st = _status(chain, chain_ns, name)
+    assert st["restarts"] == 0 and st["avoidNodes"] == [slow]
+    assert st["preflight"]["busBandwidthGBps"] == 20.0 and st["preflight"]["degraded"] is True
+    pods2 = _running(chain, chain_ns, name, 2, 2)
+    assert {p.spec.node_name for p in pods2} == {healthy, spare_p5}  # the slow node out, the spare in
