@@ -173,17 +173,17 @@ def test_flight_recorder_is_named_on_hang_for_gpu_jobs_only():
     gpu = {"status": {"attempt": 3}, "spec": {"model": {"preset": "tiny"},
            "cluster": {"instanceType": "p5.48xlarge", "nodes": 2},
            "checkpoint": {"uri": "file:///mnt/fsx/ckpt/run1/"}}}
-    update = forensics.flight_recorder_amend("hang")(gpu, {"phase": "Restarting", "message": "attempt 3 hang"})
+    update = forensics.stuck_amend("hang")(gpu, {"phase": "Restarting", "message": "attempt 3 hang"})
     assert update["flightRecorder"] == {
         "attempt": 3, "reason": "hang", "path": "/mnt/fsx/ckpt/run1/flight-recorder/attempt-3/rank_<rank>",
         "persistent": True, "note": "beside the checkpoints"}
     assert "flight-recorder/attempt-3" in update["message"]
     s3 = {**gpu, "spec": {**gpu["spec"], "checkpoint": {"uri": "s3://b/ckpt/"}}}
-    fr = forensics.flight_recorder_amend("startup-timeout")(s3, {"message": "m"})["flightRecorder"]
+    fr = forensics.stuck_amend("startup-timeout")(s3, {"message": "m"})["flightRecorder"]
     assert fr["path"].startswith("/var/lib/llmtrain/staging/flight-recorder/attempt-3/") and not fr["persistent"]
     cpu = {**gpu, "spec": {**gpu["spec"], "cluster": {"instanceType": "cpu", "nodes": 1}}}
-    assert "flightRecorder" not in forensics.flight_recorder_amend("hang")(cpu, {"message": "m"})
-    assert "flightRecorder" not in forensics.flight_recorder_amend("failed")(gpu, {"message": "m"})
+    assert "flightRecorder" not in forensics.stuck_amend("hang")(cpu, {"message": "m"})
+    assert "flightRecorder" not in forensics.stuck_amend("failed")(gpu, {"message": "m"})
 
 
 def test_a_collective_timeout_failure_names_the_flight_recorder(monkeypatch):
@@ -209,3 +209,17 @@ def test_ranks_that_only_lost_a_peer_are_not_blamed_beside_the_one_that_failed()
     assert nodes.culprits([victim, culprit, reset]) == [culprit]
     # only victims: nobody else to blame, so they are what is known
     assert nodes.culprits([victim, reset]) == [victim, reset]
+
+
+def test_a_stuck_attempt_plans_avoidance_again_against_the_nodes_ready_now(monkeypatch):
+    job = {"status": {"attempt": 2, "badNodes": [{"node": "n1", "reason": "XID 79", "attempt": 1}],
+                      "avoidNodes": ["n1"]},
+           "spec": {"model": {"preset": "tiny"}, "cluster": {"instanceType": "p5.48xlarge", "nodes": 2}}}
+    # a node was lost meanwhile: only n1 and n2 are Ready, and the job needs both
+    monkeypatch.setattr(nodes, "ready_nodes", lambda t, gpu: {"n1", "n2"})
+    update = forensics.stuck_amend("startup-timeout")(job, {"phase": "Restarting", "message": "m"})
+    assert update["avoidNodes"] == [] and "not avoiding n1" in update["message"]
+    monkeypatch.setattr(nodes, "ready_nodes", lambda t, gpu: {"n1", "n2", "n3"})
+    assert forensics.stuck_amend("hang")(job, {"phase": "Restarting", "message": "m"})["avoidNodes"] == ["n1"]
+    # giving up (Failed) plans nothing
+    assert "avoidNodes" not in forensics.stuck_amend("hang")(job, {"phase": "Failed", "message": "m"})

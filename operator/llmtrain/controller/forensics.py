@@ -6,8 +6,9 @@ handlers.py calls in at two points (and nowhere else):
   caught (nodes.py), tells a failed preflight (preflight.py) from a training failure, and returns
   the restart's reason, message, whether it spends the restart budget, and an `amend` that writes
   status.badNodes / avoidNodes / preflight / flightRecorder in the restart's own conditional write.
-- `flight_recorder_amend`: a hang or start-up timeout restart names where the NCCL flight recorder
-  dumped the stuck collectives (render.flight_recorder_location).
+- `stuck_amend`: a hang or start-up timeout restart names where the NCCL flight recorder dumped the
+  stuck collectives (render.flight_recorder_location), and plans the nodes to avoid again against
+  the nodes Ready now.
 """
 
 from __future__ import annotations
@@ -48,14 +49,25 @@ def flight_recorder_status(job: dict, attempt: int, reason: str) -> dict | None:
                      "hung attempt is deleted at the restart")}
 
 
-def flight_recorder_amend(reason: str):
-    """amend() for a hang/start-up-timeout restart: status.flightRecorder names the dumps."""
+def stuck_amend(reason: str):
+    """amend() for a hang/start-up-timeout restart: status.flightRecorder names the dumps, and the
+    nodes to avoid are planned again against the nodes Ready now (an attempt that could not start
+    because too few nodes were left outside avoidNodes gets them back)."""
     def amend(job: dict, update: dict) -> dict:
-        attempt = (job.get("status") or {}).get("attempt") or 1
+        status = job.get("status") or {}
+        attempt = status.get("attempt") or 1
         fr = flight_recorder_status(job, attempt, reason) if reason in STUCK_REASONS else None
         if fr is not None:
             update["flightRecorder"] = fr
             update["message"] = f"{update['message']}; NCCL flight recorder dumps: {fr['path']}"
+        spec = _spec(job)
+        if update.get("phase") == "Restarting" and status.get("badNodes") and spec is not None:
+            inst = instance_type(spec.cluster.instance_type)
+            avoid, why = nodes.plan_avoidance(status["badNodes"], nodes.ready_nodes(inst.name, inst.is_gpu),
+                                              spec.cluster.nodes)
+            update["avoidNodes"] = avoid
+            if why:
+                update["message"] += f"; {why}"
         return update
     return amend
 

@@ -610,7 +610,7 @@ async def check_startup(job: dict, pods: list[dict]) -> None:
 def _locked_restart(namespace, name, reason, message, still_applies) -> None:
     with _job_lock(namespace, name):
         restart(namespace, name, reason, message, still_applies,
-                amend=forensics.flight_recorder_amend(reason))  # nodes: names the NCCL dumps
+                amend=forensics.stuck_amend(reason))  # nodes: names the NCCL dumps
 
 
 async def check_progress(job: dict, pods: list[dict]) -> None:
