@@ -32,6 +32,7 @@ class InstanceType:
     nccl_env: Mapping[str, str] = field(default_factory=dict)
     hugepages_2mi: str | None = None
     processes_per_node: int | None = None
+    allreduce_busbw_gbps: float | None = None  # expected all-reduce bus bandwidth, GB/s (preflight)
 
     @property
     def is_gpu(self) -> bool:

@@ -49,11 +49,12 @@ def cmd_validate(args) -> int:
 
 
 def _resolved(raw_spec: dict, spec) -> dict:
-    """The batch/schedule values the job runs with; derived defaults carry the reason."""
+    """The batch/schedule (and preflight) values the job runs with; derived defaults carry the reason."""
     t = spec.training
     values = {"data.seqLen": spec.data.seq_len, "training.maxSteps": t.max_steps,
               "training.warmupSteps": t.warmup_steps, "training.globalBatchTokens": t.global_batch_tokens,
-              "training.microBatchSize": t.micro_batch_size}
+              "training.microBatchSize": t.micro_batch_size,
+              "resilience.preflight": spec.resilience.preflight}
     why = explain(raw_spec, spec)
     return {k: ({"value": v, "derived": why[k]} if k in why else {"value": v}) for k, v in values.items()}
 

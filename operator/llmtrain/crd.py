@@ -105,6 +105,21 @@ def status_schema() -> dict[str, Any]:
                 "resumedBeforeStep": {"type": "integer"}}},
             # a NaN/spike rollback the next attempt still has to apply (controller/health.py)
             "resumeBeforeStep": {"type": "integer"},
+            # failure forensics, preflight and flight recorder (controller/forensics.py)
+            "badNodes": {"type": "array", "items": {"type": "object", "required": ["node", "reason"], "properties": {
+                "node": {"type": "string"}, "reason": {"type": "string"}, "attempt": {"type": "integer"},
+                "pod": {"type": "string"}, "exitCode": {"type": "integer"}, "xid": {"type": "integer"},
+                "message": {"type": "string"}, "time": {"type": "string", "format": "date-time"}}}},
+            "avoidNodes": {"type": "array", "items": {"type": "string"}},
+            "preflight": {"type": "object", "properties": {
+                "attempt": {"type": "integer"}, "healthy": {"type": "boolean"}, "degraded": {"type": "boolean"},
+                "busBandwidthGBps": number, "expectedBusBandwidthGBps": number, "worldSize": {"type": "integer"},
+                "suspectNodes": {"type": "array", "items": {"type": "string"}},
+                "time": {"type": "string", "format": "date-time"}}},
+            "preflightFailures": {"type": "integer"},
+            "flightRecorder": {"type": "object", "properties": {
+                "attempt": {"type": "integer"}, "reason": {"type": "string"}, "path": {"type": "string"},
+                "persistent": {"type": "boolean"}, "note": {"type": "string"}}},
             "conditions": {"type": "array", "items": {
                 "type": "object", "required": ["type", "status"],
                 "properties": {

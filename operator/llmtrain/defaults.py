@@ -14,6 +14,9 @@ that depend on the rest of the spec (and the sequence length) are derived when t
   (seqLen × microBatchSize × workers) so the batch arithmetic always holds. On CPU workers (the
   ``cpu`` instance type: a laptop or CI) it is exactly one micro-step, no gradient accumulation.
 
+- ``resilience.preflight``: on for GPU instance types with 2 or more nodes (where a slow EFA link or
+  a bad GPU costs a whole gang and the check's minute is cheap), off on CPU and single nodes.
+
 `LLMTrainingJobSpec` calls `derive` when it is built, so the operator, `llmtrain validate`/`plan`,
 the renderer (the trainer's LLMTRAIN_SPEC) and the trainer all see the same resolved values; the
 CLI shows which fields were derived and why (`explain`).
@@ -89,6 +92,14 @@ def first_step_timeout_minutes(spec: "LLMTrainingJobSpec") -> tuple[int, str]:
     hang = spec.resilience.hang_timeout_minutes
     return hang + load, (f"hangTimeoutMinutes ({hang}) + {load} min to read {per_node / 1e9:.1f} GB "
                          f"per node at {LOAD_BYTES_PER_SECOND / 1e6:.0f} MB/s")
+def preflight(spec: "LLMTrainingJobSpec") -> tuple[bool, str]:
+    """(on, why) for a spec whose resilience.preflight is unset."""
+    inst = instance_types().get(spec.cluster.instance_type)
+    if inst is None or not inst.is_gpu:
+        return False, "off on CPU workers"
+    if spec.cluster.nodes < 2:
+        return False, "off for a single node (no inter-node links to test)"
+    return True, f"on for a GPU job of {spec.cluster.nodes} nodes"
 
 
 def derive(spec: "LLMTrainingJobSpec") -> None:
@@ -103,6 +114,8 @@ def derive(spec: "LLMTrainingJobSpec") -> None:
         t.global_batch_tokens = global_batch_tokens(spec)[0]
     if spec.resilience.first_step_timeout_minutes is None:
         spec.resilience.first_step_timeout_minutes = min(10080, first_step_timeout_minutes(spec)[0])
+    if spec.resilience.preflight is None:
+        spec.resilience.preflight = preflight(spec)[0]
 
 
 def explain(raw_spec: dict, spec: "LLMTrainingJobSpec") -> dict[str, str]:
@@ -119,4 +132,6 @@ def explain(raw_spec: dict, spec: "LLMTrainingJobSpec") -> dict[str, str]:
         why["training.globalBatchTokens"] = global_batch_tokens(spec)[1]
     if "firstStepTimeoutMinutes" not in (raw_spec.get("resilience") or {}):
         why["resilience.firstStepTimeoutMinutes"] = first_step_timeout_minutes(spec)[1]
+    if "preflight" not in (raw_spec.get("resilience") or {}):
+        why["resilience.preflight"] = preflight(spec)[1]
     return why

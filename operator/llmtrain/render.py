@@ -62,6 +62,13 @@ ATTEMPT_LABEL = "llmtrain.dev/attempt"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # Set by Kubeflow on each worker pod; index 0 runs local rank 0 of the first node.
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+# NCCL flight recorder (PyTorch's ProcessGroupNCCL): each rank keeps the last N collectives in a
+# ring buffer and, when the watchdog sees a collective time out, dumps it to
+# TORCH_NCCL_DEBUG_INFO_TEMP_FILE + <rank>. 2000 entries is PyTorch's own suggestion for
+# debugging hangs (torch docs, "Flight Recorder"); the buffer costs a few MB per rank.
+FLIGHT_RECORDER_ENTRIES = 2000
+FLIGHT_RECORDER_DIR = "flight-recorder"
 
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -183,13 +190,50 @@ def _env(spec: LLMTrainingJobSpec, inst: InstanceType, job: str, namespace: str,
     })
     if resume_before_step:  # the trainer resumes from the newest checkpoint before this step
         values["LLMTRAIN_RESUME_BEFORE_STEP"] = str(int(resume_before_step))
+    if spec.resilience.preflight:
+        # launch.py runs `healthcheck` on every rank (its own rendezvous id) before training
+        values["LLMTRAIN_PREFLIGHT"] = "1"
+    if inst.is_gpu:
+        values.update(flight_recorder_env(spec, attempt))
     values.update(spec.cluster.env)
     env = [{"name": k, "value": v} for k, v in values.items()]
     env.append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+    # The node this pod runs on: the preflight verdict names suspects by it (status.badNodes).
+    env.append({"name": "LLMTRAIN_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
     ref = spec.model.hf_token_secret_ref
     if ref is not None:
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
     return env
+
+
+def flight_recorder_location(spec: LLMTrainingJobSpec, attempt: int) -> tuple[str, bool]:
+    """(directory the NCCL flight recorder dumps of `attempt` go to, whether it outlives the pod).
+    A file:// checkpoint (a shared volume such as FSx) keeps them beside the checkpoints, per
+    attempt; with S3 or no checkpoints they stay on the pod's node-local staging volume, which
+    is gone with the pod (read them with `kubectl cp` while an attempt hangs)."""
+    uri = spec.checkpoint.uri or ""
+    if uri.startswith("file://"):
+        return f"{uri[len('file://'):].rstrip('/')}/{FLIGHT_RECORDER_DIR}/attempt-{attempt}", True
+    return f"{STAGING_PATH}/{FLIGHT_RECORDER_DIR}/attempt-{attempt}", False
+
+
+def flight_recorder_env(spec: LLMTrainingJobSpec, attempt: int) -> dict[str, str]:
+    where, _ = flight_recorder_location(spec, attempt)
+    return {"TORCH_NCCL_TRACE_BUFFER_SIZE": str(FLIGHT_RECORDER_ENTRIES),
+            "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+            # PyTorch appends the global rank to this prefix: .../attempt-N/rank_<rank>
+            "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{where}/rank_"}
+
+
+def node_anti_affinity(avoid_nodes) -> dict[str, Any] | None:
+    """Required node anti-affinity that keeps an attempt's pods off `avoid_nodes` (the nodes the
+    operator blamed for earlier failures; controller/nodes.py decides which, never so many that
+    the job cannot schedule)."""
+    names = sorted(set(avoid_nodes or ()))
+    if not names:
+        return None
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "NotIn", "values": names}]}]}}}
 
 
 def _args(spec: LLMTrainingJobSpec, procs: int, min_nodes: int, rdzv: dict[str, Any]) -> list[str]:
@@ -207,9 +251,10 @@ def _args(spec: LLMTrainingJobSpec, procs: int, min_nodes: int, rdzv: dict[str, 
 def render_pytorchjob(spec: LLMTrainingJobSpec, name: str, namespace: str = "default",
                       attempt: int = 1, uid: str | None = None,
                       default_etcd_endpoint: str | None = None, *,
-                      resume_before_step: int | None = None) -> dict[str, Any]:
+                      resume_before_step: int | None = None, avoid_nodes=()) -> dict[str, Any]:
     """The PyTorchJob for one attempt, as a dict ready for the API server. `resume_before_step`:
-    a loss rollback the operator decided (status.resumeBeforeStep, controller/health.py)."""
+    a loss rollback the operator decided (status.resumeBeforeStep, controller/health.py).
+    `avoid_nodes`: node names this attempt's pods must not land on (status.avoidNodes)."""
     inst = instance_type(spec.cluster.instance_type)
     procs = inst.workers_per_node(spec.cluster.processes_per_node)
     ptj_name = pytorchjob_name(name, attempt)
@@ -241,7 +286,7 @@ def render_pytorchjob(spec: LLMTrainingJobSpec, name: str, namespace: str = "def
         env=_env(spec, inst, name, namespace, attempt, resume_before_step),
         resources=_resources(inst, procs), volume_mounts=mounts, volumes=volumes,
         pod_security=pod_security_context(), container_security=container_security_context(inst),
-        pod_annotations=checkov_annotations(spec, inst),
+        pod_annotations=checkov_annotations(spec, inst), affinity=node_anti_affinity(avoid_nodes),
         # each local rank serves its own /metrics on METRICS_PORT + local rank
         ports=[{"name": f"metrics-{i}", "containerPort": METRICS_PORT + i} for i in range(procs)])
     # libyaml's loader when present: the pure-Python one took ~100 ms per PyTorchJob, most of the

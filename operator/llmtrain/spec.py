@@ -233,6 +233,10 @@ class ResilienceSpec(_Spec):
                                    "rule compares against (read by the trainer when an attempt starts)")
     loss_spike_min_steps: int = Field(100, ge=0, description="no spike verdict before this step (the "
                                       "loss falls fast and noisily early on)")
+    preflight: bool | None = Field(
+        None, description="run the health check (GPUs, matmul, memory, all-reduce bandwidth) on every rank "
+        "before training; a failing or slow node is avoided and the attempt retried without spending a "
+        "restart. Unset: on for GPU jobs of 2 or more nodes")
 
 
 class RendezvousSpec(_Spec):

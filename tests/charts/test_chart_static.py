@@ -27,7 +27,9 @@ EXPECTED_RULES = {
     ("events.k8s.io", "events"): {"create", "patch"},
 }
 # kopf's own need: it watches CRDs to notice resources appear/disappear (read-only, cluster-scoped).
-FRAMEWORK_RULES = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
+FRAMEWORK_RULES = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+                   # bad-node avoidance counts the Ready nodes of an instance type (read-only)
+                   ("", "nodes"): {"get", "list"}}
 
 
 def operator_role(docs: list[dict]) -> dict:
@@ -107,6 +109,17 @@ def test_namespaced_mode_uses_roles_and_namespaced_peering(helm):
     assert sorted(p["metadata"]["namespace"] for p in by_kind(docs, "KopfPeering")) == ["team-a", "team-b"]
     args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert {"--namespace=team-a", "--namespace=team-b", "--default-etcd-endpoint=etcd.shared.svc:2379"} <= set(args)
+
+
+def test_suspect_node_taint_is_off_by_default_and_adds_only_node_patch(helm):
+    default = helm.manifests()
+    args = one(default, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not any(a.startswith("--suspect-taint-fraction") for a in args)
+    assert "patch" not in _rules(operator_role(default))[("", "nodes")]
+    on = helm.manifests("--set-json", 'suspectNodeTaint={"enabled": true, "maxFraction": 0.25}')
+    args = one(on, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--suspect-taint-fraction=0.25" in args
+    assert _rules(operator_role(on)) == {**EXPECTED_RULES, **FRAMEWORK_RULES, ("", "nodes"): {"get", "list", "patch"}}
 
 
 def test_rbac_is_exactly_least_privilege(helm):

@@ -200,3 +200,53 @@ def test_checkpoint_staging_is_memory_on_gpu_nodes(itype, medium):
     (staging,) = [v for v in pod["volumes"] if v["name"] == "staging"]
     assert staging["emptyDir"] == medium
     assert pod["terminationGracePeriodSeconds"] == 120
+
+
+# --- bad-node avoidance, preflight, NCCL flight recorder (controller/nodes.py, forensics.py) -------
+
+def _pod_spec(obj):
+    return obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+
+
+def test_avoided_nodes_become_required_hostname_anti_affinity():
+    assert "affinity" not in _pod_spec(_render())  # nothing to avoid: no affinity at all
+    obj = _render(avoid_nodes=["ip-10-0-1-9", "ip-10-0-1-7", "ip-10-0-1-9"])
+    terms = _pod_spec(obj)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms == {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["ip-10-0-1-7", "ip-10-0-1-9"]}]}]}
+    # the instance-type pin still holds (nodeSelector and affinity are ANDed)
+    assert _pod_spec(obj)["nodeSelector"]["node.kubernetes.io/instance-type"] == "p5.48xlarge"
+
+
+def test_a_crashed_worker_leaves_its_log_tail_as_the_termination_message():
+    # what the operator reads the NCCL/EFA/XID text from when the trainer could not write one itself
+    assert _container(_render())["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
+def test_preflight_is_on_by_default_for_multi_node_gpu_jobs_only():
+    assert _spec().resilience.preflight is True  # 4 × p5
+    assert _env(_render())["LLMTRAIN_PREFLIGHT"] == "1"
+    one_node = _spec(cluster={"nodes": 1}, training={"globalBatchTokens": 4096 * 32})
+    assert one_node.resilience.preflight is False and "LLMTRAIN_PREFLIGHT" not in _env(_render(one_node))
+    cpu = parse_spec({"model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu", "nodes": 2}})
+    assert cpu.resilience.preflight is False
+    assert "LLMTRAIN_PREFLIGHT" not in _env(_render(cpu))
+    off = _spec(resilience={"preflight": False})
+    assert "LLMTRAIN_PREFLIGHT" not in _env(_render(off))
+    # the node name reaches the trainer, so a preflight verdict can name the Kubernetes node
+    assert _env(_render())["LLMTRAIN_NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+
+
+def test_nccl_flight_recorder_dumps_per_attempt_beside_file_checkpoints():
+    env = _env(_render(_spec(checkpoint={"uri": "file:///mnt/fsx/ckpt/"}), attempt=3))
+    assert env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
+    assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    assert env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == "/mnt/fsx/ckpt/flight-recorder/attempt-3/rank_"
+    # S3 checkpoints: the pod's node-local staging volume (documented: gone with the pod)
+    env = _env(_render(_spec(checkpoint={"uri": "s3://b/ckpt/"}), attempt=2))
+    assert env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == "/var/lib/llmtrain/staging/flight-recorder/attempt-2/rank_"
+    # spec.cluster.env still wins (e.g. a bigger buffer)
+    env = _env(_render(_spec(cluster={"env": {"TORCH_NCCL_TRACE_BUFFER_SIZE": "20000"}})))
+    assert env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "20000"
+    cpu = parse_spec({"model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu", "nodes": 1}})
+    assert not any(k.startswith("TORCH_NCCL_TRACE") for k in _env(_render(cpu)))  # gloo: no NCCL

@@ -142,6 +142,7 @@ def test_validate_and_plan_show_the_resolved_values(tmp_path):
     resolved = __import__("json").loads(plan.stdout)["resolved"]
     assert resolved["training.globalBatchTokens"]["value"] == 512 and "derived" in resolved["training.globalBatchTokens"]
     assert resolved["training.maxSteps"] == {"value": 12}
+    assert resolved["resilience.preflight"]["value"] is False and "derived" in resolved["resilience.preflight"]
 
 
 # --- Allow-lists (issue 10, defect 8) ----------------------------------------------------------

@@ -36,7 +36,7 @@ def test_slow_rank_is_the_one_with_both_links_slow():
     verdict = judge(ranks([10.0, 1.0, 1.0, 10.0, 10.0]), busbw=5.0, expected_busbw=None, min_fraction=0.5)
     assert verdict["healthy"] is False
     assert list(verdict["suspectRanks"]) == ["2"]
-    assert verdict["suspectNodes"] == [{"node": 2, "host": "node-2"}]
+    assert verdict["suspectNodes"] == [{"node": 2, "host": "node-2", "problem": verdict["suspectRanks"]["2"][0]}]
 
 
 def test_uniform_links_are_healthy_and_two_ranks_have_no_relative_verdict():
@@ -97,3 +97,87 @@ def test_bad_threshold_is_refused_with_the_accepted_range(capsys):
         main(["--min-fraction", "1.5"])
     assert exc.value.code == 2
     assert "--min-fraction must be in (0, 1], got 1.5" in capsys.readouterr().err
+
+
+# --- the preflight round of llmtrain_trainer.launch (LLMTRAIN_PREFLIGHT=1) ------------------------
+
+def test_preflight_args_reuse_torchrun_with_an_own_rendezvous_and_the_healthcheck():
+    from llmtrain_trainer.launch import preflight_args
+
+    args = ["--nnodes=2:2", "--nproc-per-node=8", "--rdzv-backend=etcd-v2", "--rdzv-endpoint=etcd:2379",
+            "--rdzv-id=ns-job-abcd1234-a3", "--max-restarts=0", "-m", "llmtrain_trainer", "--spec", "x.json"]
+    assert preflight_args(args, "/tmp/r.json", ["--iters", "3"]) == [
+        "--nnodes=2:2", "--nproc-per-node=8", "--rdzv-backend=etcd-v2", "--rdzv-endpoint=etcd:2379",
+        "--rdzv-id=ns-job-abcd1234-a3-preflight", "--max-restarts=0", "-m", "llmtrain_trainer",
+        "healthcheck", "--report", "/tmp/r.json", "--iters", "3"]
+    assert preflight_args(["--rdzv-id", "x", "-m", "m"], "r")[:1] == ["--rdzv-id=x-preflight"]
+    with pytest.raises(ValueError, match="no -m MODULE"):
+        preflight_args(["--nnodes=1"], "r")
+
+
+def test_preflight_exit_code_is_the_one_the_operator_reads():
+    from llmtrain.controller.nodes import PREFLIGHT_EXIT_CODE as OPERATOR_SIDE
+    from llmtrain_trainer.launch import PREFLIGHT_EXIT_CODE
+
+    assert PREFLIGHT_EXIT_CODE == OPERATOR_SIDE
+
+
+def test_termination_message_fits_the_kubelet_limit_and_keeps_the_suspects():
+    from llmtrain_trainer.healthcheck import termination_message
+
+    verdict = judge(ranks([10.0] * 200 + [1.0, 1.0] + [10.0] * 54), 5.0, None, 0.5)
+    verdict["suspectRanks"].update({str(i): ["x" * 100] for i in range(60)})  # a very sick gang
+    text = termination_message(verdict)
+    assert len(text.encode()) <= 4096
+    short = json.loads(text)
+    assert short["event"] == "healthcheck" and short["healthy"] is False and "linkGBps" not in short
+    assert {"node": 201, "host": "node-201", "problem": verdict["suspectNodes"][-1]["problem"]} in short["suspectNodes"]
+
+
+def launch(tmp_path, nproc: int, fault: str | None, spec: str):
+    """`python -m llmtrain_trainer.launch` as the pod runs it, preflight on, on CPU with gloo."""
+    term = tmp_path / "termination-log"
+    term.write_text("")
+    env = dict(os.environ, OMP_NUM_THREADS="1", LLMTRAIN_PREFLIGHT="1", LLMTRAIN_TERMINATION_LOG=str(term),
+               LLMTRAIN_NODE_NAME="kwok-p5-48xlarge-7",
+               LLMTRAIN_PREFLIGHT_ARGS="--size-mib 2 --iters 4 --memory-mib 16")
+    env.pop("LLMTRAIN_HEALTHCHECK_FAULT", None)
+    env.pop("LLMTRAIN_SPEC", None)
+    if fault:
+        env["LLMTRAIN_HEALTHCHECK_FAULT"] = fault
+    cmd = [sys.executable, "-m", "llmtrain_trainer.launch", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
+           f"--rdzv-endpoint=127.0.0.1:{free_port()}", f"--rdzv-id=job-{uuid.uuid4().hex[:8]}-a1",
+           "--max-restarts=0", "-m", "llmtrain_trainer", "--spec", spec]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    return proc, term.read_text()
+
+
+@pytest.mark.trainer
+@pytest.mark.slow
+def test_launch_preflight_with_a_slow_rank_exits_distinctly_and_never_trains(tmp_path):
+    from llmtrain.controller.preflight import preflight_verdict, suspect_failures
+    from llmtrain_trainer.launch import PREFLIGHT_EXIT_CODE
+
+    missing = tmp_path / "never-read-spec.yaml"  # training would fail on it (exit 1), not exit 86
+    proc, term = launch(tmp_path, 4, "slow=1:20", str(missing))
+    assert proc.returncode == PREFLIGHT_EXIT_CODE, proc.stderr[-3000:]
+    assert "preflight health check failed, not training" in proc.stderr
+    assert "never-read-spec" not in proc.stderr  # the trainer never started
+    verdict = json.loads(term)
+    assert verdict["healthy"] is False and list(verdict["suspectRanks"]) == ["1"], verdict
+    assert verdict["busBandwidthGBps"] > 0
+    assert verdict["suspectNodes"][0]["nodeName"] == "kwok-p5-48xlarge-7"
+    # ... and the operator reads exactly this message as a failed preflight naming that node
+    seen = [{"pod": "p", "node": "kwok-p5-48xlarge-7", "exitCode": proc.returncode, "message": term}]
+    assert [f["node"] for f in suspect_failures(preflight_verdict(seen), seen)] == ["kwok-p5-48xlarge-7"]
+
+
+@pytest.mark.trainer
+@pytest.mark.slow
+def test_launch_preflight_that_passes_goes_on_to_train(tmp_path):
+    missing = tmp_path / "the-training-spec.yaml"
+    proc, term = launch(tmp_path, 2, None, str(missing))
+    assert "preflight health check passed" in proc.stderr, proc.stderr[-3000:]
+    # training started after it: the trainer itself read --spec (and, as it is missing, failed)
+    assert proc.returncode == 1 and "the-training-spec" in proc.stderr
+    assert term == ""  # a passing check leaves no verdict behind as the pod's termination message

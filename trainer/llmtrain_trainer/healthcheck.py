@@ -19,12 +19,14 @@ seconds, and names the node to avoid when the answer is no:
 
 Verdicts: a rank is *slow* when both its links are below `min_fraction` × the median link; the
 attempt is *degraded* when the all-reduce bus bandwidth is below `min_fraction` × the instance type's
-EFA bandwidth (catalog `network_gbps`, only checked on GPUs across nodes: on one node NVLink
-dominates, and on CPU there is no datasheet figure to hold loopback to).
+expected bus bandwidth (catalog `allreduce_busbw_gbps`, only checked on GPUs across nodes: on one
+node NVLink dominates, and on CPU there is no datasheet figure to hold loopback to).
 
-Output: rank 0 prints one JSON line (`{"event": "healthcheck", ...}`) and, where the pod has one,
-writes the same summary to its termination-message file, which is how the operator reads it without
-scraping logs. Each worker exits 0 when healthy, 3 when unhealthy (a check failed or a node is
+Output: rank 0 prints one JSON line (`{"event": "healthcheck", ...}`); local rank 0 of every node
+writes the verdict to `--report` and, where the pod has one, a compact form (`termination_message`,
+within Kubernetes' 4096-byte limit) to its termination-message file, which is how the operator reads
+it without scraping logs. Suspect nodes carry the Kubernetes node name (LLMTRAIN_NODE_NAME, from the
+downward API) so the operator can keep the next attempt off them. Each worker exits 0 when healthy, 3 when unhealthy (a check failed or a node is
 slow), 1 on an error; torchrun then exits 0 or 1.
 
 Fault injection (tests and game days only): LLMTRAIN_HEALTHCHECK_FAULT="slow=<rank>:<factor>" makes
@@ -47,6 +49,7 @@ import torch.distributed as dist
 
 EXIT_UNHEALTHY = 3
 TERMINATION_LOG = "/dev/termination-log"
+TERMINATION_MESSAGE_BYTES = 4096  # the kubelet truncates a container's termination message here
 
 
 @dataclass
@@ -59,6 +62,7 @@ class RankResult:
     memory_ok: bool
     link_gbps: float = 0.0  # the link to rank+1, both directions at once, timed alone
     problems: list[str] = field(default_factory=list)
+    node_name: str | None = None  # the Kubernetes node (downward API), where known
 
 
 def _fault() -> dict[str, str]:
@@ -196,7 +200,12 @@ def judge(results: list[RankResult], busbw: float, expected_busbw: float | None,
                     f"links {left:.3f} and {r.link_gbps:.3f} GB/s, below {min_fraction:.0%} of the "
                     f"median link ({median:.3f} GB/s)")
     degraded = expected_busbw is not None and busbw < min_fraction * expected_busbw
-    nodes = sorted({(by_rank[k].node, by_rank[k].host) for k in suspects})
+    nodes: dict[tuple, dict] = {}
+    for k in sorted(suspects):
+        r = by_rank[k]
+        entry = nodes.setdefault((r.node, r.host), {"node": r.node, "host": r.host, "problem": suspects[k][0]})
+        if r.node_name:
+            entry["nodeName"] = r.node_name
     return {
         "event": "healthcheck",
         "healthy": not suspects and not degraded,
@@ -205,18 +214,39 @@ def judge(results: list[RankResult], busbw: float, expected_busbw: float | None,
         "expectedBusBandwidthGBps": expected_busbw,
         "degraded": degraded,
         "suspectRanks": {str(k): v for k, v in sorted(suspects.items())},
-        "suspectNodes": [{"node": node, "host": host} for node, host in nodes],
+        "suspectNodes": [nodes[k] for k in sorted(nodes)],
         "linkGBps": {str(r.rank): round(r.link_gbps, 3) for r in results},
     }
 
 
 def expected_bus_bandwidth(instance_type: str | None, device: torch.device, nodes: int) -> float | None:
-    """The catalog's EFA bandwidth per node in GB/s; None where no datasheet figure applies."""
+    """The catalog's expected all-reduce bus bandwidth in GB/s; None where no datasheet figure
+    applies (CPU, a single node, an instance type without one)."""
     if device.type != "cuda" or nodes < 2 or not instance_type:
         return None
     from llmtrain.catalog import instance_type as lookup
 
-    return lookup(instance_type).network_gbps / 8
+    return lookup(instance_type).allreduce_busbw_gbps
+
+
+def termination_message(verdict: dict, limit: int = TERMINATION_MESSAGE_BYTES) -> str:
+    """The verdict as compact JSON within `limit` bytes: per-link figures go first, then suspect
+    ranks beyond the first few; the suspect nodes and the bandwidth figures always stay."""
+    v = {k: val for k, val in verdict.items() if k != "linkGBps"}
+    text = json.dumps(v, separators=(",", ":"))
+    ranks = dict(v.get("suspectRanks") or {})
+    while len(text.encode()) > limit and ranks:
+        ranks.pop(next(reversed(ranks)))
+        v["suspectRanks"] = ranks
+        v["truncated"] = True
+        text = json.dumps(v, separators=(",", ":"))
+    nodes = list(v.get("suspectNodes") or [])
+    while len(text.encode()) > limit and nodes:
+        nodes.pop()
+        v["suspectNodes"] = nodes
+        v["truncated"] = True
+        text = json.dumps(v, separators=(",", ":"))
+    return text
 
 
 def _instance_type_from_spec() -> str | None:
@@ -237,7 +267,8 @@ def run(size_mib: int = 16, iters: int = 5, memory_mib: int = 256, min_fraction:
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     node = int(os.environ.get("GROUP_RANK", str(rank // max(local_world, 1))))
     result = RankResult(rank=rank, node=node, host=os.environ.get("HOSTNAME") or os.uname().nodename,
-                        devices_ok=True, compute_ok=True, memory_ok=True)
+                        devices_ok=True, compute_ok=True, memory_ok=True,
+                        node_name=os.environ.get("LLMTRAIN_NODE_NAME") or None)
     for attr, check in (("devices_ok", lambda: check_devices(device, rank)),
                         ("compute_ok", lambda: check_compute(device)),
                         ("memory_ok", lambda: check_memory(device, memory_mib))):
@@ -254,21 +285,25 @@ def run(size_mib: int = 16, iters: int = 5, memory_mib: int = 256, min_fraction:
 
     gathered: list[dict] = [None] * n  # type: ignore[list-item]
     dist.all_gather_object(gathered, asdict(result))
-    code = 0
+    verdicts: list[dict | None] = [None]
     if rank == 0:
-        verdict = judge([RankResult(**g) for g in gathered], busbw,
-                        expected_bus_bandwidth(_instance_type_from_spec(), device, n // max(local_world, 1)),
-                        min_fraction)
-        line = json.dumps(verdict, separators=(",", ":"))
-        print(line, flush=True)
-        for path in filter(None, (report, TERMINATION_LOG if os.access(TERMINATION_LOG, os.W_OK) else None)):
-            with open(path, "w") as f:
-                f.write(line)
-        code = 0 if verdict["healthy"] else EXIT_UNHEALTHY
-    codes = [code]
-    dist.broadcast_object_list(codes, src=0)
+        verdicts[0] = judge([RankResult(**g) for g in gathered], busbw,
+                            expected_bus_bandwidth(_instance_type_from_spec(), device, n // max(local_world, 1)),
+                            min_fraction)
+        print(json.dumps(verdicts[0], separators=(",", ":")), flush=True)
+    # every node gets the verdict: each pod reports it (the operator may see any one of them first)
+    dist.broadcast_object_list(verdicts, src=0)
+    verdict = verdicts[0]
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        if report:
+            with open(report, "w") as f:
+                f.write(json.dumps(verdict, separators=(",", ":")))
+        log = os.environ.get("LLMTRAIN_TERMINATION_LOG", TERMINATION_LOG)
+        if os.access(log, os.W_OK):
+            with open(log, "w") as f:
+                f.write(termination_message(verdict))
     dist.destroy_process_group()
-    return codes[0]
+    return 0 if verdict["healthy"] else EXIT_UNHEALTHY
 
 
 def main(argv: list[str]) -> int:

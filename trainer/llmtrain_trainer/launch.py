@@ -10,14 +10,30 @@ This wrapper runs torchrun as a child in its own session and, on SIGTERM or SIGI
 sees every worker succeed and exits 0, and the wrapper exits with torchrun's code. The workers get
 the whole pod grace period (`terminationGracePeriodSeconds`), not torchrun's 30 s. A second signal
 kills the process tree at once. `llmtrain local` uses the same `stop_workers`.
+
+Preflight (LLMTRAIN_PREFLIGHT=1, rendered when spec.resilience.preflight is on): before training,
+the same torchrun arguments run `-m llmtrain_trainer healthcheck` on every rank, under a rendezvous
+id of its own (`<id>-preflight`, so the training rendezvous starts fresh). Healthy: training starts.
+Unhealthy (a failed device/compute/memory check, a slow node, or bus bandwidth below the catalog's):
+training does not start; the check's compact verdict becomes the container's termination message and
+the wrapper exits PREFLIGHT_EXIT_CODE, which the operator reads from the pod's terminated state
+(controller/preflight.py) to avoid the suspect node(s) and retry without spending a restart.
+LLMTRAIN_PREFLIGHT_ARGS adds healthcheck options (e.g. "--size-mib 256 --iters 10").
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
+import tempfile
+
+# Keep in sync with llmtrain.controller.nodes.PREFLIGHT_EXIT_CODE (a test checks it). Not 1 (any
+# error), 3 (the healthcheck worker's own "unhealthy"), 137/143 (signals) or torchrun's codes.
+PREFLIGHT_EXIT_CODE = 86
 
 
 def children(pid: int) -> list[int]:
@@ -60,33 +76,103 @@ def torchrun_command(args: list[str]) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", *args]
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    proc = subprocess.Popen(torchrun_command(args), start_new_session=True)
-    signals = 0
+def preflight_args(args: list[str], report: str, extra: list[str] = ()) -> list[str]:
+    """The torchrun arguments of the preflight round: the training's, with the rendezvous id
+    suffixed `-preflight` and the module's own arguments replaced by `healthcheck --report FILE`."""
+    out: list[str] = []
+    it = iter(args)
+    for a in it:
+        if a in ("-m", "--module"):
+            module = next(it)
+            return out + [a, module, "healthcheck", "--report", report, *extra]
+        if a.startswith(("--rdzv-id=", "--rdzv_id=")):
+            a += "-preflight"
+        elif a in ("--rdzv-id", "--rdzv_id"):
+            a = f"{a}={next(it)}-preflight"
+        out.append(a)
+    raise ValueError("no -m MODULE in the torchrun arguments")
 
-    def on_signal(signum, frame) -> None:
-        nonlocal signals
-        signals += 1
-        if signals == 1:
+
+def termination_log() -> str:
+    return os.environ.get("LLMTRAIN_TERMINATION_LOG", "/dev/termination-log")
+
+
+class Launcher:
+    """torchrun as a child, with the signal handling described above, for one or more rounds."""
+
+    def __init__(self):
+        self.proc: subprocess.Popen | None = None
+        self.signals = 0
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self.on_signal)
+
+    def on_signal(self, signum, frame) -> None:
+        self.signals += 1
+        if self.proc is None:
+            return
+        if self.signals == 1:
             print(f"llmtrain launch: {signal.Signals(signum).name}: stopping the workers (checkpoint, then "
                   "exit); a second signal kills them", file=sys.stderr, flush=True)
-            stop_workers(proc)
+            stop_workers(self.proc)
         else:
-            kill_tree(proc)
+            kill_tree(self.proc)
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
-    try:
-        while True:
+    def run(self, args: list[str], env: dict | None = None) -> int:
+        self.proc = proc = subprocess.Popen(torchrun_command(args), start_new_session=True, env=env)
+        try:
+            while True:
+                try:
+                    return proc.wait()
+                except InterruptedError:  # pragma: no cover - PEP 475 retries wait() itself
+                    continue
+        finally:
+            if proc.poll() is None:
+                kill_tree(proc)
+                proc.wait()
+
+    def preflight(self, args: list[str]) -> int:
+        """0 when the nodes are fit to train; PREFLIGHT_EXIT_CODE (verdict written as the
+        termination message) when the check says they are not; torchrun's code on an error."""
+        extra = shlex.split(os.environ.get("LLMTRAIN_PREFLIGHT_ARGS", ""))
+        with tempfile.TemporaryDirectory(prefix="llmtrain-preflight-") as tmp:
+            report = os.path.join(tmp, "verdict.json")
+            # the workers must not leave a (healthy) verdict as the termination message of a pod
+            # that goes on to train: this wrapper writes it, only when the check fails
+            env = {**os.environ, "LLMTRAIN_TERMINATION_LOG": ""}
+            rc = self.run(preflight_args(args, report, extra), env)
             try:
-                return proc.wait()
-            except InterruptedError:  # pragma: no cover - PEP 475 retries wait() itself
-                continue
-    finally:
-        if proc.poll() is None:
-            kill_tree(proc)
-            proc.wait()
+                with open(report) as f:
+                    verdict = json.load(f)
+            except (OSError, ValueError):
+                verdict = None
+        if verdict is not None and not verdict.get("healthy", True):
+            from .healthcheck import termination_message
+
+            text = termination_message(verdict)
+            try:
+                with open(termination_log(), "w") as f:
+                    f.write(text)
+            except OSError:
+                pass  # not in a pod
+            print(f"llmtrain launch: preflight health check failed, not training: {text}", file=sys.stderr,
+                  flush=True)
+            return PREFLIGHT_EXIT_CODE
+        if rc != 0:
+            print(f"llmtrain launch: preflight health check exited {rc} without a verdict", file=sys.stderr,
+                  flush=True)
+            return rc
+        print("llmtrain launch: preflight health check passed", file=sys.stderr, flush=True)
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    launcher = Launcher()
+    if os.environ.get("LLMTRAIN_PREFLIGHT") == "1":
+        code = launcher.preflight(args)
+        if code != 0 or launcher.signals:  # unfit nodes, an error, or asked to stop meanwhile
+            return code
+    return launcher.run(args)
 
 
 if __name__ == "__main__":

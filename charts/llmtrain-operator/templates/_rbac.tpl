@@ -40,4 +40,10 @@ cluster-scoped, so it needs a ClusterRole even when the operator watches only so
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]
   verbs: [list, watch]
+{{- /* Bad-node avoidance counts the Ready nodes of an instance type before keeping a failed
+attempt's nodes out of the next one (never so many that the job cannot schedule). Read-only;
+patch (the llmtrain.dev/suspect taint) only when suspectNodeTaint.enabled. */}}
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [{{ if .Values.suspectNodeTaint.enabled }}get, list, patch{{ else }}get, list{{ end }}]
 {{- end }}

@@ -49,6 +49,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="a dead leader is replaced this long after its last renewal")
     p.add_argument("--workers", type=int, default=CONFIG.workers,
                    help="reconciler worker threads: jobs reconciled at once (each makes blocking API calls)")
+    p.add_argument("--suspect-taint-fraction", type=float, default=CONFIG.suspect_taint_fraction,
+                   help="taint nodes blamed for a failed attempt llmtrain.dev/suspect=<reason>:NoSchedule, "
+                        "at most this fraction of the nodes of their instance type (default 0: never; "
+                        "needs RBAC to patch nodes)")
     p.add_argument("--verbose", action="store_true")
     return p.parse_args(argv)
 
@@ -63,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     CONFIG.trainer_metrics_port = args.trainer_metrics_port
     CONFIG.progress_interval = args.progress_interval
     CONFIG.workers = args.workers
+    if not 0 <= args.suspect_taint_fraction <= 1:
+        raise SystemExit(f"--suspect-taint-fraction must be in [0, 1], got {args.suspect_taint_fraction}")
+    CONFIG.suspect_taint_fraction = args.suspect_taint_fraction
     from . import handlers  # noqa: F401 — importing registers the handlers with kopf
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.bind_address)

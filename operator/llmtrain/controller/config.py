@@ -17,6 +17,9 @@ class OperatorConfig:
     scrape_timeout: float = 3.0
     # scrapes in flight at once (each is a coroutine on the event loop, not a thread)
     max_concurrent_scrapes: int = 200
+    # taint nodes blamed for a failure llmtrain.dev/suspect=<reason>:NoSchedule, on at most this
+    # fraction of the nodes of their instance type (0: never; controller/nodes.py)
+    suspect_taint_fraction: float = 0.0
 
 
 CONFIG = OperatorConfig()

@@ -66,7 +66,7 @@ from ..planner import plan_job
 from ..render import ATTEMPT_LABEL, JOB_LABEL, pytorchjob_name, render_pytorchjob, rendezvous_id
 from ..spec import GROUP, PHASES, PLURAL, VERSION, LLMTrainingJobSpec, model_summary
 from ..validation import InvalidJob, validate
-from . import health, kube
+from . import forensics, health, kube, nodes
 from .config import CONFIG
 from .metrics import OperatorMetrics
 from .status import (PHASE_OF, TERMINAL, failure_message, now, parse_time, pod_summary,
@@ -79,6 +79,7 @@ SPEC_HASH = "llmtrain.dev/spec-hash"
 MUTABLE_SECTIONS = ("resilience", "checkpoint", "suspend")
 ACTIVE = ("Pending", "Restarting", "Running")
 log = logging.getLogger("llmtrain.operator")
+nodes.register(kopf)  # nodes: the pod watch that catches failures before the pods are deleted
 
 
 # --- shared in-process state ---------------------------------------------------------------------
@@ -149,7 +150,8 @@ def _render(spec: LLMTrainingJobSpec, raw_spec: dict, body: dict, attempt: int) 
     meta = body["metadata"]
     obj = render_pytorchjob(spec, meta["name"], meta["namespace"], attempt, meta["uid"],
                             CONFIG.default_etcd_endpoint,
-                            resume_before_step=(body.get("status") or {}).get("resumeBeforeStep"))
+                            resume_before_step=(body.get("status") or {}).get("resumeBeforeStep"),
+                            avoid_nodes=(body.get("status") or {}).get("avoidNodes") or ())  # nodes.py
     obj["metadata"]["annotations"][SPEC_HASH] = spec_hash(raw_spec)
     return obj
 
@@ -575,7 +577,14 @@ def _attempt_failed(namespace: str, name: str, ptj: dict) -> None:
         return (_owned_by(ptj, job["metadata"]["uid"]) and str(status.get("attempt") or 1) == attempt
                 and status.get("phase") not in TERMINAL + ("Suspended",))
 
-    restart(namespace, name, "failed", failure_message(ptj), live_attempt)
+    # --- nodes: failure forensics + preflight (forensics.py) ---
+    job = kube.get_job(namespace, name)
+    if job is None or not attempt or not live_attempt(job):
+        return
+    failed = forensics.on_failed(namespace, name, ptj, int(attempt), job)
+    restart(namespace, name, failed.reason, failed.message, live_attempt, spend=failed.spend, amend=failed.amend)
+    forensics.after_restart(namespace, name, failed, job)
+    # --- end nodes ---
 
 
 def _drop_superseded(namespace: str, created: list[str], status: dict | None) -> None:
@@ -712,6 +721,7 @@ async def job_event(event, body, namespace, name, status, attempt_pods: kopf.Ind
         QUEUE.forget(key)
         _forget(namespace, name)
         _RANK0_IPS.pop(key, None)
+        nodes.forget(namespace, name)
         _LAST_MONITOR.pop(key, None)
         with _SEEN_LOCK:
             _SEEN.discard(key)
@@ -864,7 +874,18 @@ async def check_startup(job: dict, pods: list[dict]) -> None:
 
 def _locked_restart(namespace, name, reason, message, still_applies, amend=None) -> None:
     with _job_lock(namespace, name):
-        restart(namespace, name, reason, message, still_applies, amend=amend)
+        restart(namespace, name, reason, message, still_applies,
+                amend=_chain(forensics.stuck_amend(reason), amend))  # nodes: names the NCCL dumps
+
+
+def _chain(*amends):
+    """One amend() that applies each given one in turn (None entries skipped)."""
+    def amend(job: dict, update: dict) -> dict:
+        for fn in amends:
+            if fn is not None:
+                update = fn(job, update)
+        return update
+    return amend
 
 
 def _apply_health(namespace: str, name: str, attempt: int, verdict: "health.Verdict") -> None:

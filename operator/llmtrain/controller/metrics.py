@@ -28,6 +28,13 @@ class OperatorMetrics:
         self.restarts = Counter(
             "llmtrain_operator_job_restarts", "Attempts started after a failure or hang",
             ["namespace", "llmtrain_job", "reason"], **kw)
+        # failure forensics and preflight (controller/forensics.py)
+        self.preflight_busbw = Gauge(
+            "llmtrain_operator_preflight_bus_bandwidth_gbps",
+            "All-reduce bus bandwidth the last failed preflight health check of a job measured (GB/s)",
+            ["namespace", "llmtrain_job"], **kw)
+        self.bad_nodes = Counter(
+            "llmtrain_operator_bad_nodes", "Nodes blamed for a failed attempt, by reason", ["reason"], **kw)
         for outcome in RECONCILE_OUTCOMES:
             self.reconciles.labels(outcome)
         for phase in PHASES:

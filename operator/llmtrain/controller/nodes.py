@@ -1,0 +1,341 @@
+"""Failure forensics and bad-node avoidance: which node a failed worker pod ran on and why, and
+which nodes the next attempt keeps away from.
+
+Why here and not from the PyTorchJob: Kubeflow's training-operator deletes every pod of a failed
+job at once (cleanPodPolicy), and its Failed condition only says "replica worker failed". The pod's
+own terminated state (exit code, OOMKilled, the termination message with the NCCL/EFA/XID text)
+lives for milliseconds. So a pod watch handler (`pod_event`, on the event loop) copies each failure
+into `FAILURES` the moment it is seen, and the restart that the PyTorchJob's Failed condition
+triggers (handlers.pytorchjob_event) folds them into its own conditional status write through
+`restart(..., amend=...)`:
+
+  status.badNodes    the last MAX_BAD_NODES failures: [{node, reason, attempt, pod, exitCode, time}]
+  status.avoidNodes  what the next attempt's pods get as required node anti-affinity
+                     (kubernetes.io/hostname NotIn [...], render.py)
+
+Avoidance never makes a job unschedulable: a node is only avoided while enough other Ready,
+schedulable nodes of the instance type remain for the job (`plan_avoidance`); otherwise the message
+says which nodes were kept in play and why. Bystanders are not blamed: a pod that was already being
+deleted when its container ended (the training-operator killing the rest of the gang) is skipped.
+
+Optionally (operator flag --suspect-taint-fraction, chart value suspectNodeTaint) a bad node also
+gets the taint `llmtrain.dev/suspect=<reason>:NoSchedule` so other jobs avoid it too, never on more
+than that fraction of the nodes of its instance type (`taint_budget`).
+
+Everything but `pod_event`, `collect`, `ready_nodes` and `taint_nodes` is pure and unit-tested.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import re
+import threading
+import time
+
+from ..render import ATTEMPT_LABEL, JOB_LABEL
+from ..spec import INSTANCE_TYPE_LABEL
+
+log = logging.getLogger("llmtrain.operator.nodes")
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+SUSPECT_TAINT = "llmtrain.dev/suspect"
+MAX_BAD_NODES = 20  # status.badNodes keeps the newest this many
+MESSAGE_CHARS = 240  # of a termination message, in status and events
+# Exit code of `python -m llmtrain_trainer.launch` when the preflight health check found the nodes
+# unfit (trainer/llmtrain_trainer/launch.py); its termination message is the check's JSON verdict.
+PREFLIGHT_EXIT_CODE = 86
+
+# "NVRM: Xid (PCI:0000:53:00): 79, pid=1234, GPU has fallen off the bus" (the kernel log line a
+# failing GPU leaves, which torch/NCCL error text or a log-tailing entrypoint may carry) or "XID 48".
+_XID = re.compile(r"\bxid\b\s*(?:\([^)]*\))?\s*[:=]?\s*(\d{1,3})\b", re.IGNORECASE)
+_NCCL = re.compile(r"nccl|watchdog caught collective operation timeout|ProcessGroupNCCL", re.IGNORECASE)
+_EFA = re.compile(r"\befa\b|libfabric|\bfi_[a-z_]+|FI_EFA|rdma", re.IGNORECASE)
+# A rank that only lost its peer says so: blaming its node too would empty a cluster one gang at a time.
+_REMOTE = re.compile(r"remote process exited|ncclRemoteError|connection reset by peer|"
+                     r"connection closed by (remote )?peer|peer .* closed", re.IGNORECASE)
+_COLLECTIVE_TIMEOUT = re.compile(r"collective operation timeout|watchdog.*timed? ?out|"
+                                 r"Timeout\(ms\)=\d+|NCCL.*timeout", re.IGNORECASE)
+
+
+def xid_of(text: str | None) -> int | None:
+    """The NVIDIA XID error number in `text`, if it names one."""
+    m = _XID.search(text or "")
+    return int(m.group(1)) if m else None
+
+
+def is_collective_timeout(text: str | None) -> bool:
+    return bool(_COLLECTIVE_TIMEOUT.search(text or ""))
+
+
+def classify(exit_code: int | None, k8s_reason: str | None, message: str | None) -> str:
+    """One short reason for a failed worker container, most specific first: an XID names the GPU's
+    own fault; OOMKilled is the kernel's; NCCL/EFA text says the network path; else the exit code."""
+    xid = xid_of(message)
+    if xid is not None:
+        return f"XID {xid}"
+    if k8s_reason == "OOMKilled":
+        return "OOMKilled"
+    if exit_code == PREFLIGHT_EXIT_CODE:
+        return "preflight"
+    if message and is_collective_timeout(message):
+        return "NCCL collective timeout"
+    if message and _EFA.search(message):
+        return "EFA error"
+    if message and _NCCL.search(message):
+        return "NCCL error"
+    if k8s_reason and k8s_reason not in ("Error", "Completed"):
+        return k8s_reason if exit_code in (None, 0) else f"{k8s_reason} (exit {exit_code})"
+    return f"exit {exit_code}" if exit_code is not None else "failed"
+
+
+def failure_of(pod: dict) -> dict | None:
+    """What a failed worker pod says about its node, or None if it did not fail (or was a bystander
+    killed by the gang's teardown, or never ran on a node). Pod as the API returns it (camelCase)."""
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    node = spec.get("nodeName")
+    if not node:
+        return None
+    term = None
+    for c in status.get("containerStatuses") or []:
+        t = (c.get("state") or {}).get("terminated")
+        if t and t.get("exitCode") not in (None, 0):
+            term = t
+            break
+    if term is None:
+        if status.get("phase") != "Failed" or not status.get("reason"):
+            return None
+        term = {"reason": status.get("reason"), "message": status.get("message")}  # Evicted, ...
+    elif meta.get("deletionTimestamp"):
+        return None  # killed by the teardown of the gang, not failed by itself
+    message = (term.get("message") or "").strip()
+    out = {"node": node, "pod": meta.get("name"), "reason": classify(term.get("exitCode"), term.get("reason"), message),
+           "exitCode": term.get("exitCode"), "finishedAt": term.get("finishedAt")}
+    if message:
+        out["message"] = message
+    xid = xid_of(message)
+    if xid is not None:
+        out["xid"] = xid
+    return out
+
+
+def culprits(failures: list[dict]) -> list[dict]:
+    """The failures to blame nodes for: when some pods failed on their own and others only report
+    that a peer went away (NCCL 'remote process exited', 'Connection reset by peer'), the latter are
+    victims of the former and their nodes are left alone."""
+    own = [f for f in failures if not _REMOTE.search(f.get("message") or "")]
+    return own or list(failures)
+
+
+def record(bad_nodes: list[dict], failures: list[dict], attempt: int, when: str,
+           limit: int = MAX_BAD_NODES) -> list[dict]:
+    """status.badNodes with this attempt's failures added (one entry per node and attempt), newest
+    last, at most `limit` entries."""
+    out = list(bad_nodes or [])
+    seen = {(b.get("node"), b.get("attempt")) for b in out}
+    for f in failures:
+        if (f["node"], attempt) in seen:
+            continue
+        seen.add((f["node"], attempt))
+        entry = {"node": f["node"], "reason": f["reason"], "attempt": attempt, "time": when}
+        for key in ("pod", "exitCode", "xid"):
+            if f.get(key) is not None:
+                entry[key] = f[key]
+        if f.get("message"):
+            entry["message"] = f["message"][:MESSAGE_CHARS]
+        out.append(entry)
+    return out[-limit:]
+
+
+def plan_avoidance(bad_nodes: list[dict], ready: set[str] | None, needed: int) -> tuple[list[str], str]:
+    """(nodes to avoid, why) for the next attempt. Newest bad nodes first; a node is avoided only
+    while at least `needed` Ready nodes of the instance type remain outside the avoided set.
+    `ready` None: the nodes could not be counted, so nothing is avoided (better a retry on a
+    suspect node than a job that can never schedule)."""
+    newest_first: list[str] = []
+    for b in reversed(bad_nodes or []):
+        if b["node"] not in newest_first:
+            newest_first.append(b["node"])
+    if not newest_first:
+        return [], ""
+    if ready is None:
+        return [], f"not avoiding {', '.join(newest_first)}: the nodes of the instance type could not be counted"
+    avoid: list[str] = []
+    for node in newest_first:
+        if len(ready - set(avoid) - {node}) >= needed:
+            avoid.append(node)
+    kept = [n for n in newest_first if n not in avoid]
+    why = f"avoiding {', '.join(avoid)}" if avoid else ""
+    if kept:
+        why += ("; " if why else "") + (
+            f"not avoiding {', '.join(kept)}: only {len(ready)} Ready node(s) of the instance type for "
+            f"{needed} needed")
+    return sorted(avoid), why
+
+
+def taint_budget(total: int, tainted: int, fraction: float) -> int:
+    """How many more nodes of a group (`total` nodes, `tainted` of them already suspect) may be
+    tainted when at most `fraction` of the group may be: floor(fraction × total) − tainted, ≥ 0."""
+    if fraction <= 0 or total <= 0:
+        return 0
+    return max(0, math.floor(fraction * total + 1e-9) - tainted)
+
+
+def taint_value(reason: str) -> str:
+    """A taint value is a label value: ≤ 63 of [A-Za-z0-9._-], alphanumeric at both ends."""
+    value = re.sub(r"[^A-Za-z0-9._-]+", "-", reason).strip("-._")[:63].strip("-._")
+    return value or "failed"
+
+
+# --- what the pod watch saw (event loop writes, handler threads read) ----------------------------
+
+_lock = threading.Lock()
+FAILURES: dict[tuple[str, str, str], dict[str, dict]] = {}  # (ns, job, attempt) -> pod -> failure
+_MAX_TRACKED = 10000  # attempts remembered; oldest dropped first (dicts keep insertion order)
+
+
+def remember(namespace: str, job: str, attempt: str, failure: dict) -> bool:
+    """Store one pod's failure; False if that pod's failure was already known."""
+    with _lock:
+        pods = FAILURES.setdefault((namespace, job, str(attempt)), {})
+        if failure["pod"] in pods:
+            return False
+        pods[failure["pod"]] = failure
+        while len(FAILURES) > _MAX_TRACKED:
+            FAILURES.pop(next(iter(FAILURES)))
+        return True
+
+
+def failures(namespace: str, job: str, attempt: int | str) -> list[dict]:
+    with _lock:
+        return sorted((FAILURES.get((namespace, job, str(attempt))) or {}).values(),
+                      key=lambda f: (f.get("finishedAt") or "", f["pod"] or ""))
+
+
+def forget(namespace: str, job: str) -> None:
+    with _lock:
+        for key in [k for k in FAILURES if k[:2] == (namespace, job)]:
+            FAILURES.pop(key, None)
+
+
+def wait_for_failures(namespace: str, job: str, attempt: int | str, timeout: float = 5.0) -> list[dict]:
+    """The attempt's pod failures, waiting up to `timeout` for the first one: the PyTorchJob's
+    Failed condition and the pod's Failed state arrive on two watches, in either order. If the
+    watch saw none (the operator was restarted in between), the pods that still exist are read."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = failures(namespace, job, attempt)
+        if seen:
+            return seen
+        if time.monotonic() >= deadline:
+            return _listed_failures(namespace, job, attempt)
+        time.sleep(0.05)
+
+
+def _listed_failures(namespace: str, job: str, attempt: int | str) -> list[dict]:
+    from kubernetes.client.exceptions import ApiException
+
+    from . import kube
+
+    try:
+        pods = kube.core().list_namespaced_pod(
+            namespace, label_selector=f"{JOB_LABEL}={job},{ATTEMPT_LABEL}={attempt}").items
+    except ApiException as err:
+        log.warning("cannot list the pods of %s/%s attempt %s: %s", namespace, job, attempt, err.reason)
+        return []
+    api = kube.core().api_client
+    found = [f for f in (failure_of(api.sanitize_for_serialization(p)) for p in pods) if f is not None]
+    for f in found:
+        remember(namespace, job, str(attempt), f)
+    return failures(namespace, job, attempt)
+
+
+def pod_failed(body, **_) -> bool:
+    return failure_of(body) is not None
+
+
+def register(kopf) -> None:
+    """Register the pod watch handler (called by handlers.py, so importing it registers)."""
+
+    @kopf.on.event("", "v1", "pods", labels={JOB_LABEL: kopf.PRESENT, ATTEMPT_LABEL: kopf.PRESENT},
+                   when=pod_failed)
+    async def pod_event(event, body, namespace, labels, **_):
+        # async and cheap (a dict insert): failures are caught at watch speed, before the
+        # training-operator's teardown deletes the pod.
+        if event["type"] == "DELETED":
+            return
+        failure = failure_of(dict(body))
+        if failure is None or not remember(namespace, labels[JOB_LABEL], labels[ATTEMPT_LABEL], failure):
+            return
+        log.info("%s/%s attempt %s: pod %s failed on node %s: %s", namespace, labels[JOB_LABEL],
+                 labels[ATTEMPT_LABEL], failure["pod"], failure["node"], failure["reason"])
+        msg = f"pod {failure['pod']} failed on node {failure['node']}: {failure['reason']}"
+        if failure.get("message") and failure["reason"] != "preflight":
+            msg += f": {failure['message'][:MESSAGE_CHARS]}"
+        kopf.warn(dict(body), reason="PodFailedOnNode", message=msg)
+        await asyncio.sleep(0)
+
+
+# --- the cluster's nodes (API calls; run on handler threads) --------------------------------------
+
+def _node_selector(instance_type: str, is_gpu: bool) -> str | None:
+    return f"{INSTANCE_TYPE_LABEL}={instance_type}" if is_gpu else None
+
+
+def _is_ready(node) -> bool:
+    if node.spec.unschedulable:
+        return False
+    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+
+
+def ready_nodes(instance_type: str, is_gpu: bool) -> set[str] | None:
+    """Names of the Ready, schedulable nodes of the instance type; None if they cannot be listed."""
+    from kubernetes.client.exceptions import ApiException
+
+    from . import kube
+
+    try:
+        items = kube.core().list_node(label_selector=_node_selector(instance_type, is_gpu)).items
+    except ApiException as err:
+        log.warning("cannot list nodes of %s: %s %s", instance_type, err.status, err.reason)
+        return None
+    return {n.metadata.name for n in items if _is_ready(n)}
+
+
+def taint_nodes(bad: list[dict], instance_type: str, is_gpu: bool, fraction: float) -> list[str]:
+    """Taint the bad nodes `llmtrain.dev/suspect=<reason>:NoSchedule` within the fraction cap.
+    Returns the nodes newly tainted. Read-modify-write with the node's resourceVersion: a Node's
+    taints list has no merge key, so a plain patch would replace the others' taints."""
+    from kubernetes.client.exceptions import ApiException
+
+    from . import kube
+
+    if fraction <= 0 or not bad:
+        return []
+    api = kube.core()
+    try:
+        group = api.list_node(label_selector=_node_selector(instance_type, is_gpu)).items
+    except ApiException as err:
+        log.warning("cannot list nodes to taint: %s %s", err.status, err.reason)
+        return []
+    tainted = {n.metadata.name for n in group if any(t.key == SUSPECT_TAINT for t in n.spec.taints or [])}
+    budget = taint_budget(len(group), len(tainted), fraction)
+    done: list[str] = []
+    by_name = {n.metadata.name: n for n in group}
+    for b in bad:
+        node = by_name.get(b["node"])
+        if budget <= 0 or node is None or b["node"] in tainted or b["node"] in done:
+            continue
+        taints = [t.to_dict() for t in node.spec.taints or []]
+        taints = [{k: v for k, v in t.items() if v is not None} for t in taints]
+        taints.append({"key": SUSPECT_TAINT, "value": taint_value(b["reason"]), "effect": "NoSchedule"})
+        try:
+            api.patch_node(b["node"], {"metadata": {"resourceVersion": node.metadata.resource_version},
+                                       "spec": {"taints": taints}})
+        except ApiException as err:
+            log.warning("cannot taint node %s: %s %s", b["node"], err.status, err.reason)
+            continue
+        done.append(b["node"])
+        budget -= 1
+    return done
