@@ -748,6 +748,7 @@ async def pytorchjob_event(event, body, namespace, name, labels, attempt_pods: k
 async def attempt_pods(namespace, labels, body, **_):
     """The worker pods of every attempt, from one watch (no per-job LIST): what the start-up check
     and the scraper need, summarized."""
+    nodes.saw_pod(namespace, labels[JOB_LABEL], labels[ATTEMPT_LABEL])  # nodes: a failure may follow
     return {(namespace, labels[JOB_LABEL], labels[ATTEMPT_LABEL]): pod_summary(dict(body))}
 
 

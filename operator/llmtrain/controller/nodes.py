@@ -207,6 +207,19 @@ def remember(namespace: str, job: str, attempt: str, failure: dict) -> bool:
         return True
 
 
+# Attempts of which the pod watch has seen at least one pod: only for those can a failure still be
+# on its way through the watch. An attempt that never had a pod here (no pods were created, or the
+# operator started after they were gone) is decided from a LIST alone, without waiting.
+_SEEN_PODS: dict[tuple[str, str, str], None] = {}
+
+
+def saw_pod(namespace: str, job: str, attempt: str) -> None:
+    with _lock:
+        _SEEN_PODS[(namespace, job, str(attempt))] = None
+        while len(_SEEN_PODS) > _MAX_TRACKED:
+            _SEEN_PODS.pop(next(iter(_SEEN_PODS)))
+
+
 def failures(namespace: str, job: str, attempt: int | str) -> list[dict]:
     with _lock:
         return sorted((FAILURES.get((namespace, job, str(attempt))) or {}).values(),
@@ -217,6 +230,8 @@ def forget(namespace: str, job: str) -> None:
     with _lock:
         for key in [k for k in FAILURES if k[:2] == (namespace, job)]:
             FAILURES.pop(key, None)
+        for key in [k for k in _SEEN_PODS if k[:2] == (namespace, job)]:
+            _SEEN_PODS.pop(key, None)
 
 
 def wait_for_failures(namespace: str, job: str, attempt: int | str, timeout: float = 5.0) -> list[dict]:
@@ -224,6 +239,10 @@ def wait_for_failures(namespace: str, job: str, attempt: int | str, timeout: flo
     Failed condition and the pod's Failed state arrive on two watches, in either order. If the
     watch saw none (the operator was restarted in between), the pods that still exist are read."""
     deadline = time.monotonic() + timeout
+    with _lock:
+        pods_seen = (namespace, job, str(attempt)) in _SEEN_PODS
+    if not pods_seen:
+        return failures(namespace, job, attempt) or _listed_failures(namespace, job, attempt)
     while True:
         seen = failures(namespace, job, attempt)
         if seen:
