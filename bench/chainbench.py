@@ -55,11 +55,22 @@ def wait_for(fn, timeout: float, what: str, interval: float = 0.1):
         time.sleep(interval)
 
 
-def chain_cluster(state_dir: Path, p5_nodes: int):
+def chain_cluster(state_dir: Path, p5_nodes: int, training_operator_args=()):
     """A started chain dev cluster with ``p5_nodes`` simulated p5.48xlarge nodes (nothing else)."""
     from llmtrain_devcluster import DevCluster
 
-    return DevCluster(state_dir, chain=True, nodes={P5: p5_nodes}).up(timeout=600)
+    return DevCluster(state_dir, chain=True, nodes={P5: p5_nodes},
+                      training_operator_args=training_operator_args).up(timeout=600)
+
+
+def training_operator_args(threads: int | None, qps: int | None) -> list[str]:
+    """Flags for the training-operator; None keeps Kubeflow's default (1 thread, 20 QPS, burst 30)."""
+    args = []
+    if threads:
+        args.append(f"--controller-threads={threads}")
+    if qps:
+        args += [f"--kube-api-qps={qps}", f"--kube-api-burst={qps * 3 // 2}"]
+    return args
 
 
 def api_client(kubeconfig: Path, pool: int = 32):

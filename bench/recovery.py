@@ -169,7 +169,7 @@ def control_plane(a: argparse.Namespace) -> dict:
     from kubernetes import client
 
     from chainbench import (OperatorProcess, Recorder, api_client, chain_cluster, job_spec, stats,
-                            wait_for, zero_backoff)
+                            training_operator_args, wait_for, zero_backoff)
     from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
     from llmtrain_devcluster.chain import FAIL_EXIT_CODE_ANNOTATION, FAIL_POD_LABEL
 
@@ -177,11 +177,14 @@ def control_plane(a: argparse.Namespace) -> dict:
     nodes = max(counts) + a.spare_nodes
     out: dict = {"mode": "control-plane", "p5_nodes": nodes, "repeats": a.repeats,
                  "restart_backoff_fields_set_to_0": zero_backoff(),
-                 "operator_args": ["--progress-interval", str(a.progress_interval)], "scenarios": {}}
+                 "operator_args": ["--progress-interval", str(a.progress_interval)],
+                 "training_operator_args": training_operator_args(a.training_operator_threads,
+                                                                  a.training_operator_qps),
+                 "scenarios": {}}
     with tempfile.TemporaryDirectory(prefix="llmtrain-recovery-cp-") as tmp:
         work = Path(tmp)
         t0 = time.monotonic()
-        cluster = chain_cluster(work / "cluster", nodes)
+        cluster = chain_cluster(work / "cluster", nodes, out["training_operator_args"])
         out["cluster_start_s"] = time.monotonic() - t0
         op = None
         try:
@@ -211,8 +214,15 @@ def control_plane(a: argparse.Namespace) -> dict:
                 with ThreadPoolExecutor(8) as pool:
                     list(pool.map(create, new))
                 jobs += new
-                wait_for(lambda: all(rec.get(j, attempt_of(j), "pods_running") for j in jobs), a.timeout,
-                         f"{count} jobs' pods Running")
+                # Settled: every job's phase Running, i.e. the training-operator has written each
+                # PyTorchJob's Running condition and the operator followed it. Before that the
+                # training-operator's queue still holds the start-up burst (one worker thread and 20
+                # API QPS by default), and a failure would wait behind it.
+                settle = time.monotonic()
+                wait_for(lambda: all(rec.phase.get(j, (0, None))[1] == "Running"
+                                     and rec.get(j, attempt_of(j), "pods_running") for j in jobs),
+                         a.timeout, f"{count} jobs Running")
+                settled_s = time.monotonic() - settle
                 runs, cold = [], []
                 for r in range(a.repeats):
                     job = jobs[r % count]
@@ -249,7 +259,7 @@ def control_plane(a: argparse.Namespace) -> dict:
                         live.setdefault(p["metadata"]["labels"][rec.job_label], []).append(p["metadata"]["name"])
                 extra = {j: v for j, v in live.items() if j in jobs and len(v) != 1}
                 total = [r["total_s"] for r in runs]
-                scenario = {"running_jobs": count, "recovery_s": stats(total),
+                scenario = {"running_jobs": count, "settle_s": settled_s, "recovery_s": stats(total),
                             "parts_median_s": {part: statistics.median(r[part] for r in runs)
                                                for part, *_ in CP_PARTS},
                             "parts_max_s": {part: max(r[part] for r in runs) for part, *_ in CP_PARTS},
@@ -275,7 +285,8 @@ def control_plane(a: argparse.Namespace) -> dict:
 
 def print_control_plane(out: dict) -> None:
     print(f"control-plane recovery (pod Failed → next attempt's pods Running), {out['p5_nodes']} simulated "
-          f"p5.48xlarge nodes, {out['repeats']} failures per scenario")
+          f"p5.48xlarge nodes, {out['repeats']} failures per scenario; training-operator "
+          f"{' '.join(out['training_operator_args']) or 'defaults'}")
     for count, s in out["scenarios"].items():
         r, c = s["recovery_s"], s["create_to_running_s"]
         print(f"  {count:>4} running job(s): p50 {r['p50']:.2f} s  p95 {r['p95']:.2f} s  max {r['max']:.2f} s"
@@ -295,6 +306,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--progress-interval", type=float, default=3600.0,
                     help="--control-plane: the operator's --progress-interval")
     ap.add_argument("--timeout", type=float, default=300.0, help="--control-plane: per wait")
+    ap.add_argument("--training-operator-threads", type=int, default=None,
+                    help="--control-plane: training-operator --controller-threads (default: Kubeflow's, 1)")
+    ap.add_argument("--training-operator-qps", type=int, default=None,
+                    help="--control-plane: training-operator --kube-api-qps (default: Kubeflow's, 20)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--steps", type=int, default=60)
