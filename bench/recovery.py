@@ -33,7 +33,7 @@ Simulated delays: kwok's chaos stage waits 1–2 s between the failure label and
 Failed (before the clock starts); every other kwok stage used has none. Restart backoff (any
 ``spec.resilience`` field about backoff) is set to 0: the deliberate wait is not what is measured.
 
-    .venv/bin/python bench/recovery.py --control-plane --jobs 1,200 --repeats 10
+    .venv/bin/python bench/recovery.py --control-plane --jobs 1,200 --repeats 10 --burst 20
     .venv/bin/python bench/recovery.py --control-plane --quick     # 1 job, 3 repeats (tests/bench)
 """
 
@@ -208,6 +208,27 @@ def control_plane(a: argparse.Namespace) -> dict:
             def attempt_of(name: str) -> int:
                 return rec.phase.get(name, (1, None))[0]
 
+            def fail_at_once(victims: list[str]) -> dict:
+                """Correlated failures (a rack, a switch): one pod of each of ``victims`` failed
+                together; each job's own recovery time, and when the last one was back."""
+                attempts = {j: attempt_of(j) for j in victims}
+                for j, n in attempts.items():
+                    pod = next(p for p in core.list_namespaced_pod(
+                        ns, label_selector=f"{rec.job_label}={j},{rec.attempt_label}={n}").items
+                        if p.status.phase == "Running")
+                    core.patch_namespaced_pod(pod.metadata.name, ns, {"metadata": {
+                        "labels": {FAIL_POD_LABEL: "true"}, "annotations": {FAIL_EXIT_CODE_ANNOTATION: "137"}}})
+                wait_for(lambda: all(rec.get(j, n + 1, "pods_running") for j, n in attempts.items()), a.timeout,
+                         f"{len(victims)} jobs recovered at once (operator log: {op.log_path})")
+                totals = [rec.get(j, n + 1, "pods_running") - rec.get(j, n, "pod_failed")
+                          for j, n in attempts.items()]
+                first = min(rec.get(j, n, "pod_failed") for j, n in attempts.items())
+                last = max(rec.get(j, n + 1, "pods_running") for j, n in attempts.items())
+                return {"jobs": len(victims), "recovery_s": stats(totals), "first_failure_to_last_running_s": last - first,
+                        "parts_median_s": {part: statistics.median(
+                            rec.get(j, n + d1, s1) - rec.get(j, n + d0, s0) for j, n in attempts.items())
+                            for part, (s0, d0), (s1, d1) in CP_PARTS}}
+
             jobs: list[str] = []
             for count in counts:
                 new = [f"job-{i:04d}" for i in range(len(jobs), count)]
@@ -248,6 +269,9 @@ def control_plane(a: argparse.Namespace) -> dict:
                     wait_for(lambda: rec.get(probe, 1, "pods_running"), a.timeout, f"{probe} pods Running")
                     cold.append(rec.get(probe, 1, "pods_running") - created)
                     custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, probe)
+                burst = None
+                if a.burst and count >= a.burst:
+                    burst = fail_at_once(jobs[-a.burst:])
                 # Exactly one live PyTorchJob per job, at its newest attempt.
                 ptjs = custom.list_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs")["items"]
                 live: dict[str, list[str]] = {}
@@ -265,7 +289,7 @@ def control_plane(a: argparse.Namespace) -> dict:
                             "parts_max_s": {part: max(r[part] for r in runs) for part, *_ in CP_PARTS},
                             "create_to_running_s": stats(cold),
                             "ratio_recovery_to_create": statistics.median(total) / statistics.median(cold),
-                            "jobs_with_other_than_one_live_ptj": extra, "runs": runs}
+                            "jobs_with_other_than_one_live_ptj": extra, "burst": burst, "runs": runs}
                 out["scenarios"][str(count)] = scenario
                 print(json.dumps({"scenario": count, "recovery_s": scenario["recovery_s"]}), file=sys.stderr,
                       flush=True)
@@ -293,6 +317,12 @@ def print_control_plane(out: dict) -> None:
               f"   (new job create→Running p50 {c['p50']:.2f} s; recovery {s['ratio_recovery_to_create']:.2f}×)")
         for part, v in s["parts_median_s"].items():
             print(f"      {part:<34} median {v:6.2f} s   max {s['parts_max_s'][part]:6.2f} s")
+        b = s.get("burst")
+        if b:
+            print(f"      {b['jobs']} pods failed at once: per job p50 {b['recovery_s']['p50']:.2f} s, max "
+                  f"{b['recovery_s']['max']:.2f} s; first failure → last job Running "
+                  f"{b['first_failure_to_last_running_s']:.2f} s")
+            print("        medians: " + ", ".join(f"{k} {v:.2f}" for k, v in b["parts_median_s"].items()))
         if s["jobs_with_other_than_one_live_ptj"]:
             print(f"      NOT exactly one live PyTorchJob: {s['jobs_with_other_than_one_live_ptj']}")
 
@@ -306,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--progress-interval", type=float, default=3600.0,
                     help="--control-plane: the operator's --progress-interval")
     ap.add_argument("--timeout", type=float, default=300.0, help="--control-plane: per wait")
+    ap.add_argument("--burst", type=int, default=0,
+                    help="--control-plane: also fail this many jobs' pods at once (per scenario with that many jobs)")
     ap.add_argument("--training-operator-threads", type=int, default=None,
                     help="--control-plane: training-operator --controller-threads (default: Kubeflow's, 1)")
     ap.add_argument("--training-operator-qps", type=int, default=None,
