@@ -43,6 +43,7 @@ import argparse
 import json
 import os
 import queue
+import shlex
 import statistics
 import subprocess
 import sys
@@ -177,7 +178,7 @@ def control_plane(a: argparse.Namespace) -> dict:
     nodes = max(counts) + a.spare_nodes
     out: dict = {"mode": "control-plane", "p5_nodes": nodes, "repeats": a.repeats,
                  "restart_backoff_fields_set_to_0": zero_backoff(),
-                 "operator_args": ["--progress-interval", str(a.progress_interval)],
+                 "operator_args": ["--progress-interval", str(a.progress_interval), *shlex.split(a.operator_args)],
                  "training_operator_args": training_operator_args(a.training_operator_threads,
                                                                   a.training_operator_qps),
                  "scenarios": {}}
@@ -336,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--progress-interval", type=float, default=3600.0,
                     help="--control-plane: the operator's --progress-interval")
     ap.add_argument("--timeout", type=float, default=300.0, help="--control-plane: per wait")
+    ap.add_argument("--operator-args", default="",
+                    help="--control-plane: more operator flags (e.g. a restart-backoff flag set to 0)")
     ap.add_argument("--burst", type=int, default=0,
                     help="--control-plane: also fail this many jobs' pods at once (per scenario with that many jobs)")
     ap.add_argument("--training-operator-threads", type=int, default=None,
