@@ -15,10 +15,16 @@ Phases (each in its own namespace):
             or a second attempt) jobs.
 With `--running` (a cluster with scheduler, nodes and training-operator, given by `--kubeconfig`) it
 also waits for each job to be Running and reports create→Running.
+With `--nodes N` it starts its own chain dev cluster with N kwok-simulated p5.48xlarge nodes, the real
+kube-scheduler and training-operator, and creates one-node p5 jobs (at most N run at once): per phase
+(direct PyTorchJobs, then LLMTrainingJobs) create→PyTorchJob, how many reached Running and their
+create→Running (p50/p95/p99), and clean-up (delete all → no PyTorchJob, no pod left); see run_chain.
 
     .venv/bin/python bench/operator_scale.py                      # 1,000 jobs, 8 threads, own dev cluster
     .venv/bin/python bench/operator_scale.py --quick              # 20 jobs, 4 threads (the test suite runs this)
     .venv/bin/python bench/operator_scale.py --kubeconfig K --running --jobs 1000
+    .venv/bin/python bench/operator_scale.py --nodes 500 --jobs 1000 --training-operator-threads 4 \
+        --training-operator-qps 100                               # on simulated p5 nodes
 Prints a table and, last, one JSON line with every figure.
 """
 
