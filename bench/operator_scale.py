@@ -352,9 +352,18 @@ def _cleanup(api, namespace: str, group_version_plural: tuple[str, str, str], ti
     """Delete every object of a kind in ``namespace``; seconds until no PyTorchJob and no pod is left."""
     from kubernetes import client
 
+    import urllib3
+
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
     started = time.monotonic()
-    delete_all(custom, group_version_plural[:2], namespace, group_version_plural[2])
+    for attempt in range(20):
+        # A deletecollection of 1,000 objects on a busy server can outlive the request: the server
+        # then drops the connection (measured) or answers 5xx after deleting part. Issue it again.
+        try:
+            delete_all(custom, group_version_plural[:2], namespace, group_version_plural[2])
+            break
+        except urllib3.exceptions.HTTPError as err:
+            print(f"deletecollection again after {err!r}", file=sys.stderr)
     wait_for(lambda: not custom.list_namespaced_custom_object(*PTJ[:2], namespace, PTJ[2], limit=1)["items"]
              and not core.list_namespaced_pod(namespace, limit=1).items, timeout,
              f"every PyTorchJob and pod in {namespace} gone")
@@ -421,6 +430,7 @@ def run_chain(a: argparse.Namespace, workdir: Path) -> dict:
             res["create_to_running_s"] = stats(list(running.values()))
             if op is not None and phase == "operator":
                 res["operator_peak_rss_mib"], res["operator_cpu_s"] = op.usage()
+            log({phase: res})  # before the clean-up, so a failure there loses nothing measured
             res["cleanup_s"] = _cleanup(api, ns, gvp, a.timeout)
             rec.stop()
             out[phase] = res
