@@ -33,7 +33,8 @@ Simulated delays: kwok's chaos stage waits 1–2 s between the failure label and
 Failed (before the clock starts); every other kwok stage used has none. Restart backoff (any
 ``spec.resilience`` field about backoff) is set to 0: the deliberate wait is not what is measured.
 
-    .venv/bin/python bench/recovery.py --control-plane --jobs 1,200 --repeats 10 --burst 20
+    .venv/bin/python bench/recovery.py --control-plane --jobs 1,200 --repeats 10 --burst 20 \
+        --json bench/results/recovery_control_plane.json
     .venv/bin/python bench/recovery.py --control-plane --quick     # 1 job, 3 repeats (tests/bench)
 """
 
@@ -355,8 +356,6 @@ def main(argv: list[str] | None = None) -> int:
     if a.control_plane:
         if a.quick:
             a.jobs, a.repeats = "1", 3
-        elif a.json is None:
-            a.json = str(REPO / "bench" / "results" / "recovery_control_plane.json")
         out = control_plane(a)
         print_control_plane(out)
         print(json.dumps(out))
