@@ -15,10 +15,16 @@ Phases (each in its own namespace):
             or a second attempt) jobs.
 With `--running` (a cluster with scheduler, nodes and training-operator, given by `--kubeconfig`) it
 also waits for each job to be Running and reports create→Running.
+With `--nodes N` it starts its own chain dev cluster with N kwok-simulated p5.48xlarge nodes, the real
+kube-scheduler and training-operator, and creates one-node p5 jobs (at most N run at once): per phase
+(direct PyTorchJobs, then LLMTrainingJobs) create→PyTorchJob, how many reached Running and their
+create→Running (p50/p95/p99), and clean-up (delete all → no PyTorchJob, no pod left); see run_chain.
 
     .venv/bin/python bench/operator_scale.py                      # 1,000 jobs, 8 threads, own dev cluster
     .venv/bin/python bench/operator_scale.py --quick              # 20 jobs, 4 threads (the test suite runs this)
     .venv/bin/python bench/operator_scale.py --kubeconfig K --running --jobs 1000
+    .venv/bin/python bench/operator_scale.py --nodes 500 --jobs 1000 --training-operator-threads 4 \
+        --training-operator-qps 100                               # on simulated p5 nodes
 Prints a table and, last, one JSON line with every figure.
 """
 
@@ -327,6 +333,142 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path) -> dict:
     return out
 
 
+# --- on the real chain: simulated p5 nodes, kube-scheduler, training-operator (--nodes N) ----------
+
+def _reached_running(rec, names: list[str], created_at: dict[str, float], settle_s: float, timeout: float,
+                     capacity: int) -> dict[str, float]:
+    """Wait until min(jobs, capacity) jobs have their pods Running, or no job reached Running for
+    ``settle_s`` (the rest cannot fit); {job: create→Running s} for those that did."""
+    deadline = time.monotonic() + timeout
+    last_count, last_change = -1, time.monotonic()
+    while True:
+        done = {n: rec.get(n, 1, "pods_running") for n in names}
+        done = {n: t - created_at[n] for n, t in done.items() if t is not None}
+        if len(done) != last_count:
+            last_count, last_change = len(done), time.monotonic()
+        if len(done) >= min(len(names), capacity) or time.monotonic() - last_change > settle_s \
+                or time.monotonic() > deadline:
+            return done
+        time.sleep(0.5)
+
+
+def _cleanup(api, namespace: str, group_version_plural: tuple[str, str, str], timeout: float) -> float:
+    """Delete every object of a kind in ``namespace``; seconds until no PyTorchJob and no pod is left."""
+    from kubernetes import client
+
+    import urllib3
+
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    started = time.monotonic()
+    for attempt in range(20):
+        # A deletecollection of 1,000 objects on a busy server can outlive the request: the server
+        # then drops the connection (measured) or answers 5xx after deleting part. Issue it again.
+        try:
+            delete_all(custom, group_version_plural[:2], namespace, group_version_plural[2])
+            break
+        except urllib3.exceptions.HTTPError as err:
+            print(f"deletecollection again after {err!r}", file=sys.stderr)
+    wait_for(lambda: not custom.list_namespaced_custom_object(*PTJ[:2], namespace, PTJ[2], limit=1)["items"]
+             and not core.list_namespaced_pod(namespace, limit=1).items, timeout,
+             f"every PyTorchJob and pod in {namespace} gone")
+    return time.monotonic() - started
+
+
+def run_chain(a: argparse.Namespace, workdir: Path) -> dict:
+    """``--nodes N``: the same creates on a chain cluster with N simulated p5.48xlarge nodes, each job
+    one node (so at most N run at once). Phases: direct (the rendered PyTorchJobs created by the bench
+    threads) and operator (LLMTrainingJobs), each: create→PyTorchJob, create→Running for the jobs that
+    reached Running (the real scheduler binds their pods to kwok nodes, kwok runs them), how many did,
+    and clean-up (delete all → no PyTorchJob, no pod)."""
+    from concurrent.futures import ThreadPoolExecutor
+    from kubernetes import client
+
+    from chainbench import (OperatorProcess, Recorder, api_client, chain_cluster, job_spec, stats,
+                            training_operator_args)
+    from llmtrain.render import render_pytorchjob
+    from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
+    from llmtrain.validation import parse_spec
+
+    to_args = training_operator_args(a.training_operator_threads, a.training_operator_qps)
+    out: dict = {"jobs": a.jobs, "threads": a.threads, "p5_nodes": a.nodes, "training_operator_args": to_args}
+    started = time.monotonic()
+    cluster = chain_cluster(workdir / "cluster", a.nodes, to_args)
+    out["cluster_start_s"] = time.monotonic() - started
+    op = None
+    try:
+        api = api_client(cluster.kubeconfig, pool=max(32, a.threads * 2))
+        custom = client.CustomObjectsApi(api)
+        raw = job_spec(nodes=1)
+        spec = parse_spec(raw)
+        names = [f"job-{i:05d}" for i in range(a.jobs)]
+        tag = uuid.uuid4().hex[:6]
+        for phase in ("direct", "operator"):
+            ns = f"bench-{phase}-{tag}"
+            make_namespace(api, ns)
+            rec = Recorder(api, ns)
+            if phase == "operator":
+                op = OperatorProcess(cluster.kubeconfig, ns, workdir / "operator.log",
+                                     ["--progress-interval", "3600"])
+                op.start()
+                objs = {n: {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": n}, "spec": raw}
+                        for n in names}
+                gvp = (GROUP, VERSION, PLURAL)
+            else:
+                objs = {n: render_pytorchjob(spec, n, ns, 1, None, "etcd.bench.svc:2379") for n in names}
+                gvp = PTJ
+            created_at: dict[str, float] = {}
+
+            def create(name: str):
+                created_at[name] = time.monotonic()
+                custom.create_namespaced_custom_object(gvp[0], gvp[1], ns, gvp[2], objs[name])
+
+            t0 = time.monotonic()
+            with ThreadPoolExecutor(a.threads) as pool:
+                list(pool.map(create, names))
+            wait_for(lambda: all(rec.get(n, 1, "ptj_created") for n in names), a.timeout, f"{phase}: every PyTorchJob")
+            ptj_lat = [rec.get(n, 1, "ptj_created") - created_at[n] for n in names]
+            res = {"jobs_per_s": a.jobs / (max(rec.get(n, 1, "ptj_created") for n in names) - t0),
+                   "create_to_ptj_s": stats(ptj_lat)}
+            running = _reached_running(rec, names, created_at, a.settle, a.timeout, a.nodes)
+            res["reached_running"] = len(running)
+            res["create_to_running_s"] = stats(list(running.values()))
+            if op is not None and phase == "operator":
+                res["operator_peak_rss_mib"], res["operator_cpu_s"] = op.usage()
+            log({phase: res})  # before the clean-up, so a failure there loses nothing measured
+            res["cleanup_s"] = _cleanup(api, ns, gvp, a.timeout)
+            rec.stop()
+            out[phase] = res
+            log(out)
+        out["throughput_ratio"] = out["operator"]["jobs_per_s"] / out["direct"]["jobs_per_s"]
+        out["running_p50_ratio"] = (out["operator"]["create_to_running_s"]["p50"]
+                                    / out["direct"]["create_to_running_s"]["p50"])
+    except BaseException:
+        log_path = workdir / "operator.log"
+        if log_path.exists():
+            print("--- operator log (tail) ---\n" + log_path.read_text()[-6000:], file=sys.stderr)
+        raise
+    finally:
+        if op is not None:
+            op.stop()
+        cluster.down()
+    return out
+
+
+def print_chain(out: dict) -> None:
+    print(f"operator_scale on the chain: {out['jobs']} one-node p5 jobs, {out['p5_nodes']} simulated "
+          f"p5.48xlarge nodes, {out['threads']} client threads; training-operator "
+          f"{' '.join(out['training_operator_args']) or 'defaults'}")
+    for phase in ("direct", "operator"):
+        r = out[phase]
+        p, run = r["create_to_ptj_s"], r["create_to_running_s"]
+        print(f"  {phase:<9} create→PyTorchJob p50/p95/p99 {p['p50']:.2f}/{p['p95']:.2f}/{p['p99']:.2f} s, "
+              f"{r['jobs_per_s']:.1f} jobs/s; Running: {r['reached_running']} of {out['jobs']}, "
+              f"create→Running p50/p95/p99 {run['p50']:.2f}/{run['p95']:.2f}/{run['p99']:.2f} s; "
+              f"clean-up {r['cleanup_s']:.1f} s")
+    print(f"  operator vs direct: {out['throughput_ratio']:.2f}× jobs/s, create→Running p50 "
+          f"{out['running_p50_ratio']:.2f}×; operator peak RSS {out['operator']['operator_peak_rss_mib']:.0f} MiB")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--jobs", type=int, default=1000)
@@ -336,10 +478,25 @@ def main(argv=None) -> int:
     p.add_argument("--kubeconfig", type=Path, help="an existing cluster (default: start a light dev cluster)")
     p.add_argument("--running", action="store_true", help="also wait for Running (needs a full chain)")
     p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("--nodes", type=int, default=None,
+                   help="run on a chain dev cluster with this many simulated p5.48xlarge nodes (one-node p5 "
+                        "jobs; direct vs operator, create→Running, clean-up)")
+    p.add_argument("--settle", type=float, default=30.0,
+                   help="--nodes: stop waiting for more jobs to reach Running after this long without one")
+    p.add_argument("--training-operator-threads", type=int, default=None,
+                   help="--nodes: training-operator --controller-threads (default: Kubeflow's, 1)")
+    p.add_argument("--training-operator-qps", type=int, default=None,
+                   help="--nodes: training-operator --kube-api-qps (default: Kubeflow's, 20)")
     a = p.parse_args(argv)
     if a.quick:
         a.jobs, a.threads = 20, 4
     sys.path[:0] = [str(REPO / "operator"), str(REPO / "devcluster")]
+    if a.nodes:
+        with tempfile.TemporaryDirectory(prefix="operator-scale-chain-") as tmp:
+            out = run_chain(a, Path(tmp))
+        print_chain(out)
+        print(json.dumps(out, sort_keys=True))
+        return 0
     from kubernetes import client, config
 
     with tempfile.TemporaryDirectory(prefix="operator-scale-") as tmp:

@@ -14,6 +14,28 @@ it run exactly once each up to maxSteps (no lost or repeated step in the traject
 between that checkpoint and the kill are recomputed, and their count is reported.
 
     .venv/bin/python bench/recovery.py [--repeats 3] [--nproc 2] [--quick]
+
+With ``--control-plane`` it measures the other half instead, on the real chain (a dev cluster with
+kube-scheduler, kwok-simulated p5.48xlarge nodes and the Kubeflow training-operator, started here):
+``--jobs 1,200`` one-node jobs run (one simulated node each, plus ``--spare-nodes``), then, one at a
+time, a Running pod of one of them is failed through kwok's chaos stage and the time from the pod
+turning Failed to the next attempt's pods Running is recorded, split into
+
+    pod Failed → PyTorchJob Failed              (training-operator sees the failure)
+    → status.attempt N+1                        (llmtrain operator: its conditional status write)
+    → PyTorchJob N+1 created                    (llmtrain operator: old deleted, new rendered)
+    → pods created                              (training-operator)
+    → pods scheduled                            (kube-scheduler)
+    → pods Running                              (kwok: its "fast" pod-ready stage has no delay)
+
+and, as the baseline in the same run and at the same load, a fresh job's create → pods Running.
+Simulated delays: kwok's chaos stage waits 1–2 s between the failure label and the pod turning
+Failed (before the clock starts); every other kwok stage used has none. Restart backoff (any
+``spec.resilience`` field about backoff) is set to 0: the deliberate wait is not what is measured.
+
+    .venv/bin/python bench/recovery.py --control-plane --jobs 1,200 --repeats 10 --burst 20 \
+        --json bench/results/recovery_control_plane.json
+    .venv/bin/python bench/recovery.py --control-plane --quick     # 1 job, 3 repeats (tests/bench)
 """
 
 from __future__ import annotations
@@ -22,6 +44,7 @@ import argparse
 import json
 import os
 import queue
+import shlex
 import statistics
 import subprocess
 import sys
@@ -29,6 +52,7 @@ import tempfile
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ports import metrics_port
@@ -131,8 +155,197 @@ def recovery(nproc: int, workdir: Path, steps: int, interval: int) -> dict:
             "steps_recomputed": last["step"] - resumed["step"]}
 
 
+# --- control-plane recovery on the real chain ------------------------------------------------------
+
+CP_PARTS = (  # (name, from stage, to stage) of Recorder; from an attempt N stage to an N+1 one
+    ("training_operator_ptj_failed_s", ("pod_failed", 0), ("ptj_failed", 0)),
+    ("operator_status_write_s", ("ptj_failed", 0), ("status_attempt", 1)),
+    ("operator_new_ptj_s", ("status_attempt", 1), ("ptj_created", 1)),
+    ("training_operator_pods_s", ("ptj_created", 1), ("pods_created", 1)),
+    ("scheduler_s", ("pods_created", 1), ("pods_scheduled", 1)),
+    ("kwok_running_s", ("pods_scheduled", 1), ("pods_running", 1)),
+)
+
+
+def control_plane(a: argparse.Namespace) -> dict:
+    from kubernetes import client
+
+    from chainbench import (OperatorProcess, Recorder, api_client, chain_cluster, job_spec, stats,
+                            training_operator_args, wait_for, zero_backoff)
+    from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
+    from llmtrain_devcluster.chain import FAIL_EXIT_CODE_ANNOTATION, FAIL_POD_LABEL
+
+    counts = sorted({int(c) for c in str(a.jobs).split(",")})
+    nodes = max(counts) + a.spare_nodes
+    out: dict = {"mode": "control-plane", "p5_nodes": nodes, "repeats": a.repeats,
+                 "restart_backoff_fields_set_to_0": zero_backoff(),
+                 "operator_args": ["--progress-interval", str(a.progress_interval), *shlex.split(a.operator_args)],
+                 "training_operator_args": training_operator_args(a.training_operator_threads,
+                                                                  a.training_operator_qps),
+                 "scenarios": {}}
+    with tempfile.TemporaryDirectory(prefix="llmtrain-recovery-cp-") as tmp:
+        work = Path(tmp)
+        t0 = time.monotonic()
+        cluster = chain_cluster(work / "cluster", nodes, out["training_operator_args"])
+        out["cluster_start_s"] = time.monotonic() - t0
+        op = None
+        try:
+            api = api_client(cluster.kubeconfig)
+            core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+            ns = f"recovery-{uuid.uuid4().hex[:6]}"
+            core.create_namespace({"metadata": {"name": ns}})
+            # Progress scraping is not on the recovery path (PyTorchJob events drive restarts); a long
+            # interval also keeps the operator from dialling the simulated pods' (unroutable) IPs.
+            op = OperatorProcess(cluster.kubeconfig, ns, work / "operator.log", out["operator_args"])
+            op.start()
+            rec = Recorder(api, ns)
+            spec = job_spec(nodes=1)
+
+            def create(name: str) -> float:
+                t = time.monotonic()
+                custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, {
+                    "apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": spec})
+                return t
+
+            def attempt_of(name: str) -> int:
+                return rec.phase.get(name, (1, None))[0]
+
+            def fail_at_once(victims: list[str]) -> dict:
+                """Correlated failures (a rack, a switch): one pod of each of ``victims`` failed
+                together; each job's own recovery time, and when the last one was back."""
+                attempts = {j: attempt_of(j) for j in victims}
+                for j, n in attempts.items():
+                    pod = next(p for p in core.list_namespaced_pod(
+                        ns, label_selector=f"{rec.job_label}={j},{rec.attempt_label}={n}").items
+                        if p.status.phase == "Running")
+                    core.patch_namespaced_pod(pod.metadata.name, ns, {"metadata": {
+                        "labels": {FAIL_POD_LABEL: "true"}, "annotations": {FAIL_EXIT_CODE_ANNOTATION: "137"}}})
+                wait_for(lambda: all(rec.get(j, n + 1, "pods_running") for j, n in attempts.items()), a.timeout,
+                         f"{len(victims)} jobs recovered at once (operator log: {op.log_path})")
+                totals = [rec.get(j, n + 1, "pods_running") - rec.get(j, n, "pod_failed")
+                          for j, n in attempts.items()]
+                first = min(rec.get(j, n, "pod_failed") for j, n in attempts.items())
+                last = max(rec.get(j, n + 1, "pods_running") for j, n in attempts.items())
+                return {"jobs": len(victims), "recovery_s": stats(totals), "first_failure_to_last_running_s": last - first,
+                        "parts_median_s": {part: statistics.median(
+                            rec.get(j, n + d1, s1) - rec.get(j, n + d0, s0) for j, n in attempts.items())
+                            for part, (s0, d0), (s1, d1) in CP_PARTS}}
+
+            jobs: list[str] = []
+            for count in counts:
+                new = [f"job-{i:04d}" for i in range(len(jobs), count)]
+                with ThreadPoolExecutor(8) as pool:
+                    list(pool.map(create, new))
+                jobs += new
+                # Settled: every job's phase Running, i.e. the training-operator has written each
+                # PyTorchJob's Running condition and the operator followed it. Before that the
+                # training-operator's queue still holds the start-up burst (one worker thread and 20
+                # API QPS by default), and a failure would wait behind it.
+                settle = time.monotonic()
+                wait_for(lambda: all(rec.phase.get(j, (0, None))[1] == "Running"
+                                     and rec.get(j, attempt_of(j), "pods_running") for j in jobs),
+                         a.timeout, f"{count} jobs Running")
+                settled_s = time.monotonic() - settle
+                runs, cold = [], []
+                for r in range(a.repeats):
+                    job = jobs[r % count]
+                    n = attempt_of(job)
+                    pods = core.list_namespaced_pod(
+                        ns, label_selector=f"{rec.job_label}={job},{rec.attempt_label}={n}").items
+                    victim = next(p for p in pods if p.status.phase == "Running")
+                    core.patch_namespaced_pod(victim.metadata.name, ns, {"metadata": {
+                        "labels": {FAIL_POD_LABEL: "true"}, "annotations": {FAIL_EXIT_CODE_ANNOTATION: "137"}}})
+                    wait_for(lambda: rec.get(job, n + 1, "pods_running"), a.timeout,
+                             f"{job} attempt {n + 1} pods Running (operator log: {op.log_path})")
+                    t = {f"{stage}_{d}": rec.get(job, n + d, stage) for _, *ends in CP_PARTS for stage, d in ends}
+                    run = {"job": job, "attempt": n + 1,
+                           "total_s": rec.get(job, n + 1, "pods_running") - rec.get(job, n, "pod_failed"),
+                           "failed_node": victim.spec.node_name,
+                           "new_nodes": sorted(rec.pod_nodes.get((job, n + 1), ()))}
+                    for part, (s0, d0), (s1, d1) in CP_PARTS:
+                        run[part] = t[f"{s1}_{d1}"] - t[f"{s0}_{d0}"]
+                    runs.append(run)
+                    # Baseline at the same load: a new job's create → pods Running (then gone again).
+                    probe = f"probe-{count}-{r}"
+                    created = create(probe)
+                    wait_for(lambda: rec.get(probe, 1, "pods_running"), a.timeout, f"{probe} pods Running")
+                    cold.append(rec.get(probe, 1, "pods_running") - created)
+                    custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, probe)
+                burst = None
+                if a.burst and count >= a.burst:
+                    burst = fail_at_once(jobs[-a.burst:])
+                # Exactly one live PyTorchJob per job, at its newest attempt.
+                ptjs = custom.list_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs")["items"]
+                live: dict[str, list[str]] = {}
+                for p in ptjs:
+                    if p["metadata"].get("deletionTimestamp"):
+                        continue
+                    conds = (p.get("status") or {}).get("conditions") or []
+                    if not any(c["type"] in ("Failed", "Succeeded") and c["status"] == "True" for c in conds):
+                        live.setdefault(p["metadata"]["labels"][rec.job_label], []).append(p["metadata"]["name"])
+                extra = {j: v for j, v in live.items() if j in jobs and len(v) != 1}
+                total = [r["total_s"] for r in runs]
+                scenario = {"running_jobs": count, "settle_s": settled_s, "recovery_s": stats(total),
+                            "parts_median_s": {part: statistics.median(r[part] for r in runs)
+                                               for part, *_ in CP_PARTS},
+                            "parts_max_s": {part: max(r[part] for r in runs) for part, *_ in CP_PARTS},
+                            "create_to_running_s": stats(cold),
+                            "ratio_recovery_to_create": statistics.median(total) / statistics.median(cold),
+                            "jobs_with_other_than_one_live_ptj": extra, "burst": burst, "runs": runs}
+                out["scenarios"][str(count)] = scenario
+                print(json.dumps({"scenario": count, "recovery_s": scenario["recovery_s"]}), file=sys.stderr,
+                      flush=True)
+            out["operator_peak_rss_mib"], out["operator_cpu_s"] = op.usage()
+            rec.stop()
+        except BaseException:
+            log_path = work / "operator.log"
+            if log_path.exists():
+                print("--- operator log (tail) ---\n" + log_path.read_text()[-4000:], file=sys.stderr)
+            raise
+        finally:
+            if op is not None:
+                op.stop()
+            cluster.down()
+    return out
+
+
+def print_control_plane(out: dict) -> None:
+    print(f"control-plane recovery (pod Failed → next attempt's pods Running), {out['p5_nodes']} simulated "
+          f"p5.48xlarge nodes, {out['repeats']} failures per scenario; training-operator "
+          f"{' '.join(out['training_operator_args']) or 'defaults'}")
+    for count, s in out["scenarios"].items():
+        r, c = s["recovery_s"], s["create_to_running_s"]
+        print(f"  {count:>4} running job(s): p50 {r['p50']:.2f} s  p95 {r['p95']:.2f} s  max {r['max']:.2f} s"
+              f"   (new job create→Running p50 {c['p50']:.2f} s; recovery {s['ratio_recovery_to_create']:.2f}×)")
+        for part, v in s["parts_median_s"].items():
+            print(f"      {part:<34} median {v:6.2f} s   max {s['parts_max_s'][part]:6.2f} s")
+        b = s.get("burst")
+        if b:
+            print(f"      {b['jobs']} pods failed at once: per job p50 {b['recovery_s']['p50']:.2f} s, max "
+                  f"{b['recovery_s']['max']:.2f} s; first failure → last job Running "
+                  f"{b['first_failure_to_last_running_s']:.2f} s")
+            print("        medians: " + ", ".join(f"{k} {v:.2f}" for k, v in b["parts_median_s"].items()))
+        if s["jobs_with_other_than_one_live_ptj"]:
+            print(f"      NOT exactly one live PyTorchJob: {s['jobs_with_other_than_one_live_ptj']}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--control-plane", action="store_true",
+                    help="measure pod failure → next attempt Running on the simulated chain instead")
+    ap.add_argument("--jobs", default="1,200", help="--control-plane: running jobs per scenario")
+    ap.add_argument("--spare-nodes", type=int, default=4, help="--control-plane: simulated nodes beyond one per job")
+    ap.add_argument("--progress-interval", type=float, default=3600.0,
+                    help="--control-plane: the operator's --progress-interval")
+    ap.add_argument("--timeout", type=float, default=300.0, help="--control-plane: per wait")
+    ap.add_argument("--operator-args", default="",
+                    help="--control-plane: more operator flags (e.g. a restart-backoff flag set to 0)")
+    ap.add_argument("--burst", type=int, default=0,
+                    help="--control-plane: also fail this many jobs' pods at once (per scenario with that many jobs)")
+    ap.add_argument("--training-operator-threads", type=int, default=None,
+                    help="--control-plane: training-operator --controller-threads (default: Kubeflow's, 1)")
+    ap.add_argument("--training-operator-qps", type=int, default=None,
+                    help="--control-plane: training-operator --kube-api-qps (default: Kubeflow's, 20)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--steps", type=int, default=60)
@@ -140,6 +353,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="one repeat of a short job (used by the tests)")
     ap.add_argument("--json", help="also write the results here")
     a = ap.parse_args(argv)
+    if a.control_plane:
+        if a.quick:
+            a.jobs, a.repeats = "1", 3
+        out = control_plane(a)
+        print_control_plane(out)
+        print(json.dumps(out))
+        if a.json:
+            Path(a.json).write_text(json.dumps(out, indent=2))
+        return 0
     if a.quick:
         a.repeats, a.steps, a.interval = 1, 40, 4
     with tempfile.TemporaryDirectory(prefix="llmtrain-recovery-") as tmp:

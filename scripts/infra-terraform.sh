@@ -8,25 +8,37 @@
 # 2-3 minutes cold on 2 cores, instant warm. A terraform already on PATH is deliberately NOT used:
 # its version (and so its fmt output) would differ from machine to machine.
 # Providers are never needed: fmt and console on provider-free files run without `terraform init`.
+#
+# Like scripts/install-tools.sh: flock-protected (two clones or two test runs at once build once,
+# the second waits and reuses it), the build goes to a scratch dir and only a verified binary is
+# moved into place, and nothing cached is wiped first: Go's own module and build caches (shared
+# with install-tools.sh) are kept, so an interrupted build resumes instead of starting over.
 set -euo pipefail
 VERSION=1.5.7
 CACHE=${LLMTRAIN_CACHE:-$HOME/.cache/llmtrain}
 dest="$CACHE/terraform-$VERSION"
 bin="$dest/bin/terraform"
 
-if [ ! -x "$bin" ] || [ ! -f "$dest/.complete" ]; then
-  command -v go >/dev/null || { echo "infra-terraform: 'go' is needed to build terraform $VERSION" >&2; exit 1; }
+complete() { [ -x "$bin" ] && [ -f "$dest/.complete" ]; }
+
+if ! complete; then
+  mkdir -p "$CACHE"
+  exec 9>"$CACHE/terraform-$VERSION.lock"
+  flock 9
+fi
+if ! complete; then  # still missing once we hold the lock: nobody else built it meanwhile
+  GO=${GO:-go}
+  command -v "$GO" >/dev/null || { echo "infra-terraform: 'go' is needed to build terraform $VERSION" >&2; exit 1; }
   echo "infra-terraform: building terraform v$VERSION into $dest (first time only)" >&2
-  rm -rf "$dest"
-  mkdir -p "$dest/bin"
-  # Own module/build caches under the tool dir, so the build never depends on the user's GOPATH.
-  GOBIN="$dest/bin" GOPATH="$dest/gopath" GOMODCACHE="$dest/gopath/mod" GOCACHE="$dest/gocache" \
-    GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0 \
-    go install -trimpath -ldflags="-s -w" "github.com/hashicorp/terraform@v$VERSION" >&2
-  # Keep the binary, drop ~1.5 GB of module and build caches.
-  chmod -R u+w "$dest/gopath" 2>/dev/null || true
-  rm -rf "$dest/gopath" "$dest/gocache"
-  "$bin" version -json | grep -q "\"terraform_version\": \"$VERSION\"" || { echo "infra-terraform: built binary is not v$VERSION" >&2; exit 1; }
+  tmp="$dest/.build"
+  rm -rf "$tmp"  # only a previous interrupted build's output, never a cache
+  mkdir -p "$tmp" "$dest/bin"
+  GOBIN="$tmp" GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0 \
+    "$GO" install -trimpath -ldflags="-s -w" "github.com/hashicorp/terraform@v$VERSION" >&2
+  "$tmp/terraform" version -json | grep -q "\"terraform_version\": \"$VERSION\"" ||
+    { echo "infra-terraform: built binary is not v$VERSION" >&2; exit 1; }
+  mv -f "$tmp/terraform" "$bin"
+  rm -rf "$tmp"
   touch "$dest/.complete"
 fi
 echo "$bin"

@@ -202,14 +202,19 @@ class DevCluster:
         verbosity: int = 1,
         chain: bool | None = None,
         nodes: dict[str, int] | None = None,
+        training_operator_args: Sequence[str] = (),
     ):
         """``chain=True`` adds kube-scheduler, kwok nodes (``nodes``: ``{instance_type: count}``,
-        default :data:`.chain.DEFAULT_NODES`) and the training-operator. ``chain=None``: whatever
-        the cluster running from ``state_dir`` was started with (light when there is none)."""
+        default :data:`.chain.DEFAULT_NODES`, e.g. ``{"p5.48xlarge": 500}`` for a scale test) and
+        the training-operator (``training_operator_args``: extra flags, e.g.
+        ``["--controller-threads=4"]``; default: Kubeflow's own defaults, one worker thread and 20
+        API QPS). ``chain=None``: whatever the cluster running from ``state_dir`` was started with
+        (light when there is none)."""
         self.state_dir = Path(state_dir).resolve()
         self.verbosity = verbosity
         self._chain = chain
         self._nodes = nodes
+        self.training_operator_args = list(training_operator_args)
         self._procs: dict[str, subprocess.Popen] = {}
 
     @property
@@ -502,7 +507,7 @@ class DevCluster:
             f"--metrics-bind-address=127.0.0.1:{metrics}",
             # controller-runtime binds the webhook server on all interfaces; no flag for the host.
             f"--webhook-server-port={webhook}",
-            *to_args,
+            *to_args, *self.training_operator_args,
         ], self.logs_dir / "training-operator.log", env=to_env)
         self._procs["training-operator"] = to
         self._save_pids()
@@ -580,12 +585,10 @@ class DevCluster:
                 core.create_node(node)
                 names.append(node["metadata"]["name"])
 
-            def ready() -> bool:
-                for name in names:
-                    conds = core.read_node(name).status.conditions or []
-                    if not any(c.type == "Ready" and c.status == "True" for c in conds):
-                        return False
-                return True
+            def ready() -> bool:  # one LIST per poll, not one GET per node (hundreds at scale)
+                ok = {n.metadata.name for n in core.list_node(label_selector="type=kwok").items
+                      if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])}
+                return ok.issuperset(names)
 
             def fail(msg: str) -> Exception:
                 log = self.logs_dir / "kwok.log"

@@ -19,8 +19,9 @@ import yaml
 
 from .catalog import instance_types, model_presets
 from .planner import plan_job, suggest_fit
-from .spec import (API_VERSION, DEFAULT_ETCD_ENDPOINT, INSTANCE_TYPE_LABEL, KIND, LABEL_KEY,
-                   LLMTrainingJobSpec, resolve_dims)
+from .spec import (API_VERSION, DEFAULT_ETCD_ENDPOINT, DNS_SUBDOMAIN, HOST_PORT, IMAGE_REFERENCE,
+                   INSTANCE_TYPE_LABEL, KIND, LABEL_KEY, LABEL_VALUE, QUEUE_NAME, LLMTrainingJobSpec,
+                   resolve_dims)
 
 # Kubeflow names the worker Services `<job>-a<attempt>-worker-<index>`; they must be DNS-1035 labels (≤ 63).
 MAX_NAME_LENGTH = 45
@@ -107,6 +108,37 @@ def _loc(loc: tuple) -> str:
     return path
 
 
+# What each name/format pattern of spec.py means, in words: pydantic's own message for a mismatch
+# is "String should match pattern '<regex>'", which tells a user nothing.
+_STARTS_ENDS = "starting and ending with a letter or digit"
+PATTERN_WORDS: dict[str, tuple[str, str]] = {
+    DNS_SUBDOMAIN: ("is not a DNS subdomain",
+                    f"lowercase letters, digits, '-' and '.', {_STARTS_ENDS} (e.g. 'llmtrain-trainer')"),
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$": ("is not a DNS label",
+                                         f"up to 63 lowercase letters, digits and '-', {_STARTS_ENDS} "
+                                         "(e.g. 'scratch-1')"),
+    QUEUE_NAME: ("is not a Kueue LocalQueue name",
+                 f"up to 63 lowercase letters, digits, '-' and '.', {_STARTS_ENDS} (e.g. 'team-a')"),
+    LABEL_KEY: ("is not a label key",
+                f"[prefix/]name: a name of up to 63 letters, digits, '-', '_' and '.', {_STARTS_ENDS}; "
+                "the prefix a DNS subdomain (e.g. 'example.com/pool')"),
+    LABEL_VALUE: ("is not a label value",
+                  f"empty, or up to 63 letters, digits, '-', '_' and '.', {_STARTS_ENDS}"),
+    HOST_PORT: ("is not host:port",
+                "a host name or IP, optionally ':' and a port number; no scheme or path "
+                "(e.g. 'etcd.infra.svc:2379')"),
+    IMAGE_REFERENCE: ("is not a container image reference",
+                      "[registry[:port]/]path[:tag][@sha256:<digest>] with a lowercase path "
+                      "(e.g. 'public.ecr.aws/llmtrain/llmtrain-trainer:0.1.0')"),
+    r"^/": ("is not an absolute path", "a path starting with '/'"),
+}
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 5] + "…" + text[-4:]
+
+
 def _pydantic_problems(err: pydantic.ValidationError) -> list[Problem]:
     problems = []
     for e in err.errors():
@@ -120,6 +152,11 @@ def _pydantic_problems(err: pydantic.ValidationError) -> list[Problem]:
         elif kind in ("literal_error", "enum"):
             expected = e.get("ctx", {}).get("expected", "")
             problems.append(Problem(field, f"{e['input']!r} is not a known value", expected))
+        elif kind == "string_pattern_mismatch":
+            pattern = e.get("ctx", {}).get("pattern", "")
+            reason, accepted = PATTERN_WORDS.get(pattern, ("does not have the required format",
+                                                           f"a string matching {pattern}"))
+            problems.append(Problem(field, f"{_short(e['input'])} {reason}", accepted))
         elif "ctx" in e and any(k in e["ctx"] for k in ("ge", "gt", "le", "lt")):
             bound = ", ".join(f"{'≥>≤<'[['ge', 'gt', 'le', 'lt'].index(k)]} {v}"
                               for k, v in e["ctx"].items() if k in ("ge", "gt", "le", "lt"))

@@ -208,11 +208,16 @@ def test_reading_a_secret_is_forbidden_by_the_api_server(release, dev_cluster, s
 
 
 def test_what_the_operator_needs_is_allowed(release, dev_cluster, sa_kubeconfig):
-    for verb, resource in [("watch", "llmtrainingjobs.llmtrain.dev"), ("patch", "llmtrainingjobs.llmtrain.dev/status"),
-                           ("create", "pytorchjobs.kubeflow.org"), ("delete", "pytorchjobs.kubeflow.org"),
-                           ("list", "pods"), ("create", "events"), ("patch", "clusterkopfpeerings.kopf.dev")]:
-        r = dev_cluster.kubectl("auth", "can-i", verb, resource, "-n", release, kubeconfig=sa_kubeconfig, check=False)
-        assert r.stdout.strip() == "yes", (verb, resource, r.stderr)
+    # Status writes are asked about with --subresource=status: `can-i patch <resource>/status` reads
+    # "status" as an object NAME and answers for the main resource, so it said yes without the rule.
+    jobs = "llmtrainingjobs.llmtrain.dev"
+    for verb, resource, *extra in [("watch", jobs), ("patch", jobs, "--subresource=status"),
+                                   ("update", jobs, "--subresource=status"), ("get", jobs, "--subresource=status"),
+                                   ("create", "pytorchjobs.kubeflow.org"), ("delete", "pytorchjobs.kubeflow.org"),
+                                   ("list", "pods"), ("create", "events"), ("patch", "clusterkopfpeerings.kopf.dev")]:
+        r = dev_cluster.kubectl("auth", "can-i", verb, resource, "-n", release, *extra, kubeconfig=sa_kubeconfig,
+                                check=False)
+        assert r.stdout.strip() == "yes", (verb, resource, extra, r.stderr)
 
 
 @pytest.fixture(scope="module")

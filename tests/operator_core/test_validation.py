@@ -34,11 +34,11 @@ def test_invalid_spec_names_field_reason_and_alternative(case):
     ({"model": {"preset": "llama2-7b", "hfToken": "hf_abc"}}, "spec.model.hfToken", "plain text"),
     ({"training": {"learningRate": -1}}, "spec.training.learningRate", "out of range"),
     ({"fsdp": {"sharding": "FULL_SHARD"}}, "spec.fsdp.sharding", "unknown field"),
-    ({"cluster": {"queueName": "Bad Queue!"}}, "spec.cluster.queueName", "pattern"),
-    ({"rendezvous": {"endpoint": "etcd:notaport"}}, "spec.rendezvous.endpoint", "pattern"),
+    ({"cluster": {"queueName": "Bad Queue!"}}, "spec.cluster.queueName", "not a Kueue LocalQueue name"),
+    ({"rendezvous": {"endpoint": "etcd:notaport"}}, "spec.rendezvous.endpoint", "not host:port"),
     ({"rendezvous": {"endpoint": "etcd:99999"}}, "spec.rendezvous.endpoint", "no valid port"),
-    ({"cluster": {"image": "Bad Image!!"}}, "spec.cluster.image", "pattern"),
-    ({"cluster": {"serviceAccountName": "Bad_SA"}}, "spec.cluster.serviceAccountName", "pattern"),
+    ({"cluster": {"image": "Bad Image!!"}}, "spec.cluster.image", "not a container image reference"),
+    ({"cluster": {"serviceAccountName": "Bad_SA"}}, "spec.cluster.serviceAccountName", "not a DNS subdomain"),
     ({"cluster": {"nodeSelector": {"bad key!": "x"}}}, "spec.cluster.nodeSelector.bad key!", "not a valid label key"),
     ({"cluster": {"nodeSelector": {"node.kubernetes.io/instance-type": "p4d.24xlarge"}}},
      "spec.cluster.nodeSelector.node.kubernetes.io/instance-type", "set from spec.cluster.instanceType"),
@@ -47,6 +47,33 @@ def test_schema_level_problems_are_explained_offline(overrides, field, fragment)
     with pytest.raises(InvalidJob) as err:
         validate(spec_with(overrides), "job")
     assert any(p.field == field and fragment in p.reason for p in err.value.problems), str(err.value)
+
+
+@pytest.mark.parametrize("overrides,field,words", [
+    ({"cluster": {"serviceAccountName": "Bad_SA"}}, "spec.cluster.serviceAccountName",
+     ("'Bad_SA' is not a DNS subdomain", "lowercase letters, digits, '-' and '.'")),
+    ({"cluster": {"priorityClassName": "High.Priority"}}, "spec.cluster.priorityClassName",
+     ("is not a DNS subdomain",)),
+    ({"cluster": {"volumes": [{"name": "Scratch", "claimName": "c", "mountPath": "/s"}]}},
+     "spec.cluster.volumes[0].name", ("'Scratch' is not a DNS label", "up to 63 lowercase")),
+    ({"cluster": {"volumes": [{"name": "s", "claimName": "c", "mountPath": "rel/path"}]}},
+     "spec.cluster.volumes[0].mountPath", ("is not an absolute path", "starting with '/'")),
+    ({"cluster": {"nodeSelector": {"pool": "a b"}}}, "spec.cluster.nodeSelector.pool", ("is not a label value",)),
+    ({"cluster": {"queueName": "Bad Queue!"}}, "spec.cluster.queueName", ("not a Kueue LocalQueue name", "team-a")),
+    ({"rendezvous": {"endpoint": "http://etcd:2379"}}, "spec.rendezvous.endpoint", ("not host:port", "no scheme")),
+    ({"cluster": {"image": "Bad Image!!"}}, "spec.cluster.image", ("not a container image reference", "[:tag]")),
+])
+def test_name_format_problems_are_said_in_words(overrides, field, words):
+    """A Kubernetes-name mismatch says which field, what it must be and an example, never pydantic's
+    "String should match pattern '^…$'" (what `llmtrain validate` and the operator's Failed message
+    showed before)."""
+    with pytest.raises(InvalidJob) as err:
+        validate(spec_with(overrides), "job")
+    assert "should match pattern" not in str(err.value) and "^" not in str(err.value), str(err.value)
+    (problem,) = [p for p in err.value.problems if p.field == field]
+    text = f"{problem.reason} (accepted: {problem.accepted})"
+    for w in words:
+        assert w in text, text
 
 
 def test_inline_token_is_never_echoed():

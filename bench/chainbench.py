@@ -1,0 +1,301 @@
+"""What the benchmarks on the real chain share: a dev cluster with kube-scheduler, kwok p5 nodes and
+the Kubeflow training-operator; the operator as a process; and one watch per kind that records when
+each job's attempt reached each stage (PyTorchJob created / Failed, pods created / scheduled /
+Running / Failed, the job's status.attempt), as seen by this process's clock.
+
+Used by ``recovery.py --control-plane`` and ``operator_scale.py --nodes N``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [p for p in (str(REPO / "operator"), str(REPO / "devcluster")) if p not in sys.path]
+
+PTJ = ("kubeflow.org", "v1", "pytorchjobs")
+P5 = "p5.48xlarge"
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100); NaN for no values."""
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    k = min(len(values) - 1, max(0, round(q / 100 * (len(values) - 1))))
+    return values[k]
+
+
+def stats(values: list[float]) -> dict:
+    return {"n": len(values), "p50": percentile(values, 50), "p95": percentile(values, 95),
+            "p99": percentile(values, 99), "max": max(values) if values else float("nan")}
+
+
+def free_port() -> int:
+    from llmtrain_devcluster.process import free_port as fp
+    return fp()
+
+
+def wait_for(fn, timeout: float, what: str, interval: float = 0.1):
+    """Poll ``fn`` until it returns something truthy; SystemExit naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def chain_cluster(state_dir: Path, p5_nodes: int, training_operator_args=()):
+    """A started chain dev cluster with ``p5_nodes`` simulated p5.48xlarge nodes (nothing else)."""
+    from llmtrain_devcluster import DevCluster
+
+    return DevCluster(state_dir, chain=True, nodes={P5: p5_nodes},
+                      training_operator_args=training_operator_args).up(timeout=600)
+
+
+def training_operator_args(threads: int | None, qps: int | None) -> list[str]:
+    """Flags for the training-operator; None keeps Kubeflow's default (1 thread, 20 QPS, burst 30)."""
+    args = []
+    if threads:
+        args.append(f"--controller-threads={threads}")
+    if qps:
+        args += [f"--kube-api-qps={qps}", f"--kube-api-burst={qps * 3 // 2}"]
+    return args
+
+
+def api_client(kubeconfig: Path, pool: int = 32):
+    from kubernetes import client, config
+
+    cfg = client.Configuration()
+    config.load_kube_config(str(kubeconfig), client_configuration=cfg)
+    cfg.connection_pool_maxsize = pool
+    return client.ApiClient(cfg)
+
+
+def job_spec(nodes: int = 1, max_restarts: int = 1000) -> dict:
+    """A p5 job of ``nodes`` nodes whose pods the simulated cluster can run (no ServiceAccount,
+    no S3 access needed: nothing runs in the pods). Every restart-backoff field the spec has is
+    set to 0: what is measured is the control plane's own speed, not a deliberate wait."""
+    spec = {"model": {"preset": "llama2-7b"}, "data": {"uri": "synthetic", "seqLen": 4096},
+            "cluster": {"instanceType": P5, "nodes": nodes},
+            "fsdp": {"shardingStrategy": "FULL_SHARD", "mixedPrecision": "bf16"},
+            "training": {"maxSteps": 10000, "globalBatchTokens": 4194304 // 2 * nodes},
+            "checkpoint": {"uri": "s3://bench-bucket/checkpoints/", "intervalMinutes": 60},
+            "resilience": {"maxRestarts": max_restarts, **zero_backoff()}}
+    return spec
+
+
+def zero_backoff() -> dict:
+    """``{field: 0}`` for every numeric ``spec.resilience`` field about backoff (restart backoff is
+    being added; whatever its fields are called, the bench turns the deliberate delay off), and
+    nested objects' numeric fields likewise."""
+    from llmtrain.spec import LLMTrainingJobSpec
+
+    schema = LLMTrainingJobSpec.model_json_schema(by_alias=True)
+    defs = schema.get("$defs", {})
+
+    def resolve(s: dict) -> dict:
+        while "$ref" in s:
+            s = defs[s["$ref"].rsplit("/", 1)[-1]]
+        for alt in s.get("anyOf", []):
+            if alt.get("type") != "null":
+                return resolve(alt)
+        return s
+
+    out: dict = {}
+    resilience = resolve(schema["properties"]["resilience"])
+    for name, prop in resilience.get("properties", {}).items():
+        if "backoff" not in name.lower():
+            continue
+        prop = resolve(prop)
+        if prop.get("type") in ("integer", "number"):
+            out[name] = 0
+        elif prop.get("type") == "object":
+            out[name] = {k: 0 for k, v in prop.get("properties", {}).items()
+                         if resolve(v).get("type") in ("integer", "number")}
+    return out
+
+
+class OperatorProcess:
+    """``python -m llmtrain.controller`` watching one namespace, output to a log file."""
+
+    def __init__(self, kubeconfig: Path, namespace: str, log: Path, extra_args: list[str] = ()):
+        self.kubeconfig, self.namespace, self.log_path = kubeconfig, namespace, log
+        self.extra_args = list(extra_args)
+        self.proc: subprocess.Popen | None = None
+        self.metrics_port = self.liveness_port = 0
+
+    def start(self) -> float:
+        self.metrics_port, self.liveness_port = free_port(), free_port()
+        cmd = [sys.executable, "-m", "llmtrain.controller", "--namespace", self.namespace,
+               "--bind-address", "127.0.0.1", "--metrics-port", str(self.metrics_port),
+               "--liveness-port", str(self.liveness_port),
+               "--default-etcd-endpoint", "etcd.bench.svc:2379", *self.extra_args]
+        started = time.monotonic()
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig),
+               "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), os.environ.get("PYTHONPATH", "")])}
+        with open(self.log_path, "a") as log:
+            self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+        def healthy() -> bool:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"operator exited ({self.proc.returncode}); see {self.log_path}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=1):
+                    return True
+            except OSError:
+                return False
+        wait_for(healthy, 120, "operator /healthz")
+        return started
+
+    def usage(self) -> tuple[float, float]:
+        """(peak RSS MiB, CPU seconds) of the operator process, from /proc."""
+        rss = 0.0
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                rss = int(line.split()[1]) / 1024
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return rss, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self, sig=signal.SIGTERM) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class Recorder:
+    """Watches the pods, PyTorchJobs and LLMTrainingJobs of one namespace and records, per
+    ``(job, attempt)``, the first time (``time.monotonic()``) each stage was seen:
+
+    ``ptj_created``, ``ptj_failed`` (Failed condition True), ``pod_failed`` (a pod phase Failed),
+    ``pods_created`` / ``pods_scheduled`` / ``pods_running`` (all ``nodes`` pods of the attempt
+    exist / have a node / are Running), ``status_attempt`` (the job's status.attempt first showed
+    this attempt) and ``job_running`` (phase Running at this attempt).
+    Failed pods are gone within milliseconds (the training-operator deletes a failed job's pods),
+    so this is a watch, not a poll."""
+
+    STAGES = ("pod_failed", "ptj_failed", "status_attempt", "ptj_created", "pods_created",
+              "pods_scheduled", "pods_running", "job_running")
+
+    def __init__(self, api, namespace: str, nodes_per_job: int = 1):
+        from kubernetes import client
+
+        from llmtrain.render import ATTEMPT_LABEL, JOB_LABEL
+        from llmtrain.spec import GROUP, PLURAL, VERSION
+
+        self.namespace, self.nodes = namespace, nodes_per_job
+        self.job_label, self.attempt_label = JOB_LABEL, ATTEMPT_LABEL
+        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        self.lock = threading.Lock()
+        self.times: dict[tuple[str, int], dict[str, float]] = {}
+        self._pods: dict[tuple[str, int], dict[str, tuple[str | None, str | None]]] = {}
+        self.pod_nodes: dict[tuple[str, int], set[str]] = {}
+        self.phase: dict[str, tuple[int, str | None]] = {}  # job -> (attempt, phase), latest seen
+        self._stopped = False
+        self._watches = []
+        self._threads = [
+            threading.Thread(target=self._run, args=(core.list_namespaced_pod, (namespace,), self._pod),
+                             daemon=True),
+            threading.Thread(target=self._run, args=(custom.list_namespaced_custom_object,
+                                                     (*PTJ[:2], namespace, PTJ[2]), self._ptj), daemon=True),
+            threading.Thread(target=self._run, args=(custom.list_namespaced_custom_object,
+                                                     (GROUP, VERSION, namespace, PLURAL), self._job),
+                             daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _run(self, list_fn, args, handle) -> None:
+        from kubernetes import watch
+
+        version = None
+        while not self._stopped:
+            w = watch.Watch()
+            self._watches.append(w)
+            try:  # a watch ends (server timeout, a dropped connection): resume it where it was
+                for ev in w.stream(list_fn, *args, timeout_seconds=300, resource_version=version):
+                    obj = ev["object"]
+                    meta = obj["metadata"] if isinstance(obj, dict) else obj.metadata
+                    version = (meta.get("resourceVersion") if isinstance(meta, dict)
+                               else meta.resource_version) or version
+                    handle(ev["type"], obj, time.monotonic())
+            except Exception as err:  # noqa: BLE001
+                if self._stopped:
+                    return
+                print(f"watch restarted: {err!r}", file=sys.stderr)
+                version = None  # 410 Gone and friends: list again (first-seen times are kept)
+
+    def _mark(self, key, stage: str, t: float) -> None:
+        self.times.setdefault(key, {}).setdefault(stage, t)
+
+    def _key(self, labels) -> tuple[str, int] | None:
+        labels = labels or {}
+        try:
+            return labels[self.job_label], int(labels[self.attempt_label])
+        except (KeyError, ValueError):
+            return None
+
+    def _pod(self, kind: str, pod, t: float) -> None:
+        key = self._key(pod.metadata.labels)
+        if key is None:
+            return
+        with self.lock:
+            pods = self._pods.setdefault(key, {})
+            if kind == "DELETED":
+                pods.pop(pod.metadata.name, None)
+                return
+            pods[pod.metadata.name] = (pod.spec.node_name, pod.status.phase)
+            if pod.spec.node_name:
+                self.pod_nodes.setdefault(key, set()).add(pod.spec.node_name)
+            if pod.status.phase == "Failed":
+                self._mark(key, "pod_failed", t)
+            if len(pods) >= self.nodes:
+                self._mark(key, "pods_created", t)
+            if sum(1 for n, _ in pods.values() if n) >= self.nodes:
+                self._mark(key, "pods_scheduled", t)
+            if sum(1 for _, ph in pods.values() if ph == "Running") >= self.nodes:
+                self._mark(key, "pods_running", t)
+
+    def _ptj(self, kind: str, ptj: dict, t: float) -> None:
+        key = self._key(ptj["metadata"].get("labels"))
+        if key is None or kind == "DELETED":
+            return
+        with self.lock:
+            self._mark(key, "ptj_created", t)
+            conds = (ptj.get("status") or {}).get("conditions") or []
+            if any(c.get("type") == "Failed" and c.get("status") == "True" for c in conds):
+                self._mark(key, "ptj_failed", t)
+
+    def _job(self, kind: str, job: dict, t: float) -> None:
+        status = job.get("status") or {}
+        if kind == "DELETED" or not status:
+            return
+        key = (job["metadata"]["name"], int(status.get("attempt") or 1))
+        with self.lock:
+            self._mark(key, "status_attempt", t)
+            if status.get("phase") == "Running":
+                self._mark(key, "job_running", t)
+            self.phase[job["metadata"]["name"]] = (key[1], status.get("phase"))
+
+    def get(self, job: str, attempt: int, stage: str) -> float | None:
+        with self.lock:
+            return self.times.get((job, attempt), {}).get(stage)
+
+    def stop(self) -> None:
+        self._stopped = True
+        for w in self._watches:
+            w.stop()

@@ -1,0 +1,27 @@
+"""The chain at scale-test size: node counts and training-operator flags are DevCluster options
+(bench/recovery.py --control-plane and bench/operator_scale.py --nodes use them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from llmtrain_devcluster import DevCluster
+
+pytestmark = pytest.mark.cluster
+
+
+def test_node_counts_and_training_operator_flags_reach_the_chain(tmp_path):
+    with DevCluster(tmp_path / "chain", chain=True, nodes={"p5.48xlarge": 40},
+                    training_operator_args=["--controller-threads=3", "--kube-api-qps=40"]) as cluster:
+        with cluster.api_client() as api:
+            nodes = client.CoreV1Api(api).list_node(label_selector="type=kwok").items
+        # Exactly the requested shape (none of the default p4de/p5en), every one Ready.
+        assert len(nodes) == 40
+        assert {n.metadata.labels["node.kubernetes.io/instance-type"] for n in nodes} == {"p5.48xlarge"}
+        assert all(any(c.type == "Ready" and c.status == "True" for c in n.status.conditions) for n in nodes)
+        # The training-operator runs (it passed its readiness probe) with the flags given.
+        argv = Path(f"/proc/{cluster.pids()['training-operator']}/cmdline").read_bytes().split(b"\0")
+        assert b"--controller-threads=3" in argv and b"--kube-api-qps=40" in argv
