@@ -80,4 +80,7 @@ def test_gpu_script_cpu_path(tmp_path):
         assert res[name]["status"] == "ok", (name, res[name])
         assert res[name]["tokens_per_second"] > 0 and res[name]["peak_memory_gib"] > 0
     assert res["torchtitan/eager/selective"]["status"] in ("ok", "skipped")
+    # The float8 row exists and says why it cannot run here (the trainer refuses float8 off H100/H200).
+    fp8 = res["llmtrain/compile/selective/float8"]
+    assert fp8["status"] == "skipped" and "H100/H200" in fp8["reason"], fp8
     assert "llmtrain_over_plain_tokens_per_second" in r["comparisons"]

@@ -28,7 +28,8 @@ from .data import DataLoader, open_dataset
 from .init import init_weights
 from .metrics import TrainerMetrics
 from .model import Llama, cross_entropy
-from .parallel import AllReduceCounter, build_mesh, device_for_rank, has_replicas, init_distributed, parallelize
+from .parallel import (AllReduceCounter, build_mesh, check_float8_device, device_for_rank, has_replicas,
+                       init_distributed, parallelize)
 from .throughput import step_throughput
 
 log = logging.getLogger("llmtrain_trainer")
@@ -99,6 +100,8 @@ def _stop_agreed(stop: StopFlag, group) -> bool:
 def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
     stop = StopFlag()
     device = device_for_rank()
+    if spec.fsdp.float8:
+        check_float8_device(device)  # before joining the job: a clear error, not a failed matmul later
     init_distributed(device, spec.resilience.collective_timeout_minutes)
     rank, world = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
