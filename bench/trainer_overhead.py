@@ -178,6 +178,59 @@ def worker(spec_path: str, repeats: int) -> None:
                 print(json.dumps({"turn": r, "side": side, "load": os.getloadavg()[0], **got}), flush=True)
 
 
+def bookkeeping(n: int = 3000) -> dict:
+    """CPU microseconds per step of the trainer's own per-step bookkeeping, each piece timed alone in
+    this process with the trainer's own objects (what the side-by-side ratio cannot resolve on a
+    loaded machine): the throughput/MFU arithmetic, the Prometheus updates the loop makes, the memory
+    read, building the agreement flags, and the JSON step line (to /dev/null). Not included: the
+    agreement all-reduce itself (a collective; it is in the side-by-side figure)."""
+    import torch
+
+    import llmtrain_trainer.train as train
+    from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
+    from llmtrain_trainer.config import dumps
+    from llmtrain_trainer.metrics import TrainerMetrics
+    from llmtrain_trainer.throughput import step_throughput
+
+    spec = LLMTrainingJobSpec.model_validate(job_spec(SIZES["small"], 10, 2))
+    dims = resolve_dims(spec.model)
+    m = TrainerMetrics(job="bench", rank=0)
+    dev = torch.device("cpu")
+    mem = train._Memory(dev)
+    loss_sum = torch.zeros(())
+    null = open(os.devnull, "w")
+    event = {"event": "step", "step": 1, "loss": 5.123456, "lr": 3e-4, "grad_norm": 0.98, "tokens_per_second": 5413.55,
+             "tflops_per_device": 0.0066, "mfu": 0.066, "step_seconds": 0.03, "data_wait_seconds": 1e-5,
+             "sample_start": 8, "samples": 8, "tokens": 512, "max_steps": 40, "time": 1796042737.47}
+
+    def metrics():
+        m.step.set(1); m.loss.set(1.0); m.tokens_per_second.set(1.0); m.tokens_total.inc(256)
+        m.tflops_per_device.set(1.0); m.mfu.set(0.1); m.step_seconds.observe(0.03); m.data_wait_seconds.observe(1e-5)
+        m.memory_allocated_bytes.set(1); m.memory_reserved_bytes.set(1); m.heartbeat_timestamp_seconds.set(time.time())
+
+    def flags():
+        f = torch.tensor([0.0, 0.0, 0.0], device=dev)
+        f[0] += loss_sum
+        f.tolist()
+
+    def emit():
+        null.write(dumps(event) + "\n")
+        null.flush()
+
+    parts = {"throughput": lambda: step_throughput(512, 0.03, 2, dims, 64, 1e12), "metrics": metrics,
+             "memory": mem.read, "flags": flags, "step_line": emit}
+    out = {}
+    for name, fn in parts.items():
+        fn()
+        t0 = time.process_time()
+        for _ in range(n):
+            fn()
+        out[name] = round((time.process_time() - t0) / n * 1e6, 1)
+    out["total"] = round(sum(out.values()), 1)
+    mem.close()
+    return out
+
+
 def step_deltas(stamps: list[float], warmup: int) -> list[float]:
     return [b - a for a, b in zip(stamps[warmup:], stamps[warmup + 1:])]
 
@@ -263,13 +316,18 @@ def main(argv: list[str] | None = None) -> int:
                    [str(REPO / "operator"), str(REPO / "trainer"), os.environ.get("PYTHONPATH", "")]))
     load_before = os.getloadavg()
     t0 = time.time()
+    sys.path[:0] = [str(REPO / "operator"), str(REPO / "trainer")]
+    book = bookkeeping(300 if a.quick else 3000)
+    print(f"bookkeeping, CPU µs per step (each piece alone, this process): {book}", flush=True)
     results = {name: measure(name, SIZES[name], a, env) for name in a.sizes.split(",")}
+    for r in results.values():
+        r["bookkeeping_share_of_baseline_cpu"] = round(book["total"] / 1e3 / r["cpu"]["baseline_ms"]["median"], 4)
     out = {"bench": "trainer_overhead", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
            "cpus": os.cpu_count(), "nproc": a.nproc, "threads": a.threads, "steps": a.steps,
            "warmup": a.warmup, "repeats": a.repeats, "quick": a.quick,
            "loadavg_before": [round(x, 2) for x in load_before],
            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-           "seconds": round(time.time() - t0, 1), "sizes": results}
+           "seconds": round(time.time() - t0, 1), "bookkeeping_us_per_step": book, "sizes": results}
     print(json.dumps(out))
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
