@@ -18,7 +18,7 @@ from llmtrain.catalog import instance_types
 from llmtrain.render import render_pytorchjob
 from llmtrain.validation import check, parse_spec
 
-from .conftest import REPO, base_spec
+from conftest import REPO, base_spec
 
 
 def _gpu_spec(itype: str, float8: bool = True):
@@ -85,7 +85,6 @@ def test_check_float8_device_refuses_cpu():
 
 def test_float8_converts_the_block_linears_but_not_lm_head():
     """The module swap (no float8 matmul runs here): every Linear of every block, never lm_head."""
-    pytest.importorskip("torchao", reason="torchao is pinned in constraints.txt")  # present in the venv
     from llmtrain.spec import resolve_dims
     from llmtrain_trainer.model import Llama
     from llmtrain_trainer.parallel import convert_float8
