@@ -303,14 +303,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=4, help="steps dropped at the start of each turn")
     p.add_argument("--repeats", type=int, default=16, help="(baseline, trainer) pairs of turns")
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per process (both sides)")
-    p.add_argument("--quick", action="store_true", help="8 steps, 2 pairs (a smoke run, not a measurement)")
+    p.add_argument("--quick", action="store_true", help="6 steps per turn, 2 pairs (a smoke run, not a measurement)")
     p.add_argument("--json", help="also write the result here")
     a = p.parse_args(argv)
     if a.run_worker:
         worker(a.run_worker, a.repeats)
         return 0
     if a.quick:
-        a.steps, a.warmup, a.repeats = 8, 2, 2
+        a.steps, a.warmup, a.repeats = 6, 2, 2
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), LLMTRAIN_METRICS_PORT=metrics_port(), PYTHONUNBUFFERED="1",
                LLMTRAIN_LOG_LEVEL="WARNING", PYTHONPATH=os.pathsep.join(
                    [str(REPO / "operator"), str(REPO / "trainer"), os.environ.get("PYTHONPATH", "")]))
