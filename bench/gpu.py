@@ -158,10 +158,17 @@ def worker_torchtitan(spec_path: str) -> None:
     from torchtitan.models.llama3 import TransformerModelArgs  # noqa: F401  (import error → skipped)
     from torchtitan.models.llama3.model.model import Transformer
 
+    # torchtitan derives the MLP width: h = int(2·4·dim/3), h = int(ffn_dim_multiplier·h), rounded up to
+    # a multiple of multiple_of. Choose both so it lands on our intermediateSize (Llama 3.2 1B: 1.5, 256).
+    import math
+
+    base = int(2 * 4 * d["hiddenSize"] / 3)
     args = TransformerModelArgs(dim=d["hiddenSize"], n_layers=d["numLayers"], n_heads=d["numHeads"],
                                 n_kv_heads=d["numKvHeads"], vocab_size=d["vocabSize"],
-                                max_seq_len=raw["data"]["seqLen"], rope_theta=d["ropeTheta"])
-    # torchtitan derives the MLP width from dim, ffn_dim_multiplier and multiple_of; check it matches.
+                                max_seq_len=raw["data"]["seqLen"], rope_theta=d["ropeTheta"],
+                                ffn_dim_multiplier=d["intermediateSize"] / base,
+                                multiple_of=math.gcd(d["intermediateSize"], 256))
+    # ... and check that it does.
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     with torch.device("meta"):
@@ -207,7 +214,10 @@ def _run(kind: str, spec: dict, a: argparse.Namespace, tmp: str) -> dict:
     wall = round(time.time() - t0, 1)
     if out.returncode:
         err = out.stderr.strip().splitlines()
-        return {"status": "failed", "seconds": wall, "error": "\n".join(err[-6:])}
+        # The worker's own reason, not torchrun's summary of it (which is all the last lines say).
+        why = [l for l in err if ("Error" in l or "Exit" in l or " != " in l) and "ChildFailedError" not in l
+               and not l.lstrip().startswith(("File ", "raise ", "W1", "E1"))]
+        return {"status": "failed", "seconds": wall, "error": "\n".join(why[-3:] or err[-6:])}
     lines = [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
     result = lines[-1]
     if kind == "llmtrain":
