@@ -62,6 +62,7 @@ def test_render_passes_float8_to_the_trainer():
     assert json.loads(env["LLMTRAIN_SPEC"])["fsdp"]["float8"] is True
 
 
+@pytest.mark.slow  # a trainer process start: ~10 s, more on a loaded machine
 def test_trainer_refuses_float8_on_a_cpu_worker(tmp_path):
     """A spec that asks for float8 reaching a worker without a float8 GPU (here: CPU) stops with an
     error naming the field, before it joins the job — not with a failed matmul later."""
