@@ -60,13 +60,13 @@ def state_bytes(dims: dict) -> int:
     return 12 * num_params(d)
 
 
-def job_spec(dims: dict, ckpt_uri: str, steps: int, interval: int, nproc: int) -> dict:
+def job_spec(dims: dict, ckpt_uri: str, steps: int, interval: int, nproc: int, seqs_per_rank: int = 1) -> dict:
     return {
         "model": {"dims": dims},
         "data": {"uri": "synthetic", "seqLen": 32},
         "cluster": {"instanceType": "cpu", "processesPerNode": nproc},
         "fsdp": {"shardingStrategy": "FULL_SHARD", "mixedPrecision": "fp32", "activationCheckpointing": "none"},
-        "training": {"maxSteps": steps, "globalBatchTokens": 32 * nproc, "microBatchSize": 1,
+        "training": {"maxSteps": steps, "globalBatchTokens": 32 * nproc * seqs_per_rank, "microBatchSize": 1,
                      "learningRate": 3e-4, "warmupSteps": 1, "seed": 0},
         "checkpoint": {"uri": ckpt_uri, "intervalMinutes": 600, "intervalSteps": interval, "keep": 2},
         "rendezvous": {"backend": "c10d"},
@@ -205,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--steps", type=int, default=13)
     p.add_argument("--interval", type=int, default=4, help="asynchronous save every N steps")
+    p.add_argument("--seqs-per-rank", type=int, default=1,
+                   help="32-token sequences per rank per step (micro-batches of 1): longer steps, so the "
+                   "asynchronous save's cost is a fraction of a step it overlaps")
     p.add_argument("--quick", action="store_true", help="0.05 GiB of state, 6 steps")
     p.add_argument("--json", help="also write the result here")
     a = p.parse_args(argv)
@@ -224,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             storage = disk_speed(work, state_bytes(dims), a.nproc)
             uri = os.path.join(work, "ckpt")
-        events = run_trainer(job_spec(dims, uri, a.steps, a.interval, a.nproc), work, env, a.nproc)
+        events = run_trainer(job_spec(dims, uri, a.steps, a.interval, a.nproc, a.seqs_per_rank), work, env, a.nproc)
         final = [e for e in events if e.get("event") == "checkpoint" and e["step"] == a.steps]
         if not final:
             sys.exit(f"no final checkpoint event in {events[-3:]}")
@@ -239,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             evict_tree(uri)
         if not nbytes:
             sys.exit(f"checkpoint {step_name(a.steps)} not found under {uri}")
-        resumed = run_trainer(job_spec(dims, uri, a.steps + 1, a.interval, a.nproc), work, env, a.nproc)
+        resumed = run_trainer(job_spec(dims, uri, a.steps + 1, a.interval, a.nproc, a.seqs_per_rank), work, env, a.nproc)
         resume = [e for e in resumed if e.get("event") == "resume"]
         if not resume:
             sys.exit("the second run did not resume")
@@ -247,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     save_bw, load_bw = nbytes / save_s / 1e6, nbytes / load_s / 1e6
     out = {"bench": "checkpoint_bandwidth", "target": a.target,
            "date": time.strftime("%Y-%m-%d", time.gmtime(t_start)), "cpus": os.cpu_count(), "nproc": a.nproc,
-           "quick": a.quick, "model": dims, "checkpoint_bytes": nbytes,
+           "quick": a.quick, "seqs_per_rank": a.seqs_per_rank, "model": dims, "checkpoint_bytes": nbytes,
            "storage": {k: (round(v, 1) if isinstance(v, float) else v) for k, v in storage.items()},
            "save_seconds": save_s, "load_seconds": load_s,
            "save_MBps": round(save_bw, 1), "load_MBps": round(load_bw, 1),

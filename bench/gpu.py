@@ -19,8 +19,11 @@ CUDA context, fresh compile cache), the first `--warmup` steps dropped, then the
                            minimal loop; needs `pip install torchtitan==0.2.2` (see --torchtitan-path:
                            the project venv does not carry it, its dependencies — datasets, pyarrow,
                            tensorboard — are not the trainer's). Skipped with the reason when absent;
-  float8                   left for later: needs an opt-in `fsdp.float8` in the job spec (torchao);
-                           recorded as not run.
+  llmtrain/compile/selective/float8
+                           the trainer with `fsdp.float8: true` (torchao float8 Linear layers in the
+                           transformer blocks, dynamic tensorwise scaling), only on GPUs with float8
+                           tensor cores (compute capability ≥ 8.9: H100/H200); elsewhere recorded as
+                           skipped with the reason (the trainer refuses float8 there).
 
 Targets (issue 12): llmtrain ≥ 1.0× torchtitan tokens/s on the same settings; MFU ≥ 45% with compile
 on H100/H200.
@@ -47,6 +50,8 @@ REPO = Path(__file__).resolve().parents[1]
 # Llama 3.2 1B shape (untied embeddings here: ~1.5B parameters with the 128k vocabulary).
 SHAPE_1B = {"hiddenSize": 2048, "intermediateSize": 8192, "numLayers": 16, "numHeads": 32, "numKvHeads": 8,
             "vocabSize": 128256, "maxSeqLen": 8192, "ropeTheta": 500000.0}
+FLOAT8_ROW = "llmtrain/compile/selective/float8"
+TORCHTITAN_VERSION = "0.2.2"
 SHAPE_CPU = {"hiddenSize": 128, "intermediateSize": 384, "numLayers": 2, "numHeads": 4, "numKvHeads": 2,
              "vocabSize": 512, "maxSeqLen": 128, "ropeTheta": 500000.0}
 
@@ -63,14 +68,14 @@ def gpu_instance_type() -> str:
     return "p5.48xlarge"  # H100 and anything else: the H100 peak
 
 
-def job_spec(a: argparse.Namespace, compile_: bool, ac: str) -> dict:
+def job_spec(a: argparse.Namespace, compile_: bool, ac: str, float8: bool = False) -> dict:
     gpu = a.device == "cuda"
     return {
         "model": {"dims": a.shape},
         "data": {"uri": "synthetic", "seqLen": a.seq_len},
         "cluster": {"instanceType": a.instance_type, "processesPerNode": 1},
         "fsdp": {"shardingStrategy": "FULL_SHARD", "mixedPrecision": "bf16" if gpu else "fp32",
-                 "activationCheckpointing": ac, "compile": compile_},
+                 "activationCheckpointing": ac, "compile": compile_, "float8": float8},
         "training": {"maxSteps": a.steps, "globalBatchTokens": a.batch * a.seq_len, "microBatchSize": a.batch,
                      "learningRate": 3e-4, "warmupSteps": 2, "seed": 0},
         "rendezvous": {"backend": "c10d"},
@@ -153,10 +158,17 @@ def worker_torchtitan(spec_path: str) -> None:
     from torchtitan.models.llama3 import TransformerModelArgs  # noqa: F401  (import error → skipped)
     from torchtitan.models.llama3.model.model import Transformer
 
+    # torchtitan derives the MLP width: h = int(2·4·dim/3), h = int(ffn_dim_multiplier·h), rounded up to
+    # a multiple of multiple_of. Choose both so it lands on our intermediateSize (Llama 3.2 1B: 1.5, 256).
+    import math
+
+    base = int(2 * 4 * d["hiddenSize"] / 3)
     args = TransformerModelArgs(dim=d["hiddenSize"], n_layers=d["numLayers"], n_heads=d["numHeads"],
                                 n_kv_heads=d["numKvHeads"], vocab_size=d["vocabSize"],
-                                max_seq_len=raw["data"]["seqLen"], rope_theta=d["ropeTheta"])
-    # torchtitan derives the MLP width from dim, ffn_dim_multiplier and multiple_of; check it matches.
+                                max_seq_len=raw["data"]["seqLen"], rope_theta=d["ropeTheta"],
+                                ffn_dim_multiplier=d["intermediateSize"] / base,
+                                multiple_of=math.gcd(d["intermediateSize"], 256))
+    # ... and check that it does.
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     with torch.device("meta"):
@@ -202,7 +214,10 @@ def _run(kind: str, spec: dict, a: argparse.Namespace, tmp: str) -> dict:
     wall = round(time.time() - t0, 1)
     if out.returncode:
         err = out.stderr.strip().splitlines()
-        return {"status": "failed", "seconds": wall, "error": "\n".join(err[-6:])}
+        # The worker's own reason, not torchrun's summary of it (which is all the last lines say).
+        why = [l for l in err if ("Error" in l or "Exit" in l or " != " in l) and "ChildFailedError" not in l
+               and not l.lstrip().startswith(("File ", "raise ", "W1", "E1"))]
+        return {"status": "failed", "seconds": wall, "error": "\n".join(why[-3:] or err[-6:])}
     lines = [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
     result = lines[-1]
     if kind == "llmtrain":
@@ -263,25 +278,28 @@ def main(argv: list[str] | None = None) -> int:
     a.instance_type = gpu_instance_type() if a.device == "cuda" else "cpu"
     gpu = a.device == "cuda"
 
-    variants: list[tuple[str, str, bool, str]] = []  # (name, kind, compile, ac)
+    variants: list[tuple[str, str, bool, str, bool]] = []  # (name, kind, compile, ac, float8)
     for compile_ in ((False, True) if gpu else (False,)):  # inductor on CPU needs a C++ toolchain
         for ac in ("selective", "full"):
-            variants.append((f"llmtrain/{'compile' if compile_ else 'eager'}/{ac}", "llmtrain", compile_, ac))
-    variants += [("plain", "plain", False, "none"),
+            variants.append((f"llmtrain/{'compile' if compile_ else 'eager'}/{ac}", "llmtrain", compile_, ac, False))
+    variants += [(FLOAT8_ROW, "llmtrain", True, "selective", True),
+                 ("plain", "plain", False, "none", False),
                  ("torchtitan/compile/selective" if gpu else "torchtitan/eager/selective", "torchtitan", gpu,
-                  "selective")]
+                  "selective", False)]
+    fp8_missing = float8_unsupported(a.device)
     t_start = time.time()
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, kind, compile_, ac in variants:
+        for name, kind, compile_, ac, float8 in variants:
             if kind == "torchtitan" and not _has_torchtitan(a.torchtitan_path):
-                results[name] = {"status": "skipped", "reason": "torchtitan is not installed: pip install "
-                                 "--target DIR torchtitan==0.2.2 and pass --torchtitan-path DIR"}
+                results[name] = {"status": "skipped", "reason": "torchtitan is not installed: "
+                                 f"scripts/torchtitan.sh, then --torchtitan-path (torchtitan=={TORCHTITAN_VERSION})"}
                 continue
-            results[name] = _run(kind, job_spec(a, compile_, ac), a, tmp)
+            if float8 and fp8_missing:
+                results[name] = {"status": "skipped", "reason": fp8_missing}
+                continue
+            results[name] = _run(kind, job_spec(a, compile_, ac, float8), a, tmp)
             print(f"{name:32} {json.dumps(results[name])}", flush=True)
-    results["llmtrain/compile/selective/float8"] = {
-        "status": "not run", "reason": "needs the opt-in fsdp.float8 spec field (torchao), left for later"}
     ok = {k: v for k, v in results.items() if v.get("status") == "ok"}
     comparisons = {}
     tt = ok.get("torchtitan/compile/selective") or ok.get("torchtitan/eager/selective")
@@ -289,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     if tt and ours:
         comparisons["llmtrain_over_torchtitan_tokens_per_second"] = round(
             ours["tokens_per_second"] / tt["tokens_per_second"], 3)
+    if FLOAT8_ROW in ok and "llmtrain/compile/selective" in ok:
+        comparisons["float8_over_bf16_tokens_per_second"] = round(
+            ok[FLOAT8_ROW]["tokens_per_second"] / ok["llmtrain/compile/selective"]["tokens_per_second"], 3)
     if "plain" in ok and ours:
         comparisons["llmtrain_over_plain_tokens_per_second"] = round(
             ours["tokens_per_second"] / ok["plain"]["tokens_per_second"], 3)
@@ -301,6 +322,18 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(comparisons))
     print(f"wrote {a.out} ({report['seconds']} s)")
     return 0
+
+
+def float8_unsupported(device: str) -> str | None:
+    """Why the float8 row cannot run on this device, or None when it can."""
+    if device != "cuda":
+        return "float8 needs a GPU with float8 tensor cores (H100/H200); this run is on cpu"
+    import torch
+
+    cap = torch.cuda.get_device_capability()
+    if cap < (8, 9):
+        return f"float8 needs compute capability ≥ 8.9 (H100/H200); {torch.cuda.get_device_name()} has {cap[0]}.{cap[1]}"
+    return None
 
 
 def _has_torchtitan(path: str | None) -> bool:

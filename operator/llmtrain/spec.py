@@ -179,6 +179,8 @@ class FSDPSpec(_Spec):
     activation_checkpointing: ActivationCheckpointing = "selective"
     compile: bool = False
     cpu_offload: bool = False
+    float8: bool = Field(False, description="train the transformer blocks' Linear layers in float8 (torchao "
+                         "dynamic scaling; needs GPUs with float8 tensor cores: H100/H200)")
 
 
 class TrainingSpec(_Spec):

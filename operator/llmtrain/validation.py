@@ -203,6 +203,15 @@ def _uri_problem(field: str, uri: str | None, schemes: tuple[str, ...]) -> list[
     return []
 
 
+# GPU models (the catalog's `gpu` field) with float8 tensor cores, i.e. compute capability ≥ 8.9;
+# A100 (8.0) has none. torchao's float8 training needs them.
+FLOAT8_GPUS = ("H100", "H200")
+
+
+def supports_float8(inst) -> bool:
+    return inst.is_gpu and inst.gpu.startswith(FLOAT8_GPUS)
+
+
 def check(spec: LLMTrainingJobSpec, name: str = "job", default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT,
           policy: Policy | None = None) -> list[Problem]:
     """Semantic checks the schema cannot express. Returns every problem found, not just the first.
@@ -293,6 +302,11 @@ def check(spec: LLMTrainingJobSpec, name: str = "job", default_etcd_endpoint: st
         p.append(Problem("spec.fsdp.shardingStrategy", "HYBRID_SHARD shards within a node and replicates "
                          "across nodes, so it needs at least 2 nodes",
                          "FULL_SHARD on one node, or nodes ≥ 2"))
+    if f.float8 and not supports_float8(inst):
+        fp8 = [n for n, it in types.items() if supports_float8(it)]
+        p.append(Problem("spec.fsdp.float8", f"{c.instance_type} has {inst.gpu if inst.is_gpu else 'no'} GPUs; "
+                         "float8 training needs float8 tensor cores (H100/H200)",
+                         f"float8: false, or instanceType {' | '.join(fp8)}"))
     if f.mixed_precision == "fp16" and not inst.is_gpu:
         p.append(Problem("spec.fsdp.mixedPrecision", "fp16 compute is not supported on CPU workers",
                          "bf16 | fp32 on instanceType cpu"))

@@ -354,3 +354,24 @@ def test_prepare_to_s3_uploads_shard_by_shard_and_reads_back_the_same(tmp_path, 
     a, b = ShardDataset(str(tmp_path / "tok"), 16, 0), ShardDataset("s3://prep/tok/", 16, 0)
     for seg in a.segments(0, 12):
         assert np.array_equal(a.read_segment(*seg), b.read_segment(*seg))
+
+
+def test_memory_gauge_reads_current_rss_through_a_kept_descriptor():
+    """The per-step memory read (CPU: process RSS) follows the process: a fresh /proc read agrees with
+    it, and touching 64 MiB more shows up in the next read from the same kept descriptor."""
+    import os
+
+    from llmtrain_trainer.train import _Memory
+
+    mem = _Memory(torch.device("cpu"))
+    try:
+        before, reserved = mem.read()
+        with open("/proc/self/statm") as f:
+            fresh = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        assert before == reserved and abs(before - fresh) < 8 << 20
+        block = np.ones(64 << 20, dtype=np.uint8)  # touched: resident
+        after, _ = mem.read()
+        assert after - before >= 60 << 20, (before, after)
+        del block
+    finally:
+        mem.close()

@@ -87,12 +87,17 @@ def _positive_int(text: str) -> int:
 def cmd_scale_test(args: argparse.Namespace) -> int:
     import sys
 
-    from .scale_test import parse_sizes, run_scale_test
+    from .scale_test import parse_sizes, run_cluster_scale_test, run_scale_test
 
     try:
         sizes = parse_sizes(args.sizes)
-        result = run_scale_test(args.file, sizes, max_steps=args.max_steps, warmup=args.warmup,
-                                output=args.output, metrics_port=args.metrics_port)
+        if args.cluster or args.kubeconfig:
+            result = run_cluster_scale_test(args.file, sizes, kubeconfig=args.kubeconfig, namespace=args.namespace,
+                                            max_steps=args.max_steps, samples=args.samples, warmup=args.warmup,
+                                            output=args.output, timeout=args.timeout, poll=args.poll)
+        else:
+            result = run_scale_test(args.file, sizes, max_steps=args.max_steps, warmup=args.warmup,
+                                    output=args.output, metrics_port=args.metrics_port)
     except (OSError, ValueError, RuntimeError) as err:
         print(f"llmtrain scale-test: {err}", file=sys.stderr)
         return 1
@@ -149,4 +154,12 @@ def register(subparsers) -> None:
     t.add_argument("--warmup", type=int, default=2, help="first steps left out of the medians (default: %(default)s)")
     t.add_argument("--output", "-o", help="output directory (default .llmtrain/<job name>-scale-test)")
     t.add_argument("--metrics-port", type=int, help="base port of the workers' /metrics (default 9410)")
+    t.add_argument("--cluster", action="store_true",
+                   help="sizes are NODE counts: create the job through the operator at each size, read tokens/s "
+                   "and MFU from status.progress, delete it (current kubeconfig context, or --kubeconfig)")
+    t.add_argument("--kubeconfig", help="kubeconfig of the cluster (implies --cluster)")
+    t.add_argument("--namespace", "-n", default="default", help="namespace of the jobs (--cluster; default: %(default)s)")
+    t.add_argument("--samples", type=int, default=5, help="steps read from status per size (--cluster; default: %(default)s)")
+    t.add_argument("--timeout", type=float, default=1800, help="seconds per size (--cluster; default: %(default)s)")
+    t.add_argument("--poll", type=float, default=5.0, help="seconds between status reads (--cluster; default: %(default)s)")
     t.set_defaults(func=cmd_scale_test)

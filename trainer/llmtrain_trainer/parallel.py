@@ -123,9 +123,48 @@ def apply_activation_checkpointing(block: nn.Module, mode: str) -> nn.Module:
     raise ValueError(f"unknown activation checkpointing {mode!r}")
 
 
+# float8 needs tensor cores that multiply e4m3/e5m2: compute capability 8.9 (Ada) or newer — H100,
+# H200 in the instance catalog (validation checks the instance type; this checks the device itself).
+FLOAT8_MIN_CAPABILITY = (8, 9)
+
+
+def check_float8_device(device: torch.device) -> None:
+    """`spec.fsdp.float8` on a device without float8 tensor cores: refuse before building anything."""
+    if device.type != "cuda":
+        raise RuntimeError(f"spec.fsdp.float8 needs a CUDA GPU with float8 tensor cores (H100/H200, compute "
+                           f"capability ≥ 8.9); this worker runs on {device.type}. Set spec.fsdp.float8: false")
+    cap = torch.cuda.get_device_capability(device)
+    if cap < FLOAT8_MIN_CAPABILITY:
+        raise RuntimeError(f"spec.fsdp.float8 needs compute capability ≥ 8.9 (H100/H200); "
+                           f"{torch.cuda.get_device_name(device)} has {cap[0]}.{cap[1]}. Set spec.fsdp.float8: false")
+
+
+def float8_filter(module: nn.Module, fqn: str) -> bool:
+    """Which Linear layers train in float8: those of the transformer blocks whose both dimensions are
+    multiples of 16 (float8 GEMMs need them); not `lm_head`, whose logits need the precision
+    (torchtitan keeps its output layer in bf16 too)."""
+    return (isinstance(module, nn.Linear) and ".layers." in f".{fqn}" and module.in_features % 16 == 0
+            and module.out_features % 16 == 0)
+
+
+def convert_float8(model: nn.Module) -> int:
+    """Swap the selected Linear layers for torchao's Float8Linear (dynamic tensorwise scaling), before
+    checkpointing/compile/FSDP wrap them, as torchtitan orders it. Returns how many were swapped."""
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    convert_to_float8_training(model, config=Float8LinearConfig(), module_filter_fn=float8_filter)
+    return sum(type(m).__name__ == "Float8Linear" for m in model.modules())
+
+
 def parallelize(model: nn.Module, mesh, fsdp_spec, device: torch.device) -> nn.Module:
-    """Wrap each transformer block (checkpoint → compile → fully_shard), then the root."""
+    """Wrap each transformer block (checkpoint → compile → fully_shard), then the root; with
+    `fsdp.float8`, the blocks' Linear layers become float8 first."""
     from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
+
+    if getattr(fsdp_spec, "float8", False):
+        check_float8_device(device)
+        n = convert_float8(model)
+        log.info("float8 training: %d Linear layers converted", n)
 
     strategy = fsdp_spec.sharding_strategy
     reshard = strategy in ("FULL_SHARD", "HYBRID_SHARD")

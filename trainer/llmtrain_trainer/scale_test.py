@@ -11,8 +11,14 @@ after `--warmup` of the trainer's own step lines — tokens/s of the job, tokens
 
 On CPU every worker gets one intra-op thread at every size (unless OMP_NUM_THREADS is set). On one
 machine the workers share its cores and memory bandwidth: a CPU run past the core count measures
-oversubscription, not the interconnect. (Node counts on a cluster, through the operator,
-are not implemented here: there the same table would be read from each job's status.)
+oversubscription, not the interconnect.
+
+On a cluster (`--cluster`, with `--kubeconfig`/`--namespace`) a size is a number of NODES: for each,
+an LLMTrainingJob `<name>-scale-<n>` is created through the operator with `spec.cluster.nodes: n`
+(checkpointing off, so no size resumes another), and its `status.progress` — what the operator
+scrapes from rank 0's /metrics: step, tokens/s of the job, MFU — is read at every new step after
+`--warmup` until `--max-steps` samples are in (or the job ends); then the job is deleted and the
+next size starts. Per-worker throughput there is per GPU (nodes × GPUs per node).
 """
 
 from __future__ import annotations
@@ -151,5 +157,142 @@ def run_scale_test(file: str, sizes: list[int], *, max_steps: int | None = None,
         chart(rows, f"{name}: {spec.cluster.instance_type}, global batch {spec.training.global_batch_tokens:,} tokens",
               out / "scale-test.png")
     except ImportError:  # the trainer image carries no matplotlib; the table and JSON are still written
+        result["png_path"] = "no PNG (matplotlib is not installed: pip install matplotlib)"
+    return result
+
+
+# -- cluster mode: node counts through the operator ------------------------------------------------
+
+def scale_job_document(doc: dict, name: str, nodes: int, max_steps: int | None) -> dict:
+    """The job at one size: same spec, `nodes` nodes, no checkpoint (each size starts from scratch)."""
+    import copy
+
+    from llmtrain.spec import API_VERSION, KIND
+
+    spec = copy.deepcopy(doc.get("spec") or {})
+    cluster = spec.setdefault("cluster", {})
+    cluster["nodes"] = nodes
+    cluster.pop("minNodes", None)
+    (spec.get("checkpoint") or {}).pop("uri", None)
+    if max_steps:
+        spec.setdefault("training", {})["maxSteps"] = max_steps
+    labels = {**((doc.get("metadata") or {}).get("labels") or {}), "llmtrain.dev/scale-test": "true"}
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name, "labels": labels}, "spec": spec}
+
+
+def scale_job_name(base: str, nodes: int) -> str:
+    from llmtrain.validation import MAX_NAME_LENGTH
+
+    suffix = f"-scale-{nodes}"
+    return base[:MAX_NAME_LENGTH - len(suffix)].rstrip("-") + suffix
+
+
+def _api(kubeconfig: str | None):
+    from kubernetes import client, config
+
+    if kubeconfig:
+        return client.ApiClient(config.new_client_from_config(config_file=kubeconfig).configuration)
+    try:
+        config.load_kube_config()
+    except config.ConfigException:
+        config.load_incluster_config()
+    return client.ApiClient()
+
+
+def sample_progress(get_status, warmup: int, samples: int, tokens_per_step: int, deadline: float,
+                    poll: float, what: str) -> list[dict]:
+    """Read `status.progress` until `samples` distinct steps after `warmup` are seen (or the job
+    ends); each becomes a step event like the trainer's own lines. Raises on Failed or timeout."""
+    seen: dict[int, dict] = {}
+    phase = None
+    while True:
+        status = get_status() or {}
+        phase = status.get("phase")
+        prog = status.get("progress") or {}
+        step, tps = prog.get("step"), prog.get("tokensPerSecond")
+        if phase == "Running" and step is not None and step > warmup and tps and step not in seen:
+            seen[step] = {"step": step, "tokens_per_second": float(tps), "mfu": float(prog.get("mfu") or 0.0),
+                          "step_seconds": tokens_per_step / float(tps)}
+        if len(seen) >= samples:
+            break
+        if phase == "Failed":
+            raise RuntimeError(f"{what} failed: {status.get('message') or status.get('reason') or 'no message'}")
+        if phase == "Succeeded":
+            if seen:
+                break
+            raise RuntimeError(f"{what} finished before step {warmup + 1} was seen; raise --max-steps")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what}: {len(seen)} of {samples} steps after step {warmup} seen within the "
+                               f"timeout (phase {phase}, progress {prog or 'none yet'})")
+        time.sleep(poll)
+    return [seen[k] for k in sorted(seen)]
+
+
+def run_cluster_scale_test(file: str, sizes: list[int], *, kubeconfig: str | None = None,
+                           namespace: str = "default", max_steps: int | None = None, samples: int = 5,
+                           warmup: int = 2, output: str | None = None, timeout: float = 1800.0,
+                           poll: float = 5.0) -> dict:
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    from llmtrain.catalog import instance_type
+    from llmtrain.spec import GROUP, PLURAL, VERSION
+
+    from .config import load_job_file
+
+    doc, spec = load_job_file(file)
+    base = (doc.get("metadata") or {}).get("name") or Path(file).stem
+    inst = instance_type(spec.cluster.instance_type)
+    per_node = inst.workers_per_node(spec.cluster.processes_per_node)
+    tokens_per_step = spec.training.global_batch_tokens
+    out = Path(output or os.path.join(".llmtrain", f"{base}-scale-test"))
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    with _api(kubeconfig) as api:
+        co = client.CustomObjectsApi(api)
+
+        def status(name):
+            try:
+                return co.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name).get("status")
+            except ApiException as err:
+                if err.status == 404:
+                    return None
+                raise
+
+        for n in sizes:
+            name = scale_job_name(base, n)
+            print(f"scale-test: {namespace}/{name}: {n} node(s) × {per_node} worker(s)", flush=True)
+            if status(name) is not None:
+                raise RuntimeError(f"{namespace}/{name} already exists (a scale test in progress?); delete it first")
+            co.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                               scale_job_document(doc, name, n, max_steps))
+            try:
+                events = sample_progress(lambda: status(name), warmup, samples, tokens_per_step,
+                                         time.monotonic() + timeout, poll, f"{namespace}/{name}")
+            finally:
+                try:
+                    co.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+                except ApiException as err:
+                    if err.status != 404:
+                        raise
+                # The next size needs the nodes back: wait until the operator has torn this one down.
+                gone = time.monotonic() + timeout
+                while status(name) is not None and time.monotonic() < gone:
+                    time.sleep(poll)
+            row = summarize(n * per_node, events, warmup)
+            row["nodes"] = n
+            rows.append(row)
+    add_efficiency(rows)
+    result = {"job": base, "file": str(file), "mode": "cluster", "namespace": namespace, "sizes": sizes,
+              "workers_per_node": per_node, "samples": samples, "warmup": warmup,
+              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "instance_type": spec.cluster.instance_type, "global_batch_tokens": tokens_per_step, "rows": rows}
+    (out / "scale-test.json").write_text(json.dumps(result, indent=1) + "\n")
+    result["table"] = table(rows)
+    result["json_path"], result["png_path"] = str(out / "scale-test.json"), str(out / "scale-test.png")
+    try:
+        chart(rows, f"{base}: {spec.cluster.instance_type} × nodes {','.join(map(str, sizes))}, global batch "
+              f"{tokens_per_step:,} tokens", out / "scale-test.png")
+    except ImportError:
         result["png_path"] = "no PNG (matplotlib is not installed: pip install matplotlib)"
     return result

@@ -11,6 +11,7 @@ flops_per_token = 6·N_matmul + 12·L·H·q·T (see `llmtrain.flops`), peak from
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from llmtrain import flops
 from llmtrain.catalog import ModelDims
@@ -26,6 +27,13 @@ class Throughput:
 def step_throughput(tokens: int, seconds: float, devices: int, dims: ModelDims, seq_len: int,
                     peak_flops_per_device: float) -> Throughput:
     tps = tokens / seconds if seconds > 0 else 0.0
-    fpt = flops.flops_per_token(dims, seq_len)
+    fpt = _flops_per_token(dims, seq_len)
     per_device = tps / devices
     return Throughput(tps, per_device * fpt / 1e12, flops.mfu(per_device, fpt, peak_flops_per_device))
+
+
+@lru_cache(maxsize=8)
+def _flops_per_token(dims: ModelDims, seq_len: int) -> int:
+    # Called every step with the same (dims, seq_len): counting the parameters each time was the
+    # largest single item of the trainer's per-step bookkeeping after the metrics.
+    return flops.flops_per_token(dims, seq_len)
