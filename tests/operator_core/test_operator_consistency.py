@@ -311,7 +311,9 @@ def test_slow_metrics_endpoints_do_not_delay_a_new_jobs_pytorchjob(dev_cluster, 
             _create(kube, namespace, f"fresh-{i}", tiny())
             kube.wait_ptj(namespace, f"fresh-{i}-a1", timeout=30)
             latencies.append(time.monotonic() - started)
-        assert max(latencies) < 2.0, latencies
+        # The defect took 8-12 s; idle it is well under 1 s. 4 s leaves room for a machine whose 2
+        # cores other work is using (2.1 s was seen at load average 14) and still catches it.
+        assert max(latencies) < 4.0, latencies
     finally:
         op.stop(signal.SIGKILL)
 

@@ -111,19 +111,25 @@ def test_quarantine_sets_aside_every_checkpoint_from_the_step_on_and_retention_i
 
 @pytest.mark.slow
 def test_a_diverging_run_never_checkpoints_a_nan_state(corpus, launch, tmp_path):
-    """fp16 at learning rate 1 without clipping overflows on CPU: the loss is NaN from step 7 on
-    (deterministic: same seed, same data). The checkpoints every 2 steps stop at 6, and there is no
-    final one, so the newest checkpoint is always one a NaN rollback (before step 7) can use."""
+    """fp16 at learning rate 1 without clipping overflows on CPU: the loss turns NaN after a few
+    steps and stays NaN (the weights are NaN from then on). Which step is first varies from run to
+    run (step 7 and step 9 were both seen: CPU reductions are not bit-reproducible under load), so
+    the test reads it from the run. The checkpoints every 2 steps stop before it, and there is no
+    final one, so the newest checkpoint is always one a NaN rollback can use."""
     ckpt = tmp_path / "ckpt"
+    max_steps = 16
     spec = base_spec(**{"data.uri": corpus, "checkpoint.uri": str(ckpt), "checkpoint.intervalSteps": 2,
-                        "checkpoint.keep": 10, "training.maxSteps": 10, "training.learningRate": 1.0,
+                        "checkpoint.keep": 20, "training.maxSteps": max_steps, "training.learningRate": 1.0,
                         "training.gradClip": 0, "training.warmupSteps": 0, "training.lrSchedule": "constant",
                         "fsdp.mixedPrecision": "fp16"})
     w = launch(spec, name="diverge")
-    assert w.wait(180) == 0, w.stderr()
+    assert w.wait(240) == 0, w.stderr()
     losses = w.losses()
-    first_nan = min(s for s, loss in losses.items() if loss != loss)
-    assert first_nan == 7 and all(losses[s] != losses[s] for s in range(first_nan, 11)), losses
-    assert sorted(p.name for p in ckpt.glob("step-*")) == [f"step-{s:010d}" for s in (2, 4, 6)]
-    assert w.of("end")[0]["last_checkpoint"] == 6
-    assert "the loss of the final step 10 is not finite: no final checkpoint" in w.stderr()
+    nan_steps = [s for s, loss in losses.items() if loss != loss]
+    assert nan_steps, f"the run did not diverge, so it shows nothing: {losses}"
+    first_nan = min(nan_steps)
+    assert first_nan > 2 and all(losses[s] != losses[s] for s in range(first_nan, max_steps + 1)), losses
+    good = [s for s in range(2, first_nan, 2)]
+    assert sorted(p.name for p in ckpt.glob("step-*")) == [f"step-{s:010d}" for s in good], losses
+    assert w.of("end")[0]["last_checkpoint"] == good[-1]
+    assert f"the loss of the final step {max_steps} is not finite: no final checkpoint" in w.stderr()
