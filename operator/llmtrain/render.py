@@ -57,6 +57,13 @@ GPU_TOLERATIONS = [
     {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
     {"key": "vpc.amazonaws.com/efa", "operator": "Exists", "effect": "NoSchedule"},
 ]
+# A lost node (kernel panic, power, network) keeps its pods bound for the DefaultTolerationSeconds
+# admission plugin's 300 s after the node controller marks it (40 s): five minutes of a gang waiting
+# on a rank that is gone. The workers tolerate it for one minute instead, so the pod is evicted and
+# the attempt fails over well inside HyperPod's "under 2 minutes"; a shorter wait would evict a
+# whole gang over a brief kubelet-to-API-server blip. A user toleration of the same key wins.
+NODE_LOST_TOLERATION_SECONDS = 60
+NODE_LOST_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
 JOB_LABEL = "llmtrain.dev/job"
 ATTEMPT_LABEL = "llmtrain.dev/attempt"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -268,8 +275,11 @@ def render_pytorchjob(spec: LLMTrainingJobSpec, name: str, namespace: str = "def
     node_selector = dict(spec.cluster.node_selector)
     if inst.is_gpu:  # the pin is authoritative: applied last, over anything the user gave
         node_selector[INSTANCE_TYPE_LABEL] = inst.name
-    tolerations = (GPU_TOLERATIONS if inst.is_gpu else []) + [
-        t.model_dump(exclude_none=True) for t in spec.cluster.tolerations]
+    user_tolerations = [t.model_dump(exclude_none=True) for t in spec.cluster.tolerations]
+    node_lost = [{"key": key, "operator": "Exists", "effect": "NoExecute",
+                  "tolerationSeconds": NODE_LOST_TOLERATION_SECONDS}
+                 for key in NODE_LOST_TAINTS if not any(t.get("key") == key for t in user_tolerations)]
+    tolerations = (GPU_TOLERATIONS if inst.is_gpu else []) + node_lost + user_tolerations
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "staging", "mountPath": STAGING_PATH}] + [
         {"name": v.name, "mountPath": v.mount_path, "readOnly": v.read_only} for v in spec.cluster.volumes]
     staging = ({"medium": "Memory", "sizeLimit": f"{int(inst.memory_gib * STAGING_MEMORY_FRACTION)}Gi"}

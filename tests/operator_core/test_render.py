@@ -250,3 +250,22 @@ def test_nccl_flight_recorder_dumps_per_attempt_beside_file_checkpoints():
     assert env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "20000"
     cpu = parse_spec({"model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu", "nodes": 1}})
     assert not any(k.startswith("TORCH_NCCL_TRACE") for k in _env(_render(cpu)))  # gloo: no NCCL
+
+
+def test_a_lost_node_evicts_the_workers_after_a_minute_not_five():
+    """Without their own toleration the pods get DefaultTolerationSeconds' 300 s for
+    unreachable/not-ready nodes; the workers carry 60 s, for GPU and CPU jobs, unless the user
+    tolerates the taint themselves."""
+    from llmtrain.render import NODE_LOST_TOLERATION_SECONDS
+
+    assert NODE_LOST_TOLERATION_SECONDS < 300
+    for instance in ("p5.48xlarge", "cpu"):
+        spec = parse_spec({"model": {"preset": "tiny"}, "cluster": {"instanceType": instance}})
+        pod = render_pytorchjob(spec, "j", default_etcd_endpoint="etcd:2379")["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+        for key in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"):
+            assert {"key": key, "operator": "Exists", "effect": "NoExecute",
+                    "tolerationSeconds": NODE_LOST_TOLERATION_SECONDS} in pod["tolerations"], instance
+    mine = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"}
+    spec = parse_spec({"model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu", "tolerations": [mine]}})
+    pod = render_pytorchjob(spec, "j", default_etcd_endpoint="etcd:2379")["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert [t for t in pod["tolerations"] if t.get("key") == mine["key"]] == [mine]
