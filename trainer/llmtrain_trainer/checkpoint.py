@@ -124,6 +124,34 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _needed_spans(reader: FileSystemReader, plan) -> dict[str, list[int]]:
+    """File → [first byte, end] of the items this rank's load plan reads from it."""
+    spans: dict[str, list[int]] = {}
+    for item in plan.items:
+        info = reader.storage_data[item.storage_index]
+        lo, hi = spans.setdefault(info.relative_path, [info.offset, info.offset + info.length])
+        spans[info.relative_path] = [min(lo, info.offset), max(hi, info.offset + info.length)]
+    return spans
+
+
+class _LocalReader(FileSystemReader):
+    def read_data(self, plan, planner):
+        # DCP reads item by item, deserialising each (torch.load) before it asks for the next:
+        # the disk idles while the CPU works and vice versa. Telling the kernel up front which
+        # bytes this rank needs lets it read them ahead in the background, so the reads overlap
+        # the deserialisation instead of alternating with it.
+        for rel, (lo, hi) in _needed_spans(self, plan).items():
+            try:
+                fd = os.open(os.path.join(self.path, rel), os.O_RDONLY)
+            except OSError:
+                continue  # DCP's own read reports it
+            try:
+                os.posix_fadvise(fd, lo, hi - lo, os.POSIX_FADV_WILLNEED)
+            finally:
+                os.close(fd)
+        return super().read_data(plan, planner)
+
+
 class LocalStore:
     def __init__(self, root: str):
         self.root = os.path.abspath(root)
@@ -153,7 +181,7 @@ class LocalStore:
                             os.path.join(self.root, step_name(step)), on_commit)
 
     def reader(self, step: int, rank: int):
-        return FileSystemReader(os.path.join(self.root, step_name(step)))
+        return _LocalReader(os.path.join(self.root, step_name(step)))
 
     def delete(self, step: int) -> None:
         shutil.rmtree(os.path.join(self.root, step_name(step)), ignore_errors=True)
@@ -248,11 +276,7 @@ class _S3Reader(FileSystemReader):
         return super().read_metadata(*args, **kwargs)
 
     def read_data(self, plan, planner):
-        spans: dict[str, list[int]] = {}
-        for item in plan.items:
-            info = self.storage_data[item.storage_index]
-            lo, hi = spans.setdefault(info.relative_path, [info.offset, info.offset + info.length])
-            spans[info.relative_path] = [min(lo, info.offset), max(hi, info.offset + info.length)]
+        spans = _needed_spans(self, plan)
 
         def fetch(rel: str) -> None:
             lo, hi = spans[rel]
