@@ -23,7 +23,7 @@ import torch.distributed as dist
 from llmtrain.catalog import instance_type
 from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
 
-from .checkpoint import Checkpointer
+from .checkpoint import Checkpointer, init_optimizer_state
 from .config import JobIdentity, dumps, global_batch_seqs, lr_at
 from .data import DataLoader, open_dataset
 from .init import init_weights
@@ -172,7 +172,13 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
         metrics.resumed_before_step.set(before)
         if is_main:
             emit({"event": "rollback", "before_step": before, "quarantined": moved})
-    found = ckpt.resume(lambda: state(0))
+    def empty_state() -> dict:
+        # The optimizer state DCP loads into, created directly rather than by get_state_dict's
+        # zero-gradient optimizer step (most of a resume's time before: init_optimizer_state).
+        init_optimizer_state(optimizer)
+        return state(0)
+
+    found = ckpt.resume(empty_state)
     if found is not None:
         latest, sd = found
         set_state_dict(model, optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
