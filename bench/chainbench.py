@@ -55,6 +55,12 @@ def wait_for(fn, timeout: float, what: str, interval: float = 0.1):
         time.sleep(interval)
 
 
+def print_operator_log_tail(log_path: Path, tail: int = 6000) -> None:
+    """For a bench that failed: the tail of the operator's log (its tempdir is gone afterwards)."""
+    if log_path.exists():
+        print("--- operator log (tail) ---\n" + log_path.read_text()[-tail:], file=sys.stderr)
+
+
 def chain_cluster(state_dir: Path, p5_nodes: int, training_operator_args=()):
     """A started chain dev cluster with ``p5_nodes`` simulated p5.48xlarge nodes (nothing else)."""
     from llmtrain_devcluster import DevCluster
@@ -157,6 +163,14 @@ class OperatorProcess:
                 return False
         wait_for(healthy, 120, "operator /healthz")
         return started
+
+    def counter(self, outcome: str) -> float:
+        """llmtrain_operator_reconciles_total for one outcome, from the operator's /metrics."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(f'llmtrain_operator_reconciles_total{{outcome="{outcome}"}}'):
+                    return float(line.split()[-1])
+        return 0.0
 
     def usage(self) -> tuple[float, float]:
         """(peak RSS MiB, CPU seconds) of the operator process, from /proc."""

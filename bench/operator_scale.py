@@ -32,98 +32,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
-import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-PTJ = ("kubeflow.org", "v1", "pytorchjobs")
+from chainbench import PTJ, REPO, OperatorProcess, percentile, print_operator_log_tail, wait_for
 
 SPEC = {"model": {"preset": "tiny"}, "data": {"seqLen": 64},
         "cluster": {"instanceType": "cpu", "nodes": 1, "processesPerNode": 2, "image": "llmtrain-trainer:dev"},
         "fsdp": {"mixedPrecision": "fp32"},
         "training": {"maxSteps": 20, "globalBatchTokens": 64 * 2 * 2, "microBatchSize": 2, "warmupSteps": 2},
         "rendezvous": {"backend": "c10d"}}
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    k = min(len(values) - 1, max(0, round(q / 100 * (len(values) - 1))))
-    return values[k]
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Operator:
-    """The operator as a process, watching only the bench's namespace."""
-
-    def __init__(self, kubeconfig: Path, namespace: str, log: Path, workers: int | None):
-        self.kubeconfig, self.namespace, self.log_path, self.workers = kubeconfig, namespace, log, workers
-        self.proc: subprocess.Popen | None = None
-        self.metrics_port = self.liveness_port = 0
-
-    def start(self) -> float:
-        self.metrics_port, self.liveness_port = free_port(), free_port()
-        cmd = [sys.executable, "-m", "llmtrain.controller", "--namespace", self.namespace,
-               "--bind-address", "127.0.0.1", "--metrics-port", str(self.metrics_port),
-               "--liveness-port", str(self.liveness_port), "--default-etcd-endpoint", "etcd.bench.svc:2379"]
-        if self.workers:
-            cmd += ["--workers", str(self.workers)]
-        started = time.monotonic()
-        self.proc = subprocess.Popen(cmd, env={**os.environ, "KUBECONFIG": str(self.kubeconfig)},
-                                     stdout=open(self.log_path, "a"), stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"operator exited; see {self.log_path}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=1):
-                    return started
-            except OSError:
-                time.sleep(0.1)
-        raise SystemExit("operator did not become healthy")
-
-    def counter(self, outcome: str) -> float:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
-            for line in r.read().decode().splitlines():
-                if line.startswith(f'llmtrain_operator_reconciles_total{{outcome="{outcome}"}}'):
-                    return float(line.split()[-1])
-        return 0.0
-
-    def usage(self) -> tuple[float, float]:
-        """(peak RSS MiB, CPU seconds) of the operator process, from /proc."""
-        rss = 0.0
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                rss = int(line.split()[1]) / 1024
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        return rss, cpu
-
-    def stop(self, sig=signal.SIGTERM) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 class PTJWatch:
@@ -207,16 +131,6 @@ def delete_all(custom, group_version, namespace: str, plural: str) -> None:
                 raise
 
 
-def wait_for(fn, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise SystemExit(f"timed out waiting for {what}")
-
-
 def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path) -> dict:
     from kubernetes import client
 
@@ -247,7 +161,8 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path) -> dict:
     log(out)
 
     # --- operator ---
-    op = Operator(kubeconfig, ns_op, workdir / "operator.log", a.workers)
+    op = OperatorProcess(kubeconfig, ns_op, workdir / "operator.log",
+                         ["--workers", str(a.workers)] if a.workers else [])
     op.start()
     watch = PTJWatch(api, ns_op)
     created_at: dict[str, float] = {}
@@ -383,8 +298,7 @@ def run_chain(a: argparse.Namespace, workdir: Path) -> dict:
     from concurrent.futures import ThreadPoolExecutor
     from kubernetes import client
 
-    from chainbench import (OperatorProcess, Recorder, api_client, chain_cluster, job_spec, stats,
-                            training_operator_args)
+    from chainbench import Recorder, api_client, chain_cluster, job_spec, stats, training_operator_args
     from llmtrain.render import render_pytorchjob
     from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
     from llmtrain.validation import parse_spec
@@ -443,9 +357,7 @@ def run_chain(a: argparse.Namespace, workdir: Path) -> dict:
         out["running_p50_ratio"] = (out["operator"]["create_to_running_s"]["p50"]
                                     / out["direct"]["create_to_running_s"]["p50"])
     except BaseException:
-        log_path = workdir / "operator.log"
-        if log_path.exists():
-            print("--- operator log (tail) ---\n" + log_path.read_text()[-6000:], file=sys.stderr)
+        print_operator_log_tail(workdir / "operator.log")
         raise
     finally:
         if op is not None:
@@ -517,9 +429,7 @@ def main(argv=None) -> int:
             try:
                 out = run(a, kubeconfig, api, workdir)
             except BaseException:
-                log_path = workdir / "operator.log"
-                if log_path.exists():
-                    print("--- operator log (tail) ---\n" + log_path.read_text()[-6000:], file=sys.stderr)
+                print_operator_log_tail(workdir / "operator.log")
                 raise
         finally:
             if cluster is not None:

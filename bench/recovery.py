@@ -171,7 +171,8 @@ def control_plane(a: argparse.Namespace) -> dict:
     from kubernetes import client
 
     from chainbench import (OperatorProcess, Recorder, api_client, chain_cluster, job_spec, stats,
-                            training_operator_args, wait_for, zero_backoff)
+                            print_operator_log_tail, training_operator_args, wait_for,
+                            zero_backoff)
     from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
     from llmtrain_devcluster.chain import FAIL_EXIT_CODE_ANNOTATION, FAIL_POD_LABEL
 
@@ -298,9 +299,7 @@ def control_plane(a: argparse.Namespace) -> dict:
             out["operator_peak_rss_mib"], out["operator_cpu_s"] = op.usage()
             rec.stop()
         except BaseException:
-            log_path = work / "operator.log"
-            if log_path.exists():
-                print("--- operator log (tail) ---\n" + log_path.read_text()[-4000:], file=sys.stderr)
+            print_operator_log_tail(work / "operator.log", 4000)
             raise
         finally:
             if op is not None:
