@@ -212,6 +212,18 @@ def launch(tmp_path):
         w.kill()
 
 
+@pytest.fixture
+def one_process_group():
+    """A one-process gloo group: enough for the real Checkpointer and DCP inside the test process."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
 def run_to_end(w: Workers, timeout: float = 180) -> Workers:
     rc = w.wait(timeout)
     assert rc == 0, f"torchrun exited {rc}; stderr:\n{w.stderr()}"

@@ -16,17 +16,6 @@ from conftest import STEPS, base_spec
 pytestmark = pytest.mark.trainer
 
 
-@pytest.fixture
-def one_process_group():
-    from llmtrain_devcluster.process import free_port
-
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 def _state(value: float) -> dict:
     return {"model": {"w": torch.full((64,), value)}, "train": {"step": int(value)}}
 

@@ -48,18 +48,6 @@ def test_resume_before_step_rolls_back_and_quarantines_the_later_checkpoints(cor
     assert sorted(p.name for p in ckpt.glob("step-*")) == [f"step-{s:010d}" for s in (6, 8)]
 
 
-@pytest.fixture
-def one_process_group():
-    import torch.distributed as dist
-    from llmtrain_devcluster.process import free_port
-
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 def _state(value: float) -> dict:
     return {"model": {"w": torch.full((16,), value)}, "train": {"step": int(value)}}
 
