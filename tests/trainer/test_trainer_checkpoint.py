@@ -10,7 +10,6 @@ import os
 
 import pytest
 import torch
-import torch.distributed as dist
 from conftest import STEPS, base_spec
 
 pytestmark = pytest.mark.trainer
