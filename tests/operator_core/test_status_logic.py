@@ -1,10 +1,9 @@
 """The operator's pure status rules: Kubeflow conditions → phase, conditions, progress, hang."""
 
-import datetime as dt
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from llmtrain.controller.status import (hung, progress_from_metrics, pytorchjob_state, set_condition)
+from llmtrain.controller.status import (progress_from_metrics, pytorchjob_state, set_condition)
 
 
 def _ptj(*conds):
@@ -47,11 +46,3 @@ def test_progress_is_read_from_the_trainers_own_exposition():
     assert p.as_status()["heartbeatTime"] == "2023-11-14T22:13:20Z"
 
 
-def test_hang_counts_from_the_last_heartbeat_or_the_start():
-    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
-    limit = dt.timedelta(minutes=30)
-    assert not hung(None, None, limit, at=t0)  # not running: nothing to judge
-    assert not hung(None, t0, limit, at=t0 + dt.timedelta(minutes=29))
-    assert hung(None, t0, limit, at=t0 + dt.timedelta(minutes=31))  # never stepped at all
-    assert not hung(t0 + dt.timedelta(minutes=20), t0, limit, at=t0 + dt.timedelta(minutes=45))
-    assert hung(t0 + dt.timedelta(minutes=20), t0, limit, at=t0 + dt.timedelta(minutes=51))

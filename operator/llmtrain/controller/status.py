@@ -148,14 +148,6 @@ def progress_from_metrics(text: str) -> Progress:
     return Progress(**values)
 
 
-def hung(heartbeat: dt.datetime | None, running_since: dt.datetime | None, timeout: dt.timedelta,
-         at: dt.datetime | None = None) -> bool:
-    """A Running job is hung when no step completed for `timeout`: counted from its last heartbeat,
-    or from when it started running if no heartbeat was ever seen."""
-    last = max([t for t in (heartbeat, running_since) if t is not None], default=None)
-    return last is not None and (at or now()) - last > timeout
-
-
 # Container waiting reasons that mean "this pod will not start by itself".
 STUCK_WAITING = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
                  "CreateContainerError", "CrashLoopBackOff", "RunContainerError")
