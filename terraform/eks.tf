@@ -118,14 +118,7 @@ resource "aws_iam_role" "cloudwatch_agent" {
   count = var.enable_container_insights ? 1 : 0
   name  = "${var.cluster_name}-cloudwatch-agent"
 
-  assume_role_policy = jsonencode({
-    Version = "2012-10-17"
-    Statement = [{
-      Effect    = "Allow"
-      Principal = { Service = "pods.eks.amazonaws.com" }
-      Action    = ["sts:AssumeRole", "sts:TagSession"]
-    }]
-  })
+  assume_role_policy = module.pod_identity_trust["cloudwatch_agent"].json
 }
 
 resource "aws_iam_role_policy_attachment" "cloudwatch_agent" {
@@ -144,7 +137,7 @@ resource "aws_eks_addon" "cloudwatch_observability" {
 
   pod_identity_association {
     role_arn        = aws_iam_role.cloudwatch_agent[0].arn
-    service_account = "cloudwatch-agent"
+    service_account = local.pod_identity_service_accounts.cloudwatch_agent.service_account
   }
 
   # The agent runs on GPU nodes too (GPU metrics); they carry the GPU/EFA taints.

@@ -118,17 +118,7 @@ resource "aws_iam_role" "fsx_csi" {
   count = local.fsx_count
   name  = "${var.cluster_name}-fsx-csi"
 
-  assume_role_policy = jsonencode({
-    Version = "2012-10-17"
-    Statement = [{
-      Effect    = "Allow"
-      Principal = { Service = "pods.eks.amazonaws.com" }
-      Action    = ["sts:AssumeRole", "sts:TagSession"]
-      Condition = {
-        StringEquals = { "aws:SourceAccount" = local.account_id }
-      }
-    }]
-  })
+  assume_role_policy = module.pod_identity_trust["fsx_csi"].json
 }
 
 resource "aws_iam_role_policy_attachment" "fsx_csi" {
@@ -149,7 +139,7 @@ resource "aws_eks_addon" "fsx_csi" {
 
   pod_identity_association {
     role_arn        = aws_iam_role.fsx_csi[0].arn
-    service_account = "fsx-csi-controller-sa"
+    service_account = local.pod_identity_service_accounts.fsx_csi.service_account
   }
 
   depends_on = [aws_eks_node_group.system, aws_eks_addon.core]

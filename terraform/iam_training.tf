@@ -3,18 +3,7 @@
 resource "aws_iam_role" "training" {
   name = "${var.cluster_name}-training"
 
-  assume_role_policy = jsonencode({
-    Version = "2012-10-17"
-    Statement = [{
-      Effect    = "Allow"
-      Principal = { Service = "pods.eks.amazonaws.com" }
-      Action    = ["sts:AssumeRole", "sts:TagSession"]
-      Condition = {
-        StringEquals = { "aws:SourceAccount" = local.account_id }
-        ArnEquals    = { "aws:SourceArn" = aws_eks_cluster.this.arn }
-      }
-    }]
-  })
+  assume_role_policy = module.pod_identity_trust["training"].json
 }
 
 resource "aws_iam_role_policy" "training_bucket" {
@@ -54,8 +43,8 @@ resource "aws_iam_role_policy" "training_bucket" {
 
 resource "aws_eks_pod_identity_association" "training" {
   cluster_name    = aws_eks_cluster.this.name
-  namespace       = var.training_namespace
-  service_account = var.training_service_account
+  namespace       = local.pod_identity_service_accounts.training.namespace
+  service_account = local.pod_identity_service_accounts.training.service_account
   role_arn        = aws_iam_role.training.arn
 
   depends_on = [aws_eks_addon.core]

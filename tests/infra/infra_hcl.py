@@ -37,7 +37,8 @@ def clean(node: Any) -> Any:
 
 
 class Module:
-    """resources[(type, name)] -> body; locals[name] -> expr; variables[name] -> body."""
+    """resources[(type, name)] -> body; locals[name] -> expr; variables[name] -> body;
+    modules[name] -> the module block's arguments."""
 
     def __init__(self, directory: Path):
         self.files = sorted(directory.glob("*.tf"))
@@ -46,6 +47,7 @@ class Module:
         self.locals: dict[str, Any] = {}
         self.variables: dict[str, dict] = {}
         self.outputs: dict[str, dict] = {}
+        self.modules: dict[str, dict] = {}
         for f in self.files:
             with f.open() as fh:
                 doc = clean(hcl2.load(fh))
@@ -61,6 +63,8 @@ class Module:
                 self.variables.update(entry)
             for entry in doc.get("output", []):
                 self.outputs.update(entry)
+            for entry in doc.get("module", []):
+                self.modules.update(entry)
 
     def of_type(self, rtype: str) -> dict[str, dict]:
         return {n: b for (t, n), b in self.resources.items() if t == rtype}

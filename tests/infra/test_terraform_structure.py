@@ -142,10 +142,12 @@ def test_training_role_is_scoped_to_the_bucket(mod):
     assert "aws_s3_bucket.this.arn" in pol
     assert '"*"' not in pol.replace('"${aws_s3_bucket.this.arn}/*"', ""), "wildcard resource in the training policy"
     assert not re.search(r'"s3:\*"', pol)
+    # the trust policy itself is checked in test_pod_identity_trust
     trust = mod.resources[("aws_iam_role", "training")]["assume_role_policy"]
-    assert "pods.eks.amazonaws.com" in trust and "aws_eks_cluster.this.arn" in trust
+    assert trust == '${module.pod_identity_trust["training"].json}'
     assoc = mod.resources[("aws_eks_pod_identity_association", "training")]
-    assert assoc["service_account"] == "${var.training_service_account}"
+    assert assoc["service_account"] == "${local.pod_identity_service_accounts.training.service_account}"
+    assert mod.locals["pod_identity_service_accounts"]["training"]["service_account"] == "${var.training_service_account}"
 
 
 def test_cluster_hardening(mod):
@@ -254,6 +256,7 @@ def test_container_insights_addon_is_optional_with_its_own_identity(mod):
     assert addon["count"] == "${var.enable_container_insights ? 1 : 0}"
     assert mod.variables["enable_container_insights"]["default"] is False
     (assoc,) = block(addon, "pod_identity_association")
-    assert assoc["service_account"] == "cloudwatch-agent"
+    assert assoc["service_account"] == "${local.pod_identity_service_accounts.cloudwatch_agent.service_account}"
+    assert mod.locals["pod_identity_service_accounts"]["cloudwatch_agent"]["service_account"] == "cloudwatch-agent"
     attach = mod.resources[("aws_iam_role_policy_attachment", "cloudwatch_agent")]
     assert attach["policy_arn"].endswith("policy/CloudWatchAgentServerPolicy")

@@ -1,0 +1,66 @@
+# The trust policy of an IAM role that EKS Pod Identity assumes for one ServiceAccount of one
+# cluster. Every Pod Identity role of the root module takes its assume_role_policy from here, so
+# the conditions are written once. Provider-free on purpose: tests evaluate it with
+# `terraform console` alone.
+#
+# What each part is for (Amazon EKS User Guide, "Create IAM role with trust policy required by EKS
+# Pod Identity", and "Cross-service confused deputy prevention"):
+#   - principal pods.eks.amazonaws.com with sts:AssumeRole (the credentials) and sts:TagSession
+#     (Pod Identity adds session tags; without it every AssumeRole is denied);
+#   - aws:SourceAccount and aws:SourceArn, the confused-deputy guards: the calling resource is the
+#     Pod Identity association, whose ARN is the cluster's with "podidentityassociation/" in place
+#     of "cluster/" and the association id appended, so the ArnLike pattern admits the
+#     associations of this one cluster only;
+#   - the session tags Pod Identity sets (eks-cluster-arn, kubernetes-namespace,
+#     kubernetes-service-account) pin the role to this cluster's ServiceAccount, even if another
+#     association in the account names the role.
+
+variable "cluster_arn" {
+  description = "ARN of the EKS cluster whose Pod Identity associations may assume the role (arn:<partition>:eks:<region>:<account>:cluster/<name>)."
+  type        = string
+
+  validation {
+    condition     = can(regex("^arn:aws[a-z-]*:eks:[a-z0-9-]+:[0-9]{12}:cluster/[A-Za-z0-9][A-Za-z0-9_-]*$", var.cluster_arn))
+    error_message = "cluster_arn must be an EKS cluster ARN, arn:<partition>:eks:<region>:<12-digit account>:cluster/<name>."
+  }
+}
+
+variable "namespace" {
+  description = "Kubernetes namespace of the ServiceAccount the role is for (the association's namespace)."
+  type        = string
+}
+
+variable "service_account" {
+  description = "Name of the Kubernetes ServiceAccount the role is for (the association's service account)."
+  type        = string
+}
+
+locals {
+  # arn:<partition>:eks:<region>:<account>:cluster/<name>
+  account_id          = split(":", var.cluster_arn)[4]
+  associations_of_arn = "${replace(var.cluster_arn, ":cluster/", ":podidentityassociation/")}/*"
+
+  policy = {
+    Version = "2012-10-17"
+    Statement = [{
+      Sid       = "EksPodIdentity"
+      Effect    = "Allow"
+      Principal = { Service = "pods.eks.amazonaws.com" }
+      Action    = ["sts:AssumeRole", "sts:TagSession"]
+      Condition = {
+        StringEquals = {
+          "aws:SourceAccount"                         = local.account_id
+          "aws:RequestTag/eks-cluster-arn"            = var.cluster_arn
+          "aws:RequestTag/kubernetes-namespace"       = var.namespace
+          "aws:RequestTag/kubernetes-service-account" = var.service_account
+        }
+        ArnLike = { "aws:SourceArn" = local.associations_of_arn }
+      }
+    }]
+  }
+}
+
+output "json" {
+  description = "The trust policy document, for aws_iam_role.assume_role_policy."
+  value       = jsonencode(local.policy)
+}
