@@ -1,9 +1,10 @@
 """`helm install` the chart into the real dev cluster, then run the operator exactly as the
 release's Deployment would (its command and args) as a local process authenticated only by the
 release's ServiceAccount token: it must reconcile an example LLMTrainingJob into a PyTorchJob,
-write status, post events and keep its kopf peering lease (so the RBAC the chart grants is
-enough), while anything outside that RBAC (reading Secrets, creating Deployments, deleting jobs)
-is refused by the API server."""
+write status, post events and keep its kopf peering lease, then take a job through a failed
+attempt, the restart, a suspension and its deletion (so the RBAC the chart grants is enough for
+every API call of that lifecycle), while anything outside that RBAC (reading Secrets, creating
+Deployments, writing the jobs themselves) is refused by the API server."""
 
 from __future__ import annotations
 
@@ -119,6 +120,16 @@ def operator_process(deployment, sa_kubeconfig, tmp_path_factory):
                 proc.wait(10)
 
 
+# Any refusal in the operator's log: kopf's and the client's "forbidden: User ... cannot", and the
+# operator's own warnings ("cannot list nodes of cpu: 403 Forbidden", "cannot list the pods of ...:
+# Forbidden").
+DENIED = re.compile(r'forbidden: User "system:serviceaccount:[^"]+" cannot|\bForbidden\b')
+
+
+def denials(operator_process) -> list[str]:
+    return [line for line in operator_process["log"].read_text().splitlines() if DENIED.search(line)]
+
+
 def test_release_objects_exist(release, deployment, dev_cluster):
     assert deployment["spec"]["replicas"] == 1
     crds = dev_cluster.kubectl("get", "crd", "-o", "name").stdout.split()
@@ -175,8 +186,7 @@ def test_operator_with_release_credentials_reconciles_an_example_job(
     assert wait_for(lease, 30, "the operator's kopf peering lease")
 
     # Nothing the operator (or kopf under it) tried was refused by RBAC.
-    denied = [line for line in operator_process["log"].read_text().splitlines()
-              if re.search(r'forbidden: User "system:serviceaccount:[^"]+" cannot', line)]
+    denied = denials(operator_process)
     assert not denied, "RBAC denials in the operator log:\n" + "\n".join(denied[:10])
 
     # Its metrics endpoint serves the operator's series.
@@ -185,11 +195,81 @@ def test_operator_with_release_credentials_reconciles_an_example_job(
     assert operator_process["proc"].poll() is None, log_tail()
 
 
+def test_operator_with_release_credentials_takes_a_job_through_its_lifecycle(
+        operator_process, release, dev_cluster):
+    """Failed attempt (a worker pod failed on a node) -> restart (the failure read from the pod
+    watch, the instance type's nodes listed for bad-node avoidance, the old PyTorchJob deleted,
+    attempt 2 created) -> suspend (PyTorchJob deleted) -> job deleted. Every call the operator
+    makes on the way runs with the chart's RBAC only, and none is refused."""
+    from kubernetes import client
+    from llmtrain.render import ATTEMPT_LABEL, JOB_LABEL
+    from llmtrain_devcluster.standins import pytorchjob_conditions
+
+    job = yaml.safe_load(EXAMPLE.read_text())
+    name = job["metadata"]["name"] = "rbac-lifecycle"
+    job["spec"]["resilience"]["restartBackoffSeconds"] = 0
+    dev_cluster.kubectl("apply", "-n", release, "-f", "-", input=yaml.safe_dump(job))
+
+    def log_tail():
+        return operator_process["log"].read_text()[-4000:]
+
+    def job_status():
+        out = json.loads(dev_cluster.kubectl("get", "llmtj", name, "-n", release, "-o", "json").stdout)
+        return out.get("status") or {}
+
+    def ptj_names():
+        out = json.loads(dev_cluster.kubectl("get", "pytorchjobs.kubeflow.org", "-n", release, "-o", "json",
+                                             "-l", f"llmtrain.dev/job={name}").stdout)
+        return {p["metadata"]["name"] for p in out["items"] if not p["metadata"].get("deletionTimestamp")}
+
+    try:
+        wait_for(lambda: ptj_names() == {f"{name}-a1"}, 90, "attempt 1's PyTorchJob")
+        # A worker that failed on its node, then the training-operator's verdict, written as the
+        # kubelet and the training-operator would (admin credentials, status subresources).
+        with dev_cluster.api_client() as api:
+            core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+            pod = f"{name}-a1-worker-0"
+            core.create_namespaced_pod(release, {
+                "metadata": {"name": pod, "labels": {JOB_LABEL: name, ATTEMPT_LABEL: "1"}},
+                "spec": {"nodeName": "cpu-node-7", "containers": [{"name": "trainer", "image": "busybox"}]}})
+            core.patch_namespaced_pod_status(pod, release, {"status": {"phase": "Failed", "containerStatuses": [{
+                "name": "trainer", "image": "busybox", "imageID": "", "ready": False, "restartCount": 0,
+                "state": {"terminated": {"exitCode": 1, "reason": "Error", "message": "worker exited 1"}}}]}})
+            ptj = custom.get_namespaced_custom_object("kubeflow.org", "v1", release, "pytorchjobs", f"{name}-a1")
+            conds = pytorchjob_conditions((ptj.get("status") or {}).get("conditions") or [], "Failed",
+                                          f"{name}-a1", "worker exited 1")
+            custom.patch_namespaced_custom_object_status("kubeflow.org", "v1", release, "pytorchjobs",
+                                                         f"{name}-a1", {"status": {"conditions": conds}})
+        wait_for(lambda: ptj_names() == {f"{name}-a2"}, 90, "attempt 2 replacing attempt 1")
+        st = job_status()
+        assert st.get("attempt") == 2 and st.get("restarts") == 1, st
+        assert [b["node"] for b in st.get("badNodes") or []] == ["cpu-node-7"], st
+
+        dev_cluster.kubectl("patch", "llmtj", name, "-n", release, "--type=merge", "-p", '{"spec":{"suspend":true}}')
+        wait_for(lambda: job_status().get("phase") == "Suspended" and not ptj_names(), 60,
+                 "the suspended job's PyTorchJob deleted")
+
+        dev_cluster.kubectl("delete", "llmtj", name, "-n", release, "--wait=true", timeout=60)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n--- operator log ---\n{log_tail()}") from None
+
+    denied = denials(operator_process)
+    assert not denied, "RBAC denials in the operator log:\n" + "\n".join(denied[:10])
+    assert operator_process["proc"].poll() is None, log_tail()
+
+
 @pytest.mark.parametrize("verb,resource,extra", [
     ("get", "secrets", []),
     ("list", "secrets", ["--all-namespaces"]),
     ("create", "deployments.apps", []),
     ("delete", "llmtrainingjobs.llmtrain.dev", []),
+    # the operator writes only the status subresource of its jobs, never the jobs themselves
+    ("patch", "llmtrainingjobs.llmtrain.dev", []),
+    ("update", "llmtrainingjobs.llmtrain.dev", []),
+    ("update", "llmtrainingjobs.llmtrain.dev", ["--subresource=status"]),
+    ("patch", "pytorchjobs.kubeflow.org", []),
+    ("get", "pods", []),
+    ("create", "events.events.k8s.io", []),
     ("delete", "pods", []),
     ("create", "clusterrolebindings.rbac.authorization.k8s.io", []),
     ("patch", "nodes", []),
@@ -208,16 +288,20 @@ def test_reading_a_secret_is_forbidden_by_the_api_server(release, dev_cluster, s
 
 
 def test_what_the_operator_needs_is_allowed(release, dev_cluster, sa_kubeconfig):
+    """Every verb of the operator's RBAC table (llmtrain/controller/rbac.py), asked of the API server."""
+    from llmtrain.controller import rbac
+
     # Status writes are asked about with --subresource=status: `can-i patch <resource>/status` reads
     # "status" as an object NAME and answers for the main resource, so it said yes without the rule.
-    jobs = "llmtrainingjobs.llmtrain.dev"
-    for verb, resource, *extra in [("watch", jobs), ("patch", jobs, "--subresource=status"),
-                                   ("update", jobs, "--subresource=status"), ("get", jobs, "--subresource=status"),
-                                   ("create", "pytorchjobs.kubeflow.org"), ("delete", "pytorchjobs.kubeflow.org"),
-                                   ("list", "pods"), ("create", "events"), ("patch", "clusterkopfpeerings.kopf.dev")]:
-        r = dev_cluster.kubectl("auth", "can-i", verb, resource, "-n", release, *extra, kubeconfig=sa_kubeconfig,
+    needs = [(g, r, v) for (g, r), verbs in {**rbac.JOB_RULES, **rbac.CLUSTER_RULES}.items() for v in verbs]
+    needs += [("kopf.dev", "clusterkopfpeerings", v) for v in rbac.PEERING_VERBS]
+    for group, resource, verb in sorted(needs):
+        plural, _, sub = resource.partition("/")
+        target = f"{plural}.{group}" if group else plural
+        extra = [f"--subresource={sub}"] if sub else []
+        r = dev_cluster.kubectl("auth", "can-i", verb, target, "-n", release, *extra, kubeconfig=sa_kubeconfig,
                                 check=False)
-        assert r.stdout.strip() == "yes", (verb, resource, extra, r.stderr)
+        assert r.stdout.strip() == "yes", (verb, target, extra, r.stderr)
 
 
 @pytest.fixture(scope="module")

@@ -17,19 +17,17 @@ pytestmark = pytest.mark.infra
 ALL_ON = CHARTS / "llmtrain-operator" / "ci" / "all-on-values.yaml"
 NAMESPACED = CHARTS / "llmtrain-operator" / "ci" / "namespaced-values.yaml"
 
-# The operator's whole API surface (the contract); anything more is a least-privilege violation.
-EXPECTED_RULES = {
-    ("llmtrain.dev", "llmtrainingjobs"): {"get", "list", "watch", "patch", "update"},
-    ("llmtrain.dev", "llmtrainingjobs/status"): {"get", "patch", "update"},
-    ("kubeflow.org", "pytorchjobs"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "pods"): {"get", "list", "watch"},
-    ("", "events"): {"create", "patch"},
-    ("events.k8s.io", "events"): {"create", "patch"},
-}
-# kopf's own need: it watches CRDs to notice resources appear/disappear (read-only, cluster-scoped).
-FRAMEWORK_RULES = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
-                   # bad-node avoidance counts the Ready nodes of an instance type (read-only)
-                   ("", "nodes"): {"get", "list"}}
+# The operator's whole API surface, from the table next to its code (llmtrain/controller/rbac.py,
+# itself checked against the code's API calls in test_operator_rbac.py); anything more in the chart
+# is a least-privilege violation, anything less a 403 at run time.
+from llmtrain.controller import rbac  # noqa: E402
+
+EXPECTED_RULES = {k: set(v) for k, v in rbac.JOB_RULES.items()}
+FRAMEWORK_RULES = {k: set(v) for k, v in rbac.CLUSTER_RULES.items()}
+PEERING_VERBS = set(rbac.PEERING_VERBS)
+NODE_TAINT_VERBS = set(rbac.CLUSTER_RULES[("", "nodes")] | rbac.SUSPECT_TAINT_RULES[("", "nodes")])
+LEASE_RULES = [{"apiGroups": [g], "resources": [r], "verbs": sorted(v)}
+               for (g, r), v in rbac.LEADER_ELECTION_RULES.items()]
 
 
 def operator_role(docs: list[dict]) -> dict:
@@ -91,7 +89,7 @@ def test_everything_on_renders_every_optional_part(helm):
     assert "--enable-v2=true" in sts["spec"]["template"]["spec"]["containers"][0]["args"]
     # Peering RBAC only when peering is on.
     assert _rules(operator_role(docs)) == {**EXPECTED_RULES, **FRAMEWORK_RULES,
-                                                 ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"}}
+                                                 ("kopf.dev", "clusterkopfpeerings"): PEERING_VERBS}
     assert dep["spec"]["template"]["spec"]["containers"][0]["image"].endswith("@sha256:" + "0123456789abcdef" * 4)
 
 
@@ -104,7 +102,7 @@ def test_namespaced_mode_uses_roles_and_namespaced_peering(helm):
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     for role in roles:
         rules = _rules(role)
-        assert rules.pop(("kopf.dev", "kopfpeerings")) == {"get", "list", "watch", "patch"}
+        assert rules.pop(("kopf.dev", "kopfpeerings")) == PEERING_VERBS
         assert rules == EXPECTED_RULES
     assert sorted(p["metadata"]["namespace"] for p in by_kind(docs, "KopfPeering")) == ["team-a", "team-b"]
     args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -119,7 +117,7 @@ def test_suspect_node_taint_is_off_by_default_and_adds_only_node_patch(helm):
     on = helm.manifests("--set-json", 'suspectNodeTaint={"enabled": true, "maxFraction": 0.25}')
     args = one(on, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--suspect-taint-fraction=0.25" in args
-    assert _rules(operator_role(on)) == {**EXPECTED_RULES, **FRAMEWORK_RULES, ("", "nodes"): {"get", "list", "patch"}}
+    assert _rules(operator_role(on)) == {**EXPECTED_RULES, **FRAMEWORK_RULES, ("", "nodes"): NODE_TAINT_VERBS}
 
 
 def test_rbac_is_exactly_least_privilege(helm):
@@ -161,8 +159,7 @@ def test_replicas_elect_a_leader_on_a_lease_they_may_update(helm):
     assert "--leader-elect" in deploy["spec"]["template"]["spec"]["containers"][0]["args"]
     roles = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-leader-election")]
     assert roles and roles[0]["metadata"]["namespace"] == "llmtrain-system"
-    assert roles[0]["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                                  "verbs": ["get", "create", "update"]}]
+    assert [{**r, "verbs": sorted(r["verbs"])} for r in roles[0]["rules"]] == LEASE_RULES
 
 
 def test_crds_are_generated_from_the_one_source():

@@ -1,34 +1,33 @@
 {{/*
 The operator's permissions, shared by the ClusterRole (all namespaces) and the per-namespace Roles.
-Only what it really does: watch/patch its jobs and their status, own PyTorchJobs, read pods
-(worker state, rank 0's IP for progress), post events, and (with peering) keep its peering object.
-No Secrets, nothing cluster-admin.
+Exactly the table in operator/llmtrain/controller/rbac.py, which names the code behind each verb
+(tests/charts/test_operator_rbac.py checks it against the code, test_chart_static.py this file
+against it): watch its jobs and read one before acting, write only their status, own PyTorchJobs,
+watch/list pods (worker state, failures), post core Events, and (with peering) keep its peering
+entry. No Secrets, no writes to the jobs themselves, nothing cluster-admin.
 */}}
 {{- define "llmtrain-operator.rules" -}}
 - apiGroups: [llmtrain.dev]
   resources: [llmtrainingjobs]
-  verbs: [get, list, watch, patch, update]
+  verbs: [get, list, watch]
 - apiGroups: [llmtrain.dev]
   resources: [llmtrainingjobs/status]
-  verbs: [get, patch, update]
+  verbs: [patch]
 - apiGroups: [kubeflow.org]
   resources: [pytorchjobs]
-  verbs: [get, list, watch, create, patch, delete]
+  verbs: [get, list, watch, create, delete]
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch]
+  verbs: [list, watch]
 - apiGroups: [""]
   resources: [events]
-  verbs: [create, patch]
-- apiGroups: [events.k8s.io]
-  resources: [events]
-  verbs: [create, patch]
+  verbs: [create]
 {{- end }}
 
 {{- define "llmtrain-operator.peeringRule" -}}
 - apiGroups: [kopf.dev]
   resources: [{{ .resource }}]
-  verbs: [get, list, watch, patch]
+  verbs: [list, watch, patch]
 {{- end }}
 
 {{/*
@@ -40,10 +39,10 @@ cluster-scoped, so it needs a ClusterRole even when the operator watches only so
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]
   verbs: [list, watch]
-{{- /* Bad-node avoidance counts the Ready nodes of an instance type before keeping a failed
+{{- /* Bad-node avoidance lists the Ready nodes of an instance type before keeping a failed
 attempt's nodes out of the next one (never so many that the job cannot schedule). Read-only;
 patch (the llmtrain.dev/suspect taint) only when suspectNodeTaint.enabled. */}}
 - apiGroups: [""]
   resources: [nodes]
-  verbs: [{{ if .Values.suspectNodeTaint.enabled }}get, list, patch{{ else }}get, list{{ end }}]
+  verbs: [{{ if .Values.suspectNodeTaint.enabled }}list, patch{{ else }}list{{ end }}]
 {{- end }}

@@ -1,7 +1,7 @@
 """The few Kubernetes API calls the operator makes, through the official client.
 
-Kept in one place so the RBAC the chart grants can be read off this file: LLMTrainingJobs
-(get, patch status), PyTorchJobs (get, create, delete); Pods are only watched (kopf index).
+LLMTrainingJobs (get, patch status), PyTorchJobs (get, create, delete). Every permission the
+operator needs, these and the others' (nodes.py, leader.py, kopf), is listed in rbac.py.
 """
 
 from __future__ import annotations

@@ -1,0 +1,51 @@
+"""Every Kubernetes API permission the operator needs, with the code that needs it.
+
+The chart grants exactly these (charts/llmtrain-operator/templates/_rbac.tpl), and three tests keep
+the three in step: tests/charts/test_operator_rbac.py derives the verbs from the API calls in this
+package and from the kopf handlers it registers and compares them with this table;
+tests/charts/test_chart_static.py compares the rendered roles with it; tests/charts/
+test_chart_cluster.py runs the operator through a job's lifecycle with only the chart's
+ServiceAccount against a real API server and fails on any RBAC denial.
+
+Keys are (API group, resource[/subresource]); values are verbs.
+"""
+
+from __future__ import annotations
+
+from ..spec import GROUP, PLURAL
+
+# In every namespace the operator watches (a ClusterRole when it watches all of them, else a Role
+# per namespace).
+JOB_RULES: dict[tuple[str, str], frozenset[str]] = {
+    # kopf watches the jobs (on.event); kube.get_job reads one fresh before acting on it.
+    (GROUP, PLURAL): frozenset({"get", "list", "watch"}),
+    # kube.patch_job_status: the only write to a job (a merge patch of the status subresource).
+    (GROUP, f"{PLURAL}/status"): frozenset({"patch"}),
+    # kopf watches the PyTorchJobs; kube.get_pytorchjob / create_pytorchjob / delete_pytorchjob.
+    ("kubeflow.org", "pytorchjobs"): frozenset({"get", "list", "watch", "create", "delete"}),
+    # kopf's pod index and nodes.py's on.event; nodes._listed_failures lists an attempt's pods.
+    ("", "pods"): frozenset({"list", "watch"}),
+    # kopf.info / kopf.warn post core/v1 Events (kopf never patches them, nor uses events.k8s.io).
+    ("", "events"): frozenset({"create"}),
+}
+
+# kopf's peering object (ClusterKopfPeering when cluster-wide, KopfPeering per namespace), only with
+# peering on: kopf watches it and patches its own entry into the status.
+PEERING_VERBS: frozenset[str] = frozenset({"list", "watch", "patch"})
+
+# Cluster-scoped, in both modes.
+CLUSTER_RULES: dict[tuple[str, str], frozenset[str]] = {
+    # kopf watches CRDs to notice its resources appearing and going away.
+    ("apiextensions.k8s.io", "customresourcedefinitions"): frozenset({"list", "watch"}),
+    # nodes.ready_nodes / taint_nodes count the Ready nodes of an instance type.
+    ("", "nodes"): frozenset({"list"}),
+}
+
+# Only with --suspect-taint-fraction > 0 (chart: suspectNodeTaint.enabled): nodes.taint_nodes.
+SUSPECT_TAINT_RULES: dict[tuple[str, str], frozenset[str]] = {("", "nodes"): frozenset({"patch"})}
+
+# Only with --leader-elect (chart: replicaCount > 1), in the operator's own namespace: leader.py
+# reads, creates and replaces its Lease.
+LEADER_ELECTION_RULES: dict[tuple[str, str], frozenset[str]] = {
+    ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"}),
+}

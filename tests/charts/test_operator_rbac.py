@@ -1,0 +1,126 @@
+"""The operator's RBAC table (llmtrain/controller/rbac.py) against its code: every Kubernetes API
+call in the controller package and every kopf handler, index and event post it registers is read
+from the source (ast), turned into (API group, resource, verb), and must be exactly what the table
+lists. A new call without its permission, or a permission no code uses any more, fails here; the
+chart tests then hold the chart to the table."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from functools import cache
+
+import kubernetes
+import pytest
+
+from chart_helpers import ROOT
+
+pytestmark = pytest.mark.infra
+
+CONTROLLER = ROOT / "operator" / "llmtrain" / "controller"
+# Every method of the official client's API classes: a call by one of these names is an API call.
+# (kubernetes.client loads its classes lazily: dir() + getattr, not vars().)
+CLIENT_METHODS = {name for cls_name in dir(kubernetes.client) if cls_name.endswith("Api")
+                  for name in vars(getattr(kubernetes.client, cls_name))
+                  if not name.startswith("_") and not name.endswith("_with_http_info")}
+CLIENT_VERB = {"read": "get", "get": "get", "list": "list", "create": "create", "patch": "patch",
+               "replace": "update", "delete": "delete"}
+METHOD = re.compile(r"^(read|get|list|create|patch|replace|delete)_(namespaced_)?(\w+?)(_status)?"
+                    r"(_for_all_namespaces)?$")
+# The built-in kinds the operator may touch, as (API group, plural).
+KINDS = {"pod": ("", "pods"), "node": ("", "nodes"), "event": ("", "events"),
+         "lease": ("coordination.k8s.io", "leases")}
+KOPF_WATCHERS = {"kopf.on.event", "kopf.index", "kopf.on.create", "kopf.on.update", "kopf.on.delete",
+                 "kopf.on.resume", "kopf.on.field", "kopf.daemon", "kopf.timer"}
+KOPF_EVENT_POSTERS = {"kopf.info", "kopf.warn", "kopf.exception", "kopf.event"}
+
+
+def _value(module, node: ast.expr) -> str:
+    """A string literal or a module-level constant of the calling module (GROUP, PTJ_PLURAL...)."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    assert isinstance(node, ast.Name), f"{module.__name__}: cannot resolve {ast.unparse(node)} statically"
+    return getattr(module, node.id)
+
+
+def _enclosing_functions(tree: ast.Module) -> dict[int, str]:
+    """id(call node) -> name of the function it is in."""
+    out = {}
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for n in ast.walk(fn):
+                out.setdefault(id(n), fn.name)
+    return out
+
+
+@cache
+def code_needs() -> list[tuple[str, str, str, str]]:
+    """(group, resource, verb, where) for every API use in the controller package."""
+    found = []
+    for path in sorted(CONTROLLER.glob("*.py")):
+        module = importlib.import_module(f"llmtrain.controller.{path.stem}")
+        tree = ast.parse(path.read_text())
+        functions = _enclosing_functions(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            func = ast.unparse(node.func)
+            where = f"{path.name}:{node.lineno} {functions.get(id(node), '<module>')}"
+            if func in KOPF_WATCHERS:
+                group, _version, plural = (_value(module, a) for a in node.args[:3])
+                found += [(group, plural, verb, where) for verb in ("list", "watch")]
+            elif func in KOPF_EVENT_POSTERS:
+                found.append(("", "events", "create", where))
+            elif isinstance(node.func, ast.Attribute) and node.func.attr in CLIENT_METHODS:
+                m = METHOD.match(node.func.attr)
+                assert m, f"{where}: client call {node.func.attr} this test cannot classify; extend it"
+                verb, namespaced, kind, status = CLIENT_VERB[m.group(1)], m.group(2), m.group(3), m.group(4)
+                if kind == "custom_object":
+                    group = _value(module, node.args[0])
+                    plural = _value(module, node.args[3 if namespaced else 2])
+                else:
+                    assert kind in KINDS, f"{where}: {node.func.attr} touches {kind}: add it to KINDS and rbac.py"
+                    group, plural = KINDS[kind]
+                found.append((group, plural + ("/status" if status else ""), verb, where))
+    return found
+
+
+def _merge(*tables) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for t in tables:
+        for key, verbs in t.items():
+            out.setdefault(key, set()).update(verbs)
+    return out
+
+
+def test_the_scan_sees_the_calls_it_must():
+    """Guards the scan itself: these calls exist today, so a scan that misses them is broken."""
+    seen = {(g, r, v) for g, r, v, _ in code_needs()}
+    for must in [("llmtrain.dev", "llmtrainingjobs/status", "patch"), ("llmtrain.dev", "llmtrainingjobs", "get"),
+                 ("kubeflow.org", "pytorchjobs", "create"), ("kubeflow.org", "pytorchjobs", "delete"),
+                 ("", "nodes", "list"), ("", "nodes", "patch"), ("coordination.k8s.io", "leases", "update"),
+                 ("", "pods", "watch"), ("", "events", "create")]:
+        assert must in seen, must
+
+
+def test_rbac_table_is_exactly_what_the_code_uses():
+    from llmtrain.controller import rbac
+
+    used: dict[tuple[str, str], set[str]] = {}
+    for group, resource, verb, _ in code_needs():
+        used.setdefault((group, resource), set()).add(verb)
+    # kopf's own: it watches CRDs whatever handlers are registered (not visible as a call here).
+    used.setdefault(("apiextensions.k8s.io", "customresourcedefinitions"), set()).update({"list", "watch"})
+    table = _merge(rbac.JOB_RULES, rbac.CLUSTER_RULES, rbac.SUSPECT_TAINT_RULES, rbac.LEADER_ELECTION_RULES)
+    assert table == used
+
+
+def test_conditional_permissions_are_used_only_where_they_are_conditional():
+    """Node patches only in the suspect-taint path, Lease calls only in leader election: the chart
+    grants them only when those features are on."""
+    for group, resource, verb, where in code_needs():
+        if (group, resource, verb) == ("", "nodes", "patch"):
+            assert where.startswith("nodes.py:") and where.endswith(" taint_nodes"), where
+        if resource == "leases":
+            assert where.startswith("leader.py:"), where
