@@ -199,8 +199,9 @@ def test_operator_with_release_credentials_takes_a_job_through_its_lifecycle(
         operator_process, release, dev_cluster):
     """Failed attempt (a worker pod failed on a node) -> restart (the failure read from the pod
     watch, the instance type's nodes listed for bad-node avoidance, the old PyTorchJob deleted,
-    attempt 2 created) -> suspend (PyTorchJob deleted) -> job deleted. Every call the operator
-    makes on the way runs with the chart's RBAC only, and none is refused."""
+    attempt 2 created) -> Running -> suspend (PyTorchJob deleted) -> resume (attempt 3) ->
+    Succeeded -> job deleted. Every call the operator makes on the way runs with the chart's RBAC
+    only, and none is refused."""
     from kubernetes import client
     from llmtrain.render import ATTEMPT_LABEL, JOB_LABEL
     from llmtrain_devcluster.standins import pytorchjob_conditions
@@ -226,8 +227,17 @@ def test_operator_with_release_credentials_takes_a_job_through_its_lifecycle(
         wait_for(lambda: ptj_names() == {f"{name}-a1"}, 90, "attempt 1's PyTorchJob")
         # A worker that failed on its node, then the training-operator's verdict, written as the
         # kubelet and the training-operator would (admin credentials, status subresources).
+        def set_ptj(ptj_name: str, ctype: str, message: str = ""):
+            with dev_cluster.api_client() as api:
+                custom = client.CustomObjectsApi(api)
+                ptj = custom.get_namespaced_custom_object("kubeflow.org", "v1", release, "pytorchjobs", ptj_name)
+                conds = pytorchjob_conditions((ptj.get("status") or {}).get("conditions") or [], ctype,
+                                              ptj_name, message)
+                custom.patch_namespaced_custom_object_status("kubeflow.org", "v1", release, "pytorchjobs",
+                                                             ptj_name, {"status": {"conditions": conds}})
+
         with dev_cluster.api_client() as api:
-            core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+            core = client.CoreV1Api(api)
             pod = f"{name}-a1-worker-0"
             core.create_namespaced_pod(release, {
                 "metadata": {"name": pod, "labels": {JOB_LABEL: name, ATTEMPT_LABEL: "1"}},
@@ -235,19 +245,21 @@ def test_operator_with_release_credentials_takes_a_job_through_its_lifecycle(
             core.patch_namespaced_pod_status(pod, release, {"status": {"phase": "Failed", "containerStatuses": [{
                 "name": "trainer", "image": "busybox", "imageID": "", "ready": False, "restartCount": 0,
                 "state": {"terminated": {"exitCode": 1, "reason": "Error", "message": "worker exited 1"}}}]}})
-            ptj = custom.get_namespaced_custom_object("kubeflow.org", "v1", release, "pytorchjobs", f"{name}-a1")
-            conds = pytorchjob_conditions((ptj.get("status") or {}).get("conditions") or [], "Failed",
-                                          f"{name}-a1", "worker exited 1")
-            custom.patch_namespaced_custom_object_status("kubeflow.org", "v1", release, "pytorchjobs",
-                                                         f"{name}-a1", {"status": {"conditions": conds}})
+        set_ptj(f"{name}-a1", "Failed", "worker exited 1")
         wait_for(lambda: ptj_names() == {f"{name}-a2"}, 90, "attempt 2 replacing attempt 1")
         st = job_status()
         assert st.get("attempt") == 2 and st.get("restarts") == 1, st
         assert [b["node"] for b in st.get("badNodes") or []] == ["cpu-node-7"], st
+        set_ptj(f"{name}-a2", "Running")
+        wait_for(lambda: job_status().get("phase") == "Running", 60, "phase Running")
 
         dev_cluster.kubectl("patch", "llmtj", name, "-n", release, "--type=merge", "-p", '{"spec":{"suspend":true}}')
         wait_for(lambda: job_status().get("phase") == "Suspended" and not ptj_names(), 60,
                  "the suspended job's PyTorchJob deleted")
+        dev_cluster.kubectl("patch", "llmtj", name, "-n", release, "--type=merge", "-p", '{"spec":{"suspend":false}}')
+        wait_for(lambda: ptj_names() == {f"{name}-a3"}, 60, "attempt 3 after the resume")
+        set_ptj(f"{name}-a3", "Succeeded")
+        wait_for(lambda: job_status().get("phase") == "Succeeded", 60, "phase Succeeded")
 
         dev_cluster.kubectl("delete", "llmtj", name, "-n", release, "--wait=true", timeout=60)
     except AssertionError as e:
