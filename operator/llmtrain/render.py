@@ -53,6 +53,11 @@ STAGING_MEMORY_FRACTION = 0.25
 CPU_WORKER_MEMORY_GIB = 4
 TRAINER_MODULE = "llmtrain_trainer"
 COMMAND = ["python", "-m", "llmtrain_trainer.launch"]
+# COMMAND's exit code when the preflight health check found the nodes unfit (its termination
+# message is the check's JSON verdict); the operator reads it back from the pod (controller/
+# nodes.py, preflight.py). Not 1 (any error), 3 (the healthcheck worker's own "unhealthy"),
+# 137/143 (signals) or torchrun's codes.
+PREFLIGHT_EXIT_CODE = 86
 GPU_TOLERATIONS = [
     {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
     {"key": "vpc.amazonaws.com/efa", "operator": "Exists", "effect": "NoSchedule"},

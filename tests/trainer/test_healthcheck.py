@@ -115,11 +115,26 @@ def test_preflight_args_reuse_torchrun_with_an_own_rendezvous_and_the_healthchec
         preflight_args(["--nnodes=1"], "r")
 
 
-def test_preflight_exit_code_is_the_one_the_operator_reads():
-    from llmtrain.controller.nodes import PREFLIGHT_EXIT_CODE as OPERATOR_SIDE
-    from llmtrain_trainer.launch import PREFLIGHT_EXIT_CODE
+def test_preflight_exit_code_has_one_definition_that_both_sides_import():
+    """The launcher (trainer image) and the operator take the code from llmtrain.render, the pod
+    contract both packages already import: no second literal to drift from the first."""
+    import ast
+    from pathlib import Path
 
-    assert PREFLIGHT_EXIT_CODE == OPERATOR_SIDE
+    root = Path(__file__).resolve().parents[2]
+    defined_in = []
+    for path in sorted([*(root / "operator" / "llmtrain").rglob("*.py"),
+                        *(root / "trainer" / "llmtrain_trainer").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, ast.AnnAssign) else []
+            if any(isinstance(t, ast.Name) and t.id == "PREFLIGHT_EXIT_CODE" for t in targets):
+                defined_in.append(str(path.relative_to(root)))
+    assert defined_in == ["operator/llmtrain/render.py"]
+    from llmtrain.controller import nodes
+    from llmtrain.render import PREFLIGHT_EXIT_CODE
+
+    assert nodes.PREFLIGHT_EXIT_CODE is PREFLIGHT_EXIT_CODE
 
 
 def test_termination_message_fits_the_kubelet_limit_and_keeps_the_suspects():
@@ -156,7 +171,7 @@ def launch(tmp_path, nproc: int, fault: str | None, spec: str):
 @pytest.mark.slow
 def test_launch_preflight_with_a_slow_rank_exits_distinctly_and_never_trains(tmp_path):
     from llmtrain.controller.preflight import preflight_verdict, suspect_failures
-    from llmtrain_trainer.launch import PREFLIGHT_EXIT_CODE
+    from llmtrain.render import PREFLIGHT_EXIT_CODE
 
     missing = tmp_path / "never-read-spec.yaml"  # training would fail on it (exit 1), not exit 86
     proc, term = launch(tmp_path, 4, "slow=1:20", str(missing))

@@ -16,7 +16,7 @@ the same torchrun arguments run `-m llmtrain_trainer healthcheck` on every rank,
 id of its own (`<id>-preflight`, so the training rendezvous starts fresh). Healthy: training starts.
 Unhealthy (a failed device/compute/memory check, a slow node, or bus bandwidth below the catalog's):
 training does not start; the check's compact verdict becomes the container's termination message and
-the wrapper exits PREFLIGHT_EXIT_CODE, which the operator reads from the pod's terminated state
+the wrapper exits llmtrain.render.PREFLIGHT_EXIT_CODE (86), which the operator reads from the pod's terminated state
 (controller/preflight.py) to avoid the suspect node(s) and retry without spending a restart.
 LLMTRAIN_PREFLIGHT_ARGS adds healthcheck options (e.g. "--size-mib 256 --iters 10").
 """
@@ -30,10 +30,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-
-# Keep in sync with llmtrain.controller.nodes.PREFLIGHT_EXIT_CODE (a test checks it). Not 1 (any
-# error), 3 (the healthcheck worker's own "unhealthy"), 137/143 (signals) or torchrun's codes.
-PREFLIGHT_EXIT_CODE = 86
 
 
 def children(pid: int) -> list[int]:
@@ -146,6 +142,10 @@ class Launcher:
             except (OSError, ValueError):
                 verdict = None
         if verdict is not None and not verdict.get("healthy", True):
+            # Imported only here: the wrapper lives as long as the training and stays stdlib-only
+            # (llmtrain.render, the pod contract shared with the operator, pulls pydantic/jinja2).
+            from llmtrain.render import PREFLIGHT_EXIT_CODE
+
             from .healthcheck import termination_message
 
             text = termination_message(verdict)

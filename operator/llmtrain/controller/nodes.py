@@ -34,7 +34,7 @@ import re
 import threading
 import time
 
-from ..render import ATTEMPT_LABEL, JOB_LABEL
+from ..render import ATTEMPT_LABEL, JOB_LABEL, PREFLIGHT_EXIT_CODE
 from ..spec import INSTANCE_TYPE_LABEL
 
 log = logging.getLogger("llmtrain.operator.nodes")
@@ -43,9 +43,6 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 SUSPECT_TAINT = "llmtrain.dev/suspect"
 MAX_BAD_NODES = 20  # status.badNodes keeps the newest this many
 MESSAGE_CHARS = 240  # of a termination message, in status and events
-# Exit code of `python -m llmtrain_trainer.launch` when the preflight health check found the nodes
-# unfit (trainer/llmtrain_trainer/launch.py); its termination message is the check's JSON verdict.
-PREFLIGHT_EXIT_CODE = 86
 
 # "NVRM: Xid (PCI:0000:53:00): 79, pid=1234, GPU has fallen off the bus" (the kernel log line a
 # failing GPU leaves, which torch/NCCL error text or a log-tailing entrypoint may carry) or "XID 48".

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 
-from .nodes import PREFLIGHT_EXIT_CODE
+from ..render import PREFLIGHT_EXIT_CODE
 
 MAX_FREE_RETRIES = 3
 
