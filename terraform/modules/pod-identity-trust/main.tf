@@ -3,17 +3,21 @@
 # the conditions are written once. Provider-free on purpose: tests evaluate it with
 # `terraform console` alone.
 #
-# What each part is for (Amazon EKS User Guide, "Create IAM role with trust policy required by EKS
-# Pod Identity", and "Cross-service confused deputy prevention"):
+# What each part is for:
 #   - principal pods.eks.amazonaws.com with sts:AssumeRole (the credentials) and sts:TagSession
-#     (Pod Identity adds session tags; without it every AssumeRole is denied);
-#   - aws:SourceAccount and aws:SourceArn, the confused-deputy guards: the calling resource is the
-#     Pod Identity association, whose ARN is the cluster's with "podidentityassociation/" in place
-#     of "cluster/" and the association id appended, so the ArnLike pattern admits the
-#     associations of this one cluster only;
-#   - the session tags Pod Identity sets (eks-cluster-arn, kubernetes-namespace,
-#     kubernetes-service-account) pin the role to this cluster's ServiceAccount, even if another
-#     association in the account names the role.
+#     (Pod Identity adds session tags; without it every AssumeRole is denied). Amazon EKS User
+#     Guide, "Create IAM role with trust policy required by EKS Pod Identity".
+#   - the session tags Pod Identity sets, eks-cluster-arn, kubernetes-namespace and
+#     kubernetes-service-account (same page, "Setting Conditions"): the role is assumable only for
+#     this cluster's ServiceAccount, even if another association in the account names the role.
+#   - aws:SourceAccount and aws:SourceArn, the confused-deputy guards AWS recommends for service
+#     principals. For Pod Identity the source resource is the association, not the cluster: its
+#     ARN is the cluster's with "podidentityassociation/" in place of "cluster/" plus the
+#     association id, so the ArnLike pattern admits this cluster's associations only. (AWS's EKS
+#     pages give this value for no Pod Identity example; it is the form public Pod Identity setups
+#     use. A cluster-ARN equality, as this module's training role had, matches no association.)
+#   - Associations must keep session tags on (the default; disableSessionTags = true would fail
+#     the tag conditions).
 
 variable "cluster_arn" {
   description = "ARN of the EKS cluster whose Pod Identity associations may assume the role (arn:<partition>:eks:<region>:<account>:cluster/<name>)."
