@@ -1,11 +1,9 @@
 """EKS Pod Identity roles: one trust policy definition (terraform/modules/pod-identity-trust), used
-by every role an association hands to pods, with the confused-deputy conditions AWS documents
-(aws:SourceAccount, aws:SourceArn) and the Pod Identity session tags that pin the role to its
+by every role an association hands to pods, with the confused-deputy condition aws:SourceAccount and the Pod Identity session tags that pin the role to its
 cluster, namespace and ServiceAccount."""
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import re
 import shutil
@@ -61,7 +59,7 @@ def test_every_pod_identity_role_takes_the_one_trust_policy(mod):
     for role in sorted(roles):
         trust = mod.resources[("aws_iam_role", role)]["assume_role_policy"]
         if not TRUST_REF.fullmatch(trust):
-            lacks = [k for k in ("aws:SourceAccount", "aws:SourceArn") if k not in trust]
+            lacks = [k for k in ("aws:SourceAccount", "aws:RequestTag/eks-cluster-arn") if k not in trust]
             problems.append(f"aws_iam_role.{role}: its own trust policy, not module.pod_identity_trust"
                             + (f" (and it lacks {', '.join(lacks)})" if lacks else ""))
     assert not problems, "\n".join(problems)
@@ -128,13 +126,7 @@ def test_trust_policy_document(terraform_bin, trust_dir):
             "aws:RequestTag/kubernetes-namespace": "llmtrain-jobs",
             "aws:RequestTag/kubernetes-service-account": "llmtrain-trainer",
         },
-        "ArnLike": {"aws:SourceArn": "arn:aws:eks:us-east-2:111122223333:podidentityassociation/llmtrain/*"},
     }
-    # ArnLike: this cluster's associations match, another cluster's (even a name prefix) do not.
-    pattern = stmt["Condition"]["ArnLike"]["aws:SourceArn"]
-    assert fnmatch.fnmatchcase("arn:aws:eks:us-east-2:111122223333:podidentityassociation/llmtrain/a-0123abcd", pattern)
-    assert not fnmatch.fnmatchcase("arn:aws:eks:us-east-2:111122223333:podidentityassociation/llmtrain2/a-0123abcd", pattern)
-    assert not fnmatch.fnmatchcase("arn:aws:eks:us-east-2:444455556666:podidentityassociation/llmtrain/a-0123abcd", pattern)
 
 
 @pytest.mark.slow
@@ -143,7 +135,7 @@ def test_trust_policy_follows_the_cluster_partition(terraform_bin, trust_dir):
     assert rc == 0 and "Error" not in err, err
     cond = json.loads(json.loads(out))["Statement"][0]["Condition"]
     assert cond["StringEquals"]["aws:SourceAccount"] == "210987654321"
-    assert cond["ArnLike"]["aws:SourceArn"] == "arn:aws-us-gov:eks:us-gov-west-1:210987654321:podidentityassociation/c1/*"
+    assert cond["StringEquals"]["aws:RequestTag/eks-cluster-arn"] == "arn:aws-us-gov:eks:us-gov-west-1:210987654321:cluster/c1"
 
 
 @pytest.mark.slow

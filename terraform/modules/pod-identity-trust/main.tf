@@ -10,12 +10,11 @@
 #   - the session tags Pod Identity sets, eks-cluster-arn, kubernetes-namespace and
 #     kubernetes-service-account (same page, "Setting Conditions"): the role is assumable only for
 #     this cluster's ServiceAccount, even if another association in the account names the role.
-#   - aws:SourceAccount and aws:SourceArn, the confused-deputy guards AWS recommends for service
-#     principals. For Pod Identity the source resource is the association, not the cluster: its
-#     ARN is the cluster's with "podidentityassociation/" in place of "cluster/" plus the
-#     association id, so the ArnLike pattern admits this cluster's associations only. (AWS's EKS
-#     pages give this value for no Pod Identity example; it is the form public Pod Identity setups
-#     use. A cluster-ARN equality, as this module's training role had, matches no association.)
+#   - aws:SourceAccount, the confused-deputy guard for service principals: only this account's
+#     Pod Identity may assume the role. No aws:SourceArn condition: AWS documents no value of it
+#     for Pod Identity, and a wrong pattern would make every AssumeRole fail; the eks-cluster-arn
+#     session tag already pins the cluster. (The training role used to require SourceArn equal to
+#     the cluster ARN, a value nothing documents either.)
 #   - Associations must keep session tags on (the default; disableSessionTags = true would fail
 #     the tag conditions).
 
@@ -41,8 +40,7 @@ variable "service_account" {
 
 locals {
   # arn:<partition>:eks:<region>:<account>:cluster/<name>
-  account_id          = split(":", var.cluster_arn)[4]
-  associations_of_arn = "${replace(var.cluster_arn, ":cluster/", ":podidentityassociation/")}/*"
+  account_id = split(":", var.cluster_arn)[4]
 
   policy = {
     Version = "2012-10-17"
@@ -58,7 +56,6 @@ locals {
           "aws:RequestTag/kubernetes-namespace"       = var.namespace
           "aws:RequestTag/kubernetes-service-account" = var.service_account
         }
-        ArnLike = { "aws:SourceArn" = local.associations_of_arn }
       }
     }]
   }
