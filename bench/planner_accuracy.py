@@ -67,33 +67,85 @@ def worker(spec_path: str, out_dir: str) -> None:
 
     spec = load_spec(spec_path)
     rank = os.environ["RANK"]
-    rss_before = _status_kib("VmRSS")
-    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM (peak RSS) to the current RSS
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    sampler = MallocSampler()
+    with sampler, profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         run(spec, JobIdentity("planner-accuracy", "bench", 0))
     trace = os.path.join(out_dir, f"trace-{rank}.json")
     prof.export_chrome_trace(trace)
     trace_events = json.loads(Path(trace).read_text())["traceEvents"]
     os.remove(trace)
-    events = [e for e in trace_events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0]
-    before = events[0]["args"]["Total Allocated"] - events[0]["args"]["Bytes"] if events else 0
-    top = max(events, key=lambda e: e["args"]["Total Allocated"])
+    top, before = allocator_peak(trace_events)
     # Where the peak happens: the operators running at that instant, outermost first (for --explain).
     at = sorted((e for e in trace_events if e.get("ph") == "X" and e.get("tid") == top["tid"]
                  and e["ts"] <= top["ts"] <= e["ts"] + e.get("dur", 0)), key=lambda e: e["ts"])
     Path(out_dir, f"peak-{rank}.json").write_text(json.dumps({
         "peak_bytes": top["args"]["Total Allocated"] - before, "at": [e["name"] for e in at][:12],
-        "rss_peak_delta_bytes": (_status_kib("VmHWM") - rss_before) * 1024}))
+        "malloc_peak_delta_bytes": sampler.peak_delta}))
 
 
-def _status_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise KeyError(field)
+def allocator_peak(trace_events: list[dict]) -> tuple[dict, int]:
+    """(the memory event at the peak of torch's CPU allocator accounting, the bytes allocated before
+    the first event). "Total Allocated" is one process-wide counter that every thread's events carry,
+    but the trace lists events thread by thread, not in time order: the baseline is the counter just
+    before the EARLIEST event. (Taking the first one in file order took a side thread's first event,
+    seconds into the run: for NO_SHARD and HYBRID_SHARD that baseline already held the model state.)"""
+    events = sorted((e for e in trace_events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0),
+                    key=lambda e: e["ts"])
+    if not events:
+        raise RuntimeError("the profiler recorded no CPU memory events")
+    before = events[0]["args"]["Total Allocated"] - events[0]["args"]["Bytes"]
+    return max(events, key=lambda e: e["args"]["Total Allocated"]), before
 
 
-def measure(spec: dict, nproc: int, env: dict, explain: bool = False) -> int:
+class MallocSampler:
+    """A second, independent measurement: glibc's bytes in use (mallinfo2: uordblks + hblkhd, every
+    arena and every mmapped chunk, whichever thread allocated them), sampled every 0.5 ms by a thread;
+    its peak minus its value at the start. It also counts the Python heap the run grows and the
+    profiler's own event buffers, so it reads a little above the allocator accounting, and a sampler
+    can miss a peak shorter than its period; it does not depend on the profiler's bookkeeping."""
+
+    PERIOD_S = 0.0005
+
+    def __init__(self):
+        import ctypes
+        import threading
+
+        class Mallinfo2(ctypes.Structure):
+            _fields_ = [(name, ctypes.c_size_t) for name in (
+                "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                "keepcost")]
+
+        self._mallinfo2 = ctypes.CDLL(None).mallinfo2
+        self._mallinfo2.restype = Mallinfo2
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self.start = self.peak = 0
+
+    def in_use(self) -> int:
+        m = self._mallinfo2()
+        return m.uordblks + m.hblkhd
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.in_use())
+            time.sleep(self.PERIOD_S)
+
+    def __enter__(self):
+        self.start = self.peak = self.in_use()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def peak_delta(self) -> int:
+        return self.peak - self.start
+
+
+def measure(spec: dict, nproc: int, env: dict, explain: bool = False) -> tuple[int, int]:
+    """(allocator-accounting peak, malloc-in-use peak delta) of the rank with the larger peak."""
     with tempfile.TemporaryDirectory() as tmp:
         spec_file = os.path.join(tmp, "spec.json")
         Path(spec_file).write_text(json.dumps(spec))
@@ -105,9 +157,8 @@ def measure(spec: dict, nproc: int, env: dict, explain: bool = False) -> int:
         peaks = [json.loads(Path(tmp, f"peak-{r}.json").read_text()) for r in range(nproc)]
         top = max(peaks, key=lambda p: p["peak_bytes"])
         if explain:
-            print(f"    peak inside: {' > '.join(top['at'])}; peak RSS delta "
-                  f"{max(p['rss_peak_delta_bytes'] for p in peaks) / 2**20:.1f} MiB", flush=True)
-        return top["peak_bytes"]
+            print(f"    peak inside: {' > '.join(top['at'])}", flush=True)
+        return top["peak_bytes"], max(p["malloc_peak_delta_bytes"] for p in peaks)
 
 
 def predict(spec: dict, nproc: int) -> dict:
@@ -149,31 +200,35 @@ def main(argv: list[str] | None = None) -> int:
     if a.measured:
         old = json.loads(Path(a.measured).read_text())
         a.seq_len, a.micro_batch, a.nproc = old["seq_len"], old["micro_batch"], old["nproc"]
-        reuse = {(r["model"], r["strategy"], r["activation_checkpointing"]): r["measured_bytes"] for r in old["rows"]}
+        reuse = {(r["model"], r["strategy"], r["activation_checkpointing"]):
+                 (r["measured_bytes"], r.get("malloc_peak_bytes")) for r in old["rows"]}
         a.models = ",".join(dict.fromkeys(k[0] for k in reuse))
         a.strategies = ",".join(dict.fromkeys(k[1] for k in reuse))
         a.checkpointing = ",".join(dict.fromkeys(k[2] for k in reuse))
     t0 = time.time()
     rows = []
-    print(f"{'model':6} {'strategy':14} {'AC':9} {'predicted MiB':>14} {'measured MiB':>13} {'ratio':>6}")
+    print(f"{'model':6} {'strategy':14} {'AC':9} {'predicted MiB':>14} {'measured MiB':>13} {'ratio':>6} "
+          f"{'malloc MiB':>11}")
     for model in a.models.split(","):
         for strategy in a.strategies.split(","):
             for ckpt in a.checkpointing.split(","):
                 spec = job_spec(MODELS[model], strategy, ckpt, a.seq_len, a.micro_batch, a.nproc, a.steps)
                 plan = predict(spec, a.nproc)
                 if reuse is not None:  # the measurement does not depend on the planner: re-predict only
-                    measured = reuse[(model, strategy, ckpt)]
+                    measured, malloc = reuse[(model, strategy, ckpt)]
                 else:
-                    measured = measure(spec, a.nproc, env, a.explain)
+                    measured, malloc = measure(spec, a.nproc, env, a.explain)
                 ratio = plan["total_bytes"] / measured
                 rows.append({"model": model, "strategy": strategy, "activation_checkpointing": ckpt,
                              "num_params": plan["num_params"], "predicted_bytes": plan["total_bytes"],
-                             "measured_bytes": measured, "ratio": round(ratio, 3),
+                             "measured_bytes": measured, "ratio": round(ratio, 3), "malloc_peak_bytes": malloc,
                              "within_tolerance": abs(ratio - 1) <= TOLERANCE,
                              "predicted_parts": {k: plan[k] for k in ("params_bytes", "grads_bytes",
                                                  "optimizer_bytes", "activations_bytes", "workspace_bytes")}})
                 print(f"{model:6} {strategy:14} {ckpt:9} {plan['total_bytes'] / 2**20:14.1f} "
-                      f"{measured / 2**20:13.1f} {ratio:6.2f}{'' if rows[-1]['within_tolerance'] else '  <-- off'}",
+                      f"{measured / 2**20:13.1f} {ratio:6.2f} "
+                      f"{malloc / 2**20 if malloc is not None else float('nan'):11.1f}"
+                      f"{'' if rows[-1]['within_tolerance'] else '  <-- off'}",
                       flush=True)
     out = {"bench": "planner_accuracy", "date": time.strftime("%Y-%m-%d", time.gmtime(t0)), "cpus": os.cpu_count(),
            "nproc": a.nproc, "seq_len": a.seq_len, "micro_batch": a.micro_batch, "precision": "fp32",
