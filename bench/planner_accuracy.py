@@ -2,18 +2,22 @@
 
 For each model (the `tiny` preset and a ~124M Llama), each sharding strategy and each activation
 checkpointing mode, the real trainer (`torchrun -m llmtrain_trainer`, 2 CPU processes, gloo, fp32) runs
-a few steps inside the PyTorch profiler with memory profiling on. Measured = the peak of torch's own CPU
-allocator accounting ("Total Allocated" of the profiler's memory events) during the run, minus what was
-allocated before it started — i.e. every tensor the trainer holds at its worst moment (parameters,
-gradients, AdamW state, activations, FSDP's gathered blocks and communication buffers, logits), and
-nothing else (no Python heap, no allocator caching). The larger of the two ranks is taken. On a GPU the
-same quantity is `torch.cuda.max_memory_allocated` (see bench/gpu.py).
+a few steps inside the PyTorch profiler with memory profiling on. Measured = the peak of the bytes
+torch's CPU allocator holds during the run, rebuilt from the profiler's allocation and free events
+in time order (`allocator_peak`: not the events' running counter, which misses frees made on gloo's
+threads) — i.e. every tensor the trainer holds at its worst moment (parameters, gradients, AdamW
+state, activations, FSDP's gathered parameters and communication buffers, logits), and nothing else
+(no Python heap, no allocator caching). The larger of the two ranks is taken. A second, independent
+figure comes from glibc (`MallocSampler`: bytes in use, sampled every 0.5 ms), which also holds the
+Python heap the run grows and the profiler's own buffers (~25-35 MiB: meaningless for the tiny
+model, within a few % on the 124M one). On a GPU the same quantity is `torch.cuda.max_memory_allocated`
+(see bench/gpu.py).
 
 Predicted = `llmtrain.planner.plan_for(...)`.total_bytes for the same dims, strategy, checkpointing,
 precision (fp32), sequence length, micro-batch and shard group. Ratio = predicted / measured; the
 planner is considered accurate within ±15%.
 
-    .venv/bin/python bench/planner_accuracy.py                 # table for both models (~10 min on 2 cores)
+    .venv/bin/python bench/planner_accuracy.py                 # table for both models (~25-40 min on 2 busy cores)
     .venv/bin/python bench/planner_accuracy.py --quick         # tiny model, FULL_SHARD, 2 cases (tests)
     .venv/bin/python bench/planner_accuracy.py --measured bench/results/planner_accuracy.json  # re-predict
 """
@@ -74,27 +78,43 @@ def worker(spec_path: str, out_dir: str) -> None:
     prof.export_chrome_trace(trace)
     trace_events = json.loads(Path(trace).read_text())["traceEvents"]
     os.remove(trace)
-    top, before = allocator_peak(trace_events)
+    peak, top = allocator_peak(trace_events)
     # Where the peak happens: the operators running at that instant, outermost first (for --explain).
     at = sorted((e for e in trace_events if e.get("ph") == "X" and e.get("tid") == top["tid"]
                  and e["ts"] <= top["ts"] <= e["ts"] + e.get("dur", 0)), key=lambda e: e["ts"])
     Path(out_dir, f"peak-{rank}.json").write_text(json.dumps({
-        "peak_bytes": top["args"]["Total Allocated"] - before, "at": [e["name"] for e in at][:12],
+        "peak_bytes": peak, "at": [e["name"] for e in at][:12],
         "malloc_peak_delta_bytes": sampler.peak_delta}))
 
 
-def allocator_peak(trace_events: list[dict]) -> tuple[dict, int]:
-    """(the memory event at the peak of torch's CPU allocator accounting, the bytes allocated before
-    the first event). "Total Allocated" is one process-wide counter that every thread's events carry,
-    but the trace lists events thread by thread, not in time order: the baseline is the counter just
-    before the EARLIEST event. (Taking the first one in file order took a side thread's first event,
-    seconds into the run: for NO_SHARD and HYBRID_SHARD that baseline already held the model state.)"""
+def allocator_peak(trace_events: list[dict]) -> tuple[int, dict]:
+    """(the peak of the bytes torch's CPU allocator holds, the memory event where it is reached),
+    rebuilt from the profiler's allocation and free events in time order across threads.
+
+    Not the events' own "Total Allocated" counter: the profiler records a free only on a thread it
+    profiles, so a tensor freed on one of gloo's worker threads (FSDP's reduce-scatter buffers, DTensor's
+    all-gathers) is never subtracted and the counter drifts up (by 90-110 MiB on the 124M model under
+    FULL_SHARD/HYBRID_SHARD). Here an address handed out again without a free in between counts as
+    freed. Nor the first event in file order as the baseline: the trace lists events thread by thread,
+    and a side thread's first event seconds into the run already saw the model state (for NO_SHARD
+    on 124M, 1.4 GiB of it). Only what the run allocated counts: a free of a block allocated before
+    the profiler started is ignored."""
     events = sorted((e for e in trace_events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0),
                     key=lambda e: e["ts"])
     if not events:
         raise RuntimeError("the profiler recorded no CPU memory events")
-    before = events[0]["args"]["Total Allocated"] - events[0]["args"]["Bytes"]
-    return max(events, key=lambda e: e["args"]["Total Allocated"]), before
+    live: dict[int, int] = {}
+    total, peak, top = 0, 0, events[0]
+    for e in events:
+        addr, n = e["args"]["Addr"], e["args"]["Bytes"]
+        if n > 0:
+            total += n - live.get(addr, 0)
+            live[addr] = n
+        else:
+            total -= live.pop(addr, 0)
+        if total > peak:
+            peak, top = total, e
+    return peak, top
 
 
 class MallocSampler:
