@@ -25,6 +25,7 @@ planner is considered accurate within ±15%.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -74,47 +75,74 @@ def worker(spec_path: str, out_dir: str) -> None:
     sampler = MallocSampler()
     with sampler, profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         run(spec, JobIdentity("planner-accuracy", "bench", 0))
+        # The model and optimizer sit in reference cycles: free them while the profiler still
+        # records, so that what stays allocated after this is what was freed where it cannot see.
+        gc.collect()
     trace = os.path.join(out_dir, f"trace-{rank}.json")
     prof.export_chrome_trace(trace)
     trace_events = json.loads(Path(trace).read_text())["traceEvents"]
     os.remove(trace)
-    peak, top = allocator_peak(trace_events)
+    peak, top, peak_upper = allocator_peak(trace_events)
     # Where the peak happens: the operators running at that instant, outermost first (for --explain).
     at = sorted((e for e in trace_events if e.get("ph") == "X" and e.get("tid") == top["tid"]
                  and e["ts"] <= top["ts"] <= e["ts"] + e.get("dur", 0)), key=lambda e: e["ts"])
     Path(out_dir, f"peak-{rank}.json").write_text(json.dumps({
-        "peak_bytes": peak, "at": [e["name"] for e in at][:12],
+        "peak_bytes": peak, "peak_with_unfreed_bytes": peak_upper, "at": [e["name"] for e in at][:12],
         "malloc_peak_delta_bytes": sampler.peak_delta}))
 
 
-def allocator_peak(trace_events: list[dict]) -> tuple[int, dict]:
-    """(the peak of the bytes torch's CPU allocator holds, the memory event where it is reached),
+def allocator_peak(trace_events: list[dict]) -> tuple[int, dict, int]:
+    """(the peak of the bytes torch's CPU allocator holds, the memory event where it is reached, the
+    peak if blocks the profiler never sees freed are counted until their address is reused),
     rebuilt from the profiler's allocation and free events in time order across threads.
 
     Not the events' own "Total Allocated" counter: the profiler records a free only on a thread it
-    profiles, so a tensor freed on one of gloo's worker threads (FSDP's reduce-scatter buffers, DTensor's
-    all-gathers) is never subtracted and the counter drifts up (by 90-110 MiB on the 124M model under
-    FULL_SHARD/HYBRID_SHARD). Here an address handed out again without a free in between counts as
-    freed. Nor the first event in file order as the baseline: the trace lists events thread by thread,
-    and a side thread's first event seconds into the run already saw the model state (for NO_SHARD
-    on 124M, 1.4 GiB of it). Only what the run allocated counts: a free of a block allocated before
-    the profiler started is ignored."""
+    profiles, so a tensor freed on one of gloo's worker threads (the clone gloo's reduce-scatter makes
+    of FSDP's gradient buffer, DTensor's all-gathers while the weights are initialised) is never
+    subtracted and the counter drifts up (by 90-120 MiB on the 124M model under FULL_SHARD and
+    HYBRID_SHARD). Everything the trainer keeps (parameters, gradients, optimizer state, activations,
+    gathered parameters, logits) is freed on the main thread, the model and optimizer by the
+    gc.collect() at the end of the profiled run; blocks still allocated after it were freed on a
+    thread the profiler does not see and are left out. Nor the first event in file order as the
+    baseline: the trace lists events thread by thread, and a side thread's first event seconds into
+    the run already saw the model state (for NO_SHARD on 124M, 1.4 GiB of it)."""
     events = sorted((e for e in trace_events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0),
                     key=lambda e: e["ts"])
     if not events:
         raise RuntimeError("the profiler recorded no CPU memory events")
+    # Pass 1: which allocation events are never matched by a free on a profiled thread.
+    unfreed: set[int] = set()
     live: dict[int, int] = {}
-    total, peak, top = 0, 0, events[0]
-    for e in events:
+    for i, e in enumerate(events):
         addr, n = e["args"]["Addr"], e["args"]["Bytes"]
         if n > 0:
-            total += n - live.get(addr, 0)
-            live[addr] = n
+            if addr in live:
+                unfreed.add(live[addr])  # handed out again without a free: freed out of sight
+            live[addr] = i
         else:
-            total -= live.pop(addr, 0)
+            live.pop(addr, None)
+    unfreed.update(live.values())
+    # Pass 2: the peak, with and without those blocks.
+    sizes: dict[int, tuple[int, bool]] = {}
+    total = upper = peak = peak_upper = 0
+    top = events[0]
+    for i, e in enumerate(events):
+        addr, n = e["args"]["Addr"], e["args"]["Bytes"]
+        if n > 0:
+            old, old_unfreed = sizes.get(addr, (0, False))
+            upper -= old
+            total -= 0 if old_unfreed else old
+            sizes[addr] = (n, i in unfreed)
+            upper += n
+            total += 0 if i in unfreed else n
+        elif addr in sizes:
+            old, old_unfreed = sizes.pop(addr)
+            upper -= old
+            total -= 0 if old_unfreed else old
         if total > peak:
             peak, top = total, e
-    return peak, top
+        peak_upper = max(peak_upper, upper)
+    return peak, top, peak_upper
 
 
 class MallocSampler:
@@ -164,8 +192,9 @@ class MallocSampler:
         return self.peak - self.start
 
 
-def measure(spec: dict, nproc: int, env: dict, explain: bool = False) -> tuple[int, int]:
-    """(allocator-accounting peak, malloc-in-use peak delta) of the rank with the larger peak."""
+def measure(spec: dict, nproc: int, env: dict, explain: bool = False) -> dict:
+    """The allocator peak of the rank with the larger one, the same counting the blocks freed out of
+    the profiler's sight until their address is reused (an upper bound), and glibc's in-use peak."""
     with tempfile.TemporaryDirectory() as tmp:
         spec_file = os.path.join(tmp, "spec.json")
         Path(spec_file).write_text(json.dumps(spec))
@@ -178,7 +207,9 @@ def measure(spec: dict, nproc: int, env: dict, explain: bool = False) -> tuple[i
         top = max(peaks, key=lambda p: p["peak_bytes"])
         if explain:
             print(f"    peak inside: {' > '.join(top['at'])}", flush=True)
-        return top["peak_bytes"], max(p["malloc_peak_delta_bytes"] for p in peaks)
+        return {"measured_bytes": top["peak_bytes"],
+                "measured_with_unfreed_bytes": max(p["peak_with_unfreed_bytes"] for p in peaks),
+                "malloc_peak_bytes": max(p["malloc_peak_delta_bytes"] for p in peaks)}
 
 
 def predict(spec: dict, nproc: int) -> dict:
@@ -221,32 +252,35 @@ def main(argv: list[str] | None = None) -> int:
         old = json.loads(Path(a.measured).read_text())
         a.seq_len, a.micro_batch, a.nproc = old["seq_len"], old["micro_batch"], old["nproc"]
         reuse = {(r["model"], r["strategy"], r["activation_checkpointing"]):
-                 (r["measured_bytes"], r.get("malloc_peak_bytes")) for r in old["rows"]}
+                 {k: r.get(k) for k in ("measured_bytes", "measured_with_unfreed_bytes", "malloc_peak_bytes")}
+                 for r in old["rows"]}
         a.models = ",".join(dict.fromkeys(k[0] for k in reuse))
         a.strategies = ",".join(dict.fromkeys(k[1] for k in reuse))
         a.checkpointing = ",".join(dict.fromkeys(k[2] for k in reuse))
     t0 = time.time()
     rows = []
     print(f"{'model':6} {'strategy':14} {'AC':9} {'predicted MiB':>14} {'measured MiB':>13} {'ratio':>6} "
-          f"{'malloc MiB':>11}")
+          f"{'with unfreed':>13} {'malloc MiB':>11}")
     for model in a.models.split(","):
         for strategy in a.strategies.split(","):
             for ckpt in a.checkpointing.split(","):
                 spec = job_spec(MODELS[model], strategy, ckpt, a.seq_len, a.micro_batch, a.nproc, a.steps)
                 plan = predict(spec, a.nproc)
                 if reuse is not None:  # the measurement does not depend on the planner: re-predict only
-                    measured, malloc = reuse[(model, strategy, ckpt)]
+                    m = reuse[(model, strategy, ckpt)]
                 else:
-                    measured, malloc = measure(spec, a.nproc, env, a.explain)
+                    m = measure(spec, a.nproc, env, a.explain)
+                measured, malloc = m["measured_bytes"], m["malloc_peak_bytes"]
                 ratio = plan["total_bytes"] / measured
                 rows.append({"model": model, "strategy": strategy, "activation_checkpointing": ckpt,
                              "num_params": plan["num_params"], "predicted_bytes": plan["total_bytes"],
-                             "measured_bytes": measured, "ratio": round(ratio, 3), "malloc_peak_bytes": malloc,
+                             **m, "ratio": round(ratio, 3),
                              "within_tolerance": abs(ratio - 1) <= TOLERANCE,
                              "predicted_parts": {k: plan[k] for k in ("params_bytes", "grads_bytes",
                                                  "optimizer_bytes", "activations_bytes", "workspace_bytes")}})
                 print(f"{model:6} {strategy:14} {ckpt:9} {plan['total_bytes'] / 2**20:14.1f} "
                       f"{measured / 2**20:13.1f} {ratio:6.2f} "
+                      f"{(m['measured_with_unfreed_bytes'] or float('nan')) / 2**20:13.1f} "
                       f"{malloc / 2**20 if malloc is not None else float('nan'):11.1f}"
                       f"{'' if rows[-1]['within_tolerance'] else '  <-- off'}",
                       flush=True)
