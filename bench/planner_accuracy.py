@@ -99,8 +99,8 @@ def allocator_peak(trace_events: list[dict]) -> tuple[int, dict, int]:
     Not the events' own "Total Allocated" counter: the profiler records a free only on a thread it
     profiles, so a tensor freed on one of gloo's worker threads (the clone gloo's reduce-scatter makes
     of FSDP's gradient buffer, DTensor's all-gathers while the weights are initialised) is never
-    subtracted and the counter drifts up (by 90-120 MiB on the 124M model under FULL_SHARD and
-    HYBRID_SHARD). Everything the trainer keeps (parameters, gradients, optimizer state, activations,
+    subtracted and the counter drifts up (by 90-240 MiB on the 124M model under FULL_SHARD,
+    HYBRID_SHARD and SHARD_GRAD_OP). Everything the trainer keeps (parameters, gradients, optimizer state, activations,
     gathered parameters, logits) is freed on the main thread, the model and optimizer by the
     gc.collect() at the end of the profiled run; blocks still allocated after it were freed on a
     thread the profiler does not see and are left out. Nor the first event in file order as the
