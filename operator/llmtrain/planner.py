@@ -4,6 +4,9 @@ Model state (ZeRO paper, Rajbhandari et al. 2019), Ψ parameters, mixed-precisio
 
     16 bytes/param = 2 (16-bit params) + 2 (16-bit grads) + 12 (fp32 master, Adam m and v)
     fp32 training: 4 (params) + 4 (grads) + 8 (Adam m, v; the params are the master copy) = 16
+(Under bf16, FSDP2 keeps the sharded parameters and gradients in fp32 and casts only the gathered
+copies: 4 + 4 + 8. Same total; ZeRO's split over-counts the start of backward, which holds no
+gradients, by 2Ψ/N. Not changed: the CPU bench measures fp32 only.)
 
 How much of it one GPU holds between steps: the trainer builds every strategy with FSDP2
 (trainer/llmtrain_trainer/parallel.py), which keeps each parameter, its gradient and its optimizer
