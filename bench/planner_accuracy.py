@@ -2,18 +2,22 @@
 
 For each model (the `tiny` preset and a ~124M Llama), each sharding strategy and each activation
 checkpointing mode, the real trainer (`torchrun -m llmtrain_trainer`, 2 CPU processes, gloo, fp32) runs
-a few steps inside the PyTorch profiler with memory profiling on. Measured = the peak of torch's own CPU
-allocator accounting ("Total Allocated" of the profiler's memory events) during the run, minus what was
-allocated before it started — i.e. every tensor the trainer holds at its worst moment (parameters,
-gradients, AdamW state, activations, FSDP's gathered blocks and communication buffers, logits), and
-nothing else (no Python heap, no allocator caching). The larger of the two ranks is taken. On a GPU the
-same quantity is `torch.cuda.max_memory_allocated` (see bench/gpu.py).
+a few steps inside the PyTorch profiler with memory profiling on. Measured = the peak of the bytes
+torch's CPU allocator holds during the run, rebuilt from the profiler's allocation and free events
+in time order (`allocator_peak`: not the events' running counter, which misses frees made on gloo's
+threads) — i.e. every tensor the trainer holds at its worst moment (parameters, gradients, AdamW
+state, activations, FSDP's gathered parameters and communication buffers, logits), and nothing else
+(no Python heap, no allocator caching). The larger of the two ranks is taken. A second, independent
+figure comes from glibc (`MallocSampler`: bytes in use, sampled every 0.5 ms), which also holds the
+Python heap the run grows and the profiler's own buffers (~25-35 MiB: meaningless for the tiny
+model, within a few % on the 124M one). On a GPU the same quantity is `torch.cuda.max_memory_allocated`
+(see bench/gpu.py).
 
 Predicted = `llmtrain.planner.plan_for(...)`.total_bytes for the same dims, strategy, checkpointing,
 precision (fp32), sequence length, micro-batch and shard group. Ratio = predicted / measured; the
 planner is considered accurate within ±15%.
 
-    .venv/bin/python bench/planner_accuracy.py                 # table for both models (~10 min on 2 cores)
+    .venv/bin/python bench/planner_accuracy.py                 # table for both models (~25-40 min on 2 busy cores)
     .venv/bin/python bench/planner_accuracy.py --quick         # tiny model, FULL_SHARD, 2 cases (tests)
     .venv/bin/python bench/planner_accuracy.py --measured bench/results/planner_accuracy.json  # re-predict
 """
@@ -21,6 +25,7 @@ planner is considered accurate within ±15%.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -67,33 +72,129 @@ def worker(spec_path: str, out_dir: str) -> None:
 
     spec = load_spec(spec_path)
     rank = os.environ["RANK"]
-    rss_before = _status_kib("VmRSS")
-    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM (peak RSS) to the current RSS
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    sampler = MallocSampler()
+    with sampler, profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         run(spec, JobIdentity("planner-accuracy", "bench", 0))
+        # The model and optimizer sit in reference cycles: free them while the profiler still
+        # records, so that what stays allocated after this is what was freed where it cannot see.
+        gc.collect()
     trace = os.path.join(out_dir, f"trace-{rank}.json")
     prof.export_chrome_trace(trace)
     trace_events = json.loads(Path(trace).read_text())["traceEvents"]
     os.remove(trace)
-    events = [e for e in trace_events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0]
-    before = events[0]["args"]["Total Allocated"] - events[0]["args"]["Bytes"] if events else 0
-    top = max(events, key=lambda e: e["args"]["Total Allocated"])
+    peak, top, peak_upper = allocator_peak(trace_events)
     # Where the peak happens: the operators running at that instant, outermost first (for --explain).
     at = sorted((e for e in trace_events if e.get("ph") == "X" and e.get("tid") == top["tid"]
                  and e["ts"] <= top["ts"] <= e["ts"] + e.get("dur", 0)), key=lambda e: e["ts"])
     Path(out_dir, f"peak-{rank}.json").write_text(json.dumps({
-        "peak_bytes": top["args"]["Total Allocated"] - before, "at": [e["name"] for e in at][:12],
-        "rss_peak_delta_bytes": (_status_kib("VmHWM") - rss_before) * 1024}))
+        "peak_bytes": peak, "peak_with_unfreed_bytes": peak_upper, "at": [e["name"] for e in at][:12],
+        "malloc_peak_delta_bytes": sampler.peak_delta}))
 
 
-def _status_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise KeyError(field)
+def allocator_peak(trace_events: list[dict]) -> tuple[int, dict, int]:
+    """(the peak of the bytes torch's CPU allocator holds, the memory event where it is reached, the
+    peak if blocks the profiler never sees freed are counted until their address is reused),
+    rebuilt from the profiler's allocation and free events in time order across threads.
+
+    Not the events' own "Total Allocated" counter: the profiler records a free only on a thread it
+    profiles, so a tensor freed on one of gloo's worker threads (the clone gloo's reduce-scatter makes
+    of FSDP's gradient buffer, DTensor's all-gathers while the weights are initialised) is never
+    subtracted and the counter drifts up (by 90-240 MiB on the 124M model under FULL_SHARD,
+    HYBRID_SHARD and SHARD_GRAD_OP). Everything the trainer keeps (parameters, gradients, optimizer state, activations,
+    gathered parameters, logits) is freed on the main thread, the model and optimizer by the
+    gc.collect() at the end of the profiled run; blocks still allocated after it were freed on a
+    thread the profiler does not see and are left out. Nor the first event in file order as the
+    baseline: the trace lists events thread by thread, and a side thread's first event seconds into
+    the run already saw the model state (for NO_SHARD on 124M, 1.4 GiB of it)."""
+    events = sorted((e for e in trace_events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0),
+                    key=lambda e: e["ts"])
+    if not events:
+        raise RuntimeError("the profiler recorded no CPU memory events")
+    # Pass 1: which allocation events are never matched by a free on a profiled thread.
+    unfreed: set[int] = set()
+    live: dict[int, int] = {}
+    for i, e in enumerate(events):
+        addr, n = e["args"]["Addr"], e["args"]["Bytes"]
+        if n > 0:
+            if addr in live:
+                unfreed.add(live[addr])  # handed out again without a free: freed out of sight
+            live[addr] = i
+        else:
+            live.pop(addr, None)
+    unfreed.update(live.values())
+    # Pass 2: the peak, with and without those blocks.
+    sizes: dict[int, tuple[int, bool]] = {}
+    total = upper = peak = peak_upper = 0
+    top = events[0]
+    for i, e in enumerate(events):
+        addr, n = e["args"]["Addr"], e["args"]["Bytes"]
+        if n > 0:
+            old, old_unfreed = sizes.get(addr, (0, False))
+            upper -= old
+            total -= 0 if old_unfreed else old
+            sizes[addr] = (n, i in unfreed)
+            upper += n
+            total += 0 if i in unfreed else n
+        elif addr in sizes:
+            old, old_unfreed = sizes.pop(addr)
+            upper -= old
+            total -= 0 if old_unfreed else old
+        if total > peak:
+            peak, top = total, e
+        peak_upper = max(peak_upper, upper)
+    return peak, top, peak_upper
 
 
-def measure(spec: dict, nproc: int, env: dict, explain: bool = False) -> int:
+class MallocSampler:
+    """A second, independent measurement: glibc's bytes in use (mallinfo2: uordblks + hblkhd, every
+    arena and every mmapped chunk, whichever thread allocated them), sampled every 0.5 ms by a thread;
+    its peak minus its value at the start. It also counts the Python heap the run grows and the
+    profiler's own event buffers, so it reads a little above the allocator accounting, and a sampler
+    can miss a peak shorter than its period; it does not depend on the profiler's bookkeeping."""
+
+    PERIOD_S = 0.0005
+
+    def __init__(self):
+        import ctypes
+        import threading
+
+        class Mallinfo2(ctypes.Structure):
+            _fields_ = [(name, ctypes.c_size_t) for name in (
+                "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                "keepcost")]
+
+        self._mallinfo2 = ctypes.CDLL(None).mallinfo2
+        self._mallinfo2.restype = Mallinfo2
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self.start = self.peak = 0
+
+    def in_use(self) -> int:
+        m = self._mallinfo2()
+        return m.uordblks + m.hblkhd
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.in_use())
+            time.sleep(self.PERIOD_S)
+
+    def __enter__(self):
+        self.start = self.peak = self.in_use()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def peak_delta(self) -> int:
+        return self.peak - self.start
+
+
+def measure(spec: dict, nproc: int, env: dict, explain: bool = False) -> dict:
+    """The allocator peak of the rank with the larger one, the same counting the blocks freed out of
+    the profiler's sight until their address is reused (an upper bound), and glibc's in-use peak."""
     with tempfile.TemporaryDirectory() as tmp:
         spec_file = os.path.join(tmp, "spec.json")
         Path(spec_file).write_text(json.dumps(spec))
@@ -105,9 +206,10 @@ def measure(spec: dict, nproc: int, env: dict, explain: bool = False) -> int:
         peaks = [json.loads(Path(tmp, f"peak-{r}.json").read_text()) for r in range(nproc)]
         top = max(peaks, key=lambda p: p["peak_bytes"])
         if explain:
-            print(f"    peak inside: {' > '.join(top['at'])}; peak RSS delta "
-                  f"{max(p['rss_peak_delta_bytes'] for p in peaks) / 2**20:.1f} MiB", flush=True)
-        return top["peak_bytes"]
+            print(f"    peak inside: {' > '.join(top['at'])}", flush=True)
+        return {"measured_bytes": top["peak_bytes"],
+                "measured_with_unfreed_bytes": max(p["peak_with_unfreed_bytes"] for p in peaks),
+                "malloc_peak_bytes": max(p["malloc_peak_delta_bytes"] for p in peaks)}
 
 
 def predict(spec: dict, nproc: int) -> dict:
@@ -149,31 +251,38 @@ def main(argv: list[str] | None = None) -> int:
     if a.measured:
         old = json.loads(Path(a.measured).read_text())
         a.seq_len, a.micro_batch, a.nproc = old["seq_len"], old["micro_batch"], old["nproc"]
-        reuse = {(r["model"], r["strategy"], r["activation_checkpointing"]): r["measured_bytes"] for r in old["rows"]}
+        reuse = {(r["model"], r["strategy"], r["activation_checkpointing"]):
+                 {k: r.get(k) for k in ("measured_bytes", "measured_with_unfreed_bytes", "malloc_peak_bytes")}
+                 for r in old["rows"]}
         a.models = ",".join(dict.fromkeys(k[0] for k in reuse))
         a.strategies = ",".join(dict.fromkeys(k[1] for k in reuse))
         a.checkpointing = ",".join(dict.fromkeys(k[2] for k in reuse))
     t0 = time.time()
     rows = []
-    print(f"{'model':6} {'strategy':14} {'AC':9} {'predicted MiB':>14} {'measured MiB':>13} {'ratio':>6}")
+    print(f"{'model':6} {'strategy':14} {'AC':9} {'predicted MiB':>14} {'measured MiB':>13} {'ratio':>6} "
+          f"{'with unfreed':>13} {'malloc MiB':>11}")
     for model in a.models.split(","):
         for strategy in a.strategies.split(","):
             for ckpt in a.checkpointing.split(","):
                 spec = job_spec(MODELS[model], strategy, ckpt, a.seq_len, a.micro_batch, a.nproc, a.steps)
                 plan = predict(spec, a.nproc)
                 if reuse is not None:  # the measurement does not depend on the planner: re-predict only
-                    measured = reuse[(model, strategy, ckpt)]
+                    m = reuse[(model, strategy, ckpt)]
                 else:
-                    measured = measure(spec, a.nproc, env, a.explain)
+                    m = measure(spec, a.nproc, env, a.explain)
+                measured, malloc = m["measured_bytes"], m["malloc_peak_bytes"]
                 ratio = plan["total_bytes"] / measured
                 rows.append({"model": model, "strategy": strategy, "activation_checkpointing": ckpt,
                              "num_params": plan["num_params"], "predicted_bytes": plan["total_bytes"],
-                             "measured_bytes": measured, "ratio": round(ratio, 3),
+                             **m, "ratio": round(ratio, 3),
                              "within_tolerance": abs(ratio - 1) <= TOLERANCE,
                              "predicted_parts": {k: plan[k] for k in ("params_bytes", "grads_bytes",
                                                  "optimizer_bytes", "activations_bytes", "workspace_bytes")}})
                 print(f"{model:6} {strategy:14} {ckpt:9} {plan['total_bytes'] / 2**20:14.1f} "
-                      f"{measured / 2**20:13.1f} {ratio:6.2f}{'' if rows[-1]['within_tolerance'] else '  <-- off'}",
+                      f"{measured / 2**20:13.1f} {ratio:6.2f} "
+                      f"{(m['measured_with_unfreed_bytes'] or float('nan')) / 2**20:13.1f} "
+                      f"{malloc / 2**20 if malloc is not None else float('nan'):11.1f}"
+                      f"{'' if rows[-1]['within_tolerance'] else '  <-- off'}",
                       flush=True)
     out = {"bench": "planner_accuracy", "date": time.strftime("%Y-%m-%d", time.gmtime(t0)), "cpus": os.cpu_count(),
            "nproc": a.nproc, "seq_len": a.seq_len, "micro_batch": a.micro_batch, "precision": "fp32",

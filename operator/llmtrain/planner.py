@@ -4,13 +4,22 @@ Model state (ZeRO paper, Rajbhandari et al. 2019), Ψ parameters, mixed-precisio
 
     16 bytes/param = 2 (16-bit params) + 2 (16-bit grads) + 12 (fp32 master, Adam m and v)
     fp32 training: 4 (params) + 4 (grads) + 8 (Adam m, v; the params are the master copy) = 16
+(Under bf16, FSDP2 keeps the sharded parameters and gradients in fp32 and casts only the gathered
+copies: 4 + 4 + 8. Same total; ZeRO's split over-counts the start of backward, which holds no
+gradients, by 2Ψ/N. Not changed: the CPU bench measures fp32 only.)
 
-How much of it one GPU holds depends on the strategy; N is the shard group:
-    FULL_SHARD     params, grads, optimizer / N            (N = all GPUs)       16Ψ/N
-    HYBRID_SHARD   params, grads, optimizer / N            (N = GPUs per node)  16Ψ/N
-    SHARD_GRAD_OP  params whole; grads, optimizer / N                           2Ψ + 14Ψ/N
-    NO_SHARD       everything whole                                             16Ψ
-CPU offload moves the sharded state to host memory: the GPU keeps none of it.
+How much of it one GPU holds between steps: the trainer builds every strategy with FSDP2
+(trainer/llmtrain_trainer/parallel.py), which keeps each parameter, its gradient and its optimizer
+state sharded over the shard group N, whatever the strategy:
+    FULL_SHARD     params, grads, optimizer / N     (N = all GPUs)        16Ψ/N
+    HYBRID_SHARD   params, grads, optimizer / N     (N = GPUs per node)   16Ψ/N
+    SHARD_GRAD_OP  params, grads, optimizer / N     (N = all GPUs)        16Ψ/N
+    NO_SHARD       everything whole                 (N = 1)               16Ψ
+What the strategies differ in is how many whole (gathered) parameters live beside that during
+forward and backward: SHARD_GRAD_OP and NO_SHARD keep every block's gathered copy from its forward
+to its backward (ZeRO-2's "params whole"; under NO_SHARD FSDP2 still copies each parameter into its
+unsharded buffer, as for a shard group of 1), FULL_SHARD and HYBRID_SHARD one or two blocks at a
+time (see Workspace). CPU offload moves the sharded state to host memory: the GPU keeps none of it.
 
 Activations: the tensors autograd saves for backward, counted for THIS trainer's block (Llama:
 RMSNorm computed in fp32, GQA attention through scaled_dot_product_attention, SwiGLU MLP), with
@@ -38,16 +47,25 @@ Workspace, on top of the standard accounting:
     for `full`, its norms and elementwise ops for `selective`) plus its backward gradient buffers
     (e·(2d + 3f) per token) — never at the same time as the loss buffers (freed before backward
     reaches the blocks), so the larger of the two counts;
-  - FSDP (FULL_SHARD, HYBRID_SHARD): the unsharded parameters of the block being computed and of the
-    one prefetched (2 blocks; SHARD_GRAD_OP counts its gathered parameters in the model state).
+  - FSDP's gathered (unsharded) parameters, in the compute dtype (e bytes each), at the start of
+    backward: FULL_SHARD and HYBRID_SHARD hold the root module's (embedding, final norm, lm_head:
+    2·V·d + d; the root keeps them from forward to the end of backward, reshard_after_forward=False)
+    plus two blocks (the one computed and the one prefetched); SHARD_GRAD_OP and NO_SHARD hold all Ψ
+    (no block frees its copy after forward).
 
 Peak: gradients are freed after every optimizer step (zero_grad(set_to_none=True)) and fill up only
-while backward frees the activations, so the total is
-    params + optimizer + max(activations + workspace, grads + gathered blocks + root gradients)
-(the start and the end of backward), not the sum of all parts; the root module (embedding,
-lm_head) is reduce-scattered last, so under sharding its fp32 gradients (2·V·d) are whole at the end. bench/planner_accuracy.py measures
-it against the trainer (README, Performance). A job fits when the total stays below FIT_FRACTION of
-GPU memory; the rest is CUDA context, NCCL buffers and allocator fragmentation.
+while backward frees the activations, so the peak is the largest of three moments, not the sum of
+all parts; on top of params + optimizer:
+    start of backward   activations + workspace (above)
+    end of backward     grads + gathered root and 2 blocks (every block frees its copy after its
+                        backward) + the root's unsharded fp32 gradients (2·V·d·4): the root is
+                        reduced last, and its whole gradients sit beside its reduce buffer
+    optimizer step      grads + one fp32 temporary per local parameter (4Ψ/N): foreach AdamW's
+                        sqrt(v)/bias-correction + eps, built whole before the update
+bench/planner_accuracy.py measures it against the trainer (README, Performance), on all four
+strategies: that is where the gathered root, the whole-Ψ copies of SHARD_GRAD_OP/NO_SHARD and the
+optimizer-step temporary come from. A job fits when the total stays below FIT_FRACTION of GPU
+memory; the rest is CUDA context, NCCL buffers and allocator fragmentation.
 """
 
 from __future__ import annotations
@@ -95,15 +113,14 @@ def shard_group(strategy: str, nodes: int, per_node: int) -> int:
 
 def model_state_bytes(psi: int, strategy: str, group: int, precision: str,
                       cpu_offload: bool) -> tuple[int, int, int]:
-    """(params, grads, optimizer) bytes one GPU holds."""
+    """(params, grads, optimizer) bytes one GPU holds between steps: sharded over the group under
+    every strategy (FSDP2; SHARD_GRAD_OP's whole parameters are gathered copies: gathered_bytes)."""
     if precision == "fp32":
         p, g, o = 4 * psi, 4 * psi, 8 * psi
     else:
         p, g, o = 2 * psi, 2 * psi, 12 * psi
     if cpu_offload:
         return 0, 0, 0
-    if strategy == "SHARD_GRAD_OP":
-        return p, g // group, o // group
     return p // group, g // group, o // group
 
 
@@ -148,18 +165,40 @@ def loss_workspace_bytes(dims: ModelDims, seq_len: int, micro_batch: int, precis
     return per_token * seq_len * micro_batch
 
 
+def root_params(dims: ModelDims) -> int:
+    """Parameters outside the blocks, in the root FSDP module: embedding, final norm, lm_head."""
+    return num_params(dims) - dims.num_layers * block_params(dims)
+
+
 def gathered_bytes(dims: ModelDims, strategy: str, group: int, precision: str) -> int:
-    """FSDP's unsharded copies of the block being computed and the one prefetched (sharded
-    strategies; SHARD_GRAD_OP counts all its gathered parameters in the model state already)."""
-    if group <= 1 or strategy == "SHARD_GRAD_OP":
-        return 0
-    return 2 * _elem(precision) * block_params(dims)
+    """FSDP's unsharded copies at the start of backward, in the compute dtype. FULL_SHARD and
+    HYBRID_SHARD: the root's (kept from forward to the end of backward) and two blocks' (the one
+    computed and the one prefetched). SHARD_GRAD_OP and NO_SHARD: every parameter, since no block
+    frees its copy after forward. The shard group does not matter: FSDP2 copies into the unsharded
+    buffer even for a group of 1."""
+    e = _elem(precision)
+    if strategy in ("SHARD_GRAD_OP", "NO_SHARD"):
+        return e * num_params(dims)
+    return end_of_backward_gathered_bytes(dims, precision)
+
+
+def end_of_backward_gathered_bytes(dims: ModelDims, precision: str) -> int:
+    """When backward ends, every block has freed its copy after its own backward (all strategies):
+    the root's parameters and at most two blocks' are still gathered."""
+    return _elem(precision) * (root_params(dims) + 2 * block_params(dims))
 
 
 def unsharded_root_grad_bytes(dims: ModelDims, group: int) -> int:
-    """The root module (embedding, lm_head) is reduce-scattered last, when backward ends: until then
-    its fp32 gradients (2·V·d) are whole, on top of the sharded gradients (sharded strategies)."""
-    return 0 if group <= 1 else 4 * 2 * dims.vocab_size * dims.hidden_size
+    """The root module (embedding, lm_head) is reduced last, when backward ends: until then its fp32
+    gradients (2·V·d) are whole, beside the other gradients; FSDP2 reduces through a copy even for a
+    shard group of 1, so this holds under every strategy."""
+    return 4 * 2 * dims.vocab_size * dims.hidden_size
+
+
+def optimizer_step_temp_bytes(psi: int, group: int, cpu_offload: bool) -> int:
+    """foreach AdamW builds sqrt(v)/bias-correction + eps for all local parameters at once before the
+    update: one fp32 tensor of each local parameter's size (on the host under CPU offload)."""
+    return 0 if cpu_offload else 4 * psi // group
 
 
 def plan_for(dims: ModelDims, inst: InstanceType, nodes: int, strategy: str, precision: str,
@@ -176,10 +215,12 @@ def plan_for(dims: ModelDims, inst: InstanceType, nodes: int, strategy: str, pre
         loss_workspace_bytes(dims, seq_len, micro_batch, precision),
         recompute_bytes(dims, seq_len, micro_batch, checkpointing, precision))
     # Gradients are freed after every optimizer step (zero_grad(set_to_none=True)) and only fill up
-    # while backward frees the activations, so the peak is the larger of two moments: the start of
-    # backward (activations + workspace, no gradients) and its end (all gradients, activations gone).
-    end_of_backward = grads + gathered_bytes(dims, strategy, group, precision) + unsharded_root_grad_bytes(dims, group)
-    total = params + optim + max(acts + workspace, end_of_backward)
+    # while backward frees the activations, so the peak is the largest of three moments: the start of
+    # backward (activations + workspace, no gradients), its end (all gradients, activations gone) and
+    # the optimizer step (all gradients and AdamW's temporary).
+    end_of_backward = grads + end_of_backward_gathered_bytes(dims, precision) + unsharded_root_grad_bytes(dims, group)
+    optimizer_step = grads + optimizer_step_temp_bytes(psi, group, cpu_offload)
+    total = params + optim + max(acts + workspace, end_of_backward, optimizer_step)
     fpt = flops_per_token(dims, seq_len)
     per_gpu_tps = assumed_mfu * inst.peak_flops_per_device / fpt
     return Plan(

@@ -35,9 +35,11 @@ def test_llama2_7b_flops_per_token_matches_the_6n_rule_of_thumb():
 PSI = num_params(model_preset("llama2-7b"))
 
 
+# Between steps FSDP2 keeps every strategy's state sharded over its shard group; SHARD_GRAD_OP's
+# "params whole" (ZeRO-2) are gathered copies that live only from forward to backward (workspace).
 @pytest.mark.parametrize("strategy,expected", [
     ("FULL_SHARD", (2 * PSI // 16, 2 * PSI // 16, 12 * PSI // 16)),
-    ("SHARD_GRAD_OP", (2 * PSI, 2 * PSI // 16, 12 * PSI // 16)),
+    ("SHARD_GRAD_OP", (2 * PSI // 16, 2 * PSI // 16, 12 * PSI // 16)),
     ("HYBRID_SHARD", (2 * PSI // 8, 2 * PSI // 8, 12 * PSI // 8)),
     ("NO_SHARD", (2 * PSI, 2 * PSI, 12 * PSI)),
 ])
@@ -71,13 +73,15 @@ def test_activation_formulas_for_the_trainers_llama_block():
     assert activation_bytes(d, s, b, "none", "fp32") == (8 * 4096 + 4 * (7 * 4096 + 2 * 4096 + 4 * 11008)) * s * b * L
 
 
-def test_peak_is_the_larger_of_backward_start_and_end_not_the_sum():
-    # Gradients (freed each step) and activations never peak together: adding a little activation
-    # memory to a job whose gradients dominate leaves the plan unchanged.
+def test_peak_is_the_largest_moment_not_the_sum():
+    # Gradients (freed each step) and activations never peak together: NO_SHARD with full
+    # checkpointing on short sequences peaks in the optimizer step (all gradients, 2Ψ in bf16, and
+    # foreach AdamW's fp32 temporary, 4Ψ), and the activations do not add to it.
     d, inst = model_preset("llama2-7b"), instance_type("p5.48xlarge")
     p = plan_for(d, inst, 1, "NO_SHARD", "bf16", "full", 128, 1)
-    assert p.grads_bytes > p.activations_bytes + p.workspace_bytes
-    assert p.total_bytes == p.params_bytes + p.optimizer_bytes + p.grads_bytes
+    assert p.total_bytes == 2 * PSI + 12 * PSI + 2 * PSI + 4 * PSI
+    longer = plan_for(d, inst, 1, "NO_SHARD", "bf16", "full", 256, 1)
+    assert longer.activations_bytes > p.activations_bytes and longer.total_bytes == p.total_bytes
 
 
 def test_more_nodes_never_need_more_memory_under_full_shard():
@@ -131,11 +135,70 @@ def test_plan_json_has_the_documented_keys(tmp_path):
 def test_sharded_peak_at_end_of_backward_holds_the_roots_unsharded_gradients():
     # FULL_SHARD, full checkpointing, short sequences: the end of backward is the peak. There the
     # sharded gradients sit next to the root module's (embedding + lm_head) fp32 gradients, still
-    # whole until the root's reduce-scatter, and the 2 gathered blocks.
-    from llmtrain.flops import block_params
-
+    # whole until the root's reduce-scatter, the root's gathered bf16 parameters (kept from forward
+    # to the end of backward) and 2 gathered blocks.
     d, inst = model_preset("llama2-7b"), instance_type("p5.48xlarge")
     p = plan_for(d, inst, 2, "FULL_SHARD", "bf16", "full", 128, 1)
     root_grads = 4 * 2 * 32000 * 4096
-    gathered = 2 * 2 * block_params(d)
+    # llama2-7b block: q, k, v, o 4·4096² + MLP 3·4096·11008 + 2 norms 2·4096 = 202,383,360
+    # root: embedding and lm_head 2·32000·4096 + final norm 4096 = 262,148,096
+    gathered = 2 * (262_148_096 + 2 * 202_383_360)
     assert p.total_bytes == p.params_bytes + p.optimizer_bytes + p.grads_bytes + gathered + root_grads
+
+
+# SMALL with 4 layers: Ψ = 80 (embedding) + 4 · 592 (blocks) + 8 (final norm) + 80 (lm_head) = 2536;
+# root (embedding, final norm, lm_head) 168. fp32, 2 workers on one node, seq 8, micro-batch 1:
+#   activations, no checkpointing: (8d + 4(7d + 2kv + 4f)) = 64 + 4·128 = 576 B per token and layer,
+#                                  × 8 tokens × 4 layers = 18432
+#   loss workspace: 3·4·V + 4d + 4d = 120 + 32 + 32 = 184 B per token × 8 = 1472
+#   root's fp32 gradients 4·2·V·d = 640
+SMALL4 = ModelDims(hidden_size=8, intermediate_size=16, num_layers=4, num_heads=2, num_kv_heads=1, vocab_size=10)
+
+
+def _small4(strategy, checkpointing="none", seq=8, nodes=1):
+    return plan_for(SMALL4, instance_type("cpu"), nodes, strategy, "fp32", checkpointing, seq, 1, per_node=2)
+
+
+def test_small_model_by_hand():
+    assert num_params(SMALL4) == 2536
+    assert activation_bytes(SMALL4, 8, 1, "none", "fp32") == 18432
+
+
+def test_no_shard_holds_whole_state_and_a_gathered_copy_of_every_parameter():
+    # FSDP2 under NO_SHARD (shard group 1) still copies every parameter into its unsharded buffer,
+    # and keeps all of them from forward to backward. Start of backward:
+    #   params 4Ψ 10144 + optimizer 8Ψ 20288 + activations 18432 + gathered 4Ψ 10144 + loss 1472
+    p = _small4("NO_SHARD")
+    assert (p.params_bytes, p.grads_bytes, p.optimizer_bytes) == (10144, 10144, 20288)
+    assert p.workspace_bytes == 10144 + 1472
+    assert p.total_bytes == 10144 + 20288 + 18432 + 10144 + 1472  # 60480
+
+
+def test_no_shard_with_full_checkpointing_peaks_in_the_optimizer_step():
+    # seq 4, full checkpointing: the start of backward holds 512 B of block inputs, the gathered
+    # copies 10144 and one rebuilt block (576 + 4(2d + 3f) = 832 B per token × 4 = 3328) = 13984; the
+    # end of backward grads 10144 + root and 2 blocks gathered 4(168 + 2·592) = 5408 + root grads 640
+    # = 16192; the optimizer step grads 10144 + AdamW's fp32 temporary 10144 = 20288: the largest.
+    p = _small4("NO_SHARD", "full", seq=4)
+    assert p.total_bytes == 10144 + 20288 + 20288  # 50720
+
+
+def test_hybrid_shard_shards_within_a_node_and_gathers_root_and_two_blocks():
+    # HYBRID_SHARD shards over the 2 workers of a node, on one node or two: params 5072, grads 5072,
+    # optimizer 10144; start of backward: activations 18432 + gathered root and 2 blocks
+    # 4(168 + 2·592) = 5408 + loss 1472 = 25312 (end of backward 5072 + 5408 + 640 = 11120;
+    # optimizer step 5072 + 5072).
+    for nodes in (1, 2):
+        p = _small4("HYBRID_SHARD", nodes=nodes)
+        assert (p.params_bytes, p.grads_bytes, p.optimizer_bytes) == (5072, 5072, 10144)
+        assert p.workspace_bytes == 5408 + 1472
+        assert p.total_bytes == 5072 + 10144 + 25312  # 40528
+    assert _small4("FULL_SHARD").total_bytes == 40528  # the same 2-way sharding on one node
+
+
+def test_shard_grad_op_keeps_sharded_state_and_every_gathered_parameter():
+    # params 5072 (sharded) + optimizer 10144; start of backward: activations 18432 + all 2536
+    # parameters gathered (4Ψ = 10144) + loss 1472
+    p = _small4("SHARD_GRAD_OP")
+    assert (p.params_bytes, p.grads_bytes, p.optimizer_bytes) == (5072, 5072, 10144)
+    assert p.total_bytes == 5072 + 10144 + 18432 + 10144 + 1472  # 45264
