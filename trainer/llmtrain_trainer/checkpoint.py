@@ -36,7 +36,10 @@ for it.
 
 S3 loads read only what this rank needs: after planning, the reader knows the byte ranges of its
 items in each `__r_k.distcp` file and fetches each file's needed span with one ranged GET
-(bounded parallelism) into a sparse local file, which DCP's file reader then reads.
+(bounded parallelism) into a sparse local file, which the file reader then reads.
+
+Both readers read tensor records straight into the state being loaded (checkpoint_reader.py),
+not through DCP's per-record `torch.load`; the files are the ones DCP's writer always wrote.
 """
 
 from __future__ import annotations
@@ -139,10 +142,9 @@ def _needed_spans(reader: FileSystemReader, plan) -> dict[str, list[int]]:
 
 class _LocalReader(DirectFileReader):
     def read_data(self, plan, planner):
-        # DCP reads item by item, deserialising each (torch.load) before it asks for the next:
-        # the disk idles while the CPU works and vice versa. Telling the kernel up front which
-        # bytes this rank needs lets it read them ahead in the background, so the reads overlap
-        # the deserialisation instead of alternating with it.
+        # The reader works item by item (resolving each destination, parsing each record's head)
+        # between its reads: telling the kernel up front which bytes this rank needs lets it read
+        # them ahead in the background, so the disk does not idle meanwhile.
         for rel, (lo, hi) in _needed_spans(self, plan).items():
             try:
                 fd = os.open(os.path.join(self.path, rel), os.O_RDONLY)
