@@ -9,6 +9,11 @@
    `--interval` steps and once more, blocking, at the end. Save bandwidth = checkpoint bytes / the
    blocking save's seconds (from the trainer's `checkpoint` event); load bandwidth = bytes / the
    `resume` event's seconds of a second run, with the checkpoint evicted from the page cache first.
+   That run times the parts of the resume on every rank (`resume_phases_s`, see
+   trainer_with_resume_timers); `load_MBps_into_existing_state` leaves out the first one, creating
+   the optimizer state the load fills (fresh memory: the kernel faults in and zeroes every page,
+   which a fresh run pays at its first optimizer step too, and which the disk's read into a reused
+   buffer does not pay).
 3. The step-time cost of asynchronous checkpointing: the median step that overlaps a save in
    flight (its interval intersects [save start, commit]) vs the median step that doesn't.
 
@@ -163,15 +168,102 @@ def step_name(step: int) -> str:
     return name(step)
 
 
-def run_trainer(spec: dict, work: str, env: dict, nproc: int) -> list[dict]:
+def run_trainer(spec: dict, work: str, env: dict, nproc: int, phases_dir: str | None = None) -> list[dict]:
+    """The trainer under torchrun; with `phases_dir`, with the resume's phase timers (below), each
+    rank writing its times to `phases_dir/phases.r<rank>.json`."""
     spec_file = os.path.join(work, "spec.json")
     Path(spec_file).write_text(json.dumps(spec))
+    entry = ["-m", "llmtrain_trainer"]
+    if phases_dir:
+        entry = [__file__, TIMED_TRAINER]
+        env = dict(env, CHECKPOINT_BENCH_PHASES=phases_dir)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           "-m", "llmtrain_trainer", "--spec", spec_file]
+           *entry, "--spec", spec_file]
     out = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
     if out.returncode:
         sys.exit(f"trainer failed:\n{out.stderr[-4000:]}")
     return [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
+
+
+TIMED_TRAINER = "--trainer-with-resume-timers"
+
+
+def trainer_with_resume_timers(argv: list[str]) -> None:
+    """Run the trainer (this process is one torchrun rank) with wall-clock timers around the parts
+    of a resume, written to $CHECKPOINT_BENCH_PHASES/phases.r<rank>.json at exit (seconds):
+
+      optimizer_state   creating the optimizer state DCP loads into (init_optimizer_state)
+      metadata          reading and unpickling the checkpoint's .metadata
+      plan              this rank's load plan (set_up_planner, create_local_plan; global plan on rank 0)
+      plan_wait         the plan collective, less the two above: waiting for the other ranks
+      read              the storage reader's read_data: reads, deserialisation, copies into the state
+      read_wait         the collective after the reads, less `read`: waiting for the slower rank
+      set_state_dict    handing the loaded state to the model and optimizer
+      gc                garbage collection during all of the above
+      total             Checkpointer.resume + set_state_dict
+    A few hundred Python-level calls are wrapped; the timers' own cost is microseconds."""
+    import atexit
+    import collections
+    import functools
+    import gc
+    import runpy
+
+    import torch.distributed.checkpoint.default_planner as dp
+    import torch.distributed.checkpoint.filesystem as fs
+    import torch.distributed.checkpoint.state_dict as sd
+    import torch.distributed.checkpoint.utils as du
+
+    import llmtrain_trainer.checkpoint as ck
+    import llmtrain_trainer.train as tr
+
+    t: dict[str, float] = collections.defaultdict(float)
+    active = [0]
+
+    def timed(name, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            t0 = time.perf_counter()
+            active[0] += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                active[0] -= 1
+                t[name] += time.perf_counter() - t0
+        return wrapper
+
+    gc_start = [0.0]
+
+    def on_gc(phase, info):
+        if phase == "start":
+            gc_start[0] = time.perf_counter()
+        elif active[0]:
+            t["gc"] += time.perf_counter() - gc_start[0]
+
+    gc.callbacks.append(on_gc)
+    tr.init_optimizer_state = timed("optimizer_state", tr.init_optimizer_state)
+    fs.FileSystemReader.read_metadata = timed("metadata", fs.FileSystemReader.read_metadata)
+    for name in ("set_up_planner", "create_local_plan", "create_global_plan"):
+        setattr(dp.DefaultLoadPlanner, name, timed("plan", getattr(dp.DefaultLoadPlanner, name)))
+    du._DistWrapper.reduce_scatter = timed("plan_collective", du._DistWrapper.reduce_scatter)
+    du._DistWrapper.all_gather = timed("read_collective", du._DistWrapper.all_gather)
+    for cls in (ck._LocalReader, ck._S3Reader):
+        cls.read_data = timed("read", cls.read_data)
+    sd.set_state_dict = timed("set_state_dict", sd.set_state_dict)
+    ck.Checkpointer.resume = timed("resume", ck.Checkpointer.resume)
+
+    def dump() -> None:
+        out = {k: t[k] for k in ("optimizer_state", "metadata", "plan")}
+        out["plan_wait"] = t["plan_collective"] - t["metadata"] - t["plan"]
+        out["read"] = t["read"]
+        out["read_wait"] = t["read_collective"] - t["read"]
+        out["set_state_dict"], out["gc"] = t["set_state_dict"], t["gc"]
+        out["total"] = t["resume"] + t["set_state_dict"]
+        path = os.path.join(os.environ["CHECKPOINT_BENCH_PHASES"], f"phases.r{os.environ['RANK']}.json")
+        Path(path).write_text(json.dumps({k: round(v, 4) for k, v in out.items()}))
+
+    atexit.register(dump)
+    sys.argv = ["llmtrain_trainer", *argv]
+    runpy.run_module("llmtrain_trainer", run_name="__main__")
 
 
 def overlap_cost(events: list[dict], interval: int) -> dict:
@@ -242,12 +334,17 @@ def main(argv: list[str] | None = None) -> int:
             evict_tree(uri)
         if not nbytes:
             sys.exit(f"checkpoint {step_name(a.steps)} not found under {uri}")
-        resumed = run_trainer(job_spec(dims, uri, a.steps + 1, a.interval, a.nproc, a.seqs_per_rank), work, env, a.nproc)
+        resumed = run_trainer(job_spec(dims, uri, a.steps + 1, a.interval, a.nproc, a.seqs_per_rank), work, env,
+                              a.nproc, phases_dir=work)
+        phases = {r: json.loads(Path(work, f"phases.r{r}.json").read_text()) for r in range(a.nproc)
+                  if Path(work, f"phases.r{r}.json").exists()}
         resume = [e for e in resumed if e.get("event") == "resume"]
         if not resume:
             sys.exit("the second run did not resume")
         load_s = resume[0]["seconds"]
     save_bw, load_bw = nbytes / save_s / 1e6, nbytes / load_s / 1e6
+    state_s = phases.get("0", phases.get(0, {})).get("optimizer_state")
+    into_existing_bw = nbytes / (load_s - state_s) / 1e6 if state_s is not None and load_s > state_s else None
     out = {"bench": "checkpoint_bandwidth", "target": a.target,
            "date": time.strftime("%Y-%m-%d", time.gmtime(t_start)), "cpus": os.cpu_count(), "nproc": a.nproc,
            "quick": a.quick, "seqs_per_rank": a.seqs_per_rank, "model": dims, "checkpoint_bytes": nbytes,
@@ -256,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
            "save_MBps": round(save_bw, 1), "load_MBps": round(load_bw, 1),
            "save_ratio": round(save_bw / storage["write_MBps"], 3),
            "load_ratio": round(load_bw / storage["read_MBps"], 3),
+           "load_MBps_into_existing_state": into_existing_bw and round(into_existing_bw, 1),
+           "load_ratio_into_existing_state": into_existing_bw and round(into_existing_bw / storage["read_MBps"], 3),
+           "resume_phases_s": phases,
            "async_step_cost": overlap_cost(events, a.interval),
            "loadavg_before": [round(x, 2) for x in load_before],
            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
@@ -266,7 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     c = out["async_step_cost"]
     print(f"{a.target}: checkpoint {nbytes / 1e9:.2f} GB; save {save_bw:,.0f} MB/s = {out['save_ratio']:.2f}x the "
           f"storage's {storage['write_MBps']:,.0f} MB/s; load {load_bw:,.0f} MB/s = {out['load_ratio']:.2f}x its "
-          f"{storage['read_MBps']:,.0f} MB/s (target ≥ 0.8x); step overlapping an async save: "
+          f"{storage['read_MBps']:,.0f} MB/s (target ≥ 0.8x; {out['load_ratio_into_existing_state']}x leaving out "
+          f"creating the optimizer state); step overlapping an async save: "
           f"{c.get('ratio', 'n/a')}x a clean step (target < 1.05x)")
     return 0
 
@@ -302,4 +403,7 @@ class _s3_server:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    if sys.argv[1:2] == [TIMED_TRAINER]:
+        trainer_with_resume_timers(sys.argv[2:])
+    else:
+        sys.exit(main())

@@ -67,6 +67,10 @@ def test_checkpoint_bandwidth_quick(tmp_path):
     assert r["target"] == "disk"
     assert r["checkpoint_bytes"] > 0 and r["storage"]["write_MBps"] > 0 and r["storage"]["read_MBps"] > 0
     assert r["save_seconds"] > 0 and r["load_seconds"] > 0
+    # the resume's parts, timed on both ranks; they fit inside the resume the trainer reported
+    phases = r["resume_phases_s"]
+    assert sorted(phases) == ["0", "1"], phases
+    assert 0 < phases["0"]["read"] < phases["0"]["total"] <= r["load_seconds"] + 0.05, phases
     cost = r["async_step_cost"]
     assert cost["overlapped_steps"] >= 1 and cost["clean_steps"] >= 1, cost
 
