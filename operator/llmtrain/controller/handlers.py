@@ -217,15 +217,21 @@ class AttemptCache:
         self._lock = threading.Lock()
         self._by_job: dict[tuple[str, str], dict[str, dict]] = {}
 
-    def put(self, ptj: dict) -> None:
+    def put(self, ptj: dict) -> bool:
+        """Remember `ptj` unless this version or a later one is known; False then (e.g. the
+        watch's echo of our own create, whose response was put here: nothing new to decide on)."""
         meta = ptj["metadata"]
         job = (meta.get("labels") or {}).get(JOB_LABEL)
         if not job:
-            return
+            return False
         with self._lock:
             known = self._by_job.setdefault((meta["namespace"], job), {})
-            if newer(ptj, known.get(meta["name"])):
-                known[meta["name"]] = ptj
+            old = known.get(meta["name"])
+            if old is not None and (old["metadata"].get("resourceVersion") == meta.get("resourceVersion")
+                                    or not newer(ptj, old)):
+                return False
+            known[meta["name"]] = ptj
+            return True
 
     def drop(self, namespace: str, job: str, name: str) -> None:
         with self._lock:
@@ -274,6 +280,7 @@ class Reconcile:
         self.outcome: str | None = None
         self.requeue: float | None = None
         self.waiting = False  # for the watch to show a recorded PyTorchJob
+        self.settled_on: dict | None = None  # the object on which nothing was left to do
 
     @property
     def key(self):
@@ -284,8 +291,11 @@ class Reconcile:
             for _ in range(self.MAX_STEPS):
                 if self.job is None:
                     return None
+                decided_on = self.job
                 step = self._next_step()
                 if step is None:
+                    if self.job is decided_on:  # (not a state that a restart's fresh read brought)
+                        self.settled_on = decided_on
                     if self.first_sight and self.outcome is None and not self.waiting:
                         self._adopted()
                     return self.requeue
@@ -680,6 +690,9 @@ def reconcile_key(key: tuple[str, str], job: dict | None) -> float | None:
         if not run.waiting:
             with _SEEN_LOCK:
                 _SEEN.add(key)
+        # The watch's echo of this run's own status write (and any older event) then queues
+        # nothing: one reconcile per new job instead of two.
+        QUEUE.settle(key, run.settled_on)
         return requeue
     except Exception:
         run.outcome = "error"
@@ -735,8 +748,8 @@ async def pytorchjob_event(event, body, namespace, name, labels, attempt_pods: k
     _start_workers(attempt_pods)
     if event["type"] == "DELETED":
         ATTEMPTS.drop(namespace, labels[JOB_LABEL], name)
-    else:
-        ATTEMPTS.put(dict(body))
+    elif not ATTEMPTS.put(dict(body)):
+        return  # the echo of our own create: the run that created it decided with it already
     key = (namespace, labels[JOB_LABEL])
     if QUEUE.get(key) is not None:  # the job's own first event queues it otherwise
         QUEUE.add(key)
