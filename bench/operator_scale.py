@@ -112,6 +112,24 @@ def make_namespace(api, name: str) -> None:
     client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
 
 
+def make_pods(api, namespace: str, names: list[str], per_job: int, threads: int) -> None:
+    """`per_job` pods per job labelled as attempt 1's workers (what the operator's pod watch
+    selects), as the training-operator creates them; nothing schedules them here."""
+    from kubernetes import client
+
+    from llmtrain.render import ATTEMPT_LABEL, JOB_LABEL, REPLICA_INDEX_LABEL
+
+    core = client.CoreV1Api(api)
+
+    def pod(job: str, i: int) -> dict:
+        return {"metadata": {"name": f"{job}-a1-worker-{i}",
+                             "labels": {JOB_LABEL: job, ATTEMPT_LABEL: "1", REPLICA_INDEX_LABEL: str(i)}},
+                "spec": {"containers": [{"name": "pytorch", "image": "llmtrain-trainer:dev"}]}}
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda p: core.create_namespaced_pod(namespace, p),
+                      [pod(n, i) for n in names for i in range(per_job)]))
+
+
 def log(out: dict) -> None:
     """Each figure as soon as it is measured (stderr), so a late failure loses nothing."""
     print(json.dumps(out, sort_keys=True), file=sys.stderr, flush=True)
@@ -215,7 +233,10 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path) -> dict:
     rss, cpu = op.usage()
     out["operator_peak_rss_mib"], out["operator_cpu_s_create"] = rss, cpu
 
-    # --- re-adopt after SIGKILL ---
+    # --- re-adopt after SIGKILL (with --pods: each job's worker pods exist, as for running jobs) ---
+    if a.pods:
+        make_pods(api, ns_op, names, a.pods, a.threads)
+        out["pods"] = a.jobs * a.pods
     op.stop(signal.SIGKILL)
     restarted = op.start()
     wait_for(lambda: op.counter("adopted") + op.counter("unchanged") >= a.jobs, a.timeout, "re-adoption")
@@ -389,6 +410,10 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="20 jobs, 4 threads")
     p.add_argument("--kubeconfig", type=Path, help="an existing cluster (default: start a light dev cluster)")
     p.add_argument("--running", action="store_true", help="also wait for Running (needs a full chain)")
+    p.add_argument("--pods", type=int, default=0,
+                   help="before the re-adopt, create this many worker pods per job (labelled as its attempt's, as "
+                        "the training-operator would; they stay Pending on the light cluster): re-adopting with "
+                        "the pods of running jobs to watch")
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--nodes", type=int, default=None,
                    help="run on a chain dev cluster with this many simulated p5.48xlarge nodes (one-node p5 "
@@ -442,7 +467,8 @@ def main(argv=None) -> int:
         ("API requests per job", f"{out['api_requests_per_job']:.1f}"),
         ("API server requests/s: operator phase vs direct",
          f"{out['operator_api_requests_per_s']:.0f} vs {out['direct_api_requests_per_s']:.0f}"),
-        ("re-adopt after SIGKILL (s)", f"{out['readopt_s']:.1f}"),
+        (f"re-adopt after SIGKILL (s){', with %d pods' % out['pods'] if out.get('pods') else ''}",
+         f"{out['readopt_s']:.1f}"),
         ("operator peak RSS (MiB)", f"{out['operator_peak_rss_mib']:.0f}"),
         ("operator CPU (s): create phase / re-adopt",
          f"{out['operator_cpu_s_create']:.1f} / {out['operator_cpu_s_readopt']:.1f}"),

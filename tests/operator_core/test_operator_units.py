@@ -102,3 +102,21 @@ def test_kopf_builds_no_diff_base_only_while_no_handler_needs_one():
         settings = kopf.OperatorSettings()
         kopfconfig.apply(settings, registry)
         assert not isinstance(settings.persistence.diffbase_storage, kopfconfig.NoDiffBase)
+
+
+def test_the_pod_cache_keeps_each_attempts_pods_until_they_are_deleted():
+    from llmtrain.controller.handlers import PodCache
+
+    pods = PodCache()
+    pods.put("ns", "j", "1", "j-a1-worker-0", {"name": "j-a1-worker-0", "phase": "Pending"})
+    pods.put("ns", "j", "1", "j-a1-worker-1", {"name": "j-a1-worker-1", "phase": "Pending"})
+    pods.put("ns", "j", "1", "j-a1-worker-0", {"name": "j-a1-worker-0", "phase": "Running"})  # a later event
+    pods.put("ns", "j", "2", "j-a2-worker-0", {"name": "j-a2-worker-0", "phase": "Pending"})
+    assert sorted((p["name"], p["phase"]) for p in pods.of("ns", "j", 1)) == [
+        ("j-a1-worker-0", "Running"), ("j-a1-worker-1", "Pending")]  # attempt as int or label string
+    assert [p["name"] for p in pods.of("ns", "j", "2")] == ["j-a2-worker-0"]
+    assert pods.of("other", "j", 1) == [] and pods.of("ns", "j", 3) == []
+    pods.drop("ns", "j", "1", "j-a1-worker-0")
+    pods.drop("ns", "j", "1", "j-a1-worker-1")
+    pods.drop("ns", "j", "1", "never-seen")
+    assert pods.of("ns", "j", 1) == [] and pods._by_attempt.keys() == {("ns", "j", "2")}

@@ -708,14 +708,12 @@ QUEUE = WorkQueue(reconcile_key, workers=CONFIG.workers)
 _LOOP: asyncio.AbstractEventLoop | None = None
 _WATCH_STARTED = 0.0  # monotonic time of the first watch event
 UNSEEN_GRACE = 5.0
-_POD_INDEX = None
 
 
-def _start_workers(attempt_pods) -> None:
+def _start_workers() -> None:
     """On the first event, from kopf's context: the workers run in copies of it (kopf.info/warn
     post through context variables), and the monitor runs on this loop."""
-    global _LOOP, _POD_INDEX
-    _POD_INDEX = attempt_pods
+    global _LOOP
     if not QUEUE.started:
         global _WATCH_STARTED
         _WATCH_STARTED = time.monotonic()
@@ -726,9 +724,9 @@ def _start_workers(attempt_pods) -> None:
 # --- kopf: watch events only (no persistence: kopf writes nothing on our objects) ----------------
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-async def job_event(event, body, namespace, name, status, attempt_pods: kopf.Index, **_):
+async def job_event(event, body, namespace, name, status, **_):
     # async: pure bookkeeping on the event loop; the work happens on the queue's threads
-    _start_workers(attempt_pods)
+    _start_workers()
     key = (namespace, name)
     if event["type"] == "DELETED":
         _track_phase(namespace, name, None)
@@ -745,8 +743,8 @@ async def job_event(event, body, namespace, name, status, attempt_pods: kopf.Ind
 
 
 @kopf.on.event("kubeflow.org", "v1", "pytorchjobs", labels={JOB_LABEL: kopf.PRESENT})
-async def pytorchjob_event(event, body, namespace, name, labels, attempt_pods: kopf.Index, **_):
-    _start_workers(attempt_pods)
+async def pytorchjob_event(event, body, namespace, name, labels, **_):
+    _start_workers()
     if event["type"] == "DELETED":
         ATTEMPTS.drop(namespace, labels[JOB_LABEL], name)
     elif not ATTEMPTS.put(dict(body)):
@@ -758,12 +756,45 @@ async def pytorchjob_event(event, body, namespace, name, labels, attempt_pods: k
 
 # --- pods, progress, start-up and hang detection (on the event loop) -----------------------------
 
-@kopf.index("", "v1", "pods", labels={JOB_LABEL: kopf.PRESENT, ATTEMPT_LABEL: kopf.PRESENT})
-async def attempt_pods(namespace, labels, body, **_):
-    """The worker pods of every attempt, from one watch (no per-job LIST): what the start-up check
-    and the scraper need, summarized."""
-    nodes.saw_pod(namespace, labels[JOB_LABEL], labels[ATTEMPT_LABEL])  # nodes: a failure may follow
-    return {(namespace, labels[JOB_LABEL], labels[ATTEMPT_LABEL]): pod_summary(dict(body))}
+class PodCache:
+    """The worker pods of every attempt, summarized (`status.pod_summary`): what the start-up check
+    and the scraper need, from one pod watch (no per-job LIST). Written on the event loop, read
+    there by the monitor. Not a kopf index, for the reason `AttemptCache` is not one: kopf starts
+    no handler before every index's initial list is processed, so a restarted operator with the
+    pods of 1,000 running jobs in an index re-adopted none of them until kopf had indexed them all."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._by_attempt: dict[tuple[str, str, str], dict[str, dict]] = {}
+
+    def put(self, namespace: str, job: str, attempt: str, pod: str, summary: dict) -> None:
+        with self._lock:
+            self._by_attempt.setdefault((namespace, job, str(attempt)), {})[pod] = summary
+
+    def drop(self, namespace: str, job: str, attempt: str, pod: str) -> None:
+        with self._lock:
+            known = self._by_attempt.get((namespace, job, str(attempt)))
+            if known is not None:
+                known.pop(pod, None)
+                if not known:
+                    del self._by_attempt[(namespace, job, str(attempt))]
+
+    def of(self, namespace: str, job: str, attempt: int | str) -> list[dict]:
+        with self._lock:
+            return list((self._by_attempt.get((namespace, job, str(attempt))) or {}).values())
+
+
+PODS = PodCache()
+
+
+@kopf.on.event("", "v1", "pods", labels={JOB_LABEL: kopf.PRESENT, ATTEMPT_LABEL: kopf.PRESENT})
+async def attempt_pod_event(event, body, namespace, name, labels, **_):
+    job, attempt = labels[JOB_LABEL], labels[ATTEMPT_LABEL]
+    if event["type"] == "DELETED":
+        PODS.drop(namespace, job, attempt, name)
+        return
+    nodes.saw_pod(namespace, job, attempt)  # nodes: a failure may follow
+    PODS.put(namespace, job, attempt, name, pod_summary(dict(body)))
 
 
 # Blocking API calls of the monitor run here, never on the reconciler's workers: a slow scrape or a burst
@@ -778,15 +809,6 @@ async def _in_pool(fn, *args):
     # In a copy of the handler's context: kopf.info/warn find kopf's settings through contextvars.
     ctx = contextvars.copy_context()
     return await asyncio.get_running_loop().run_in_executor(_MONITOR_POOL, ctx.run, fn, *args)
-
-
-def _pods_of(index, namespace: str, name: str, attempt: int) -> list[dict]:
-    if index is None:
-        return []
-    try:
-        return list(index[(namespace, name, str(attempt))])
-    except KeyError:
-        return []
 
 
 def rank0_ip(pods: list[dict]) -> str | None:
@@ -842,7 +864,7 @@ async def monitor(job: dict) -> None:
         return
     _MONITORING.add(key)
     try:
-        pods = _pods_of(_POD_INDEX, meta["namespace"], meta["name"], status.get("attempt") or 1)
+        pods = PODS.of(meta["namespace"], meta["name"], status.get("attempt") or 1)
         if status.get("phase") == "Running":
             await check_progress(job, pods)
         else:
