@@ -130,6 +130,24 @@ def make_pods(api, namespace: str, names: list[str], per_job: int, threads: int)
                       [pod(n, i) for n in names for i in range(per_job)]))
 
 
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds (user + system) each process has used so far, from /proc."""
+    import os
+
+    out = {}
+    for name, pid in pids.items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[name] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def cpu_ms_per_job(before: dict[str, float], after: dict[str, float], jobs: int) -> dict[str, float]:
+    return {k: round(1000 * (after[k] - before[k]) / jobs, 2) for k in after if k in before}
+
+
 def log(out: dict) -> None:
     """Each figure as soon as it is measured (stderr), so a late failure loses nothing."""
     print(json.dumps(out, sort_keys=True), file=sys.stderr, flush=True)
@@ -149,7 +167,8 @@ def delete_all(custom, group_version, namespace: str, plural: str) -> None:
                 raise
 
 
-def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path) -> dict:
+def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path, pids: dict[str, int] | None = None) -> dict:
+    """`pids`: the cluster's processes (etcd, kube-apiserver...) whose CPU per job each phase reports."""
     from kubernetes import client
 
     from llmtrain.render import render_pytorchjob
@@ -167,11 +186,14 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path) -> dict:
 
     # --- direct baseline ---
     rendered = [render_pytorchjob(spec, n, ns_direct, 1, None, "etcd.bench.svc:2379") for n in names]
-    before = request_counts(api)
+    import os
+    pids = {**(pids or {}), "bench": os.getpid()}  # the bench: its 8 client threads and its watch
+    before, cpu_before = request_counts(api), cpu_seconds(pids)
     started = time.monotonic()
     with ThreadPoolExecutor(a.threads) as pool:
         list(pool.map(lambda o: custom.create_namespaced_custom_object(*PTJ[:2], ns_direct, PTJ[2], o), rendered))
     direct_s = time.monotonic() - started
+    out["direct_cpu_ms_per_job"] = cpu_ms_per_job(cpu_before, cpu_seconds(pids), a.jobs)
     out["direct_jobs_per_s"] = a.jobs / direct_s
     # What the API server served per second (all clients): the ceiling both phases share.
     out["direct_api_requests_per_s"] = (sum(request_counts(api).values()) - sum(before.values())) / direct_s
@@ -182,6 +204,7 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path) -> dict:
     op = OperatorProcess(kubeconfig, ns_op, workdir / "operator.log",
                          ["--workers", str(a.workers)] if a.workers else [])
     op.start()
+    pids["operator"] = op.proc.pid
     watch = PTJWatch(api, ns_op)
     created_at: dict[str, float] = {}
 
@@ -190,7 +213,7 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path) -> dict:
         custom.create_namespaced_custom_object(GROUP, VERSION, ns_op, PLURAL, {
             "apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": SPEC})
 
-    before = request_counts(api)
+    before, cpu_before = request_counts(api), cpu_seconds(pids)
     started = time.monotonic()
     with ThreadPoolExecutor(a.threads) as pool:
         list(pool.map(create, names))
@@ -201,6 +224,8 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path) -> dict:
         items = custom.list_namespaced_custom_object(GROUP, VERSION, ns_op, PLURAL)["items"]
         return len(items) == a.jobs and all((j.get("status") or {}).get("pytorchJob") for j in items)
     wait_for(recorded, a.timeout, "every job's status")
+    # CPU per job of each process in this phase (the bench's status polls, a few LISTs, included)
+    out["operator_phase_cpu_ms_per_job"] = cpu_ms_per_job(cpu_before, cpu_seconds(pids), a.jobs)
     after = request_counts(api)
     by_kind = {k: (v - before.get(k, 0)) / a.jobs for k, v in after.items() if v - before.get(k, 0) >= a.jobs / 10}
     requests = sum(after.values()) - sum(before.values())
@@ -452,7 +477,8 @@ def main(argv=None) -> int:
             cfg.connection_pool_maxsize = max(16, a.threads * 2)
             api = client.ApiClient(cfg)
             try:
-                out = run(a, kubeconfig, api, workdir)
+                out = run(a, kubeconfig, api, workdir,
+                          {k: p.pid for k, p in cluster._procs.items()} if cluster is not None else None)
             except BaseException:
                 print_operator_log_tail(workdir / "operator.log")
                 raise
