@@ -7,9 +7,12 @@ Phases (each in its own namespace):
   operator  the same threads create `--jobs` LLMTrainingJobs; a watch records when each job's
             PyTorchJob appears. Per job create→PyTorchJob latency (p50/p95/p99), jobs/s and its
             ratio to the direct rate, API requests per job (the API server's own request counter,
-            less the bench's creates), the operator's peak RSS and CPU seconds;
+            less the bench's creates), the operator's peak RSS and CPU seconds; in both phases
+            the CPU per job of every process (etcd, kube-apiserver, controller-manager, the
+            operator, this bench), from /proc: what the shared cores spend per job;
   re-adopt  SIGKILL the operator, start it again: time until it has resumed every job (its
-            reconcile counter), and that nothing was created twice;
+            reconcile counter), and that nothing was created twice (`--pods N`: with N worker
+            pods per job present, as for running jobs);
   clean-up  delete every job: time until the garbage collector removed every PyTorchJob;
   counts    lost (no PyTorchJob, or status not recorded) and duplicated (a PyTorchJob created twice
             or a second attempt) jobs.
