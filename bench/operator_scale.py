@@ -7,9 +7,12 @@ Phases (each in its own namespace):
   operator  the same threads create `--jobs` LLMTrainingJobs; a watch records when each job's
             PyTorchJob appears. Per job create→PyTorchJob latency (p50/p95/p99), jobs/s and its
             ratio to the direct rate, API requests per job (the API server's own request counter,
-            less the bench's creates), the operator's peak RSS and CPU seconds;
+            less the bench's creates), the operator's peak RSS and CPU seconds; in both phases
+            the CPU per job of every process (etcd, kube-apiserver, controller-manager, the
+            operator, this bench), from /proc: what the shared cores spend per job;
   re-adopt  SIGKILL the operator, start it again: time until it has resumed every job (its
-            reconcile counter), and that nothing was created twice;
+            reconcile counter), and that nothing was created twice (`--pods N`: with N worker
+            pods per job present, as for running jobs);
   clean-up  delete every job: time until the garbage collector removed every PyTorchJob;
   counts    lost (no PyTorchJob, or status not recorded) and duplicated (a PyTorchJob created twice
             or a second attempt) jobs.
@@ -112,6 +115,42 @@ def make_namespace(api, name: str) -> None:
     client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
 
 
+def make_pods(api, namespace: str, names: list[str], per_job: int, threads: int) -> None:
+    """`per_job` pods per job labelled as attempt 1's workers (what the operator's pod watch
+    selects), as the training-operator creates them; nothing schedules them here."""
+    from kubernetes import client
+
+    from llmtrain.render import ATTEMPT_LABEL, JOB_LABEL, REPLICA_INDEX_LABEL
+
+    core = client.CoreV1Api(api)
+
+    def pod(job: str, i: int) -> dict:
+        return {"metadata": {"name": f"{job}-a1-worker-{i}",
+                             "labels": {JOB_LABEL: job, ATTEMPT_LABEL: "1", REPLICA_INDEX_LABEL: str(i)}},
+                "spec": {"containers": [{"name": "pytorch", "image": "llmtrain-trainer:dev"}]}}
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda p: core.create_namespaced_pod(namespace, p),
+                      [pod(n, i) for n in names for i in range(per_job)]))
+
+
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds (user + system) each process has used so far, from /proc."""
+    import os
+
+    out = {}
+    for name, pid in pids.items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[name] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def cpu_ms_per_job(before: dict[str, float], after: dict[str, float], jobs: int) -> dict[str, float]:
+    return {k: round(1000 * (after[k] - before[k]) / jobs, 2) for k in after if k in before}
+
+
 def log(out: dict) -> None:
     """Each figure as soon as it is measured (stderr), so a late failure loses nothing."""
     print(json.dumps(out, sort_keys=True), file=sys.stderr, flush=True)
@@ -131,7 +170,8 @@ def delete_all(custom, group_version, namespace: str, plural: str) -> None:
                 raise
 
 
-def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path) -> dict:
+def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path, pids: dict[str, int] | None = None) -> dict:
+    """`pids`: the cluster's processes (etcd, kube-apiserver...) whose CPU per job each phase reports."""
     from kubernetes import client
 
     from llmtrain.render import render_pytorchjob
@@ -149,11 +189,14 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path) -> dict:
 
     # --- direct baseline ---
     rendered = [render_pytorchjob(spec, n, ns_direct, 1, None, "etcd.bench.svc:2379") for n in names]
-    before = request_counts(api)
+    import os
+    pids = {**(pids or {}), "bench": os.getpid()}  # the bench: its 8 client threads and its watch
+    before, cpu_before = request_counts(api), cpu_seconds(pids)
     started = time.monotonic()
     with ThreadPoolExecutor(a.threads) as pool:
         list(pool.map(lambda o: custom.create_namespaced_custom_object(*PTJ[:2], ns_direct, PTJ[2], o), rendered))
     direct_s = time.monotonic() - started
+    out["direct_cpu_ms_per_job"] = cpu_ms_per_job(cpu_before, cpu_seconds(pids), a.jobs)
     out["direct_jobs_per_s"] = a.jobs / direct_s
     # What the API server served per second (all clients): the ceiling both phases share.
     out["direct_api_requests_per_s"] = (sum(request_counts(api).values()) - sum(before.values())) / direct_s
@@ -164,6 +207,7 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path) -> dict:
     op = OperatorProcess(kubeconfig, ns_op, workdir / "operator.log",
                          ["--workers", str(a.workers)] if a.workers else [])
     op.start()
+    pids["operator"] = op.proc.pid
     watch = PTJWatch(api, ns_op)
     created_at: dict[str, float] = {}
 
@@ -172,7 +216,7 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path) -> dict:
         custom.create_namespaced_custom_object(GROUP, VERSION, ns_op, PLURAL, {
             "apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": SPEC})
 
-    before = request_counts(api)
+    before, cpu_before = request_counts(api), cpu_seconds(pids)
     started = time.monotonic()
     with ThreadPoolExecutor(a.threads) as pool:
         list(pool.map(create, names))
@@ -183,6 +227,8 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path) -> dict:
         items = custom.list_namespaced_custom_object(GROUP, VERSION, ns_op, PLURAL)["items"]
         return len(items) == a.jobs and all((j.get("status") or {}).get("pytorchJob") for j in items)
     wait_for(recorded, a.timeout, "every job's status")
+    # CPU per job of each process in this phase (the bench's status polls, a few LISTs, included)
+    out["operator_phase_cpu_ms_per_job"] = cpu_ms_per_job(cpu_before, cpu_seconds(pids), a.jobs)
     after = request_counts(api)
     by_kind = {k: (v - before.get(k, 0)) / a.jobs for k, v in after.items() if v - before.get(k, 0) >= a.jobs / 10}
     requests = sum(after.values()) - sum(before.values())
@@ -215,7 +261,10 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path) -> dict:
     rss, cpu = op.usage()
     out["operator_peak_rss_mib"], out["operator_cpu_s_create"] = rss, cpu
 
-    # --- re-adopt after SIGKILL ---
+    # --- re-adopt after SIGKILL (with --pods: each job's worker pods exist, as for running jobs) ---
+    if a.pods:
+        make_pods(api, ns_op, names, a.pods, a.threads)
+        out["pods"] = a.jobs * a.pods
     op.stop(signal.SIGKILL)
     restarted = op.start()
     wait_for(lambda: op.counter("adopted") + op.counter("unchanged") >= a.jobs, a.timeout, "re-adoption")
@@ -389,6 +438,10 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="20 jobs, 4 threads")
     p.add_argument("--kubeconfig", type=Path, help="an existing cluster (default: start a light dev cluster)")
     p.add_argument("--running", action="store_true", help="also wait for Running (needs a full chain)")
+    p.add_argument("--pods", type=int, default=0,
+                   help="before the re-adopt, create this many worker pods per job (labelled as its attempt's, as "
+                        "the training-operator would; they stay Pending on the light cluster): re-adopting with "
+                        "the pods of running jobs to watch")
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--nodes", type=int, default=None,
                    help="run on a chain dev cluster with this many simulated p5.48xlarge nodes (one-node p5 "
@@ -427,7 +480,8 @@ def main(argv=None) -> int:
             cfg.connection_pool_maxsize = max(16, a.threads * 2)
             api = client.ApiClient(cfg)
             try:
-                out = run(a, kubeconfig, api, workdir)
+                out = run(a, kubeconfig, api, workdir,
+                          {k: p.pid for k, p in cluster._procs.items()} if cluster is not None else None)
             except BaseException:
                 print_operator_log_tail(workdir / "operator.log")
                 raise
@@ -442,7 +496,8 @@ def main(argv=None) -> int:
         ("API requests per job", f"{out['api_requests_per_job']:.1f}"),
         ("API server requests/s: operator phase vs direct",
          f"{out['operator_api_requests_per_s']:.0f} vs {out['direct_api_requests_per_s']:.0f}"),
-        ("re-adopt after SIGKILL (s)", f"{out['readopt_s']:.1f}"),
+        (f"re-adopt after SIGKILL (s){', with %d pods' % out['pods'] if out.get('pods') else ''}",
+         f"{out['readopt_s']:.1f}"),
         ("operator peak RSS (MiB)", f"{out['operator_peak_rss_mib']:.0f}"),
         ("operator CPU (s): create phase / re-adopt",
          f"{out['operator_cpu_s_create']:.1f} / {out['operator_cpu_s_readopt']:.1f}"),

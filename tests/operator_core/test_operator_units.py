@@ -65,3 +65,58 @@ def test_an_image_pull_failure_is_reported_with_the_kubelets_reason():
 def test_a_pod_that_is_merely_creating_its_container_is_not_a_problem():
     pods = [_pod("j-a1-worker-0", [{"type": "PodScheduled", "status": "True"}], {"reason": "ContainerCreating"})]
     assert startup_problem(pods) is None and startup_problem([]) is None
+
+
+def _ptj(rv: int) -> dict:
+    from llmtrain.render import JOB_LABEL
+    return {"metadata": {"name": "j-a1", "namespace": "ns", "resourceVersion": str(rv), "labels": {JOB_LABEL: "j"}}}
+
+
+def test_the_attempt_cache_tells_a_new_pytorchjob_version_from_one_it_already_has():
+    from llmtrain.controller.handlers import AttemptCache
+
+    cache = AttemptCache()
+    assert cache.put(_ptj(5)) is True
+    assert cache.put(_ptj(5)) is False  # the watch's echo of our own create's response
+    assert cache.put(_ptj(4)) is False and cache.of("ns", "j")["j-a1"]["metadata"]["resourceVersion"] == "5"
+    assert cache.put(_ptj(6)) is True and cache.of("ns", "j")["j-a1"]["metadata"]["resourceVersion"] == "6"
+    cache.drop("ns", "j", "j-a1")
+    assert cache.put(_ptj(6)) is True  # deleted and seen again: new to the cache
+
+
+def test_kopf_builds_no_diff_base_only_while_no_handler_needs_one():
+    import kopf
+
+    from llmtrain.controller import handlers, kopfconfig  # noqa: F401 — registers the operator's handlers
+
+    settings = kopf.OperatorSettings()
+    kopfconfig.apply(settings)  # the operator's own registry: on.event handlers and an index
+    storage = settings.persistence.diffbase_storage
+    assert isinstance(storage, kopfconfig.NoDiffBase)
+    assert storage.build(body=kopf.Body({"metadata": {"name": "x"}, "spec": {"a": 1}})) is None
+    for register in (lambda r: kopf.on.update("example.com", "v1", "things", registry=r),
+                     lambda r: kopf.timer("example.com", "v1", "things", interval=5, registry=r),
+                     lambda r: kopf.daemon("example.com", "v1", "things", registry=r)):
+        registry = kopf.OperatorRegistry()
+        register(registry)(lambda **_: None)
+        settings = kopf.OperatorSettings()
+        kopfconfig.apply(settings, registry)
+        assert not isinstance(settings.persistence.diffbase_storage, kopfconfig.NoDiffBase)
+
+
+def test_the_pod_cache_keeps_each_attempts_pods_until_they_are_deleted():
+    from llmtrain.controller.handlers import PodCache
+
+    pods = PodCache()
+    pods.put("ns", "j", "1", "j-a1-worker-0", {"name": "j-a1-worker-0", "phase": "Pending"})
+    pods.put("ns", "j", "1", "j-a1-worker-1", {"name": "j-a1-worker-1", "phase": "Pending"})
+    pods.put("ns", "j", "1", "j-a1-worker-0", {"name": "j-a1-worker-0", "phase": "Running"})  # a later event
+    pods.put("ns", "j", "2", "j-a2-worker-0", {"name": "j-a2-worker-0", "phase": "Pending"})
+    assert sorted((p["name"], p["phase"]) for p in pods.of("ns", "j", 1)) == [
+        ("j-a1-worker-0", "Running"), ("j-a1-worker-1", "Pending")]  # attempt as int or label string
+    assert [p["name"] for p in pods.of("ns", "j", "2")] == ["j-a2-worker-0"]
+    assert pods.of("other", "j", 1) == [] and pods.of("ns", "j", 3) == []
+    pods.drop("ns", "j", "1", "j-a1-worker-0")
+    pods.drop("ns", "j", "1", "j-a1-worker-1")
+    pods.drop("ns", "j", "1", "never-seen")
+    assert pods.of("ns", "j", 1) == [] and pods._by_attempt.keys() == {("ns", "j", "2")}

@@ -18,9 +18,9 @@ def _spec(**over):
     return parse_spec(raw)
 
 
-def _render(spec=None, **kw):
+def _render(spec=None, name="job", **kw):
     kw.setdefault("default_etcd_endpoint", "etcd.infra:2379")
-    return render_pytorchjob(spec or _spec(), "job", "team", **kw)
+    return render_pytorchjob(spec or _spec(), name, "team", **kw)
 
 
 def _container(obj):
@@ -269,3 +269,63 @@ def test_a_lost_node_evicts_the_workers_after_a_minute_not_five():
     spec = parse_spec({"model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu", "tolerations": [mine]}})
     pod = render_pytorchjob(spec, "j", default_etcd_endpoint="etcd:2379")["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
     assert [t for t in pod["tolerations"] if t.get("key") == mine["key"]] == [mine]
+
+
+# --- the renderer parses only the template's skeleton (values go in as JSON): same objects --------
+def _reference_render(monkeypatch, *args, **kw):
+    """The same render with Jinja's own `tojson` and the whole text parsed as YAML."""
+    import llmtrain.render as render
+
+    plain = render._template(slots=False)
+    with monkeypatch.context() as m:
+        m.setattr(render, "_template", lambda: plain)
+        return render.render_pytorchjob(*args, **kw)
+
+
+def _shapes():
+    import glob
+
+    yield from ((load_job(p).spec, load_job(p).name) for p in sorted(glob.glob("examples/*.yaml")))
+    tricky = {"A": 'x"\n  injected: true\n# }', "B": "yes", "C": "1e5", "D": "null", "E": "- a: b",
+              "F": "<&'>", "G": "ünï\u2028cødé \\ \t", "H": "", "I": "0x1F", "J": "2024-01-01"}
+    yield _spec(cluster={"env": tricky, "queueName": "q1", "schedulerName": "volcano", "priorityClassName": "hi",
+                         "serviceAccountName": "sa", "nodeSelector": {"pool": "yes"},
+                         "tolerations": [{"key": "k", "operator": "Equal", "value": "on", "effect": "NoSchedule"}],
+                         "volumes": [{"name": "fsx", "claimName": "fsx-pvc", "mountPath": "/fsx", "readOnly": True}]},
+                model={"hfTokenSecretRef": {"name": "hf", "key": "tok"}}), "on"
+    yield _spec(model={"preset": "tiny"}, data={"seqLen": 128}, fsdp={"mixedPrecision": "fp32"},
+                cluster={"instanceType": "cpu", "nodes": 1, "processesPerNode": 3},
+                training={"globalBatchTokens": 128 * 3}), "null"
+    yield _spec(cluster={"instanceType": "p4d.24xlarge", "nodes": 2}, rendezvous={"backend": "etcd-v2"}), "true"
+
+
+def test_the_skeleton_render_builds_the_same_objects_as_parsing_the_whole_yaml(monkeypatch):
+    import llmtrain.render as render
+
+    render._skeleton.cache_clear()
+    seen = 0
+    for spec, name in _shapes():
+        for attempt, uid, extra in ((1, None, {}), (2, "0d9a6c1e-aaaa-bbbb-cccc-123456789012", {}),
+                                    (3, "uid-3", {"resume_before_step": 40, "avoid_nodes": ["n-2", "n-1"]})):
+            kw = dict(default_etcd_endpoint="etcd.infra:2379", **extra)
+            got = render.render_pytorchjob(spec, name, "team", attempt, uid, **kw)
+            want = _reference_render(monkeypatch, spec, name, "team", attempt, uid, **kw)
+            # equal, key order included (what is POSTed), and no placeholder left anywhere
+            assert json.dumps(got) == json.dumps(want), (name, attempt)
+            assert render._SLOT not in json.dumps(got)
+            seen += 1
+    assert seen >= 12
+    # the skeleton is shared by the jobs of one shape, not parsed again per job
+    render._skeleton.cache_clear()
+    for name in ("job-1", "job-2", "job-3"):
+        _render(name=name, uid=f"uid-{name}")
+    assert render._skeleton.cache_info()[:2] == (2, 1)  # (hits, misses)
+
+
+def test_a_changed_spec_never_gets_the_previous_jobs_values():
+    a = _render(_spec(cluster={"image": "registry/a:1", "env": {"X": "1"}}))
+    b = _render(_spec(cluster={"image": "registry/b:2", "env": {"X": "2"}}))
+    assert (_container(a)["image"], _env(a)["X"]) == ("registry/a:1", "1")
+    assert (_container(b)["image"], _env(b)["X"]) == ("registry/b:2", "2")
+    b["metadata"]["labels"]["mutated"] = "yes"  # callers own what they get: nothing shared
+    assert "mutated" not in _render(_spec(cluster={"image": "registry/b:2"}))["metadata"]["labels"]

@@ -83,3 +83,97 @@ def test_restart_backoff_doubles_from_the_initial_delay_up_to_the_cap():
     assert [restart_backoff(res, n) for n in range(7)] == [10, 20, 40, 80, 160, 300, 300]
     assert restart_backoff({}, 0) == 10  # the spec's defaults
     assert restart_backoff({"restartBackoffSeconds": 0}, 5) == 0
+
+
+def _settling_queue(settle_at=None, fail_on=()):
+    """One worker; the handler records (key, value) and settles on the object it got (or on
+    `settle_at(o)`), raising for values in `fail_on`. A run of the marker key "z" after an add
+    shows whether that add queued anything: with one worker, keys run in the order queued."""
+    seen = []
+    q = WorkQueue(lambda key, o: None, workers=1, retry_base=30)
+
+    def handler(key, o):
+        seen.append((key, o["value"] if o else None))
+        if o and o["value"] in fail_on:
+            raise RuntimeError("boom")
+        q.settle(key, settle_at(o) if settle_at else o)
+
+    q._handler = handler
+    start(q, 1)
+    marks = iter(range(1000))
+
+    def after(*adds):
+        for a in adds:
+            a()
+        n = next(marks)
+        q.add(f"z{n}")
+        wait(lambda: (f"z{n}", None) in seen)
+        return [s for s in seen if not s[0].startswith("z")]
+    return q, seen, after
+
+
+def test_an_event_bringing_the_version_a_run_settled_on_does_not_run_it_again():
+    q, seen, after = _settling_queue()
+    assert after(lambda: q.add("a", obj(5, "v5"))) == [("a", "v5")]
+    # the watch's echo of the run's own write, and an older event arriving late: nothing to do
+    assert after(lambda: q.add("a", obj(5, "v5")), lambda: q.add("a", obj(4, "v4"))) == [("a", "v5")]
+    # a newer version runs; so does an add without an object (another watch, a timer)
+    assert after(lambda: q.add("a", obj(6, "v6"))) == [("a", "v5"), ("a", "v6")]
+    assert after(lambda: q.add("a")) == [("a", "v5"), ("a", "v6"), ("a", "v6")]
+    # the settled version is per key: another key with the same version runs
+    assert after(lambda: q.add("b", obj(6, "b6")))[-1] == ("b", "b6")
+    # a key that went away and came back (same name, new object) is not settled
+    q.forget("a")
+    assert after(lambda: q.add("a", obj(6, "again")))[-1] == ("a", "again")
+
+
+def test_settling_keys_on_the_version_the_run_ended_with_not_the_one_it_started_from():
+    # The run starts from v5 and writes (v7, its own status write): it settles on v7. The echo of
+    # v7 queues nothing, but v6 (someone else's write the run never saw) must not be skipped
+    # because the run *started* before it, nor v8 because it is close.
+    q, seen, after = _settling_queue(settle_at=lambda o: obj(7, "written"))
+    after(lambda: q.add("a", obj(5, "v5")))
+    assert after(lambda: q.add("a", obj(7, "echo"))) == [("a", "v5")]
+    assert after(lambda: q.add("a", obj(8, "v8"))) == [("a", "v5"), ("a", "v8")]
+
+
+def test_an_echo_that_arrives_while_the_run_is_in_progress_is_dropped_a_newer_event_is_not():
+    gate, started = threading.Event(), threading.Event()
+    seen = []
+    q = WorkQueue(lambda key, o: None, workers=1)
+
+    def handler(key, o):
+        seen.append(o["value"])
+        if o["value"] == "v5":
+            started.set()
+            gate.wait(5)
+            q.settle(key, obj(6, "written"))  # the run wrote v6
+        else:
+            q.settle(key, o)
+
+    q._handler = handler
+    start(q, 1)
+    q.add("a", obj(5, "v5"))
+    assert started.wait(5)
+    q.add("a", obj(6, "echo"))  # the echo of the write arrives before the run ends
+    gate.set()
+    q.add("b", obj(1, "marker"))
+    wait(lambda: "marker" in seen)
+    assert seen == ["v5", "marker"]
+    # the same while a newer version arrives too: one more run, with the newest object
+    gate.clear()
+    started.clear()
+    seen.clear()
+    q.add("c", obj(5, "v5"))
+    assert started.wait(5)
+    q.add("c", obj(6, "echo"))
+    q.add("c", obj(9, "v9"))
+    gate.set()
+    wait(lambda: seen == ["v5", "v9"])
+
+
+def test_a_failed_run_forgets_what_was_settled():
+    q, seen, after = _settling_queue(fail_on=("v6",))
+    after(lambda: q.add("a", obj(5, "v5")))
+    after(lambda: q.add("a", obj(6, "v6")))  # fails (its retry is 30 s away)
+    assert after(lambda: q.add("a", obj(5, "v5-again"))) == [("a", "v5"), ("a", "v6"), ("a", "v6")]

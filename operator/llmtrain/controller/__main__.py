@@ -18,6 +18,7 @@ import kopf
 from prometheus_client import start_http_server
 
 from ..spec import DEFAULT_ETCD_ENDPOINT
+from . import kopfconfig
 from .config import CONFIG
 
 
@@ -76,22 +77,7 @@ def main(argv: list[str] | None = None) -> int:
 
     @kopf.on.startup()
     def configure(settings: kopf.OperatorSettings, **_):
-        settings.posting.level = logging.INFO
-        # Post only the events the handlers mean to (Created, Restarting, InvalidSpec...), not a
-        # "Logging" event for every handler and timer run: at 1,000 running jobs those were most of
-        # the operator's API requests.
-        settings.posting.loggers = False
-        settings.watching.server_timeout = 300
-        settings.networking.request_timeout = 60
-        # kopf runs no sync handler of ours (the reconciler has its own workers, --workers).
-        settings.execution.max_workers = 4
-        # kopf waits this long for more events of one object before handling it; its 0.1 s default
-        # is a tenth of a second on every new job's create→PyTorchJob latency.
-        settings.batching.batch_window = 0.02
-        # No persistence settings: only on.event handlers and indices are registered, so kopf
-        # stores no progress, no diff base and no finalizer on our objects (level-triggered
-        # reconciler, handlers.py); spec changes are seen as metadata.generation moving past
-        # status.observedGeneration.
+        kopfconfig.apply(settings)
 
     elector = None
     if args.leader_elect:

@@ -1,14 +1,18 @@
 """The few Kubernetes API calls the operator makes, through the official client.
 
-LLMTrainingJobs (get, patch status), PyTorchJobs (get, create, delete). Every permission the
-operator needs, these and the others' (nodes.py, leader.py, kopf), is listed in rbac.py.
+LLMTrainingJobs (get, patch status), PyTorchJobs (get, create, delete), Events (create); Pods are
+only watched. Every permission the operator needs, these and the others' (nodes.py, leader.py,
+kopf), is listed in rbac.py.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import logging
 from functools import cache
 
 import kubernetes
+from kubernetes.client.api.core_v1_api import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from ..spec import GROUP, PLURAL, VERSION
@@ -36,8 +40,11 @@ def custom() -> kubernetes.client.CustomObjectsApi:
     return kubernetes.client.CustomObjectsApi(_client())
 
 
-def core() -> kubernetes.client.CoreV1Api:
-    return kubernetes.client.CoreV1Api(_client())
+def core() -> CoreV1Api:
+    # CoreV1Api is imported with this module, not on first use: it defines hundreds of validated
+    # methods (0.4 s to import on a quiet machine, 3 s measured on a busy one), and its first use
+    # is often inside a restart decision (the pods LIST of nodes._listed_failures).
+    return CoreV1Api(_client())
 
 
 def get_job(namespace: str, name: str) -> dict | None:
@@ -100,3 +107,39 @@ def delete_pytorchjob(namespace: str, name: str) -> None:
     except ApiException as err:
         if err.status != 404:
             raise
+
+
+# The Event kopf.info/warn would post (kopf's default reporting fields: `kubectl describe` shows the
+# same "From"), posted here with one blocking request from the calling thread.
+EVENT_NAME_PREFIX, REPORTING_COMPONENT, REPORTING_INSTANCE = "kopf-event-", "kopf", "dev"
+MAX_EVENT_MESSAGE = 1024
+
+
+def post_event(ref: dict, warning: bool, reason: str, message: str) -> None:
+    """Create an Event about the object `ref` (apiVersion, kind, name, uid, namespace). Events are
+    auxiliary: a failure is logged, never raised. The response is not turned into a V1Event."""
+    if len(message) > MAX_EVENT_MESSAGE:
+        half = (MAX_EVENT_MESSAGE - 3) // 2
+        message = f"{message[:half]}...{message[-(MAX_EVENT_MESSAGE - 3 - half):]}"
+    at = dt.datetime.now(dt.timezone.utc).isoformat()
+    body = {"metadata": {"namespace": ref["namespace"], "generateName": EVENT_NAME_PREFIX},
+            "action": "Action?", "type": "Warning" if warning else "Normal", "reason": reason, "message": message,
+            "reportingComponent": REPORTING_COMPONENT, "reportingInstance": REPORTING_INSTANCE,
+            "source": {"component": REPORTING_COMPONENT}, "involvedObject": ref,
+            "firstTimestamp": at, "lastTimestamp": at, "eventTime": at}
+    try:
+        # The raw call: CoreV1Api.create_namespaced_event would validate the dict into a
+        # CoreV1Event model (pydantic) and build another from the response, for nothing.
+        api = _client()
+        request = api.param_serialize("POST", "/api/v1/namespaces/{namespace}/events",
+                                      path_params={"namespace": ref["namespace"]}, body=body,
+                                      header_params={"Content-Type": "application/json",
+                                                     "Accept": "application/json"},
+                                      auth_settings=["BearerToken"])
+        response = api.call_api(*request)
+        response.read()
+        if not 200 <= response.status < 300:
+            raise ApiException(http_resp=response)
+    except Exception as err:  # noqa: BLE001 — as kopf: an event never fails the handling
+        logging.getLogger("llmtrain.operator").warning("failed to post event %s %s about %s/%s: %r",
+                                                       reason, message[:80], ref["namespace"], ref["name"], err)

@@ -9,7 +9,12 @@ reconciler makes blocking API calls with the official client).
     processed again right after (nothing is lost, nothing runs twice at once);
   * at most `workers` keys are processed at once;
   * `add_after(key, seconds)` schedules timed work (requeue-after), keeping only the earliest;
-  * a handler that raises is retried with capped exponential backoff (per key, reset on success).
+  * a handler that raises is retried with capped exponential backoff (per key, reset on success);
+  * `settle(key, obj)`: the handler is done with the key at `obj`'s version; an `add` that brings
+    that version again or an older one (the watch's echo of the handler's own write, a re-list)
+    does not run the handler again. An `add` without an object (another watch, a timer) always
+    does: the handler decides from the object, the other watches' caches and the clock, and the
+    last two only ever reach it through such adds.
 """
 
 from __future__ import annotations
@@ -50,7 +55,8 @@ class WorkQueue:
         self._ready: deque = deque()
         self._queued: set = set()
         self._active: set = set()
-        self._dirty: set = set()
+        self._dirty: dict = {}  # key being processed → newest version added meanwhile (None: run again anyway)
+        self._settled: dict = {}  # key → version the handler last finished with
         self._objects: dict = {}
         self._due: dict = {}
         self._timers: list = []
@@ -74,7 +80,21 @@ class WorkQueue:
         with self._cv:
             if obj is not None and newer(obj, self._objects.get(key)):
                 self._objects[key] = obj
-            self._enqueue(key)
+            self._enqueue(key, _rv(obj) if obj is not None else None)
+
+    def settle(self, key: Hashable, obj: dict | None) -> None:
+        """The handler finished with nothing left to do on `obj`: adds of this version (or an
+        older one) need not run it again."""
+        rv = _rv(obj)
+        with self._cv:
+            if rv is None:
+                self._settled.pop(key, None)
+            else:
+                self._settled[key] = rv
+
+    def _is_settled(self, key, rv: int | None) -> bool:
+        settled = self._settled.get(key)
+        return rv is not None and settled is not None and rv <= settled
 
     def add_after(self, key: Hashable, seconds: float) -> None:
         if seconds <= 0:
@@ -93,15 +113,20 @@ class WorkQueue:
             self._objects.pop(key, None)
             self._due.pop(key, None)
             self._failures.pop(key, None)
-            self._dirty.discard(key)
+            self._settled.pop(key, None)
+            self._dirty.pop(key, None)
             if key in self._queued:
                 self._queued.discard(key)
                 self._ready.remove(key)
 
-    def _enqueue(self, key) -> None:
+    def _enqueue(self, key, rv: int | None = None) -> None:
+        """`rv`: the version an object event brought (None: run regardless)."""
         if key in self._active:
-            self._dirty.add(key)
-        elif key not in self._queued:
+            if rv is None or (key in self._dirty and self._dirty[key] is None):
+                self._dirty[key] = None
+            else:
+                self._dirty[key] = max(rv, self._dirty.get(key, rv))
+        elif key not in self._queued and not self._is_settled(key, rv):
             self._queued.add(key)
             self._ready.append(key)
             self._cv.notify()
@@ -146,8 +171,7 @@ class WorkQueue:
         with self._cv:
             self._active.discard(key)
             if key in self._dirty:
-                self._dirty.discard(key)
-                self._enqueue(key)
+                self._enqueue(key, self._dirty.pop(key))
 
     def _work(self) -> None:
         while True:
@@ -160,6 +184,7 @@ class WorkQueue:
             except Exception as err:  # noqa: BLE001 — retried with backoff; one key never stops the rest
                 with self._cv:
                     n = self._failures[key] = self._failures.get(key, 0) + 1
+                    self._settled.pop(key, None)
                 requeue = min(self._retry_cap, self._retry_base * 2 ** (n - 1))
                 log.warning("%s %s failed (%s: %s); retry %d in %.1fs", self._name, key,
                             type(err).__name__, err, n, requeue, exc_info=n == 1)
