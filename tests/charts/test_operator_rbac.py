@@ -34,6 +34,20 @@ KINDS = {"pod": ("", "pods"), "node": ("", "nodes"), "event": ("", "events"),
 KOPF_WATCHERS = {"kopf.on.event", "kopf.index", "kopf.on.create", "kopf.on.update", "kopf.on.delete",
                  "kopf.on.resume", "kopf.on.field", "kopf.daemon", "kopf.timer"}
 KOPF_EVENT_POSTERS = {"kopf.info", "kopf.warn", "kopf.exception", "kopf.event"}
+# Raw calls through ApiClient.param_serialize(method, path, ...): the verb from the HTTP method
+# (a GET of a collection is a list), the group and resource from the path.
+HTTP_VERB = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
+RAW_PATH = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)(?:/namespaces/\{namespace\})?"
+                      r"/(?P<plural>[a-z]+)(?P<name>/\{name\})?(?:/(?P<sub>[a-z]+))?$")
+
+
+def _raw_call(node: ast.Call, where: str) -> tuple[str, str, str, str]:
+    method, path = (a.value if isinstance(a, ast.Constant) else None for a in node.args[:2])
+    m = RAW_PATH.match(path or "")
+    assert method and m, f"{where}: raw API call this test cannot classify; extend it"
+    verb = HTTP_VERB.get(method) or ("get" if m.group("name") else "list")
+    plural = m.group("plural") + (f"/{m.group('sub')}" if m.group("sub") else "")
+    return m.group("group") or "", plural, verb, where
 
 
 def _value(module, node: ast.expr) -> str:
@@ -72,6 +86,8 @@ def code_needs() -> list[tuple[str, str, str, str]]:
                 found += [(group, plural, verb, where) for verb in ("list", "watch")]
             elif func in KOPF_EVENT_POSTERS:
                 found.append(("", "events", "create", where))
+            elif isinstance(node.func, ast.Attribute) and node.func.attr == "param_serialize":
+                found.append(_raw_call(node, where))
             elif isinstance(node.func, ast.Attribute) and node.func.attr in CLIENT_METHODS:
                 m = METHOD.match(node.func.attr)
                 assert m, f"{where}: client call {node.func.attr} this test cannot classify; extend it"

@@ -123,7 +123,7 @@ def post_event(ref: dict, warning: bool, reason: str, message: str) -> None:
         message = f"{message[:half]}...{message[-(MAX_EVENT_MESSAGE - 3 - half):]}"
     at = dt.datetime.now(dt.timezone.utc).isoformat()
     body = {"metadata": {"namespace": ref["namespace"], "generateName": EVENT_NAME_PREFIX},
-            "action": "Action?", "type": "Warning" if warning else "Normal", "reason": reason, "message": message,
+            "action": reason, "type": "Warning" if warning else "Normal", "reason": reason, "message": message,
             "reportingComponent": REPORTING_COMPONENT, "reportingInstance": REPORTING_INSTANCE,
             "source": {"component": REPORTING_COMPONENT}, "involvedObject": ref,
             "firstTimestamp": at, "lastTimestamp": at, "eventTime": at}

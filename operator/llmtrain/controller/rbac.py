@@ -23,9 +23,11 @@ JOB_RULES: dict[tuple[str, str], frozenset[str]] = {
     (GROUP, f"{PLURAL}/status"): frozenset({"patch"}),
     # kopf watches the PyTorchJobs; kube.get_pytorchjob / create_pytorchjob / delete_pytorchjob.
     ("kubeflow.org", "pytorchjobs"): frozenset({"get", "list", "watch", "create", "delete"}),
-    # kopf's pod index and nodes.py's on.event; nodes._listed_failures lists an attempt's pods.
+    # handlers.py's pod cache and nodes.py watch them (kopf on.event); nodes._listed_failures
+    # lists an attempt's pods.
     ("", "pods"): frozenset({"list", "watch"}),
-    # kopf.info / kopf.warn post core/v1 Events (kopf never patches them, nor uses events.k8s.io).
+    # kube.post_event (and kopf.info / kopf.warn) post core/v1 Events; none is ever patched, nor
+    # is events.k8s.io used.
     ("", "events"): frozenset({"create"}),
 }
 
