@@ -25,7 +25,10 @@ def test_a_timed_out_attempt_names_its_flight_recorder_dumps(operator, kube, nam
            ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"]}
     assert env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == "/mnt/fsx/ckpt/fr/flight-recorder/attempt-1/rank_"
     assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
-    # No nodes in this cluster: attempt 1 never starts. Pretend it was created two hours ago.
+    # No nodes in this cluster: attempt 1 never starts. Pretend it was created two hours ago, once
+    # the operator has recorded it (the PyTorchJob is created first; a patch before the record
+    # would be overwritten by it).
+    kube.wait_phase(namespace, "fr", "Pending")
     two_hours_ago = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 7200))
     kube.custom.patch_namespaced_custom_object_status("llmtrain.dev", "v1alpha1", namespace, "llmtrainingjobs",
                                                       "fr", {"status": {"attemptCreationTime": two_hours_ago}})
