@@ -191,6 +191,36 @@ class OperatorProcess:
                 self.proc.wait()
 
 
+class ChainRun:
+    """A chain cluster for one benchmark run, and the operator the run starts on it. Leaving the
+    ``with`` block stops the operator and brings the cluster down however the run ended; after a
+    failure the tail of the operator's log is printed first (its tempdir is gone afterwards)."""
+
+    def __init__(self, state_dir: Path, p5_nodes: int, training_operator_args, operator_log: Path,
+                 log_tail: int = 6000):
+        self.cluster = chain_cluster(state_dir, p5_nodes, training_operator_args)
+        self.operator_log, self.log_tail = operator_log, log_tail
+        self.operator: OperatorProcess | None = None
+
+    def start_operator(self, namespace: str, extra_args: list[str] = ()) -> OperatorProcess:
+        self.operator = OperatorProcess(self.cluster.kubeconfig, namespace, self.operator_log, extra_args)
+        self.operator.start()
+        return self.operator
+
+    def __enter__(self) -> "ChainRun":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            if exc_type is not None:
+                print_operator_log_tail(self.operator_log, self.log_tail)
+        finally:
+            if self.operator is not None:
+                self.operator.stop()
+            self.cluster.down()
+        return False
+
+
 class Recorder:
     """Watches the pods, PyTorchJobs and LLMTrainingJobs of one namespace and records, per
     ``(job, attempt)``, the first time (``time.monotonic()``) each stage was seen:

@@ -347,7 +347,7 @@ def run_chain(a: argparse.Namespace, workdir: Path) -> dict:
     from concurrent.futures import ThreadPoolExecutor
     from kubernetes import client
 
-    from chainbench import Recorder, api_client, chain_cluster, job_spec, stats, training_operator_args
+    from chainbench import ChainRun, Recorder, api_client, job_spec, stats, training_operator_args
     from llmtrain.render import render_pytorchjob
     from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
     from llmtrain.validation import parse_spec
@@ -355,10 +355,10 @@ def run_chain(a: argparse.Namespace, workdir: Path) -> dict:
     to_args = training_operator_args(a.training_operator_threads, a.training_operator_qps)
     out: dict = {"jobs": a.jobs, "threads": a.threads, "p5_nodes": a.nodes, "training_operator_args": to_args}
     started = time.monotonic()
-    cluster = chain_cluster(workdir / "cluster", a.nodes, to_args)
-    out["cluster_start_s"] = time.monotonic() - started
-    op = None
-    try:
+    with ChainRun(workdir / "cluster", a.nodes, to_args, workdir / "operator.log") as run:
+        out["cluster_start_s"] = time.monotonic() - started
+        cluster = run.cluster
+        op = None
         api = api_client(cluster.kubeconfig, pool=max(32, a.threads * 2))
         custom = client.CustomObjectsApi(api)
         raw = job_spec(nodes=1)
@@ -370,9 +370,7 @@ def run_chain(a: argparse.Namespace, workdir: Path) -> dict:
             make_namespace(api, ns)
             rec = Recorder(api, ns)
             if phase == "operator":
-                op = OperatorProcess(cluster.kubeconfig, ns, workdir / "operator.log",
-                                     ["--progress-interval", "3600"])
-                op.start()
+                op = run.start_operator(ns, ["--progress-interval", "3600"])
                 objs = {n: {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": n}, "spec": raw}
                         for n in names}
                 gvp = (GROUP, VERSION, PLURAL)
@@ -405,13 +403,6 @@ def run_chain(a: argparse.Namespace, workdir: Path) -> dict:
         out["throughput_ratio"] = out["operator"]["jobs_per_s"] / out["direct"]["jobs_per_s"]
         out["running_p50_ratio"] = (out["operator"]["create_to_running_s"]["p50"]
                                     / out["direct"]["create_to_running_s"]["p50"])
-    except BaseException:
-        print_operator_log_tail(workdir / "operator.log")
-        raise
-    finally:
-        if op is not None:
-            op.stop()
-        cluster.down()
     return out
 
 

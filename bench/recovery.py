@@ -170,9 +170,8 @@ CP_PARTS = (  # (name, from stage, to stage) of Recorder; from an attempt N stag
 def control_plane(a: argparse.Namespace) -> dict:
     from kubernetes import client
 
-    from chainbench import (OperatorProcess, Recorder, api_client, chain_cluster, job_spec, stats,
-                            print_operator_log_tail, training_operator_args, wait_for,
-                            zero_backoff)
+    from chainbench import (ChainRun, Recorder, api_client, job_spec, stats, training_operator_args,
+                            wait_for, zero_backoff)
     from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
     from llmtrain_devcluster.chain import FAIL_EXIT_CODE_ANNOTATION, FAIL_POD_LABEL
 
@@ -187,18 +186,16 @@ def control_plane(a: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="llmtrain-recovery-cp-") as tmp:
         work = Path(tmp)
         t0 = time.monotonic()
-        cluster = chain_cluster(work / "cluster", nodes, out["training_operator_args"])
-        out["cluster_start_s"] = time.monotonic() - t0
-        op = None
-        try:
+        with ChainRun(work / "cluster", nodes, out["training_operator_args"], work / "operator.log", 4000) as run:
+            out["cluster_start_s"] = time.monotonic() - t0
+            cluster = run.cluster
             api = api_client(cluster.kubeconfig)
             core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
             ns = f"recovery-{uuid.uuid4().hex[:6]}"
             core.create_namespace({"metadata": {"name": ns}})
             # Progress scraping is not on the recovery path (PyTorchJob events drive restarts); a long
             # interval also keeps the operator from dialling the simulated pods' (unroutable) IPs.
-            op = OperatorProcess(cluster.kubeconfig, ns, work / "operator.log", out["operator_args"])
-            op.start()
+            op = run.start_operator(ns, out["operator_args"])
             rec = Recorder(api, ns)
             spec = job_spec(nodes=1)
 
@@ -298,13 +295,6 @@ def control_plane(a: argparse.Namespace) -> dict:
                       flush=True)
             out["operator_peak_rss_mib"], out["operator_cpu_s"] = op.usage()
             rec.stop()
-        except BaseException:
-            print_operator_log_tail(work / "operator.log", 4000)
-            raise
-        finally:
-            if op is not None:
-                op.stop()
-            cluster.down()
     return out
 
 
