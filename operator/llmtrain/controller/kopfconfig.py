@@ -1,7 +1,7 @@
 """kopf's settings for this operator, and what of kopf's per-event machinery it turns off.
 
-The reconciler (handlers.py) registers only `on.event` handlers and indices: kopf delivers watch
-events and stores nothing on our objects. kopf still prepares, for every watch event of every
+The reconciler (handlers.py) registers only `on.event` handlers: kopf delivers watch events and
+stores nothing on our objects. kopf still prepares, for every watch event of every
 object, the "diff base" that change handlers (`on.create/update/resume`) compare against: a
 deepcopy of the whole body, cleaned of kopf's own annotations twice (old and new). Nothing reads it
 without change or spawning (daemon/timer) handlers, and under the 1,000-job benchmark it was the
@@ -49,7 +49,7 @@ def apply(settings: kopf.OperatorSettings, registry=None) -> None:
     settings.execution.max_workers = 4
     # (No settings.batching.batch_window: kopf 1.45 handles each event at once and warns that the
     # setting does nothing.)
-    # No other persistence settings: only on.event handlers and indices are registered, so kopf
+    # No other persistence settings: only on.event handlers are registered, so kopf
     # stores no progress, no diff base and no finalizer on our objects (level-triggered
     # reconciler, handlers.py); spec changes are seen as metadata.generation moving past
     # status.observedGeneration.
