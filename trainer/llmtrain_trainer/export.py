@@ -47,8 +47,13 @@ def _data_index(uri: str) -> tuple[dict | None, object | None]:
 
 
 def load_weights(checkpoint_uri: str, dims, step: int | None = None) -> tuple[int, dict[str, torch.Tensor]]:
-    """(step, {HF name: whole fp32 tensor}) from the newest complete checkpoint, or `step`."""
-    import torch.distributed.checkpoint as dcp
+    """(step, {HF name: whole fp32 tensor}) from the newest complete checkpoint, or `step`.
+
+    Read like a resume (checkpoint_safety.py): a checkpoint holding anything but DCP metadata, plain
+    values and tensors raises UnsafeCheckpoint (a ValueError: the CLI prints it), having run nothing."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from .checkpoint import _short, load_checked
 
     store = open_store(checkpoint_uri)
     steps = store.list_complete()
@@ -66,7 +71,9 @@ def load_weights(checkpoint_uri: str, dims, step: int | None = None) -> tuple[in
     try:
         with warnings.catch_warnings():  # "no process group: loading in a single process" is the intent
             warnings.simplefilter("ignore", UserWarning)
-            dcp.load(state, storage_reader=store.reader(step, 0), no_dist=True)
+            load_checked(state, store.reader(step, 0), no_dist=True)
+    except CheckpointException as err:  # a BaseException: the CLI would print DCP's traceback
+        raise ValueError(f"{checkpoint_uri.rstrip('/')}/{step_name(step)} does not load: {_short(err)}") from None
     finally:
         store.finish_load(0)
     return step, weights
