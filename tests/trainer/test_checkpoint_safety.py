@@ -180,9 +180,8 @@ def test_the_whole_trainer_state_written_today_loads_without_an_unrestricted_unp
     """Compatibility: a checkpoint of the trainer's state (train.py's `state()`: model, AdamW state
     and param_groups, the data position, the RNG state), written by today's writer, loads bit-exactly
     with the restricted reader, and neither `pickle.load` nor `torch.load(weights_only=False)` runs."""
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-
     from llmtrain_trainer.checkpoint import init_optimizer_state
+    from torch.distributed.checkpoint.state_dict import get_state_dict
 
     def build():
         torch.manual_seed(0)

@@ -45,7 +45,12 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.metadata import StorageMeta
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan
 
-from .checkpoint_safety import UnsafeCheckpoint, load_metadata, load_record, trusted_record
+from .checkpoint_safety import (
+    UnsafeCheckpoint,
+    load_metadata,
+    load_record,
+    trusted_record,
+)
 
 _ONE_PLAN = LoadPlan([])
 

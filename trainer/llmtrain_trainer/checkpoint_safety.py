@@ -36,9 +36,9 @@ from typing import Any
 
 import torch
 from torch.distributed.checkpoint import metadata as _md
+from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.filesystem import _StorageInfo
-from torch.distributed.checkpoint._traverse import set_element
 
 DOCS = "docs/trainer/checkpoint-safety.md"
 
@@ -53,8 +53,6 @@ METADATA_GLOBALS: dict[tuple[str, str], Any] = {
     ("torch", "Size"): torch.Size,
     ("torch.serialization", "_get_layout"): torch.serialization._get_layout,
     ("pathlib", "PosixPath"): pathlib.PosixPath,
-    ("pathlib", "PurePosixPath"): pathlib.PurePosixPath,
-    ("collections", "OrderedDict"): __import__("collections").OrderedDict,
     **{("torch", name): v for name, v in vars(torch).items() if isinstance(v, torch.dtype)},
 }
 RECORD_GLOBALS: dict[tuple[str, str], Any] = {}
