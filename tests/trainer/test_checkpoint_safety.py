@@ -252,3 +252,63 @@ def test_record_loader_takes_plain_values_and_refuses_anything_else():
             dst.writestr(n, src.read(n))
     with pytest.raises(UnsafeCheckpoint, match="rec: refused .*compressed"):
         load_record(deflated.getvalue(), "rec")
+
+
+# ---- llmtrain export copies only the dataset's own tokenizer ------------------------------------
+
+def _dataset_naming(tmp_path, tokenizer: str, *, symlink_to=None) -> str:
+    """A dataset directory whose index.json names `tokenizer` (what a hostile or careless writer of
+    the dataset can put there), beside a real checkpoint."""
+    data = tmp_path / "tokens"
+    data.mkdir()
+    index = {"format": "llmtrain-tokens-v1", "dtype": "uint16", "vocab_size": 256, "eos_id": 1,
+             "tokenizer": tokenizer, "shards": [], "documents": 0, "tokens": 0}
+    (data / "index.json").write_text(json.dumps(index))
+    if symlink_to is not None:
+        (data / tokenizer).symlink_to(symlink_to)
+    return str(data)
+
+
+@pytest.mark.parametrize("case", ["dotdot", "absolute", "symlink-out", "subdir-dotdot"])
+def test_export_refuses_a_tokenizer_outside_the_dataset(tmp_path, capsys, case):
+    """Defect: export copied index.json's tokenizer path verbatim (os.path.join(root, name)), so
+    `../x`, `/abs/x` or a symlink put any readable file into the directory meant for publishing."""
+    from llmtrain.cli import main
+
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"aws_secret_access_key": "do-not-publish"}')
+    name = {"dotdot": "../secret.json", "absolute": str(secret), "symlink-out": "tokenizer.json",
+            "subdir-dotdot": "sub/../../secret.json"}[case]
+    data = _dataset_naming(tmp_path, name, symlink_to=secret if case == "symlink-out" else None)
+    ckpt = tmp_path / "ckpt"
+    dcp.save({"model": _tiny_weights()}, checkpoint_id=str(ckpt / "step-0000000001"), no_dist=True)
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"apiVersion": "llmtrain.dev/v1alpha1", "kind": "LLMTrainingJob",
+                                   "metadata": {"name": "x"}, "spec": {
+                                       "model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu"},
+                                       "data": {"uri": f"file://{data}", "seqLen": 32},
+                                       "checkpoint": {"uri": f"file://{ckpt}"}}}))
+    out = tmp_path / "hf"
+    rc = main(["export", str(job), "-o", str(out)])
+    err = capsys.readouterr().err
+    published = [p.read_bytes() for p in out.rglob("*") if p.is_file()] if out.exists() else []
+    assert not any(b"do-not-publish" in t for t in published), "a file from outside the dataset was exported"
+    assert rc == 1, err
+    assert "index.json" in err and repr(name) in err and "Traceback" not in err, err
+    assert not out.exists() or not any(out.iterdir()), "refused before writing anything"
+
+
+def test_export_copies_the_tokenizer_prepare_wrote(tmp_path):
+    """The accepted case: a plain file name, a regular file in the dataset directory (a symlink
+    that stays inside it is fine too)."""
+    from llmtrain_trainer.data import open_storage
+    from llmtrain_trainer.export import tokenizer_path
+
+    data = _dataset_naming(tmp_path, "tok.json")
+    (tmp_path / "tokens" / "tok.json").write_text("{}")
+    (tmp_path / "tokens" / "alias.json").symlink_to("tok.json")
+    storage = open_storage(f"file://{data}")
+    assert tokenizer_path(data, storage, "tok.json") == os.path.realpath(tmp_path / "tokens" / "tok.json")
+    assert tokenizer_path(data, storage, "alias.json") == os.path.realpath(tmp_path / "tokens" / "tok.json")
+    with pytest.raises(ValueError, match="not a file in the dataset directory"):
+        tokenizer_path(data, storage, "missing.json")
