@@ -14,7 +14,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from infra_hcl import TF_DIR, Module, tool_env
 
 pytestmark = pytest.mark.infra
@@ -30,7 +29,7 @@ def _evaluate(terraform_bin, tmp_path, shared=("datasets/", "tokens/"), checkpoi
     shutil.copytree(POLICY_MODULE, d)
     args = ["-var", f"bucket_arn={BUCKET}", "-var", f"kms_key_arn={KMS}", "-var", "region=us-east-2",
             "-var", f"checkpoint_prefix={checkpoint_prefix}", "-var", f"shared_read_prefixes={json.dumps(list(shared))}"]
-    proc = subprocess.run([str(terraform_bin), "console", *args], input="jsonencode(local.policy)\n", cwd=d,
+    proc = subprocess.run([str(terraform_bin), "console", *args], input="jsonencode(local.policy)\n", cwd=d, check=False,
                           capture_output=True, text=True, env=tool_env(), timeout=120)
     err = ANSI.sub("", proc.stderr)
     assert proc.returncode == 0 and "Error" not in err, err
