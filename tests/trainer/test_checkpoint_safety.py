@@ -312,3 +312,21 @@ def test_export_copies_the_tokenizer_prepare_wrote(tmp_path):
     assert tokenizer_path(data, storage, "alias.json") == os.path.realpath(tmp_path / "tokens" / "tok.json")
     with pytest.raises(ValueError, match="not a file in the dataset directory"):
         tokenizer_path(data, storage, "missing.json")
+
+
+def test_checking_a_received_checkpoint_reports_each_step(tmp_path, capsys, one_process_group):
+    """`python -m llmtrain_trainer.checkpoint_safety ROOT`: the documented check of a checkpoint
+    from someone else; a good step passes, a crafted one is named with its refused global, and
+    checking it runs nothing."""
+    from llmtrain_trainer.checkpoint_safety import main
+
+    marker = tmp_path / "ran-code"
+    ckpt = _checkpointer(str(tmp_path / "ckpt"))
+    ckpt.save(1, _state(1.0), blocking=True)
+    ckpt.save(2, _state(2.0, step=Boom(marker)), blocking=True)
+    ckpt.close()
+    assert main([str(tmp_path / "ckpt")]) == 1
+    out = capsys.readouterr().out
+    assert not marker.exists()
+    assert "ok " in out and "step-0000000001: 1 tensor records, 1 value records" in out, out
+    assert "REFUSED" in out and "step-0000000002" in out and "posix.system" in out and "train.step" in out, out

@@ -165,3 +165,70 @@ def refusal(err: BaseException) -> UnsafeCheckpoint | None:
             todo.extend(failures.values())
         todo.extend([e.__cause__, e.__context__])
     return None
+
+
+def check_directory(path: str) -> dict[str, int]:
+    """Read a local checkpoint step directory the way a resume does, record by record, without
+    loading it into a model: raises UnsafeCheckpoint at the first refusal (ValueError/OSError for a
+    damaged one); returns how many records of each kind it holds."""
+    import os
+
+    from .checkpoint_reader import _NotPlain, parse_record  # noqa: PLC0415 (it imports this module)
+
+    where = os.path.join(path, ".metadata")
+    with open(where, "rb") as f:
+        md = load_metadata(f.read(), where)
+    counts = {"tensor records": 0, "value records": 0, "tensor records read by torch's weights-only loader": 0}
+    for index, info in md.storage_data.items():
+        name = f"{os.path.join(path, info.relative_path)} (record {index.fqn})"
+        with open(os.path.join(path, info.relative_path), "rb") as f:
+            f.seek(info.offset)
+            raw = f.read(info.length)
+        if len(raw) != info.length:
+            raise OSError(f"{name}: the file ends before the record does (truncated?)")
+        if isinstance(md.state_dict_metadata.get(index.fqn), _md.BytesStorageMetadata):
+            load_record(raw, name)
+            counts["value records"] += 1
+            continue
+        try:
+            parse_record(raw, raw[-4096:], 0, len(raw))
+            counts["tensor records"] += 1
+        except _NotPlain:
+            try:
+                torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+            except pickle.UnpicklingError as err:
+                found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+                raise UnsafeCheckpoint(name, f"global {found.group(1)}" if found else "a pickle torch's "
+                                       "weights-only loader refuses") from None
+            counts["tensor records read by torch's weights-only loader"] += 1
+    return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m llmtrain_trainer.checkpoint_safety DIR...`: check checkpoints you received before
+    resuming from or exporting them. DIR is a step directory (with .metadata) or a checkpoint root."""
+    import glob
+    import os
+    import sys
+
+    dirs = []
+    for d in (sys.argv[1:] if argv is None else argv):
+        dirs += [d] if os.path.exists(os.path.join(d, ".metadata")) else sorted(glob.glob(os.path.join(d, "step-*")))
+    if not dirs:
+        print("usage: python -m llmtrain_trainer.checkpoint_safety CHECKPOINT_DIR... (a step-N directory "
+              "or the directory holding them)", file=sys.stderr)
+        return 2
+    bad = 0
+    for d in dirs:
+        try:
+            counts = check_directory(d)
+        except (ValueError, OSError) as err:
+            print(f"REFUSED {d}: {err}")
+            bad += 1
+            continue
+        print(f"ok {d}: " + ", ".join(f"{n} {k}" for k, n in counts.items() if n))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
