@@ -2,8 +2,12 @@
 # llmtrain images. Two targets, built from the repository root:
 #   docker build --target trainer -t public.ecr.aws/llmtrain/llmtrain-trainer:0.1.0 .
 #   docker build --target operator -t public.ecr.aws/llmtrain/llmtrain-operator:0.1.0 .
-# Every Python package is installed with `-c constraints.txt`, i.e. at exactly the project's pins;
-# tests/infra/test_dockerfile.py checks the ARGs below against constraints.txt and the renderer.
+# Every Python package is installed from requirements/<image>.txt with `--require-hashes`: the
+# constraints.txt pins, each with the sha256 PyPI publishes for the file this image's pip picks
+# (scripts/lock-image-requirements.py writes them; a build fails on any other file).
+# tests/infra/test_dockerfile.py checks the ARGs below and those files against constraints.txt.
+# The base images are referenced by tag: pin them by digest (FROM image:tag@sha256:...) in your
+# build once you have pulled and checked them; this repository cannot verify a digest for you.
 #
 # Layer order is for the build cache: OS + EFA (changes rarely) < third-party wheels (change when
 # pyproject.toml/constraints.txt change) < our source (changes every commit).
@@ -55,12 +59,14 @@ ARG PIP_VERSION=26.3
 ARG SETUPTOOLS_VERSION=84.2.1
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
+COPY requirements/bootstrap.txt requirements/trainer-image.txt ./requirements/
 RUN python3 -m venv /opt/venv \
- && /opt/venv/bin/pip install "pip==${PIP_VERSION}" "setuptools==${SETUPTOOLS_VERSION}"
+ && /opt/venv/bin/pip install --require-hashes --no-deps -r requirements/bootstrap.txt \
+ && /opt/venv/bin/python -c "import pip; assert pip.__version__ == '${PIP_VERSION}', pip.__version__"
 COPY pyproject.toml constraints.txt ./
-# Dependencies first (core + [trainer], read from pyproject.toml), so editing source reuses this layer.
-RUN /opt/venv/bin/python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["trainer"]))' > /tmp/requirements.txt \
- && /opt/venv/bin/pip install -c constraints.txt -r /tmp/requirements.txt
+# Dependencies first (core + [trainer], locked with hashes), so editing source reuses this layer.
+# --no-build-isolation: python-etcd is an sdist only, built with the locked setuptools.
+RUN /opt/venv/bin/pip install --require-hashes --no-deps --no-build-isolation -r requirements/trainer-image.txt
 COPY operator/llmtrain ./operator/llmtrain
 COPY trainer/llmtrain_trainer ./trainer/llmtrain_trainer
 RUN /opt/venv/bin/pip install --no-deps --no-build-isolation . \
@@ -107,11 +113,12 @@ ARG PIP_VERSION=26.3
 ARG SETUPTOOLS_VERSION=84.2.1
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
+COPY requirements/bootstrap.txt requirements/operator-image.txt ./requirements/
 RUN python -m venv /opt/venv \
- && /opt/venv/bin/pip install "pip==${PIP_VERSION}" "setuptools==${SETUPTOOLS_VERSION}"
+ && /opt/venv/bin/pip install --require-hashes --no-deps -r requirements/bootstrap.txt \
+ && /opt/venv/bin/python -c "import pip; assert pip.__version__ == '${PIP_VERSION}', pip.__version__"
 COPY pyproject.toml constraints.txt ./
-RUN /opt/venv/bin/python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["operator"]))' > /tmp/requirements.txt \
- && /opt/venv/bin/pip install -c constraints.txt -r /tmp/requirements.txt
+RUN /opt/venv/bin/pip install --require-hashes --no-deps -r requirements/operator-image.txt
 COPY operator/llmtrain ./operator/llmtrain
 COPY trainer/llmtrain_trainer ./trainer/llmtrain_trainer
 RUN /opt/venv/bin/pip install --no-deps --no-build-isolation . \

@@ -209,11 +209,11 @@ def trainer_with_resume_timers(argv: list[str]) -> None:
     import runpy
 
     import torch.distributed.checkpoint.default_planner as dp
-    import torch.distributed.checkpoint.filesystem as fs
     import torch.distributed.checkpoint.state_dict as sd
     import torch.distributed.checkpoint.utils as du
 
     import llmtrain_trainer.checkpoint as ck
+    import llmtrain_trainer.checkpoint_reader as cr
     import llmtrain_trainer.train as tr
 
     t: dict[str, float] = collections.defaultdict(float)
@@ -241,7 +241,8 @@ def trainer_with_resume_timers(argv: list[str]) -> None:
 
     gc.callbacks.append(on_gc)
     tr.init_optimizer_state = timed("optimizer_state", tr.init_optimizer_state)
-    fs.FileSystemReader.read_metadata = timed("metadata", fs.FileSystemReader.read_metadata)
+    # The trainer's readers read .metadata through DirectFileReader (checkpoint_safety's allow-list).
+    cr.DirectFileReader.read_metadata = timed("metadata", cr.DirectFileReader.read_metadata)
     for name in ("set_up_planner", "create_local_plan", "create_global_plan"):
         setattr(dp.DefaultLoadPlanner, name, timed("plan", getattr(dp.DefaultLoadPlanner, name)))
     du._DistWrapper.reduce_scatter = timed("plan_collective", du._DistWrapper.reduce_scatter)

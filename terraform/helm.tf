@@ -74,7 +74,7 @@ locals {
   # Keys of charts/llmtrain-operator/values.yaml; var.llmtrain_values is merged over them.
   llmtrain_base_values = {
     nodeSelector      = local.system_nodes
-    watchNamespaces   = [var.training_namespace]
+    watchNamespaces   = local.training_namespaces
     etcd              = { enabled = var.install_etcd, nodeSelector = local.system_nodes }
     serviceMonitor    = { enabled = var.enable_monitoring }
     trainerPodMonitor = { enabled = var.enable_monitoring }
@@ -103,6 +103,7 @@ resource "helm_release" "llmtrain" {
   depends_on = [
     kustomization_resource.training_operator_p2,
     kubernetes_namespace_v1.training,
+    kubernetes_namespace_v1.tenant,     # watched namespaces exist before the operator starts
     helm_release.kube_prometheus_stack, # its CRDs (ServiceMonitor, PrometheusRule) first
   ]
 }

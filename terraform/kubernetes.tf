@@ -33,6 +33,30 @@ resource "kubernetes_service_account_v1" "trainer" {
   automount_service_account_token = false
 }
 
+# Team namespaces (var.tenant_namespaces): the same ServiceAccount, mapped to the training role,
+# which lets each reach only its own checkpoint prefix.
+resource "kubernetes_namespace_v1" "tenant" {
+  for_each = toset(var.tenant_namespaces)
+
+  metadata {
+    name   = each.value
+    labels = { "app.kubernetes.io/part-of" = "llmtrain" }
+  }
+
+  depends_on = [aws_eks_node_group.system, aws_eks_addon.coredns]
+}
+
+resource "kubernetes_service_account_v1" "tenant_trainer" {
+  for_each = kubernetes_namespace_v1.tenant
+
+  metadata {
+    name      = var.training_service_account
+    namespace = each.value.metadata[0].name
+    labels    = { "app.kubernetes.io/part-of" = "llmtrain" }
+  }
+  automount_service_account_token = false
+}
+
 # Dynamic provisioning for teams that want a scratch file system per workload.
 resource "kubernetes_storage_class_v1" "fsx" {
   count = local.fsx_count

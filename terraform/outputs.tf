@@ -24,8 +24,13 @@ output "bucket_name" {
 }
 
 output "checkpoint_uri" {
-  description = "Where checkpoints go by default (the lifecycle rules apply under this prefix)."
-  value       = "s3://${aws_s3_bucket.this.id}/${var.checkpoint_prefix}"
+  description = "Where jobs in training_namespace put checkpoints (s3://<bucket>/<checkpoint_prefix><namespace>/): the only prefix their pods may write, under the lifecycle rules. Another namespace N uses <checkpoint_prefix>N/."
+  value       = "s3://${aws_s3_bucket.this.id}/${var.checkpoint_prefix}${var.training_namespace}/"
+}
+
+output "training_namespaces" {
+  description = "Every namespace whose trainer ServiceAccount is mapped to training_role_arn (training_namespace and tenant_namespaces)."
+  value       = local.training_namespaces
 }
 
 output "training_namespace" {
@@ -39,7 +44,7 @@ output "training_service_account" {
 }
 
 output "training_role_arn" {
-  description = "IAM role the training pods assume; it may use the bucket and nothing else."
+  description = "IAM role the training pods assume; in S3 a pod may write only its own namespace's checkpoint prefix and read the shared prefixes."
   value       = aws_iam_role.training.arn
 }
 

@@ -341,6 +341,28 @@ variable "training_service_account" {
   default     = "llmtrain-trainer"
 }
 
+variable "tenant_namespaces" {
+  description = "Further namespaces where LLMTrainingJobs run, typically one per team. Each gets the training ServiceAccount, a Pod Identity association to the training role and the operator's watch; like training_namespace, a pod there reads and writes only s3://<bucket>/<checkpoint_prefix><its namespace>/."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for n in var.tenant_namespaces : can(regex("^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", n))])
+    error_message = "tenant_namespaces must be valid Kubernetes namespace names."
+  }
+}
+
+variable "shared_read_prefixes" {
+  description = "Bucket key prefixes every training namespace may read and list but not write (datasets, tokenized data, pretrained weights the platform team publishes)."
+  type        = list(string)
+  default     = ["datasets/", "tokens/"]
+
+  validation {
+    condition     = alltrue([for p in var.shared_read_prefixes : can(regex("^[A-Za-z0-9._/-]+/$", p))])
+    error_message = "shared_read_prefixes must be key prefixes ending in '/'."
+  }
+}
+
 # ---------------------------------------------------------------------------------------------
 # In-cluster software (Helm provider)
 # ---------------------------------------------------------------------------------------------

@@ -127,7 +127,8 @@ class ModelSpec(_Spec):
     dims: Dims | None = None
     pretrained_uri: str | None = Field(None, description="Hugging Face-format safetensors: s3://, file://")
     hf_token_secret_ref: SecretKeyRef | None = Field(
-        None, description="Hugging Face token as a Secret reference (never inline)")
+        None, description="accepted for compatibility and not passed to the pods: the trainer never "
+                          "contacts the Hugging Face Hub (pretrainedUri is s3:// or file://)")
 
 
 class DataSpec(_Spec):

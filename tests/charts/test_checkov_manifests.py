@@ -87,7 +87,7 @@ def test_every_skip_in_the_sources_carries_a_real_reason():
     for f in (CHARTS / "llmtrain-operator").rglob("templates/*.yaml"):
         for m in re.finditer(r'checkov\.io/skip\d+: "(CKV\w+)=([^"]*)"', f.read_text()):
             found[(f.name, m.group(1))] = m.group(2)
-    for table in (render.CHECKOV_SKIPS, render.CHECKOV_SKIPS_EFA, render.CHECKOV_SKIP_SECRET_ENV):
+    for table in (render.CHECKOV_SKIPS, render.CHECKOV_SKIPS_EFA):
         found.update({("render.py", k): v for k, v in table.items()})
     assert len(found) >= 20
     for (where, check), why in found.items():

@@ -164,7 +164,10 @@ def test_pip_and_setuptools_match_the_dev_environment(df):
         assert f"setuptools=={args['SETUPTOOLS_VERSION']}" in venv_sh, stage
 
 
-def test_every_pip_install_is_pinned(df):
+def test_every_pip_install_is_pinned_and_hashed(df):
+    """Third-party packages only from a locked file with --require-hashes (pip refuses any file
+    whose sha256 differs); --no-deps without a lock only for our own package."""
+    installs = 0
     for name, st in df["stages"].items():
         for instr, rest in st["lines"]:
             if instr != "RUN":
@@ -173,20 +176,60 @@ def test_every_pip_install_is_pinned(df):
                 if "pip install" not in cmd:
                     continue
                 words = shlex.split(cmd.replace('"', ""))
-                if "--no-deps" in words:
-                    continue  # our own package, dependencies already installed
-                ok = "-c" in words and words[words.index("-c") + 1] == "constraints.txt"
-                ok = ok or all("==" in w for w in words[words.index("install") + 1:])
-                assert ok, f"{name}: unpinned `{cmd.strip()}`"
+                args = words[words.index("install") + 1:]
+                if args[-1] == ".":
+                    assert "--no-deps" in args, f"{name}: our package must not pull dependencies: `{cmd.strip()}`"
+                    continue
+                assert "--require-hashes" in args and "--no-deps" in args, f"{name}: unhashed `{cmd.strip()}`"
+                assert "-r" in args and args[args.index("-r") + 1].startswith("requirements/"), cmd
+                assert not [a for a in args if not a.startswith("-") and a != args[args.index("-r") + 1]], cmd
+                installs += 1
+    assert installs == 4  # bootstrap + dependencies, for each of the two Python images
 
 
-def test_extras_installed_per_target(df, pyproject):
+def _lock(name: str) -> dict[str, str]:
+    out = {}
+    for line in (ROOT / "requirements" / name).read_text().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.fullmatch(r"([a-z0-9][a-z0-9.-]*)==(\S+) --hash=sha256:([0-9a-f]{64})", line)
+        assert m, f"requirements/{name}: {line!r} is not `name==version --hash=sha256:<hex>`"
+        assert m.group(1) not in out, f"requirements/{name}: {m.group(1)} twice"
+        out[m.group(1)] = m.group(2)
+    return out
+
+
+def _name(requirement: str) -> str:
+    return re.match(r"[A-Za-z0-9._-]+", requirement).group(0).lower().replace("_", "-")
+
+
+@pytest.mark.parametrize("image, extra", [("trainer-image.txt", "trainer"), ("operator-image.txt", "operator")])
+def test_locked_requirements_are_the_constraints_pins_of_what_the_image_needs(df, pins, pyproject, image, extra):
+    """The locks (scripts/lock-image-requirements.py) must follow constraints.txt: a pin bumped
+    without re-locking fails here, not in a build."""
+    lock = _lock(image)
+    wrong = {n: (v, pins.get(n)) for n, v in lock.items() if pins.get(n) != v}
+    assert not wrong, f"requirements/{image} differs from constraints.txt (rerun the lock script): {wrong}"
+    project = pyproject["project"]
+    needed = {_name(r) for r in project["dependencies"] + project["optional-dependencies"][extra]}
+    assert needed <= set(lock), f"requirements/{image} lacks {sorted(needed - set(lock))}"
+    if extra == "operator":
+        assert "torch" not in lock, "the operator image must not pull torch"
+    else:
+        assert lock["torch"] == stage_args(df, "trainer-build")["TORCH_VERSION"]
+        assert lock["nvidia-nccl-cu13"] == stage_args(df, "trainer-build")["NCCL_VERSION"]
+    boot = _lock("bootstrap.txt")
+    for stage in ("trainer-build", "operator-build"):
+        args = stage_args(df, stage)
+        assert boot == {"pip": args["PIP_VERSION"], "setuptools": args["SETUPTOOLS_VERSION"]}, stage
+    assert not set(boot) & set(lock), "pip/setuptools come from bootstrap.txt only"
+
+
+def test_extras_installed_per_target(df):
     run = {s: " ".join(r for i, r in df["stages"][s]["lines"] if i == "RUN") for s in ("trainer-build", "operator-build")}
-    assert '["optional-dependencies"]["trainer"]' in run["trainer-build"]
-    assert '["optional-dependencies"]["operator"]' in run["operator-build"]
-    assert "trainer" in pyproject["project"]["optional-dependencies"]
-    assert "operator" in pyproject["project"]["optional-dependencies"]
-    assert '"trainer"' not in run["operator-build"], "the operator image must not pull torch"
+    assert "requirements/trainer-image.txt" in run["trainer-build"]
+    assert "requirements/operator-image.txt" in run["operator-build"]
+    assert "trainer-image" not in run["operator-build"], "the operator image must not pull torch"
 
 
 def test_copy_sources_exist_and_are_in_the_build_context(df):

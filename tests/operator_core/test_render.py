@@ -102,10 +102,14 @@ def test_trainer_receives_the_whole_spec():
     assert parse_spec(sent) == spec
 
 
-def test_token_only_as_secret_reference():
+def test_the_hf_token_secret_is_not_sent_to_the_ranks():
+    """Defect: hfTokenSecretRef put HF_TOKEN into every rank's environment although nothing in
+    the trainer reads it (weights come from s3:// or file://): a secret with no use, exposed to
+    any code that runs in a rank. The field is still accepted; no container references the Secret."""
     obj = _render(_spec(model={"hfTokenSecretRef": {"name": "hf", "key": "tok"}}))
     env = _env(obj)
-    assert env["HF_TOKEN"] == {"secretKeyRef": {"name": "hf", "key": "tok"}}
+    assert "HF_TOKEN" not in env
+    assert "secretKeyRef" not in json.dumps(obj)
     assert "hf" not in json.loads(env["LLMTRAIN_SPEC"])["model"].get("hfToken", "")
 
 

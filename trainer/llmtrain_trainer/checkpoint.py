@@ -63,6 +63,7 @@ from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
 
 from .checkpoint_reader import DirectFileReader
+from .checkpoint_safety import RecordLoadPlanner, UnsafeCheckpoint, refusal
 
 # DCP reports a failed save/load as CheckpointException, which derives from BaseException (not
 # Exception): catch it explicitly, or one full disk ends the training run at the next save.
@@ -273,7 +274,7 @@ class _S3Reader(DirectFileReader):
     def __init__(self, store: "S3Store", step: int, attempt: int, cache: str):
         shutil.rmtree(cache, ignore_errors=True)
         os.makedirs(cache)
-        super().__init__(cache)
+        super().__init__(cache, source=f"s3://{store.bucket}/{store._dir(step, attempt)}")
         self._store, self._step, self._attempt, self._cache = store, step, attempt, cache
 
     def read_metadata(self, *args, **kwargs):
@@ -485,6 +486,20 @@ def init_optimizer_state(optimizer) -> None:
                 st["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
 
 
+def load_checked(state: dict[str, Any], reader, **kwargs) -> None:
+    """`dcp.load` through the trainer's reader and `RecordLoadPlanner` (no unrestricted unpickler
+    anywhere); a refusal on any rank is raised as that UnsafeCheckpoint, not DCP's wrapper. Every
+    rank reads `.metadata` and every non-tensor record itself, and DCP gathers the failures of
+    the others, so all ranks raise it."""
+    try:
+        dcp.load(state, storage_reader=reader, planner=RecordLoadPlanner(), **kwargs)
+    except SAVE_ERRORS as err:
+        refused = reader.refused or refusal(err)
+        if refused is not None:
+            raise refused from None
+        raise
+
+
 def open_store(uri: str, attempt: int = 0):
     if uri.startswith("s3://"):
         return S3Store(uri, attempt)
@@ -564,8 +579,10 @@ class Checkpointer:
         return f"{root}{'' if root.endswith('/') else '/'}{step_name(step)}"
 
     def load(self, step: int, state: dict[str, Any]) -> None:
+        """Load checkpoint `step` into `state`; raises UnsafeCheckpoint (on every rank) when it holds
+        something the allow-lists refuse (checkpoint_safety.py), other errors as DCP raises them."""
         try:
-            dcp.load(state, storage_reader=self.store.reader(step, self.rank))
+            load_checked(state, self.store.reader(step, self.rank))
         finally:
             self.store.finish_load(self.rank)
         self._last_save = time.monotonic()
@@ -607,6 +624,11 @@ class Checkpointer:
             state = make_state()
             try:
                 self.load(step, state)
+            except UnsafeCheckpoint:
+                # Not a damaged checkpoint but one llmtrain cannot have written: someone wrote into
+                # the location. Resuming from an older one would hide that, and the next saves
+                # would overwrite the evidence.
+                raise
             except SAVE_ERRORS as err:
                 msg = _short(err)
                 log.warning("checkpoint %s does not load, skipped (trying the next older one): %s",

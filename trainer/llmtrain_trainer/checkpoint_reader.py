@@ -14,9 +14,11 @@ never code), and then `preadv`s the bytes straight from the file into the destin
 the stored part it needs is contiguous and the destination is a contiguous CPU tensor of the same
 dtype (the common case: the same or another world size resharding along dim 0). Otherwise (a
 strided source or destination, another dtype, a GPU destination) it reads the stored span into one
-temporary tensor and `copy_`s the strided view, as DCP does. Records it does not recognise
-(compressed, transformed by a DCP extension, non-tensor bytes, an unknown pickle) go through
-DCP's own reader unchanged, so nothing it cannot read exactly is ever read differently.
+temporary tensor and `copy_`s the strided view, as DCP does. Tensor records it does not recognise
+(compressed, transformed by a DCP extension, an unknown pickle) go through DCP's own reader, whose
+`torch.load` is `weights_only=True`, so nothing it cannot read exactly is ever read differently.
+`.metadata` and non-tensor records never reach DCP's unpickling (`pickle.load`,
+`torch.load(weights_only=False)`): they are read through checkpoint_safety.py's allow-lists.
 
 The reads of one rank are sorted by file offset and issued from a worker thread (`preadv`
 releases the GIL), so a read is in flight while Python resolves the next destination; the kernel
@@ -32,6 +34,7 @@ import dataclasses
 import io
 import os
 import pickle
+import re
 import struct
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -39,7 +42,17 @@ from typing import Any
 
 import torch
 from torch.distributed.checkpoint import FileSystemReader
-from torch.distributed.checkpoint.planner import LoadItemType
+from torch.distributed.checkpoint.metadata import StorageMeta
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan
+
+from .checkpoint_safety import (
+    UnsafeCheckpoint,
+    load_metadata,
+    load_record,
+    trusted_record,
+)
+
+_ONE_PLAN = LoadPlan([])
 
 # A record's zip local headers and pickle come first, its central directory last: a few hundred
 # bytes each for a tensor record in practice.
@@ -222,13 +235,73 @@ def _byte_view(t: torch.Tensor) -> memoryview:
 
 
 class DirectFileReader(FileSystemReader):
-    """A `FileSystemReader` whose `read_data` reads plain tensor records without `torch.load`."""
+    """A `FileSystemReader` whose `read_data` reads plain tensor records without `torch.load`, and
+    which reads `.metadata` and non-tensor records only through checkpoint_safety's allow-lists.
+
+    `source` names the checkpoint in errors (the S3 reader's files are a local cache of it);
+    `refused` keeps the first refusal, since DCP turns a failed metadata read into an
+    AssertionError that only quotes it."""
+
+    def __init__(self, path, source: str | None = None):
+        super().__init__(path)
+        self.source = str(source or path).rstrip("/")
+        self.refused: UnsafeCheckpoint | None = None
+
+    def _refuse(self, err: UnsafeCheckpoint) -> UnsafeCheckpoint:
+        if self.refused is None:
+            self.refused = err
+        return err
+
+    def read_metadata(self, *args, **kwargs):
+        path = self._get_metadata_path(kwargs.get("rank"))
+        with open(path, "rb") as f:
+            data = f.read()
+        try:
+            metadata = load_metadata(data, f"{self.source}/{os.path.basename(path)}")
+        except UnsafeCheckpoint as err:
+            raise self._refuse(err) from None
+        if getattr(metadata, "storage_meta", None) is None:  # as FileSystemReader.read_metadata
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+    def _record_name(self, req, info) -> str:
+        return (f"{self.source}/{info.relative_path} (record {req.storage_index.fqn}, bytes "
+                f"{info.offset}-{info.offset + info.length})")
+
+    def _read_record(self, req, info, planner) -> None:
+        """A non-tensor record: decoded by `load_record`; the planner gets a re-encoding of the value."""
+        with open(os.path.join(self.path, info.relative_path), "rb") as f:
+            raw = os.pread(f.fileno(), info.length, info.offset)
+        if len(raw) != info.length:
+            raise OSError(f"{self._record_name(req, info)}: unexpected end of file (the checkpoint is truncated?)")
+        if info.transform_descriptors:
+            raw = self.transforms.transform_load_stream(req, info.transform_descriptors, io.BytesIO(raw)).read()
+        try:
+            value = load_record(raw, self._record_name(req, info))
+        except UnsafeCheckpoint as err:
+            raise self._refuse(err) from None
+        planner.load_bytes(req, trusted_record(value))
+
+    def _read_with_torch(self, reqs, planner) -> None:
+        """Tensor records this reader does not read itself: DCP's reader, whose `torch.load` is
+        `weights_only=True` (torch's allow-list); its refusal is a refusal here too."""
+        for req in reqs:
+            try:
+                super().read_data(dataclasses.replace(_ONE_PLAN, items=[req]), planner).wait()
+            except pickle.UnpicklingError as err:
+                found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+                what = f"global {found.group(1)}" if found else "a pickle torch's weights-only loader refuses"
+                raise self._refuse(UnsafeCheckpoint(self._record_name(req, self.storage_data[req.storage_index]),
+                                                    what)) from None
 
     def read_data(self, plan, planner):
         items, fallback = [], []
         for req in plan.items:
             info = self.storage_data[req.storage_index]
-            if req.type == LoadItemType.BYTE_IO or info.transform_descriptors:
+            if req.type == LoadItemType.BYTE_IO:
+                self._read_record(req, info, planner)
+            elif info.transform_descriptors:
                 fallback.append(req)
             else:
                 items.append((info.relative_path, info.offset, req, info))
@@ -242,7 +315,7 @@ class DirectFileReader(FileSystemReader):
             for fd in fds.values():
                 os.close(fd)
         if fallback:
-            super().read_data(dataclasses.replace(plan, items=fallback), planner).wait()
+            self._read_with_torch(fallback, planner)
         fut = torch.futures.Future()
         fut.set_result(None)
         return fut

@@ -46,9 +46,35 @@ def _data_index(uri: str) -> tuple[dict | None, object | None]:
         raise
 
 
+def tokenizer_path(data_uri: str, storage, name) -> str:
+    """Where the tokenizer `index.json` names lies: a file of the dataset directory itself, as
+    `llmtrain prepare` writes it (the tokenizer's file name beside the shards). The index is input
+    from whoever wrote the dataset, and the export goes into a directory meant for publishing, so a
+    name that leaves the directory (`../`, an absolute path, a symlink to elsewhere) is refused.
+    Local: the resolved path; S3: the object name under the dataset prefix."""
+    where = f"{data_uri.rstrip('/')}/index.json"
+    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        raise ValueError(f"{where}: tokenizer {name!r} is not a file name in the dataset directory (llmtrain "
+                         "prepare writes the tokenizer's file name, e.g. \"tokenizer.json\", beside the shards); "
+                         "not exported")
+    if not hasattr(storage, "root"):
+        return name
+    root = os.path.realpath(storage.root)
+    path = os.path.realpath(os.path.join(root, name))
+    if os.path.dirname(path) != root or not os.path.isfile(path):
+        raise ValueError(f"{where}: tokenizer {name!r} resolves to {path}, which is not a file in the dataset "
+                         f"directory {root} (a symlink out of it?); not exported")
+    return path
+
+
 def load_weights(checkpoint_uri: str, dims, step: int | None = None) -> tuple[int, dict[str, torch.Tensor]]:
-    """(step, {HF name: whole fp32 tensor}) from the newest complete checkpoint, or `step`."""
-    import torch.distributed.checkpoint as dcp
+    """(step, {HF name: whole fp32 tensor}) from the newest complete checkpoint, or `step`.
+
+    Read like a resume (checkpoint_safety.py): a checkpoint holding anything but DCP metadata, plain
+    values and tensors raises UnsafeCheckpoint (a ValueError: the CLI prints it), having run nothing."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from .checkpoint import _short, load_checked
 
     store = open_store(checkpoint_uri)
     steps = store.list_complete()
@@ -66,7 +92,9 @@ def load_weights(checkpoint_uri: str, dims, step: int | None = None) -> tuple[in
     try:
         with warnings.catch_warnings():  # "no process group: loading in a single process" is the intent
             warnings.simplefilter("ignore", UserWarning)
-            dcp.load(state, storage_reader=store.reader(step, 0), no_dist=True)
+            load_checked(state, store.reader(step, 0), no_dist=True)
+    except CheckpointException as err:  # a BaseException: the CLI would print DCP's traceback
+        raise ValueError(f"{checkpoint_uri.rstrip('/')}/{step_name(step)} does not load: {_short(err)}") from None
     finally:
         store.finish_load(0)
     return step, weights
@@ -80,6 +108,13 @@ def export(spec: LLMTrainingJobSpec, output: str, *, checkpoint_uri: str | None 
     if not uri:
         raise ValueError("no checkpoint: the spec has no checkpoint.uri; pass --checkpoint-uri")
     dims = resolve_dims(spec.model)
+    # The data index first: a tokenizer it names outside the dataset stops the export before any
+    # file is written.
+    index, storage = _data_index(spec.data.uri)
+    tokenizer = index.get("tokenizer") if index else None
+    if tokenizer in (None, "byte"):
+        tokenizer = None
+    source = tokenizer_path(spec.data.uri, storage, tokenizer) if tokenizer is not None else None
     step, weights = load_weights(uri, dims, step)
     torch_dtype, dtype_name = DTYPES[dtype]
     os.makedirs(output, exist_ok=True)
@@ -104,26 +139,23 @@ def export(spec: LLMTrainingJobSpec, output: str, *, checkpoint_uri: str | None 
     for name, shard in zip(files, shards):
         save_file(shard, os.path.join(output, name), metadata=meta)
     if len(shards) > 1:
-        index = {"metadata": {"total_size": sum(t.numel() * t.element_size() for s in shards for t in s.values())},
-                 "weight_map": {k: f for f, s in zip(files, shards) for k in s}}
+        weight_map = {"metadata": {"total_size": sum(t.numel() * t.element_size() for s in shards for t in s.values())},
+                      "weight_map": {k: f for f, s in zip(files, shards) for k in s}}
         with open(os.path.join(output, "model.safetensors.index.json"), "w") as f:
-            json.dump(index, f, indent=2)
+            json.dump(weight_map, f, indent=2)
 
-    index, storage = _data_index(spec.data.uri)
     eos = index.get("eos_id") if index else None
     cfg = hf_config(dims, torch_dtype=dtype_name, eos_token_id=eos)
     with open(os.path.join(output, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     with open(os.path.join(output, "generation_config.json"), "w") as f:
         json.dump({"eos_token_id": eos} if eos is not None else {}, f, indent=2)
-    tokenizer = None
-    if index and index.get("tokenizer") not in (None, "byte"):
-        tokenizer = index["tokenizer"]
+    if source is not None:
         dest = os.path.join(output, "tokenizer.json")
         if hasattr(storage, "root"):
-            shutil.copyfile(os.path.join(storage.root, tokenizer), dest)
+            shutil.copyfile(source, dest)
         else:
             with open(dest, "w") as f:
-                f.write(storage.read_text(tokenizer))
+                f.write(storage.read_text(source))
     return {"step": step, "checkpoint": meta["llmtrain_checkpoint"], "files": files, "dtype": dtype_name,
             "tokenizer": tokenizer, "parameters": sum(t.numel() for t in weights.values())}

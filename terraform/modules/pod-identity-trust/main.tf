@@ -9,7 +9,8 @@
 #     Guide, "Create IAM role with trust policy required by EKS Pod Identity".
 #   - the session tags Pod Identity sets, eks-cluster-arn, kubernetes-namespace and
 #     kubernetes-service-account (same page, "Setting Conditions"): the role is assumable only for
-#     this cluster's ServiceAccount, even if another association in the account names the role.
+#     this cluster's ServiceAccount in these namespaces, even if another association in the
+#     account names the role. StringEquals with a list matches any one of its values.
 #   - aws:SourceAccount, the confused-deputy guard for service principals: only this account's
 #     Pod Identity may assume the role. No aws:SourceArn condition: AWS documents no value of it
 #     for Pod Identity, and a wrong pattern would make every AssumeRole fail; the eks-cluster-arn
@@ -28,9 +29,14 @@ variable "cluster_arn" {
   }
 }
 
-variable "namespace" {
-  description = "Kubernetes namespace of the ServiceAccount the role is for (the association's namespace)."
-  type        = string
+variable "namespaces" {
+  description = "Kubernetes namespaces of the ServiceAccount the role is for (one association in each)."
+  type        = list(string)
+
+  validation {
+    condition     = length(var.namespaces) > 0
+    error_message = "namespaces must name at least one namespace."
+  }
 }
 
 variable "service_account" {
@@ -53,7 +59,7 @@ locals {
         StringEquals = {
           "aws:SourceAccount"                         = local.account_id
           "aws:RequestTag/eks-cluster-arn"            = var.cluster_arn
-          "aws:RequestTag/kubernetes-namespace"       = var.namespace
+          "aws:RequestTag/kubernetes-namespace"       = var.namespaces
           "aws:RequestTag/kubernetes-service-account" = var.service_account
         }
       }
