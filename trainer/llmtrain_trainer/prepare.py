@@ -76,6 +76,9 @@ def _files(inputs: list[str], extensions=DEFAULT_EXTENSIONS) -> list[Path]:
         if p.is_dir():
             out += sorted(q for q in p.rglob("*") if q.suffix in extensions and q.is_file())
         elif p.is_file():
+            if p.suffix not in extensions:  # a parquet or binary file read as text is noise, silently
+                raise ValueError(f"{inp}: unknown input format {p.suffix or '(no suffix)'!r}; accepted: "
+                                 f"{', '.join(extensions)}")
             out.append(p)
         else:
             raise FileNotFoundError(f"{inp}: no such file or directory")
@@ -95,17 +98,27 @@ def _jsonl_text(line: str, where: str) -> str:
     return doc["text"]
 
 
+def _utf8(raw: bytes, where: str) -> str:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{where}: not UTF-8 text (byte {err.start}: {err.reason}); a binary file?") from None
+    if "\0" in text:  # never in text; byte-level, it is the end-of-document token
+        raise ValueError(f"{where}: contains NUL bytes: binary data, not text")
+    return text
+
+
 def _documents(files: list[Path]) -> Iterator[tuple[str, int]]:
     """(document text, input bytes it came from), one at a time: the corpus is never all in memory."""
     for f in files:
         if f.suffix == ".jsonl":
             with open(f, "rb") as fh:
                 for n, raw in enumerate(fh, 1):
-                    line = raw.decode("utf-8", errors="replace")
+                    line = _utf8(raw, f"{f}:{n}")
                     if line.strip():
                         yield _jsonl_text(line, f"{f}:{n}"), len(raw)
         else:
-            yield f.read_text(encoding="utf-8", errors="replace"), f.stat().st_size
+            yield _utf8(f.read_bytes(), str(f)), f.stat().st_size
 
 
 class _ShardWriter:
