@@ -44,18 +44,23 @@ def _run_local(args: argparse.Namespace, run_local) -> int:
 def cmd_prepare(args: argparse.Namespace) -> int:
     import sys
 
-    from .prepare import prepare
+    from .prepare import run_prepare
 
-    exts = tuple(e if e.startswith(".") else "." + e for e in args.extensions.split(",") if e)
     try:
-        index = prepare(args.inputs, args.output, tokenizer=args.tokenizer, eos_id=args.eos_id,
-                        shard_tokens=args.shard_tokens, extensions=exts, progress=not args.quiet)
+        result = run_prepare(args.inputs, args.output, tokenizer=args.tokenizer, eos_id=args.eos_id,
+                             shard_tokens=args.shard_tokens, extensions=tuple(args.extensions.split(",")),
+                             text_field=args.text_field, max_record_bytes=args.max_document_bytes,
+                             workers=args.workers, progress=not args.quiet)
     except (OSError, ValueError) as err:
         print(f"llmtrain prepare: {err}", file=sys.stderr)
         return 1
+    index = result.index
     print(f"{args.output}: {index['documents']} documents, {index['tokens']:,} tokens in "
           f"{len(index['shards'])} shard(s), {index['dtype']}, vocabulary {index['vocab_size']} "
           f"({index['tokenizer']})")
+    if not args.quiet:
+        for line in result.report.lines():
+            print(line, file=sys.stderr)
     return 0
 
 
@@ -121,17 +126,25 @@ def register(subparsers) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     p.set_defaults(func=cmd_local)
 
+    from .sources import DEFAULT_MAX_RECORD_BYTES, FORMATS
+
     q = subparsers.add_parser("prepare", help="tokenize text files into training shards",
-                              description="Turn .txt/.md/.jsonl files into llmtrain-tokens/v1 shards "
-                              "(byte-level, or a `tokenizers` tokenizer file).")
-    q.add_argument("inputs", nargs="+", help="files or directories")
+                              description="Turn .txt/.md, .jsonl(.gz/.zst) and parquet files (local or "
+                              "s3://) into llmtrain-tokens/v1 shards (byte-level, or a `tokenizers` "
+                              "tokenizer file), on every core; the output does not depend on --workers.")
+    q.add_argument("inputs", nargs="+", help="files, directories or s3://bucket/prefix/ (sorted, recursive)")
     q.add_argument("--output", "-o", required=True, help="output directory or s3://bucket/prefix/")
     q.add_argument("--tokenizer", help="a tokenizers JSON file (default: byte-level, vocabulary 256)")
     q.add_argument("--eos-id", type=int, help="end-of-document token id (default: from the tokenizer)")
     q.add_argument("--shard-tokens", type=_positive_int, default=1 << 26, help="tokens per shard (default 2^26)")
     q.add_argument("--quiet", action="store_true", help="no progress bar")
-    q.add_argument("--extensions", default=".txt,.md,.jsonl",
-                   help="file suffixes to take from directories (default: %(default)s)")
+    q.add_argument("--extensions", default=",".join(FORMATS),
+                   help="formats to take from directories and prefixes (default: %(default)s)")
+    q.add_argument("--text-field", default="text",
+                   help="the .jsonl field / parquet column holding the text (default: %(default)s)")
+    q.add_argument("--workers", type=_positive_int, help="tokenizer processes (default: every core)")
+    q.add_argument("--max-document-bytes", type=_positive_int, default=DEFAULT_MAX_RECORD_BYTES,
+                   help="refuse a document (file, line or row) longer than this (default: %(default)s)")
     q.set_defaults(func=cmd_prepare)
 
     e = subparsers.add_parser("export", help="a checkpoint as a Hugging Face model (safetensors + config.json)",

@@ -45,9 +45,12 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 FORMAT = "llmtrain-tokens/v1"
 INDEX = "index.json"
@@ -294,6 +297,8 @@ class DataLoader:
         self.last_wait = time.perf_counter() - t0
         self.step += 1
         self._schedule()
+        import torch  # here, not at import: `llmtrain prepare`'s worker processes read FORMAT without torch
+
         batch = torch.from_numpy(arr)
         if self.device.type == "cuda":
             batch = batch.pin_memory().to(self.device, non_blocking=True)
