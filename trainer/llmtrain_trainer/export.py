@@ -118,7 +118,9 @@ def export(spec: LLMTrainingJobSpec, output: str, *, checkpoint_uri: str | None 
         json.dump({"eos_token_id": eos} if eos is not None else {}, f, indent=2)
     tokenizer = None
     if index and index.get("tokenizer") not in (None, "byte"):
-        tokenizer = index["tokenizer"]
+        from .data import check_name
+
+        tokenizer = check_name(index["tokenizer"], f"{spec.data.uri}: index.json tokenizer")
         dest = os.path.join(output, "tokenizer.json")
         if hasattr(storage, "root"):
             shutil.copyfile(os.path.join(storage.root, tokenizer), dest)

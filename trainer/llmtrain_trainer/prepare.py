@@ -64,23 +64,32 @@ class Tokenizer:
     @classmethod
     def load(cls, path: str | None, eos_id: int | None = None) -> "Tokenizer":
         if not path:
-            tok = cls("byte", 256, 0 if eos_id is None else eos_id)
-        else:
-            if not os.path.isfile(path):
-                raise FileNotFoundError(f"--tokenizer {path}: no such file (expected a `tokenizers` "
-                                        "JSON file such as a model's tokenizer.json)")
-            with open(path, encoding="utf-8", errors="replace") as f:
-                text = f.read()
-            hf = _hf_tokenizer(text, f"--tokenizer {path}")
-            if eos_id is None:
-                eos_id = next((i for t in EOS_CANDIDATES if (i := hf.token_to_id(t)) is not None), None)
-            if eos_id is None:
-                raise ValueError(f"{path}: no end-of-document token among {EOS_CANDIDATES}; pass --eos-id")
-            tok = cls(os.path.basename(path), hf.get_vocab_size(with_added_tokens=True), eos_id, text, hf)
-        if not 0 <= tok.eos_id < tok.vocab_size:  # would index past the embedding table in training
-            raise ValueError(f"--eos-id {tok.eos_id} is outside the vocabulary of {tok.name} "
-                             f"(ids 0..{tok.vocab_size - 1})")
-        return tok
+            return cls("byte", 256, 0 if eos_id is None else eos_id)._checked()
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"--tokenizer {path}: no such file (expected a `tokenizers` "
+                                    "JSON file such as a model's tokenizer.json)")
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        return cls.from_json(text, os.path.basename(path), eos_id, f"--tokenizer {path}")
+
+    @classmethod
+    def from_json(cls, text: str, name: str, eos_id: int | None, what: str) -> "Tokenizer":
+        """A `tokenizers` JSON document, stored under `name` beside the shards."""
+        from .data import check_name
+
+        check_name(name, f"{what}: the file name stored in index.json")
+        hf = _hf_tokenizer(text, what)
+        if eos_id is None:
+            eos_id = next((i for t in EOS_CANDIDATES if (i := hf.token_to_id(t)) is not None), None)
+        if eos_id is None:
+            raise ValueError(f"{what}: no end-of-document token among {EOS_CANDIDATES}; pass --eos-id")
+        return cls(name, hf.get_vocab_size(with_added_tokens=True), eos_id, text, hf)._checked()
+
+    def _checked(self) -> "Tokenizer":
+        if not 0 <= self.eos_id < self.vocab_size:  # would index past the embedding table in training
+            raise ValueError(f"--eos-id {self.eos_id} is outside the vocabulary of {self.name} "
+                             f"(ids 0..{self.vocab_size - 1})")
+        return self
 
     @property
     def dtype(self) -> np.dtype:
