@@ -99,3 +99,25 @@ def test_a_failing_worker_stops_the_run_with_the_record_named(tmp_path):
     with pytest.raises(ValueError, match=r"3\.jsonl:51: not a JSON object"):
         prepare([str(src)], str(tmp_path / "out"), workers=2, batch_bytes=64)
     assert not (tmp_path / "out" / "index.json").exists()
+
+
+def test_one_progress_bar_over_all_workers_and_the_final_report(capsys, tmp_path, bpe):
+    """The bar counts input bytes with tokens/s and an ETA; the report: documents, tokens, shards,
+    bytes per token, time per stage."""
+    from llmtrain.cli import main
+
+    docs = _corpus(tmp_path / "src")
+    rc = main(["prepare", str(tmp_path / "src"), "-o", str(tmp_path / "out"), "--tokenizer", bpe,
+               "--workers", "2", "--shard-tokens", "1500"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    index = json.loads((tmp_path / "out" / "index.json").read_text())
+    bar = out.err.split("\r")
+    assert sum("tokenizing" in s for s in bar) >= 1 and "100%" in out.err and "tokens/s" in out.err
+    assert "<" in bar[-1] or any("<00:00" in s for s in bar)  # tqdm's elapsed<remaining (ETA)
+    text_bytes = sum(len(d.encode()) for d in docs)
+    body = index["tokens"] - index["documents"]
+    assert f"{index['documents']:,} documents, {index['tokens']:,} tokens in {len(index['shards'])} shard(s)" in out.err
+    assert f"{text_bytes / body:.2f} bytes per token" in out.err
+    for stage in ("list", "read", "tokenize", "write", "total"):
+        assert f"{stage} " in out.err.split("time: ")[1]
