@@ -6,13 +6,14 @@
    `--vocab` tokens — or `--tokenizer` a real tokenizer.json.
 2. The ceiling: the same documents, already in memory, through one `Tokenizer.encode_batch` call per
    batch of `--batch-docs` documents, with tokenizers' Rayon pool on every core, reading each
-   Encoding's ids (the least any consumer does). Also `encode_batch_fast` (no offsets), which
-   `prepare`'s workers use.
+   Encoding's ids (the least any consumer does). Also `encode_batch_fast` (no offsets).
 3. `llmtrain prepare` (run_prepare) on the files: reading, JSON parsing, tokenizing, shard writing,
    with process workers on every core (the default), and with thread workers (one shared
    tokenizer, Rayon inside) for comparison.
 
-MB/s = UTF-8 text bytes of the documents / wall seconds. Prints each and prepare ÷ encode_batch
+MB/s = UTF-8 text bytes of the documents / wall seconds. CPU s/MB = CPU seconds of this process and
+its (reaped) worker processes per MB: the work each way costs, which a loaded machine disturbs less
+than the wall time. Prints each and prepare ÷ encode_batch
 (target ≥ 0.8×); `--output` writes the figures as JSON. The phases alternate for `--rounds` and
 the median is taken, so a neighbour's load spreads over all of them.
 
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import shutil
 import statistics
@@ -60,8 +60,7 @@ def make_corpus(root: Path, mb: float, files: int, seed: int = 0) -> list[str]:
     per = -(-len(docs) // files)
     for k in range(files):
         with open(root / f"part-{k:04d}.jsonl", "w") as f:
-            for d in docs[k * per:(k + 1) * per]:
-                f.write(json.dumps({"text": d}) + "\n")
+            f.writelines(json.dumps({"text": d}) + "\n" for d in docs[k * per:(k + 1) * per])
     return docs
 
 
@@ -100,6 +99,13 @@ def prepare_seconds(src: Path, out: Path, tok_path: str, pool: str, workers: int
                                       "stages": r.report.stages, "bytes_per_token": r.report.bytes_per_token}
 
 
+def _cpu_seconds() -> float:
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=float, default=16, help="corpus size in MB of text (default %(default)s)")
@@ -130,24 +136,28 @@ def main(argv=None) -> int:
             phases["prepare (threads)"] = lambda: prepare_seconds(work / "corpus", work / "out", tok_path,
                                                                   "thread", cores)[0]
         times: dict[str, list[float]] = {k: [] for k in phases}
+        cpu: dict[str, list[float]] = {k: [] for k in phases}
         for _ in range(args.rounds):
             for name, fn in phases.items():
+                c0 = _cpu_seconds()
                 times[name].append(fn())
+                cpu[name].append(_cpu_seconds() - c0)
         _, detail = prepare_seconds(work / "corpus", work / "out", tok_path, "process", cores)
         mbps = {k: text_mb / statistics.median(v) for k, v in times.items()}
         base = mbps["encode_batch"]
         print(f"corpus: {len(docs):,} documents, {text_mb:.1f} MB of text in {args.files} files; "
               f"{detail['tokens']:,} tokens ({detail['bytes_per_token']:.2f} bytes/token); {cores} cores; "
               f"median of {args.rounds} round(s)")
+        cpu_per_mb = {k: statistics.median(v) / text_mb for k, v in cpu.items()}
         for k, v in mbps.items():
-            print(f"  {k:<22} {v:8.2f} MB/s   {v / base:5.2f}× encode_batch")
+            print(f"  {k:<22} {v:8.2f} MB/s   {v / base:5.2f}× encode_batch   {cpu_per_mb[k]:6.2f} CPU s/MB")
         print("  prepare stages (last run): " + ", ".join(f"{k} {s:.2f} s" for k, s in detail["stages"].items()))
         ratio = mbps["prepare (processes)"] / base
         print(f"prepare / encode_batch = {ratio:.2f}× (target ≥ 0.8×)")
         if args.output:
             Path(args.output).write_text(json.dumps({
                 "cores": cores, "documents": len(docs), "text_mb": text_mb, "tokens": detail["tokens"],
-                "rounds": args.rounds, "seconds": times, "MBps": mbps, "ratio_prepare_to_encode_batch": ratio,
+                "rounds": args.rounds, "seconds": times, "cpu_seconds": cpu, "MBps": mbps, "ratio_prepare_to_encode_batch": ratio,
                 "prepare_stages_s": detail["stages"], "command": " ".join(sys.argv)}, indent=1) + "\n")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -56,9 +56,8 @@ def _keys(bucket: str, prefix: str = "") -> dict[str, str]:
     return {o["Key"]: o["ETag"] + str(o["LastModified"]) for p in pages for o in p.get("Contents", [])}
 
 
-def test_the_jobs_indexes_merge_to_the_single_machine_output(capsys, tmp_path, corpus_bucket, bpe):
+def test_the_jobs_indexes_merge_to_the_single_machine_output(capsys, tmp_path, corpus_bucket, bpe):  # noqa: F811
     import boto3
-
     from llmtrain_trainer.data import ShardDataset
     from llmtrain_trainer.prepare import prepare
 
@@ -83,7 +82,7 @@ def test_the_jobs_indexes_merge_to_the_single_machine_output(capsys, tmp_path, c
         finally:
             del os.environ["JOB_COMPLETION_INDEX"]
         assert rc == 0, err
-        assert (f"merged s3://tokens/dist/index.json" in out) == (k == 1), out
+        assert ("merged s3://tokens/dist/index.json" in out) == (k == 1), out
 
     merged = json.loads(boto3.client("s3").get_object(Bucket="tokens", Key="dist/index.json")["Body"].read())
     # "equals": the same token stream, documents, counts, dtype, vocabulary, eos and tokenizer
@@ -134,7 +133,6 @@ def test_slices_are_contiguous_balanced_and_cover_every_file():
 
 def test_more_indexes_than_files_leaves_empty_parts_that_merge(capsys, tmp_path, corpus_bucket):
     import boto3
-
     from llmtrain_trainer.prepare import prepare
     from llmtrain_trainer.prepare_cluster import merge, plan, run_index
 

@@ -190,7 +190,6 @@ def test_prepare_from_an_s3_prefix_equals_the_same_files_on_disk(tmp_path, s3):
     """A prefix expands in key order (= the local sorted path order); parquet is read through ranged
     GETs, zstd JSONL streamed."""
     import boto3
-
     from llmtrain_trainer.prepare import prepare
 
     local = tmp_path / "corpus"

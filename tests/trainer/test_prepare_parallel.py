@@ -47,9 +47,8 @@ def _files(out) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("pool", ["process", "thread"])
 def test_prepare_output_is_identical_for_one_and_several_workers(tmp_path, bpe, pool):
-    from tokenizers import Tokenizer
-
     from llmtrain_trainer.prepare import prepare
+    from tokenizers import Tokenizer
 
     _corpus(tmp_path / "src")
     kw = dict(tokenizer=bpe, shard_tokens=1500, batch_bytes=700)  # many batches in flight, many shards

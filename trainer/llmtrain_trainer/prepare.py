@@ -41,8 +41,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .data import FORMAT, INDEX
-from .sources import (DEFAULT_BATCH_BYTES, DEFAULT_EXTENSIONS, DEFAULT_MAX_RECORD_BYTES, DEFAULT_TEXT_FIELD,
-                      Batch, Source, batches, list_sources, texts)
+from .sources import (
+    DEFAULT_BATCH_BYTES,
+    DEFAULT_EXTENSIONS,
+    DEFAULT_MAX_RECORD_BYTES,
+    DEFAULT_TEXT_FIELD,
+    Batch,
+    Source,
+    batches,
+    list_sources,
+    texts,
+)
 
 DEFAULT_SHARD_TOKENS = 1 << 26
 EOS_CANDIDATES = ("<|end_of_text|>", "</s>", "<|endoftext|>", "<eos>")
@@ -62,7 +71,7 @@ class Tokenizer:
         return self._tok.encode(text, add_special_tokens=False).ids
 
     @classmethod
-    def load(cls, path: str | None, eos_id: int | None = None) -> "Tokenizer":
+    def load(cls, path: str | None, eos_id: int | None = None) -> Tokenizer:
         if not path:
             return cls("byte", 256, 0 if eos_id is None else eos_id)._checked()
         if not os.path.isfile(path):
@@ -73,7 +82,7 @@ class Tokenizer:
         return cls.from_json(text, os.path.basename(path), eos_id, f"--tokenizer {path}")
 
     @classmethod
-    def from_json(cls, text: str, name: str, eos_id: int | None, what: str) -> "Tokenizer":
+    def from_json(cls, text: str, name: str, eos_id: int | None, what: str) -> Tokenizer:
         """A `tokenizers` JSON document, stored under `name` beside the shards."""
         from .data import check_name
 
@@ -85,7 +94,7 @@ class Tokenizer:
             raise ValueError(f"{what}: no end-of-document token among {EOS_CANDIDATES}; pass --eos-id")
         return cls(name, hf.get_vocab_size(with_added_tokens=True), eos_id, text, hf)._checked()
 
-    def _checked(self) -> "Tokenizer":
+    def _checked(self) -> Tokenizer:
         if not 0 <= self.eos_id < self.vocab_size:  # would index past the embedding table in training
             raise ValueError(f"--eos-id {self.eos_id} is outside the vocabulary of {self.name} "
                              f"(ids 0..{self.vocab_size - 1})")
@@ -154,8 +163,9 @@ def _encode(batch: Batch) -> Encoded:
         ids = ids.astype(dtype)
     else:
         nbytes = sum(len(d.encode("utf-8")) for d in docs)
-        encode = getattr(tok, "encode_batch_fast", tok.encode_batch)  # _fast: the same ids, no offsets
-        encs = encode(docs, add_special_tokens=False)
+        # (encode_batch_fast skips the offsets but measured no faster for byte-level BPE: one CPU core,
+        # bench/prepare_throughput.py's corpus)
+        encs = tok.encode_batch(docs, add_special_tokens=False)
         lens = np.fromiter((len(e.ids) + 1 for e in encs), dtype=np.int64, count=len(encs))
         ids = np.empty(int(lens.sum()), dtype=dtype)
         ends = np.cumsum(lens)
@@ -275,10 +285,10 @@ class Report:
         s = self.stages
         wall = s.get("total", 0.0) or 1e-9
         return [
-            f"{self.documents:,} documents, {self.tokens:,} tokens in {self.shards} shard(s) from {self.files} "
-            f"file(s), {self.input_bytes / 1e6:,.1f} MB; {self.bytes_per_token:.2f} bytes per token",
-            f"{self.text_bytes / 1e6 / wall:,.2f} MB/s of text, {self.tokens / wall:,.0f} tokens/s on "
-            f"{self.workers} worker(s)",
+            (f"{self.documents:,} documents, {self.tokens:,} tokens in {self.shards} shard(s) from {self.files} "
+             f"file(s), {self.input_bytes / 1e6:,.1f} MB; {self.bytes_per_token:.2f} bytes per token"),
+            (f"{self.text_bytes / 1e6 / wall:,.2f} MB/s of text, {self.tokens / wall:,.0f} tokens/s on "
+             f"{self.workers} worker(s)"),
             "time: " + ", ".join(f"{k} {v:.2f} s" for k, v in s.items())
             + " (tokenize: summed over the workers; the other stages: this process)",
         ]

@@ -41,7 +41,13 @@ import os
 from dataclasses import dataclass
 
 from .data import FORMAT, INDEX, check_name
-from .sources import DEFAULT_EXTENSIONS, DEFAULT_MAX_RECORD_BYTES, DEFAULT_TEXT_FIELD, Source, list_sources
+from .sources import (
+    DEFAULT_EXTENSIONS,
+    DEFAULT_MAX_RECORD_BYTES,
+    DEFAULT_TEXT_FIELD,
+    Source,
+    list_sources,
+)
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "llmtrain-prepare-manifest/v1"
@@ -164,7 +170,7 @@ class Manifest:
     sources: list[Source]
 
     @classmethod
-    def read(cls, output: str) -> "Manifest":
+    def read(cls, output: str) -> Manifest:
         where = _join(output, MANIFEST)
         data = read_object(output, MANIFEST)
         if data is None:
@@ -281,8 +287,8 @@ def render_job(output: str, indexes: int, *, name: str | None = None, namespace:
                service_account: str | None = None, env: dict[str, str] | None = None,
                backoff_per_index: int = 3) -> dict:
     """The Indexed Job: pod k runs index k of the manifest in `output` (the trainer image's CLI)."""
-    from llmtrain.render import container_security_context, pod_security_context
     from llmtrain.catalog import instance_type
+    from llmtrain.render import container_security_context, pod_security_context
     from llmtrain.spec import DEFAULT_IMAGE
 
     name = name or job_name(output)
