@@ -241,3 +241,19 @@ def test_the_rendered_job_runs_on_the_cluster_and_its_status_is_reported(capsys,
     assert "2 of 3 indexes succeeded (0,1)" in out and "0 failed" in out and "not merged yet" in out, out
     rc, out, err = cli(capsys, "prepare", "--status", "nope", "-n", namespace, "--kubeconfig", kc)
     assert rc == 1 and "nope" in err and "Not Found" in err
+
+
+def test_a_manifest_in_a_bucket_cannot_make_the_pods_read_their_own_files(tmp_path, s3):
+    """The manifest is tenant data in S3: listing /etc/hostname-like local paths must be refused."""
+    import boto3
+
+    from llmtrain_trainer.prepare_cluster import MANIFEST, run_index
+
+    boto3.client("s3").create_bucket(Bucket="evil")
+    (tmp_path / "secret.txt").write_text("pod-local secret")
+    manifest = {"format": "llmtrain-prepare-manifest/v1", "indexes": 1, "tokenizer": "byte", "eos_id": 0,
+                "tokenizer_sha256": None, "shard_tokens": 100, "text_field": "text", "max_record_bytes": 1000,
+                "sources": [{"uri": str(tmp_path / "secret.txt"), "size": 16}], "slices": [[0, 1]]}
+    boto3.client("s3").put_object(Bucket="evil", Key=f"out/{MANIFEST}", Body=json.dumps(manifest).encode())
+    with pytest.raises(ValueError, match="only s3:// sources"):
+        run_index("s3://evil/out/", 0, workers=1)

@@ -44,6 +44,8 @@ def _run_local(args: argparse.Namespace, run_local) -> int:
 def cmd_prepare(args: argparse.Namespace) -> int:
     import sys
 
+    from concurrent.futures import BrokenExecutor
+
     from .prepare import run_prepare
 
     if args.status or args.cluster or args.manifest:
@@ -59,6 +61,10 @@ def cmd_prepare(args: argparse.Namespace) -> int:
                              workers=args.workers, progress=not args.quiet)
     except (OSError, ValueError) as err:
         print(f"llmtrain prepare: {err}", file=sys.stderr)
+        return 1
+    except BrokenExecutor as err:  # a worker process killed (out of memory: lower --workers)
+        print(f"llmtrain prepare: a tokenizer worker died ({err}); out of memory? try fewer --workers",
+              file=sys.stderr)
         return 1
     index = result.index
     print(f"{args.output}: {index['documents']} documents, {index['tokens']:,} tokens in "

@@ -185,6 +185,9 @@ class Manifest:
             int(doc["shard_tokens"]), int(doc["eos_id"]), str(doc["text_field"]), int(doc["max_record_bytes"])
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"{where}: malformed ({err!r})") from None
+        if output.startswith("s3://") and any(not s.uri.startswith("s3://") for s in sources):
+            # a manifest in a bucket must not make the pods read their own local files into the output
+            raise ValueError(f"{where}: an s3:// output's manifest may list only s3:// sources")
         if len(cuts) != k or any(not 0 <= a <= b <= len(sources) for a, b in cuts):
             raise ValueError(f"{where}: slices do not cover the {len(sources)} sources in {k} indexes")
         if doc["tokenizer"] != "byte":

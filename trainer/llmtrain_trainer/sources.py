@@ -11,9 +11,9 @@ A directory or prefix expands to its files of the selected suffixes in sorted or
 order of the relative path, which is also S3's key order), so the document order is a function of
 the inputs alone. A file named explicitly must have a known suffix.
 
-Everything is streamed: text and compressed JSONL are read sequentially, parquet one row batch of
-one column at a time (S3 objects through ranged GETs of `READ_BUFFER` bytes), and a batch handed to
-the tokenizer workers holds about `batch_bytes` of records. Records are hostile input: a record
+Everything is streamed: text and compressed JSONL are read sequentially, parquet one row group's
+text column at a time (no other column is read), S3 objects through ranged GETs of at least
+`READ_BUFFER` bytes; a batch handed to the tokenizer workers holds about `batch_bytes` of records. Records are hostile input: a record
 longer than `max_record_bytes` is refused (a line is never read past that bound), as are invalid
 UTF-8, NUL bytes, invalid JSON, and a missing or non-string text field, each naming the file and
 its line or row.
