@@ -102,3 +102,15 @@ def test_every_llmtrain_render_output_is_valid(kubeconform, schemas):
     r = run_kubeconform(kubeconform, schemas, "\n---\n".join(rendered))
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"Valid: {2 * len(list((ROOT / 'examples').glob('*.yaml')))}, Invalid: 0" in r.stdout, r.stdout
+
+
+def test_llmtrain_prepare_cluster_job_is_valid(kubeconform, schemas):
+    """The Indexed Job `llmtrain prepare --cluster` prints (prepare_cluster.render_job), with every option set."""
+    from llmtrain_trainer.prepare_cluster import render_job
+
+    jobs = [render_job("s3://tokens/run1/", 16),
+            render_job("s3://tokens/run2/", 64, name="prep", namespace="data", parallelism=8, image="repo/img:1",
+                       cpus=96, memory_gib=180, service_account="prepare-s3", env={"AWS_REGION": "us-west-2"})]
+    r = run_kubeconform(kubeconform, schemas, yaml.safe_dump_all(jobs))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Valid: 2, Invalid: 0" in r.stdout, r.stdout

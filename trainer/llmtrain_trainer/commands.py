@@ -44,19 +44,128 @@ def _run_local(args: argparse.Namespace, run_local) -> int:
 def cmd_prepare(args: argparse.Namespace) -> int:
     import sys
 
-    from .prepare import prepare
+    from concurrent.futures import BrokenExecutor
 
-    exts = tuple(e if e.startswith(".") else "." + e for e in args.extensions.split(",") if e)
+    from .prepare import run_prepare
+
+    if args.status or args.cluster or args.manifest:
+        return _prepare_cluster(args)
+    if not args.inputs or not args.output:
+        print("llmtrain prepare: give the inputs (files, directories or s3:// prefixes) and --output",
+              file=sys.stderr)
+        return 1
     try:
-        index = prepare(args.inputs, args.output, tokenizer=args.tokenizer, eos_id=args.eos_id,
-                        shard_tokens=args.shard_tokens, extensions=exts, progress=not args.quiet)
+        result = run_prepare(args.inputs, args.output, tokenizer=args.tokenizer, eos_id=args.eos_id,
+                             shard_tokens=args.shard_tokens, extensions=tuple(args.extensions.split(",")),
+                             text_field=args.text_field, max_record_bytes=args.max_document_bytes,
+                             workers=args.workers, progress=not args.quiet)
     except (OSError, ValueError) as err:
         print(f"llmtrain prepare: {err}", file=sys.stderr)
         return 1
+    except BrokenExecutor as err:  # a worker process killed (out of memory: lower --workers)
+        print(f"llmtrain prepare: a tokenizer worker died ({err}); out of memory? try fewer --workers",
+              file=sys.stderr)
+        return 1
+    index = result.index
     print(f"{args.output}: {index['documents']} documents, {index['tokens']:,} tokens in "
           f"{len(index['shards'])} shard(s), {index['dtype']}, vocabulary {index['vocab_size']} "
           f"({index['tokenizer']})")
+    for line in result.report.lines():
+        print(line, file=sys.stderr)
     return 0
+
+
+def _prepare_cluster(args: argparse.Namespace) -> int:
+    """--cluster (plan + render/apply the Indexed Job), --manifest (one index, as a pod runs it; or
+    --merge), --status NAME (the Job's indexes and the merge)."""
+    import os
+    import sys
+
+    import yaml
+
+    from . import prepare_cluster as pc
+
+    try:
+        if args.status:
+            from kubernetes.client import BatchV1Api
+            from kubernetes.client.rest import ApiException
+
+            from .scale_test import _api
+
+            try:
+                job = BatchV1Api(_api(args.kubeconfig)).read_namespaced_job(args.status, args.namespace)
+            except ApiException as err:
+                print(f"llmtrain prepare --status: job {args.namespace}/{args.status}: {err.reason}", file=sys.stderr)
+                return 1
+            st = pc.job_status(_api(args.kubeconfig).sanitize_for_serialization(job))
+            try:
+                data = pc.read_object(st["output"], pc.INDEX) if st["output"] else None
+                merged = pc.parse_json(data, st["output"]) if data else None
+            except (OSError, ValueError, ImportError) as err:  # no S3 credentials here: say so, not fail
+                merged = f"unknown ({err})"
+            print("\n".join(pc.status_lines(st, merged)))
+            return 0
+        if args.manifest:
+            output = args.manifest.rsplit("/", 1)[0] + "/" if args.manifest.endswith(pc.MANIFEST) else args.manifest
+            if args.merge:
+                merged = pc.merge(output)
+                if merged is None:
+                    print(f"llmtrain prepare --merge: {output}: parts are missing; nothing merged", file=sys.stderr)
+                    return 1
+                print(f"{output}{pc.INDEX}: {merged['documents']:,} documents, {merged['tokens']:,} tokens "
+                      f"in {len(merged['shards'])} shards from {merged['parts']} parts")
+                return 0
+            k = args.index if args.index is not None else os.environ.get("JOB_COMPLETION_INDEX")
+            if k is None:
+                print("llmtrain prepare --manifest: no --index and no JOB_COMPLETION_INDEX", file=sys.stderr)
+                return 1
+            r = pc.run_index(output, int(k), workers=args.workers, progress=not args.quiet)
+            print(f"index {r['index']}: " + ("already complete, skipped" if r["skipped"] else
+                                             f"{r['part']['documents']:,} documents, {r['part']['tokens']:,} tokens"))
+            if r["report"] is not None:
+                for line in r["report"].lines():
+                    print(line, file=sys.stderr)
+            print(f"merged {output}{pc.INDEX}" if r["merged"] else "merge: waiting for other indexes")
+            return 0
+        # --cluster
+        if not args.inputs or not args.output:
+            print("llmtrain prepare --cluster: give the inputs and --output (an s3:// prefix)", file=sys.stderr)
+            return 1
+        if not args.output.startswith("s3://") and not args.allow_local_output:
+            print("llmtrain prepare --cluster: --output must be an s3:// prefix every pod can write", file=sys.stderr)
+            return 1
+        env = dict(e.split("=", 1) for e in args.env or [])
+        pc.plan(args.inputs, args.output, indexes=args.indexes, tokenizer=args.tokenizer, eos_id=args.eos_id,
+                shard_tokens=args.shard_tokens, extensions=tuple(args.extensions.split(",")),
+                text_field=args.text_field, max_record_bytes=args.max_document_bytes)
+        job = pc.render_job(args.output, args.indexes, name=args.name, namespace=args.namespace,
+                            parallelism=args.parallelism, image=args.image, cpus=args.cpus,
+                            memory_gib=args.memory_gib, service_account=args.service_account, env=env)
+        if not args.apply:
+            print(yaml.safe_dump(job, sort_keys=False), end="")
+            return 0
+        from kubernetes.client import BatchV1Api
+        from kubernetes.client.rest import ApiException
+
+        from .scale_test import _api
+
+        try:
+            BatchV1Api(_api(args.kubeconfig)).create_namespaced_job(args.namespace, job)
+        except ApiException as err:
+            hint = (" (it exists: `kubectl delete job` it to re-run; completed indexes are skipped)"
+                    if err.status == 409 else "")
+            print(f"llmtrain prepare --cluster: job {args.namespace}/{job['metadata']['name']}: {err.reason}{hint}",
+                  file=sys.stderr)
+            return 1
+        print(f"job {args.namespace}/{job['metadata']['name']} created: {args.indexes} indexes; "
+              f"llmtrain prepare --status {job['metadata']['name']} -n {args.namespace}")
+        return 0
+    except ValueError as err:
+        print(f"llmtrain prepare: {err}", file=sys.stderr)
+        return pc.EXIT_BAD_INPUT if args.manifest else 1
+    except OSError as err:
+        print(f"llmtrain prepare: {err}", file=sys.stderr)
+        return 1
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -121,17 +230,44 @@ def register(subparsers) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     p.set_defaults(func=cmd_local)
 
+    from .sources import DEFAULT_MAX_RECORD_BYTES, FORMATS
+
     q = subparsers.add_parser("prepare", help="tokenize text files into training shards",
-                              description="Turn .txt/.md/.jsonl files into llmtrain-tokens/v1 shards "
-                              "(byte-level, or a `tokenizers` tokenizer file).")
-    q.add_argument("inputs", nargs="+", help="files or directories")
-    q.add_argument("--output", "-o", required=True, help="output directory or s3://bucket/prefix/")
+                              description="Turn .txt/.md, .jsonl(.gz/.zst) and parquet files (local or "
+                              "s3://) into llmtrain-tokens/v1 shards (byte-level, or a `tokenizers` "
+                              "tokenizer file), on every core; the output does not depend on --workers.")
+    q.add_argument("inputs", nargs="*", help="files, directories or s3://bucket/prefix/ (sorted, recursive)")
+    q.add_argument("--output", "-o", help="output directory or s3://bucket/prefix/")
     q.add_argument("--tokenizer", help="a tokenizers JSON file (default: byte-level, vocabulary 256)")
     q.add_argument("--eos-id", type=int, help="end-of-document token id (default: from the tokenizer)")
     q.add_argument("--shard-tokens", type=_positive_int, default=1 << 26, help="tokens per shard (default 2^26)")
     q.add_argument("--quiet", action="store_true", help="no progress bar")
-    q.add_argument("--extensions", default=".txt,.md,.jsonl",
-                   help="file suffixes to take from directories (default: %(default)s)")
+    q.add_argument("--extensions", default=",".join(FORMATS),
+                   help="formats to take from directories and prefixes (default: %(default)s)")
+    q.add_argument("--text-field", default="text",
+                   help="the .jsonl field / parquet column holding the text (default: %(default)s)")
+    q.add_argument("--workers", type=_positive_int, help="tokenizer processes (default: every core)")
+    q.add_argument("--max-document-bytes", type=_positive_int, default=DEFAULT_MAX_RECORD_BYTES,
+                   help="refuse a document (file, line or row) longer than this (default: %(default)s)")
+    c = q.add_argument_group("on the cluster (an Indexed Job; see llmtrain_trainer/prepare_cluster.py)")
+    c.add_argument("--cluster", action="store_true", help="list the inputs, write the manifest and the tokenizer "
+                   "to --output, print the Job (or --apply it)")
+    c.add_argument("--indexes", type=_positive_int, default=8, help="Job completions: slices of the corpus (default %(default)s)")
+    c.add_argument("--parallelism", type=_positive_int, help="pods at once (default: all indexes)")
+    c.add_argument("--image", help="the trainer image (default: the release's)")
+    c.add_argument("--name", help="Job name (default: prepare-<hash of the output>)")
+    c.add_argument("--namespace", "-n", default="default", help="namespace (default: %(default)s)")
+    c.add_argument("--cpus", type=_positive_int, default=16, help="CPUs per pod = its workers (default %(default)s)")
+    c.add_argument("--memory-gib", type=_positive_int, default=32, help="memory per pod (default %(default)s)")
+    c.add_argument("--service-account", help="the pods' ServiceAccount (IRSA / Pod Identity role for S3)")
+    c.add_argument("--env", action="append", metavar="NAME=VALUE", help="pod environment (repeatable)")
+    c.add_argument("--apply", action="store_true", help="create the Job (current kubeconfig context)")
+    c.add_argument("--kubeconfig", help="kubeconfig for --apply / --status")
+    c.add_argument("--allow-local-output", action="store_true", help=argparse.SUPPRESS)  # tests: a shared directory
+    c.add_argument("--status", metavar="NAME", help="the Job's succeeded/failed indexes and the merge")
+    c.add_argument("--manifest", metavar="URI", help="run one index of this manifest (what each pod runs)")
+    c.add_argument("--index", type=int, help="the index to run (default: $JOB_COMPLETION_INDEX)")
+    c.add_argument("--merge", action="store_true", help="with --manifest: merge the parts' indexes now")
     q.set_defaults(func=cmd_prepare)
 
     e = subparsers.add_parser("export", help="a checkpoint as a Hugging Face model (safetensors + config.json)",

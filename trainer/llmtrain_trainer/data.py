@@ -41,16 +41,31 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 FORMAT = "llmtrain-tokens/v1"
 INDEX = "index.json"
+# A file an index names: relative, "/"-separated, no "." or ".." part, a bounded length. Indexes and
+# the buckets they live in are tenant data: a name must never reach outside the dataset's prefix.
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}(/[A-Za-z0-9_][A-Za-z0-9._-]{0,127}){0,3}")
+
+
+def check_name(name, where: str) -> str:
+    """`name` if it is a safe file name inside a dataset, else ValueError naming `where`."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name.split("/"):
+        raise ValueError(f"{where}: {name!r} is not a file name inside the dataset (expected a relative "
+                         "path of letters, digits, '.', '_', '-', at most 4 levels, no '..')")
+    return name
 
 
 # ----------------------------------------------------------------------------------------------
@@ -138,6 +153,8 @@ class ShardDataset:
         self.vocab_size = int(self.index["vocab_size"])
         self.seq_len, self.seed = seq_len, seed
         self.shards = self.index["shards"]
+        for k, sh in enumerate(self.shards):
+            check_name(sh.get("file") if isinstance(sh, dict) else sh, f"{uri}/{INDEX}: shards[{k}].file")
         per_shard = [max(0, (int(sh["tokens"]) - 1) // seq_len) for sh in self.shards]
         self._first = np.cumsum([0] + per_shard)  # global (unshuffled) index of each shard's sample 0
         self.samples_per_epoch = int(self._first[-1])
@@ -294,6 +311,8 @@ class DataLoader:
         self.last_wait = time.perf_counter() - t0
         self.step += 1
         self._schedule()
+        import torch  # here, not at import: `llmtrain prepare`'s worker processes read FORMAT without torch
+
         batch = torch.from_numpy(arr)
         if self.device.type == "cuda":
             batch = batch.pin_memory().to(self.device, non_blocking=True)

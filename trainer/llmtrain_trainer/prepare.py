@@ -1,29 +1,57 @@
-"""`llmtrain prepare`: text files → token shards in the `llmtrain-tokens/v1` format (see `data.py`).
+"""`llmtrain prepare`: text corpora → token shards in the `llmtrain-tokens/v1` format (see `data.py`).
 
-Inputs are files or directories (searched recursively for *.txt, *.md, *.jsonl, or the
-`--extensions` given; any non-.jsonl file is read as plain text). A .txt/.md file is
-one document; a .jsonl file holds one document per line in its "text" field. Documents stream
-through in input order (memory bounded by one shard, a progress bar over the input bytes); the
-reader's sample-level shuffle mixes them.
+Inputs (formats, local paths and s3:// prefixes, order, bounds): see `sources.py`.
+
+Pipeline on one machine:
+
+    reader (this process)         workers (one process per core)        writer (this process)
+    list → read/decompress/frame  → decode, parse, encode_batch → ids  → shards, in input order
+           batches of ~512 KiB
+
+The reader only frames raw records (a line, a file, a parquet row batch); parsing, UTF-8
+validation and tokenization run in the workers, so one reader feeds many cores (it moves bytes at
+hundreds of MB/s, a tokenizer core moves a few). At most `workers + 2` batches are in flight, so
+memory is bounded by those batches plus one shard buffer whatever the corpus size. Results are
+consumed in submission order, and a document's tokens do not depend on which batch or worker
+encoded it (padding and truncation are switched off), so the output — shards, index.json,
+document order — is identical byte for byte for any worker count.
+
+Why processes and not threads: `encode_batch` releases the GIL and runs on Rayon's threads, but
+turning its Encoding objects into ids runs under the GIL and is a large share of the time for BPE
+tokenizers; one single-threaded tokenizer per process scales that part too (bench/prepare_throughput.py
+measures both). Each worker sets TOKENIZERS_PARALLELISM=false so N processes don't each start N threads.
 
 Tokenizer: a `tokenizers` JSON file (`--tokenizer tokenizer.json`, e.g. a Llama 3 tokenizer), or
 the byte-level fallback that needs no download: token = UTF-8 byte (vocabulary 256, matching the
-`tiny` preset), with byte 0 (NUL, absent from text) as the end-of-document token.
+`tiny` preset), with byte 0 (NUL, refused in text) as the end-of-document token.
 """
 
 from __future__ import annotations
 
+import collections
 import json
+import multiprocessing
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Iterator
+import time
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .data import FORMAT, INDEX
+from .sources import (
+    DEFAULT_BATCH_BYTES,
+    DEFAULT_EXTENSIONS,
+    DEFAULT_MAX_RECORD_BYTES,
+    DEFAULT_TEXT_FIELD,
+    Batch,
+    Source,
+    batches,
+    list_sources,
+    texts,
+)
 
 DEFAULT_SHARD_TOKENS = 1 << 26
 EOS_CANDIDATES = ("<|end_of_text|>", "</s>", "<|endoftext|>", "<eos>")
@@ -34,6 +62,7 @@ class Tokenizer:
     name: str
     vocab_size: int
     eos_id: int
+    json: str | None = None  # the tokenizers JSON (None: byte-level), what the workers load
     _tok: object | None = None
 
     def encode(self, text: str) -> list[int]:
@@ -42,80 +71,163 @@ class Tokenizer:
         return self._tok.encode(text, add_special_tokens=False).ids
 
     @classmethod
-    def load(cls, path: str | None, eos_id: int | None = None) -> "Tokenizer":
+    def load(cls, path: str | None, eos_id: int | None = None) -> Tokenizer:
         if not path:
-            tok = cls("byte", 256, 0 if eos_id is None else eos_id)
-        else:
-            from tokenizers import Tokenizer as HFTokenizer
+            return cls("byte", 256, 0 if eos_id is None else eos_id)._checked()
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"--tokenizer {path}: no such file (expected a `tokenizers` "
+                                    "JSON file such as a model's tokenizer.json)")
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        return cls.from_json(text, os.path.basename(path), eos_id, f"--tokenizer {path}")
 
-            if not os.path.isfile(path):
-                raise FileNotFoundError(f"--tokenizer {path}: no such file (expected a `tokenizers` "
-                                        "JSON file such as a model's tokenizer.json)")
-            try:
-                hf = HFTokenizer.from_file(path)
-            except Exception as err:  # the Rust side raises a bare Exception for any parse error
-                raise ValueError(f"--tokenizer {path}: not a `tokenizers` JSON file ({err})") from None
-            if eos_id is None:
-                eos_id = next((i for t in EOS_CANDIDATES if (i := hf.token_to_id(t)) is not None), None)
-            if eos_id is None:
-                raise ValueError(f"{path}: no end-of-document token among {EOS_CANDIDATES}; pass --eos-id")
-            tok = cls(os.path.basename(path), hf.get_vocab_size(with_added_tokens=True), eos_id, hf)
-        if not 0 <= tok.eos_id < tok.vocab_size:  # would index past the embedding table in training
-            raise ValueError(f"--eos-id {tok.eos_id} is outside the vocabulary of {tok.name} "
-                             f"(ids 0..{tok.vocab_size - 1})")
-        return tok
+    @classmethod
+    def from_json(cls, text: str, name: str, eos_id: int | None, what: str) -> Tokenizer:
+        """A `tokenizers` JSON document, stored under `name` beside the shards."""
+        from .data import check_name
 
+        check_name(name, f"{what}: the file name stored in index.json")
+        hf = _hf_tokenizer(text, what)
+        if eos_id is None:
+            eos_id = next((i for t in EOS_CANDIDATES if (i := hf.token_to_id(t)) is not None), None)
+        if eos_id is None:
+            raise ValueError(f"{what}: no end-of-document token among {EOS_CANDIDATES}; pass --eos-id")
+        return cls(name, hf.get_vocab_size(with_added_tokens=True), eos_id, text, hf)._checked()
 
-DEFAULT_EXTENSIONS = (".txt", ".md", ".jsonl")
+    def _checked(self) -> Tokenizer:
+        if not 0 <= self.eos_id < self.vocab_size:  # would index past the embedding table in training
+            raise ValueError(f"--eos-id {self.eos_id} is outside the vocabulary of {self.name} "
+                             f"(ids 0..{self.vocab_size - 1})")
+        return self
 
-
-def _files(inputs: list[str], extensions=DEFAULT_EXTENSIONS) -> list[Path]:
-    out: list[Path] = []
-    for inp in inputs:
-        p = Path(inp)
-        if p.is_dir():
-            out += sorted(q for q in p.rglob("*") if q.suffix in extensions and q.is_file())
-        elif p.is_file():
-            out.append(p)
-        else:
-            raise FileNotFoundError(f"{inp}: no such file or directory")
-    if not out:
-        raise FileNotFoundError(f"no {'/'.join(extensions)} files in {' '.join(inputs)}")
-    return out
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype("<u2") if self.vocab_size <= 1 << 16 else np.dtype("<u4")
 
 
-def _jsonl_text(line: str, where: str) -> str:
+def _hf_tokenizer(text: str, what: str):
+    from tokenizers import Tokenizer as HFTokenizer
+
     try:
-        doc = json.loads(line)
-    except ValueError as err:
-        raise ValueError(f"{where}: not a JSON object ({err})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("text"), str):
-        got = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
-        raise ValueError(f'{where}: a .jsonl line must be an object with a string "text" field (got {got})')
-    return doc["text"]
+        hf = HFTokenizer.from_str(text)
+    except Exception as err:  # the Rust side raises a bare Exception for any parse error
+        raise ValueError(f"{what}: not a `tokenizers` JSON file ({err})") from None
+    try:
+        dropout = (json.loads(text).get("model") or {}).get("dropout")
+    except (ValueError, AttributeError):
+        dropout = None
+    if dropout:  # BPE dropout draws a random segmentation per call: the output would differ per run
+        raise ValueError(f"{what}: BPE dropout {dropout} makes tokenization random; save the tokenizer "
+                         "with dropout null for preparing data")
+    # A document's ids must not depend on the batch it is encoded in.
+    hf.no_padding()
+    hf.no_truncation()
+    return hf
 
 
-def _documents(files: list[Path]) -> Iterator[tuple[str, int]]:
-    """(document text, input bytes it came from), one at a time: the corpus is never all in memory."""
-    for f in files:
-        if f.suffix == ".jsonl":
-            with open(f, "rb") as fh:
-                for n, raw in enumerate(fh, 1):
-                    line = raw.decode("utf-8", errors="replace")
-                    if line.strip():
-                        yield _jsonl_text(line, f"{f}:{n}"), len(raw)
-        else:
-            yield f.read_text(encoding="utf-8", errors="replace"), f.stat().st_size
+# ----------------------------------------------------------------------------------------------
+# Workers: a batch of raw records → the documents' ids, each followed by eos.
 
+_WORKER: dict = {}
+
+
+def _init_worker(tok_json: str | None, eos_id: int, dtype: str, text_field: str, single_threaded: bool) -> None:
+    if single_threaded:  # before tokenizers starts its Rayon pool in this process
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        os.environ["RAYON_NUM_THREADS"] = "1"
+    _WORKER.update(tok=_hf_tokenizer(tok_json, "tokenizer") if tok_json else None, eos=eos_id,
+                   dtype=np.dtype(dtype), text_field=text_field)
+
+
+@dataclass
+class Encoded:
+    ids: np.ndarray
+    documents: int
+    text_bytes: int     # UTF-8 bytes of the documents' text (for bytes per token)
+    seconds: float      # worker time: parse + tokenize
+    in_bytes: int       # input bytes this batch accounts for (progress)
+
+
+def _encode(batch: Batch) -> Encoded:
+    t0 = time.perf_counter()
+    w = _WORKER
+    docs = texts(batch, w["text_field"])
+    dtype, eos, tok = w["dtype"], w["eos"], w["tok"]
+    if tok is None:  # byte-level: the UTF-8 bytes are the ids
+        raw = [d.encode("utf-8") for d in docs]
+        nbytes = sum(map(len, raw))
+        ids = np.frombuffer(b"\0".join(raw) + b"\0", dtype=np.uint8) if raw else np.empty(0, np.uint8)
+        if eos != 0:
+            ids = ids.copy()
+            ids[ids == 0] = eos  # NUL never occurs in a document (refused), so every 0 is a separator
+        ids = ids.astype(dtype)
+    else:
+        nbytes = sum(len(d.encode("utf-8")) for d in docs)
+        # (encode_batch_fast skips the offsets but measured no faster for byte-level BPE: one CPU core,
+        # bench/prepare_throughput.py's corpus)
+        encs = tok.encode_batch(docs, add_special_tokens=False)
+        lens = np.fromiter((len(e.ids) + 1 for e in encs), dtype=np.int64, count=len(encs))
+        ids = np.empty(int(lens.sum()), dtype=dtype)
+        ends = np.cumsum(lens)
+        pos = 0
+        for e, end in zip(encs, ends.tolist()):
+            ids[pos:end - 1] = e.ids
+            ids[end - 1] = eos
+            pos = end
+    return Encoded(ids, len(docs), nbytes, time.perf_counter() - t0, batch.in_bytes)
+
+
+class _InProcess:
+    """The worker pool of one worker: the same code in this process (no pickling, easy to profile)."""
+
+    def __init__(self, *init_args):
+        _init_worker(*init_args[:4], single_threaded=False)
+
+    def submit(self, fn, *args) -> Future:
+        f: Future = Future()
+        try:
+            f.set_result(fn(*args))
+        except BaseException as err:  # raised at .result(), as a pool would
+            f.set_exception(err)
+        return f
+
+    def shutdown(self, **_):
+        pass
+
+
+def _pool(workers: int, pool: str, init_args: tuple):
+    if workers == 1:
+        return _InProcess(*init_args)
+    if pool == "thread":
+        _init_worker(*init_args[:4], single_threaded=False)  # one tokenizer shared; Rayon inside
+        return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llmtrain-prepare")
+    # spawn: fork would copy this process's threads (tqdm's monitor, boto3's, a test's servers) mid-state
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_init_worker, initargs=(*init_args[:4], True))
+
+
+def default_workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+# ----------------------------------------------------------------------------------------------
+# Shards.
 
 class _ShardWriter:
-    """Tokens → fixed-size shard files through one preallocated buffer of `shard_tokens`."""
+    """Tokens → fixed-size shard files through one preallocated buffer of `shard_tokens`; a full
+    shard is handed to `on_shard` (the S3 upload, in the background: at most one in flight)."""
 
-    def __init__(self, out_dir: str, shard_tokens: int, dtype: np.dtype, on_shard=None):
-        self.out_dir, self.dtype, self.on_shard = out_dir, dtype, on_shard
+    def __init__(self, out_dir: str, shard_tokens: int, dtype: np.dtype, on_shard=None, prefix: str = ""):
+        self.out_dir, self.dtype, self.on_shard, self.prefix = out_dir, dtype, on_shard, prefix
         self.buf = np.empty(shard_tokens, dtype=dtype)
         self.fill = 0
         self.shards: list[dict] = []
+        self._uploads = ThreadPoolExecutor(max_workers=1) if on_shard else None
+        self._pending: Future | None = None
+        self.upload_wait = 0.0
 
     def add(self, ids) -> None:
         ids = np.asarray(ids, dtype=self.dtype)
@@ -131,67 +243,190 @@ class _ShardWriter:
         if self.fill:
             name = f"shard-{len(self.shards):05d}.bin"
             self.buf[:self.fill].tofile(os.path.join(self.out_dir, name))
-            self.shards.append({"file": name, "tokens": int(self.fill)})
+            self.shards.append({"file": self.prefix + name, "tokens": int(self.fill)})
             self.fill = 0
-            if self.on_shard is not None:
-                self.on_shard(name)
+            if self._uploads is not None:
+                self.wait()  # bounds local disk to two shards
+                self._pending = self._uploads.submit(self.on_shard, name)
+
+    def wait(self) -> None:
+        if self._pending is not None:
+            t0 = time.perf_counter()
+            self._pending.result()
+            self._pending = None
+            self.upload_wait += time.perf_counter() - t0
+
+    def close(self) -> None:
+        if self._uploads is not None:
+            self.wait()
+            self._uploads.shutdown()
 
 
-def prepare(inputs: list[str], output: str, *, tokenizer: str | None = None, eos_id: int | None = None,
-            shard_tokens: int = DEFAULT_SHARD_TOKENS, extensions: tuple[str, ...] = DEFAULT_EXTENSIONS,
-            progress: bool = False) -> dict:
-    """Write the shards and index.json to `output` (a directory, or s3://bucket/prefix/).
+# ----------------------------------------------------------------------------------------------
+# The run.
 
-    Streaming: one document at a time into one shard buffer, so memory is bounded by the shard size
-    (2^26 tokens = 128 MiB of uint16 by default) whatever the corpus size. Documents are written in
-    input order; the reader shuffles at sample level across all shards (see `data.py`).
-    """
+@dataclass
+class Report:
+    documents: int = 0
+    tokens: int = 0
+    shards: int = 0
+    text_bytes: int = 0
+    input_bytes: int = 0
+    files: int = 0
+    workers: int = 1
+    stages: dict = field(default_factory=dict)  # stage → seconds (wall, except "tokenize": worker time)
+
+    @property
+    def bytes_per_token(self) -> float:
+        body = self.tokens - self.documents  # without the end-of-document tokens
+        return self.text_bytes / body if body > 0 else 0.0
+
+    def lines(self) -> list[str]:
+        s = self.stages
+        wall = s.get("total", 0.0) or 1e-9
+        return [
+            (f"{self.documents:,} documents, {self.tokens:,} tokens in {self.shards} shard(s) from {self.files} "
+             f"file(s), {self.input_bytes / 1e6:,.1f} MB; {self.bytes_per_token:.2f} bytes per token"),
+            (f"{self.text_bytes / 1e6 / wall:,.2f} MB/s of text, {self.tokens / wall:,.0f} tokens/s on "
+             f"{self.workers} worker(s)"),
+            "time: " + ", ".join(f"{k} {v:.2f} s" for k, v in s.items())
+            + " (tokenize: summed over the workers; the other stages: this process)",
+        ]
+
+
+@dataclass
+class Result:
+    index: dict
+    report: Report
+
+
+def prepare(inputs: list[str], output: str, **kw) -> dict:
+    """Write the shards and index.json to `output` (a directory, or s3://bucket/prefix/); the index."""
+    return run_prepare(inputs, output, **kw).index
+
+
+def run_prepare(inputs: list[str] | None, output: str, *, tokenizer: str | None = None, eos_id: int | None = None,
+                shard_tokens: int = DEFAULT_SHARD_TOKENS, extensions: tuple[str, ...] = DEFAULT_EXTENSIONS,
+                text_field: str = DEFAULT_TEXT_FIELD, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+                workers: int | None = None, pool: str = "process", batch_bytes: int = DEFAULT_BATCH_BYTES,
+                progress: bool = False, sources: list[Source] | None = None, tok: Tokenizer | None = None,
+                shard_prefix: str = "", copy_tokenizer: bool = True, extra: dict | None = None) -> Result:
+    """Streaming: memory is bounded by the batches in flight and one shard buffer (2^26 tokens = 128
+    MiB of uint16 by default) whatever the corpus size. Documents are written in input order; the
+    reader shuffles at sample level across all shards (see `data.py`).
+
+    `sources`/`tok`/`shard_prefix`/`extra` are for the distributed prepare (prepare_cluster.py):
+    one slice of a listed corpus, written with its shard names under a prefix."""
     if shard_tokens < 1:  # 0 would never fill a shard: an endless stream of empty files
         raise ValueError(f"shard_tokens must be at least 1 (got {shard_tokens}); default {DEFAULT_SHARD_TOKENS}")
-    tok = Tokenizer.load(tokenizer, eos_id)
-    dtype = np.dtype("<u2") if tok.vocab_size <= 1 << 16 else np.dtype("<u4")
-    files = _files(inputs, extensions)
+    if max_record_bytes < 1:
+        raise ValueError(f"max_record_bytes must be at least 1 (got {max_record_bytes})")
+    if pool not in ("process", "thread"):
+        raise ValueError(f"pool must be 'process' or 'thread', got {pool!r}")
+    t_start = time.perf_counter()
+    stages: dict[str, float] = {}
+    tok = tok or Tokenizer.load(tokenizer, eos_id)
+    dtype = tok.dtype
+    t0 = time.perf_counter()
+    if sources is None:
+        sources = list_sources(list(inputs or []), extensions)
+    stages["list"] = time.perf_counter() - t0
+    if workers is None:  # starting a process costs more than tokenizing a few batches
+        workers = max(1, min(default_workers(), sum(s.size for s in sources) // (4 * batch_bytes)))
 
     to_s3 = output.startswith("s3://")
     from .config import local_path
 
-    out_dir = tempfile.mkdtemp(prefix="llmtrain-prepare-") if to_s3 else local_path(output)
+    out_dir = tempfile.mkdtemp(prefix="llmtrain-prepare-") if to_s3 else os.path.join(local_path(output), shard_prefix)
     os.makedirs(out_dir, exist_ok=True)
     upload = None
-    if to_s3:  # each shard goes up as soon as it is full, so local disk holds one shard at a time
+    if to_s3:  # each shard goes up as soon as it is full, so local disk holds at most two shards
         from . import s3
 
         bucket, prefix = s3.split_uri(output)
         c = s3.client()
 
-        def upload(name: str) -> None:
-            c.upload_file(os.path.join(out_dir, name), bucket, prefix + name, Config=s3.transfer_config())
+        def upload(name: str, key: str | None = None) -> None:
+            c.upload_file(os.path.join(out_dir, name), bucket, prefix + (key or shard_prefix + name),
+                          Config=s3.transfer_config())
             os.remove(os.path.join(out_dir, name))
-    writer = _ShardWriter(out_dir, shard_tokens, dtype, on_shard=upload)
+    writer = _ShardWriter(out_dir, shard_tokens, dtype, on_shard=upload, prefix=shard_prefix)
     from tqdm import tqdm
 
-    documents = 0
-    with tqdm(total=sum(f.stat().st_size for f in files), unit="B", unit_scale=True, desc="tokenizing",
-              disable=not progress, dynamic_ncols=True) as bar:
-        for text, nbytes in _documents(files):
-            writer.add(tok.encode(text) + [tok.eos_id])
-            documents += 1
-            bar.update(nbytes)
-    writer.flush()
+    rep = Report(files=len(sources), workers=workers, input_bytes=sum(s.size for s in sources))
+    read_s = wait_s = write_s = tokenize_s = 0.0
+    executor = _pool(workers, pool, (tok.json, tok.eos_id, dtype.str, text_field))
+    in_flight: collections.deque[Future] = collections.deque()
+    bar = tqdm(total=rep.input_bytes, unit="B", unit_scale=True, desc="tokenizing", disable=not progress,
+               dynamic_ncols=True, smoothing=0.1)
+
+    def take() -> None:
+        nonlocal wait_s, write_s, tokenize_s
+        t = time.perf_counter()
+        enc: Encoded = in_flight.popleft().result()
+        t1 = time.perf_counter()
+        writer.add(enc.ids)
+        write_s += time.perf_counter() - t1
+        wait_s += t1 - t
+        tokenize_s += enc.seconds
+        rep.documents += enc.documents
+        rep.text_bytes += enc.text_bytes
+        rep.tokens += len(enc.ids)
+        bar.update(enc.in_bytes)
+        elapsed = time.perf_counter() - t_start
+        bar.set_postfix_str(f"{rep.tokens / max(elapsed, 1e-9):,.0f} tokens/s, {rep.documents:,} docs",
+                            refresh=False)
+
+    try:
+        stream = batches(sources, text_field=text_field, max_record_bytes=max_record_bytes, batch_bytes=batch_bytes)
+        while True:
+            t = time.perf_counter()
+            batch = next(stream, None)
+            read_s += time.perf_counter() - t
+            if batch is None:
+                break
+            in_flight.append(executor.submit(_encode, batch))
+            while len(in_flight) >= workers + 2:  # every worker busy, the next batches queued
+                take()
+        while in_flight:
+            take()
+        t = time.perf_counter()
+        writer.flush()
+        writer.close()
+        write_s += time.perf_counter() - t
+    except BaseException:
+        for f in in_flight:
+            f.cancel()
+        writer.close()
+        if to_s3:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+    finally:
+        bar.close()
+        executor.shutdown(wait=True, cancel_futures=True)
+
     shards = writer.shards
-
     index = {"format": FORMAT, "dtype": dtype.name.replace("<", ""), "vocab_size": tok.vocab_size,
-             "eos_id": tok.eos_id, "tokenizer": tok.name, "documents": documents,
-             "tokens": sum(s["tokens"] for s in shards), "shards": shards}
-    if tokenizer:
-        shutil.copyfile(tokenizer, os.path.join(out_dir, os.path.basename(tokenizer)))
-    with open(os.path.join(out_dir, INDEX), "w") as f:
-        json.dump(index, f, indent=1)
-
+             "eos_id": tok.eos_id, "tokenizer": tok.name, "documents": rep.documents,
+             "tokens": sum(s["tokens"] for s in shards), "shards": shards, **(extra or {})}
+    t = time.perf_counter()
+    index_dir = local_path(output) if not to_s3 else out_dir
+    if tokenizer and copy_tokenizer:
+        shutil.copyfile(tokenizer, os.path.join(index_dir, os.path.basename(tokenizer)))
+    index_name = shard_prefix + INDEX
     if to_s3:
+        with open(os.path.join(out_dir, INDEX), "w") as f:
+            json.dump(index, f, indent=1)
         for name in sorted(os.listdir(out_dir)):  # the tokenizer; index.json last: readers see complete data
             if name != INDEX:
-                upload(name)
-        c.upload_file(os.path.join(out_dir, INDEX), bucket, prefix + INDEX)
+                upload(name, name)
+        upload(INDEX, index_name)
         shutil.rmtree(out_dir)
-    return index
+    else:
+        with open(os.path.join(local_path(output), index_name), "w") as f:
+            json.dump(index, f, indent=1)
+    rep.shards = len(shards)
+    rep.stages = {"list": stages["list"], "read": read_s, "tokenize": tokenize_s, "wait": wait_s,
+                  "write": write_s + time.perf_counter() - t, "upload-wait": writer.upload_wait,
+                  "total": time.perf_counter() - t_start}
+    return Result(index, rep)
