@@ -25,3 +25,23 @@ def test_docs_do_not_point_outside_the_repository():
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     offenders = [str(p.relative_to(ROOT)) for p in pages if "design.md" in p.read_text()]
     assert not offenders, offenders
+
+
+def test_readme_is_a_short_front_door_whose_links_resolve():
+    """The README stays under 200 lines, and every relative link in it (GitHub renders them; mkdocs
+    does not build the README) names a file of the repository and, with #anchor, a heading in it."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    links = re.findall(r"\]\(([^)#\s]+)(?:#([^)\s]+))?\)", text)
+    assert links
+    for target, anchor in links:
+        if re.match(r"[a-z]+://", target):
+            continue
+        path = ROOT / target
+        assert path.is_file(), target
+        if anchor:
+            slugs = {re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
+                     for h in re.findall(r"^#+ (.*)$", path.read_text(), re.M)}
+            assert anchor in slugs, (target, anchor)
