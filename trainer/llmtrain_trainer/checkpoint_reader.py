@@ -34,6 +34,7 @@ import os
 import pickle
 import struct
 import sys
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -46,7 +47,19 @@ from torch.distributed.checkpoint.planner import LoadItemType
 HEAD_BYTES = TAIL_BYTES = 4096
 READ_THREADS = 1
 _LOCAL_HEADER = b"PK\x03\x04"
-_STORAGE_DTYPES = {name: dtype for dtype, name in torch.storage._dtype_to_storage_type_map().items()}
+
+# The storage class names DCP's pickles reference (FloatStorage, BFloat16Storage, ...), from a torch
+# internal. A torch without it must still start and resume: every record then goes through DCP's
+# own reader (slower, same result). docs/trainer/checkpointing.md has the torch-upgrade checklist.
+try:
+    _STORAGE_DTYPES: dict[str, torch.dtype] | None = {
+        name: dtype for dtype, name in torch.storage._dtype_to_storage_type_map().items()}
+except (AttributeError, TypeError) as _err:
+    _STORAGE_DTYPES = None
+    warnings.warn(f"llmtrain checkpoint reader: torch {torch.__version__} lacks "
+                  f"torch.storage._dtype_to_storage_type_map ({_err}); checkpoints load through DCP's "
+                  "own FileSystemReader instead of the direct reader", RuntimeWarning, stacklevel=2)
+DIRECT_READS = _STORAGE_DTYPES is not None
 
 
 class _NotPlain(Exception):
@@ -225,6 +238,8 @@ class DirectFileReader(FileSystemReader):
     """A `FileSystemReader` whose `read_data` reads plain tensor records without `torch.load`."""
 
     def read_data(self, plan, planner):
+        if not DIRECT_READS:  # this torch lacks what the direct reads rely on (see above)
+            return super().read_data(plan, planner)
         items, fallback = [], []
         for req in plan.items:
             info = self.storage_data[req.storage_index]
