@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import generated_files  # noqa: E402  (a sibling script module)
+import yaml
 
-import yaml  # noqa: E402
+import generated_files
 
 ROOT = Path(__file__).resolve().parents[1]
 REF = ROOT / "docs" / "reference"
@@ -129,7 +129,7 @@ def api_md() -> str:
     lines += _model_section("spec", spec.LLMTrainingJobSpec)
     status = getattr(spec, "LLMTrainingJobStatus", None)
     if status is not None:
-        lines += ["## status", ""] + _model_section("status", status)
+        lines += ["## status", "", *_model_section("status", status)]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -258,7 +258,8 @@ def chart_readme() -> str:
 def helm_values_md() -> str:
     return (HEADER.format(source="the `# --` comments of charts/llmtrain-operator/values.yaml")
             + "# Helm values\n\nThe values of the `llmtrain-operator` chart, with their defaults. "
-            "`values.schema.json` rejects unknown keys. Installing: [install on EKS](../getting-started/install-eks.md); "
+            "`values.schema.json` rejects unknown keys. "
+            "Installing: [install on EKS](../getting-started/install-eks.md); "
             "upgrading: [upgrading](../operations/upgrading.md).\n\n" + values_table())
 
 
