@@ -6,11 +6,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help venv test test-fast demo clean
+.PHONY: help venv test test-fast demo clean lint
 help:
 	@echo "make demo          set everything up and run the local demo (dev cluster, operator, CPU training)"
 	@echo "make test          run the whole test suite (builds tools on first run)"
 	@echo "make test-fast     everything except tests marked slow"
+	@echo "make lint          ruff (lint, format check) and mypy"
 	@echo "make tools         build/install the pinned Kubernetes tools into $(LLMTRAIN_CACHE)"
 	@echo "make dev-cluster   start a local kube-apiserver + etcd + controller-manager"
 
@@ -32,3 +33,10 @@ demo: venv tools dev-cluster chart-install chart-operator-kubeconfig
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache
+
+# ruff (lint + format check) and mypy, configured in pyproject.toml. Not yet part of `make test`.
+.PHONY: lint
+lint: venv
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy

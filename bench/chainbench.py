@@ -207,7 +207,7 @@ class ChainRun:
         self.operator.start()
         return self.operator
 
-    def __enter__(self) -> "ChainRun":
+    def __enter__(self) -> ChainRun:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:

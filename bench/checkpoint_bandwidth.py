@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -126,7 +125,8 @@ def disk_speed(directory: str, nbytes: int, files: int) -> dict:
         r = time.perf_counter() - t0
     for p in paths:
         os.remove(p)
-    return {"bytes": per_file * files, "write_MBps": per_file * files / w / 1e6, "read_MBps": per_file * files / r / 1e6}
+    total = per_file * files
+    return {"bytes": total, "write_MBps": total / w / 1e6, "read_MBps": total / r / 1e6}
 
 
 def s3_speed(bucket: str, directory: str, nbytes: int, files: int) -> dict:
@@ -157,7 +157,8 @@ def s3_speed(bucket: str, directory: str, nbytes: int, files: int) -> dict:
         os.remove(p)
         os.remove(p + ".back")
         client.delete_object(Bucket=bucket, Key="speed/" + os.path.basename(p))
-    return {"bytes": per_file * files, "write_MBps": per_file * files / w / 1e6, "read_MBps": per_file * files / r / 1e6}
+    total = per_file * files
+    return {"bytes": total, "write_MBps": total / w / 1e6, "read_MBps": total / r / 1e6}
 
 
 # -- the trainer -----------------------------------------------------------------------------------
@@ -182,7 +183,7 @@ def run_trainer(spec: dict, work: str, env: dict, nproc: int, phases_dir: str | 
     out = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
     if out.returncode:
         sys.exit(f"trainer failed:\n{out.stderr[-4000:]}")
-    return [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
 
 TIMED_TRAINER = "--trainer-with-resume-timers"
@@ -373,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-class _s3_server:
+class _s3_server:  # noqa: N801 — used as a function: `with _s3_server(...) as bucket`
     """A moto S3 server on a free loopback port when `enabled`; yields the bucket name (or None)."""
 
     def __init__(self, enabled: bool, env: dict):

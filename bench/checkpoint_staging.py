@@ -66,7 +66,7 @@ def measure(gb: float, staging: str, repeats: int) -> dict:
 
     dst = {k: torch.empty_like(v) for k, v in sd.items()}
     out["host_copy_s"] = best_of(lambda: [dst[k].copy_(v) for k, v in sd.items()], repeats)
-    del dst
+    dst.clear()  # free the copies before the next measurement
 
     root = tempfile.mkdtemp(prefix="llmtrain-staging-bench-", dir=staging)
     try:
@@ -157,7 +157,8 @@ def main() -> None:
         print(f"{d2h['gpu']}: D2H pinned {d2h['d2h_pinned_gb_per_s']:.1f} GB/s, pageable "
               f"{d2h['d2h_pageable_gb_per_s']:.1f} GB/s")
     try:
-        from llmtrain.render import TERMINATION_GRACE_SECONDS as grace
+        from llmtrain.render import TERMINATION_GRACE_SECONDS
+        grace = TERMINATION_GRACE_SECONDS
     except ImportError:  # pragma: no cover
         grace = 120
     slowest = min(r["dcp_staging_gb_per_s"] for r in results)

@@ -104,7 +104,7 @@ def worker_llmtrain(spec_path: str) -> None:
 def _minimal_loop(model, params, spec: dict, device, amp) -> dict:
     """The shared timed loop for `plain` and `torchtitan`: synthetic batches made before timing."""
     import torch
-    import torch.nn.functional as F
+    import torch.nn.functional as F  # noqa: N812 — torch's own convention
 
     t = spec["training"]
     seq, batch, vocab = spec["data"]["seqLen"], t["microBatchSize"], spec["model"]["dims"]["vocabSize"]
@@ -155,12 +155,12 @@ def worker_torchtitan(spec_path: str) -> None:
 
     raw = json.loads(Path(spec_path).read_text())
     d, f = raw["model"]["dims"], raw["fsdp"]
-    from torchtitan.models.llama3 import TransformerModelArgs  # noqa: F401  (import error → skipped)
-    from torchtitan.models.llama3.model.model import Transformer
-
     # torchtitan derives the MLP width: h = int(2·4·dim/3), h = int(ffn_dim_multiplier·h), rounded up to
     # a multiple of multiple_of. Choose both so it lands on our intermediateSize (Llama 3.2 1B: 1.5, 256).
     import math
+
+    from torchtitan.models.llama3 import TransformerModelArgs
+    from torchtitan.models.llama3.model.model import Transformer
 
     base = int(2 * 4 * d["hiddenSize"] / 3)
     args = TransformerModelArgs(dim=d["hiddenSize"], n_layers=d["numLayers"], n_heads=d["numHeads"],
@@ -215,17 +215,17 @@ def _run(kind: str, spec: dict, a: argparse.Namespace, tmp: str) -> dict:
     if out.returncode:
         err = out.stderr.strip().splitlines()
         # The worker's own reason, not torchrun's summary of it (which is all the last lines say).
-        why = [l for l in err if ("Error" in l or "Exit" in l or " != " in l) and "ChildFailedError" not in l
-               and not l.lstrip().startswith(("File ", "raise ", "W1", "E1"))]
+        why = [ln for ln in err if ("Error" in ln or "Exit" in ln or " != " in ln) and "ChildFailedError" not in ln
+               and not ln.lstrip().startswith(("File ", "raise ", "W1", "E1"))]
         return {"status": "failed", "seconds": wall, "error": "\n".join(why[-3:] or err[-6:])}
-    lines = [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
+    lines = [json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{")]
     result = lines[-1]
     if kind == "llmtrain":
         # Same clock as the minimal loops: time between consecutive step ends (bookkeeping included).
         ends = [e["time"] for e in lines if e.get("event") == "step"]
-        times = [y - x for x, y in zip(ends[a.warmup:], ends[a.warmup + 1:])]
+        times = [y - x for x, y in zip(ends[a.warmup:], ends[a.warmup + 1:], strict=False)]
         return _summary(times, result["peak_memory_bytes"], spec, a, wall)
-    times = [b - x for x, b in zip(result["ends"][a.warmup:], result["ends"][a.warmup + 1:])]
+    times = [b - x for x, b in zip(result["ends"][a.warmup:], result["ends"][a.warmup + 1:], strict=False)]
     return _summary(times, result["peak_memory_bytes"], spec, a, wall)
 
 
@@ -332,7 +332,8 @@ def float8_unsupported(device: str) -> str | None:
 
     cap = torch.cuda.get_device_capability()
     if cap < (8, 9):
-        return f"float8 needs compute capability ≥ 8.9 (H100/H200); {torch.cuda.get_device_name()} has {cap[0]}.{cap[1]}"
+        return (f"float8 needs compute capability ≥ 8.9 (H100/H200); {torch.cuda.get_device_name()} "
+                f"has {cap[0]}.{cap[1]}")
     return None
 
 

@@ -318,13 +318,12 @@ def _reached_running(rec, names: list[str], created_at: dict[str, float], settle
 
 def _cleanup(api, namespace: str, group_version_plural: tuple[str, str, str], timeout: float) -> float:
     """Delete every object of a kind in ``namespace``; seconds until no PyTorchJob and no pod is left."""
-    from kubernetes import client
-
     import urllib3
+    from kubernetes import client
 
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
     started = time.monotonic()
-    for attempt in range(20):
+    for _attempt in range(20):
         # A deletecollection of 1,000 objects on a busy server can outlive the request: the server
         # then drops the connection (measured) or answers 5xx after deleting part. Issue it again.
         try:
@@ -345,6 +344,7 @@ def run_chain(a: argparse.Namespace, workdir: Path) -> dict:
     reached Running (the real scheduler binds their pods to kwok nodes, kwok runs them), how many did,
     and clean-up (delete all → no PyTorchJob, no pod)."""
     from concurrent.futures import ThreadPoolExecutor
+
     from kubernetes import client
 
     from chainbench import ChainRun, Recorder, api_client, job_spec, stats, training_operator_args
@@ -379,14 +379,16 @@ def run_chain(a: argparse.Namespace, workdir: Path) -> dict:
                 gvp = PTJ
             created_at: dict[str, float] = {}
 
+            # Called (pool.map below) within this iteration only, so the loop variables are current.
             def create(name: str):
-                created_at[name] = time.monotonic()
-                custom.create_namespaced_custom_object(gvp[0], gvp[1], ns, gvp[2], objs[name])
+                created_at[name] = time.monotonic()  # noqa: B023
+                custom.create_namespaced_custom_object(gvp[0], gvp[1], ns, gvp[2], objs[name])  # noqa: B023
 
             t0 = time.monotonic()
             with ThreadPoolExecutor(a.threads) as pool:
                 list(pool.map(create, names))
-            wait_for(lambda: all(rec.get(n, 1, "ptj_created") for n in names), a.timeout, f"{phase}: every PyTorchJob")
+            wait_for(lambda: all(rec.get(n, 1, "ptj_created") for n in names),  # noqa: B023 — waited on here
+                     a.timeout, f"{phase}: every PyTorchJob")
             ptj_lat = [rec.get(n, 1, "ptj_created") - created_at[n] for n in names]
             res = {"jobs_per_s": a.jobs / (max(rec.get(n, 1, "ptj_created") for n in names) - t0),
                    "create_to_ptj_s": stats(ptj_lat)}
@@ -487,7 +489,7 @@ def main(argv=None) -> int:
         ("API requests per job", f"{out['api_requests_per_job']:.1f}"),
         ("API server requests/s: operator phase vs direct",
          f"{out['operator_api_requests_per_s']:.0f} vs {out['direct_api_requests_per_s']:.0f}"),
-        (f"re-adopt after SIGKILL (s){', with %d pods' % out['pods'] if out.get('pods') else ''}",
+        ("re-adopt after SIGKILL (s)" + (f", with {out['pods']} pods" if out.get("pods") else ""),
          f"{out['readopt_s']:.1f}"),
         ("operator peak RSS (MiB)", f"{out['operator_peak_rss_mib']:.0f}"),
         ("operator CPU (s): create phase / re-adopt",

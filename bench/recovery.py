@@ -89,7 +89,7 @@ class Run:
         self.stderr = open(workdir / f"stderr-{uuid.uuid4().hex[:6]}.log", "w")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.stderr, text=True, env=env,
                                      cwd=REPO, start_new_session=True)
-        self.events: "queue.Queue[tuple[float, dict] | None]" = queue.Queue()
+        self.events: queue.Queue[tuple[float, dict] | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -170,8 +170,16 @@ CP_PARTS = (  # (name, from stage, to stage) of Recorder; from an attempt N stag
 def control_plane(a: argparse.Namespace) -> dict:
     from kubernetes import client
 
-    from chainbench import (ChainRun, Recorder, api_client, job_spec, stats, training_operator_args,
-                            wait_for, zero_backoff)
+    from chainbench import (
+        ChainRun,
+        Recorder,
+        api_client,
+        job_spec,
+        stats,
+        training_operator_args,
+        wait_for,
+        zero_backoff,
+    )
     from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
     from llmtrain_devcluster.chain import FAIL_EXIT_CODE_ANNOTATION, FAIL_POD_LABEL
 
@@ -224,7 +232,8 @@ def control_plane(a: argparse.Namespace) -> dict:
                           for j, n in attempts.items()]
                 first = min(rec.get(j, n, "pod_failed") for j, n in attempts.items())
                 last = max(rec.get(j, n + 1, "pods_running") for j, n in attempts.items())
-                return {"jobs": len(victims), "recovery_s": stats(totals), "first_failure_to_last_running_s": last - first,
+                return {"jobs": len(victims), "recovery_s": stats(totals),
+                        "first_failure_to_last_running_s": last - first,
                         "parts_median_s": {part: statistics.median(
                             rec.get(j, n + d1, s1) - rec.get(j, n + d0, s0) for j, n in attempts.items())
                             for part, (s0, d0), (s1, d1) in CP_PARTS}}
@@ -241,7 +250,7 @@ def control_plane(a: argparse.Namespace) -> dict:
                 # API QPS by default), and a failure would wait behind it.
                 settle = time.monotonic()
                 wait_for(lambda: all(rec.phase.get(j, (0, None))[1] == "Running"
-                                     and rec.get(j, attempt_of(j), "pods_running") for j in jobs),
+                                     and rec.get(j, attempt_of(j), "pods_running") for j in jobs),  # noqa: B023 (waited on here)
                          a.timeout, f"{count} jobs Running")
                 settled_s = time.monotonic() - settle
                 runs, cold = [], []
@@ -253,7 +262,7 @@ def control_plane(a: argparse.Namespace) -> dict:
                     victim = next(p for p in pods if p.status.phase == "Running")
                     core.patch_namespaced_pod(victim.metadata.name, ns, {"metadata": {
                         "labels": {FAIL_POD_LABEL: "true"}, "annotations": {FAIL_EXIT_CODE_ANNOTATION: "137"}}})
-                    wait_for(lambda: rec.get(job, n + 1, "pods_running"), a.timeout,
+                    wait_for(lambda: rec.get(job, n + 1, "pods_running"), a.timeout,  # noqa: B023 (waited on here)
                              f"{job} attempt {n + 1} pods Running (operator log: {op.log_path})")
                     t = {f"{stage}_{d}": rec.get(job, n + d, stage) for _, *ends in CP_PARTS for stage, d in ends}
                     run = {"job": job, "attempt": n + 1,
@@ -266,7 +275,7 @@ def control_plane(a: argparse.Namespace) -> dict:
                     # Baseline at the same load: a new job's create → pods Running (then gone again).
                     probe = f"probe-{count}-{r}"
                     created = create(probe)
-                    wait_for(lambda: rec.get(probe, 1, "pods_running"), a.timeout, f"{probe} pods Running")
+                    wait_for(lambda: rec.get(probe, 1, "pods_running"), a.timeout, f"{probe} pods Running")  # noqa: B023 (waited on here)
                     cold.append(rec.get(probe, 1, "pods_running") - created)
                     custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, probe)
                 burst = None

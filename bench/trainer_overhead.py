@@ -48,8 +48,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 # name: (hidden, layers, heads, kv_heads, vocab, seq_len, sequences per step)
 SIZES = {
-    "small": dict(hidden=128, layers=2, heads=4, kv_heads=2, vocab=256, seq_len=64, batch=8),      # 512 tok
-    "large": dict(hidden=256, layers=4, heads=8, kv_heads=4, vocab=1024, seq_len=256, batch=8),    # 2048 tok
+    "small": {"hidden": 128, "layers": 2, "heads": 4, "kv_heads": 2, "vocab": 256, "seq_len": 64, "batch": 8},  # 512
+    "large": {"hidden": 256, "layers": 4, "heads": 8, "kv_heads": 4, "vocab": 1024, "seq_len": 256,
+              "batch": 8},  # 2048 tokens
 }
 TARGETS = {"small": 1.10, "large": 1.02}
 
@@ -204,9 +205,17 @@ def bookkeeping(n: int = 3000) -> dict:
              "sample_start": 8, "samples": 8, "tokens": 512, "max_steps": 40, "time": 1796042737.47}
 
     def metrics():
-        m.step.set(1); m.loss.set(1.0); m.tokens_per_second.set(1.0); m.tokens_total.inc(256)
-        m.tflops_per_device.set(1.0); m.mfu.set(0.1); m.step_seconds.observe(0.03); m.data_wait_seconds.observe(1e-5)
-        m.memory_allocated_bytes.set(1); m.memory_reserved_bytes.set(1); m.heartbeat_timestamp_seconds.set(time.time())
+        m.step.set(1)
+        m.loss.set(1.0)
+        m.tokens_per_second.set(1.0)
+        m.tokens_total.inc(256)
+        m.tflops_per_device.set(1.0)
+        m.mfu.set(0.1)
+        m.step_seconds.observe(0.03)
+        m.data_wait_seconds.observe(1e-5)
+        m.memory_allocated_bytes.set(1)
+        m.memory_reserved_bytes.set(1)
+        m.heartbeat_timestamp_seconds.set(time.time())
 
     def flags():
         f = torch.tensor([0.0, 0.0, 0.0], device=dev)
@@ -232,7 +241,7 @@ def bookkeeping(n: int = 3000) -> dict:
 
 
 def step_deltas(stamps: list[float], warmup: int) -> list[float]:
-    return [b - a for a, b in zip(stamps[warmup:], stamps[warmup + 1:])]
+    return [b - a for a, b in zip(stamps[warmup:], stamps[warmup + 1:], strict=False)]
 
 
 def _q(xs: list[float], q: float) -> float:

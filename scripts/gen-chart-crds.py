@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import generated_files  # noqa: E402  (a sibling script module)
-
 import yaml
+
+import generated_files
 
 ROOT = Path(__file__).resolve().parents[1]
 CRDS = ROOT / "charts" / "llmtrain-operator" / "crds"

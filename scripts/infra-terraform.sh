@@ -4,7 +4,8 @@
 # Terraform v1.5.7 (the last MPL-2.0 release) is built from its Go module source into
 #   $LLMTRAIN_CACHE/terraform-1.5.7/bin/terraform
 # so every machine checks formatting (`terraform fmt -check`) and evaluates the catalog-derived
-# locals (`terraform console`) with the same build. Needs only `go` and the Go module proxy; about
+# locals (`terraform console`) with the same build. Needs only the Go module proxy (`go` is found or
+# bootstrapped by scripts/go-toolchain.sh, like every script that builds Go); about
 # 2-3 minutes cold on 2 cores, instant warm. A terraform already on PATH is deliberately NOT used:
 # its version (and so its fmt output) would differ from machine to machine.
 # Providers are never needed: fmt and console on provider-free files run without `terraform init`.
@@ -14,6 +15,7 @@
 # moved into place, and nothing cached is wiped first: Go's own module and build caches (shared
 # with install-tools.sh) are kept, so an interrupted build resumes instead of starting over.
 set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VERSION=1.5.7
 CACHE=${LLMTRAIN_CACHE:-$HOME/.cache/llmtrain}
 dest="$CACHE/terraform-$VERSION"
@@ -27,8 +29,7 @@ if ! complete; then
   flock 9
 fi
 if ! complete; then  # still missing once we hold the lock: nobody else built it meanwhile
-  GO=${GO:-go}
-  command -v "$GO" >/dev/null || { echo "infra-terraform: 'go' is needed to build terraform $VERSION" >&2; exit 1; }
+  GO="$(bash "$ROOT/scripts/go-toolchain.sh")"
   echo "infra-terraform: building terraform v$VERSION into $dest (first time only)" >&2
   tmp="$dest/.build"
   rm -rf "$tmp"  # only a previous interrupted build's output, never a cache

@@ -7,8 +7,10 @@
 # the CRDs installed there: see tests/charts/kube_json_schemas.py), because the usual schema
 # repository is not reachable from our machines; the ServiceMonitor/PodMonitor/PrometheusRule
 # CRDs the chart uses are taken from the pinned prometheus-operator Go module for that.
-# Needs only `go` and the Go module proxy. Serialised with flock: parallel callers wait.
+# Needs only the Go module proxy: `go` is found (or bootstrapped) by scripts/go-toolchain.sh, like
+# every script that builds Go. Serialised with flock: parallel callers wait.
 set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 KUBECONFORM_VERSION=v0.8.0
 PROMETHEUS_OPERATOR_VERSION=v0.85.0
 CACHE=${LLMTRAIN_CACHE:-$HOME/.cache/llmtrain}
@@ -17,16 +19,16 @@ mkdir -p "$CACHE"
 exec 9>"$CACHE/.kubeconform.lock"
 flock 9
 if [ ! -f "$dest/.complete" ]; then
-  command -v go >/dev/null || { echo "install-kubeconform: 'go' is needed" >&2; exit 1; }
+  GO="$(bash "$ROOT/scripts/go-toolchain.sh")"
   echo "install-kubeconform: building kubeconform $KUBECONFORM_VERSION into $dest (first time only)" >&2
   rm -rf "$dest"
   mkdir -p "$dest/bin" "$dest/crds"
   work="$dest/.work"
   export GOPATH="$work/gopath" GOMODCACHE="$work/gopath/mod" GOCACHE="$work/gocache" GOFLAGS=-mod=mod \
     GOTOOLCHAIN=local CGO_ENABLED=0
-  GOBIN="$dest/bin" go install -trimpath -ldflags="-s -w" \
+  GOBIN="$dest/bin" "$GO" install -trimpath -ldflags="-s -w" \
     "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION" >&2
-  dir=$(go mod download -json "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" |
+  dir=$("$GO" mod download -json "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" |
     sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
   for crd in servicemonitors podmonitors prometheusrules; do
     cp "$dir/example/prometheus-operator-crd/monitoring.coreos.com_$crd.yaml" "$dest/crds/"
@@ -34,7 +36,7 @@ if [ ! -f "$dest/.complete" ]; then
   chmod -R u+w "$work" 2>/dev/null || true
   rm -rf "$work"
   # `go install` stamps the module version into the binary (kubeconform -v prints "development").
-  go version -m "$dest/bin/kubeconform" | grep -Eq "^\s+mod\s+github.com/yannh/kubeconform\s+$KUBECONFORM_VERSION\s" ||
+  "$GO" version -m "$dest/bin/kubeconform" | grep -Eq "^\s+mod\s+github.com/yannh/kubeconform\s+$KUBECONFORM_VERSION\s" ||
     { echo "install-kubeconform: built binary is not $KUBECONFORM_VERSION" >&2; exit 1; }
   touch "$dest/.complete"
 fi

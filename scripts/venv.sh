@@ -36,6 +36,10 @@ fi
 for tool in moto_server hadolint; do
   [ -e "$deps/bin/$tool" ] && ln -sf "$deps/bin/$tool" ".venv/bin/$tool"
 done
+# devcluster/ is not part of the package (pyproject.toml): a path entry of its own, for the tests,
+# benchmarks and `make dev-cluster`.
+here_site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$PWD/devcluster" > "$here_site/_llmtrain_devcluster.pth"
 .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e . >.venv/install.log 2>&1 || { cat .venv/install.log; exit 1; }
 touch .venv/.installed
 echo "venv: ready (.venv, dependencies from $deps)"

@@ -12,9 +12,9 @@ catalog and the Kubeflow training-operator (see :mod:`.chain`).
 CLI: ``python -m llmtrain_devcluster up|down|status [--state-dir .dev-cluster] [--chain]``.
 """
 
+from .chain import DEFAULT_NODES, FAIL_EXIT_CODE_ANNOTATION, FAIL_POD_LABEL, node_manifest
 from .cluster import DevCluster, KubectlError, project_crd_manifest, start_etcd, stop_process
 from .process import DevClusterError, free_port
-from .chain import DEFAULT_NODES, FAIL_EXIT_CODE_ANNOTATION, FAIL_POD_LABEL, node_manifest
 from .tools import ToolNotFoundError, find_tool, kwok_stages_dir, pytorchjob_crd_path, tools_dir
 
 __all__ = [

@@ -39,15 +39,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="also run kube-scheduler, kwok GPU nodes and the training-operator")
     ap.add_argument("--nodes", type=_nodes, default=None, metavar="TYPE=N,...",
                     help="kwok nodes for --chain, e.g. p5.48xlarge=2,p4de.24xlarge=1 "
-                         "(default: %s)" % ",".join(f"{k}={v}" for k, v in DEFAULT_NODES.items()))
+                         f"(default: {','.join(f'{k}={v}' for k, v in DEFAULT_NODES.items())})")
     args = ap.parse_args(argv)
     cluster = DevCluster(args.state_dir, chain=True if args.chain else None, nodes=args.nodes)
     try:
         if args.command == "up":
             already = cluster.is_running()
             cluster.up(args.crd, install_project_crd=not args.no_project_crd)
-            pids = " ".join(f"{n}={p}" for n, p in cluster.pids().items())
-            print(f"# dev cluster {'already running' if already else 'up'}: {cluster.server} ({pids})",
+            pid_list = " ".join(f"{n}={p}" for n, p in cluster.pids().items())
+            print(f"# dev cluster {'already running' if already else 'up'}: {cluster.server} ({pid_list})",
                   file=sys.stderr)
             print(f"# logs: {cluster.logs_dir}; stop with: python -m llmtrain_devcluster down "
                   f"--state-dir {args.state_dir}", file=sys.stderr)

@@ -15,20 +15,20 @@ training-operator, all pinned binaries from ``make tools`` (see :mod:`.tools`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import yaml
 
 __all__ = [
-    "FAIL_POD_LABEL",
+    "DEFAULT_NODES",
     "FAIL_EXIT_CODE_ANNOTATION",
+    "FAIL_POD_LABEL",
     "FAIL_REASON_ANNOTATION",
     "KWOK_NODE_ANNOTATION",
-    "DEFAULT_NODES",
+    "kwok_config",
     "node_manifest",
     "node_manifests",
-    "kwok_config",
 ]
 
 # kwok manages only Nodes carrying this annotation (kwok's own convention).

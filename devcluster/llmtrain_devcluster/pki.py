@@ -49,9 +49,9 @@ class CertificateAuthority:
     key: ec.EllipticCurvePrivateKey
 
     @classmethod
-    def create(cls, cn: str = "llmtrain-dev-cluster-ca") -> "CertificateAuthority":
+    def create(cls, cn: str = "llmtrain-dev-cluster-ca") -> CertificateAuthority:
         key = _key()
-        now = _dt.datetime.now(_dt.timezone.utc)
+        now = _dt.datetime.now(_dt.UTC)
         name = _name(cn)
         cert = (
             x509.CertificateBuilder()
@@ -76,9 +76,11 @@ class CertificateAuthority:
         return cls(cert, key)
 
     @classmethod
-    def load(cls, cert_path: Path, key_path: Path) -> "CertificateAuthority":
+    def load(cls, cert_path: Path, key_path: Path) -> CertificateAuthority:
         cert = x509.load_pem_x509_certificate(Path(cert_path).read_bytes())
         key = serialization.load_pem_private_key(Path(key_path).read_bytes(), password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):  # the CA this module writes is EC
+            raise ValueError(f"{key_path}: not an EC private key")
         return cls(cert, key)
 
     def save(self, cert_path: Path, key_path: Path) -> None:
@@ -101,7 +103,7 @@ class CertificateAuthority:
     ) -> tuple[bytes, bytes]:
         """Issue a leaf certificate; returns (cert_pem, key_pem)."""
         key = _key()
-        now = _dt.datetime.now(_dt.timezone.utc)
+        now = _dt.datetime.now(_dt.UTC)
         usages = []
         if server:
             usages.append(ExtendedKeyUsageOID.SERVER_AUTH)

@@ -21,12 +21,12 @@ import os
 from pathlib import Path
 
 __all__ = [
+    "TOOLS",
     "ToolNotFoundError",
     "find_tool",
-    "tools_dir",
-    "pytorchjob_crd_path",
     "kwok_stages_dir",
-    "TOOLS",
+    "pytorchjob_crd_path",
+    "tools_dir",
 ]
 
 TOOLS = (

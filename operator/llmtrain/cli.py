@@ -77,6 +77,10 @@ def cmd_render(args) -> int:
 
 
 def _print_problems(path, problems) -> None:
+    if all(p.field == str(path) for p in problems):  # the file itself (not YAML, not one job): one line
+        for p in problems:
+            print(p, file=sys.stderr)
+        return
     print(f"{path}: invalid LLMTrainingJob", file=sys.stderr)
     for p in problems:
         print(f"  - {p}", file=sys.stderr)

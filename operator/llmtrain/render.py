@@ -107,30 +107,6 @@ def container_security_context(inst: InstanceType) -> dict[str, Any]:
     return {"allowPrivilegeEscalation": False, "privileged": False, "capabilities": {"drop": ["ALL"]}}
 
 
-# Static-analysis checks (checkov) the worker pods do not meet on purpose, with the reason, rendered
-# as checkov.io/skip<N> pod annotations so the reason travels with the pod.
-CHECKOV_SKIPS = {
-    "CKV_K8S_8": "a training worker has no liveness endpoint; the operator's heartbeat and hang detection restart a hung job",
-    "CKV_K8S_9": "no Service routes traffic by readiness to a training worker; rendezvous decides when training starts",
-    "CKV_K8S_11": "CPU limits (CFS quota) throttle the data loader and NCCL proxy threads; requests reserve the node's CPUs",
-    "CKV_K8S_15": "the pull policy is the job's own spec.cluster.imagePullPolicy",
-    "CKV_K8S_43": "the image is the job's own spec.cluster.image; pin a digest there",
-    "CKV_K8S_22": "torch, NCCL and the trainer write caches under $HOME and /tmp of the image",
-    "CKV2_K8S_6": "workers talk to each other on dynamic NCCL/gloo ports; namespace policies are the cluster admin's",
-}
-CHECKOV_SKIPS_EFA = {
-    "CKV_K8S_25": "IPC_LOCK: libfabric pins the buffers it registers with the EFA device (README Pod Security)",
-    "CKV_K8S_20": "exec must grant the interpreter's IPC_LOCK file capability to the non-root trainer on EFA pods",
-}
-
-
-def checkov_annotations(spec: LLMTrainingJobSpec, inst: InstanceType) -> dict[str, str]:
-    skips = dict(CHECKOV_SKIPS)
-    if inst.efa_interfaces:
-        skips.update(CHECKOV_SKIPS_EFA)
-    return {f"checkov.io/skip{i}": f"{check}={why}" for i, (check, why) in enumerate(skips.items(), 1)}
-
-
 def pss_level(inst: InstanceType) -> str:
     return PSS_LEVEL_EFA if inst.efa_interfaces else PSS_LEVEL_CPU
 
@@ -332,7 +308,7 @@ def render_pytorchjob(spec: LLMTrainingJobSpec, name: str, namespace: str = "def
         env=_env(spec, inst, name, namespace, attempt, resume_before_step),
         resources=_resources(inst, procs), volume_mounts=mounts, volumes=volumes,
         pod_security=pod_security_context(), container_security=container_security_context(inst),
-        pod_annotations=checkov_annotations(spec, inst), affinity=node_anti_affinity(avoid_nodes),
+        affinity=node_anti_affinity(avoid_nodes),
         # each local rank serves its own /metrics on METRICS_PORT + local rank
         ports=[{"name": f"metrics-{i}", "containerPort": METRICS_PORT + i} for i in range(procs)])
     # Every value is a `tojson` slot, so what YAML parses is the skeleton, and only once per shape:

@@ -360,9 +360,27 @@ def validate(raw_spec: dict, name: str = "job", default_etcd_endpoint: str | Non
     return spec
 
 
+_A_JOB = f"a YAML mapping with apiVersion: {API_VERSION}, kind: {KIND}, metadata and spec"
+
+
 def load_documents(path: str | Path) -> list[dict[str, Any]]:
+    """The non-empty YAML documents of a file ('-': stdin), each a mapping. A syntax error or a
+    document that is a list or a scalar is an InvalidJob naming the file, not a traceback further on."""
     text = Path(path).read_text() if str(path) != "-" else __import__("sys").stdin.read()
-    return [d for d in yaml.safe_load_all(text) if d]
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise InvalidJob([Problem(str(path), f"is not valid YAML{at}: {getattr(err, 'problem', None) or err}",
+                                  _A_JOB)]) from None
+    for i, d in enumerate(docs, 1):
+        if not isinstance(d, dict):
+            which = f"document {i}" if len(docs) > 1 else "its YAML"
+            kind = {list: "a list", str: "a string", bool: "a boolean"}.get(type(d), "a number")
+            raise InvalidJob([Problem(str(path), f"{which} is {kind}, but an LLMTrainingJob "
+                                      "mapping was expected", _A_JOB)])
+    return [d for d in docs if d]
 
 
 def job_from_document(doc: dict, default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT,

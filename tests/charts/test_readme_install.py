@@ -1,10 +1,14 @@
-"""The README's Helm install and upgrade commands, run verbatim from a clean copy of the repository
+"""The documented Helm install and upgrade commands, run verbatim from a clean copy of the repository
 (only what git tracks or would track: no `helm dependency build` output, no caches) against the
 real dev cluster, with plain `helm` and `kubectl` on PATH.
 
 The upgrade starts from a release whose CRD is older than the checked-in one (one field missing,
 as after a release that added it) and checks that the README's upgrade path brings the CRD up to
-date, which `helm upgrade` alone never does (Helm applies crds/ on install only)."""
+date, which `helm upgrade` alone never does (Helm applies crds/ on install only).
+
+The commands live in the docs site since issue 21 (docs/getting-started/install-eks.md, and
+docs/operations/upgrading.md); the README's short install must use the same Helm line, so what a
+reader copies from the README is what runs here."""
 
 from __future__ import annotations
 
@@ -23,14 +27,16 @@ from chart_helpers import ROOT
 pytestmark = [pytest.mark.infra, pytest.mark.cluster, pytest.mark.slow]
 
 README = ROOT / "README.md"
+INSTALL_PAGE = ROOT / "docs" / "getting-started" / "install-eks.md"
+UPGRADE_PAGE = ROOT / "docs" / "operations" / "upgrading.md"
 CRD_FILE = Path("charts/llmtrain-operator/crds/llmtrain.dev_llmtrainingjobs.yaml")
 NAMESPACE, RELEASE = "llmtrain-system", "llmtrain"  # what the README's commands use
 
 
-def readme_commands(after: str, until: str | None = None) -> list[str]:
-    """Shell commands of the first ```bash block after the line containing `after`: continuation
-    lines joined, comment lines dropped; from the marker `until` on (a comment line) nothing."""
-    text = README.read_text()
+def readme_commands(after: str, until: str | None = None, page: Path = README) -> list[str]:
+    """Shell commands of the first ```bash block after the line containing `after` in `page`:
+    continuation lines joined, comment lines dropped; from the marker `until` on (a comment line) nothing."""
+    text = page.read_text()
     start = text.index(after)
     block = re.search(r"```bash\n(.*?)```", text[start:], re.S).group(1)
     commands, current = [], ""
@@ -50,9 +56,15 @@ def readme_commands(after: str, until: str | None = None) -> list[str]:
 
 
 def install_commands() -> list[str]:
-    cmds = readme_commands("## Install on a real EKS cluster")
+    cmds = readme_commands("# Install on EKS", page=INSTALL_PAGE)
     start = next(i for i, c in enumerate(cmds) if c.startswith("helm "))
     return [c for c in cmds[start:] if c.startswith(("helm ", "kubectl apply --server-side"))]
+
+
+def test_readme_helm_install_is_the_tested_one():
+    """Static: the README's own Helm line is one of the commands the cluster test below runs."""
+    readme = [c.split("  #")[0].strip() for c in readme_commands("## Install on EKS") if c.startswith("helm ")]
+    assert readme and all(c in install_commands() for c in readme), (readme, install_commands())
 
 
 def clean_copy(dest: Path) -> Path:
@@ -127,7 +139,7 @@ def test_readme_install_then_crd_changing_upgrade_from_a_clean_copy(dev_cluster,
     shell(f"helm upgrade {RELEASE} charts/llmtrain-operator -n {NAMESPACE} --reuse-values", new)
     assert "seed" not in training_properties(cluster_crd(dev_cluster))
 
-    upgrade = readme_commands("**Upgrading.**")
+    upgrade = readme_commands("## The operator chart", page=UPGRADE_PAGE)
     assert upgrade[0].startswith("kubectl apply --server-side") and upgrade[-1].startswith("helm upgrade")
     for command in upgrade:
         shell(command, new)

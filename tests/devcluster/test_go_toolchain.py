@@ -170,3 +170,62 @@ def test_real_pins_cover_what_the_tools_modules_need():
     assert v >= _required_go()
     for arch in ("amd64", "arm64"):
         assert re.fullmatch(r"[0-9a-f]{64}", pins[f"GO_TOOLCHAIN_SHA256_linux_{arch}"])
+
+
+# --- Every script that builds Go finds it through go-toolchain.sh (issue 21) -----------------------
+# On a machine without `go`, `make demo` worked (install-tools.sh bootstraps Go) while `make test`
+# stopped at `install-kubeconform: 'go' is needed`: each script looked for Go its own way.
+
+TOOL_SCRIPTS = ["install-kubeconform.sh", "infra-terraform.sh"]  # install-tools.sh: its own tests
+# `go` run (or looked up) by its bare name at a command position, optionally after VAR=value
+# prefixes, instead of the path go-toolchain.sh printed.
+_BARE_GO = re.compile(r"(?:^|[;|&]|\$\()\s*(?:\w+=\S+\s+)*(?:go|command -v \"?go\"?)\s")
+
+
+def test_no_script_runs_a_go_it_found_by_itself():
+    for script in sorted((REPO / "scripts").glob("*.sh")) + sorted((REPO / "mk").glob("*.mk")):
+        if script.name == "go-toolchain.sh":
+            continue
+        code = [ln.split("#", 1)[0] for ln in script.read_text().splitlines()]
+        bare = [ln.strip() for ln in code if _BARE_GO.search(ln + " ")]
+        assert not bare, f"{script.name} runs a go it found itself, not scripts/go-toolchain.sh's: {bare}"
+
+
+def _logging_toolchain_zip(version: str) -> bytes:
+    """The pinned toolchain's zip, whose `go` answers `version` and records (then fails) every build."""
+    prefix = f"golang.org/toolchain@v0.0.1-{version}.linux-{ARCH}/"
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        info = zipfile.ZipInfo(prefix + "bin/go")
+        info.external_attr = 0o755 << 16
+        z.writestr(info, "#!/bin/sh\n"
+                         f"[ \"$1\" = version ] && [ $# = 1 ] && {{ echo 'go version {version} linux/{ARCH}'; exit 0; }}\n"
+                         "echo \"$*\" >> \"$GO_CALLS\"\nexit 3\n")
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("script", TOOL_SCRIPTS)
+def test_each_tool_script_bootstraps_go_when_path_has_none(tmp_path, script):
+    data = _logging_toolchain_zip(PINNED)
+    zpath = f"/golang.org/toolchain/@v/v0.0.1-{PINNED}.linux-{ARCH}.zip"
+    proxy = _Proxy({zpath: data})
+    path_env = "/usr/bin:/bin"
+    assert all(not (Path(d) / "go").exists() for d in path_env.split(":")), "this PATH must have no go"
+    pins = tmp_path / "pins.env"
+    pins.write_text(f"GO_TOOLCHAIN_VERSION={PINNED}\nGO_TOOLCHAIN_SHA256_linux_{ARCH}={hashlib.sha256(data).hexdigest()}\n")
+    calls = tmp_path / "go-calls"
+    env = {"PATH": path_env, "HOME": str(tmp_path / "home"), "LLMTRAIN_CACHE": str(tmp_path / "cache"),
+           "LLMTRAIN_GO_PINS": str(pins), "GOPROXY": f"{proxy.url},direct", "GO_CALLS": str(calls),
+           # go-toolchain.sh's last resort is /usr/local/go/bin/go; point it at nothing so that this
+           # machine's own Go cannot stand in for the bootstrap.
+           "GO": str(tmp_path / "nowhere" / "go")}
+    try:
+        r = subprocess.run(["bash", str(REPO / "scripts" / script)], env=env, capture_output=True, text=True,
+                           timeout=60)
+    finally:
+        proxy.close()
+    assert "is needed" not in r.stderr, r.stderr
+    assert proxy.requests == [zpath], r.stderr  # the pinned toolchain was fetched ...
+    assert calls.exists(), r.stderr             # ... and the script built with it
+    assert calls.read_text().split()[0] == "install", calls.read_text()
+    assert r.returncode != 0  # the stand-in go fails the build: nothing half-built is reported as done

@@ -22,6 +22,8 @@ SCRIPT = REPO / "scripts" / "infra-terraform.sh"
 
 FAKE_GO = """#!/usr/bin/env bash
 # Stand-in for `go install ...terraform@v1.5.7`: record the call, take a while, install a binary.
+# `go version` is scripts/go-toolchain.sh's lookup (the script finds Go through it): a new enough Go.
+[ "$1" = version ] && { echo "go version go9.99.0 linux/amd64"; exit 0; }
 echo "build GOMODCACHE=${GOMODCACHE:-} GOCACHE=${GOCACHE:-}" >> "$FAKE_GO_LOG"
 sleep 1
 cat > "$GOBIN/terraform" <<'TF'

@@ -175,3 +175,37 @@ def test_a_record_it_does_not_recognise_goes_through_torchs_reader(tmp_path):
     # torch's zip reader refuses the broken record too: the error is its own, not a wrong tensor
     with pytest.raises(Exception, match="(?i)zip|central|archive"):
         reader.read_data(dataclasses.replace(plan), planner).wait()
+
+
+def test_a_torch_without_the_storage_type_map_falls_back_to_dcps_reader(tmp_path, monkeypatch):
+    """The direct reader reads `torch.storage._dtype_to_storage_type_map` at import. A torch without
+    it must not leave a trainer that cannot start: importing warns, and loads go through DCP's own
+    reader (every tensor record `torch.load`ed), with the same result."""
+    import importlib.util
+    import sys
+
+    import llmtrain_trainer.checkpoint_reader as installed
+
+    path = _write(tmp_path)
+    expected = _blank(_saved_state())
+    dcp.load(expected, storage_reader=FileSystemReader(path), no_dist=True)
+
+    spec = importlib.util.spec_from_file_location("checkpoint_reader_without_map", installed.__file__)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # a module of its own: the installed one stays
+    # Only our module's import sees the attribute missing (torch.save itself, which wrote the
+    # checkpoint above, uses it in this torch).
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delattr(torch.storage, "_dtype_to_storage_type_map")
+        with pytest.warns(RuntimeWarning, match="_dtype_to_storage_type_map"):
+            spec.loader.exec_module(module)  # a fresh import, as a trainer on that torch would do
+    assert module.DIRECT_READS is False
+
+    loads = []
+    real_load = torch.load
+    monkeypatch.setattr(torch, "load", lambda *a, **k: loads.append(1) or real_load(*a, **k))
+    got = _blank(_saved_state())
+    dcp.load(got, storage_reader=module.DirectFileReader(path), no_dist=True)
+    assert [k for k in expected if not _same(expected[k], got[k])] == []
+    tensors = sum(1 for v in _saved_state().values() if torch.is_tensor(v))
+    assert len(loads) >= tensors  # DCP's reader did the reading, record by record

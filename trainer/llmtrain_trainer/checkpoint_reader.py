@@ -37,6 +37,7 @@ import pickle
 import re
 import struct
 import sys
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -59,7 +60,19 @@ _ONE_PLAN = LoadPlan([])
 HEAD_BYTES = TAIL_BYTES = 4096
 READ_THREADS = 1
 _LOCAL_HEADER = b"PK\x03\x04"
-_STORAGE_DTYPES = {name: dtype for dtype, name in torch.storage._dtype_to_storage_type_map().items()}
+
+# The storage class names DCP's pickles reference (FloatStorage, BFloat16Storage, ...), from a torch
+# internal. A torch without it must still start and resume: every record then goes through DCP's
+# own reader (slower, same result). docs/trainer/checkpointing.md has the torch-upgrade checklist.
+try:
+    _STORAGE_DTYPES: dict[str, torch.dtype] | None = {
+        name: dtype for dtype, name in torch.storage._dtype_to_storage_type_map().items()}
+except (AttributeError, TypeError) as _err:
+    _STORAGE_DTYPES = None
+    warnings.warn(f"llmtrain checkpoint reader: torch {torch.__version__} lacks "
+                  f"torch.storage._dtype_to_storage_type_map ({_err}); checkpoints load through DCP's "
+                  "own FileSystemReader instead of the direct reader", RuntimeWarning, stacklevel=2)
+DIRECT_READS = _STORAGE_DTYPES is not None
 
 
 class _NotPlain(Exception):
@@ -296,6 +309,8 @@ class DirectFileReader(FileSystemReader):
                                                     what)) from None
 
     def read_data(self, plan, planner):
+        if not DIRECT_READS:  # this torch lacks what the direct reads rely on (see above)
+            return super().read_data(plan, planner)
         items, fallback = [], []
         for req in plan.items:
             info = self.storage_data[req.storage_index]

@@ -24,7 +24,8 @@ def cmd_local(args: argparse.Namespace) -> int:
         return _run_local(args, run_local)
     except InvalidJob as err:
         for p in getattr(err, "problems", [err]):
-            print(f"{args.file}: {p}", file=sys.stderr)
+            # A problem with the file itself already starts with its name.
+            print(p if getattr(p, "field", None) == args.file else f"{args.file}: {p}", file=sys.stderr)
         return 1
     except OSError as err:
         print(f"llmtrain local: {args.file}: {err.strerror or err}", file=sys.stderr)

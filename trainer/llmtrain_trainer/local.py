@@ -32,37 +32,26 @@ from .config import dumps, load_job_file
 
 
 def _etcd_binary() -> str:
-    try:
-        from llmtrain_devcluster.tools import find_tool
-
-        return str(find_tool("etcd"))
-    except Exception:  # not installed by `make tools`: the Debian package works too
-        path = shutil.which("etcd")
-        if not path:
-            raise SystemExit("etcd not found: run `make tools`, or `apt-get install -y etcd-server`")
-        return path
+    """The pinned etcd of `make tools` (its cache's `current` pointer, or $LLMTRAIN_TOOLS_DIR), else
+    an etcd on PATH (the Debian package works too). Looked up here, not through llmtrain_devcluster:
+    the trainer runs where the dev cluster's package is not installed."""
+    tools = os.environ.get("LLMTRAIN_TOOLS_DIR") or os.path.join(
+        os.environ.get("LLMTRAIN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "llmtrain"),
+        "tools", "current")
+    pinned = os.path.join(tools, "bin", "etcd")
+    if os.access(pinned, os.X_OK):
+        return pinned
+    path = shutil.which("etcd")
+    if not path:
+        raise SystemExit("etcd not found: run `make tools`, or `apt-get install -y etcd-server`")
+    return path
 
 
 @contextmanager
 def local_etcd(data_dir: str):
     """A single-member etcd with the v2 API (torch's etcd rendezvous speaks v2); yields host:port."""
-    try:
-        from llmtrain_devcluster import start_etcd, stop_process
-    except ImportError:
-        start_etcd = None
-    if start_etcd is not None:
-        try:
-            proc, url = start_etcd(data_dir, enable_v2=True)
-        except Exception as e:
-            if type(e).__name__ != "ToolNotFoundError":
-                raise
-        else:
-            try:
-                yield url.split("//", 1)[1]
-            finally:
-                stop_process(proc)
-            return
-    # Fallback (no devcluster tools): start it ourselves and poll /health.
+    os.makedirs(data_dir, mode=0o700, exist_ok=True)
+    # Started here and polled on /health until it serves.
     cport, pport = free_port(), free_port()
     curl, purl = f"http://127.0.0.1:{cport}", f"http://127.0.0.1:{pport}"
     log = open(os.path.join(os.path.dirname(data_dir), "etcd.log"), "ab")
