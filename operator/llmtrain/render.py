@@ -4,7 +4,7 @@ This module decides the values (from the spec and the instance catalog); the tem
 `templates/pytorchjob.yaml.j2` lays them out. Choices a user should know about:
 
 - One PyTorchJob per attempt, named `<job>-a<attempt>`; the rendezvous id
-  `<namespace>-<job>-<uid prefix>-a<attempt>` is never reused, so a restarted attempt never meets
+  `<namespace>.<job>-<uid prefix>-a<attempt>` (1-3 dots, rendezvous_auth.tenant_prefix) is never reused, so a restarted attempt never meets
   a closed rendezvous (RendezvousClosedError).
 - Workers run `torchrun ... -m llmtrain_trainer`; the trainer reads the whole spec from the
   `LLMTRAIN_SPEC` environment variable (JSON), so the PyTorchJob is the complete, reviewable record.
@@ -33,6 +33,7 @@ import jinja2
 import yaml
 
 from .catalog import InstanceType, instance_type
+from .rendezvous_auth import tenant_prefix
 from .spec import API_VERSION, INSTANCE_TYPE_LABEL, KIND, LLMTrainingJobSpec
 
 METRICS_PORT = 9410
@@ -187,7 +188,9 @@ def pytorchjob_name(job: str, attempt: int) -> str:
 
 
 def rendezvous_id(namespace: str, job: str, uid: str | None, attempt: int) -> str:
-    return f"{namespace}-{job}-{(uid or 'local')[:8]}-a{attempt}"
+    # Starts with the namespace's own prefix (`<namespace>.`, padded): the rendezvous etcd grants
+    # each namespace's identity exactly the keys of ids with that prefix (rendezvous_auth.py).
+    return f"{tenant_prefix(namespace)}{job}-{(uid or 'local')[:8]}-a{attempt}"
 
 
 def _rendezvous(spec: LLMTrainingJobSpec, ptj_name: str, rdzv_id: str,
