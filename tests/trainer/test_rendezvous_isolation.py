@@ -11,8 +11,6 @@ from __future__ import annotations
 import base64
 import json
 import ssl
-import subprocess
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -20,8 +18,6 @@ import uuid
 import etcd as python_etcd
 import pytest
 from conftest import base_spec, run_to_end
-from llmtrain_devcluster.process import free_port
-from llmtrain_trainer.local import _etcd_binary
 
 from llmtrain import rendezvous_auth as ra
 from llmtrain.render import rendezvous_id
@@ -29,47 +25,18 @@ from llmtrain.render import rendezvous_id
 
 @pytest.fixture(scope="module")
 def secured_etcd(tmp_path_factory):
-    """(endpoint, CA, admin): etcd on HTTPS with --client-cert-auth, bootstrapped by the operator's
-    code (auth on, guest allowed nothing), namespaces team-a and team-b given identities."""
-    tmp = tmp_path_factory.mktemp("secured-etcd")
+    """(endpoint, CA, admin): etcd as the chart runs it, bootstrapped by the operator's code
+    (auth on, guest allowed nothing), namespaces team-a and team-b given identities."""
+    from secured_etcd import secured_etcd as start
+
     ca = ra.CertificateAuthority.generate()
-    server = ca.issue("etcd-server", server_names=("127.0.0.1", "localhost")).write(tmp / "server")
-    cport, pport, mport = free_port(), free_port(), free_port()
-    curl, purl = f"https://127.0.0.1:{cport}", f"http://127.0.0.1:{pport}"
-    log = open(tmp / "etcd.log", "wb")
-    proc = subprocess.Popen(
-        [_etcd_binary(), "--name=default", f"--data-dir={tmp / 'data'}",
-         f"--listen-client-urls={curl}", f"--advertise-client-urls={curl}",
-         f"--listen-peer-urls={purl}", f"--initial-advertise-peer-urls={purl}",
-         f"--initial-cluster=default={purl}", "--initial-cluster-state=new", "--enable-v2=true",
-         # the chart's security flags (charts/llmtrain-operator/charts/llmtrain-etcd statefulset.yaml)
-         f"--cert-file={server / ra.CERT_KEY}", f"--key-file={server / ra.KEY_KEY}",
-         f"--trusted-ca-file={server / ra.CA_KEY}", "--client-cert-auth=true",
-         f"--listen-metrics-urls=http://127.0.0.1:{mport}", "--log-level=warn"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while True:  # readiness: the plain-HTTP metrics listener's /health, as the chart's probes
-            assert proc.poll() is None, f"etcd exited {proc.returncode}: {(tmp / 'etcd.log').read_text()[-2000:]}"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{mport}/health", timeout=1) as r:
-                    if json.loads(r.read()).get("health") == "true":
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "etcd did not become healthy in 60 s"
-            time.sleep(0.1)
-        endpoint = f"127.0.0.1:{cport}"
+    with start(tmp_path_factory.mktemp("secured-etcd"), ca) as endpoint:
         admin = ra.EtcdAdmin(endpoint, ca)
         admin.bootstrap()
         admin.bootstrap()  # idempotent: an operator restart runs it again
         for ns in ("team-a", "team-b"):
             admin.ensure_namespace(ns)
         yield endpoint, ca, admin
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        log.close()
 
 
 def client(endpoint: str, creds: ra.Credentials, tmp) -> python_etcd.Client:
