@@ -287,3 +287,36 @@ class EtcdAdmin:
             if name not in roles:
                 self._call("PUT", f"/v2/auth/users/{name}", {"user": name, "grant": [name]})
         self._ready.add(namespace)
+
+
+def server_secret(namespace: str, service: str, name: str | None = None) -> dict:
+    """The Secret the etcd chart mounts (auth.existingSecret, default <service>-tls): a new CA and
+    etcd's server certificate for the Service's DNS names."""
+    ca = CertificateAuthority.generate()
+    names = (service, f"{service}.{namespace}", f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local")
+    server = ca.issue(service, server_names=names, days=3650)
+    data = server.secret_data()
+    data["ca.key"] = base64.b64encode(ca.key_pem()).decode()
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": name or f"{service}-tls", "namespace": namespace,
+                         "labels": {"app.kubernetes.io/part-of": "llmtrain"}},
+            "data": data}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m llmtrain.rendezvous_auth",
+                                description="print the rendezvous CA + etcd server certificate Secret (JSON)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("secret")
+    s.add_argument("--namespace", required=True, help="the etcd release's namespace")
+    s.add_argument("--service", required=True, help="the etcd Service name (e.g. llmtrain-etcd)")
+    s.add_argument("--name", help="the Secret's name (default <service>-tls)")
+    args = p.parse_args(argv)
+    print(json.dumps(server_secret(args.namespace, args.service, args.name), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -89,3 +89,10 @@ etcd subchart's Service, else the operator's built-in default.
 {{- define "llmtrain-operator.rendezvousCASecret" -}}
 {{- include "llmtrain-etcd.tlsSecret" (dict "Values" .Values.etcd "Release" .Release "Chart" (dict "Name" "llmtrain-etcd")) }}
 {{- end }}
+
+{{/* Name of one of the chart's (cluster-scoped) ValidatingAdmissionPolicies and its binding:
+one set per release, so the release's namespace is part of it. (list $ "suffix") */}}
+{{- define "llmtrain-operator.admissionPolicyName" -}}
+{{- $root := index . 0 -}}
+{{- printf "%s.%s.%s" (include "llmtrain-operator.fullname" $root) $root.Release.Namespace (index . 1) | trunc 253 | trimSuffix "." }}
+{{- end }}
