@@ -19,10 +19,10 @@ from llmtrain import rendezvous_auth as ra
 
 
 @contextmanager
-def secured_etcd(tmp: Path, ca: ra.CertificateAuthority):
+def secured_etcd(tmp: Path, ca: ra.CertificateAuthority, client_port: int | None = None):
     """Yields host:port; the server certificate is for 127.0.0.1 and localhost."""
     server = ca.issue("etcd-server", server_names=("127.0.0.1", "localhost")).write(tmp / "server")
-    cport, pport, mport = free_port(), free_port(), free_port()
+    cport, pport, mport = client_port or free_port(), free_port(), free_port()
     curl, purl = f"https://127.0.0.1:{cport}", f"http://127.0.0.1:{pport}"
     log_path = tmp / "etcd.log"
     log = open(log_path, "wb")

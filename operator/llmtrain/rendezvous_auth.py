@@ -36,6 +36,7 @@ import secrets
 import ssl
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,9 +67,14 @@ def tenant_prefix(namespace: str) -> str:
     return namespace + "." * dots
 
 
+USER_PREFIX = "llmtrain-ns-"
+# A key only root may read or write: whether etcd is still the one this operator set up.
+MARKER_PATH = "/v2/keys/llmtrain/rendezvous-auth"
+
+
 def user_name(namespace: str) -> str:
     """The etcd user (and role) of a namespace: the CommonName of its certificates."""
-    return f"llmtrain-ns-{namespace}"
+    return f"{USER_PREFIX}{namespace}"
 
 
 def secret_name(ptj_name: str) -> str:
@@ -207,11 +213,15 @@ class EtcdAdmin:
         # --client-cert-auth (it would not pass the name on), so v3 is set up with one without.
         self._v3_ctx = _tls_context(ca.issue(""))
         self._ready: set[str] = set()
+        self._epoch: str | None = None
 
-    def _call(self, method: str, path: str, body: dict | None = None, ok=(200, 201), ctx=None) -> tuple[int, dict]:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+    def _call(self, method: str, path: str, body: dict | None = None, ok=(200, 201), ctx=None,
+              form: dict | None = None) -> tuple[int, dict]:
+        if form is not None:  # the v2 keys API takes form fields
+            data, kind = urllib.parse.urlencode(form).encode(), "application/x-www-form-urlencoded"
+        else:
+            data, kind = (None if body is None else json.dumps(body).encode()), "application/json"
+        req = urllib.request.Request(self.base + path, data=data, method=method, headers={"Content-Type": kind})
         try:
             with urllib.request.urlopen(req, timeout=self.timeout, context=ctx or self._ctx) as r:
                 status, text = r.status, r.read()
@@ -224,24 +234,68 @@ class EtcdAdmin:
         except ValueError:
             return status, {}
 
+    def _names(self, path: str, field: str, key: str) -> list[str]:
+        _, out = self._call("GET", path)
+        return [item[key] for item in out.get(field) or [] if isinstance(item, dict) and key in item]
+
     def bootstrap(self) -> None:
-        """Auth on (v2 and v3), root the only all-powerful user, guest allowed nothing. Idempotent."""
+        """Auth on (v2 and v3), root the only all-powerful user (its password reset to one nobody
+        knows), guest allowed nothing, no users or roles but root's and the namespaces', each of
+        those exactly as `ensure_namespace` makes it. Idempotent.
+
+        etcd found without auth (fresh, or restarted without its data: the chart's default data
+        dir is an emptyDir) may hold anything a certificate holder wrote meanwhile, a pickle in a
+        future run id's key included, so then users, roles and every rendezvous key are wiped
+        first. The same when the marker this process wrote is gone or changed."""
         _, state = self._call("GET", "/v2/auth/enable")
-        # Before auth is on, anyone the CA admits could manage users: the chart's CA signs only for
-        # the operator until this has run, since tenants get certificates from the operator.
-        if not state.get("enabled"):
-            password = secrets.token_urlsafe(32)  # never used: root authenticates by certificate
-            self._call("PUT", "/v2/auth/users/root", {"user": ROOT_USER, "password": password}, ok=(200, 201, 409))
+        enabled = bool(state.get("enabled"))
+        status, marker = self._call("GET", MARKER_PATH, ok=(200, 401, 403, 404))
+        value = (marker.get("node") or {}).get("value") if status == 200 else None
+        wipe = not enabled or value is None or (self._epoch is not None and value != self._epoch)
+        users = self._names("/v2/auth/users", "users", "user")
+        roles = self._names("/v2/auth/roles", "roles", "role")
+        for u in users:
+            if wipe or (u != ROOT_USER and not u.startswith(USER_PREFIX)):
+                if u != ROOT_USER or not enabled:  # root cannot go while auth is on
+                    self._call("DELETE", f"/v2/auth/users/{u}", ok=(200, 404))
+        for r in roles:
+            if r not in (ROOT_USER, "guest") and (wipe or not r.startswith(USER_PREFIX)):
+                self._call("DELETE", f"/v2/auth/roles/{r}", ok=(200, 404))
+        password = secrets.token_urlsafe(32)  # never used: root authenticates by certificate
+        self._call("PUT", "/v2/auth/users/root", {"user": ROOT_USER, "password": password}, ok=(200, 201))
+        if not enabled:
             # An empty guest role before enabling: otherwise EnableAuth creates one with r/w on /*.
             self._call("PUT", "/v2/auth/roles/guest", {"role": "guest", "permissions": {"kv": {"read": [], "write": []}}},
                        ok=(200, 201, 409))
+            self._empty_guest()
             self._call("PUT", "/v2/auth/enable", ok=(200, 201, 409))
+        self._empty_guest()
+        self._ready.clear()
+        if wipe:
+            for top in ("/v2/keys/torch", "/v2/keys/torchelastic"):
+                self._call("DELETE", f"{top}?recursive=true", ok=(200, 404))
+        else:
+            for u in users:
+                if u.startswith(USER_PREFIX):
+                    self.ensure_namespace(u[len(USER_PREFIX):])
+        self._bootstrap_v3()
+        epoch = secrets.token_urlsafe(16)
+        self._call("PUT", MARKER_PATH, form={"value": epoch})
+        self._epoch = epoch
+
+    def _empty_guest(self) -> None:
         _, guest = self._call("GET", "/v2/auth/roles/guest")
         kv = (guest.get("permissions") or {}).get("kv") or {}
         if kv.get("read") or kv.get("write"):
             self._call("PUT", "/v2/auth/roles/guest",
                        {"role": "guest", "revoke": {"kv": {"read": kv.get("read") or [], "write": kv.get("write") or []}}})
-        self._bootstrap_v3()
+
+    def ensure_current(self) -> None:
+        """Before each attempt: etcd still has auth on and the marker this process wrote (two
+        reads); else `bootstrap` again."""
+        status, marker = self._call("GET", MARKER_PATH, ok=(200, 401, 403, 404))
+        if status != 200 or (marker.get("node") or {}).get("value") != self._epoch:
+            self.bootstrap()
 
     def _bootstrap_v3(self) -> None:
         """v3 auth on with root the only user: a tenant's certificate names no v3 user, so etcd
@@ -286,6 +340,8 @@ class EtcdAdmin:
             roles = {r.get("role") if isinstance(r, dict) else r for r in user.get("roles") or []}
             if name not in roles:
                 self._call("PUT", f"/v2/auth/users/{name}", {"user": name, "grant": [name]})
+            if roles - {name}:  # e.g. root, granted while auth was off
+                self._call("PUT", f"/v2/auth/users/{name}", {"user": name, "revoke": sorted(roles - {name})})
         self._ready.add(namespace)
 
 

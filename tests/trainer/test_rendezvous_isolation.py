@@ -152,3 +152,46 @@ def test_a_job_trains_end_to_end_with_its_own_credentials(secured_etcd, corpus, 
                   if base64.b64decode(n.key[len(ra.STORE_DIR) + 1:]).startswith(f"torch.rendezvous.{rid}".encode())]
     assert store_keys, "torch wrote its store keys under the job's prefix"
     assert all(refused(lambda k=k: b.write(k, "10.6.6.6")) for k in store_keys)
+
+
+def test_an_etcd_restarted_without_its_data_is_secured_again_before_the_next_attempt(tmp_path):
+    """The chart's etcd keeps its data in an emptyDir: after a restart auth is off, and any
+    certificate holder may write users, roles and keys until the operator notices. It notices
+    before its next attempt (ensure_current) and starts from nothing: what was planted is gone."""
+    from secured_etcd import secured_etcd as start
+
+    ca = ra.CertificateAuthority.generate()
+    port = None
+    admin = None
+    with start(tmp_path / "first", ca) as endpoint:
+        port = int(endpoint.split(":")[1])
+        admin = ra.EtcdAdmin(endpoint, ca)
+        admin.bootstrap()
+        admin.ensure_namespace("team-a")
+        admin.ensure_current()  # nothing changed: no new bootstrap
+    with start(tmp_path / "second", ca, client_port=port) as endpoint:  # same address, no data
+        b = client(endpoint, ca.issue(ra.user_name("team-b")), tmp_path)
+        future = ra.STATE_PREFIX + rendezvous_id("team-a", "llama", "0123456789", 2)
+        b.write(future, "a pickle")  # auth is off: nothing stops this yet
+        # b makes itself an all-powerful user and turns auth on with a password it knows
+        evil = ra.EtcdAdmin.__new__(ra.EtcdAdmin)
+        evil.base, evil.timeout, evil._ctx = f"https://{endpoint}", 10, _ctx(ca.issue("nobody"), tmp_path)
+        evil._call("PUT", "/v2/auth/users/root", {"user": "root", "password": "known"}, ok=(201,))
+        evil._call("PUT", "/v2/auth/users/evil", {"user": "evil", "password": "known", "roles": ["root"]}, ok=(200, 201))
+        evil._call("PUT", "/v2/keys/llmtrain/rendezvous-auth", form={"value": "planted"}, ok=(200, 201))
+        evil._call("PUT", "/v2/auth/enable", ok=(200,))
+
+        admin.ensure_current()
+        admin.ensure_namespace("team-a")
+        a = client(endpoint, ca.issue(ra.user_name("team-a")), tmp_path)
+        with pytest.raises(python_etcd.EtcdKeyNotFound):
+            a.read(future)  # the planted state is gone
+        assert refused(lambda: b.write(future, "a pickle"))
+        users = admin._names("/v2/auth/users", "users", "user")
+        assert "evil" not in users and ra.user_name("team-a") in users
+        # the password b set for root works no more
+        basic = urllib.request.Request(f"https://{endpoint}/v2/keys/torch?recursive=true", method="DELETE",
+                                       headers={"Authorization": "Basic " + base64.b64encode(b"root:known").decode()})
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(basic, timeout=10, context=_ctx(ca.issue("nobody"), tmp_path))
+        assert e.value.code == 401

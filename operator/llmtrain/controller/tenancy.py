@@ -62,6 +62,8 @@ def prepare_attempt(spec: LLMTrainingJobSpec, job: dict, attempt: int) -> None:
     if CONFIG.job_network_policy:
         create_networkpolicy(render_networkpolicy(spec, name, ns, uid))
     if CONFIG.rendezvous_ca_dir and uses_operator_etcd(spec):
-        _admin(CONFIG.default_etcd_endpoint, CONFIG.rendezvous_ca_dir).ensure_namespace(ns)
+        admin = _admin(CONFIG.default_etcd_endpoint, CONFIG.rendezvous_ca_dir)
+        admin.ensure_current()  # an etcd restarted without its data is set up (and wiped) again
+        admin.ensure_namespace(ns)
         creds = _ca(CONFIG.rendezvous_ca_dir).issue(rendezvous_auth.user_name(ns))
         create_secret(render_rendezvous_secret(name, ns, attempt, uid, creds))
