@@ -12,10 +12,9 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
+from llmtrain import rendezvous_auth as ra
 from llmtrain_devcluster.process import free_port
 from llmtrain_trainer.local import _etcd_binary
-
-from llmtrain import rendezvous_auth as ra
 
 
 @contextmanager

@@ -32,8 +32,8 @@ from typing import Any
 import jinja2
 import yaml
 
-from .catalog import InstanceType, instance_type
 from . import rendezvous_auth
+from .catalog import InstanceType, instance_type
 from .rendezvous_auth import tenant_prefix
 from .spec import API_VERSION, INSTANCE_TYPE_LABEL, KIND, LLMTrainingJobSpec
 

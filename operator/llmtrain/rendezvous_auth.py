@@ -129,15 +129,15 @@ class CertificateAuthority:
         self.key = serialization.load_pem_private_key(key_pem, password=None)
 
     @classmethod
-    def from_dir(cls, directory: str | Path) -> "CertificateAuthority":
+    def from_dir(cls, directory: str | Path) -> CertificateAuthority:
         d = Path(directory)
         return cls((d / CA_KEY).read_bytes(), (d / "ca.key").read_bytes())
 
     @classmethod
-    def generate(cls, common_name: str = "llmtrain-rendezvous-ca", days: int = 3650) -> "CertificateAuthority":
+    def generate(cls, common_name: str = "llmtrain-rendezvous-ca", days: int = 3650) -> CertificateAuthority:
         key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
                 .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
                 .not_valid_after(now + dt.timedelta(days=days))
@@ -158,7 +158,7 @@ class CertificateAuthority:
         import ipaddress
 
         key = ec.generate_private_key(ec.SECP256R1())
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         builder = (x509.CertificateBuilder()
                    .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
                                            if common_name else []))
@@ -255,9 +255,9 @@ class EtcdAdmin:
         users = self._names("/v2/auth/users", "users", "user")
         roles = self._names("/v2/auth/roles", "roles", "role")
         for u in users:
-            if wipe or (u != ROOT_USER and not u.startswith(USER_PREFIX)):
-                if u != ROOT_USER or not enabled:  # root cannot go while auth is on
-                    self._call("DELETE", f"/v2/auth/users/{u}", ok=(200, 404))
+            stale = wipe or (u != ROOT_USER and not u.startswith(USER_PREFIX))
+            if stale and (u != ROOT_USER or not enabled):  # root cannot go while auth is on
+                self._call("DELETE", f"/v2/auth/users/{u}", ok=(200, 404))
         for r in roles:
             if r not in (ROOT_USER, "guest") and (wipe or not r.startswith(USER_PREFIX)):
                 self._call("DELETE", f"/v2/auth/roles/{r}", ok=(200, 404))

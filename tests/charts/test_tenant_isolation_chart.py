@@ -5,7 +5,6 @@ told to issue identities, and the admission policies' loader list is the operato
 from __future__ import annotations
 
 import yaml
-
 from chart_helpers import by_kind, one
 
 

@@ -6,10 +6,15 @@ from __future__ import annotations
 import base64
 
 import pytest
-
 from llmtrain import rendezvous_auth as ra
-from llmtrain.render import (METRICS_PORT, networkpolicy_name, render_networkpolicy, render_pytorchjob,
-                             render_rendezvous_secret, rendezvous_id)
+from llmtrain.render import (
+    METRICS_PORT,
+    networkpolicy_name,
+    render_networkpolicy,
+    render_pytorchjob,
+    render_rendezvous_secret,
+    rendezvous_id,
+)
 from llmtrain.validation import parse_spec
 
 

@@ -11,7 +11,6 @@ import uuid
 import etcd as python_etcd
 import pytest
 from kubernetes import client
-
 from llmtrain import rendezvous_auth as ra
 from llmtrain.render import networkpolicy_name
 
