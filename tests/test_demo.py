@@ -20,7 +20,7 @@ def test_make_demo_runs_the_whole_path():
                              capture_output=True, text=True, timeout=600)
         out = run.stdout + run.stderr
         assert run.returncode == 0, out[-4000:]
-        assert "rdzvId: demo-tiny-cpu-" in out  # the rendered PyTorchJob was shown
+        assert "rdzvId: demo...tiny-cpu-" in out  # the rendered PyTorchJob was shown
         # The p5 job's two pods were scheduled onto the two simulated p5.48xlarge nodes, Running.
         p5_rows = [line.split() for line in out.splitlines() if line.startswith("llama2-7b-p5-a1-worker-")]
         assert len(p5_rows) == 2, out[-4000:]

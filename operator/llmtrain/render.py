@@ -4,7 +4,7 @@ This module decides the values (from the spec and the instance catalog); the tem
 `templates/pytorchjob.yaml.j2` lays them out. Choices a user should know about:
 
 - One PyTorchJob per attempt, named `<job>-a<attempt>`; the rendezvous id
-  `<namespace>-<job>-<uid prefix>-a<attempt>` is never reused, so a restarted attempt never meets
+  `<namespace>.<job>-<uid prefix>-a<attempt>` (1-3 dots, rendezvous_auth.tenant_prefix) is never reused, so a restarted attempt never meets
   a closed rendezvous (RendezvousClosedError).
 - Workers run `torchrun ... -m llmtrain_trainer`; the trainer reads the whole spec from the
   `LLMTRAIN_SPEC` environment variable (JSON), so the PyTorchJob is the complete, reviewable record.
@@ -32,7 +32,9 @@ from typing import Any
 import jinja2
 import yaml
 
+from . import rendezvous_auth
 from .catalog import InstanceType, instance_type
+from .rendezvous_auth import tenant_prefix
 from .spec import API_VERSION, INSTANCE_TYPE_LABEL, KIND, LLMTrainingJobSpec
 
 METRICS_PORT = 9410
@@ -158,7 +160,9 @@ def pytorchjob_name(job: str, attempt: int) -> str:
 
 
 def rendezvous_id(namespace: str, job: str, uid: str | None, attempt: int) -> str:
-    return f"{namespace}-{job}-{(uid or 'local')[:8]}-a{attempt}"
+    # Starts with the namespace's own prefix (`<namespace>.`, padded): the rendezvous etcd grants
+    # each namespace's identity exactly the keys of ids with that prefix (rendezvous_auth.py).
+    return f"{tenant_prefix(namespace)}{job}-{(uid or 'local')[:8]}-a{attempt}"
 
 
 def _rendezvous(spec: LLMTrainingJobSpec, ptj_name: str, rdzv_id: str,
@@ -255,29 +259,90 @@ def node_anti_affinity(avoid_nodes) -> dict[str, Any] | None:
 
 
 def _args(spec: LLMTrainingJobSpec, procs: int, min_nodes: int, rdzv: dict[str, Any]) -> list[str]:
+    conf = [f"--rdzv-conf={rdzv['conf']}"] if rdzv.get("conf") else []
     return [
         f"--nnodes={min_nodes}:{spec.cluster.nodes}",
         f"--nproc-per-node={procs}",
         f"--rdzv-backend={rdzv['backend']}",
         f"--rdzv-endpoint={rdzv['endpoint']}",
         f"--rdzv-id={rdzv['id']}",
+        *conf,
         "--max-restarts=0",
         "-m", TRAINER_MODULE,
     ]
 
 
+def uses_operator_etcd(spec: LLMTrainingJobSpec) -> bool:
+    """The job meets on the operator's etcd (an etcd backend, no endpoint of its own): the one
+    that requires the per-namespace credentials when the operator runs with a rendezvous CA."""
+    return spec.rendezvous.backend != "c10d" and not spec.rendezvous.endpoint
+
+
+RENDEZVOUS_VOLUME = "rendezvous-credentials"
+
+
+def networkpolicy_name(job: str) -> str:
+    return f"{job}-peers"
+
+
+def render_networkpolicy(spec: LLMTrainingJobSpec, name: str, namespace: str = "default",
+                         uid: str | None = None) -> dict[str, Any]:
+    """The job's NetworkPolicy (one per job, every attempt): its worker pods accept connections
+    from the job's own pods only (the c10d rendezvous store, the agents' TCPStore, gloo/NCCL, all
+    unauthenticated and some of it pickles), except the trainer's metrics ports, which the
+    operator and Prometheus scrape. The selectors hold within the namespace only (no
+    namespaceSelector), the trust boundary. It needs a CNI that enforces NetworkPolicy."""
+    inst = instance_type(spec.cluster.instance_type)
+    procs = inst.workers_per_node(spec.cluster.processes_per_node)
+    peers = {JOB_LABEL: name, "app.kubernetes.io/managed-by": "llmtrain-operator"}
+    metrics = {"protocol": "TCP", "port": METRICS_PORT}
+    if procs > 1:
+        metrics["endPort"] = METRICS_PORT + procs - 1
+    meta: dict[str, Any] = {"name": networkpolicy_name(name), "namespace": namespace,
+                            "labels": {"app.kubernetes.io/name": "llmtrain",
+                                       "app.kubernetes.io/managed-by": "llmtrain-operator", JOB_LABEL: name}}
+    if uid:
+        meta["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": KIND, "name": name, "uid": uid,
+                                    "blockOwnerDeletion": True}]
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta,
+            "spec": {"podSelector": {"matchLabels": dict(peers)}, "policyTypes": ["Ingress"],
+                     "ingress": [{"from": [{"podSelector": {"matchLabels": dict(peers)}}]},
+                                 {"ports": [metrics]}]}}
+
+
+def render_rendezvous_secret(name: str, namespace: str, attempt: int, uid: str | None,
+                             creds: rendezvous_auth.Credentials) -> dict[str, Any]:
+    """The Secret an attempt's pods mount for the operator's etcd: the CA and the namespace's
+    client certificate (owned by the job, so it goes with it)."""
+    meta: dict[str, Any] = {"name": rendezvous_auth.secret_name(pytorchjob_name(name, attempt)), "namespace": namespace,
+                            "labels": {"app.kubernetes.io/name": "llmtrain",
+                                       "app.kubernetes.io/managed-by": "llmtrain-operator",
+                                       JOB_LABEL: name, ATTEMPT_LABEL: str(attempt)}}
+    if uid:
+        meta["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": KIND, "name": name, "uid": uid,
+                                    "blockOwnerDeletion": True}]
+    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": meta,
+            "data": creds.secret_data()}
+
+
 def render_pytorchjob(spec: LLMTrainingJobSpec, name: str, namespace: str = "default",
                       attempt: int = 1, uid: str | None = None,
                       default_etcd_endpoint: str | None = None, *,
-                      resume_before_step: int | None = None, avoid_nodes=()) -> dict[str, Any]:
+                      resume_before_step: int | None = None, avoid_nodes=(),
+                      rendezvous_credentials: bool = False) -> dict[str, Any]:
     """The PyTorchJob for one attempt, as a dict ready for the API server. `resume_before_step`:
     a loss rollback the operator decided (status.resumeBeforeStep, controller/health.py).
-    `avoid_nodes`: node names this attempt's pods must not land on (status.avoidNodes)."""
+    `avoid_nodes`: node names this attempt's pods must not land on (status.avoidNodes).
+    `rendezvous_credentials`: the operator's etcd requires client certificates; a job that uses
+    it mounts the attempt's Secret (render_rendezvous_secret) and speaks HTTPS."""
     inst = instance_type(spec.cluster.instance_type)
     procs = inst.workers_per_node(spec.cluster.processes_per_node)
     ptj_name = pytorchjob_name(name, attempt)
     rdzv = _rendezvous(spec, ptj_name, rendezvous_id(namespace, name, uid, attempt),
                        default_etcd_endpoint)
+    credentials = rendezvous_credentials and uses_operator_etcd(spec)
+    if credentials:
+        rdzv["conf"] = rendezvous_auth.rdzv_conf(spec.rendezvous.backend)
     min_nodes = spec.cluster.min_nodes or spec.cluster.nodes
     labels = {"app.kubernetes.io/name": "llmtrain", "app.kubernetes.io/managed-by": "llmtrain-operator",
               JOB_LABEL: name, ATTEMPT_LABEL: str(attempt)}
@@ -298,6 +363,11 @@ def render_pytorchjob(spec: LLMTrainingJobSpec, name: str, namespace: str = "def
     volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, {"name": "staging", "emptyDir": staging}] + [
         {"name": v.name, "persistentVolumeClaim": {"claimName": v.claim_name, "readOnly": v.read_only}}
         for v in spec.cluster.volumes]
+    if credentials:
+        mounts.append({"name": RENDEZVOUS_VOLUME, "mountPath": rendezvous_auth.MOUNT_PATH, "readOnly": True})
+        # 0440 and the pod's fsGroup: readable by the trainer's group only
+        volumes.append({"name": RENDEZVOUS_VOLUME, "secret": {
+            "secretName": rendezvous_auth.secret_name(ptj_name), "defaultMode": 0o440}})
     owner = {"apiVersion": API_VERSION, "kind": KIND, "name": name, "uid": uid} if uid else None
     slots: list[str] = []
     text = _template().render(

@@ -31,6 +31,17 @@ ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESERVED_ENV = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
                 "MASTER_PORT", "TORCHELASTIC_RUN_ID"}
 RESERVED_ENV_PREFIXES = ("LLMTRAIN_", "PET_")
+# Variables that make a program in the image load code from a path or a name the value gives (the
+# dynamic loader, Python's import and startup hooks, shells' startup files, NCCL/libfabric/CUDA/
+# OpenSSL plugins, PATH), or make the NVIDIA container runtime expose other devices: any of them
+# runs code the allowed images never shipped. The chart's ValidatingAdmissionPolicy
+# (templates/admission-job-env.yaml) refuses the same list at admission.
+LOADER_ENV = frozenset({
+    "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONPLATLIBDIR", "PYTHONEXECUTABLE",
+    "PYTHONINSPECT", "PYTHONBREAKPOINT", "PYTHONWARNINGS", "GCONV_PATH", "PATH", "BASH_ENV", "ENV",
+    "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN", "NCCL_CONF_FILE", "FI_PROVIDER_PATH",
+    "CUDA_INJECTION64_PATH", "OPENSSL_CONF", "OPENSSL_MODULES", "OPENSSL_ENGINES"})
+LOADER_ENV_PREFIXES = ("LD_", "NVIDIA_")
 INLINE_TOKEN_KEYS = ("hfToken", "huggingFaceToken", "token", "hf_token")
 DATA_SCHEMES = ("synthetic", "s3://", "file://")
 STORAGE_SCHEMES = ("s3://", "file://")
@@ -264,6 +275,10 @@ def check(spec: LLMTrainingJobSpec, name: str = "job", default_etcd_endpoint: st
         elif key in RESERVED_ENV or key.startswith(RESERVED_ENV_PREFIXES):
             p.append(Problem(f"spec.cluster.env.{key}", "is set by torchrun/llmtrain for every worker",
                              "any other variable (NCCL_*, FI_* and your own)"))
+        elif key in LOADER_ENV or key.startswith(LOADER_ENV_PREFIXES):
+            p.append(Problem(f"spec.cluster.env.{key}", "would load code from outside the image (a loader, "
+                             "import, startup or plugin variable)", "put the code in the image; other "
+                             "variables (NCCL_* settings, FI_* settings, your own) are fine"))
     for key in c.node_selector:
         if key == INSTANCE_TYPE_LABEL:
             p.append(Problem(f"spec.cluster.nodeSelector.{key}", "is set from spec.cluster.instanceType",

@@ -22,7 +22,10 @@ NAMESPACED = CHARTS / "llmtrain-operator" / "ci" / "namespaced-values.yaml"
 # is a least-privilege violation, anything less a 403 at run time.
 from llmtrain.controller import rbac  # noqa: E402
 
-EXPECTED_RULES = {k: set(v) for k, v in rbac.JOB_RULES.items()}
+# jobNetworkPolicy.enabled is on by default: the job's NetworkPolicy
+EXPECTED_RULES = {k: set(v) for k, v in {**rbac.JOB_RULES, **rbac.JOB_NETWORK_POLICY_RULES}.items()}
+# and with the bundled etcd (auth on by default) the attempts' rendezvous Secrets
+ETCD_AUTH_RULES = {k: set(v) for k, v in rbac.RENDEZVOUS_AUTH_RULES.items()}
 FRAMEWORK_RULES = {k: set(v) for k, v in rbac.CLUSTER_RULES.items()}
 PEERING_VERBS = set(rbac.PEERING_VERBS)
 NODE_TAINT_VERBS = set(rbac.CLUSTER_RULES[("", "nodes")] | rbac.SUSPECT_TAINT_RULES[("", "nodes")])
@@ -61,10 +64,14 @@ def test_default_render_is_minimal(helm):
     # Nothing a cluster usually already has: no monitoring objects, no etcd, no peering.
     # The operator's ClusterRole + the two user roles aggregated into view/edit/admin; the Role +
     # RoleBinding are only for the leader-election Lease, in the release namespace.
+    # The tenant-isolation admission policies (job references, job env, the operator's PyTorchJobs
+    # and other objects, baseline-efa pods, llmtrain-labelled PyTorchJobs), each with its binding.
     assert kinds == ["ClusterRole"] * 3 + ["ClusterRoleBinding", "Deployment", "NetworkPolicy", "Role",
-                                           "RoleBinding", "Service", "ServiceAccount"]
+                                           "RoleBinding", "Service", "ServiceAccount"] + \
+        ["ValidatingAdmissionPolicy"] * 6 + ["ValidatingAdmissionPolicyBinding"] * 6
     for d in docs:
-        if d["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+        if d["kind"] not in ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+                             "ValidatingAdmissionPolicyBinding"):
             assert d["metadata"]["namespace"] == "llmtrain-system", d["kind"]
     args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert not any(a.startswith("--peering") for a in args)
@@ -88,7 +95,7 @@ def test_everything_on_renders_every_optional_part(helm):
     sts = one(docs, "StatefulSet")
     assert "--enable-v2=true" in sts["spec"]["template"]["spec"]["containers"][0]["args"]
     # Peering RBAC only when peering is on.
-    assert _rules(operator_role(docs)) == {**EXPECTED_RULES, **FRAMEWORK_RULES,
+    assert _rules(operator_role(docs)) == {**EXPECTED_RULES, **FRAMEWORK_RULES, **ETCD_AUTH_RULES,
                                                  ("kopf.dev", "clusterkopfpeerings"): PEERING_VERBS}
     assert dep["spec"]["template"]["spec"]["containers"][0]["image"].endswith("@sha256:" + "0123456789abcdef" * 4)
 

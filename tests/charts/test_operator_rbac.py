@@ -30,7 +30,8 @@ METHOD = re.compile(r"^(read|get|list|create|patch|replace|delete)_(namespaced_)
                     r"(_for_all_namespaces)?$")
 # The built-in kinds the operator may touch, as (API group, plural).
 KINDS = {"pod": ("", "pods"), "node": ("", "nodes"), "event": ("", "events"),
-         "lease": ("coordination.k8s.io", "leases")}
+         "lease": ("coordination.k8s.io", "leases"), "secret": ("", "secrets"),
+         "network_policy": ("networking.k8s.io", "networkpolicies")}
 KOPF_WATCHERS = {"kopf.on.event", "kopf.index", "kopf.on.create", "kopf.on.update", "kopf.on.delete",
                  "kopf.on.resume", "kopf.on.field", "kopf.daemon", "kopf.timer"}
 KOPF_EVENT_POSTERS = {"kopf.info", "kopf.warn", "kopf.exception", "kopf.event"}
@@ -128,7 +129,8 @@ def test_rbac_table_is_exactly_what_the_code_uses():
         used.setdefault((group, resource), set()).add(verb)
     # kopf's own: it watches CRDs whatever handlers are registered (not visible as a call here).
     used.setdefault(("apiextensions.k8s.io", "customresourcedefinitions"), set()).update({"list", "watch"})
-    table = _merge(rbac.JOB_RULES, rbac.CLUSTER_RULES, rbac.SUSPECT_TAINT_RULES, rbac.LEADER_ELECTION_RULES)
+    table = _merge(rbac.JOB_RULES, rbac.CLUSTER_RULES, rbac.SUSPECT_TAINT_RULES, rbac.LEADER_ELECTION_RULES,
+                   rbac.JOB_NETWORK_POLICY_RULES, rbac.RENDEZVOUS_AUTH_RULES)
     assert table == used
 
 
@@ -140,3 +142,5 @@ def test_conditional_permissions_are_used_only_where_they_are_conditional():
             assert where.startswith("nodes.py:") and where.endswith(" taint_nodes"), where
         if resource == "leases":
             assert where.startswith("leader.py:"), where
+        if resource in ("secrets", "networkpolicies"):
+            assert where.startswith("tenancy.py:") and verb == "create", where

@@ -83,7 +83,7 @@ class Workers:
 
     def __init__(self, spec: dict, nproc: int, tmp: Path, *, rdzv: tuple[str, str] | None = None,
                  nnodes: int = 1, env: dict | None = None, name: str = "w", rdzv_id: str | None = None,
-                 file_size_limit: int | None = None):
+                 file_size_limit: int | None = None, rdzv_conf: str | None = None):
         self.spec_file = tmp / f"spec-{name}-{time.monotonic_ns()}.json"
         self.spec_file.write_text(json.dumps(spec))
         backend, endpoint = rdzv or ("c10d", f"127.0.0.1:{free_port()}")
@@ -91,6 +91,7 @@ class Workers:
         self.cmd = [PY, "-m", "llmtrain_trainer.launch", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
                     f"--rdzv-backend={backend}", f"--rdzv-endpoint={endpoint}",
                     f"--rdzv-id={rdzv_id or 'test-' + uuid.uuid4().hex[:12]}", "--max-restarts=0",
+                    *([f"--rdzv-conf={rdzv_conf}"] if rdzv_conf else []),
                     "-m", "llmtrain_trainer", "--spec", str(self.spec_file)]
         self.metrics_port = free_port_block(nproc)
         full_env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",

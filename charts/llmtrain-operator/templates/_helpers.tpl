@@ -79,3 +79,20 @@ etcd subchart's Service, else the operator's built-in default.
 {{- fail "dashboards.enabled needs dashboards.label (the label the Grafana sidecar watches, e.g. grafana_dashboard)" }}
 {{- end }}
 {{- end }}
+
+{{/* "true" when the bundled etcd requires the operator's per-namespace client certificates. */}}
+{{- define "llmtrain-operator.rendezvousAuth" -}}
+{{- if and .Values.etcd.enabled (dig "auth" "enabled" true .Values.etcd) }}true{{ end }}
+{{- end }}
+
+{{/* The Secret with the rendezvous CA (the etcd chart's llmtrain-etcd.tlsSecret). */}}
+{{- define "llmtrain-operator.rendezvousCASecret" -}}
+{{- include "llmtrain-etcd.tlsSecret" (dict "Values" .Values.etcd "Release" .Release "Chart" (dict "Name" "llmtrain-etcd")) }}
+{{- end }}
+
+{{/* Name of one of the chart's (cluster-scoped) ValidatingAdmissionPolicies and its binding:
+one set per release, so the release's namespace is part of it. (list $ "suffix") */}}
+{{- define "llmtrain-operator.admissionPolicyName" -}}
+{{- $root := index . 0 -}}
+{{- printf "%s.%s.%s" (include "llmtrain-operator.fullname" $root) $root.Release.Namespace (index . 1) | trunc 253 | trimSuffix "." }}
+{{- end }}

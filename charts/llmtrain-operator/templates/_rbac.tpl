@@ -4,7 +4,8 @@ Exactly the table in operator/llmtrain/controller/rbac.py, which names the code 
 (tests/charts/test_operator_rbac.py checks it against the code, test_chart_static.py this file
 against it): watch its jobs and read one before acting, write only their status, own PyTorchJobs,
 watch/list pods (worker state, failures), post core Events, and (with peering) keep its peering
-entry. No Secrets, no writes to the jobs themselves, nothing cluster-admin.
+entry. No reading of Secrets (with etcd auth it only creates the attempts' rendezvous credentials),
+no writes to the jobs themselves, nothing cluster-admin.
 */}}
 {{- define "llmtrain-operator.rules" -}}
 - apiGroups: [llmtrain.dev]
@@ -22,6 +23,19 @@ entry. No Secrets, no writes to the jobs themselves, nothing cluster-admin.
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+{{- if .Values.jobNetworkPolicy.enabled }}
+{{- /* One NetworkPolicy per job (controller/tenancy.py); created, never read or changed. */}}
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [create]
+{{- end }}
+{{- if include "llmtrain-operator.rendezvousAuth" . }}
+{{- /* Each attempt's etcd credentials (controller/tenancy.py). create only: no get/list, so the
+operator cannot read the tenants' Secrets. */}}
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [create]
+{{- end }}
 {{- end }}
 
 {{- define "llmtrain-operator.peeringRule" -}}

@@ -54,6 +54,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="taint nodes blamed for a failed attempt llmtrain.dev/suspect=<reason>:NoSchedule, "
                         "at most this fraction of the nodes of their instance type (default 0: never; "
                         "needs RBAC to patch nodes)")
+    p.add_argument("--job-network-policy", action="store_true",
+                   help="create a NetworkPolicy per job: its pods accept only its own pods, except on the "
+                        "trainer metrics ports (needs RBAC to create networkpolicies)")
+    p.add_argument("--rendezvous-ca-dir", default=None,
+                   help="directory with the rendezvous CA (ca.crt, ca.key): the default etcd requires "
+                        "client certificates, issued per namespace (needs RBAC to create secrets)")
     p.add_argument("--verbose", action="store_true")
     return p.parse_args(argv)
 
@@ -71,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.suspect_taint_fraction <= 1:
         raise SystemExit(f"--suspect-taint-fraction must be in [0, 1], got {args.suspect_taint_fraction}")
     CONFIG.suspect_taint_fraction = args.suspect_taint_fraction
+    CONFIG.job_network_policy = args.job_network_policy
+    if args.rendezvous_ca_dir and not CONFIG.default_etcd_endpoint:
+        raise SystemExit("--rendezvous-ca-dir needs --default-etcd-endpoint (the etcd it secures)")
+    CONFIG.rendezvous_ca_dir = args.rendezvous_ca_dir
     from . import handlers  # noqa: F401 — importing registers the handlers with kopf
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.bind_address)

@@ -20,6 +20,12 @@ class OperatorConfig:
     # taint nodes blamed for a failure llmtrain.dev/suspect=<reason>:NoSchedule, on at most this
     # fraction of the nodes of their instance type (0: never; controller/nodes.py)
     suspect_taint_fraction: float = 0.0
+    # a NetworkPolicy per job: its pods accept only its own pods, but on the metrics ports
+    # (controller/tenancy.py; needs a CNI that enforces NetworkPolicy)
+    job_network_policy: bool = False
+    # the rendezvous CA (ca.crt, ca.key): the default etcd requires per-namespace client
+    # certificates, which the operator issues (rendezvous_auth.py); None: plain etcd
+    rendezvous_ca_dir: str | None = None
 
 
 CONFIG = OperatorConfig()

@@ -65,7 +65,7 @@ from ..planner import plan_job
 from ..render import ATTEMPT_LABEL, JOB_LABEL, pytorchjob_name, render_pytorchjob, rendezvous_id
 from ..spec import GROUP, PHASES, PLURAL, VERSION, LLMTrainingJobSpec, model_summary
 from ..validation import InvalidJob, validate
-from . import forensics, health, kube, nodes
+from . import forensics, health, kube, nodes, tenancy
 from .config import CONFIG
 from .metrics import OperatorMetrics
 from .status import (PHASE_OF, TERMINAL, failure_message, now, parse_time, pod_summary,
@@ -150,7 +150,8 @@ def _render(spec: LLMTrainingJobSpec, raw_spec: dict, body: dict, attempt: int) 
     obj = render_pytorchjob(spec, meta["name"], meta["namespace"], attempt, meta["uid"],
                             CONFIG.default_etcd_endpoint,
                             resume_before_step=(body.get("status") or {}).get("resumeBeforeStep"),
-                            avoid_nodes=(body.get("status") or {}).get("avoidNodes") or ())  # nodes.py
+                            avoid_nodes=(body.get("status") or {}).get("avoidNodes") or (),  # nodes.py
+                            rendezvous_credentials=bool(CONFIG.rendezvous_ca_dir))
     obj["metadata"]["annotations"][SPEC_HASH] = spec_hash(raw_spec)
     return obj
 
@@ -444,6 +445,7 @@ class Reconcile:
             if existing is not None and not existing["metadata"].get("deletionTimestamp"):
                 ptj, was_created = existing, False
             else:
+                tenancy.prepare_attempt(spec, job, attempt)  # its NetworkPolicy, rendezvous credentials
                 ptj, was_created = kube.create_pytorchjob(obj)
         except ApiException as err:
             if err.status not in (400, 403, 422):

@@ -46,6 +46,17 @@ CLUSTER_RULES: dict[tuple[str, str], frozenset[str]] = {
 # Only with --suspect-taint-fraction > 0 (chart: suspectNodeTaint.enabled): nodes.taint_nodes.
 SUSPECT_TAINT_RULES: dict[tuple[str, str], frozenset[str]] = {("", "nodes"): frozenset({"patch"})}
 
+# Only with --job-network-policy (chart: jobNetworkPolicy.enabled): tenancy.create_networkpolicy,
+# one per job. Created only: an existing one is left alone.
+JOB_NETWORK_POLICY_RULES: dict[tuple[str, str], frozenset[str]] = {
+    ("networking.k8s.io", "networkpolicies"): frozenset({"create"}),
+}
+
+# Only with --rendezvous-ca-dir (chart: etcd.enabled and etcd.auth.enabled): tenancy.create_secret
+# writes each attempt's etcd credentials. create only, never get/list: the operator cannot read
+# the tenants' Secrets.
+RENDEZVOUS_AUTH_RULES: dict[tuple[str, str], frozenset[str]] = {("", "secrets"): frozenset({"create"})}
+
 # Only with --leader-elect (chart: replicaCount > 1), in the operator's own namespace: leader.py
 # reads, creates and replaces its Lease.
 LEADER_ELECTION_RULES: dict[tuple[str, str], frozenset[str]] = {

@@ -21,3 +21,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: llmtrain
 app.kubernetes.io/component: rendezvous
 {{- end }}
+
+{{/* The Secret with the rendezvous CA and etcd's server certificate (auth.enabled). */}}
+{{- define "llmtrain-etcd.tlsSecret" -}}
+{{- .Values.auth.existingSecret | default (printf "%s-tls" (include "llmtrain-etcd.fullname" .)) }}
+{{- end }}

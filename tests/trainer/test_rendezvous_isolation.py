@@ -1,0 +1,196 @@
+"""Tenant isolation on the shared rendezvous etcd (issue 18, item 3), on a real etcd 3.4 with the
+flags the chart gives it (HTTPS, client certificates required, v2 API on) and the operator's
+identities (llmtrain/rendezvous_auth.py), with real torchrun agents.
+
+A job's rendezvous state is a pickle every agent of the job loads, so whoever writes it runs code
+in that job. Here a second namespace's identity tries, and etcd itself refuses; the first job
+still trains end to end with its own credentials."""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import urllib.error
+import urllib.request
+import uuid
+
+import etcd as python_etcd
+import pytest
+from conftest import base_spec, run_to_end
+from llmtrain import rendezvous_auth as ra
+from llmtrain.render import rendezvous_id
+
+
+@pytest.fixture(scope="module")
+def secured_etcd(tmp_path_factory):
+    """(endpoint, CA, admin): etcd as the chart runs it, bootstrapped by the operator's code
+    (auth on, guest allowed nothing), namespaces team-a and team-b given identities."""
+    from secured_etcd import secured_etcd as start
+
+    ca = ra.CertificateAuthority.generate()
+    with start(tmp_path_factory.mktemp("secured-etcd"), ca) as endpoint:
+        admin = ra.EtcdAdmin(endpoint, ca)
+        admin.bootstrap()
+        admin.bootstrap()  # idempotent: an operator restart runs it again
+        for ns in ("team-a", "team-b"):
+            admin.ensure_namespace(ns)
+        yield endpoint, ca, admin
+
+
+def client(endpoint: str, creds: ra.Credentials, tmp) -> python_etcd.Client:
+    """python-etcd as torch's etcd-v2 backend builds it (etcd_rendezvous_backend._create_etcd_client)."""
+    d = creds.write(tmp / uuid.uuid4().hex[:8])
+    host, port = endpoint.split(":")
+    return python_etcd.Client(host, int(port), protocol="https", cert=(str(d / ra.CERT_KEY), str(d / ra.KEY_KEY)),
+                              ca_cert=str(d / ra.CA_KEY), read_timeout=10)
+
+
+def refused(fn) -> bool:
+    try:
+        fn()
+    except (python_etcd.EtcdException, python_etcd.EtcdKeyNotFound) as e:
+        # python-etcd raises EtcdException("Insufficient credentials") on etcd's 401
+        return "credentials" in str(e).lower() or "unauthorized" in str(e).lower()
+    return False
+
+
+def test_another_namespace_cannot_read_or_write_a_jobs_rendezvous(secured_etcd, tmp_path):
+    endpoint, ca, _ = secured_etcd
+    a = client(endpoint, ca.issue(ra.user_name("team-a")), tmp_path)
+    b = client(endpoint, ca.issue(ra.user_name("team-b")), tmp_path)
+    run_a = rendezvous_id("team-a", "llama", "0123456789", 1)
+    run_b = rendezvous_id("team-b", "llama", "0123456789", 1)
+    state_a = ra.STATE_PREFIX + run_a
+    store_a = f"{ra.STORE_DIR}/" + base64.b64encode(f"torch.rendezvous.{run_a}.0/MASTER_ADDR".encode()).decode()
+    a.write(state_a, "a's state")
+    a.write(store_a, "10.0.0.1")
+
+    # What a hostile tenant would do: replace the pickle, read it, delete it, redirect rank 0.
+    assert refused(lambda: b.write(state_a, base64.b64encode(b"cos\nsystem\n(S'id'\ntR.").decode())), \
+        "team-b wrote team-a's rendezvous state"
+    assert refused(lambda: b.read(state_a)), "team-b read team-a's rendezvous state"
+    assert refused(lambda: b.delete(state_a)), "team-b deleted team-a's rendezvous state"
+    assert refused(lambda: b.write(store_a, "10.6.6.6")), "team-b wrote team-a's store"
+    assert refused(lambda: b.write(f"{ra.LEGACY_DIR}/run_{run_a}/rdzv/active_version", "x"))
+    # a namespace whose name extends team-a's is no way in either
+    run_a2 = rendezvous_id("team-a2", "llama", "0123456789", 1)
+    assert refused(lambda: a.write(ra.STATE_PREFIX + run_a2, "x"))
+    assert a.read(state_a).value == "a's state" and a.read(store_a).value == "10.0.0.1"
+    # b works in its own keys
+    b.write(ra.STATE_PREFIX + run_b, "b's state")
+    assert b.read(ra.STATE_PREFIX + run_b).value == "b's state"
+
+    # A certificate of the right CA whose CommonName is no etcd user is a guest, allowed nothing.
+    stranger = client(endpoint, ca.issue("someone-else"), tmp_path)
+    assert refused(lambda: stranger.write(state_a, "x")) and refused(lambda: stranger.read(state_a))
+    assert refused(lambda: stranger.write("/anything", "x"))
+    # And a tenant cannot grant itself more: the auth API is root's.
+    with pytest.raises(ra.EtcdAuthError):
+        tenant_admin = ra.EtcdAdmin.__new__(ra.EtcdAdmin)
+        tenant_admin.base, tenant_admin.timeout = f"https://{endpoint}", 10
+        tenant_admin._ctx = _ctx(ca.issue(ra.user_name("team-b")), tmp_path)
+        tenant_admin._call("PUT", f"/v2/auth/roles/{ra.user_name('team-b')}",
+                           {"role": ra.user_name("team-b"), "grant": {"kv": {"read": ["/*"], "write": ["/*"]}}})
+
+
+def _ctx(creds: ra.Credentials, tmp) -> ssl.SSLContext:
+    d = creds.write(tmp / uuid.uuid4().hex[:8])
+    ctx = ssl.create_default_context(cafile=str(d / ra.CA_KEY))
+    ctx.load_cert_chain(d / ra.CERT_KEY, d / ra.KEY_KEY)
+    return ctx
+
+
+def test_the_v3_api_and_plain_clients_are_shut_too(secured_etcd, tmp_path):
+    endpoint, ca, _ = secured_etcd
+    # v3: auth is on with no user but root. Through the JSON gateway (a certificate without a
+    # CommonName, as the gateway requires) an unauthenticated put is refused; over gRPC a tenant's
+    # certificate names no v3 user and is refused the same way.
+    req = urllib.request.Request(f"https://{endpoint}/v3/kv/put", method="POST",
+                                 data=json.dumps({"key": base64.b64encode(b"x").decode(),
+                                                  "value": base64.b64encode(b"y" * 1000).decode()}).encode())
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=10, context=_ctx(ca.issue(""), tmp_path))
+    assert e.value.code == 403 and b"permission denied" in e.value.read()
+    # No certificate of the CA: the TLS handshake itself fails.
+    bare = ssl.create_default_context(cafile=None)
+    bare.load_verify_locations(cadata=ca.cert_pem.decode())
+    with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
+        urllib.request.urlopen(f"https://{endpoint}/v2/keys/", timeout=10, context=bare).read()
+    foreign = ra.CertificateAuthority.generate("someone's own CA").issue(ra.user_name("team-a"))
+    fctx = ssl.create_default_context(cadata=ca.cert_pem.decode())
+    d = foreign.write(tmp_path / "foreign")
+    fctx.load_cert_chain(d / ra.CERT_KEY, d / ra.KEY_KEY)
+    with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
+        urllib.request.urlopen(f"https://{endpoint}/v2/keys/", timeout=10, context=fctx).read()
+
+
+def test_a_job_trains_end_to_end_with_its_own_credentials(secured_etcd, corpus, launch, tmp_path):
+    """Two torchrun "nodes" of team-a meet through the secured etcd (etcd-v2 backend, the default),
+    with the rdzv-conf the operator renders, and train; team-b's identity is then refused on the
+    keys they used."""
+    endpoint, ca, _ = secured_etcd
+    creds = ca.issue(ra.user_name("team-a")).write(tmp_path / "team-a")
+    conf = ra.rdzv_conf("etcd-v2", str(creds))
+    rid = rendezvous_id("team-a", "train", uuid.uuid4().hex, 1)
+    spec = base_spec(**{"data.uri": corpus, "rendezvous.backend": "etcd-v2", "training.maxSteps": 2})
+    nodes = [launch(spec, nproc=1, nnodes=2, rdzv=("etcd-v2", endpoint), rdzv_id=rid, rdzv_conf=conf,
+                    name=f"node{i}") for i in range(2)]
+    for n in nodes:
+        run_to_end(n)
+    main = [n for n in nodes if n.of("config")]
+    assert len(main) == 1 and main[0].of("config")[0]["world_size"] == 2
+    assert sorted(main[0].losses()) == [1, 2]
+
+    a = client(endpoint, ca.issue(ra.user_name("team-a")), tmp_path)
+    b = client(endpoint, ca.issue(ra.user_name("team-b")), tmp_path)
+    assert a.read(ra.STATE_PREFIX + rid).value  # the state torch left behind: team-a's own
+    assert refused(lambda: b.read(ra.STATE_PREFIX + rid))
+    assert refused(lambda: b.write(ra.STATE_PREFIX + rid, "x"))
+    store_keys = [n.key for n in a.read(ra.STORE_DIR + "/", recursive=True).leaves
+                  if base64.b64decode(n.key[len(ra.STORE_DIR) + 1:]).startswith(f"torch.rendezvous.{rid}".encode())]
+    assert store_keys, "torch wrote its store keys under the job's prefix"
+    assert all(refused(lambda k=k: b.write(k, "10.6.6.6")) for k in store_keys)
+
+
+def test_an_etcd_restarted_without_its_data_is_secured_again_before_the_next_attempt(tmp_path):
+    """The chart's etcd keeps its data in an emptyDir: after a restart auth is off, and any
+    certificate holder may write users, roles and keys until the operator notices. It notices
+    before its next attempt (ensure_current) and starts from nothing: what was planted is gone."""
+    from secured_etcd import secured_etcd as start
+
+    ca = ra.CertificateAuthority.generate()
+    port = None
+    admin = None
+    with start(tmp_path / "first", ca) as endpoint:
+        port = int(endpoint.split(":")[1])
+        admin = ra.EtcdAdmin(endpoint, ca)
+        admin.bootstrap()
+        admin.ensure_namespace("team-a")
+        admin.ensure_current()  # nothing changed: no new bootstrap
+    with start(tmp_path / "second", ca, client_port=port) as endpoint:  # same address, no data
+        b = client(endpoint, ca.issue(ra.user_name("team-b")), tmp_path)
+        future = ra.STATE_PREFIX + rendezvous_id("team-a", "llama", "0123456789", 2)
+        b.write(future, "a pickle")  # auth is off: nothing stops this yet
+        # b makes itself an all-powerful user and turns auth on with a password it knows
+        evil = ra.EtcdAdmin.__new__(ra.EtcdAdmin)
+        evil.base, evil.timeout, evil._ctx = f"https://{endpoint}", 10, _ctx(ca.issue("nobody"), tmp_path)
+        evil._call("PUT", "/v2/auth/users/root", {"user": "root", "password": "known"}, ok=(201,))
+        evil._call("PUT", "/v2/auth/users/evil", {"user": "evil", "password": "known", "roles": ["root"]}, ok=(200, 201))
+        evil._call("PUT", "/v2/keys/llmtrain/rendezvous-auth", form={"value": "planted"}, ok=(200, 201))
+        evil._call("PUT", "/v2/auth/enable", ok=(200,))
+
+        admin.ensure_current()
+        admin.ensure_namespace("team-a")
+        a = client(endpoint, ca.issue(ra.user_name("team-a")), tmp_path)
+        with pytest.raises(python_etcd.EtcdKeyNotFound):
+            a.read(future)  # the planted state is gone
+        assert refused(lambda: b.write(future, "a pickle"))
+        users = admin._names("/v2/auth/users", "users", "user")
+        assert "evil" not in users and ra.user_name("team-a") in users
+        # the password b set for root works no more
+        basic = urllib.request.Request(f"https://{endpoint}/v2/keys/torch?recursive=true", method="DELETE",
+                                       headers={"Authorization": "Basic " + base64.b64encode(b"root:known").decode()})
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(basic, timeout=10, context=_ctx(ca.issue("nobody"), tmp_path))
+        assert e.value.code == 401
