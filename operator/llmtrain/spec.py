@@ -274,9 +274,6 @@ class LLMTrainingJobSpec(_Spec):
         return self.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
-PHASES = ("Pending", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
-
-
 def model_summary(model: ModelSpec) -> str:
     """What `kubectl get` shows as MODEL: the preset, or `custom-<layers>L-<hidden>h` for dims."""
     if model.preset:

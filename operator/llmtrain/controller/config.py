@@ -1,4 +1,4 @@
-"""Operator settings, set once from the command line before kopf starts."""
+"""Operator settings, from the command line (`__main__` builds them and the Operator)."""
 
 from __future__ import annotations
 
@@ -21,5 +21,3 @@ class OperatorConfig:
     # fraction of the nodes of their instance type (0: never; controller/nodes.py)
     suspect_taint_fraction: float = 0.0
 
-
-CONFIG = OperatorConfig()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from ..spec import PHASES
+from ..status import Phase
 
 RECONCILE_OUTCOMES = ("created", "adopted", "updated", "unchanged", "invalid", "restarted", "suspended",
                       "resumed", "error")
@@ -37,5 +37,5 @@ class OperatorMetrics:
             "llmtrain_operator_bad_nodes", "Nodes blamed for a failed attempt, by reason", ["reason"], **kw)
         for outcome in RECONCILE_OUTCOMES:
             self.reconciles.labels(outcome)
-        for phase in PHASES:
-            self.jobs.labels(phase)
+        for phase in Phase:
+            self.jobs.labels(phase.value)

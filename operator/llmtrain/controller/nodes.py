@@ -6,8 +6,8 @@ job at once (cleanPodPolicy), and its Failed condition only says "replica worker
 own terminated state (exit code, OOMKilled, the termination message with the NCCL/EFA/XID text)
 lives for milliseconds. So a pod watch handler (`pod_event`, on the event loop) copies each failure
 into `FAILURES` the moment it is seen, and the restart that the PyTorchJob's Failed condition
-triggers (handlers.pytorchjob_event) folds them into its own conditional status write through
-`restart(..., amend=...)`:
+calls for (decide.attempt_failed, with forensics.py) folds them into its own conditional status
+write:
 
   status.badNodes    the last MAX_BAD_NODES failures: [{node, reason, attempt, pod, exitCode, time}]
   status.avoidNodes  what the next attempt's pods get as required node anti-affinity
@@ -22,7 +22,8 @@ Optionally (operator flag --suspect-taint-fraction, chart value suspectNodeTaint
 gets the taint `llmtrain.dev/suspect=<reason>:NoSchedule` so other jobs avoid it too, never on more
 than that fraction of the nodes of its instance type (`taint_budget`).
 
-Everything but `pod_event`, `collect`, `ready_nodes` and `taint_nodes` is pure and unit-tested.
+Everything but `pod_event`, `wait_for_failures`, `ready_nodes` and `taint_nodes` is pure and
+unit-tested.
 """
 
 from __future__ import annotations
@@ -271,11 +272,12 @@ def pod_failed(body, **_) -> bool:
     return failure_of(body) is not None
 
 
-def register(kopf) -> None:
-    """Register the pod watch handler (called by handlers.py, so importing it registers)."""
+def register(kopf, registry=None) -> None:
+    """Register the pod watch handler (watch.register calls this)."""
+    kw = {"registry": registry} if registry is not None else {}
 
     @kopf.on.event("", "v1", "pods", labels={JOB_LABEL: kopf.PRESENT, ATTEMPT_LABEL: kopf.PRESENT},
-                   when=pod_failed)
+                   when=pod_failed, **kw)
     async def pod_event(event, body, namespace, labels, **_):
         # async and cheap (a dict insert): failures are caught at watch speed, before the
         # training-operator's teardown deletes the pod.

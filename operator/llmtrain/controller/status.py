@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from prometheus_client.parser import text_string_to_metric_families
 
 from ..render import REPLICA_INDEX_LABEL
+from ..status import Phase
 
 # Kubeflow's JobConditionType values (training-operator v1), in the order a job passes them.
 PTJ_CONDITIONS = ("Created", "Suspended", "Running", "Restarting", "Succeeded", "Failed")
-PHASE_OF = {"Created": "Pending", "Suspended": "Pending", "Running": "Running",
-            "Restarting": "Restarting", "Succeeded": "Succeeded", "Failed": "Failed"}
-TERMINAL = ("Succeeded", "Failed")
+PHASE_OF = {"Created": Phase.PENDING, "Suspended": Phase.PENDING, "Running": Phase.RUNNING,
+            "Restarting": Phase.RESTARTING, "Succeeded": Phase.SUCCEEDED, "Failed": Phase.FAILED}
+TERMINAL = ("Succeeded", "Failed")  # the PyTorchJob's terminal conditions
 
 
 def now() -> dt.datetime:
@@ -56,9 +57,12 @@ def failure_message(ptj: dict) -> str:
 
 
 def set_condition(conditions: list[dict], type_: str, status: bool, reason: str, message: str,
-                  generation: int | None = None) -> list[dict]:
-    """Return a new list with condition `type_` set; lastTransitionTime moves only on a change."""
+                  generation: int | None = None, at: dt.datetime | None = None) -> list[dict]:
+    """Return a new list with condition `type_` set; lastTransitionTime moves only on a change (to
+    `at`: decide passes its snapshot's time, so it reads no clock)."""
     value = "True" if status else "False"
+    type_, reason = getattr(type_, "value", type_), getattr(reason, "value", reason)  # enums: their wire names
+    when = timestamp(at)
     out = []
     found = False
     for c in conditions or []:
@@ -66,13 +70,13 @@ def set_condition(conditions: list[dict], type_: str, status: bool, reason: str,
             found = True
             changed = c.get("status") != value
             c = {**c, "status": value, "reason": reason, "message": message,
-                 "lastTransitionTime": timestamp() if changed else c.get("lastTransitionTime", timestamp())}
+                 "lastTransitionTime": when if changed else c.get("lastTransitionTime", when)}
             if generation is not None:
                 c["observedGeneration"] = generation
         out.append(c)
     if not found:
         c = {"type": type_, "status": value, "reason": reason, "message": message,
-             "lastTransitionTime": timestamp()}
+             "lastTransitionTime": when}
         if generation is not None:
             c["observedGeneration"] = generation
         out.append(c)

@@ -146,10 +146,6 @@ class WorkQueue:
     def started(self) -> bool:
         return bool(self._threads)
 
-    def depth(self) -> int:
-        with self._cv:
-            return len(self._ready)
-
     def _next(self):
         with self._cv:
             while True:
