@@ -22,6 +22,8 @@ import json
 from dataclasses import dataclass
 from typing import Callable
 
+import yaml
+
 from ..planner import plan_job
 from ..render import pytorchjob_name, render_pytorchjob, rendezvous_id
 from ..spec import LLMTrainingJobSpec, ResilienceSpec, model_summary
@@ -320,7 +322,7 @@ def create_attempt(o: Observed, cfg: OperatorConfig, attempt: int, name: str) ->
             obj = render_pytorchjob(o.spec, o.name, o.namespace, attempt, o.uid, cfg.default_etcd_endpoint,
                                     resume_before_step=o.status.resume_before_step,
                                     avoid_nodes=o.status.avoid_nodes or ())  # nodes.py
-        except (ValueError, TypeError) as err:  # what validation could not foresee
+        except (ValueError, TypeError, yaml.YAMLError) as err:  # what validation could not foresee
             return fail(o, name, Reason.RENDER_FAILED, f"cannot render the PyTorchJob of attempt {attempt}: {err}")
         obj["metadata"]["annotations"][SPEC_HASH] = spec_hash(o.raw_spec)
         return Plan(name, create=obj)

@@ -83,7 +83,6 @@ def evaluate(spec: LLMTrainingJobSpec, status: dict, progress: Progress | None, 
     """The verdict for a Running attempt. `status` is the job's status with status.progress already
     merged with this scrape; `progress` is this scrape of the current attempt's rank 0 (None when
     it failed: the loss rules then wait for the next one, the time rules still apply)."""
-    r = spec.resilience
     current = status.get("progress") or {}
     running_since = parse_time(status.get("attemptStartTime") or status.get("startTime"))
     heartbeat = parse_time(current.get("heartbeatTime"))
