@@ -179,6 +179,7 @@ LIVE = ANY_ACTIVE + ("Suspended",)
 
 @situation()
 def terminal(o: Observed, cfg) -> Plan | None:
+    """Succeeded and Failed are final: nothing is written again."""
     if o.status.phase is not None and o.status.phase.terminal:
         return Plan("terminal", outcome="unchanged" if o.first_sight else None)
     return None
@@ -186,6 +187,7 @@ def terminal(o: Observed, cfg) -> Plan | None:
 
 @situation(Transition(("[*]",), "Failed", Reason.INVALID_SPEC))
 def new_invalid(o: Observed, cfg) -> Plan | None:
+    """A new job whose spec does not validate: Failed with the validation's message, no PyTorchJob."""
     if o.status.phase is None and o.spec is None:
         return fail(o, "new_invalid", Reason.INVALID_SPEC, o.spec_error or "invalid spec")
     return None
@@ -197,6 +199,7 @@ def _validated_conditions(o: Observed, conds: list[dict]) -> list[dict]:
 
 @situation(Transition(("[*]",), "Suspended", Reason.SUSPENDED))
 def new_suspended(o: Observed, cfg) -> Plan | None:
+    """A new job created with spec.suspend true: Suspended, attempt 1 not started."""
     if o.status.phase is not None or not o.raw_spec.get("suspend"):
         return None
     conds = _cond(o, _validated_conditions(o, []), READY, False, Reason.SUSPENDED, "spec.suspend is true")
@@ -210,6 +213,7 @@ def new_suspended(o: Observed, cfg) -> Plan | None:
 @situation(Transition(("[*]",), "Pending", Reason.CREATED), Transition(("[*]",), "Failed", Reason.RENDER_FAILED),
            Transition(("[*]",), "Failed", Reason.PYTORCHJOB_REJECTED), Transition(("[*]",), "Failed", Reason.NAME_CONFLICT))
 def new_job(o: Observed, cfg) -> Plan | None:
+    """A new job: create (or adopt) attempt 1's PyTorchJob, then Pending."""
     if o.status.phase is not None:
         return None
     return create_attempt(o, cfg, 1, "new_job")
@@ -224,6 +228,8 @@ def _spec_answered(o: Observed) -> bool:
 @situation(Transition(LIVE, "=", Reason.SPEC_APPLIED), Transition(LIVE, "=", Reason.IMMUTABLE_FIELD_CHANGED),
            Transition(LIVE, "=", Reason.INVALID_SPEC))
 def spec_changed(o: Observed, cfg) -> Plan | None:
+    """metadata.generation moved: only resilience, suspend and the checkpoint cadence may change
+    (condition SpecAccepted; observedGeneration moves only when the change is accepted)."""
     if o.generation == o.status.observed_generation or _spec_answered(o):
         return None
     current = o.child(o.status.pytorch_job)
@@ -260,6 +266,8 @@ def awaiting_watch(o: Observed, cfg) -> Plan | None:
 
 @situation(Transition(("Suspended",), "Pending", Reason.RESUMED), Transition(("Suspended",), "Restarting", Reason.RESUMED))
 def suspended(o: Observed, cfg) -> Plan | None:
+    """Suspended: keep the PyTorchJob deleted; spec.suspend false again resumes as a new attempt
+    that spends no restart."""
     if o.status.phase != Phase.SUSPENDED:
         return None
     current = _current(o)
@@ -274,6 +282,8 @@ def suspended(o: Observed, cfg) -> Plan | None:
 
 @situation(Transition(ANY_ACTIVE, "Suspended", Reason.SUSPENDED))
 def suspend(o: Observed, cfg) -> Plan | None:
+    """spec.suspend true: Suspended, the attempt's PyTorchJob deleted (its pods get their grace
+    period, the trainer checkpoints on SIGTERM); the restart budget is kept."""
     if not o.raw_spec.get("suspend"):
         return None
     current = _current(o)
@@ -288,6 +298,7 @@ def suspend(o: Observed, cfg) -> Plan | None:
 
 @situation(Transition(("Restarting",), "=", None))
 def backoff(o: Observed, cfg) -> Plan | None:
+    """The next attempt is due at status.nextAttemptTime (restart backoff): look again then."""
     if _current(o) is not None:
         return None
     due = parse_time(o.status.next_attempt_time)
@@ -301,6 +312,8 @@ def backoff(o: Observed, cfg) -> Plan | None:
            Transition(ANY_ACTIVE, "Failed", Reason.PYTORCHJOB_REJECTED),
            Transition(ANY_ACTIVE, "Failed", Reason.NAME_CONFLICT))
 def missing_child(o: Observed, cfg) -> Plan | None:
+    """Status names attempt N but its PyTorchJob does not exist (a restart, a crash between two
+    steps, a PyTorchJob deleted by hand): create attempt N's."""
     if _current(o) is not None:
         return None
     if o.spec is None:
@@ -350,6 +363,7 @@ def create_attempt(o: Observed, cfg: OperatorConfig, attempt: int, name: str) ->
 
 @situation()
 def child_deleting(o: Observed, cfg) -> Plan | None:
+    """The current PyTorchJob is being deleted: wait for its DELETED event."""
     current = _current(o)
     if current is not None and current.deleting:
         return Plan("child_deleting")  # its DELETED event brings us back
@@ -385,8 +399,10 @@ def attempt_failed(o: Observed, cfg) -> Plan | None:
     return restart(o, "attempt_failed", failed.reason, failed.message, spend=failed.spend, amend=amend)
 
 
-@situation(Transition(ANY_ACTIVE, "Pending", Reason.CREATED), Transition(ANY_ACTIVE, "Running", Reason.RUNNING),
-           Transition(ANY_ACTIVE, "Restarting", Reason.RESTARTING), Transition(ANY_ACTIVE, "Succeeded", Reason.SUCCEEDED))
+@situation(Transition(("Running", "Restarting"), "Pending", Reason.CREATED),
+           Transition(("Pending", "Restarting"), "Running", Reason.RUNNING),
+           Transition(("Pending", "Running"), "Restarting", Reason.RESTARTING),
+           Transition(ANY_ACTIVE, "Succeeded", Reason.SUCCEEDED))
 def follow(o: Observed, cfg) -> Plan | None:
     """Copy the PyTorchJob's (non-failed) state into the job's phase."""
     current = _current(o)
@@ -408,6 +424,8 @@ def follow(o: Observed, cfg) -> Plan | None:
 @situation(Transition(("Pending", "Restarting"), "Restarting", Reason.STARTUP_TIMEOUT),
            Transition(("Pending", "Restarting"), "Failed", Reason.RESTART_BUDGET_EXHAUSTED))
 def startup_timeout(o: Observed, cfg) -> Plan | None:
+    """The attempt's pods did not all start within spec.resilience.startupTimeoutMinutes of its
+    creation: the next attempt (restart spent), its message in the pods' own words."""
     if o.status.phase not in (Phase.PENDING, Phase.RESTARTING) or _current(o) is None:
         return None
     since = parse_time(o.status.attempt_creation_time)
