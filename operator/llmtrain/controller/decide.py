@@ -17,25 +17,35 @@ Invariants (tests/operator_core/test_decide_properties.py checks them over rando
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import json
 from dataclasses import dataclass
 from typing import Callable
 
-import yaml
-
-from ..planner import plan_job
-from ..render import pytorchjob_name, render_pytorchjob, rendezvous_id
-from ..spec import LLMTrainingJobSpec, ResilienceSpec, model_summary
-from ..status import STUCK, ConditionType, Phase, Reason
+from ..render import pytorchjob_name
+from ..spec import model_summary
+from ..status import Phase, Reason
 from . import forensics, health
 from .config import OperatorConfig
 from .snapshot import Event, Observed, Plan
-from .status import PHASE_OF, parse_time, set_condition, startup_problem, timestamp
+from .status import PHASE_OF, parse_time, startup_problem, timestamp
+from .transitions import (
+    READY,
+    SPEC_ACCEPTED,
+    SPEC_HASH,
+    cond,
+    conds_of,
+    create_attempt,
+    fail,
+    needs_ready_nodes,
+    plan_status,
+    resilience_of,
+    restart,
+    restart_backoff,
+    restart_stuck,
+    spec_hash,
+    validated_conditions,
+)
 
-READY, VALIDATED, SPEC_ACCEPTED = ConditionType.READY, ConditionType.VALIDATED, ConditionType.SPEC_ACCEPTED
-SPEC_HASH = "llmtrain.dev/spec-hash"
-MUTABLE_SECTIONS = ("resilience", "checkpoint", "suspend")
+__all__ = ["SITUATIONS", "SPEC_HASH", "Transition", "decide", "restart_backoff", "spec_hash"]
 WATCH_WAIT = 1.0  # seconds between looks while the watch may still bring a recorded PyTorchJob
 
 
@@ -55,120 +65,6 @@ def situation(*edges: Transition):
         fn.transitions = edges
         return fn
     return mark
-
-
-# --- pure helpers --------------------------------------------------------------------------------
-
-def spec_hash(raw_spec: dict) -> str:
-    """Hash of the sections that shape the pods (everything but the mutable ones)."""
-    fixed = {k: v for k, v in raw_spec.items() if k not in MUTABLE_SECTIONS}
-    fixed["checkpoint.uri"] = (raw_spec.get("checkpoint") or {}).get("uri")
-    return hashlib.sha256(json.dumps(fixed, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def plan_status(spec: LLMTrainingJobSpec) -> dict:
-    plan = plan_job(spec)
-    return {"memoryPerGpuGiB": round(plan.total_bytes / 1024**3, 2), "fits": plan.fits,
-            "flopsPerToken": float(plan.flops_per_token), "numParams": plan.num_params,
-            "expectedTokensPerSecond": round(plan.tokens_per_second, 1)}
-
-
-def restart_backoff(resilience, restarts: int) -> float:
-    """Seconds before attempt N+1 after the `restarts`-th restart spent: restartBackoffSeconds,
-    doubling with every restart already spent, at most maxRestartBackoffSeconds."""
-    if isinstance(resilience, dict):  # the wire form (spec.resilience)
-        first = float(resilience.get("restartBackoffSeconds", 10))
-        cap = float(resilience.get("maxRestartBackoffSeconds", 300))
-    else:
-        first, cap = float(resilience.restart_backoff_seconds), float(resilience.max_restart_backoff_seconds)
-    return min(cap, first * 2 ** min(max(restarts, 0), 30))
-
-
-def resilience_of(o: Observed) -> ResilienceSpec:
-    """The job's current spec.resilience (mutable: the newest generation's), defaults filled in."""
-    if o.spec is not None:
-        return o.spec.resilience
-    try:
-        return ResilienceSpec.model_validate(o.raw_spec.get("resilience") or {})
-    except ValueError:
-        return ResilienceSpec()
-
-
-def _conds(o: Observed) -> list[dict]:
-    return list(o.raw_status.get("conditions") or [])
-
-
-def _cond(o: Observed, conds: list[dict], type_, ok: bool, reason: Reason, message: str) -> list[dict]:
-    return set_condition(conds, type_, ok, reason, message, o.generation, o.now)
-
-
-def _failed(o: Observed, reason: Reason, message: str) -> dict:
-    """The status update that marks a job Failed."""
-    return {"phase": Phase.FAILED, "reason": reason, "message": message,
-            "conditions": _cond(o, _conds(o), READY, False, reason, message),
-            "completionTime": timestamp(o.now), "observedGeneration": o.generation}
-
-
-def fail(o: Observed, situation_name: str, reason: Reason, message: str, outcome: str = "invalid",
-         **extra) -> Plan:
-    return Plan(situation_name, status=_failed(o, reason, message),
-                events=(Event(True, reason, message),), outcome=outcome, **extra)
-
-
-def restart(o: Observed, name: str, cause: Reason, message: str, *, spend: bool = True,
-            amend: Callable[[dict], dict | None] | None = None, outcome: str | None = "restarted") -> Plan:
-    """The next attempt (fresh rendezvous id, resumes from the newest checkpoint), or Failed when
-    the restart budget is spent. `spend=False`: the new attempt does not count against
-    maxRestarts and starts at once (it never trained through no fault of the job: a failed
-    preflight, a resume after suspend). `amend(update)` adds the cause's own fields in place and
-    may return the plan fields it implies (taints)."""
-    st, r = o.status, resilience_of(o)
-    restarts, attempt = st.restarts or 0, o.attempt
-    old = st.pytorch_job
-    if spend and restarts >= r.max_restarts:
-        update = _failed(o, Reason.RESTART_BUDGET_EXHAUSTED,
-                         f"attempt {attempt} {cause.words}: {message}; {restarts} of {r.max_restarts} restarts used")
-        extra = (amend(update) if amend else None) or {}
-        return Plan(name, status=update, delete=(old,) if old and cause in STUCK else (),
-                    events=(Event(True, Reason.RESTART_BUDGET_EXHAUSTED, update["message"]),),
-                    outcome=outcome, **{k: v for k, v in extra.items() if k != "taint"})
-    nxt = attempt + 1
-    delay = restart_backoff(r, restarts) if spend else 0.0
-    due = o.now + dt.timedelta(seconds=delay)
-    if due.microsecond:  # status times have whole seconds: round up, never start early
-        due = due.replace(microsecond=0) + dt.timedelta(seconds=1)
-    when = f"at {timestamp(due)} (restart backoff {delay:.0f} s)" if delay >= 1 else "now"
-    update = {"phase": Phase.RESTARTING, "attempt": nxt, "restarts": restarts + (1 if spend else 0),
-              "reason": cause, "pytorchJob": pytorchjob_name(o.name, nxt),
-              "rendezvousId": rendezvous_id(o.namespace, o.name, o.uid, nxt),
-              "attemptCreationTime": timestamp(due), "nextAttemptTime": timestamp(due) if delay >= 1 else None,
-              "message": f"attempt {attempt} {cause.words}: {message}; starting attempt {nxt} "
-                         f"{when} from the newest checkpoint",
-              "conditions": _cond(o, _conds(o), READY, False, Reason.RESTARTING, f"attempt {attempt} {cause.words}")}
-    extra = (amend(update) if amend else None) or {}
-    return Plan(name, status=update, delete=(old,) if old else (),
-                events=(Event(True, Reason.RESTARTING, update["message"]),), outcome=outcome,
-                restart=cause, **extra)
-
-
-def needs_ready_nodes(o: Observed, blamed=()) -> bool:
-    return not o.ready_nodes_read and forensics.needs_ready_nodes(o.spec, blamed, o.raw_status.get("badNodes"))
-
-
-def _stuck_amend(o: Observed, cause: Reason, then: Callable[[dict], None] | None = None):
-    def amend(update: dict) -> None:
-        forensics.amend_stuck(update, cause, spec=o.spec, attempt=o.attempt,
-                              bad_nodes=o.raw_status.get("badNodes") or [], ready=o.ready_nodes)
-        if then is not None:
-            then(update)
-    return amend
-
-
-def _restart_stuck(o: Observed, name: str, cause: Reason, message: str, then=None) -> Plan:
-    st, r = o.status, resilience_of(o)
-    if needs_ready_nodes(o) and not ((st.restarts or 0) >= r.max_restarts):
-        return Plan(name, need="ready_nodes")
-    return restart(o, name, cause, message, amend=_stuck_amend(o, cause, then), outcome=None)
 
 
 # --- situations, in the order they are tried -----------------------------------------------------
@@ -193,16 +89,12 @@ def new_invalid(o: Observed, cfg) -> Plan | None:
     return None
 
 
-def _validated_conditions(o: Observed, conds: list[dict]) -> list[dict]:
-    return _cond(o, conds, VALIDATED, True, Reason.SPEC_VALID, "the spec passed validation")
-
-
 @situation(Transition(("[*]",), "Suspended", Reason.SUSPENDED))
 def new_suspended(o: Observed, cfg) -> Plan | None:
     """A new job created with spec.suspend true: Suspended, attempt 1 not started."""
     if o.status.phase is not None or not o.raw_spec.get("suspend"):
         return None
-    conds = _cond(o, _validated_conditions(o, []), READY, False, Reason.SUSPENDED, "spec.suspend is true")
+    conds = cond(o, validated_conditions(o, []), READY, False, Reason.SUSPENDED, "spec.suspend is true")
     return Plan("new_suspended", status={
         "phase": Phase.SUSPENDED, "attempt": 1, "restarts": 0, "observedGeneration": o.generation,
         "model": model_summary(o.spec.model), "plan": plan_status(o.spec), "conditions": conds,
@@ -243,7 +135,7 @@ def spec_changed(o: Observed, cfg) -> Plan | None:
                            "from the next attempt)", Reason.SPEC_APPLIED, True)
     else:
         msg, reason, ok = o.spec_error or "invalid spec", Reason.INVALID_SPEC, False
-    update = {"conditions": _cond(o, _conds(o), SPEC_ACCEPTED, ok, reason, msg)}
+    update = {"conditions": cond(o, conds_of(o), SPEC_ACCEPTED, ok, reason, msg)}
     if ok:
         update["observedGeneration"] = max(o.generation or 0, o.status.observed_generation or 0)
     event = Event(False, Reason.SPEC_UPDATED, msg) if ok else Event(True, Reason.SPEC_CHANGE_REJECTED, msg)
@@ -276,7 +168,7 @@ def suspended(o: Observed, cfg) -> Plan | None:
     if not o.status.pytorch_job:  # created suspended: attempt 1 never started
         return Plan("resumed", outcome="resumed", status={
             "phase": Phase.PENDING, "reason": Reason.RESUMED, "message": "spec.suspend is false: starting",
-            "conditions": _cond(o, _conds(o), READY, False, Reason.PENDING, "waiting for the PyTorchJob to run")})
+            "conditions": cond(o, conds_of(o), READY, False, Reason.PENDING, "waiting for the PyTorchJob to run")})
     return restart(o, "resumed", Reason.RESUMED, "spec.suspend is false", spend=False, outcome="resumed")
 
 
@@ -291,7 +183,7 @@ def suspend(o: Observed, cfg) -> Plan | None:
            "the restart budget is kept; set it to false to resume from the newest checkpoint")
     return Plan("suspend", status={
         "phase": Phase.SUSPENDED, "reason": Reason.SUSPENDED, "message": msg, "nextAttemptTime": None,
-        "conditions": _cond(o, _conds(o), READY, False, Reason.SUSPENDED, msg)},
+        "conditions": cond(o, conds_of(o), READY, False, Reason.SUSPENDED, msg)},
         delete=(current.name,) if current is not None else (), events=(Event(False, Reason.SUSPENDED, msg),),
         outcome="suspended")
 
@@ -319,46 +211,6 @@ def missing_child(o: Observed, cfg) -> Plan | None:
     if o.spec is None:
         return fail(o, "missing_child", Reason.INVALID_SPEC, o.spec_error or "invalid spec")
     return create_attempt(o, cfg, o.attempt, "missing_child")
-
-
-def create_attempt(o: Observed, cfg: OperatorConfig, attempt: int, name: str) -> Plan:
-    """Attempt N's PyTorchJob: render it and have act.py create (or adopt) it; decided again with
-    what the create came to, the status update records it, conditionally on the snapshot that
-    said attempt N (a write that finds the job moved on deletes what was created: act.py)."""
-    ptj_name = pytorchjob_name(o.name, attempt)
-    existing = o.child(ptj_name)
-    created = o.created if o.created is not None and o.created.name == ptj_name else None
-    if created is None and existing is not None and not existing.deleting:
-        verb, rdzv = ("Adopted", existing.rendezvous_id) if existing.owned else (None, None)
-    elif created is None:
-        try:
-            obj = render_pytorchjob(o.spec, o.name, o.namespace, attempt, o.uid, cfg.default_etcd_endpoint,
-                                    resume_before_step=o.status.resume_before_step,
-                                    avoid_nodes=o.status.avoid_nodes or ())  # nodes.py
-        except (ValueError, TypeError, yaml.YAMLError) as err:  # what validation could not foresee
-            return fail(o, name, Reason.RENDER_FAILED, f"cannot render the PyTorchJob of attempt {attempt}: {err}")
-        obj["metadata"]["annotations"][SPEC_HASH] = spec_hash(o.raw_spec)
-        return Plan(name, create=obj)
-    elif created.outcome == "rejected":
-        return fail(o, name, Reason.PYTORCHJOB_REJECTED,
-                    f"the API server refused PyTorchJob {ptj_name}: {created.message}")
-    else:
-        verb = {"created": "Created", "adopted": "Adopted"}.get(created.outcome)
-        rdzv = created.rendezvous_id
-    if verb is None:
-        return fail(o, name, Reason.NAME_CONFLICT,
-                    f"a PyTorchJob named {ptj_name} already exists in {o.namespace} and "
-                    "is not owned by this job; delete it or rename the job")
-    update = {"attempt": attempt, "restarts": o.status.restarts or 0, "pytorchJob": ptj_name,
-              "rendezvousId": rdzv or rendezvous_id(o.namespace, o.name, o.uid, attempt),
-              "attemptCreationTime": timestamp(o.now), "nextAttemptTime": None}
-    if o.status.phase is None:  # a new job
-        conds = _validated_conditions(o, _conds(o))
-        update.update(phase=Phase.PENDING, observedGeneration=o.generation, model=model_summary(o.spec.model),
-                      plan=plan_status(o.spec),
-                      conditions=_cond(o, conds, READY, False, Reason.PENDING, "waiting for the PyTorchJob to run"))
-    message = f"{verb} PyTorchJob {ptj_name} (attempt {attempt})"
-    return Plan(name, status=update, events=(Event(False, Reason(verb), message),), outcome=verb.lower())
 
 
 @situation()
@@ -411,7 +263,7 @@ def follow(o: Observed, cfg) -> Plan | None:
     phase = PHASE_OF[current.state]
     message = f"PyTorchJob {current.name} is {current.state}"
     update: dict = {"phase": phase, "reason": current.state, "message": message,
-                    "conditions": _cond(o, _conds(o), READY, phase in (Phase.RUNNING, Phase.SUCCEEDED),
+                    "conditions": cond(o, conds_of(o), READY, phase in (Phase.RUNNING, Phase.SUCCEEDED),
                                         current.state, message)}
     if phase == Phase.RUNNING:
         update["startTime"] = o.status.start_time or timestamp(o.now)
@@ -435,7 +287,7 @@ def startup_timeout(o: Observed, cfg) -> Plan | None:
     problem = startup_problem(list(o.pods))
     why = problem[1] if problem else "no worker pod started"
     msg = f"the pods did not start within startupTimeoutMinutes {timeout.total_seconds() / 60:.0f}: {why}"
-    return _restart_stuck(o, "startup_timeout", Reason.STARTUP_TIMEOUT, msg)
+    return restart_stuck(o, "startup_timeout", Reason.STARTUP_TIMEOUT, msg)
 
 
 @situation(Transition(("Pending", "Restarting"), "=", Reason.UNSCHEDULABLE),
@@ -449,7 +301,7 @@ def pods_stuck(o: Observed, cfg) -> Plan | None:
         return None
     reason, message = problem
     return Plan("pods_stuck", status={"reason": reason, "message": message,
-                                      "conditions": _cond(o, _conds(o), READY, False, reason, message)},
+                                      "conditions": cond(o, conds_of(o), READY, False, reason, message)},
                 events=(Event(True, Reason(reason), message),))
 
 
@@ -468,7 +320,7 @@ def unhealthy(o: Observed, cfg) -> Plan | None:
     if verdict is None or verdict.restart is None:
         return None
     r = verdict.restart
-    return _restart_stuck(o, "unhealthy", r.reason, r.message,
+    return restart_stuck(o, "unhealthy", r.reason, r.message,
                           then=lambda update: r.amend(o.generation, update, o.now))
 
 
@@ -478,13 +330,13 @@ def health_conditions(o: Observed, cfg) -> Plan | None:
     verdict = _verdict(o)
     if verdict is None:
         return None
-    changed = health.changed_conditions(_conds(o), verdict)
+    changed = health.changed_conditions(conds_of(o), verdict)
     applied = verdict.rollback_applied is not None and o.status.resume_before_step == verdict.rollback_applied
     if not changed and not applied:
         return None
-    conds = _conds(o)
+    conds = conds_of(o)
     for c in changed:
-        conds = _cond(o, conds, c.type, c.status, c.reason, c.message)
+        conds = cond(o, conds, c.type, c.status, c.reason, c.message)
     events = [Event(True, c.reason, c.message) for c in changed if c.warn and c.status]
     update: dict = {"conditions": conds}
     if applied:
