@@ -1,6 +1,7 @@
 """The `LLMTrainingJob` spec (llmtrain.dev/v1alpha1): the one definition of the API.
 
-Everything else derives from these classes: the CRD's OpenAPI schema (`llmtrain.crd`), defaults,
+Everything else derives from these classes: the CRD's OpenAPI schema (`llmtrain.crd`), defaults
+(resolved in an explicit step, `llmtrain.defaults.resolve`, after validation),
 offline validation (`llmtrain validate`), the operator and the trainer's configuration. Field names
 are camelCase on the wire (Kubernetes convention) and snake_case in Python.
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from .catalog import ModelDims, instance_types, model_preset, model_presets
@@ -261,13 +262,6 @@ class LLMTrainingJobSpec(_Spec):
     suspend: bool = Field(False, description="true: stop the running attempt (the trainer checkpoints on "
                           "SIGTERM) and keep the restart budget; false again: resume from the newest "
                           "checkpoint as a new attempt (Kueue's suspend semantics)")
-
-    @model_validator(mode="after")
-    def _derive_defaults(self) -> "LLMTrainingJobSpec":
-        from .defaults import derive
-
-        derive(self)  # unset seqLen / warmupSteps / globalBatchTokens, from the rest of the spec
-        return self
 
     def wire(self) -> dict[str, Any]:
         """The spec as it appears in the object (camelCase, defaults filled in)."""

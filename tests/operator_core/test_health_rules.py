@@ -12,6 +12,7 @@ import pytest
 from llmtrain.controller import health
 from llmtrain.controller.status import Progress, progress_from_metrics, timestamp
 from llmtrain.defaults import first_step_timeout_minutes
+from llmtrain.defaults import resolve
 from llmtrain.spec import LLMTrainingJobSpec
 from llmtrain.status import Reason
 
@@ -19,9 +20,9 @@ T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 
 
 def spec(resilience=None, checkpoint=None, **model) -> LLMTrainingJobSpec:
-    return LLMTrainingJobSpec.model_validate({
+    return resolve(LLMTrainingJobSpec.model_validate({
         "model": {"preset": "tiny", **model}, "cluster": {"instanceType": "cpu"},
-        "resilience": resilience or {}, "checkpoint": checkpoint or {}})
+        "resilience": resilience or {}, "checkpoint": checkpoint or {}}))
 
 
 def status(minutes_running: float, heartbeat_minutes_ago: float | None = None, **extra) -> tuple[dict, dt.datetime]:
@@ -61,9 +62,9 @@ def test_hang_counts_from_the_last_step_once_there_was_one():
 def test_first_step_allowance_default_grows_with_what_a_node_loads():
     tiny = spec({"hangTimeoutMinutes": 30})
     assert tiny.resilience.first_step_timeout_minutes == 30 + 1  # the tiny model loads in well under a minute
-    big = LLMTrainingJobSpec.model_validate({"model": {"preset": "llama3-70b", "pretrainedUri": "s3://b/m/"},
+    big = resolve(LLMTrainingJobSpec.model_validate({"model": {"preset": "llama3-70b", "pretrainedUri": "s3://b/m/"},
                                              "cluster": {"instanceType": "p5.48xlarge", "nodes": 16},
-                                             "resilience": {"hangTimeoutMinutes": 30}})
+                                             "resilience": {"hangTimeoutMinutes": 30}}))
     # Every node reads the whole bf16 model (2 B × ~70.6 B params ≈ 141 GB) at 100 MB/s: ~24 min.
     minutes, why = first_step_timeout_minutes(big)
     assert big.resilience.first_step_timeout_minutes == minutes and 30 + 23 <= minutes <= 30 + 25, why
