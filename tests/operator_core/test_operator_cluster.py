@@ -204,7 +204,7 @@ def test_progress_from_rank0_metrics_and_restart_on_hang(operator, trainer_endpo
     assert status["attempt"] == 2 and status["reason"] == "Hang" and "no training step" in status["message"]
     families = {f.name: f for f in text_string_to_metric_families(operator.metrics())}
     hang = [s for s in families["llmtrain_operator_job_restarts"].samples
-            if s.name.endswith("_total") and s.labels.get("reason") == "hang" and s.labels["llmtrain_job"] == "progress"]
+            if s.name.endswith("_total") and s.labels.get("reason") == "Hang" and s.labels["llmtrain_job"] == "progress"]
     assert hang and hang[0].value == 1
 
 

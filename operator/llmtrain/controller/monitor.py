@@ -112,7 +112,3 @@ class Monitor:
         self.op.progress.put(namespace, name, attempt, progress)
         written = await self._in_pool(self.op.kube.patch_job_status, namespace, name, {"progress": current})
         self.op.queue.add((namespace, name), written)  # decide judges the new facts
-
-    async def close(self) -> None:
-        if self._http is not None and not self._http.closed:
-            await self._http.close()

@@ -31,10 +31,6 @@ JOB_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("", "events"): frozenset({"create"}),
 }
 
-# kopf's peering object (ClusterKopfPeering when cluster-wide, KopfPeering per namespace), only with
-# peering on: kopf watches it and patches its own entry into the status.
-PEERING_VERBS: frozenset[str] = frozenset({"list", "watch", "patch"})
-
 # Cluster-scoped, in both modes.
 CLUSTER_RULES: dict[tuple[str, str], frozenset[str]] = {
     # kopf watches CRDs to notice its resources appearing and going away.
