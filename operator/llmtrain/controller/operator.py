@@ -15,6 +15,7 @@ from .caches import AttemptCache, PhaseGauge, PodCache, ProgressFacts, SpecCache
 from .config import OperatorConfig
 from .metrics import OperatorMetrics
 from .monitor import Monitor
+from .reconciler import reconcile
 from .workqueue import WorkQueue
 
 UNSEEN_GRACE = 5.0  # seconds after the watch starts in which a recorded PyTorchJob is waited for
@@ -22,8 +23,6 @@ UNSEEN_GRACE = 5.0  # seconds after the watch starts in which a recorded PyTorch
 
 class Operator:
     def __init__(self, config: OperatorConfig, metrics: OperatorMetrics | None = None, kube=kube_calls):
-        from .reconciler import reconcile
-
         self.config = config
         self.metrics = metrics if metrics is not None else OperatorMetrics()
         self.kube = kube
