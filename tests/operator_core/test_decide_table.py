@@ -477,3 +477,13 @@ def test_decide_reads_no_clock():
     assert decide_(o) == decide_(o)
     later_o = o.with_(now=NOW + dt.timedelta(minutes=5))
     assert decide_(later_o).status["attemptCreationTime"] != decide_(o).status["attemptCreationTime"]
+
+
+def test_a_phase_this_version_cannot_read_is_not_a_new_job():
+    """A status written by a newer operator (a phase added later) must never restart the job at
+    attempt 1: the snapshot reads what it can, and no new-job situation applies."""
+    o = snap({"phase": "Queued", "attempt": 3, "restarts": 2, "pytorchJob": "j-a3", "observedGeneration": 1},
+             children=[ptj(3, "Created")])
+    plan = decide_(o)
+    assert plan.situation not in ("new_job", "new_invalid", "new_suspended") and plan.create is None
+    assert not plan.status or plan.status.get("attempt", 3) >= 3

@@ -84,15 +84,15 @@ def terminal(o: Observed, cfg) -> Plan | None:
 @situation(Transition(("[*]",), "Failed", Reason.INVALID_SPEC))
 def new_invalid(o: Observed, cfg) -> Plan | None:
     """A new job whose spec does not validate: Failed with the validation's message, no PyTorchJob."""
-    if o.status.phase is None and o.spec is None:
-        return fail(o, "new_invalid", Reason.INVALID_SPEC, o.spec_error or "invalid spec")
-    return None
+    if not o.is_new or o.spec is not None:
+        return None
+    return fail(o, "new_invalid", Reason.INVALID_SPEC, o.spec_error or "invalid spec")
 
 
 @situation(Transition(("[*]",), "Suspended", Reason.SUSPENDED))
 def new_suspended(o: Observed, cfg) -> Plan | None:
     """A new job created with spec.suspend true: Suspended, attempt 1 not started."""
-    if o.status.phase is not None or not o.raw_spec.get("suspend"):
+    if not o.is_new or not o.raw_spec.get("suspend"):
         return None
     conds = cond(o, validated_conditions(o, []), READY, False, Reason.SUSPENDED, "spec.suspend is true")
     return Plan("new_suspended", status={
@@ -106,7 +106,7 @@ def new_suspended(o: Observed, cfg) -> Plan | None:
            Transition(("[*]",), "Failed", Reason.PYTORCHJOB_REJECTED), Transition(("[*]",), "Failed", Reason.NAME_CONFLICT))
 def new_job(o: Observed, cfg) -> Plan | None:
     """A new job: create (or adopt) attempt 1's PyTorchJob, then Pending."""
-    if o.status.phase is not None:
+    if not o.is_new:
         return None
     return create_attempt(o, cfg, 1, "new_job")
 

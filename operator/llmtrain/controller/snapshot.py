@@ -64,6 +64,11 @@ class Observed:
     created: CreateResult | None = None
 
     @property
+    def is_new(self) -> bool:
+        """No phase written yet (the raw field: a phase this version cannot read is not "new")."""
+        return not self.raw_status.get("phase")
+
+    @property
     def attempt(self) -> int:
         return self.status.attempt or 1
 

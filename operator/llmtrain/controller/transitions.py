@@ -174,7 +174,7 @@ def create_attempt(o: Observed, cfg: OperatorConfig, attempt: int, name: str) ->
     update = {"attempt": attempt, "restarts": o.status.restarts or 0, "pytorchJob": ptj_name,
               "rendezvousId": rdzv or rendezvous_id(o.namespace, o.name, o.uid, attempt),
               "attemptCreationTime": timestamp(o.now), "nextAttemptTime": None}
-    if o.status.phase is None:  # a new job
+    if o.is_new:
         conds = validated_conditions(o, conds_of(o))
         update.update(phase=Phase.PENDING, observedGeneration=o.generation, model=model_summary(o.spec.model),
                       plan=plan_status(o.spec),
