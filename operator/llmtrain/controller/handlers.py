@@ -65,12 +65,11 @@ from ..planner import plan_job
 from ..render import ATTEMPT_LABEL, JOB_LABEL, pytorchjob_name, render_pytorchjob, rendezvous_id
 from ..spec import GROUP, PHASES, PLURAL, VERSION, LLMTrainingJobSpec, model_summary
 from ..validation import InvalidJob, validate
-from . import forensics, health, kube, nodes
+from . import forensics, health, kube, nodes, scrape
 from .config import CONFIG
 from .metrics import OperatorMetrics
 from .status import (PHASE_OF, TERMINAL, failure_message, now, parse_time, pod_summary,
-                     progress_from_metrics, pytorchjob_state, set_condition, startup_problem,
-                     timestamp)
+                     pytorchjob_state, set_condition, startup_problem, timestamp)
 from .workqueue import WorkQueue, newer
 
 METRICS = OperatorMetrics()
@@ -821,21 +820,15 @@ def rank0_ip(pods: list[dict]) -> str | None:
 
 async def scrape_progress(ip: str):
     """rank 0's /metrics → Progress, or None; at most CONFIG.max_concurrent_scrapes at once, each
-    bounded by CONFIG.scrape_timeout, all on the event loop (an idle connection costs no thread)."""
+    bounded by CONFIG.scrape_timeout and in size (scrape.py: the body is the tenant's), all on the
+    event loop (an idle connection costs no thread)."""
     global _SCRAPES, _HTTP
     if _SCRAPES is None:
         _SCRAPES = asyncio.Semaphore(CONFIG.max_concurrent_scrapes)
     if _HTTP is None or _HTTP.closed:
-        _HTTP = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=CONFIG.scrape_timeout))
-    url = f"http://{ip}:{CONFIG.trainer_metrics_port}/metrics"
+        _HTTP = scrape.session(CONFIG.scrape_timeout)
     async with _SCRAPES:
-        try:
-            async with _HTTP.get(url) as resp:
-                text = await resp.text()
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
-            log.info("scrape of %s failed: %r", url, err)
-            return None
-    return progress_from_metrics(text)
+        return await scrape.scrape(_HTTP, f"http://{ip}:{CONFIG.trainer_metrics_port}/metrics")
 
 
 _MONITORING: set[tuple[str, str]] = set()  # monitors in flight (touched on the event loop only)
@@ -864,7 +857,9 @@ async def monitor(job: dict) -> None:
         return
     _MONITORING.add(key)
     try:
-        pods = PODS.of(meta["namespace"], meta["name"], status.get("attempt") or 1)
+        attempt = status.get("attempt") or 1
+        ptj = ATTEMPTS.of(meta["namespace"], meta["name"]).get(pytorchjob_name(meta["name"], attempt))
+        pods = scrape.owned_pods(PODS.of(meta["namespace"], meta["name"], attempt), ptj, meta["uid"])
         if status.get("phase") == "Running":
             await check_progress(job, pods)
         else:

@@ -9,8 +9,6 @@ import datetime as dt
 import math
 from dataclasses import dataclass
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from ..render import REPLICA_INDEX_LABEL
 
 # Kubeflow's JobConditionType values (training-operator v1), in the order a job passes them.
@@ -138,19 +136,29 @@ _PROGRESS_METRICS = {
 }
 
 
-def progress_from_metrics(text: str) -> Progress:
-    """Read the trainer's Prometheus exposition (one rank's endpoint) into a Progress."""
-    values: dict = {}
-    for family in text_string_to_metric_families(text):
-        field = _PROGRESS_METRICS.get(family.name)
-        if field and family.samples:
-            values[field] = family.samples[0].value
-    return Progress(**values)
+def progress_from_metrics(text: str | bytes) -> Progress:
+    """Read the trainer's Prometheus exposition (one rank's endpoint) into a Progress: our own
+    series only, bounded (scrape.parse_progress: the body is the tenant's)."""
+    from .scrape import parse_progress  # scrape imports this module
+
+    return parse_progress(text)
 
 
 # Container waiting reasons that mean "this pod will not start by itself".
 STUCK_WAITING = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
                  "CreateContainerError", "CrashLoopBackOff", "RunContainerError")
+
+
+PYTORCHJOB_KIND = ("kubeflow.org/v1", "PyTorchJob")
+
+
+def owner_uid(pod: dict) -> str | None:
+    """uid of the PyTorchJob that controls `pod` (the training-operator's controller reference),
+    or None: labels alone say nothing, any tenant can set them on a pod of their own."""
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if (ref.get("apiVersion"), ref.get("kind")) == PYTORCHJOB_KIND and ref.get("controller"):
+            return ref.get("uid")
+    return None
 
 
 def pod_summary(pod: dict) -> dict:
@@ -163,6 +171,7 @@ def pod_summary(pod: dict) -> dict:
                for c in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
                if (c.get("state") or {}).get("waiting")]
     return {"name": meta.get("name"), "index": (meta.get("labels") or {}).get(REPLICA_INDEX_LABEL),
+            "owner": owner_uid(pod), "node": (pod.get("spec") or {}).get("nodeName"),
             "ip": status.get("podIP"), "phase": status.get("phase"),
             "unschedulable": unschedulable, "waiting": waiting}
 

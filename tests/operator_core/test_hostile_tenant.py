@@ -1,0 +1,178 @@
+"""A hostile tenant against the shared operator (issue 18, items 1, 2, 5, 7): what a tenant writes
+(rank 0's /metrics body, a container's termination message, a preflight verdict, a spec) must cost
+the operator bounded memory and time, and must never name another tenant's objects or nodes.
+
+Unit tests where one unit is what is tested (the bounded scrape against real loopback HTTP servers,
+the regexes' timing); cluster tests on the real kube-apiserver with the operator as a process."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import http.server
+import threading
+import time
+import tracemalloc
+from contextlib import contextmanager
+
+import pytest
+
+from llmtrain.controller import handlers
+from llmtrain.controller.config import CONFIG
+from llmtrain_devcluster.process import free_port
+from llmtrain_devcluster.standins import running_at, worker0_pod
+
+from .conftest import wait_for
+from .test_operator_cluster import tiny
+
+MiB = 1024 * 1024
+
+
+# --- rank 0 stand-ins a tenant controls --------------------------------------------------------
+
+GOOD = (b'# TYPE llmtrain_trainer_step gauge\nllmtrain_trainer_step{llmtrain_job="x",rank="0"} 7.0\n'
+        b'llmtrain_trainer_loss{llmtrain_job="x",rank="0"} 2.5\n')
+
+
+def _gzip_bomb(inflated: int) -> bytes:
+    # Our series first, then `inflated` bytes of one comment line: valid exposition once inflated.
+    out = gzip.compress(GOOD + b"# " + b"x" * inflated + b"\n", compresslevel=9)
+    return out
+
+
+class Hostile(http.server.BaseHTTPRequestHandler):
+    """mode "stream": an endless body at loopback speed (no Content-Length; capped at 1 GiB so a
+    broken operator cannot take this test process with it); "gzip": a gzip bomb; "foreign": our
+    series after one malformed foreign series; "good": the trainer's own kind of body."""
+    protocol_version = "HTTP/1.0"
+    mode = "good"
+    sent = 0
+    bomb = b""
+
+    def do_GET(self):  # noqa: N802 — http.server's naming
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            if self.mode == "gzip":
+                self.send_header("Content-Encoding", "gzip")
+                self.send_header("Content-Length", str(len(self.bomb)))
+                self.end_headers()
+                self.wfile.write(self.bomb)
+            elif self.mode == "stream":
+                self.end_headers()
+                chunk = GOOD + b"#" * (64 * 1024 - len(GOOD) - 1) + b"\n"
+                for _ in range(1024 * MiB // len(chunk)):
+                    self.wfile.write(chunk)
+                    type(self).sent += len(chunk)
+            elif self.mode == "foreign":
+                body = b'other_metric{a="b" 1\n' + GOOD
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            else:
+                self.send_header("Content-Length", str(len(GOOD)))
+                self.end_headers()
+                self.wfile.write(GOOD)
+        except OSError:
+            pass  # the operator hung up: what it should do
+
+    def log_message(self, *_):
+        pass
+
+
+@contextmanager
+def hostile_server(mode: str, host: str = "127.0.0.1", port: int | None = None):
+    handler = type(f"Hostile_{mode}", (Hostile,), {"mode": mode, "sent": 0,
+                                                    "bomb": _gzip_bomb(64 * MiB) if mode == "gzip" else b""})
+    server = http.server.ThreadingHTTPServer((host, port or free_port()), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server, handler
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def _scrape(port: int, monkeypatch):
+    """handlers.scrape_progress against 127.0.0.1:port in a fresh loop: (result, seconds, peak bytes
+    the Python heap grew by during the scrape)."""
+    monkeypatch.setattr(CONFIG, "trainer_metrics_port", port)
+    monkeypatch.setattr(handlers, "_HTTP", None)
+    monkeypatch.setattr(handlers, "_SCRAPES", None)
+
+    async def go():
+        try:
+            return await handlers.scrape_progress("127.0.0.1")
+        finally:
+            if handlers._HTTP is not None:
+                await handlers._HTTP.close()
+
+    tracemalloc.start()
+    try:
+        started = time.monotonic()
+        result = asyncio.run(go())
+        took = time.monotonic() - started
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return result, took, peak
+
+
+# --- item 1: the progress scrape ---------------------------------------------------------------
+
+def test_an_endless_metrics_body_is_read_only_to_the_bound(monkeypatch):
+    with hostile_server("stream") as (server, handler):
+        result, took, peak = _scrape(server.server_address[1], monkeypatch)
+    # Refused at the bound (256 KiB): no progress from a body that never ends, in far less than the
+    # 3 s scrape timeout, and the heap never held more than a few times the bound. Before the fix
+    # the whole body was read until the timeout: hundreds of MiB per scrape.
+    assert result is None
+    assert took < 1.5, took
+    assert peak < 4 * MiB, peak
+
+
+def test_a_gzip_bomb_is_refused_unread(monkeypatch):
+    with hostile_server("gzip") as (server, _):
+        result, took, peak = _scrape(server.server_address[1], monkeypatch)
+    # 64 KiB compressed, 64 MiB inflated. Before the fix aiohttp inflated it into memory.
+    assert result is None
+    assert peak < 4 * MiB, peak
+
+
+def test_a_malformed_foreign_series_does_not_hide_ours(monkeypatch):
+    """Only our own series are parsed: another series that prometheus_client's parser chokes on
+    (the tenant's own metrics on the same endpoint) costs nothing and hides nothing."""
+    with hostile_server("foreign") as (server, _):
+        result, _, _ = _scrape(server.server_address[1], monkeypatch)
+    assert result is not None and (result.step, result.loss) == (7.0, 2.5)
+
+
+def test_the_trainers_own_body_still_reads(monkeypatch):
+    with hostile_server("good") as (server, _):
+        result, _, _ = _scrape(server.server_address[1], monkeypatch)
+    assert result is not None and (result.step, result.loss) == (7.0, 2.5)
+
+
+@pytest.mark.cluster
+def test_only_pods_of_the_attempts_own_pytorchjob_are_scraped(operator, trainer_endpoint, kube, namespace):
+    """A pod the tenant made by hand with worker 0's labels (and a name that sorts first) is never
+    scraped; the training-operator's pod of the attempt is. Before the fix the hand-made pod's
+    endpoint (step 99) was the one read."""
+    metrics, port = trainer_endpoint
+    metrics.step.set(5)
+    metrics.heartbeat_timestamp_seconds.set(time.time())
+    kube.apply(namespace, kube.job_doc("own", tiny()))
+    ptj = kube.wait_ptj(namespace, "own-a1")
+    fake = worker0_pod("own", 1, "evil:latest")  # no ownerReferences: labels only
+    fake["metadata"]["name"] = "aaa-own-a1-worker-0"
+    kube.core.create_namespaced_pod(namespace, fake)
+    kube.core.patch_namespaced_pod_status("aaa-own-a1-worker-0", namespace, running_at("127.0.0.2"))
+    with hostile_server("good", host="127.0.0.2", port=port):  # GOOD says step 7
+        kube.core.create_namespaced_pod(namespace, worker0_pod("own", 1, "llmtrain-trainer:dev", owner=ptj))
+        kube.core.patch_namespaced_pod_status("own-a1-worker-0", namespace, running_at("127.0.0.1"))
+        kube.set_ptj_condition(namespace, "own-a1", "Running")
+        progress = wait_for(lambda: kube.status(namespace, "own").get("progress"), 30, "progress in status")
+    assert progress["step"] == 5, progress
