@@ -13,8 +13,14 @@ from llmtrain.controller.nodes import (PREFLIGHT_EXIT_CODE, classify, failure_of
                                        taint_budget, taint_value, xid_of)
 
 
+PTJ_UID = "ptj-uid"
+PTJ = {"metadata": {"name": "job-a1", "uid": PTJ_UID}, "status": {}}
+
+
 def _pod(node="n1", exit_code=1, reason="Error", message="", deleting=False, phase="Failed"):
-    meta = {"name": "job-a1-worker-0"}
+    # controlled by the attempt's PyTorchJob, as the training-operator makes its pods
+    meta = {"name": "job-a1-worker-0", "ownerReferences": [
+        {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "job-a1", "uid": PTJ_UID, "controller": True}]}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     term = {"exitCode": exit_code, "reason": reason, "finishedAt": "2026-01-01T00:00:01Z"}
@@ -72,7 +78,7 @@ def test_bystanders_and_healthy_pods_are_not_blamed():
 
 
 def test_an_evicted_pod_blames_its_node_with_the_eviction_reason():
-    pod = {"metadata": {"name": "p"}, "spec": {"nodeName": "n9"},
+    pod = {"metadata": {**_pod()["metadata"], "name": "p"}, "spec": {"nodeName": "n9"},
            "status": {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}}
     assert failure_of(pod)["reason"] == "Evicted" and failure_of(pod)["node"] == "n9"
 
@@ -152,11 +158,11 @@ def test_failed_preflight_amends_the_restart_with_bad_nodes_avoidance_and_bandwi
     text = json.dumps(_verdict(), separators=(",", ":"))
     nodes.FAILURES.clear()
     nodes.remember("ns", "job", "1", {"pod": "job-a1-worker-1", "node": "ip-10-0-1-9", "reason": "preflight",
-                                      "exitCode": PREFLIGHT_EXIT_CODE, "message": text})
+                                      "exitCode": PREFLIGHT_EXIT_CODE, "message": text, "owner": PTJ_UID})
     monkeypatch.setattr(nodes, "ready_nodes", lambda t, gpu: {"ip-10-0-1-8", "ip-10-0-1-9", "ip-10-0-1-10"})
     job = {"metadata": {"uid": "u"}, "status": {"attempt": 1, "preflightFailures": 0},
            "spec": {"model": {"preset": "tiny"}, "cluster": {"instanceType": "p5.48xlarge", "nodes": 2}}}
-    failed = forensics.on_failed("ns", "job", {"status": {}}, 1, job)
+    failed = forensics.on_failed("ns", "job", PTJ, 1, job)
     assert failed.reason == "preflight-failed" and failed.spend is False
     update = failed.amend(job, {"phase": "Restarting", "message": "attempt 1 preflight-failed"})
     assert update["avoidNodes"] == ["ip-10-0-1-9"]
@@ -165,7 +171,7 @@ def test_failed_preflight_amends_the_restart_with_bad_nodes_avoidance_and_bandwi
     assert update["preflightFailures"] == 1 and "avoiding ip-10-0-1-9" in update["message"]
     # after MAX_FREE_RETRIES free preflight retries in a row, the next one spends the budget
     job["status"]["preflightFailures"] = preflight.MAX_FREE_RETRIES
-    assert forensics.on_failed("ns", "job", {"status": {}}, 1, job).spend is True
+    assert forensics.on_failed("ns", "job", PTJ, 1, job).spend is True
     nodes.FAILURES.clear()
 
 
@@ -189,11 +195,12 @@ def test_flight_recorder_is_named_on_hang_for_gpu_jobs_only():
 def test_a_collective_timeout_failure_names_the_flight_recorder(monkeypatch):
     nodes.FAILURES.clear()
     nodes.remember("ns", "j", "2", {"pod": "j-a2-worker-0", "node": "n1", "reason": "NCCL collective timeout",
-                                    "exitCode": 1, "message": "Watchdog caught collective operation timeout"})
+                                    "exitCode": 1, "message": "Watchdog caught collective operation timeout",
+                                    "owner": PTJ_UID})
     monkeypatch.setattr(nodes, "ready_nodes", lambda t, gpu: {"n1", "n2", "n3"})
     job = {"status": {"attempt": 2}, "spec": {"model": {"preset": "tiny"},
            "cluster": {"instanceType": "p5.48xlarge", "nodes": 2}}}
-    failed = forensics.on_failed("ns", "j", {"status": {}}, 2, job)
+    failed = forensics.on_failed("ns", "j", PTJ, 2, job)
     assert failed.reason == "failed" and failed.spend is True
     update = failed.amend(job, {"phase": "Restarting", "message": "m"})
     assert update["flightRecorder"]["attempt"] == 2 and update["flightRecorder"]["reason"] == "collective-timeout"

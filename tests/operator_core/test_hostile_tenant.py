@@ -176,3 +176,97 @@ def test_only_pods_of_the_attempts_own_pytorchjob_are_scraped(operator, trainer_
         kube.set_ptj_condition(namespace, "own-a1", "Running")
         progress = wait_for(lambda: kube.status(namespace, "own").get("progress"), 30, "progress in status")
     assert progress["step"] == 5, progress
+
+
+
+# --- item 2: termination messages --------------------------------------------------------------
+
+PTJ_REF = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "j-a1", "uid": "ptj-uid", "controller": True}
+
+
+def _failed_pod(message: str, owned: bool = True, node: str = "n1", name: str = "j-a1-worker-0") -> dict:
+    meta: dict = {"name": name, "labels": {"llmtrain.dev/job": "j", "llmtrain.dev/attempt": "1"}}
+    if owned:
+        meta["ownerReferences"] = [PTJ_REF]
+    term = {"exitCode": 1, "reason": "Error", "message": message, "finishedAt": "2026-01-01T00:00:01Z"}
+    return {"metadata": meta, "spec": {"nodeName": node},
+            "status": {"phase": "Failed", "containerStatuses": [{"name": "pytorch", "state": {"terminated": term}}]}}
+
+
+# Messages a tenant's container can leave (the kubelet keeps 4 KiB of it). The first took ~1.6 s
+# with the old XID pattern (cubic in the spaces); "xid" + 4,000 spaces took minutes.
+HOSTILE_MESSAGES = {
+    "xid spaces": "xid" + " " * 800 + "!",
+    "xid spaces 4k": "xid" + " " * 4090 + "!",
+    "xid parens": "xid (" * 819,
+    "peer": "peer " * 819,
+    "watchdog": "watchdog " * 455,
+    "nccl": "NCCL " * 819,
+    "timeout ms": "Timeout(ms)=" + "1" * 4084,
+}
+
+
+def _best_of(fn, n: int = 3) -> float:
+    best = float("inf")
+    for _ in range(n):
+        started = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE_MESSAGES))
+def test_classifying_a_hostile_termination_message_takes_milliseconds(kind):
+    from llmtrain.controller import nodes
+
+    message = HOSTILE_MESSAGES[kind]
+    if kind == "xid spaces 4k" and not _linear_xid():
+        pytest.fail("the XID pattern backtracks (minutes on this input): not run")
+    took = _best_of(lambda: nodes.failure_of(_failed_pod(message)))
+    # Each pattern is linear: the whole classification of 4 KiB is well under a millisecond on a
+    # quiet machine; 5 ms leaves room for a loaded one, and is ~1000x under what the defect took.
+    assert took < 0.005, (kind, took)
+
+
+def _linear_xid() -> bool:
+    from llmtrain.controller import nodes
+
+    started = time.perf_counter()
+    nodes.xid_of("xid" + " " * 300 + "!")  # ~50 ms with the cubic pattern, microseconds without
+    return time.perf_counter() - started < 0.02
+
+
+def test_a_termination_message_is_cut_before_any_pattern_runs():
+    from llmtrain.controller import nodes
+
+    # Through the API a pod status has no 4 KiB limit: 8 MiB of it costs the same as 4 KiB.
+    huge = "NCCL " + "a" * (8 * MiB)
+    took = _best_of(lambda: nodes.failure_of(_failed_pod(huge)))
+    f = nodes.failure_of(_failed_pod(huge))
+    assert len(f["message"]) <= 4096 and f["reason"] == "NCCL error"
+    assert took < 0.02, took
+
+
+def test_a_pod_no_pytorchjob_controls_is_no_failure():
+    """Labels are anyone's: a hand-made pod with a worker's labels names no node and no reason."""
+    from llmtrain.controller import nodes
+
+    assert nodes.failure_of(_failed_pod("NVRM: Xid (PCI:0000:53:00): 79", owned=False)) is None
+    assert nodes.pod_failed(_failed_pod("x", owned=False)) is False
+    assert nodes.failure_of(_failed_pod("NVRM: Xid (PCI:0000:53:00): 79"))["xid"] == 79
+
+
+def test_an_attempts_failures_are_only_those_of_its_own_pytorchjobs_pods():
+    """A PyTorchJob a tenant makes (with our labels) for pods of their own does not feed another
+    attempt's forensics: failures are read by the attempt's PyTorchJob uid."""
+    from llmtrain.controller import nodes
+
+    nodes.FAILURES.clear()
+    try:
+        theirs = _failed_pod("boom", name="fake-pod", node="victim-node")
+        theirs["metadata"]["ownerReferences"] = [{**PTJ_REF, "uid": "their-own-ptj"}]
+        nodes.remember("ns", "j", "1", nodes.raw_failure(theirs))
+        nodes.remember("ns", "j", "1", nodes.raw_failure(_failed_pod("boom")))
+        assert [f["node"] for f in nodes.failures("ns", "j", 1, owner="ptj-uid")] == ["n1"]
+    finally:
+        nodes.FAILURES.clear()

@@ -86,7 +86,8 @@ class FailedAttempt:
 def on_failed(namespace: str, name: str, ptj: dict, attempt: int, job: dict) -> FailedAttempt:
     """The restart that attempt `attempt`'s failure calls for (see the module docstring)."""
     started = time.monotonic()
-    seen = nodes.wait_for_failures(namespace, name, attempt)
+    # Only the pods of this attempt's own PyTorchJob: anyone can label a pod like a worker.
+    seen = nodes.wait_for_failures(namespace, name, attempt, owner=ptj["metadata"].get("uid") or "")
     log.info("%s/%s attempt %s failed: %d pod failure(s) known after %.2f s", namespace, name, attempt,
              len(seen), time.monotonic() - started)
     verdict = preflight.preflight_verdict(seen)

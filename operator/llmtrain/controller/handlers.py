@@ -792,8 +792,10 @@ async def attempt_pod_event(event, body, namespace, name, labels, **_):
     if event["type"] == "DELETED":
         PODS.drop(namespace, job, attempt, name)
         return
-    nodes.saw_pod(namespace, job, attempt)  # nodes: a failure may follow
-    PODS.put(namespace, job, attempt, name, pod_summary(dict(body)))
+    summary = pod_summary(dict(body))
+    if summary["owner"]:  # a PyTorchJob's pod (nodes: a failure may follow), not a hand-made one
+        nodes.saw_pod(namespace, job, attempt)
+    PODS.put(namespace, job, attempt, name, summary)
 
 
 # Blocking API calls of the monitor run here, never on the reconciler's workers: a slow scrape or a burst
