@@ -141,13 +141,14 @@ def test_preflight_verdict_is_read_from_the_termination_message_and_names_the_k8
     seen = [{"pod": "job-a1-worker-0", "node": "ip-10-0-1-8", "exitCode": PREFLIGHT_EXIT_CODE, "message": text},
             {"pod": "job-a1-worker-1", "node": "ip-10-0-1-9", "exitCode": PREFLIGHT_EXIT_CODE, "message": text}]
     v = preflight.preflight_verdict(seen)
+    ran = {"ip-10-0-1-8", "ip-10-0-1-9"}  # the nodes the attempt's pods ran on
     assert v["busBandwidthGBps"] == 12.5
-    blamed = preflight.suspect_failures(v, seen)
+    blamed = preflight.suspect_failures(v, seen, ran)
     assert [b["node"] for b in blamed] == ["ip-10-0-1-9"]  # only the slow node, not the gang
     assert blamed[0]["reason"].startswith("preflight: links 1.000 and 1.100 GB/s")
     # without the downward-API node name, the pod name (HOSTNAME) finds it among the failures
     v2 = _verdict(suspectNodes=[{"node": 1, "host": "job-a1-worker-1"}])
-    assert [b["node"] for b in preflight.suspect_failures(v2, seen)] == ["ip-10-0-1-9"]
+    assert [b["node"] for b in preflight.suspect_failures(v2, seen, ran)] == ["ip-10-0-1-9"]
     # a healthy verdict, another exit code or a non-verdict message is not a preflight failure
     assert preflight.preflight_verdict([{**seen[0], "message": json.dumps(_verdict(healthy=True))}]) is None
     assert preflight.preflight_verdict([{**seen[0], "exitCode": 1}]) is None

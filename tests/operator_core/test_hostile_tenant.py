@@ -19,6 +19,7 @@ import pytest
 
 from llmtrain.controller import handlers
 from llmtrain.controller.config import CONFIG
+from llmtrain.spec import GROUP, PLURAL, VERSION
 from llmtrain_devcluster.process import free_port
 from llmtrain_devcluster.standins import running_at, worker0_pod
 
@@ -47,9 +48,11 @@ class Hostile(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"
     mode = "good"
     sent = 0
+    requests = 0
     bomb = b""
 
     def do_GET(self):  # noqa: N802 — http.server's naming
+        type(self).requests += 1
         try:
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -82,7 +85,7 @@ class Hostile(http.server.BaseHTTPRequestHandler):
 
 @contextmanager
 def hostile_server(mode: str, host: str = "127.0.0.1", port: int | None = None):
-    handler = type(f"Hostile_{mode}", (Hostile,), {"mode": mode, "sent": 0,
+    handler = type(f"Hostile_{mode}", (Hostile,), {"mode": mode, "sent": 0, "requests": 0,
                                                     "bomb": _gzip_bomb(64 * MiB) if mode == "gzip" else b""})
     server = http.server.ThreadingHTTPServer((host, port or free_port()), handler)
     server.daemon_threads = True
@@ -184,11 +187,12 @@ def test_only_pods_of_the_attempts_own_pytorchjob_are_scraped(operator, trainer_
 PTJ_REF = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "j-a1", "uid": "ptj-uid", "controller": True}
 
 
-def _failed_pod(message: str, owned: bool = True, node: str = "n1", name: str = "j-a1-worker-0") -> dict:
+def _failed_pod(message: str, owned: bool = True, node: str = "n1", name: str = "j-a1-worker-0",
+                exit_code: int = 1) -> dict:
     meta: dict = {"name": name, "labels": {"llmtrain.dev/job": "j", "llmtrain.dev/attempt": "1"}}
     if owned:
         meta["ownerReferences"] = [PTJ_REF]
-    term = {"exitCode": 1, "reason": "Error", "message": message, "finishedAt": "2026-01-01T00:00:01Z"}
+    term = {"exitCode": exit_code, "reason": "Error", "message": message, "finishedAt": "2026-01-01T00:00:01Z"}
     return {"metadata": meta, "spec": {"nodeName": node},
             "status": {"phase": "Failed", "containerStatuses": [{"name": "pytorch", "state": {"terminated": term}}]}}
 
@@ -270,3 +274,218 @@ def test_an_attempts_failures_are_only_those_of_its_own_pytorchjobs_pods():
         assert [f["node"] for f in nodes.failures("ns", "j", 1, owner="ptj-uid")] == ["n1"]
     finally:
         nodes.FAILURES.clear()
+
+
+def _terminated(message: str) -> dict:
+    """The kubelet's report of a container that exited 1 with `message` (a status patch)."""
+    return {"status": {"phase": "Failed", "containerStatuses": [{
+        "name": "pytorch", "image": "x", "imageID": "", "ready": False, "restartCount": 0,
+        "state": {"terminated": {"exitCode": 1, "reason": "Error", "message": message,
+                                 "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:01Z"}}}]}}
+
+
+def _bound_pod(pod: dict, node: str) -> dict:
+    pod["spec"]["nodeName"] = node  # bound at create, as after scheduling (no kubelet here)
+    return pod
+
+
+@pytest.mark.cluster
+def test_a_hand_made_worker_pod_feeds_no_forensics(operator, kube, namespace):
+    """Only the attempt's PyTorchJob's pods are forensics' input: the hand-made one (worker 1's
+    labels, an XID naming a node) gets no PodFailedOnNode event; the owned one does."""
+    kube.apply(namespace, kube.job_doc("forn", tiny()))
+    ptj = kube.wait_ptj(namespace, "forn-a1")
+    fake = _bound_pod(worker0_pod("forn", 1, "evil:latest"), "victim-node")
+    fake["metadata"]["name"] = "forn-a1-worker-1"
+    kube.core.create_namespaced_pod(namespace, fake)
+    kube.core.patch_namespaced_pod_status("forn-a1-worker-1", namespace,
+                                          _terminated("NVRM: Xid (PCI:0000:53:00): 79, fallen off the bus"))
+    kube.core.create_namespaced_pod(namespace, _bound_pod(worker0_pod("forn", 1, "llmtrain-trainer:dev", owner=ptj),
+                                                          "own-node"))
+    kube.core.patch_namespaced_pod_status("forn-a1-worker-0", namespace, _terminated("NCCL error: boom"))
+    wait_for(lambda: [e for e in kube.events(namespace, "forn-a1-worker-0") if e.reason == "PodFailedOnNode"],
+             30, "the owned pod's PodFailedOnNode event")
+    # The pod watch delivers in order; the fake pod's events came first and were dropped.
+    assert not [e for e in kube.events(namespace, "forn-a1-worker-1") if e.reason == "PodFailedOnNode"]
+
+
+# --- the attack: one tenant against the operator, another tenant's new job ---------------------
+
+@pytest.fixture
+def other_namespace(dev_cluster):
+    """A second tenant's namespace (the `namespace` fixture's way)."""
+    import uuid
+
+    from kubernetes import client
+
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    with dev_cluster.api_client() as api:
+        core = client.CoreV1Api(api)
+        core.create_namespace({"metadata": {"name": name, "labels": {"llmtrain.dev/test": "true"}}})
+        wait_for(lambda: core.read_namespaced_service_account("default", name), 60, "default ServiceAccount")
+        try:
+            yield name
+        finally:
+            core.delete_namespace(name)
+
+
+def _rss_kib(pid: int) -> dict:
+    with open(f"/proc/{pid}/status") as f:
+        return {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in f) if k in ("VmRSS", "VmHWM")}
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_the_operator_under_a_tenants_attack_keeps_serving_another_namespace(dev_cluster, kube, namespace,
+                                                                              other_namespace, tmp_path):
+    """Tenant A runs two jobs whose rank 0 is hostile (an endless /metrics body, a gzip bomb) and
+    leaves a worker-labelled pod with a backtracking termination message, plus the same message from
+    a pod of its own PyTorchJob. Meanwhile tenant B's new job must get its PyTorchJob within a few
+    seconds, /healthz must keep answering, and the operator's peak RSS must stay far below the
+    chart's 512 MiB limit. (Before the fix: /healthz stopped answering, B's job got no PyTorchJob
+    in 80 s, and the scrapes alone took the operator past 3.5 GB.)"""
+    import urllib.request
+
+    from .conftest import OperatorProcess
+
+    port = free_port()
+    op = OperatorProcess(dev_cluster.kubeconfig, tmp_path / "operator.log", port)
+    op.start()
+    hostile_message = "xid" + " " * 4090 + "!"
+    try:
+        with hostile_server("stream", "127.0.0.31", port) as (_, stream), \
+                hostile_server("gzip", "127.0.0.32", port) as (_, bomb):
+            for name, ip in (("stream", "127.0.0.31"), ("bomb", "127.0.0.32")):
+                kube.apply(namespace, kube.job_doc(name, tiny()))
+                ptj = kube.wait_ptj(namespace, f"{name}-a1")
+                kube.core.create_namespaced_pod(namespace, worker0_pod(name, 1, "llmtrain-trainer:dev", owner=ptj))
+                kube.core.patch_namespaced_pod_status(f"{name}-a1-worker-0", namespace, running_at(ip))
+                own = _bound_pod(worker0_pod(name, 1, "llmtrain-trainer:dev", owner=ptj), "node-a")
+                own["metadata"]["name"] = f"{name}-a1-worker-1"
+                kube.core.create_namespaced_pod(namespace, own)
+                kube.core.patch_namespaced_pod_status(f"{name}-a1-worker-1", namespace, _terminated(hostile_message))
+                kube.set_ptj_condition(namespace, f"{name}-a1", "Running")
+            fake = _bound_pod(worker0_pod("stream", 1, "evil:latest"), "node-b")
+            fake["metadata"]["name"] = "stream-a1-worker-9"
+            kube.core.create_namespaced_pod(namespace, fake)
+            kube.core.patch_namespaced_pod_status("stream-a1-worker-9", namespace, _terminated(hostile_message))
+            # The attack is on: both hostile endpoints have been scraped (every 0.5 s).
+            wait_for(lambda: stream.sent > 0 and bomb.requests > 2, 30, "the hostile endpoints scraped")
+
+            latencies, health = [], []
+            deadline = time.monotonic() + 60
+            for i in range(5):
+                started = time.monotonic()
+                kube.custom.create_namespaced_custom_object(GROUP, VERSION, other_namespace, PLURAL,
+                                                            kube.job_doc(f"victim-{i}", tiny()))
+                kube.wait_ptj(other_namespace, f"victim-{i}-a1", timeout=30)
+                latencies.append(time.monotonic() - started)
+                for _ in range(4):
+                    t = time.monotonic()
+                    with urllib.request.urlopen(f"http://127.0.0.1:{op.liveness_port}/healthz", timeout=5) as r:
+                        assert r.status == 200
+                    health.append(time.monotonic() - t)
+                    rss = _rss_kib(op.proc.pid)
+                    assert rss["VmHWM"] < 512 * 1024, rss  # fail fast: never let it grow further
+                    time.sleep(0.25)  # a paced probe, as the kubelet's liveness probe is
+                assert time.monotonic() < deadline, "the attack test ran past its own bound"
+            peak = _rss_kib(op.proc.pid)["VmHWM"]
+            # hung up at the bound: what a request sent is the bound plus the sockets' buffers
+            assert stream.sent / stream.requests < 32 * MiB, (stream.sent, stream.requests)
+    finally:
+        op.stop()
+    # A new job's PyTorchJob on an idle operator: well under a second; 5 s leaves room for the
+    # shared test machine. /healthz: each answer within 1 s. RSS: an idle operator is ~100 MiB.
+    assert max(latencies) < 5.0, latencies
+    assert max(health) < 1.0, health
+    assert peak < 300 * 1024, f"peak RSS {peak / 1024:.0f} MiB"
+
+
+# --- item 5: preflight verdicts and suspect taints ---------------------------------------------
+
+def test_a_preflight_verdict_blames_only_nodes_the_attempts_pods_ran_on(monkeypatch):
+    """suspectNodes[].nodeName is text the tenant's container wrote: a node where none of the
+    attempt's pods ran (another tenant's) is not blamed, avoided or tainted."""
+    import json
+
+    from llmtrain.controller import forensics, nodes
+    from llmtrain.render import PREFLIGHT_EXIT_CODE
+
+    verdict = {"event": "healthcheck", "healthy": False, "busBandwidthGBps": 1.0,
+               "suspectNodes": [{"node": 0, "host": "j-a1-worker-0", "nodeName": "other-tenants-node"},
+                                {"node": 1, "host": "j-a1-worker-1", "nodeName": "n2"}]}
+    nodes.FAILURES.clear()
+    nodes._SEEN_PODS.clear()
+    try:
+        for node in ("n1", "n2"):  # worker 0 and worker 1 of the attempt
+            nodes.saw_pod("ns", "j", "1", node, "ptj-uid")
+        nodes.remember("ns", "j", "1", nodes.raw_failure(_failed_pod(json.dumps(verdict), node="n1",
+                                                                     exit_code=PREFLIGHT_EXIT_CODE)))
+        monkeypatch.setattr(nodes, "ready_nodes", lambda t, gpu: {"n1", "n2", "n3", "other-tenants-node"})
+        job = {"metadata": {"uid": "u"}, "status": {"attempt": 1},
+               "spec": {"model": {"preset": "tiny"}, "cluster": {"instanceType": "p5.48xlarge", "nodes": 1}}}
+        failed = forensics.on_failed("ns", "j", {"metadata": {"uid": "ptj-uid"}, "status": {}}, 1, job)
+        assert failed.reason == "preflight-failed"
+        assert [b["node"] for b in failed.blamed] == ["n2"]
+    finally:
+        nodes.FAILURES.clear()
+        nodes._SEEN_PODS.clear()
+
+
+@pytest.fixture
+def test_nodes(dev_cluster, monkeypatch):
+    """Four Node objects of an instance type of their own (no other node is in their group), and
+    the operator's kube client pointed at the dev cluster; the nodes are deleted afterwards."""
+    import uuid
+
+    from kubernetes import client
+
+    from llmtrain.controller import kube as opkube
+    from llmtrain.spec import INSTANCE_TYPE_LABEL
+
+    itype = f"test-{uuid.uuid4().hex[:8]}"
+    names = [f"{itype}-{i}" for i in range(4)]
+    with dev_cluster.api_client() as api:
+        monkeypatch.setattr(opkube, "_client", lambda: api)
+        core = client.CoreV1Api(api)
+        for name in names:
+            core.create_node({"metadata": {"name": name, "labels": {INSTANCE_TYPE_LABEL: itype}}})
+        try:
+            yield core, itype, names
+        finally:
+            for name in names:
+                core.delete_node(name)
+
+
+@pytest.mark.cluster
+def test_suspect_taints_are_capped_per_namespace_and_expire(test_nodes):
+    import datetime as dt
+
+    from llmtrain.controller import nodes
+
+    core, itype, names = test_nodes
+    core.patch_node(names[0], {"spec": {"taints": [{"key": "team.example/keep", "value": "x", "effect": "NoSchedule"}]}})
+    bad = [{"node": n, "reason": "XID 79"} for n in names]
+
+    def suspect() -> set[str]:
+        return {n.metadata.name for n in core.list_node(label_selector=f"node.kubernetes.io/instance-type={itype}").items
+                if any(t.key == nodes.SUSPECT_TAINT for t in n.spec.taints or [])}
+
+    # Every node of the group may be tainted (fraction 1), but one namespace only gets 2 of them.
+    assert nodes.taint_nodes(bad, itype, True, 1.0, "team-a", "j1", 2, 3600) == names[:2]
+    assert nodes.taint_nodes(bad, itype, True, 1.0, "team-a", "j2", 2, 3600) == []
+    assert nodes.taint_nodes(bad, itype, True, 1.0, "team-b", "j3", 2, 60) == names[2:]
+    assert suspect() == set(names)
+    node = core.read_node(names[2])
+    assert node.metadata.labels[nodes.SUSPECT_NAMESPACE_LABEL] == "team-b"
+    assert node.metadata.annotations[nodes.SUSPECT_JOB_ANNOTATION] == "team-b/j3"
+    now = dt.datetime.now(dt.timezone.utc)
+    assert nodes.untaint_expired(now) == []  # nothing expired yet
+    # 2 minutes on: team-b's 60 s taints are gone, team-a's hour-long ones stay.
+    assert sorted(nodes.untaint_expired(now + dt.timedelta(minutes=2))) == names[2:]
+    assert suspect() == set(names[:2])
+    assert nodes.SUSPECT_NAMESPACE_LABEL not in (core.read_node(names[2]).metadata.labels or {})
+    # ... and team-b may taint again; after the hour, everything is clean, other taints kept.
+    assert sorted(nodes.untaint_expired(now + dt.timedelta(hours=2))) == names[:2]
+    assert suspect() == set()
+    assert [t.key for t in core.read_node(names[0]).spec.taints] == ["team.example/keep"]

@@ -54,6 +54,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="taint nodes blamed for a failed attempt llmtrain.dev/suspect=<reason>:NoSchedule, "
                         "at most this fraction of the nodes of their instance type (default 0: never; "
                         "needs RBAC to patch nodes)")
+    p.add_argument("--suspect-taint-max-per-namespace", type=int, default=CONFIG.suspect_taint_max_per_namespace,
+                   help="at most this many nodes carry a suspect taint for one namespace's jobs at once "
+                        f"(default {CONFIG.suspect_taint_max_per_namespace})")
+    p.add_argument("--suspect-taint-ttl-hours", type=float, default=CONFIG.suspect_taint_ttl / 3600,
+                   help="a suspect taint is removed this long after it was set "
+                        f"(default {CONFIG.suspect_taint_ttl / 3600:g})")
     p.add_argument("--verbose", action="store_true")
     return p.parse_args(argv)
 
@@ -71,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.suspect_taint_fraction <= 1:
         raise SystemExit(f"--suspect-taint-fraction must be in [0, 1], got {args.suspect_taint_fraction}")
     CONFIG.suspect_taint_fraction = args.suspect_taint_fraction
+    if args.suspect_taint_max_per_namespace < 0 or not args.suspect_taint_ttl_hours > 0:
+        raise SystemExit("--suspect-taint-max-per-namespace must be ≥ 0 and --suspect-taint-ttl-hours > 0")
+    CONFIG.suspect_taint_max_per_namespace = args.suspect_taint_max_per_namespace
+    CONFIG.suspect_taint_ttl = args.suspect_taint_ttl_hours * 3600
     from . import handlers  # noqa: F401 — importing registers the handlers with kopf
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.bind_address)

@@ -92,7 +92,9 @@ def on_failed(namespace: str, name: str, ptj: dict, attempt: int, job: dict) -> 
              len(seen), time.monotonic() - started)
     verdict = preflight.preflight_verdict(seen)
     if verdict is not None:
-        blamed = preflight.suspect_failures(verdict, seen)
+        # The verdict is the tenant's text: it may only blame nodes this attempt's pods ran on.
+        ran = {f["node"] for f in seen} | nodes.attempt_nodes(namespace, name, attempt, ptj["metadata"].get("uid") or "")
+        blamed = preflight.suspect_failures(verdict, seen, ran)
         reason = "preflight-failed"
         message = preflight.message(verdict, [b["node"] for b in blamed])
         done = (job.get("status") or {}).get("preflightFailures") or 0
@@ -151,7 +153,8 @@ def after_restart(namespace: str, name: str, failed: FailedAttempt, job: dict) -
     if CONFIG.suspect_taint_fraction > 0 and avoid and spec is not None:
         inst = instance_type(spec.cluster.instance_type)
         tainted = nodes.taint_nodes([b for b in failed.blamed if b["node"] in avoid], inst.name, inst.is_gpu,
-                                    CONFIG.suspect_taint_fraction)
+                                    CONFIG.suspect_taint_fraction, namespace, name,
+                                    CONFIG.suspect_taint_max_per_namespace, CONFIG.suspect_taint_ttl)
         if tainted:
             log.warning("tainted %s %s=...:NoSchedule (job %s/%s)", ", ".join(tainted),
                         nodes.SUSPECT_TAINT, namespace, name)

@@ -794,7 +794,7 @@ async def attempt_pod_event(event, body, namespace, name, labels, **_):
         return
     summary = pod_summary(dict(body))
     if summary["owner"]:  # a PyTorchJob's pod (nodes: a failure may follow), not a hand-made one
-        nodes.saw_pod(namespace, job, attempt)
+        nodes.saw_pod(namespace, job, attempt, summary["node"], summary["owner"])
     PODS.put(namespace, job, attempt, name, summary)
 
 

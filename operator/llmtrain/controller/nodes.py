@@ -43,6 +43,12 @@ log = logging.getLogger("llmtrain.operator.nodes")
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 SUSPECT_TAINT = "llmtrain.dev/suspect"
+# Who tainted a node and until when, on the node itself (so a restarted operator, or another
+# replica, counts and expires them): the namespace as a label (counted with a label selector),
+# the job and the expiry time as annotations.
+SUSPECT_NAMESPACE_LABEL = "llmtrain.dev/suspect-namespace"
+SUSPECT_JOB_ANNOTATION = "llmtrain.dev/suspect-job"
+SUSPECT_EXPIRES_ANNOTATION = "llmtrain.dev/suspect-expires"
 MAX_BAD_NODES = 20  # status.badNodes keeps the newest this many
 MESSAGE_CHARS = 240  # of a termination message, in status and events
 
@@ -241,14 +247,25 @@ def remember(namespace: str, job: str, attempt: str, failure: dict) -> bool:
 # Attempts of which the pod watch has seen at least one pod: only for those can a failure still be
 # on its way through the watch. An attempt that never had a pod here (no pods were created, or the
 # operator started after they were gone) is decided from a LIST alone, without waiting.
-_SEEN_PODS: dict[tuple[str, str, str], None] = {}
+_SEEN_PODS: dict[tuple[str, str, str], dict[str, str]] = {}  # → {node: owner uid}
 
 
-def saw_pod(namespace: str, job: str, attempt: str) -> None:
+def saw_pod(namespace: str, job: str, attempt: str, node: str | None = None, owner: str | None = None) -> None:
+    """A pod of the attempt (controlled by PyTorchJob `owner`) was seen, on `node` if bound."""
     with _lock:
-        _SEEN_PODS[(namespace, job, str(attempt))] = None
+        ran = _SEEN_PODS.setdefault((namespace, job, str(attempt)), {})
+        if node and owner and len(ran) < MAX_PODS_PER_ATTEMPT:
+            ran[node] = owner
         while len(_SEEN_PODS) > _MAX_TRACKED:
             _SEEN_PODS.pop(next(iter(_SEEN_PODS)))
+
+
+def attempt_nodes(namespace: str, job: str, attempt: int | str, owner: str) -> set[str]:
+    """The nodes where the pods of the attempt's PyTorchJob `owner` ran, as the pod watch saw them
+    (the scheduler's binding, not anything the pods said)."""
+    with _lock:
+        ran = _SEEN_PODS.get((namespace, job, str(attempt))) or {}
+        return {node for node, uid in ran.items() if uid == owner}
 
 
 def failures(namespace: str, job: str, attempt: int | str, owner: str | None = None) -> list[dict]:
@@ -316,8 +333,25 @@ def pod_failed(body, **_) -> bool:
 _POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmtrain-forensics")
 
 
+_EXPIRY_STOP = threading.Event()
+
+
 def register(kopf) -> None:
-    """Register the pod watch handler (called by handlers.py, so importing it registers)."""
+    """Register the pod watch handler and the taint expiry (called by handlers.py, so importing it
+    registers). kopf runs only on the Lease holder (__main__), so only the leader sweeps."""
+
+    @kopf.on.startup()
+    def start_taint_expiry(**_):
+        from .config import CONFIG
+
+        if CONFIG.suspect_taint_fraction > 0:
+            interval = max(1.0, min(300.0, CONFIG.suspect_taint_ttl / 10))
+            threading.Thread(target=expire_taints_forever, args=(interval, _EXPIRY_STOP), daemon=True,
+                             name="llmtrain-taint-expiry").start()
+
+    @kopf.on.cleanup()
+    def stop_taint_expiry(**_):
+        _EXPIRY_STOP.set()
 
     @kopf.on.event("", "v1", "pods", labels={JOB_LABEL: kopf.PRESENT, ATTEMPT_LABEL: kopf.PRESENT},
                    when=pod_failed)
@@ -365,24 +399,37 @@ def ready_nodes(instance_type: str, is_gpu: bool) -> set[str] | None:
     return {n.metadata.name for n in items if _is_ready(n)}
 
 
-def taint_nodes(bad: list[dict], instance_type: str, is_gpu: bool, fraction: float) -> list[str]:
-    """Taint the bad nodes `llmtrain.dev/suspect=<reason>:NoSchedule` within the fraction cap.
-    Returns the nodes newly tainted. Read-modify-write with the node's resourceVersion: a Node's
-    taints list has no merge key, so a plain patch would replace the others' taints."""
+def _suspect_nodes_of(api, namespace: str) -> set[str]:
+    items = api.list_node(label_selector=f"{SUSPECT_NAMESPACE_LABEL}={namespace}").items
+    return {n.metadata.name for n in items if any(t.key == SUSPECT_TAINT for t in n.spec.taints or [])}
+
+
+def taint_nodes(bad: list[dict], instance_type: str, is_gpu: bool, fraction: float, namespace: str = "",
+                job: str = "", per_namespace: int = 2, ttl_seconds: float = 86400.0) -> list[str]:
+    """Taint the bad nodes `llmtrain.dev/suspect=<reason>:NoSchedule` within the caps: at most
+    `fraction` of the instance type's nodes, at most `per_namespace` nodes tainted for one
+    namespace's jobs at once (so one tenant's failures cannot fence off a node group), each for
+    `ttl_seconds` (`untaint_expired` takes it off). Returns the nodes newly tainted.
+    Read-modify-write with the node's resourceVersion: a Node's taints list has no merge key, so a
+    plain patch would replace the others' taints."""
+    import datetime as dt
+
     from kubernetes.client.exceptions import ApiException
 
     from . import kube
 
-    if fraction <= 0 or not bad:
+    if fraction <= 0 or not bad or per_namespace <= 0:
         return []
     api = kube.core()
     try:
         group = api.list_node(label_selector=_node_selector(instance_type, is_gpu)).items
+        ours = _suspect_nodes_of(api, namespace)
     except ApiException as err:
         log.warning("cannot list nodes to taint: %s %s", err.status, err.reason)
         return []
     tainted = {n.metadata.name for n in group if any(t.key == SUSPECT_TAINT for t in n.spec.taints or [])}
-    budget = taint_budget(len(group), len(tainted), fraction)
+    budget = min(taint_budget(len(group), len(tainted), fraction), max(0, per_namespace - len(ours)))
+    expires = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=ttl_seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
     done: list[str] = []
     by_name = {n.metadata.name: n for n in group}
     for b in bad:
@@ -393,7 +440,10 @@ def taint_nodes(bad: list[dict], instance_type: str, is_gpu: bool, fraction: flo
         taints = [{k: v for k, v in t.items() if v is not None} for t in taints]
         taints.append({"key": SUSPECT_TAINT, "value": taint_value(b["reason"]), "effect": "NoSchedule"})
         try:
-            api.patch_node(b["node"], {"metadata": {"resourceVersion": node.metadata.resource_version},
+            api.patch_node(b["node"], {"metadata": {"resourceVersion": node.metadata.resource_version,
+                                                    "labels": {SUSPECT_NAMESPACE_LABEL: namespace[:63]},
+                                                    "annotations": {SUSPECT_JOB_ANNOTATION: f"{namespace}/{job}",
+                                                                    SUSPECT_EXPIRES_ANNOTATION: expires}},
                                        "spec": {"taints": taints}})
         except ApiException as err:
             log.warning("cannot taint node %s: %s %s", b["node"], err.status, err.reason)
@@ -401,3 +451,53 @@ def taint_nodes(bad: list[dict], instance_type: str, is_gpu: bool, fraction: flo
         done.append(b["node"])
         budget -= 1
     return done
+
+
+def untaint_expired(now=None) -> list[str]:
+    """Take the suspect taint (and its label and annotations) off every node whose taint expired,
+    or whose expiry cannot be read. Returns those nodes."""
+    import datetime as dt
+
+    from kubernetes.client.exceptions import ApiException
+
+    from . import kube
+
+    now = now or dt.datetime.now(dt.timezone.utc)
+    api = kube.core()
+    try:
+        items = api.list_node(label_selector=SUSPECT_NAMESPACE_LABEL).items
+    except ApiException as err:
+        log.warning("cannot list suspect nodes: %s %s", err.status, err.reason)
+        return []
+    done = []
+    for node in items:
+        try:
+            until = dt.datetime.fromisoformat(
+                ((node.metadata.annotations or {}).get(SUSPECT_EXPIRES_ANNOTATION) or "").replace("Z", "+00:00"))
+        except ValueError:
+            until = now
+        if until > now:
+            continue
+        taints = [{k: v for k, v in t.to_dict().items() if v is not None}
+                  for t in node.spec.taints or [] if t.key != SUSPECT_TAINT]
+        try:
+            api.patch_node(node.metadata.name, {
+                "metadata": {"resourceVersion": node.metadata.resource_version,
+                             "labels": {SUSPECT_NAMESPACE_LABEL: None},
+                             "annotations": {SUSPECT_JOB_ANNOTATION: None, SUSPECT_EXPIRES_ANNOTATION: None}},
+                "spec": {"taints": taints}})
+        except ApiException as err:
+            log.warning("cannot untaint node %s: %s %s", node.metadata.name, err.status, err.reason)
+            continue
+        log.info("suspect taint on node %s expired: removed", node.metadata.name)
+        done.append(node.metadata.name)
+    return done
+
+
+def expire_taints_forever(interval: float, stop: threading.Event) -> None:
+    """The expiry sweep, every `interval` seconds until `stop` (a daemon thread of the leader)."""
+    while not stop.wait(interval):
+        try:
+            untaint_expired()
+        except Exception:  # noqa: BLE001 — the next sweep tries again
+            log.exception("suspect taint expiry failed")

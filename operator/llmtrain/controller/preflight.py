@@ -52,16 +52,18 @@ def preflight_verdict(failures: list[dict]) -> dict | None:
     return None
 
 
-def suspect_failures(verdict: dict, failures: list[dict]) -> list[dict]:
+def suspect_failures(verdict: dict, failures: list[dict], ran: set[str]) -> list[dict]:
     """The verdict's suspect nodes as failures (node = the Kubernetes node): by the node name the
-    trainer read from the downward API, else by its pod name (HOSTNAME) among the seen failures."""
+    trainer read from the downward API, else by its pod name (HOSTNAME) among the seen failures.
+    Only nodes in `ran` (where the attempt's own pods ran, as the API says) can be blamed: the
+    verdict is text the tenant's container wrote, and could name any node."""
     node_of_pod = {f["pod"]: f["node"] for f in failures}
     problems = verdict.get("suspectRanks") or {}
     first_problem = next((p[0] for p in problems.values() if p), None)
     out = []
     for s in verdict.get("suspectNodes") or []:
         node = s.get("nodeName") or node_of_pod.get(s.get("host"))
-        if not node:
+        if not node or node not in ran:
             continue
         why = s.get("problem") or first_problem or "failed the health check"
         out.append({"node": node, "pod": s.get("host"), "exitCode": PREFLIGHT_EXIT_CODE,
