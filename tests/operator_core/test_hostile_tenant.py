@@ -417,16 +417,20 @@ def test_a_preflight_verdict_blames_only_nodes_the_attempts_pods_ran_on(monkeypa
     nodes.FAILURES.clear()
     nodes._SEEN_PODS.clear()
     try:
-        for node in ("n1", "n2"):  # worker 0 and worker 1 of the attempt
-            nodes.saw_pod("ns", "j", "1", node, "ptj-uid")
-        nodes.remember("ns", "j", "1", nodes.raw_failure(_failed_pod(json.dumps(verdict), node="n1",
-                                                                     exit_code=PREFLIGHT_EXIT_CODE)))
+        for pod, node in (("j-a1-worker-0", "n1"), ("j-a1-worker-1", "n2")):  # every rank exits 86
+            nodes.remember("ns", "j", "1", nodes.raw_failure(_failed_pod(json.dumps(verdict), node=node, name=pod,
+                                                                         exit_code=PREFLIGHT_EXIT_CODE)))
         monkeypatch.setattr(nodes, "ready_nodes", lambda t, gpu: {"n1", "n2", "n3", "other-tenants-node"})
         job = {"metadata": {"uid": "u"}, "status": {"attempt": 1},
                "spec": {"model": {"preset": "tiny"}, "cluster": {"instanceType": "p5.48xlarge", "nodes": 1}}}
         failed = forensics.on_failed("ns", "j", {"metadata": {"uid": "ptj-uid"}, "status": {}}, 1, job)
         assert failed.reason == "preflight-failed"
         assert [b["node"] for b in failed.blamed] == ["n2"]
+        # A pod of the attempt that the watch saw bound to n3 (and that did not fail) makes n3 one
+        # of the attempt's nodes; another PyTorchJob's pod does not make n4 one.
+        nodes.saw_pod("ns", "j", "1", "n3", "ptj-uid")
+        nodes.saw_pod("ns", "j", "1", "n4", "their-own-ptj")
+        assert nodes.attempt_nodes("ns", "j", 1, "ptj-uid") == {"n3"}
     finally:
         nodes.FAILURES.clear()
         nodes._SEEN_PODS.clear()
