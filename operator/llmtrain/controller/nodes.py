@@ -60,14 +60,34 @@ MESSAGE_CHARS = 240  # of a termination message, in status and events
 MAX_MESSAGE_CHARS = 4096
 # "NVRM: Xid (PCI:0000:53:00): 79, pid=1234, GPU has fallen off the bus" (the kernel log line a
 # failing GPU leaves, which torch/NCCL error text or a log-tailing entrypoint may carry) or "XID 48".
-_XID = re.compile(r"\bxid\b\s*+(?:\([^)]{0,64}\)\s*+)?(?:[:=]\s*+)?(\d{1,3})\b", re.IGNORECASE)
+_XID = re.compile(r"\bxid\b\s*+(?:\([^)]{0,40}\)\s*+)?(?:[:=]\s*+)?(\d{1,3})\b", re.IGNORECASE)
 _NCCL = re.compile(r"nccl|watchdog caught collective operation timeout|ProcessGroupNCCL", re.IGNORECASE)
 _EFA = re.compile(r"\befa\b|libfabric|\bfi_[a-z_]|FI_EFA|rdma", re.IGNORECASE)
 # A rank that only lost its peer says so: blaming its node too would empty a cluster one gang at a time.
-_REMOTE = re.compile(r"remote process exited|ncclRemoteError|connection reset by peer|"
-                     r"connection closed by (?:remote )?peer|peer [^\n]{0,200} closed", re.IGNORECASE)
-_COLLECTIVE_TIMEOUT = re.compile(r"collective operation timeout|watchdog[^\n]{0,200}timed? ?out|"
-                                 r"Timeout\(ms\)=\d{1,12}|NCCL[^\n]{0,200}timeout", re.IGNORECASE)
+_REMOTE = ("remote process exited", "ncclremoteerror", "connection reset by peer", "connection closed by peer",
+           "connection closed by remote peer")
+_TIMEOUT_MS = re.compile(r"timeout\(ms\)=\d", re.IGNORECASE)
+_TIMED_OUT = ("timeout", "time out", "timedout", "timed out")
+
+
+def _on_one_line(text: str, first: str, then: tuple[str, ...]) -> bool:
+    """`first.*(then[0]|then[1]|...)` within one line of (lower-case) `text`, by substring search:
+    linear, where the regex's `.*` was quadratic in the number of `first`s."""
+    start = text.find(first)
+    while start >= 0:
+        end = text.find("\n", start)
+        rest = text[start + len(first):end if end >= 0 else len(text)]
+        if any(t in rest for t in then):
+            return True
+        if end < 0:
+            return False
+        start = text.find(first, end)
+    return False
+
+
+def _is_remote(text: str) -> bool:
+    low = text.lower()
+    return any(r in low for r in _REMOTE) or _on_one_line(low, "peer ", (" closed",))
 
 
 def _head(text: str | None) -> str:
@@ -81,7 +101,9 @@ def xid_of(text: str | None) -> int | None:
 
 
 def is_collective_timeout(text: str | None) -> bool:
-    return bool(_COLLECTIVE_TIMEOUT.search(_head(text)))
+    low = _head(text).lower()
+    return ("collective operation timeout" in low or bool(_TIMEOUT_MS.search(low))
+            or _on_one_line(low, "watchdog", _TIMED_OUT) or _on_one_line(low, "nccl", ("timeout",)))
 
 
 def classify(exit_code: int | None, k8s_reason: str | None, message: str | None) -> str:
@@ -160,7 +182,7 @@ def culprits(failures: list[dict]) -> list[dict]:
     """The failures to blame nodes for: when some pods failed on their own and others only report
     that a peer went away (NCCL 'remote process exited', 'Connection reset by peer'), the latter are
     victims of the former and their nodes are left alone."""
-    own = [f for f in failures if not _REMOTE.search(_head(f.get("message")))]
+    own = [f for f in failures if not _is_remote(_head(f.get("message")))]
     return own or list(failures)
 
 
