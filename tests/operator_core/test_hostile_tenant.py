@@ -8,6 +8,7 @@ the regexes' timing); cluster tests on the real kube-apiserver with the operator
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gzip
 import http.server
 import threading
@@ -396,6 +397,9 @@ def test_the_operator_under_a_tenants_attack_keeps_serving_another_namespace(dev
         op.stop()
     # A new job's PyTorchJob on an idle operator: well under a second; 5 s leaves room for the
     # shared test machine. /healthz: each answer within 1 s. RSS: an idle operator is ~100 MiB.
+    print(f"attack: new-job latencies {[round(x, 2) for x in latencies]} s, /healthz max {max(health):.3f} s, "
+          f"peak RSS {peak / 1024:.0f} MiB, stream {stream.requests} requests / {stream.sent / MiB:.1f} MiB sent, "
+          f"gzip bomb {bomb.requests} requests")
     assert max(latencies) < 5.0, latencies
     assert max(health) < 1.0, health
     assert peak < 300 * 1024, f"peak RSS {peak / 1024:.0f} MiB"
@@ -493,3 +497,187 @@ def test_suspect_taints_are_capped_per_namespace_and_expire(test_nodes):
     assert sorted(nodes.untaint_expired(now + dt.timedelta(hours=2))) == names[:2]
     assert suspect() == set()
     assert [t.key for t in core.read_node(names[0]).spec.taints] == ["team.example/keep"]
+
+
+# --- item 7: fairness and bounds ---------------------------------------------------------------
+
+def _over(field: str) -> dict:
+    spec = tiny()
+    if field == "env":
+        spec["cluster"]["env"] = {f"V{i}": "x" for i in range(65)}
+    elif field == "env value":
+        spec["cluster"]["env"] = {"V": "x" * 2049}
+    elif field == "tolerations":
+        spec["cluster"]["tolerations"] = [{"key": f"k{i}", "operator": "Exists"} for i in range(33)]
+    elif field == "volumes":
+        spec["cluster"]["volumes"] = [{"name": f"v{i}", "claimName": f"c{i}", "mountPath": f"/m{i}"}
+                                      for i in range(17)]
+    elif field == "data.uri":
+        spec["data"]["uri"] = "s3://b/" + "k" * 1020
+    elif field == "checkpoint.uri":
+        spec["checkpoint"] = {"uri": "s3://b/" + "k" * 1020}
+    return spec
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("field", ["env", "env value", "tolerations", "volumes", "data.uri", "checkpoint.uri"])
+def test_the_api_server_refuses_a_spec_over_its_bounds(field, kube, namespace):
+    """The CRD's schema (generated from spec.py) bounds what a tenant makes the operator copy into
+    every PyTorchJob and pod; the API server refuses more at `kubectl apply`."""
+    from kubernetes.client.exceptions import ApiException
+
+    with pytest.raises(ApiException) as refused:
+        kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, kube.job_doc("big", _over(field)))
+    assert refused.value.status == 422, refused.value.body
+    assert "must have at most" in refused.value.body or "Too long" in refused.value.body, refused.value.body
+
+
+@pytest.mark.cluster
+def test_a_spec_at_its_bounds_is_accepted(kube, namespace):
+    spec = tiny()
+    spec["cluster"]["env"] = {f"V{i}": "x" * 2048 for i in range(64)}
+    spec["cluster"]["tolerations"] = [{"key": f"k{i}", "operator": "Exists"} for i in range(32)]
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, kube.job_doc("edge", spec))
+
+
+def test_a_spec_over_its_bounds_is_invalid_for_the_operator_too():
+    """validation.py (the operator's own check, for a CRD installed without the schema) says which
+    field and why."""
+    from llmtrain.validation import InvalidJob, validate
+
+    with pytest.raises(InvalidJob, match="env"):
+        validate(_over("env"), "big", None)
+
+
+def _reconcile_with_refused_create(monkeypatch, status: int, runs: int):
+    """Reconcile a new job `runs` times while every PyTorchJob create is refused with `status`:
+    (what each run raised or None, the status updates written). The API server's refusal is the
+    boundary faked here; what the reconciler does with it is what is tested."""
+    from kubernetes.client.exceptions import ApiException
+
+    from llmtrain.controller import kube as opkube
+    from llmtrain.controller import rejections
+
+    job = {"apiVersion": "llmtrain.dev/v1alpha1", "kind": "LLMTrainingJob",
+           "metadata": {"name": "big", "namespace": "ns", "uid": "job-uid", "generation": 1, "resourceVersion": "1"},
+           "spec": tiny()}
+    written: list[dict] = []
+
+    def refuse(obj):
+        raise ApiException(status=status, reason="refused")
+
+    def patch_status(namespace, name, update, rv):
+        written.append(update)
+        return {**job, "metadata": {**job["metadata"], "resourceVersion": str(int(rv) + 1)}, "status": update}
+
+    monkeypatch.setattr(opkube, "create_pytorchjob", refuse)
+    monkeypatch.setattr(opkube, "patch_job_status", patch_status)
+    monkeypatch.setattr(handlers, "post_event", lambda *a, **k: None)
+    rejections.forget("ns", "big")
+    raised = []
+    for _ in range(runs):
+        if written and written[-1].get("phase") == "Failed":
+            break
+        try:
+            handlers.Reconcile("ns", "big", job, first_sight=False).run()
+            raised.append(None)
+        except ApiException as err:
+            raised.append(err.status)
+    return raised, written
+
+
+@pytest.mark.parametrize("status,tries", [(413, 1), (500, 6), (503, 6)])
+def test_a_create_the_api_server_keeps_refusing_ends_the_job(monkeypatch, status, tries):
+    """Before the fix a 413 or 5xx was raised to the work queue and retried forever (a worker and a
+    create per minute per job, for good). Now: Failed with the API server's reason."""
+    raised, written = _reconcile_with_refused_create(monkeypatch, status, 20)
+    assert raised == [status] * (tries - 1) + [None], raised
+    assert written[-1]["phase"] == "Failed" and written[-1]["reason"] == "PyTorchJobRejected", written
+    assert "refused PyTorchJob big-a1" in written[-1]["message"]
+
+
+def test_a_conflict_or_throttled_create_is_still_retried(monkeypatch):
+    for status in (409, 429):
+        raised, written = _reconcile_with_refused_create(monkeypatch, status, 8)
+        assert raised == [status] * 8 and not written
+
+
+def test_the_restart_backoff_has_a_floor():
+    """restartBackoffSeconds 0 made a job that fails at once a create/delete loop (the chart's
+    example default is 10 s, but a tenant may write 0)."""
+    from llmtrain.controller.handlers import restart_backoff
+
+    assert CONFIG.min_restart_backoff == 5.0  # the documented default (--min-restart-backoff-seconds)
+    assert restart_backoff({"restartBackoffSeconds": 0, "maxRestartBackoffSeconds": 0}, 0) == 5.0
+    assert restart_backoff({"restartBackoffSeconds": 0}, 3) == 5.0
+    assert restart_backoff({"restartBackoffSeconds": 10}, 1) == 20.0
+
+
+def test_one_namespace_flooding_creates_does_not_starve_another():
+    """1,000 keys of namespace "flood" are queued before one key of namespace "b": with one worker,
+    b's key is the second processed (round robin over namespaces), not the 1,001st."""
+    from llmtrain.controller.workqueue import WorkQueue
+
+    order: list = []
+    done = threading.Event()
+
+    def handler(key, obj):
+        order.append(key)
+        if key[0] == "b":
+            done.set()
+
+    q = WorkQueue(handler, workers=1)
+    for i in range(1000):
+        q.add(("flood", f"j{i}"))
+    q.add(("b", "victim"))
+    q.add(("flood", "j1000"))
+    assert q.depth() == 1002
+    q.start([contextvars.copy_context()])
+    assert done.wait(10), "b's key never ran"
+    assert order.index(("b", "victim")) <= 1, order[:5]
+    # ... and each tenant's own keys keep their order
+    wait_for(lambda: len(order) == 1002, 20, "the flood drained")
+    flood = [k for k in order if k[0] == "flood"]
+    assert flood == [("flood", f"j{i}") for i in range(1001)]
+
+
+@pytest.mark.cluster
+def test_a_deleted_jobs_metric_series_go_with_it(operator, kube, namespace):
+    kube.apply(namespace, kube.job_doc("gone", tiny()))
+    kube.wait_ptj(namespace, "gone-a1")
+    kube.set_ptj_condition(namespace, "gone-a1", "Failed", "worker 0 exited with code 1")
+    series = f'namespace="{namespace}"'
+    wait_for(lambda: any("llmtrain_operator_job_restarts" in line and series in line
+                         for line in operator.metrics().splitlines()), 30, "the restart counted")
+    kube.cluster.kubectl("delete", "llmtj", "gone", "-n", namespace, "--wait=true")
+    wait_for(lambda: not any(series in line for line in operator.metrics().splitlines()), 30,
+             "the deleted job's series removed from /metrics")
+
+
+def test_a_malformed_preflight_verdict_is_ignored_with_a_warning_not_a_crash_loop(monkeypatch):
+    """suspectNodes of the wrong shape raised AttributeError inside the restart decision, which the
+    work queue retried forever. Now the verdict is ignored (said in the restart's message, which
+    the restart posts as a Warning event) and the failure is an ordinary one."""
+    import json
+
+    from llmtrain.controller import forensics, nodes, preflight
+    from llmtrain.render import PREFLIGHT_EXIT_CODE
+
+    job = {"metadata": {"uid": "u"}, "status": {"attempt": 1},
+           "spec": {"model": {"preset": "tiny"}, "cluster": {"instanceType": "p5.48xlarge", "nodes": 1}}}
+    monkeypatch.setattr(nodes, "ready_nodes", lambda t, gpu: {"n1", "n2"})
+    for bad in ({"suspectNodes": ["n1", 5]}, {"suspectNodes": [{"nodeName": ["n1"]}]},
+                {"suspectNodes": {"nodeName": "n1"}}, {"busBandwidthGBps": "fast"},
+                {"suspectNodes": [{"nodeName": "n1"}] * 65}, {"healthy": "no"}):
+        verdict = {"event": "healthcheck", "healthy": False, **bad}
+        nodes.FAILURES.clear()
+        try:
+            nodes.remember("ns", "j", "1", nodes.raw_failure(_failed_pod(json.dumps(verdict), node="n1",
+                                                                         exit_code=PREFLIGHT_EXIT_CODE)))
+            failed = forensics.on_failed("ns", "j", {"metadata": {"uid": "ptj-uid"}, "status": {}}, 1, job)
+        finally:
+            nodes.FAILURES.clear()
+        assert failed.reason == "failed" and failed.verdict is None, bad
+        assert "preflight verdict ignored (pod j-a1-worker-0: " in failed.message, (bad, failed.message)
+    with pytest.raises(preflight.InvalidVerdict, match="suspectNodes"):
+        preflight.verdict_of(json.dumps({"event": "healthcheck", "healthy": False, "suspectNodes": ["n1"]}))

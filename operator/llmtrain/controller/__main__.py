@@ -60,6 +60,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--suspect-taint-ttl-hours", type=float, default=CONFIG.suspect_taint_ttl / 3600,
                    help="a suspect taint is removed this long after it was set "
                         f"(default {CONFIG.suspect_taint_ttl / 3600:g})")
+    p.add_argument("--min-restart-backoff-seconds", type=float, default=CONFIG.min_restart_backoff,
+                   help="the least wait before a restart, whatever a job's restartBackoffSeconds says "
+                        f"(default {CONFIG.min_restart_backoff:g})")
     p.add_argument("--verbose", action="store_true")
     return p.parse_args(argv)
 
@@ -81,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--suspect-taint-max-per-namespace must be ≥ 0 and --suspect-taint-ttl-hours > 0")
     CONFIG.suspect_taint_max_per_namespace = args.suspect_taint_max_per_namespace
     CONFIG.suspect_taint_ttl = args.suspect_taint_ttl_hours * 3600
+    if args.min_restart_backoff_seconds < 0:
+        raise SystemExit("--min-restart-backoff-seconds must be ≥ 0")
+    CONFIG.min_restart_backoff = args.min_restart_backoff_seconds
     from . import handlers  # noqa: F401 — importing registers the handlers with kopf
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.bind_address)

@@ -24,6 +24,9 @@ class OperatorConfig:
     # tenant's lies, cannot fence off a node group), each for this long (seconds; then removed)
     suspect_taint_max_per_namespace: int = 2
     suspect_taint_ttl: float = 24 * 3600.0
+    # the least restart backoff whatever spec.resilience.restartBackoffSeconds says (seconds): a job
+    # that fails at once must not make the operator and the API server create attempts in a loop
+    min_restart_backoff: float = 5.0
 
 
 CONFIG = OperatorConfig()

@@ -90,7 +90,8 @@ def on_failed(namespace: str, name: str, ptj: dict, attempt: int, job: dict) -> 
     seen = nodes.wait_for_failures(namespace, name, attempt, owner=ptj["metadata"].get("uid") or "")
     log.info("%s/%s attempt %s failed: %d pod failure(s) known after %.2f s", namespace, name, attempt,
              len(seen), time.monotonic() - started)
-    verdict = preflight.preflight_verdict(seen)
+    ignored: list[str] = []
+    verdict = preflight.preflight_verdict(seen, ignored)
     if verdict is not None:
         # The verdict is the tenant's text: it may only blame nodes this attempt's pods ran on.
         ran = {f["node"] for f in seen} | nodes.attempt_nodes(namespace, name, attempt, ptj["metadata"].get("uid") or "")
@@ -104,6 +105,9 @@ def on_failed(namespace: str, name: str, ptj: dict, attempt: int, job: dict) -> 
         message = failure_message(ptj)
         if seen:
             message += "; " + ", ".join(f"pod {f['pod']} on node {f['node']}: {f['reason']}" for f in seen[:3])
+    if ignored:  # said in the restart's Warning event and status.message, never raised
+        message += f"; preflight verdict ignored ({ignored[0]})"
+        log.warning("%s/%s attempt %s: malformed preflight verdict ignored: %s", namespace, name, attempt, ignored[0])
     spec = _spec(job)
     ready, needed = None, 0
     if spec is not None and (blamed or (job.get("status") or {}).get("badNodes")):

@@ -65,7 +65,7 @@ from ..planner import plan_job
 from ..render import ATTEMPT_LABEL, JOB_LABEL, pytorchjob_name, render_pytorchjob, rendezvous_id
 from ..spec import GROUP, PHASES, PLURAL, VERSION, LLMTrainingJobSpec, model_summary
 from ..validation import InvalidJob, validate
-from . import forensics, health, kube, nodes, scrape
+from . import forensics, health, kube, nodes, rejections, scrape
 from .config import CONFIG
 from .metrics import OperatorMetrics
 from .status import (PHASE_OF, TERMINAL, failure_message, now, parse_time, pod_summary,
@@ -258,10 +258,12 @@ def _attempt_of(ptj: dict) -> int | None:
 
 def restart_backoff(resilience: dict, restarts: int) -> float:
     """Seconds before attempt N+1 after the `restarts`-th restart spent: restartBackoffSeconds,
-    doubling with every restart already spent, at most maxRestartBackoffSeconds."""
+    doubling with every restart already spent, at most maxRestartBackoffSeconds, at least the
+    operator's floor."""
     first = float(resilience.get("restartBackoffSeconds", 10))
     cap = float(resilience.get("maxRestartBackoffSeconds", 300))
-    return min(cap, first * 2 ** min(max(restarts, 0), 30))
+    # never under the operator's floor (--min-restart-backoff-seconds): 0 made a crash loop
+    return max(CONFIG.min_restart_backoff, min(cap, first * 2 ** min(max(restarts, 0), 30)))
 
 
 class Reconcile:
@@ -445,13 +447,14 @@ class Reconcile:
             else:
                 ptj, was_created = kube.create_pytorchjob(obj)
         except ApiException as err:
-            if err.status not in (400, 403, 422):
-                raise
+            if err.status not in (400, 403, 422) and not rejections.final(self.namespace, self.name, attempt, err):
+                raise  # retried with backoff (rejections.py: a 413, or a 5xx a few times, is final)
             msg = f"the API server refused PyTorchJob {ptj_name}: {_api_message(err)}"
             self.outcome = "invalid"
             return (_fail(job, status, "PyTorchJobRejected", msg),
                     lambda: self._event(True, "PyTorchJobRejected", msg))
         ATTEMPTS.put(ptj)
+        rejections.forget(self.namespace, self.name)
         if was_created:
             self.created.append(ptj_name)
         if not _owned_by(ptj, meta["uid"]):
@@ -733,6 +736,8 @@ async def job_event(event, body, namespace, name, status, **_):
         _forget(namespace, name)
         _RANK0_IPS.pop(key, None)
         nodes.forget(namespace, name)
+        METRICS.forget_job(namespace, name)
+        rejections.forget(namespace, name)
         _LAST_MONITOR.pop(key, None)
         with _SEEN_LOCK:
             _SEEN.discard(key)
