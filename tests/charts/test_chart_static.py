@@ -110,6 +110,11 @@ def test_suspect_node_taint_is_off_by_default_and_adds_only_node_patch(helm):
     on = helm.manifests("--set-json", 'suspectNodeTaint={"enabled": true, "maxFraction": 0.25}')
     args = one(on, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--suspect-taint-fraction=0.25" in args
+    # the per-namespace cap and the expiry have defaults (issue 18: a tenant cannot fence off nodes)
+    assert {"--suspect-taint-max-per-namespace=2", "--suspect-taint-ttl-hours=24"} <= set(args)
+    tuned = helm.manifests("--set-json", 'suspectNodeTaint={"enabled": true, "maxPerNamespace": 1, "ttlHours": 6}')
+    args = one(tuned, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert {"--suspect-taint-max-per-namespace=1", "--suspect-taint-ttl-hours=6"} <= set(args)
     assert _rules(operator_role(on)) == {**EXPECTED_RULES, **FRAMEWORK_RULES, ("", "nodes"): NODE_TAINT_VERBS}
 
 

@@ -13,6 +13,7 @@ one conditional status write, delete older attempts), these must hold after ever
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,7 +22,9 @@ from llmtrain.controller.act import wire
 from llmtrain.controller.snapshot import CreateResult
 from llmtrain.controller.status import Progress, timestamp
 
-from .decide_world import NOW, decide_, ptj, snap, tiny
+from .decide_world import CFG, NOW, decide_, ptj, snap, tiny
+
+NO_FLOOR = replace(CFG, min_restart_backoff=0.0)  # restartBackoffSeconds 0 restarts at once
 
 STATES = ("Created", "Running", "Restarting", "Succeeded", "Failed")
 EVENTS = st.one_of(
@@ -98,7 +101,7 @@ class World:
     def reconcile(self) -> None:
         o = self.observed()
         for _ in range(12):
-            plan = decide_(o)
+            plan = decide_(o, NO_FLOOR)
             if plan.need == "failures":
                 o = o.with_(failures=())
                 continue

@@ -185,7 +185,11 @@ CASES = [
     Case("backoff is capped at maxRestartBackoffSeconds (300)",
          snap(running(attempt=8, restarts=7), children=[ptj(8, "Failed")], failures=()), "attempt_failed",
          status={"attempt": 9, "restarts": 8, "nextAttemptTime": later(seconds=300)}),
-    Case("restartBackoffSeconds 0: the next attempt starts at once",
+    Case("restartBackoffSeconds 0 still waits the operator's floor (--min-restart-backoff-seconds 5)",
+         snap(running(), spec=tiny(resilience={"restartBackoffSeconds": 0}), failures=(),
+              children=[ptj(1, "Failed", raw_spec=tiny(resilience={"restartBackoffSeconds": 0}))]),
+         "attempt_failed", status={"attempt": 2, "nextAttemptTime": later(seconds=5)}),
+    Case("restartBackoffSeconds 0 with the floor at 0: the next attempt starts at once",
          snap(running(), spec=tiny(resilience={"restartBackoffSeconds": 0}), failures=(),
               children=[ptj(1, "Failed", raw_spec=tiny(resilience={"restartBackoffSeconds": 0}))]),
          "attempt_failed", status={"attempt": 2, "nextAttemptTime": None, "attemptCreationTime": timestamp(NOW)},
@@ -417,9 +421,11 @@ CASES = [
 
 def _config(case: Case):
     from .decide_world import CFG
+    from dataclasses import replace
     if case.id.startswith("the render cannot"):
-        from dataclasses import replace
         return replace(CFG, default_etcd_endpoint="etcd:notaport")
+    if "floor at 0" in case.id:
+        return replace(CFG, min_restart_backoff=0.0)
     return CFG
 
 

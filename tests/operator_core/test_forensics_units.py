@@ -14,8 +14,14 @@ from llmtrain.controller.nodes import (PREFLIGHT_EXIT_CODE, classify, failure_of
                                        taint_budget, taint_value, xid_of)
 
 
+PTJ_UID = "ptj-uid"
+PTJ = {"metadata": {"name": "job-a1", "uid": PTJ_UID}, "status": {}}
+
+
 def _pod(node="n1", exit_code=1, reason="Error", message="", deleting=False, phase="Failed"):
-    meta = {"name": "job-a1-worker-0"}
+    # controlled by the attempt's PyTorchJob, as the training-operator makes its pods
+    meta = {"name": "job-a1-worker-0", "ownerReferences": [
+        {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "job-a1", "uid": PTJ_UID, "controller": True}]}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     term = {"exitCode": exit_code, "reason": reason, "finishedAt": "2026-01-01T00:00:01Z"}
@@ -73,7 +79,7 @@ def test_bystanders_and_healthy_pods_are_not_blamed():
 
 
 def test_an_evicted_pod_blames_its_node_with_the_eviction_reason():
-    pod = {"metadata": {"name": "p"}, "spec": {"nodeName": "n9"},
+    pod = {"metadata": {**_pod()["metadata"], "name": "p"}, "spec": {"nodeName": "n9"},
            "status": {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}}
     assert failure_of(pod)["reason"] == "Evicted" and failure_of(pod)["node"] == "n9"
 
@@ -136,13 +142,14 @@ def test_preflight_verdict_is_read_from_the_termination_message_and_names_the_k8
     seen = [{"pod": "job-a1-worker-0", "node": "ip-10-0-1-8", "exitCode": PREFLIGHT_EXIT_CODE, "message": text},
             {"pod": "job-a1-worker-1", "node": "ip-10-0-1-9", "exitCode": PREFLIGHT_EXIT_CODE, "message": text}]
     v = preflight.preflight_verdict(seen)
+    ran = {"ip-10-0-1-8", "ip-10-0-1-9"}  # the nodes the attempt's pods ran on
     assert v["busBandwidthGBps"] == 12.5
-    blamed = preflight.suspect_failures(v, seen)
+    blamed = preflight.suspect_failures(v, seen, ran)
     assert [b["node"] for b in blamed] == ["ip-10-0-1-9"]  # only the slow node, not the gang
     assert blamed[0]["reason"].startswith("preflight: links 1.000 and 1.100 GB/s")
     # without the downward-API node name, the pod name (HOSTNAME) finds it among the failures
     v2 = _verdict(suspectNodes=[{"node": 1, "host": "job-a1-worker-1"}])
-    assert [b["node"] for b in preflight.suspect_failures(v2, seen)] == ["ip-10-0-1-9"]
+    assert [b["node"] for b in preflight.suspect_failures(v2, seen, ran)] == ["ip-10-0-1-9"]
     # a healthy verdict, another exit code or a non-verdict message is not a preflight failure
     assert preflight.preflight_verdict([{**seen[0], "message": json.dumps(_verdict(healthy=True))}]) is None
     assert preflight.preflight_verdict([{**seen[0], "exitCode": 1}]) is None

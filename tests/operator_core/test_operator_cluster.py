@@ -177,9 +177,9 @@ def test_deleting_the_job_garbage_collects_its_pytorchjob(operator, kube, namesp
 def test_progress_from_rank0_metrics_and_restart_on_hang(operator, trainer_endpoint, kube, namespace):
     metrics, _ = trainer_endpoint
     kube.apply(namespace, kube.job_doc("progress", tiny(resilience={"hangTimeoutMinutes": 30, "maxRestarts": 2})))
-    kube.wait_ptj(namespace, "progress-a1")
+    ptj = kube.wait_ptj(namespace, "progress-a1")
     # The worker pod as the training-operator would create it, with its IP as the kubelet reports it.
-    kube.core.create_namespaced_pod(namespace, worker0_pod("progress", 1, "llmtrain-trainer:dev"))
+    kube.core.create_namespaced_pod(namespace, worker0_pod("progress", 1, "llmtrain-trainer:dev", owner=ptj))
     kube.core.patch_namespaced_pod_status("progress-a1-worker-0", namespace, running_at("127.0.0.1"))
     metrics.step.set(42)
     metrics.loss.set(2.5)

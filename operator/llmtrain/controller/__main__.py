@@ -46,6 +46,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="taint nodes blamed for a failed attempt llmtrain.dev/suspect=<reason>:NoSchedule, "
                         "at most this fraction of the nodes of their instance type (default 0: never; "
                         "needs RBAC to patch nodes)")
+    p.add_argument("--suspect-taint-max-per-namespace", type=int, default=DEFAULTS.suspect_taint_max_per_namespace,
+                   help="at most this many nodes carry a suspect taint for one namespace's jobs at once "
+                        f"(default {DEFAULTS.suspect_taint_max_per_namespace})")
+    p.add_argument("--suspect-taint-ttl-hours", type=float, default=DEFAULTS.suspect_taint_ttl / 3600,
+                   help="a suspect taint is removed this long after it was set "
+                        f"(default {DEFAULTS.suspect_taint_ttl / 3600:g})")
+    p.add_argument("--min-restart-backoff-seconds", type=float, default=DEFAULTS.min_restart_backoff,
+                   help="the least wait before a restart, whatever a job's restartBackoffSeconds says "
+                        f"(default {DEFAULTS.min_restart_backoff:g})")
     p.add_argument("--verbose", action="store_true")
     return p.parse_args(argv)
 
@@ -58,10 +67,17 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     if not 0 <= args.suspect_taint_fraction <= 1:
         raise SystemExit(f"--suspect-taint-fraction must be in [0, 1], got {args.suspect_taint_fraction}")
+    if args.suspect_taint_max_per_namespace < 0 or not args.suspect_taint_ttl_hours > 0:
+        raise SystemExit("--suspect-taint-max-per-namespace must be ≥ 0 and --suspect-taint-ttl-hours > 0")
+    if args.min_restart_backoff_seconds < 0:
+        raise SystemExit("--min-restart-backoff-seconds must be ≥ 0")
     config = OperatorConfig(default_etcd_endpoint=args.default_etcd_endpoint or None,
                             trainer_metrics_port=args.trainer_metrics_port,
                             progress_interval=args.progress_interval, workers=args.workers,
-                            suspect_taint_fraction=args.suspect_taint_fraction)
+                            suspect_taint_fraction=args.suspect_taint_fraction,
+                            suspect_taint_max_per_namespace=args.suspect_taint_max_per_namespace,
+                            suspect_taint_ttl=args.suspect_taint_ttl_hours * 3600,
+                            min_restart_backoff=args.min_restart_backoff_seconds)
     from . import watch
     from .operator import Operator
 

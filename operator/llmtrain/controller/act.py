@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from ..catalog import instance_type
 from ..spec import API_VERSION, KIND
 from ..status import Phase
-from . import nodes
+from . import nodes, rejections
 from .observe import attempt_of, owned_by
 from .snapshot import CreateResult, Event, Observed, Plan
 
@@ -57,9 +57,10 @@ def create(op: "Operator", o: Observed, obj: dict) -> CreateResult:
     try:
         ptj, was_created = op.kube.create_pytorchjob(obj)
     except ApiException as err:
-        if err.status not in (400, 403, 422):
-            raise
+        if err.status not in (400, 403, 422) and not rejections.final(o.namespace, o.name, o.attempt, err):
+            raise  # retried with backoff (rejections.py: a 413, or a 5xx a few times, is final)
         return CreateResult(name, "rejected", api_message(err))
+    rejections.forget(o.namespace, o.name)
     op.attempts.put(ptj)
     if not owned_by(ptj, o.uid):
         return CreateResult(name, "not-owned")
@@ -104,7 +105,9 @@ def finish(op: "Operator", o: Observed, plan: Plan, job: dict) -> None:
         m.bad_nodes.labels(b["reason"].split(":")[0]).inc()
     if plan.taint and op.config.suspect_taint_fraction > 0 and o.spec is not None:
         inst = instance_type(o.spec.cluster.instance_type)
-        tainted = nodes.taint_nodes(list(plan.taint), inst.name, inst.is_gpu, op.config.suspect_taint_fraction)
+        c = op.config
+        tainted = nodes.taint_nodes(list(plan.taint), inst.name, inst.is_gpu, c.suspect_taint_fraction, o.namespace,
+                                    o.name, c.suspect_taint_max_per_namespace, c.suspect_taint_ttl)
         if tainted:
             log.warning("tainted %s %s=...:NoSchedule (job %s/%s)", ", ".join(tainted),
                         nodes.SUSPECT_TAINT, o.namespace, o.name)

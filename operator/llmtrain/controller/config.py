@@ -20,4 +20,11 @@ class OperatorConfig:
     # taint nodes blamed for a failure llmtrain.dev/suspect=<reason>:NoSchedule, on at most this
     # fraction of the nodes of their instance type (0: never; controller/nodes.py)
     suspect_taint_fraction: float = 0.0
+    # and on at most this many nodes for one namespace's jobs at once (a tenant's failures, or a
+    # tenant's lies, cannot fence off a node group), each for this long (seconds; then removed)
+    suspect_taint_max_per_namespace: int = 2
+    suspect_taint_ttl: float = 24 * 3600.0
+    # the least restart backoff whatever spec.resilience.restartBackoffSeconds says (seconds): a job
+    # that fails at once must not make the operator and the API server create attempts in a loop
+    min_restart_backoff: float = 5.0
 

@@ -234,7 +234,8 @@ def attempt_failed(o: Observed, cfg) -> Plan | None:
     if o.failures is None:
         return Plan("attempt_failed", need="failures")
     st = o.status
-    failed = forensics.failed_attempt(o.failures, current.failure_message, st.preflight_failures or 0)
+    failed = forensics.failed_attempt(o.failures, current.failure_message, st.preflight_failures or 0,
+                                      o.ran_nodes)
     spent = failed.spend and (st.restarts or 0) >= resilience_of(o).max_restarts
     if not spent and needs_ready_nodes(o, failed.blamed):
         return Plan("attempt_failed", need="ready_nodes")
@@ -248,7 +249,8 @@ def attempt_failed(o: Observed, cfg) -> Plan | None:
         return {"blamed": failed.blamed, "taint": tuple(b for b in failed.blamed if b["node"] in avoid),
                 "preflight_busbw": busbw if isinstance(busbw, (int, float)) else None}
 
-    return restart(o, "attempt_failed", failed.reason, failed.message, spend=failed.spend, amend=amend)
+    return restart(o, "attempt_failed", failed.reason, failed.message, spend=failed.spend, amend=amend,
+                   floor=cfg.min_restart_backoff)
 
 
 @situation(Transition(("Running", "Restarting"), "Pending", Reason.CREATED),
@@ -287,7 +289,7 @@ def startup_timeout(o: Observed, cfg) -> Plan | None:
     problem = startup_problem(list(o.pods))
     why = problem[1] if problem else "no worker pod started"
     msg = f"the pods did not start within startupTimeoutMinutes {timeout.total_seconds() / 60:.0f}: {why}"
-    return restart_stuck(o, "startup_timeout", Reason.STARTUP_TIMEOUT, msg)
+    return restart_stuck(o, "startup_timeout", Reason.STARTUP_TIMEOUT, msg, floor=cfg.min_restart_backoff)
 
 
 @situation(Transition(("Pending", "Restarting"), "=", Reason.UNSCHEDULABLE),
@@ -321,7 +323,7 @@ def unhealthy(o: Observed, cfg) -> Plan | None:
         return None
     r = verdict.restart
     return restart_stuck(o, "unhealthy", r.reason, r.message,
-                          then=lambda update: r.amend(o.generation, update, o.now))
+                          then=lambda update: r.amend(o.generation, update, o.now), floor=cfg.min_restart_backoff)
 
 
 @situation(Transition(("Running",), "=", Reason.NO_RECENT_CHECKPOINT), Transition(("Running",), "=", Reason.ROLLED_BACK))

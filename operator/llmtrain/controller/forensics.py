@@ -43,12 +43,17 @@ class FailedAttempt:
     collective_timeout: bool
 
 
-def failed_attempt(failures: tuple[dict, ...], ptj_message: str, preflight_failures: int) -> FailedAttempt:
-    """The restart that a failed attempt calls for, from its pods' failures."""
+def failed_attempt(failures: tuple[dict, ...], ptj_message: str, preflight_failures: int,
+                   ran: frozenset[str] = frozenset()) -> FailedAttempt:
+    """The restart that a failed attempt calls for, from its pods' failures (only the pods of the
+    attempt's own PyTorchJob: anyone can label a pod like a worker). `ran`: the nodes the
+    attempt's pods ran on, as the API says."""
     seen = list(failures)
-    verdict = preflight.preflight_verdict(seen)
+    ignored: list[str] = []
+    verdict = preflight.preflight_verdict(seen, ignored)
     if verdict is not None:
-        blamed = preflight.suspect_failures(verdict, seen)
+        # The verdict is the tenant's text: it may only blame nodes this attempt's pods ran on.
+        blamed = preflight.suspect_failures(verdict, seen, {f["node"] for f in seen} | set(ran))
         reason = Reason.PREFLIGHT_FAILED
         message = preflight.message(verdict, [b["node"] for b in blamed])
         spend = preflight_failures >= preflight.MAX_FREE_RETRIES
@@ -57,6 +62,8 @@ def failed_attempt(failures: tuple[dict, ...], ptj_message: str, preflight_failu
         message = ptj_message
         if seen:
             message += "; " + ", ".join(f"pod {f['pod']} on node {f['node']}: {f['reason']}" for f in seen[:3])
+    if ignored:  # said in the restart's Warning event and status.message, never raised
+        message += f"; preflight verdict ignored ({ignored[0]})"
     timeout = any(nodes.is_collective_timeout(f.get("message")) for f in seen) or \
         nodes.is_collective_timeout(ptj_message)
     return FailedAttempt(reason, message, spend, tuple(blamed), verdict, timeout)

@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 
-from .status import progress_from_metrics, timestamp
+from ..render import pytorchjob_name
+from . import scrape
+from .status import timestamp
 
 if TYPE_CHECKING:
     from .operator import Operator
@@ -69,22 +71,15 @@ class Monitor:
 
     async def scrape_progress(self, ip: str):
         """rank 0's /metrics → Progress, or None; at most config.max_concurrent_scrapes at once,
-        each bounded by config.scrape_timeout, all on the event loop (an idle connection costs no
-        thread)."""
+        each bounded by config.scrape_timeout and in size (scrape.py: the body is the tenant's),
+        all on the event loop (an idle connection costs no thread)."""
         config = self.op.config
         if self._scrapes is None:
             self._scrapes = asyncio.Semaphore(config.max_concurrent_scrapes)
         if self._http is None or self._http.closed:
-            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=config.scrape_timeout))
-        url = f"http://{ip}:{config.trainer_metrics_port}/metrics"
+            self._http = scrape.session(config.scrape_timeout)
         async with self._scrapes:
-            try:
-                async with self._http.get(url) as resp:
-                    text = await resp.text()
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
-                log.info("scrape of %s failed: %r", url, err)
-                return None
-        return progress_from_metrics(text)
+            return await scrape.scrape(self._http, f"http://{ip}:{config.trainer_metrics_port}/metrics")
 
     async def monitor(self, job: dict) -> None:
         meta = job["metadata"]
@@ -102,7 +97,8 @@ class Monitor:
     async def check_progress(self, job: dict) -> None:
         meta, status = job["metadata"], job.get("status") or {}
         namespace, name, attempt = meta["namespace"], meta["name"], status.get("attempt") or 1
-        ip = rank0_ip(self.op.pods.of(namespace, name, attempt))
+        ptj = self.op.attempts.of(namespace, name).get(pytorchjob_name(name, attempt))
+        ip = rank0_ip(scrape.owned_pods(self.op.pods.of(namespace, name, attempt), ptj, meta["uid"]))
         progress = await self.scrape_progress(ip) if ip else None
         if progress is None:
             return  # the time rules (hang, no first step) are judged at the reconciler's next look

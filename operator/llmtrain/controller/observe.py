@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ..catalog import instance_type
 from ..render import ATTEMPT_LABEL, pytorchjob_name
 from ..status import Phase, parse
-from . import nodes
+from . import nodes, scrape
 from .decide import SPEC_HASH
 from .snapshot import Child, Observed
 from .status import failure_message, now, pytorchjob_state
@@ -40,7 +40,8 @@ def child_of(ptj: dict, uid: str) -> Child:
                  deleting=bool(meta.get("deletionTimestamp")), state=pytorchjob_state(ptj),
                  failure_message=failure_message(ptj),
                  spec_hash=(meta.get("annotations") or {}).get(SPEC_HASH),
-                 rendezvous_id=((ptj.get("spec") or {}).get("elasticPolicy") or {}).get("rdzvId"))
+                 rendezvous_id=((ptj.get("spec") or {}).get("elasticPolicy") or {}).get("rdzvId"),
+                 uid=meta.get("uid") or "")
 
 
 def observe(op: "Operator", job: dict, first_sight: bool) -> Observed:
@@ -71,14 +72,19 @@ def observe(op: "Operator", job: dict, first_sight: bool) -> Observed:
         raw_status=raw_status, status=status, now=now(),
         children=tuple(child_of(p, uid) for p in ptjs.values()), first_sight=first_sight,
         awaiting_watch=awaiting,
-        pods=tuple(op.pods.of(namespace, name, attempt)) if status.phase in (Phase.PENDING, Phase.RESTARTING) else (),
+        # only the pods of the attempt's own PyTorchJob: anyone can label a pod like a worker
+        pods=tuple(scrape.owned_pods(op.pods.of(namespace, name, attempt), ptjs.get(pytorchjob_name(name, attempt)),
+                                     uid)) if status.phase in (Phase.PENDING, Phase.RESTARTING) else (),
         progress=op.progress.of(namespace, name, attempt) if status.phase == Phase.RUNNING else None)
 
 
 def more(op: "Operator", o: Observed, need: str) -> Observed:
     """The snapshot with the read a situation asked for."""
     if need == "failures":
-        return o.with_(failures=tuple(nodes.wait_for_failures(o.namespace, o.name, o.attempt)))
+        current = o.child(pytorchjob_name(o.name, o.attempt))
+        owner = current.uid if current is not None else ""
+        return o.with_(failures=tuple(nodes.wait_for_failures(o.namespace, o.name, o.attempt, owner=owner)),
+                       ran_nodes=frozenset(nodes.attempt_nodes(o.namespace, o.name, o.attempt, owner)))
     if need == "ready_nodes":
         ready = None
         if o.spec is not None:

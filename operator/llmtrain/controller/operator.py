@@ -10,7 +10,7 @@ import threading
 import time
 
 from . import kube as kube_calls
-from . import nodes
+from . import nodes, rejections
 from .caches import AttemptCache, PhaseGauge, PodCache, ProgressFacts, SpecCache
 from .config import OperatorConfig
 from .metrics import OperatorMetrics
@@ -63,5 +63,7 @@ class Operator:
         self.monitor.forget(key)
         self.progress.forget(namespace, name)
         self.specs.forget(uid)
+        self.metrics.forget_job(namespace, name)  # a deleted job's own series go with it
+        rejections.forget(namespace, name)
         with self._seen_lock:
             self._seen.discard(key)

@@ -28,6 +28,7 @@ class Child:
     failure_message: str = ""   # its Failed condition's message
     spec_hash: str | None = None
     rendezvous_id: str | None = None
+    uid: str = ""               # its own uid: the pods it controls carry it
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class Observed:
     awaiting_watch: bool = False          # its recorded PyTorchJob may still come through the watch
     pods: tuple[dict, ...] = ()           # the current attempt's pods (status.pod_summary)
     failures: tuple[dict, ...] | None = None  # the current attempt's pod failures; None: not read
+    ran_nodes: frozenset[str] = frozenset()  # where the current attempt's pods ran (read with failures)
     ready_nodes: frozenset[str] | None = None  # Ready nodes of the instance type (None: unknown)
     ready_nodes_read: bool = False
     progress: Progress | None = None      # the monitor's latest scrape of the current attempt

@@ -40,15 +40,16 @@ def plan_status(spec: LLMTrainingJobSpec) -> dict:
             "expectedTokensPerSecond": round(plan.tokens_per_second, 1)}
 
 
-def restart_backoff(resilience, restarts: int) -> float:
+def restart_backoff(resilience, restarts: int, floor: float = OperatorConfig.min_restart_backoff) -> float:
     """Seconds before attempt N+1 after the `restarts`-th restart spent: restartBackoffSeconds,
-    doubling with every restart already spent, at most maxRestartBackoffSeconds."""
+    doubling with every restart already spent, at most maxRestartBackoffSeconds, at least the
+    operator's floor (--min-restart-backoff-seconds: 0 made a crash loop)."""
     if isinstance(resilience, dict):  # the wire form (spec.resilience)
         first = float(resilience.get("restartBackoffSeconds", 10))
         cap = float(resilience.get("maxRestartBackoffSeconds", 300))
     else:
         first, cap = float(resilience.restart_backoff_seconds), float(resilience.max_restart_backoff_seconds)
-    return min(cap, first * 2 ** min(max(restarts, 0), 30))
+    return max(floor, min(cap, first * 2 ** min(max(restarts, 0), 30)))
 
 
 def resilience_of(o: Observed) -> ResilienceSpec:
@@ -83,6 +84,7 @@ def fail(o: Observed, situation_name: str, reason: Reason, message: str, outcome
 
 
 def restart(o: Observed, name: str, cause: Reason, message: str, *, spend: bool = True,
+            floor: float = OperatorConfig.min_restart_backoff,
             amend: Callable[[dict], dict | None] | None = None, outcome: str | None = "restarted") -> Plan:
     """The next attempt (fresh rendezvous id, resumes from the newest checkpoint), or Failed when
     the restart budget is spent. `spend=False`: the new attempt does not count against
@@ -100,7 +102,7 @@ def restart(o: Observed, name: str, cause: Reason, message: str, *, spend: bool 
                     events=(Event(True, Reason.RESTART_BUDGET_EXHAUSTED, update["message"]),),
                     outcome=outcome, **{k: v for k, v in extra.items() if k != "taint"})
     nxt = attempt + 1
-    delay = restart_backoff(r, restarts) if spend else 0.0
+    delay = restart_backoff(r, restarts, floor) if spend else 0.0
     due = o.now + dt.timedelta(seconds=delay)
     if due.microsecond:  # status times have whole seconds: round up, never start early
         due = due.replace(microsecond=0) + dt.timedelta(seconds=1)
@@ -131,11 +133,12 @@ def stuck_amend(o: Observed, cause: Reason, then: Callable[[dict], None] | None 
     return amend
 
 
-def restart_stuck(o: Observed, name: str, cause: Reason, message: str, then=None) -> Plan:
+def restart_stuck(o: Observed, name: str, cause: Reason, message: str, then=None, *,
+                  floor: float = OperatorConfig.min_restart_backoff) -> Plan:
     st, r = o.status, resilience_of(o)
     if needs_ready_nodes(o) and not ((st.restarts or 0) >= r.max_restarts):
         return Plan(name, need="ready_nodes")
-    return restart(o, name, cause, message, amend=stuck_amend(o, cause, then), outcome=None)
+    return restart(o, name, cause, message, amend=stuck_amend(o, cause, then), outcome=None, floor=floor)
 
 
 

@@ -44,7 +44,9 @@ def register(op: Operator, registry: kopf.OperatorRegistry | None = None) -> Non
         if event["type"] == "DELETED":
             op.pods.drop(namespace, job, attempt, name)
             return
-        nodes.saw_pod(namespace, job, attempt)  # nodes: a failure may follow
-        op.pods.put(namespace, job, attempt, name, pod_summary(dict(body)))
+        summary = pod_summary(dict(body))
+        if summary["owner"]:  # a PyTorchJob's pod (nodes: a failure may follow), not a hand-made one
+            nodes.saw_pod(namespace, job, attempt, summary["node"], summary["owner"])
+        op.pods.put(namespace, job, attempt, name, summary)
 
-    nodes.register(kopf, registry)  # the pod watch that catches failures before the pods are deleted
+    nodes.register(kopf, op.config, registry)  # the pod watch that catches failures before the pods are deleted
