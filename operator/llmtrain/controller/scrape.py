@@ -71,8 +71,9 @@ async def fetch(session: aiohttp.ClientSession, url: str, limit: int = MAX_BODY_
 
 
 def session(timeout: float) -> aiohttp.ClientSession:
+    # Headers bounded too: an endless header section is refused at the 64th header.
     return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout), auto_decompress=False,
-                                 max_line_size=8190, max_field_size=8190)
+                                 max_line_size=8190, max_field_size=8190, max_headers=64)
 
 
 def parse_progress(body: bytes | str) -> Progress:
