@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from ..catalog import instance_type
 from ..spec import API_VERSION, KIND
 from ..status import Phase
-from . import nodes, rejections
+from . import rejections, taints
 from .observe import attempt_of, owned_by
 from .snapshot import CreateResult, Event, Observed, Plan
 
@@ -106,11 +106,11 @@ def finish(op: "Operator", o: Observed, plan: Plan, job: dict) -> None:
     if plan.taint and op.config.suspect_taint_fraction > 0 and o.spec is not None:
         inst = instance_type(o.spec.cluster.instance_type)
         c = op.config
-        tainted = nodes.taint_nodes(list(plan.taint), inst.name, inst.is_gpu, c.suspect_taint_fraction, o.namespace,
+        tainted = taints.taint_nodes(list(plan.taint), inst.name, inst.is_gpu, c.suspect_taint_fraction, o.namespace,
                                     o.name, c.suspect_taint_max_per_namespace, c.suspect_taint_ttl)
         if tainted:
             log.warning("tainted %s %s=...:NoSchedule (job %s/%s)", ", ".join(tainted),
-                        nodes.SUSPECT_TAINT, o.namespace, o.name)
+                        taints.SUSPECT_TAINT, o.namespace, o.name)
     if plan.monitor:
         op.monitor.schedule(job)
 

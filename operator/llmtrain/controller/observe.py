@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ..catalog import instance_type
 from ..render import ATTEMPT_LABEL, pytorchjob_name
 from ..status import Phase, parse
-from . import nodes, scrape
+from . import nodes, scrape, taints
 from .decide import SPEC_HASH
 from .snapshot import Child, Observed
 from .status import failure_message, now, pytorchjob_state
@@ -89,7 +89,7 @@ def more(op: "Operator", o: Observed, need: str) -> Observed:
         ready = None
         if o.spec is not None:
             inst = instance_type(o.spec.cluster.instance_type)
-            found = nodes.ready_nodes(inst.name, inst.is_gpu)
+            found = taints.ready_nodes(inst.name, inst.is_gpu)
             ready = frozenset(found) if found is not None else None
         return o.with_(ready_nodes=ready, ready_nodes_read=True)
     raise ValueError(f"unknown need {need!r}")

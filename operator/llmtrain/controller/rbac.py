@@ -35,11 +35,12 @@ JOB_RULES: dict[tuple[str, str], frozenset[str]] = {
 CLUSTER_RULES: dict[tuple[str, str], frozenset[str]] = {
     # kopf watches CRDs to notice its resources appearing and going away.
     ("apiextensions.k8s.io", "customresourcedefinitions"): frozenset({"list", "watch"}),
-    # nodes.ready_nodes / taint_nodes count the Ready nodes of an instance type.
+    # taints.ready_nodes / taint_nodes count the Ready nodes of an instance type.
     ("", "nodes"): frozenset({"list"}),
 }
 
-# Only with --suspect-taint-fraction > 0 (chart: suspectNodeTaint.enabled): nodes.taint_nodes.
+# Only with --suspect-taint-fraction > 0 (chart: suspectNodeTaint.enabled): taints.taint_nodes and
+# untaint_expired (the expiry).
 SUSPECT_TAINT_RULES: dict[tuple[str, str], frozenset[str]] = {("", "nodes"): frozenset({"patch"})}
 
 # Only with --leader-elect (chart: replicaCount > 1), in the operator's own namespace: leader.py
