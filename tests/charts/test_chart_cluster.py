@@ -236,8 +236,14 @@ def test_operator_with_release_credentials_takes_a_job_through_its_lifecycle(
         with dev_cluster.api_client() as api:
             core = client.CoreV1Api(api)
             pod = f"{name}-a1-worker-0"
+            owner = client.CustomObjectsApi(api).get_namespaced_custom_object(
+                "kubeflow.org", "v1", release, "pytorchjobs", f"{name}-a1")["metadata"]["uid"]
+            # controlled by attempt 1's PyTorchJob, as the training-operator makes it (a pod that
+            # only carries the labels is anyone's and feeds no forensics)
             core.create_namespaced_pod(release, {
-                "metadata": {"name": pod, "labels": {JOB_LABEL: name, ATTEMPT_LABEL: "1"}},
+                "metadata": {"name": pod, "labels": {JOB_LABEL: name, ATTEMPT_LABEL: "1"},
+                             "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                                                  "name": f"{name}-a1", "uid": owner, "controller": True}]},
                 "spec": {"nodeName": "cpu-node-7", "containers": [{"name": "trainer", "image": "busybox"}]}})
             core.patch_namespaced_pod_status(pod, release, {"status": {"phase": "Failed", "containerStatuses": [{
                 "name": "trainer", "image": "busybox", "imageID": "", "ready": False, "restartCount": 0,
