@@ -131,12 +131,14 @@ def worker_plain(spec_path: str) -> None:
 
     import torch
 
+    from llmtrain.defaults import resolve
+
     from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
     from llmtrain_trainer.init import init_weights
     from llmtrain_trainer.model import Llama
 
     raw = json.loads(Path(spec_path).read_text())
-    dims = resolve_dims(LLMTrainingJobSpec.model_validate(raw).model)
+    dims = resolve_dims(resolve(LLMTrainingJobSpec.model_validate(raw)).model)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = Llama(dims)
     init_weights(model, 0)
@@ -232,9 +234,10 @@ def _run(kind: str, spec: dict, a: argparse.Namespace, tmp: str) -> dict:
 def _summary(step_seconds: list[float], peak: int, spec: dict, a: argparse.Namespace, wall: float) -> dict:
     from llmtrain import flops
     from llmtrain.catalog import instance_type
+    from llmtrain.defaults import resolve
     from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
 
-    dims = resolve_dims(LLMTrainingJobSpec.model_validate(spec).model)
+    dims = resolve_dims(resolve(LLMTrainingJobSpec.model_validate(spec)).model)
     med = statistics.median(step_seconds)
     tps = a.batch * a.seq_len / med
     fpt = flops.flops_per_token(dims, a.seq_len)

@@ -215,9 +215,10 @@ def measure(spec: dict, nproc: int, env: dict, explain: bool = False) -> dict:
 def predict(spec: dict, nproc: int) -> dict:
     from llmtrain.catalog import instance_type
     from llmtrain.planner import plan_for
+    from llmtrain.defaults import resolve
     from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
 
-    s = LLMTrainingJobSpec.model_validate(spec)
+    s = resolve(LLMTrainingJobSpec.model_validate(spec))
     return plan_for(resolve_dims(s.model), instance_type("cpu"), 1, s.fsdp.sharding_strategy,
                     s.fsdp.mixed_precision, s.fsdp.activation_checkpointing, s.data.seq_len,
                     s.training.micro_batch_size, per_node=nproc).as_dict()

@@ -188,12 +188,13 @@ def bookkeeping(n: int = 3000) -> dict:
     import torch
 
     import llmtrain_trainer.train as train
+    from llmtrain.defaults import resolve
     from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
     from llmtrain_trainer.config import dumps
     from llmtrain_trainer.metrics import TrainerMetrics
     from llmtrain_trainer.throughput import step_throughput
 
-    spec = LLMTrainingJobSpec.model_validate(job_spec(SIZES["small"], 10, 2))
+    spec = resolve(LLMTrainingJobSpec.model_validate(job_spec(SIZES["small"], 10, 2)))
     dims = resolve_dims(spec.model)
     m = TrainerMetrics(job="bench", rank=0)
     dev = torch.device("cpu")

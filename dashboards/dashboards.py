@@ -329,7 +329,7 @@ def operator() -> gdash.Dashboard:
                                    'label_values(llmtrain_operator_job_restarts_total{namespace=~"$namespace"}, llmtrain_job)')))
     rate = "$__rate_interval"
     d = d.with_row(gdash.Row("Jobs"))
-    # With two replicas (kopf peering) the standby keeps its gauges at its last values or zero;
+    # With two replicas (leader election) the standby keeps its gauges at its last values or zero;
     # max over replicas is the active one's count.
     for i, phase in enumerate(("Pending", "Running", "Restarting", "Succeeded", "Failed")):
         color = {"Restarting": "orange", "Failed": "red"}.get(phase, "green")

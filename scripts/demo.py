@@ -126,7 +126,7 @@ def main() -> int:
             say("no kubelet here: marking the PyTorchJob Running and worker 0 at 127.0.0.1 (the "
                 "training-operator's and kubelet's part)")
             kubectl("create", "-n", NAMESPACE, "-f", "-",
-                    input=yaml.safe_dump(worker0_pod(name, 1, container["image"])))
+                    input=yaml.safe_dump(worker0_pod(name, 1, container["image"], owner=obj)))
             kubectl("patch", "pod", pod, "-n", NAMESPACE, "--subresource=status", "--type=merge",
                     "-p", json.dumps(running_at("127.0.0.1")))
             set_condition(kubectl, ptj, "Running")

@@ -22,12 +22,23 @@ def pytorchjob_conditions(current: list[dict], ctype: str, job: str, message: st
     return conds
 
 
-def worker0_pod(job: str, attempt: int, image: str) -> dict:
-    """Worker 0's pod of an attempt, labelled as the operator's renderer and Kubeflow label it."""
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"{job}-a{attempt}-worker-0",
-                         "labels": {JOB_LABEL: job, ATTEMPT_LABEL: str(attempt), REPLICA_INDEX_LABEL: "0"}},
+def worker0_pod(job: str, attempt: int, image: str, owner: dict | None = None) -> dict:
+    """Worker 0's pod of an attempt, labelled as the operator's renderer and Kubeflow label it, and
+    with `owner` (the attempt's PyTorchJob as read from the API) as its controller, as the
+    training-operator sets it: the operator only reads pods its own PyTorchJobs own. Without
+    `owner` it is what a tenant could make by hand."""
+    meta: dict = {"name": f"{job}-a{attempt}-worker-0",
+                  "labels": {JOB_LABEL: job, ATTEMPT_LABEL: str(attempt), REPLICA_INDEX_LABEL: "0"}}
+    if owner is not None:
+        meta["ownerReferences"] = [owned_by(owner)]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
             "spec": {"containers": [{"name": "pytorch", "image": image}]}}
+
+
+def owned_by(ptj: dict) -> dict:
+    """The controller reference the training-operator puts on the pods of PyTorchJob `ptj`."""
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": ptj["metadata"]["name"],
+            "uid": ptj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
 
 
 def running_at(ip: str) -> dict:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .spec import (GROUP, KIND, PHASES, PLURAL, SHORT_NAMES, SINGULAR, VERSION,
-                   LLMTrainingJobSpec)
+from .spec import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, LLMTrainingJobSpec
+from .status import LLMTrainingJobStatus
 
 _KEEP = ("type", "description", "default", "enum", "minimum", "maximum", "exclusiveMinimum",
          "exclusiveMaximum", "minLength", "maxLength", "pattern", "minItems", "maxItems", "maxProperties",
@@ -34,8 +34,9 @@ def structural(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> di
             raise ValueError(f"cannot express union {schema['anyOf']} structurally")
         node = structural(options[0], defs)
         merged = {**node, **{k: v for k, v in extra.items() if k != "default" or v is not None}}
-        if "enum" in schema:
-            merged["enum"] = schema["enum"]
+        for key in ("enum", "format"):  # (a json_schema_extra of an optional field lands here)
+            if key in schema:
+                merged[key] = schema[key]
         return merged
 
     node: dict[str, Any] = {k: schema[k] for k in _KEEP if k in schema}
@@ -70,67 +71,9 @@ def spec_schema() -> dict[str, Any]:
 
 
 def status_schema() -> dict[str, Any]:
-    number = {"type": "number"}
-    return {
-        "type": "object",
-        "properties": {
-            "phase": {"type": "string", "enum": list(PHASES)},
-            "message": {"type": "string"},
-            "reason": {"type": "string"},
-            "attempt": {"type": "integer"},
-            "restarts": {"type": "integer"},
-            "observedGeneration": {"type": "integer"},
-            "pytorchJob": {"type": "string"},
-            "rendezvousId": {"type": "string"},
-            "startTime": {"type": "string", "format": "date-time"},
-            "attemptStartTime": {"type": "string", "format": "date-time"},
-            "attemptCreationTime": {"type": "string", "format": "date-time"},
-            "nextAttemptTime": {"type": "string", "format": "date-time"},
-            "model": {"type": "string"},
-            "completionTime": {"type": "string", "format": "date-time"},
-            "plan": {"type": "object", "properties": {
-                "memoryPerGpuGiB": number, "fits": {"type": "boolean"},
-                "flopsPerToken": number, "numParams": {"type": "integer"},
-                "expectedTokensPerSecond": number}},
-            "progress": {"type": "object", "properties": {
-                "step": {"type": "integer"}, "loss": number, "tokensPerSecond": number,
-                "mfu": number, "lastCheckpointStep": {"type": "integer"},
-                "lastCheckpointTime": {"type": "string", "format": "date-time"},
-                "heartbeatTime": {"type": "string", "format": "date-time"},
-                "updateTime": {"type": "string", "format": "date-time"},
-                # the trainer's per-step loss facts (controller/health.py)
-                "nonFiniteLossSteps": {"type": "integer"}, "nonFiniteLossMaxSteps": {"type": "integer"},
-                "nonFiniteLossFirstStep": {"type": "integer"}, "lossMedian": number,
-                "lossSpikeStep": {"type": "integer"}, "lossSpikeRatio": number,
-                "resumedBeforeStep": {"type": "integer"}}},
-            # a NaN/spike rollback the next attempt still has to apply (controller/health.py)
-            "resumeBeforeStep": {"type": "integer"},
-            # failure forensics, preflight and flight recorder (controller/forensics.py)
-            "badNodes": {"type": "array", "items": {"type": "object", "required": ["node", "reason"], "properties": {
-                "node": {"type": "string"}, "reason": {"type": "string"}, "attempt": {"type": "integer"},
-                "pod": {"type": "string"}, "exitCode": {"type": "integer"}, "xid": {"type": "integer"},
-                "message": {"type": "string"}, "time": {"type": "string", "format": "date-time"}}}},
-            "avoidNodes": {"type": "array", "items": {"type": "string"}},
-            "preflight": {"type": "object", "properties": {
-                "attempt": {"type": "integer"}, "healthy": {"type": "boolean"}, "degraded": {"type": "boolean"},
-                "busBandwidthGBps": number, "expectedBusBandwidthGBps": number, "worldSize": {"type": "integer"},
-                "suspectNodes": {"type": "array", "items": {"type": "string"}},
-                "time": {"type": "string", "format": "date-time"}}},
-            "preflightFailures": {"type": "integer"},
-            "flightRecorder": {"type": "object", "properties": {
-                "attempt": {"type": "integer"}, "reason": {"type": "string"}, "path": {"type": "string"},
-                "persistent": {"type": "boolean"}, "note": {"type": "string"}}},
-            "conditions": {"type": "array", "items": {
-                "type": "object", "required": ["type", "status"],
-                "properties": {
-                    "type": {"type": "string"}, "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
-                    "reason": {"type": "string"}, "message": {"type": "string"},
-                    "lastTransitionTime": {"type": "string", "format": "date-time"},
-                    "observedGeneration": {"type": "integer"}}}},
-        },
-        # kopf keeps its own bookkeeping under status.kopf; let it.
-        "x-kubernetes-preserve-unknown-fields": True,
-    }
+    """From `llmtrain.status.LLMTrainingJobStatus`: no free-form fields (kopf writes nothing here)."""
+    raw = LLMTrainingJobStatus.model_json_schema(by_alias=True, mode="serialization")
+    return structural(raw)
 
 
 PRINTER_COLUMNS = [

@@ -17,9 +17,11 @@ that depend on the rest of the spec (and the sequence length) are derived when t
 - ``resilience.preflight``: on for GPU instance types with 2 or more nodes (where a slow EFA link or
   a bad GPU costs a whole gang and the check's minute is cheap), off on CPU and single nodes.
 
-`LLMTrainingJobSpec` calls `derive` when it is built, so the operator, `llmtrain validate`/`plan`,
-the renderer (the trainer's LLMTRAIN_SPEC) and the trainer all see the same resolved values; the
-CLI shows which fields were derived and why (`explain`).
+`resolve(spec)` is an explicit step after validation (`validation.parse_spec`, the trainer's
+`config.parse_spec`), not a side effect of building the model: the operator resolves each job
+generation once, and the renderer (the trainer's LLMTRAIN_SPEC), `llmtrain validate`/`plan` and the
+trainer all see the same resolved values; the CLI shows which fields were derived and why
+(`explain`).
 """
 
 from __future__ import annotations
@@ -102,8 +104,9 @@ def preflight(spec: "LLMTrainingJobSpec") -> tuple[bool, str]:
     return True, f"on for a GPU job of {spec.cluster.nodes} nodes"
 
 
-def derive(spec: "LLMTrainingJobSpec") -> None:
-    """Fill the unset derived fields of ``spec`` in place (seqLen first: the batch depends on it)."""
+def resolve(spec: "LLMTrainingJobSpec") -> "LLMTrainingJobSpec":
+    """Fill the unset derived fields of ``spec`` in place (seqLen first: the batch depends on it);
+    returns ``spec``."""
     if spec.data.seq_len is None:
         dims = _dims(spec)
         spec.data.seq_len = min(DEFAULT_SEQ_LEN, dims.max_seq_len) if dims else DEFAULT_SEQ_LEN
@@ -116,10 +119,11 @@ def derive(spec: "LLMTrainingJobSpec") -> None:
         spec.resilience.first_step_timeout_minutes = min(10080, first_step_timeout_minutes(spec)[0])
     if spec.resilience.preflight is None:
         spec.resilience.preflight = preflight(spec)[0]
+    return spec
 
 
 def explain(raw_spec: dict, spec: "LLMTrainingJobSpec") -> dict[str, str]:
-    """The fields `derive` filled for the wire spec ``raw_spec`` (resolved as ``spec``): name → why."""
+    """The fields `resolve` filled for the wire spec ``raw_spec`` (resolved as ``spec``): name → why."""
     data, training = raw_spec.get("data") or {}, raw_spec.get("training") or {}
     why = {}
     if "seqLen" not in data:

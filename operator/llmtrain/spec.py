@@ -1,6 +1,7 @@
 """The `LLMTrainingJob` spec (llmtrain.dev/v1alpha1): the one definition of the API.
 
-Everything else derives from these classes: the CRD's OpenAPI schema (`llmtrain.crd`), defaults,
+Everything else derives from these classes: the CRD's OpenAPI schema (`llmtrain.crd`), defaults
+(resolved in an explicit step, `llmtrain.defaults.resolve`, after validation),
 offline validation (`llmtrain validate`), the operator and the trainer's configuration. Field names
 are camelCase on the wire (Kubernetes convention) and snake_case in Python.
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from .catalog import ModelDims, instance_types, model_preset, model_presets
@@ -66,6 +67,19 @@ NODE_SELECTOR_RULES = {"x-kubernetes-validations": [
 ]}
 
 
+# Bounds on what a tenant's spec makes the operator copy: `env` goes into the PyTorchJob twice (the
+# container's env and LLMTRAIN_SPEC) and every list into each of its pods, so one job must not be able to
+# make an object the API server refuses (1.5 MiB in etcd) or the operator's memory hold megabytes per job.
+# S3 keys are at most 1,024 bytes, so is a URI here.
+MAX_URI = 1024
+MAX_ENV, MAX_ENV_NAME, MAX_ENV_VALUE = 64, 128, 2048
+MAX_TOLERATIONS = 32
+MAX_VOLUMES = 16
+ENV_RULES = {"x-kubernetes-validations": [
+    {"rule": f"self.all(k, size(k) <= {MAX_ENV_NAME})",
+     "message": f"every env name must be at most {MAX_ENV_NAME} characters"}]}
+
+
 CHECKPOINT_URI_FIXED = {"x-kubernetes-validations": [{
     "rule": "has(self.uri) == has(oldSelf.uri) && (!has(self.uri) || self.uri == oldSelf.uri)",
     "message": "spec.checkpoint.uri is immutable once the job exists (it cannot be added, changed or "
@@ -93,7 +107,7 @@ RendezvousBackend = Literal["etcd", "etcd-v2", "c10d"]
 
 class SecretKeyRef(_Spec):
     name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN, description="Secret in the job's namespace")
-    key: str = Field("token", min_length=1, description="key inside the Secret")
+    key: str = Field("token", min_length=1, max_length=253, description="key inside the Secret")
 
 
 class RopeScalingSpec(_Spec):
@@ -125,14 +139,14 @@ class ModelSpec(_Spec):
     preset: str | None = Field(None, json_schema_extra={"enum": list(model_presets())},
                                description="a Llama-family preset; or give dims")
     dims: Dims | None = None
-    pretrained_uri: str | None = Field(None, description="Hugging Face-format safetensors: s3://, file://")
+    pretrained_uri: str | None = Field(None, max_length=MAX_URI, description="Hugging Face-format safetensors: s3://, file://")
     hf_token_secret_ref: SecretKeyRef | None = Field(
         None, description="accepted for compatibility and not passed to the pods: the trainer never "
                           "contacts the Hugging Face Hub (pretrainedUri is s3:// or file://)")
 
 
 class DataSpec(_Spec):
-    uri: str = Field("synthetic", description="s3://bucket/prefix/, file:///mnt/fsx/path, or synthetic")
+    uri: str = Field("synthetic", max_length=MAX_URI, description="s3://bucket/prefix/, file:///mnt/fsx/path, or synthetic")
     seq_len: int | None = Field(None, ge=8, le=1_048_576,
                                 description="default: 2048, or the model's context length if shorter")
 
@@ -142,14 +156,14 @@ class Volume(_Spec):
 
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
     claim_name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
-    mount_path: str = Field(pattern=r"^/")
+    mount_path: str = Field(pattern=r"^/", max_length=1024)
     read_only: bool = False
 
 
 class Toleration(_Spec):
     key: str | None = Field(None, max_length=316, pattern=LABEL_KEY)
     operator: Literal["Exists", "Equal"] = "Exists"
-    value: str | None = None
+    value: str | None = Field(None, max_length=63, pattern=LABEL_VALUE)
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
 
 
@@ -165,13 +179,15 @@ class ClusterSpec(_Spec):
     node_selector: dict[str, Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]] = Field(
         default_factory=dict, max_length=64, json_schema_extra=NODE_SELECTOR_RULES,
         description=f"extra node labels to match ({INSTANCE_TYPE_LABEL} comes from instanceType)")
-    tolerations: list[Toleration] = Field(default_factory=list)
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=MAX_TOLERATIONS)
     priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN)
     queue_name: str | None = Field(None, max_length=63, pattern=QUEUE_NAME, description="Kueue LocalQueue name")
     scheduler_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN)
     service_account_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN)
-    env: dict[str, str] = Field(default_factory=dict, description="extra env; overrides the NCCL preset")
-    volumes: list[Volume] = Field(default_factory=list)
+    env: dict[Annotated[str, Field(max_length=MAX_ENV_NAME)], Annotated[str, Field(max_length=MAX_ENV_VALUE)]] = Field(
+        default_factory=dict, max_length=MAX_ENV, json_schema_extra=ENV_RULES,
+        description="extra env; overrides the NCCL preset")
+    volumes: list[Volume] = Field(default_factory=list, max_length=MAX_VOLUMES)
 
 
 class FSDPSpec(_Spec):
@@ -202,7 +218,7 @@ class TrainingSpec(_Spec):
 
 
 class CheckpointSpec(_Spec):
-    uri: str | None = Field(None, description="s3://bucket/prefix/ or file:///mnt/fsx/ckpt; unset: no checkpoints; "
+    uri: str | None = Field(None, max_length=MAX_URI, description="s3://bucket/prefix/ or file:///mnt/fsx/ckpt; unset: no checkpoints; "
                             "cannot be set, changed or removed once the job exists")
     interval_minutes: int = Field(60, ge=1, le=10080)
     interval_steps: int = Field(0, ge=0, description="also save every N steps (0: by time only)")
@@ -263,19 +279,9 @@ class LLMTrainingJobSpec(_Spec):
                           "SIGTERM) and keep the restart budget; false again: resume from the newest "
                           "checkpoint as a new attempt (Kueue's suspend semantics)")
 
-    @model_validator(mode="after")
-    def _derive_defaults(self) -> "LLMTrainingJobSpec":
-        from .defaults import derive
-
-        derive(self)  # unset seqLen / warmupSteps / globalBatchTokens, from the rest of the spec
-        return self
-
     def wire(self) -> dict[str, Any]:
         """The spec as it appears in the object (camelCase, defaults filled in)."""
         return self.model_dump(by_alias=True, mode="json", exclude_none=True)
-
-
-PHASES = ("Pending", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
 
 
 def model_summary(model: ModelSpec) -> str:

@@ -18,6 +18,7 @@ import pydantic
 import yaml
 
 from .catalog import instance_types, model_presets
+from .defaults import resolve
 from .planner import plan_job, suggest_fit
 from .spec import (API_VERSION, DEFAULT_ETCD_ENDPOINT, DNS_SUBDOMAIN, HOST_PORT, IMAGE_REFERENCE,
                    INSTANCE_TYPE_LABEL, KIND, LABEL_KEY, LABEL_VALUE, QUEUE_NAME, LLMTrainingJobSpec,
@@ -193,7 +194,7 @@ def parse_spec(raw: dict) -> LLMTrainingJobSpec:
     if token:
         raw = {**raw, "model": {k: v for k, v in raw["model"].items() if k not in INLINE_TOKEN_KEYS}}
     try:
-        spec = LLMTrainingJobSpec.model_validate(raw)
+        spec = resolve(LLMTrainingJobSpec.model_validate(raw))
     except pydantic.ValidationError as err:
         raise InvalidJob(token + _pydantic_problems(err)) from None
     if token:

@@ -141,7 +141,7 @@ def test_cluster_mode_runs_each_node_count_through_the_operator(dev_cluster, nam
                         job = ptj["metadata"]["labels"][JOB_LABEL]
                         container = ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
                         spec = json.loads(next(e["value"] for e in container["env"] if e["name"] == "LLMTRAIN_SPEC"))
-                        pod = worker0_pod(job, 1, container["image"])
+                        pod = worker0_pod(job, 1, container["image"], owner=ptj)
                         core.create_namespaced_pod(namespace, pod)
                         core.patch_namespaced_pod_status(pod["metadata"]["name"], namespace, running_at("127.0.0.1"))
                         custom.patch_namespaced_custom_object_status(

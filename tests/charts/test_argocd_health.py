@@ -62,9 +62,9 @@ def test_unknown_phase_is_unknown_not_healthy():
 
 
 def test_phases_match_the_operator():
-    from llmtrain.spec import PHASES as OPERATOR_PHASES
+    from llmtrain.status import Phase
 
-    assert set(OPERATOR_PHASES) == PHASES
+    assert {p.value for p in Phase} == PHASES
 
 
 def test_argocd_cm_embeds_the_same_script():

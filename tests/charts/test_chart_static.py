@@ -27,7 +27,6 @@ EXPECTED_RULES = {k: set(v) for k, v in {**rbac.JOB_RULES, **rbac.JOB_NETWORK_PO
 # and with the bundled etcd (auth on by default) the attempts' rendezvous Secrets
 ETCD_AUTH_RULES = {k: set(v) for k, v in rbac.RENDEZVOUS_AUTH_RULES.items()}
 FRAMEWORK_RULES = {k: set(v) for k, v in rbac.CLUSTER_RULES.items()}
-PEERING_VERBS = set(rbac.PEERING_VERBS)
 NODE_TAINT_VERBS = set(rbac.CLUSTER_RULES[("", "nodes")] | rbac.SUSPECT_TAINT_RULES[("", "nodes")])
 LEASE_RULES = [{"apiGroups": [g], "resources": [r], "verbs": sorted(v)}
                for (g, r), v in rbac.LEADER_ELECTION_RULES.items()]
@@ -61,7 +60,7 @@ def test_helm_lint_strict_default_and_everything_on(helm):
 def test_default_render_is_minimal(helm):
     docs = helm.manifests()
     kinds = sorted(d["kind"] for d in docs)
-    # Nothing a cluster usually already has: no monitoring objects, no etcd, no peering.
+    # Nothing a cluster usually already has: no monitoring objects, no etcd.
     # The operator's ClusterRole + the two user roles aggregated into view/edit/admin; the Role +
     # RoleBinding are only for the leader-election Lease, in the release namespace.
     # The tenant-isolation admission policies (job references, job env, the operator's PyTorchJobs
@@ -81,26 +80,23 @@ def test_default_render_is_minimal(helm):
 def test_everything_on_renders_every_optional_part(helm):
     docs = helm.manifests("-f", ALL_ON)
     kinds = {d["kind"] for d in docs}
-    assert {"ServiceMonitor", "PodMonitor", "PrometheusRule", "ConfigMap", "ClusterKopfPeering",
-            "PodDisruptionBudget", "StatefulSet"} <= kinds
+    assert {"ServiceMonitor", "PodMonitor", "PrometheusRule", "ConfigMap", "PodDisruptionBudget",
+            "StatefulSet"} <= kinds
     dep = one(docs, "Deployment")
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "--peering=llmtrain-llmtrain-operator" in args
-    peering = one(docs, "ClusterKopfPeering")
-    assert peering["metadata"]["name"] == "llmtrain-llmtrain-operator"
+    # Two replicas share the Lease (--leader-elect); kopf's peering is gone.
+    assert "--leader-elect" in args and not any(a.startswith("--peering") for a in args)
     # The bundled etcd's Service is the default rendezvous endpoint.
     etcd_svc = [s for s in by_kind(docs, "Service") if "etcd" in s["metadata"]["name"]]
     assert [s["metadata"]["name"] for s in etcd_svc] == ["llmtrain-etcd"]
     assert "--default-etcd-endpoint=llmtrain-etcd.llmtrain-system.svc:2379" in args
     sts = one(docs, "StatefulSet")
     assert "--enable-v2=true" in sts["spec"]["template"]["spec"]["containers"][0]["args"]
-    # Peering RBAC only when peering is on.
-    assert _rules(operator_role(docs)) == {**EXPECTED_RULES, **FRAMEWORK_RULES, **ETCD_AUTH_RULES,
-                                                 ("kopf.dev", "clusterkopfpeerings"): PEERING_VERBS}
+    assert _rules(operator_role(docs)) == {**EXPECTED_RULES, **FRAMEWORK_RULES, **ETCD_AUTH_RULES}
     assert dep["spec"]["template"]["spec"]["containers"][0]["image"].endswith("@sha256:" + "0123456789abcdef" * 4)
 
 
-def test_namespaced_mode_uses_roles_and_namespaced_peering(helm):
+def test_namespaced_mode_uses_roles(helm):
     docs = helm.manifests("-f", NAMESPACED)
     # Only kopf's CRD observation stays cluster-wide.
     assert _rules(operator_role(docs)) == FRAMEWORK_RULES
@@ -108,10 +104,7 @@ def test_namespaced_mode_uses_roles_and_namespaced_peering(helm):
     roles = [r for r in by_kind(docs, "Role") if not r["metadata"]["name"].endswith("-leader-election")]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     for role in roles:
-        rules = _rules(role)
-        assert rules.pop(("kopf.dev", "kopfpeerings")) == PEERING_VERBS
-        assert rules == EXPECTED_RULES
-    assert sorted(p["metadata"]["namespace"] for p in by_kind(docs, "KopfPeering")) == ["team-a", "team-b"]
+        assert _rules(role) == EXPECTED_RULES
     args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert {"--namespace=team-a", "--namespace=team-b", "--default-etcd-endpoint=etcd.shared.svc:2379"} <= set(args)
 
@@ -124,6 +117,11 @@ def test_suspect_node_taint_is_off_by_default_and_adds_only_node_patch(helm):
     on = helm.manifests("--set-json", 'suspectNodeTaint={"enabled": true, "maxFraction": 0.25}')
     args = one(on, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--suspect-taint-fraction=0.25" in args
+    # the per-namespace cap and the expiry have defaults (issue 18: a tenant cannot fence off nodes)
+    assert {"--suspect-taint-max-per-namespace=2", "--suspect-taint-ttl-hours=24"} <= set(args)
+    tuned = helm.manifests("--set-json", 'suspectNodeTaint={"enabled": true, "maxPerNamespace": 1, "ttlHours": 6}')
+    args = one(tuned, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert {"--suspect-taint-max-per-namespace=1", "--suspect-taint-ttl-hours=6"} <= set(args)
     assert _rules(operator_role(on)) == {**EXPECTED_RULES, **FRAMEWORK_RULES, ("", "nodes"): NODE_TAINT_VERBS}
 
 
@@ -157,7 +155,7 @@ def test_deployment_is_hardened_and_probes_kopf_health(helm):
     assert c["command"] == ["llmtrain-operator"]
     env = {e["name"]: e for e in c["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
-    assert env["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert "POD_ID" not in env  # kopf's peer identity: no peering any more
 
 
 def test_replicas_elect_a_leader_on_a_lease_they_may_update(helm):
@@ -180,7 +178,7 @@ def test_crds_are_generated_from_the_one_source():
     assert checked_in == crd_manifest()
     names = {yaml.safe_load(f.read_text())["metadata"]["name"]
              for f in (CHARTS / "llmtrain-operator" / "crds").glob("*.yaml")}
-    assert names == {"llmtrainingjobs.llmtrain.dev", "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"}
+    assert names == {"llmtrainingjobs.llmtrain.dev"}  # kopf's peering CRDs are gone (docs/operations/upgrading.md)
 
 
 def test_monitoring_objects_carry_the_tested_rules_and_dashboards(helm):
@@ -214,9 +212,6 @@ def test_argocd_safe_no_lookup_no_randomness_stable_output(helm):
     assert first == helm.template("-f", ALL_ON).stdout
     # CRDs live in crds/ (applied before templates by Helm, first by Argo CD), not in templates/.
     assert not any(d["kind"] == "CustomResourceDefinition" for d in yaml.safe_load_all(first) if d)
-    # Custom resources of CRDs installed in the same sync tell Argo CD to skip their dry run.
-    peering = one(helm.manifests("-f", ALL_ON), "ClusterKopfPeering")
-    assert "SkipDryRunOnMissingResource=true" in peering["metadata"]["annotations"]["argocd.argoproj.io/sync-options"]
 
 
 # Each wrong value and the words helm's schema error must contain, so a user can tell what to fix.

@@ -4,7 +4,7 @@ every manifest the chart renders under several value sets, the chart's CRDs, and
 
 Where the schemas come from (kube_json_schemas.py): the dev cluster's kube-apiserver v1.35.4
 publishes its /openapi/v2, which holds every built-in kind and every installed CRD (the chart's
-crds/: LLMTrainingJob and kopf's peerings; Kubeflow's PyTorchJob; and the Prometheus Operator CRDs the
+crds/: LLMTrainingJob; Kubeflow's PyTorchJob; and the Prometheus Operator CRDs the
 script takes from the pinned prometheus-operator Go module). No kind is skipped: a manifest whose
 kind has no schema fails."""
 

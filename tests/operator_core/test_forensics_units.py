@@ -9,12 +9,19 @@ import json
 import pytest
 
 from llmtrain.controller import forensics, nodes, preflight
+from llmtrain.status import Reason
 from llmtrain.controller.nodes import (PREFLIGHT_EXIT_CODE, classify, failure_of, plan_avoidance, record,
                                        taint_budget, taint_value, xid_of)
 
 
+PTJ_UID = "ptj-uid"
+PTJ = {"metadata": {"name": "job-a1", "uid": PTJ_UID}, "status": {}}
+
+
 def _pod(node="n1", exit_code=1, reason="Error", message="", deleting=False, phase="Failed"):
-    meta = {"name": "job-a1-worker-0"}
+    # controlled by the attempt's PyTorchJob, as the training-operator makes its pods
+    meta = {"name": "job-a1-worker-0", "ownerReferences": [
+        {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "job-a1", "uid": PTJ_UID, "controller": True}]}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     term = {"exitCode": exit_code, "reason": reason, "finishedAt": "2026-01-01T00:00:01Z"}
@@ -72,7 +79,7 @@ def test_bystanders_and_healthy_pods_are_not_blamed():
 
 
 def test_an_evicted_pod_blames_its_node_with_the_eviction_reason():
-    pod = {"metadata": {"name": "p"}, "spec": {"nodeName": "n9"},
+    pod = {"metadata": {**_pod()["metadata"], "name": "p"}, "spec": {"nodeName": "n9"},
            "status": {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}}
     assert failure_of(pod)["reason"] == "Evicted" and failure_of(pod)["node"] == "n9"
 
@@ -135,70 +142,76 @@ def test_preflight_verdict_is_read_from_the_termination_message_and_names_the_k8
     seen = [{"pod": "job-a1-worker-0", "node": "ip-10-0-1-8", "exitCode": PREFLIGHT_EXIT_CODE, "message": text},
             {"pod": "job-a1-worker-1", "node": "ip-10-0-1-9", "exitCode": PREFLIGHT_EXIT_CODE, "message": text}]
     v = preflight.preflight_verdict(seen)
+    ran = {"ip-10-0-1-8", "ip-10-0-1-9"}  # the nodes the attempt's pods ran on
     assert v["busBandwidthGBps"] == 12.5
-    blamed = preflight.suspect_failures(v, seen)
+    blamed = preflight.suspect_failures(v, seen, ran)
     assert [b["node"] for b in blamed] == ["ip-10-0-1-9"]  # only the slow node, not the gang
     assert blamed[0]["reason"].startswith("preflight: links 1.000 and 1.100 GB/s")
     # without the downward-API node name, the pod name (HOSTNAME) finds it among the failures
     v2 = _verdict(suspectNodes=[{"node": 1, "host": "job-a1-worker-1"}])
-    assert [b["node"] for b in preflight.suspect_failures(v2, seen)] == ["ip-10-0-1-9"]
+    assert [b["node"] for b in preflight.suspect_failures(v2, seen, ran)] == ["ip-10-0-1-9"]
     # a healthy verdict, another exit code or a non-verdict message is not a preflight failure
     assert preflight.preflight_verdict([{**seen[0], "message": json.dumps(_verdict(healthy=True))}]) is None
     assert preflight.preflight_verdict([{**seen[0], "exitCode": 1}]) is None
     assert preflight.preflight_verdict([{**seen[0], "message": "Traceback ..."}]) is None
 
 
-def test_failed_preflight_amends_the_restart_with_bad_nodes_avoidance_and_bandwidth(monkeypatch):
+def _spec(raw):
+    from llmtrain.validation import parse_spec
+    return parse_spec(raw)
+
+
+GPU2 = {"model": {"preset": "tiny"}, "cluster": {"instanceType": "p5.48xlarge", "nodes": 2}}
+
+
+def test_failed_preflight_amends_the_restart_with_bad_nodes_avoidance_and_bandwidth():
     text = json.dumps(_verdict(), separators=(",", ":"))
-    nodes.FAILURES.clear()
-    nodes.remember("ns", "job", "1", {"pod": "job-a1-worker-1", "node": "ip-10-0-1-9", "reason": "preflight",
-                                      "exitCode": PREFLIGHT_EXIT_CODE, "message": text})
-    monkeypatch.setattr(nodes, "ready_nodes", lambda t, gpu: {"ip-10-0-1-8", "ip-10-0-1-9", "ip-10-0-1-10"})
-    job = {"metadata": {"uid": "u"}, "status": {"attempt": 1, "preflightFailures": 0},
-           "spec": {"model": {"preset": "tiny"}, "cluster": {"instanceType": "p5.48xlarge", "nodes": 2}}}
-    failed = forensics.on_failed("ns", "job", {"status": {}}, 1, job)
-    assert failed.reason == "preflight-failed" and failed.spend is False
-    update = failed.amend(job, {"phase": "Restarting", "message": "attempt 1 preflight-failed"})
+    seen = ({"pod": "job-a1-worker-1", "node": "ip-10-0-1-9", "reason": "preflight",
+             "exitCode": PREFLIGHT_EXIT_CODE, "message": text},)
+    failed = forensics.failed_attempt(seen, "the PyTorchJob failed", preflight_failures=0)
+    assert failed.reason == Reason.PREFLIGHT_FAILED and failed.spend is False
+    update = {"phase": "Restarting", "message": "attempt 1 preflight-failed"}
+    forensics.amend_failed(update, failed, spec=_spec(GPU2), attempt=1, bad_nodes=[], preflight_failures=0,
+                           ready={"ip-10-0-1-8", "ip-10-0-1-9", "ip-10-0-1-10"}, when="2026-01-01T00:00:00Z")
     assert update["avoidNodes"] == ["ip-10-0-1-9"]
     assert update["badNodes"][0]["node"] == "ip-10-0-1-9" and update["badNodes"][0]["attempt"] == 1
     assert update["preflight"]["busBandwidthGBps"] == 12.5 and update["preflight"]["suspectNodes"] == ["ip-10-0-1-9"]
     assert update["preflightFailures"] == 1 and "avoiding ip-10-0-1-9" in update["message"]
     # after MAX_FREE_RETRIES free preflight retries in a row, the next one spends the budget
-    job["status"]["preflightFailures"] = preflight.MAX_FREE_RETRIES
-    assert forensics.on_failed("ns", "job", {"status": {}}, 1, job).spend is True
-    nodes.FAILURES.clear()
+    assert forensics.failed_attempt(seen, "", preflight.MAX_FREE_RETRIES).spend is True
 
 
 def test_flight_recorder_is_named_on_hang_for_gpu_jobs_only():
-    gpu = {"status": {"attempt": 3}, "spec": {"model": {"preset": "tiny"},
-           "cluster": {"instanceType": "p5.48xlarge", "nodes": 2},
-           "checkpoint": {"uri": "file:///mnt/fsx/ckpt/run1/"}}}
-    update = forensics.stuck_amend("hang")(gpu, {"phase": "Restarting", "message": "attempt 3 hang"})
+    gpu = {**GPU2, "checkpoint": {"uri": "file:///mnt/fsx/ckpt/run1/"}}
+    update = {"phase": "Restarting", "message": "attempt 3 hang"}
+    forensics.amend_stuck(update, Reason.HANG, spec=_spec(gpu), attempt=3, bad_nodes=[], ready=None)
     assert update["flightRecorder"] == {
         "attempt": 3, "reason": "hang", "path": "/mnt/fsx/ckpt/run1/flight-recorder/attempt-3/rank_<rank>",
         "persistent": True, "note": "beside the checkpoints"}
     assert "flight-recorder/attempt-3" in update["message"]
-    s3 = {**gpu, "spec": {**gpu["spec"], "checkpoint": {"uri": "s3://b/ckpt/"}}}
-    fr = forensics.stuck_amend("startup-timeout")(s3, {"message": "m"})["flightRecorder"]
+    s3 = {**gpu, "checkpoint": {"uri": "s3://b/ckpt/"}}
+    update = {"message": "m"}
+    forensics.amend_stuck(update, Reason.STARTUP_TIMEOUT, spec=_spec(s3), attempt=3, bad_nodes=[], ready=None)
+    fr = update["flightRecorder"]
     assert fr["path"].startswith("/var/lib/llmtrain/staging/flight-recorder/attempt-3/") and not fr["persistent"]
-    cpu = {**gpu, "spec": {**gpu["spec"], "cluster": {"instanceType": "cpu", "nodes": 1}}}
-    assert "flightRecorder" not in forensics.stuck_amend("hang")(cpu, {"message": "m"})
-    assert "flightRecorder" not in forensics.stuck_amend("failed")(gpu, {"message": "m"})
+    assert fr["reason"] == "startup-timeout"
+    cpu = {**gpu, "cluster": {"instanceType": "cpu", "nodes": 1}}
+    for spec, reason in ((cpu, Reason.HANG), (gpu, Reason.FAILED)):
+        update = {"message": "m"}
+        forensics.amend_stuck(update, reason, spec=_spec(spec), attempt=3, bad_nodes=[], ready=None)
+        assert "flightRecorder" not in update
 
 
-def test_a_collective_timeout_failure_names_the_flight_recorder(monkeypatch):
-    nodes.FAILURES.clear()
-    nodes.remember("ns", "j", "2", {"pod": "j-a2-worker-0", "node": "n1", "reason": "NCCL collective timeout",
-                                    "exitCode": 1, "message": "Watchdog caught collective operation timeout"})
-    monkeypatch.setattr(nodes, "ready_nodes", lambda t, gpu: {"n1", "n2", "n3"})
-    job = {"status": {"attempt": 2}, "spec": {"model": {"preset": "tiny"},
-           "cluster": {"instanceType": "p5.48xlarge", "nodes": 2}}}
-    failed = forensics.on_failed("ns", "j", {"status": {}}, 2, job)
-    assert failed.reason == "failed" and failed.spend is True
-    update = failed.amend(job, {"phase": "Restarting", "message": "m"})
+def test_a_collective_timeout_failure_names_the_flight_recorder():
+    seen = ({"pod": "j-a2-worker-0", "node": "n1", "reason": "NCCL collective timeout",
+             "exitCode": 1, "message": "Watchdog caught collective operation timeout"},)
+    failed = forensics.failed_attempt(seen, "replica worker failed", preflight_failures=0)
+    assert failed.reason == Reason.FAILED and failed.spend is True
+    update = {"phase": "Restarting", "message": "m"}
+    forensics.amend_failed(update, failed, spec=_spec(GPU2), attempt=2, bad_nodes=[], preflight_failures=0,
+                           ready={"n1", "n2", "n3"}, when="2026-01-01T00:00:00Z")
     assert update["flightRecorder"]["attempt"] == 2 and update["flightRecorder"]["reason"] == "collective-timeout"
     assert update["avoidNodes"] == ["n1"]
-    nodes.FAILURES.clear()
 
 
 def test_ranks_that_only_lost_a_peer_are_not_blamed_beside_the_one_that_failed():
@@ -211,15 +224,17 @@ def test_ranks_that_only_lost_a_peer_are_not_blamed_beside_the_one_that_failed()
     assert nodes.culprits([victim, reset]) == [victim, reset]
 
 
-def test_a_stuck_attempt_plans_avoidance_again_against_the_nodes_ready_now(monkeypatch):
-    job = {"status": {"attempt": 2, "badNodes": [{"node": "n1", "reason": "XID 79", "attempt": 1}],
-                      "avoidNodes": ["n1"]},
-           "spec": {"model": {"preset": "tiny"}, "cluster": {"instanceType": "p5.48xlarge", "nodes": 2}}}
+def test_a_stuck_attempt_plans_avoidance_again_against_the_nodes_ready_now():
+    bad = [{"node": "n1", "reason": "XID 79", "attempt": 1}]
+    spec = _spec(GPU2)
     # a node was lost meanwhile: only n1 and n2 are Ready, and the job needs both
-    monkeypatch.setattr(nodes, "ready_nodes", lambda t, gpu: {"n1", "n2"})
-    update = forensics.stuck_amend("startup-timeout")(job, {"phase": "Restarting", "message": "m"})
+    update = {"phase": "Restarting", "message": "m"}
+    forensics.amend_stuck(update, Reason.STARTUP_TIMEOUT, spec=spec, attempt=2, bad_nodes=bad, ready={"n1", "n2"})
     assert update["avoidNodes"] == [] and "not avoiding n1" in update["message"]
-    monkeypatch.setattr(nodes, "ready_nodes", lambda t, gpu: {"n1", "n2", "n3"})
-    assert forensics.stuck_amend("hang")(job, {"phase": "Restarting", "message": "m"})["avoidNodes"] == ["n1"]
+    update = {"phase": "Restarting", "message": "m"}
+    forensics.amend_stuck(update, Reason.HANG, spec=spec, attempt=2, bad_nodes=bad, ready={"n1", "n2", "n3"})
+    assert update["avoidNodes"] == ["n1"]
     # giving up (Failed) plans nothing
-    assert "avoidNodes" not in forensics.stuck_amend("hang")(job, {"phase": "Failed", "message": "m"})
+    update = {"phase": "Failed", "message": "m"}
+    forensics.amend_stuck(update, Reason.HANG, spec=spec, attempt=2, bad_nodes=bad, ready={"n1", "n2", "n3"})
+    assert "avoidNodes" not in update

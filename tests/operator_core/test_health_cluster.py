@@ -50,8 +50,8 @@ def start_attempt(kube, namespace: str, name: str, attempt: int, ip: str, metric
     """Worker 0's pod of the attempt at `ip`, and its PyTorchJob Running (as Kubeflow reports it);
     with `metrics`, a step completes once the attempt is Running (a heartbeat from before the
     attempt started is the previous attempt's, which the rules ignore)."""
-    kube.wait_ptj(namespace, f"{name}-a{attempt}")
-    kube.core.create_namespaced_pod(namespace, worker0_pod(name, attempt, "llmtrain-trainer:dev"))
+    ptj = kube.wait_ptj(namespace, f"{name}-a{attempt}")
+    kube.core.create_namespaced_pod(namespace, worker0_pod(name, attempt, "llmtrain-trainer:dev", owner=ptj))
     kube.core.patch_namespaced_pod_status(f"{name}-a{attempt}-worker-0", namespace, running_at(ip))
     kube.set_ptj_condition(namespace, f"{name}-a{attempt}", "Running")
     kube.wait_phase(namespace, name, "Running")

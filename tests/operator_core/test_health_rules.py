@@ -12,15 +12,17 @@ import pytest
 from llmtrain.controller import health
 from llmtrain.controller.status import Progress, progress_from_metrics, timestamp
 from llmtrain.defaults import first_step_timeout_minutes
+from llmtrain.defaults import resolve
 from llmtrain.spec import LLMTrainingJobSpec
+from llmtrain.status import Reason
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 
 
 def spec(resilience=None, checkpoint=None, **model) -> LLMTrainingJobSpec:
-    return LLMTrainingJobSpec.model_validate({
+    return resolve(LLMTrainingJobSpec.model_validate({
         "model": {"preset": "tiny", **model}, "cluster": {"instanceType": "cpu"},
-        "resilience": resilience or {}, "checkpoint": checkpoint or {}})
+        "resilience": resilience or {}, "checkpoint": checkpoint or {}}))
 
 
 def status(minutes_running: float, heartbeat_minutes_ago: float | None = None, **extra) -> tuple[dict, dt.datetime]:
@@ -42,27 +44,27 @@ def test_no_first_step_after_the_allowance_restarts():
     # Past the hang timeout but within the start-up allowance: loading is not a hang.
     assert restart_of(s, *status(44)) is None
     r = restart_of(s, *status(46))
-    assert (r.reason, r.condition_reason, r.resume_before_step) == ("no-first-step", "NoFirstStep", None)
+    assert (r.reason, r.condition_reason, r.resume_before_step) == (Reason.NO_FIRST_STEP, "NoFirstStep", None)
     assert "firstStepTimeoutMinutes 45" in r.message
     # A step of the PREVIOUS attempt does not count as this attempt's first step.
     st, at = status(46)
     st["progress"]["heartbeatTime"] = timestamp(T0 - dt.timedelta(minutes=1))
-    assert restart_of(s, st, at).reason == "no-first-step"
+    assert restart_of(s, st, at).reason == Reason.NO_FIRST_STEP
 
 
 def test_hang_counts_from_the_last_step_once_there_was_one():
     s = spec({"firstStepTimeoutMinutes": 45, "hangTimeoutMinutes": 10})
     assert restart_of(s, *status(100, heartbeat_minutes_ago=9)) is None
     r = restart_of(s, *status(100, heartbeat_minutes_ago=11))
-    assert (r.reason, r.condition_reason) == ("hang", "Hang") and "hangTimeoutMinutes 10" in r.message
+    assert (r.reason, r.condition_reason) == (Reason.HANG, "Hang") and "hangTimeoutMinutes 10" in r.message
 
 
 def test_first_step_allowance_default_grows_with_what_a_node_loads():
     tiny = spec({"hangTimeoutMinutes": 30})
     assert tiny.resilience.first_step_timeout_minutes == 30 + 1  # the tiny model loads in well under a minute
-    big = LLMTrainingJobSpec.model_validate({"model": {"preset": "llama3-70b", "pretrainedUri": "s3://b/m/"},
+    big = resolve(LLMTrainingJobSpec.model_validate({"model": {"preset": "llama3-70b", "pretrainedUri": "s3://b/m/"},
                                              "cluster": {"instanceType": "p5.48xlarge", "nodes": 16},
-                                             "resilience": {"hangTimeoutMinutes": 30}})
+                                             "resilience": {"hangTimeoutMinutes": 30}}))
     # Every node reads the whole bf16 model (2 B × ~70.6 B params ≈ 141 GB) at 100 MB/s: ~24 min.
     minutes, why = first_step_timeout_minutes(big)
     assert big.resilience.first_step_timeout_minutes == minutes and 30 + 23 <= minutes <= 30 + 25, why
@@ -74,7 +76,7 @@ def test_non_finite_losses_for_n_steps_roll_back_before_the_first_bad_one():
     st, at = status(60, heartbeat_minutes_ago=0)
     assert restart_of(s, st, at, Progress(step=120, nonfinite_loss_max_steps=2, nonfinite_loss_first_step=118)) is None
     r = restart_of(s, st, at, Progress(step=120, nonfinite_loss_max_steps=3, nonfinite_loss_first_step=118))
-    assert (r.reason, r.condition_reason, r.resume_before_step) == ("non-finite-loss", "NonFiniteLoss", 118)
+    assert (r.reason, r.condition_reason, r.resume_before_step) == (Reason.NON_FINITE_LOSS, "NonFiniteLoss", 118)
     # The streak ended between two scrapes (the loss is finite again): the trainer's longest run still counts.
     r = restart_of(s, st, at, Progress(step=130, loss=2.0, nonfinite_loss_steps=0, nonfinite_loss_max_steps=5,
                                        nonfinite_loss_first_step=121))
@@ -89,7 +91,7 @@ def test_loss_spike_rolls_back_before_it_only_when_the_rule_is_on_and_past_min_s
     assert restart_of(spec(), st, at, spiked) is None  # off by default
     on = spec({"lossSpikeFactor": 3.0, "lossSpikeMinSteps": 100}, {"uri": "s3://b/run"})
     r = restart_of(on, st, at, spiked)
-    assert (r.reason, r.condition_reason, r.resume_before_step) == ("loss-spike", "LossSpike", 503)
+    assert (r.reason, r.condition_reason, r.resume_before_step) == (Reason.LOSS_SPIKE, "LossSpike", 503)
     assert "s3://b/run/quarantine/" in r.message and "3.10×" in r.message
     # A spike the trainer recorded under a lower factor than the spec's current one is not a spike.
     assert restart_of(on, st, at, Progress(loss_spike_step=503, loss_spike_ratio=2.9)) is None
@@ -101,13 +103,12 @@ def test_amend_writes_the_condition_and_the_rollback_with_the_restart():
     s = spec({"lossSpikeFactor": 2.0}, {"uri": "file:///ckpt"})
     st, at = status(60, heartbeat_minutes_ago=0)
     r = restart_of(s, st, at, Progress(loss_spike_step=300, loss_spike_ratio=4.0))
-    job = {"metadata": {"generation": 3}}
-    up = r.amend(job, {"phase": "Restarting", "conditions": [{"type": "Ready", "status": "False"}]})
+    up = r.amend(3, {"phase": "Restarting", "conditions": [{"type": "Ready", "status": "False"}]})
     assert up["resumeBeforeStep"] == 300
     cond = next(c for c in up["conditions"] if c["type"] == "TrainingHealthy")
     assert (cond["status"], cond["reason"], cond["observedGeneration"]) == ("False", "LossSpike", 3)
     # A spent budget fails the job: nothing left to roll back.
-    assert "resumeBeforeStep" not in r.amend(job, {"phase": "Failed", "conditions": []})
+    assert "resumeBeforeStep" not in r.amend(3, {"phase": "Failed", "conditions": []})
 
 
 def test_stale_checkpoint_is_a_warning_condition_and_clears():

@@ -177,9 +177,9 @@ def test_deleting_the_job_garbage_collects_its_pytorchjob(operator, kube, namesp
 def test_progress_from_rank0_metrics_and_restart_on_hang(operator, trainer_endpoint, kube, namespace):
     metrics, _ = trainer_endpoint
     kube.apply(namespace, kube.job_doc("progress", tiny(resilience={"hangTimeoutMinutes": 30, "maxRestarts": 2})))
-    kube.wait_ptj(namespace, "progress-a1")
+    ptj = kube.wait_ptj(namespace, "progress-a1")
     # The worker pod as the training-operator would create it, with its IP as the kubelet reports it.
-    kube.core.create_namespaced_pod(namespace, worker0_pod("progress", 1, "llmtrain-trainer:dev"))
+    kube.core.create_namespaced_pod(namespace, worker0_pod("progress", 1, "llmtrain-trainer:dev", owner=ptj))
     kube.core.patch_namespaced_pod_status("progress-a1-worker-0", namespace, running_at("127.0.0.1"))
     metrics.step.set(42)
     metrics.loss.set(2.5)
@@ -204,7 +204,7 @@ def test_progress_from_rank0_metrics_and_restart_on_hang(operator, trainer_endpo
     assert status["attempt"] == 2 and status["reason"] == "Hang" and "no training step" in status["message"]
     families = {f.name: f for f in text_string_to_metric_families(operator.metrics())}
     hang = [s for s in families["llmtrain_operator_job_restarts"].samples
-            if s.name.endswith("_total") and s.labels.get("reason") == "hang" and s.labels["llmtrain_job"] == "progress"]
+            if s.name.endswith("_total") and s.labels.get("reason") == "Hang" and s.labels["llmtrain_job"] == "progress"]
     assert hang and hang[0].value == 1
 
 

@@ -7,7 +7,7 @@ import threading
 
 from prometheus_client import CollectorRegistry
 
-from llmtrain.controller.handlers import PhaseGauge
+from llmtrain.controller.caches import PhaseGauge
 from llmtrain.controller.metrics import OperatorMetrics
 from llmtrain.controller.status import pod_summary, startup_problem
 
@@ -73,7 +73,7 @@ def _ptj(rv: int) -> dict:
 
 
 def test_the_attempt_cache_tells_a_new_pytorchjob_version_from_one_it_already_has():
-    from llmtrain.controller.handlers import AttemptCache
+    from llmtrain.controller.caches import AttemptCache
 
     cache = AttemptCache()
     assert cache.put(_ptj(5)) is True
@@ -87,10 +87,14 @@ def test_the_attempt_cache_tells_a_new_pytorchjob_version_from_one_it_already_ha
 def test_kopf_builds_no_diff_base_only_while_no_handler_needs_one():
     import kopf
 
-    from llmtrain.controller import handlers, kopfconfig  # noqa: F401 — registers the operator's handlers
+    from llmtrain.controller import kopfconfig, watch
+    from llmtrain.controller.config import OperatorConfig
+    from llmtrain.controller.operator import Operator
 
+    registry = kopf.OperatorRegistry()
+    watch.register(Operator(OperatorConfig(), OperatorMetrics(CollectorRegistry())), registry)
     settings = kopf.OperatorSettings()
-    kopfconfig.apply(settings)  # the operator's own registry: on.event handlers and an index
+    kopfconfig.apply(settings, registry)  # the operator's own registry: on.event handlers only
     storage = settings.persistence.diffbase_storage
     assert isinstance(storage, kopfconfig.NoDiffBase)
     assert storage.build(body=kopf.Body({"metadata": {"name": "x"}, "spec": {"a": 1}})) is None
@@ -105,7 +109,7 @@ def test_kopf_builds_no_diff_base_only_while_no_handler_needs_one():
 
 
 def test_the_pod_cache_keeps_each_attempts_pods_until_they_are_deleted():
-    from llmtrain.controller.handlers import PodCache
+    from llmtrain.controller.caches import PodCache
 
     pods = PodCache()
     pods.put("ns", "j", "1", "j-a1-worker-0", {"name": "j-a1-worker-0", "phase": "Pending"})

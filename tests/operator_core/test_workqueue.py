@@ -7,7 +7,7 @@ import contextvars
 import threading
 import time
 
-from llmtrain.controller.handlers import restart_backoff
+from llmtrain.controller.decide import restart_backoff
 from llmtrain.controller.workqueue import WorkQueue
 
 
@@ -82,7 +82,8 @@ def test_restart_backoff_doubles_from_the_initial_delay_up_to_the_cap():
     res = {"restartBackoffSeconds": 10, "maxRestartBackoffSeconds": 300}
     assert [restart_backoff(res, n) for n in range(7)] == [10, 20, 40, 80, 160, 300, 300]
     assert restart_backoff({}, 0) == 10  # the spec's defaults
-    assert restart_backoff({"restartBackoffSeconds": 0}, 5) == 0
+    # never below the operator's floor (--min-restart-backoff-seconds, default 5 s)
+    assert restart_backoff({"restartBackoffSeconds": 0}, 0) == 5
 
 
 def _settling_queue(settle_at=None, fail_on=()):

@@ -184,7 +184,7 @@ def test_launch_preflight_with_a_slow_rank_exits_distinctly_and_never_trains(tmp
     assert verdict["suspectNodes"][0]["nodeName"] == "kwok-p5-48xlarge-7"
     # ... and the operator reads exactly this message as a failed preflight naming that node
     seen = [{"pod": "p", "node": "kwok-p5-48xlarge-7", "exitCode": proc.returncode, "message": term}]
-    assert [f["node"] for f in suspect_failures(preflight_verdict(seen), seen)] == ["kwok-p5-48xlarge-7"]
+    assert [f["node"] for f in suspect_failures(preflight_verdict(seen), seen, {"kwok-p5-48xlarge-7"})] == ["kwok-p5-48xlarge-7"]
 
 
 @pytest.mark.trainer

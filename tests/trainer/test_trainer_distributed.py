@@ -197,12 +197,14 @@ def test_s3_checkpoint_round_trip(corpus, launch, s3, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM
 
+    from llmtrain.defaults import resolve
+
     from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
     from llmtrain_trainer.export import export
     from llmtrain_trainer.model import Llama
     from llmtrain_trainer.pretrained import load_pretrained
 
-    job = LLMTrainingJobSpec.model_validate(spec)
+    job = resolve(LLMTrainingJobSpec.model_validate(spec))
     info = export(job, str(tmp_path / "hf"), dtype="fp32")
     assert info["step"] == 4 and info["checkpoint"] == "s3://ckpt/runs/a/step-0000000004"
     hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"), attn_implementation="eager").eval()
@@ -226,10 +228,12 @@ def test_pretrained_safetensors_load_into_shards(where, corpus, launch, tmp_path
     from safetensors.torch import save_file
     from trainer_reference import reference_losses, reference_model
 
+    from llmtrain.defaults import resolve
+
     from llmtrain.spec import LLMTrainingJobSpec
 
     spec = base_spec(**{"data.uri": corpus, "training.maxSteps": 2})
-    hf = reference_model(LLMTrainingJobSpec.model_validate(spec), seed=1234)
+    hf = reference_model(resolve(LLMTrainingJobSpec.model_validate(spec)), seed=1234)
     path = tmp_path / "model.safetensors"
     save_file({k: v.contiguous() for k, v in hf.state_dict().items()}, str(path))
     expected = reference_losses(spec, model=hf)

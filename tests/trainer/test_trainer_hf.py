@@ -83,6 +83,7 @@ def test_pretrained_config_mismatch_is_refused(tmp_path, change, field):
 
 def test_llama31_presets_carry_the_released_rope_scaling():
     from llmtrain.catalog import model_preset
+    from llmtrain.defaults import resolve
     from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
 
     for name in ("llama3.1-8b", "llama3.1-70b"):
@@ -90,12 +91,12 @@ def test_llama31_presets_carry_the_released_rope_scaling():
         assert d.rope_scaling == RopeScaling(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                              original_max_position_embeddings=8192)
         assert d.rope_theta == 500000.0 and d.max_seq_len == 131072
-    spec = LLMTrainingJobSpec.model_validate({
+    spec = resolve(LLMTrainingJobSpec.model_validate({
         "model": {"dims": {"hiddenSize": 64, "intermediateSize": 176, "numLayers": 2, "numHeads": 4,
                            "numKvHeads": 2, "vocabSize": 256, "ropeScaling": {
                                "ropeType": "llama3", "factor": 8, "lowFreqFactor": 1, "highFreqFactor": 4,
                                "originalMaxPositionEmbeddings": 32}}},
-        "cluster": {"instanceType": "cpu"}})
+        "cluster": {"instanceType": "cpu"}}))
     assert resolve_dims(spec.model).rope_scaling == LLAMA31
 
 
@@ -127,6 +128,7 @@ def test_export_checkpoint_loads_in_transformers_with_the_same_logits(tmp_path, 
     from trainer_reference import reference_model
 
     from llmtrain.cli import main
+    from llmtrain.defaults import resolve
     from llmtrain.spec import LLMTrainingJobSpec
     data = _prepared_with_tokenizer(tmp_path)  # token shards with the tokenizer.json beside them
     spec = {"model": {"dims": {"hiddenSize": 64, "intermediateSize": 176, "numLayers": 2, "numHeads": 4,
@@ -135,7 +137,7 @@ def test_export_checkpoint_loads_in_transformers_with_the_same_logits(tmp_path, 
                                                "highFreqFactor": 4, "originalMaxPositionEmbeddings": 32}}},
             "data": {"uri": f"file://{data}", "seqLen": 32}, "cluster": {"instanceType": "cpu"},
             "checkpoint": {"uri": f"file://{tmp_path}/ckpt"}}
-    model = reference_model(LLMTrainingJobSpec.model_validate(spec), seed=7)
+    model = reference_model(resolve(LLMTrainingJobSpec.model_validate(spec)), seed=7)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:

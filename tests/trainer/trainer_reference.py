@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from llmtrain.defaults import resolve
+
 from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
 from llmtrain_trainer.config import global_batch_seqs, lr_at
 from llmtrain_trainer.data import open_dataset
@@ -35,7 +37,7 @@ def global_batch(ds, step: int, g: int) -> torch.Tensor:
 
 
 def reference_losses(wire_spec: dict, steps: int | None = None, model: Llama | None = None) -> dict[int, float]:
-    spec = LLMTrainingJobSpec.model_validate(wire_spec)
+    spec = resolve(LLMTrainingJobSpec.model_validate(wire_spec))
     t = spec.training
     torch.manual_seed(t.seed)
     model = model or reference_model(spec)

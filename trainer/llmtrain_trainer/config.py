@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from llmtrain.defaults import resolve
 from llmtrain.spec import LLMTrainingJobSpec, TrainingSpec
 
 
@@ -17,7 +18,7 @@ def parse_spec(text: str) -> LLMTrainingJobSpec:
     doc = yaml.safe_load(text)  # JSON is YAML
     if isinstance(doc, dict) and "spec" in doc and "kind" in doc:
         doc = doc["spec"]
-    return LLMTrainingJobSpec.model_validate(doc)
+    return resolve(LLMTrainingJobSpec.model_validate(doc))
 
 
 def load_spec(path: str | None) -> LLMTrainingJobSpec:
@@ -42,7 +43,7 @@ def load_job_file(path: str) -> tuple[dict, LLMTrainingJobSpec]:
         return job.document, job.spec
     with open(path) as f:
         doc = yaml.safe_load(f)
-    return doc, LLMTrainingJobSpec.model_validate(doc["spec"])
+    return doc, resolve(LLMTrainingJobSpec.model_validate(doc["spec"]))
 
 
 @dataclass(frozen=True)

@@ -52,15 +52,6 @@ app.kubernetes.io/part-of: llmtrain
 {{- end }}
 {{- end }}
 
-{{/* Peering is on when asked for, and required (enforced below) for more than one replica. */}}
-{{- define "llmtrain-operator.peeringEnabled" -}}
-{{- if .Values.peering.enabled }}true{{ end }}
-{{- end }}
-
-{{- define "llmtrain-operator.peeringName" -}}
-{{- default (include "llmtrain-operator.fullname" .) .Values.peering.name }}
-{{- end }}
-
 {{/*
 The etcd endpoint new jobs get when they name none: an explicit value wins, then the bundled
 etcd subchart's Service, else the operator's built-in default.

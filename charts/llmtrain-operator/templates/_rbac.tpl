@@ -3,9 +3,9 @@ The operator's permissions, shared by the ClusterRole (all namespaces) and the p
 Exactly the table in operator/llmtrain/controller/rbac.py, which names the code behind each verb
 (tests/charts/test_operator_rbac.py checks it against the code, test_chart_static.py this file
 against it): watch its jobs and read one before acting, write only their status, own PyTorchJobs,
-watch/list pods (worker state, failures), post core Events, and (with peering) keep its peering
-entry. No reading of Secrets (with etcd auth it only creates the attempts' rendezvous credentials),
-no writes to the jobs themselves, nothing cluster-admin.
+watch/list pods (worker state, failures), post core Events. No reading of Secrets (with etcd auth it
+only creates the attempts' rendezvous credentials), no writes to the jobs themselves, nothing
+cluster-admin.
 */}}
 {{- define "llmtrain-operator.rules" -}}
 - apiGroups: [llmtrain.dev]
@@ -36,12 +36,6 @@ operator cannot read the tenants' Secrets. */}}
   resources: [secrets]
   verbs: [create]
 {{- end }}
-{{- end }}
-
-{{- define "llmtrain-operator.peeringRule" -}}
-- apiGroups: [kopf.dev]
-  resources: [{{ .resource }}]
-  verbs: [list, watch, patch]
 {{- end }}
 
 {{/*

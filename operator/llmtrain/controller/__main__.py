@@ -2,14 +2,12 @@
 
 High availability: with `--leader-elect` replicas share a coordination.k8s.io Lease
 (`leader.py`): exactly one holds it and runs the handlers; the others wait (serving /healthz) and
-take over within seconds of the leader dying, or at once when it shuts down cleanly. (`--peering`,
-kopf's own peering, is still accepted but is not a lease: replicas can overlap at start-up.)
+take over within seconds of the leader dying, or at once when it shuts down cleanly.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import logging
 import os
 import sys
@@ -19,13 +17,9 @@ from prometheus_client import start_http_server
 
 from ..spec import DEFAULT_ETCD_ENDPOINT
 from . import kopfconfig
-from .config import CONFIG
+from .config import OperatorConfig
 
-
-def default_priority() -> int:
-    pod = os.environ.get("POD_NAME") or os.uname().nodename
-    return int(hashlib.sha256(pod.encode()).hexdigest()[:6], 16) + 1
-
+DEFAULTS = OperatorConfig()
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="llmtrain-operator", description=__doc__.splitlines()[0])
@@ -34,13 +28,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--liveness-port", type=int, default=8080, help="kopf /healthz port (0: off)")
     p.add_argument("--metrics-port", type=int, default=8000, help="Prometheus /metrics port (0: off)")
     p.add_argument("--bind-address", default="0.0.0.0", help="address for the health and metrics servers")
-    p.add_argument("--peering", help="kopf peering name for several replicas (default: standalone)")
-    p.add_argument("--priority", type=int, default=None, help="peering priority (default: from POD_NAME)")
     p.add_argument("--default-etcd-endpoint", default=os.environ.get("LLMTRAIN_DEFAULT_ETCD_ENDPOINT",
                                                                      DEFAULT_ETCD_ENDPOINT))
-    p.add_argument("--trainer-metrics-port", type=int, default=CONFIG.trainer_metrics_port,
+    p.add_argument("--trainer-metrics-port", type=int, default=DEFAULTS.trainer_metrics_port,
                    help="port of rank 0's trainer metrics in the worker pod")
-    p.add_argument("--progress-interval", type=float, default=CONFIG.progress_interval,
+    p.add_argument("--progress-interval", type=float, default=DEFAULTS.progress_interval,
                    help="seconds between progress scrapes / hang checks per running job")
     p.add_argument("--leader-elect", action="store_true",
                    help="run only while holding a coordination.k8s.io Lease (for several replicas)")
@@ -48,9 +40,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--leader-election-name", default="llmtrain-operator")
     p.add_argument("--leader-lease-seconds", type=float, default=10.0,
                    help="a dead leader is replaced this long after its last renewal")
-    p.add_argument("--workers", type=int, default=CONFIG.workers,
+    p.add_argument("--workers", type=int, default=DEFAULTS.workers,
                    help="reconciler worker threads: jobs reconciled at once (each makes blocking API calls)")
-    p.add_argument("--suspect-taint-fraction", type=float, default=CONFIG.suspect_taint_fraction,
+    p.add_argument("--suspect-taint-fraction", type=float, default=DEFAULTS.suspect_taint_fraction,
                    help="taint nodes blamed for a failed attempt llmtrain.dev/suspect=<reason>:NoSchedule, "
                         "at most this fraction of the nodes of their instance type (default 0: never; "
                         "needs RBAC to patch nodes)")
@@ -60,6 +52,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rendezvous-ca-dir", default=None,
                    help="directory with the rendezvous CA (ca.crt, ca.key): the default etcd requires "
                         "client certificates, issued per namespace (needs RBAC to create secrets)")
+    p.add_argument("--suspect-taint-max-per-namespace", type=int, default=DEFAULTS.suspect_taint_max_per_namespace,
+                   help="at most this many nodes carry a suspect taint for one namespace's jobs at once "
+                        f"(default {DEFAULTS.suspect_taint_max_per_namespace})")
+    p.add_argument("--suspect-taint-ttl-hours", type=float, default=DEFAULTS.suspect_taint_ttl / 3600,
+                   help="a suspect taint is removed this long after it was set "
+                        f"(default {DEFAULTS.suspect_taint_ttl / 3600:g})")
+    p.add_argument("--min-restart-backoff-seconds", type=float, default=DEFAULTS.min_restart_backoff,
+                   help="the least wait before a restart, whatever a job's restartBackoffSeconds says "
+                        f"(default {DEFAULTS.min_restart_backoff:g})")
     p.add_argument("--verbose", action="store_true")
     return p.parse_args(argv)
 
@@ -70,18 +71,27 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.verbose:  # kopf logs every handler and timer run of every object at INFO
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    CONFIG.default_etcd_endpoint = args.default_etcd_endpoint or None
-    CONFIG.trainer_metrics_port = args.trainer_metrics_port
-    CONFIG.progress_interval = args.progress_interval
-    CONFIG.workers = args.workers
     if not 0 <= args.suspect_taint_fraction <= 1:
         raise SystemExit(f"--suspect-taint-fraction must be in [0, 1], got {args.suspect_taint_fraction}")
-    CONFIG.suspect_taint_fraction = args.suspect_taint_fraction
-    CONFIG.job_network_policy = args.job_network_policy
-    if args.rendezvous_ca_dir and not CONFIG.default_etcd_endpoint:
+    if args.suspect_taint_max_per_namespace < 0 or not args.suspect_taint_ttl_hours > 0:
+        raise SystemExit("--suspect-taint-max-per-namespace must be ≥ 0 and --suspect-taint-ttl-hours > 0")
+    if args.min_restart_backoff_seconds < 0:
+        raise SystemExit("--min-restart-backoff-seconds must be ≥ 0")
+    if args.rendezvous_ca_dir and not args.default_etcd_endpoint:
         raise SystemExit("--rendezvous-ca-dir needs --default-etcd-endpoint (the etcd it secures)")
-    CONFIG.rendezvous_ca_dir = args.rendezvous_ca_dir
-    from . import handlers  # noqa: F401 — importing registers the handlers with kopf
+    config = OperatorConfig(default_etcd_endpoint=args.default_etcd_endpoint or None,
+                            trainer_metrics_port=args.trainer_metrics_port,
+                            progress_interval=args.progress_interval, workers=args.workers,
+                            suspect_taint_fraction=args.suspect_taint_fraction,
+                            suspect_taint_max_per_namespace=args.suspect_taint_max_per_namespace,
+                            suspect_taint_ttl=args.suspect_taint_ttl_hours * 3600,
+                            min_restart_backoff=args.min_restart_backoff_seconds,
+                            job_network_policy=args.job_network_policy,
+                            rendezvous_ca_dir=args.rendezvous_ca_dir)
+    from . import watch
+    from .operator import Operator
+
+    watch.register(Operator(config))
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.bind_address)
 
@@ -150,9 +160,7 @@ def _run_kopf(args) -> None:
     kopf.run(
         clusterwide=not args.namespace,
         namespaces=args.namespace,
-        standalone=not args.peering,
-        peering_name=args.peering,
-        priority=args.priority if args.priority is not None else (default_priority() if args.peering else 0),
+        standalone=True,  # HA is the Lease (leader.py), not kopf's peering
         liveness_endpoint=f"http://{args.bind_address}:{args.liveness_port}/healthz" if args.liveness_port else None,
     )
 

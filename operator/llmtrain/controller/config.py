@@ -1,4 +1,4 @@
-"""Operator settings, set once from the command line before kopf starts."""
+"""Operator settings, from the command line (`__main__` builds them and the Operator)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,11 @@ class OperatorConfig:
     # the rendezvous CA (ca.crt, ca.key): the default etcd requires per-namespace client
     # certificates, which the operator issues (rendezvous_auth.py); None: plain etcd
     rendezvous_ca_dir: str | None = None
+    # and on at most this many nodes for one namespace's jobs at once (a tenant's failures, or a
+    # tenant's lies, cannot fence off a node group), each for this long (seconds; then removed)
+    suspect_taint_max_per_namespace: int = 2
+    suspect_taint_ttl: float = 24 * 3600.0
+    # the least restart backoff whatever spec.resilience.restartBackoffSeconds says (seconds): a job
+    # that fails at once must not make the operator and the API server create attempts in a loop
+    min_restart_backoff: float = 5.0
 
-
-CONFIG = OperatorConfig()

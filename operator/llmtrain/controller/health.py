@@ -1,18 +1,19 @@
 """Health rules of a Running attempt: pure verdicts from the job's spec, status and rank 0's metrics.
 
-No API calls here (handlers.check_progress applies the verdicts), so every rule is unit-testable.
+No API calls here (decide.py turns the verdicts into the job's transitions), so every rule is
+unit-testable.
 Thresholds come from the job's CURRENT spec.resilience (mutable: a change applies at the next
 scrape); the facts come from the trainer, which keeps them for every step (losswatch.py), so a NaN
 streak or a spike between two scrapes is not missed.
 
 Restart rules (the first that holds, in this order; each restart counts against maxRestarts):
-  non-finite-loss  the longest run of NaN/Inf losses of this attempt >= nonFiniteLossSteps
+  NonFiniteLoss    the longest run of NaN/Inf losses of this attempt >= nonFiniteLossSteps
                    → resume before the first step of that run
-  loss-spike       lossSpikeFactor set, and the first step (>= lossSpikeMinSteps) whose loss exceeded
+  LossSpike        lossSpikeFactor set, and the first step (>= lossSpikeMinSteps) whose loss exceeded
                    lossSpikeFactor × the median of the previous lossSpikeWindow losses
                    → resume before that step
-  hang             a step of this attempt was seen, the last one longer ago than hangTimeoutMinutes
-  no-first-step    no step of this attempt within firstStepTimeoutMinutes of it Running
+  Hang             a step of this attempt was seen, the last one longer ago than hangTimeoutMinutes
+  NoFirstStep      no step of this attempt within firstStepTimeoutMinutes of it Running
 "Resume before step S" is recorded as status.resumeBeforeStep, rendered into the next attempts as
 LLMTRAIN_RESUME_BEFORE_STEP until one reports (llmtrain_trainer_resumed_before_step) that it applied
 it: that attempt moved the checkpoints from S on to <checkpoint.uri>/quarantine/ and resumed from
@@ -31,28 +32,29 @@ import datetime as dt
 from dataclasses import dataclass
 
 from ..spec import LLMTrainingJobSpec
+from ..status import ConditionType, Phase, Reason
 from .status import Progress, parse_time, set_condition
 
-HEALTHY = "TrainingHealthy"
-STALE = "CheckpointStale"
+HEALTHY = ConditionType.TRAINING_HEALTHY.value
+STALE = ConditionType.CHECKPOINT_STALE.value
 STALE_INTERVALS = 2
-# Restart reasons whose attempt is stuck or poisoned: its pods go even when the budget is spent.
-RESTART_REASONS = ("non-finite-loss", "loss-spike", "no-first-step")
 
 
 @dataclass(frozen=True)
 class Restart:
-    reason: str              # restart() reason: "loss-spike" → status.reason LossSpike
-    condition_reason: str    # TrainingHealthy=False reason
+    reason: Reason           # status.reason of the restart, and the TrainingHealthy=False reason
     message: str
     resume_before_step: int | None = None
 
-    def amend(self, job: dict, update: dict) -> dict:
-        """restart()'s `amend`: the verdict's condition (and rollback) in the same conditional write."""
-        gen = job["metadata"].get("generation")
+    @property
+    def condition_reason(self) -> Reason:
+        return self.reason
+
+    def amend(self, generation: int | None, update: dict, at: dt.datetime | None = None) -> dict:
+        """The verdict's condition (and rollback) in the restart's own conditional write."""
         update["conditions"] = set_condition(update.get("conditions") or [], HEALTHY, False,
-                                             self.condition_reason, self.message, gen)
-        if self.resume_before_step is not None and update.get("phase") != "Failed":
+                                             self.reason, self.message, generation, at)
+        if self.resume_before_step is not None and update.get("phase") != Phase.FAILED:
             update["resumeBeforeStep"] = self.resume_before_step
         return update
 
@@ -73,15 +75,6 @@ class Verdict:
     rollback_applied: int | None = None  # status.resumeBeforeStep the current attempt applied
 
 
-def resilience(raw_spec: dict) -> "LLMTrainingJobSpec | None":
-    """The job's spec with defaults and derived values (firstStepTimeoutMinutes), or None if invalid
-    (such a job is Failed by the reconciler; no rule applies)."""
-    try:
-        return LLMTrainingJobSpec.model_validate(raw_spec)
-    except ValueError:
-        return None
-
-
 def _minutes(td: dt.timedelta) -> str:
     return f"{td.total_seconds() / 60:.0f} min"
 
@@ -90,7 +83,6 @@ def evaluate(spec: LLMTrainingJobSpec, status: dict, progress: Progress | None, 
     """The verdict for a Running attempt. `status` is the job's status with status.progress already
     merged with this scrape; `progress` is this scrape of the current attempt's rank 0 (None when
     it failed: the loss rules then wait for the next one, the time rules still apply)."""
-    r = spec.resilience
     current = status.get("progress") or {}
     running_since = parse_time(status.get("attemptStartTime") or status.get("startTime"))
     heartbeat = parse_time(current.get("heartbeatTime"))
@@ -107,7 +99,7 @@ def evaluate(spec: LLMTrainingJobSpec, status: dict, progress: Progress | None, 
 
     restart = _restart(spec, progress, heartbeat, running_since, at)
     if restart is None and heartbeat is not None:
-        conditions.append(Condition(HEALTHY, True, "StepsCompleting",
+        conditions.append(Condition(HEALTHY, True, Reason.STEPS_COMPLETING,
                                     f"attempt {status.get('attempt') or 1} is completing training steps"))
     return Verdict(restart, tuple(conditions), applied)
 
@@ -121,24 +113,24 @@ def _restart(spec, progress, heartbeat, running_since, at) -> Restart | None:
             where = (f"from step {first} (nonFiniteLossSteps {r.non_finite_loss_steps}); resuming from "
                      f"the newest checkpoint before step {first}" if first else
                      f"(nonFiniteLossSteps {r.non_finite_loss_steps}); resuming from the newest checkpoint")
-            return Restart("non-finite-loss", "NonFiniteLoss",
+            return Restart(Reason.NON_FINITE_LOSS,
                            f"the loss was NaN/Inf for {worst} consecutive steps {where}", first)
         spike = int(progress.loss_spike_step or 0)
         ratio = progress.loss_spike_ratio or 0.0
         if (r.loss_spike_factor and spike and spike >= r.loss_spike_min_steps
                 and ratio > r.loss_spike_factor):
-            return Restart("loss-spike", "LossSpike",
+            return Restart(Reason.LOSS_SPIKE,
                            f"the loss of step {spike} was {ratio:.2f}× the median of the previous "
                            f"{r.loss_spike_window} steps (lossSpikeFactor {r.loss_spike_factor:g}); "
                            f"resuming from the newest checkpoint before step {spike}, the checkpoints "
                            f"from step {spike} on are kept under {_quarantine(spec)}", spike)
     hang = dt.timedelta(minutes=r.hang_timeout_minutes)
     if heartbeat is not None and at - heartbeat > hang:
-        return Restart("hang", "Hang", f"no training step completed for {_minutes(at - heartbeat)} "
+        return Restart(Reason.HANG, f"no training step completed for {_minutes(at - heartbeat)} "
                        f"(hangTimeoutMinutes {r.hang_timeout_minutes})")
     first = dt.timedelta(minutes=r.first_step_timeout_minutes)
     if heartbeat is None and running_since is not None and at - running_since > first:
-        return Restart("no-first-step", "NoFirstStep",
+        return Restart(Reason.NO_FIRST_STEP,
                        f"no training step completed in the {_minutes(at - running_since)} since the "
                        f"attempt started running (firstStepTimeoutMinutes {r.first_step_timeout_minutes})")
     return None
@@ -158,10 +150,10 @@ def _checkpoint_stale(spec, status, running_since, at) -> Condition | None:
     what = (f"the last checkpoint completed {_minutes(at - last_ckpt)} ago" if last_ckpt and last_ckpt >= running_since
             else f"no checkpoint completed in the {_minutes(at - running_since)} since the attempt started running")
     if at - since > limit:
-        return Condition(STALE, True, "NoRecentCheckpoint",
+        return Condition(STALE, True, Reason.NO_RECENT_CHECKPOINT,
                          f"{what}: more than {STALE_INTERVALS} × checkpoint.intervalMinutes "
                          f"({spec.checkpoint.interval_minutes}); a restart now would lose that work", warn=True)
-    return Condition(STALE, False, "CheckpointRecent",
+    return Condition(STALE, False, Reason.CHECKPOINT_RECENT,
                      f"a checkpoint completed within {STALE_INTERVALS} × checkpoint.intervalMinutes")
 
 

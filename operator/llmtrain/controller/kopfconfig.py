@@ -1,6 +1,6 @@
 """kopf's settings for this operator, and what of kopf's per-event machinery it turns off.
 
-The reconciler (handlers.py) registers only `on.event` handlers: kopf delivers watch events and
+The watch layer (watch.py) registers only `on.event` handlers: kopf delivers watch events and
 stores nothing on our objects. kopf still prepares, for every watch event of every
 object, the "diff base" that change handlers (`on.create/update/resume`) compare against: a
 deepcopy of the whole body, cleaned of kopf's own annotations twice (old and new). Nothing reads it
@@ -51,7 +51,7 @@ def apply(settings: kopf.OperatorSettings, registry=None) -> None:
     # setting does nothing.)
     # No other persistence settings: only on.event handlers are registered, so kopf
     # stores no progress, no diff base and no finalizer on our objects (level-triggered
-    # reconciler, handlers.py); spec changes are seen as metadata.generation moving past
+    # reconciler, reconciler.py); spec changes are seen as metadata.generation moving past
     # status.observedGeneration.
     if not needs_diff_base(registry):
         settings.persistence.diffbase_storage = NoDiffBase()

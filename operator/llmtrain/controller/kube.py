@@ -89,16 +89,6 @@ def create_pytorchjob(obj: dict) -> tuple[dict, bool]:
     return existing, False
 
 
-def ensure_pytorchjob(obj: dict, probably_exists: bool) -> tuple[dict, bool]:
-    """The PyTorchJob `obj` names, created if missing. When it probably exists already (a resumed
-    job whose status records it) one GET adopts it; otherwise one POST creates it."""
-    if probably_exists:
-        existing = get_pytorchjob(obj["metadata"]["namespace"], obj["metadata"]["name"])
-        if existing is not None:
-            return existing, False
-    return create_pytorchjob(obj)
-
-
 def delete_pytorchjob(namespace: str, name: str) -> None:
     try:
         custom().delete_namespaced_custom_object(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from ..spec import PHASES
+from ..status import Phase
 
 RECONCILE_OUTCOMES = ("created", "adopted", "updated", "unchanged", "invalid", "restarted", "suspended",
                       "resumed", "error")
@@ -37,5 +37,19 @@ class OperatorMetrics:
             "llmtrain_operator_bad_nodes", "Nodes blamed for a failed attempt, by reason", ["reason"], **kw)
         for outcome in RECONCILE_OUTCOMES:
             self.reconciles.labels(outcome)
-        for phase in PHASES:
-            self.jobs.labels(phase)
+        for phase in Phase:
+            self.jobs.labels(phase.value)
+
+    def forget_job(self, namespace: str, name: str) -> None:
+        """Drop a deleted job's own series: with one series per job (and restart reason), an
+        operator that outlives many jobs would otherwise grow /metrics (and its memory) forever."""
+        for metric in (self.restarts, self.preflight_busbw):
+            names = metric._labelnames  # noqa: SLF001 — prometheus_client has no public accessor
+            for family in metric.collect():
+                for sample in family.samples:
+                    labels = sample.labels
+                    if labels.get("namespace") == namespace and labels.get("llmtrain_job") == name:
+                        try:
+                            metric.remove(*(labels[n] for n in names))
+                        except KeyError:
+                            pass  # the _total and _created samples of one series: removed once

@@ -6,8 +6,8 @@ job at once (cleanPodPolicy), and its Failed condition only says "replica worker
 own terminated state (exit code, OOMKilled, the termination message with the NCCL/EFA/XID text)
 lives for milliseconds. So a pod watch handler (`pod_event`, on the event loop) copies each failure
 into `FAILURES` the moment it is seen, and the restart that the PyTorchJob's Failed condition
-triggers (handlers.pytorchjob_event) folds them into its own conditional status write through
-`restart(..., amend=...)`:
+calls for (decide.attempt_failed, with forensics.py) folds them into its own conditional status
+write:
 
   status.badNodes    the last MAX_BAD_NODES failures: [{node, reason, attempt, pod, exitCode, time}]
   status.avoidNodes  what the next attempt's pods get as required node anti-affinity
@@ -20,55 +20,93 @@ deleted when its container ended (the training-operator killing the rest of the 
 
 Optionally (operator flag --suspect-taint-fraction, chart value suspectNodeTaint) a bad node also
 gets the taint `llmtrain.dev/suspect=<reason>:NoSchedule` so other jobs avoid it too, never on more
-than that fraction of the nodes of its instance type (`taint_budget`).
+than that fraction of the nodes of its instance type (`taint_budget`); those API calls, and the
+Ready-node count, are taints.py.
 
-Everything but `pod_event`, `collect`, `ready_nodes` and `taint_nodes` is pure and unit-tested.
+Everything but `pod_event` and `wait_for_failures` is pure and
+unit-tested.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import re
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from ..render import ATTEMPT_LABEL, JOB_LABEL, PREFLIGHT_EXIT_CODE
-from ..spec import INSTANCE_TYPE_LABEL
+from .status import owner_uid
+# the cluster's nodes (API calls) live in taints.py; importable from here as before
+from .taints import (SUSPECT_EXPIRES_ANNOTATION, SUSPECT_JOB_ANNOTATION, SUSPECT_NAMESPACE_LABEL,  # noqa: F401
+                     SUSPECT_TAINT, expire_taints_forever, ready_nodes, taint_budget, taint_nodes, taint_value,
+                     untaint_expired)
 
 log = logging.getLogger("llmtrain.operator.nodes")
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
-SUSPECT_TAINT = "llmtrain.dev/suspect"
 MAX_BAD_NODES = 20  # status.badNodes keeps the newest this many
 MESSAGE_CHARS = 240  # of a termination message, in status and events
 
+# Every pattern here runs on a termination message the tenant's container wrote. So each is linear
+# in its input: possessive quantifiers (`*+`) never give back whitespace to a later quantifier, and
+# every gap (`[^)]`, `[^\n]`) has a bound; the message is cut to MAX_MESSAGE_CHARS before any of
+# them runs (the kubelet's own limit is 4 KiB; a pod status written through the API has none).
+# (The old XID pattern backtracked cubically: "xid" + 4,000 spaces took minutes.)
+MAX_MESSAGE_CHARS = 4096
 # "NVRM: Xid (PCI:0000:53:00): 79, pid=1234, GPU has fallen off the bus" (the kernel log line a
 # failing GPU leaves, which torch/NCCL error text or a log-tailing entrypoint may carry) or "XID 48".
-_XID = re.compile(r"\bxid\b\s*(?:\([^)]*\))?\s*[:=]?\s*(\d{1,3})\b", re.IGNORECASE)
+_XID = re.compile(r"\bxid\b\s*+(?:\([^)]{0,40}\)\s*+)?(?:[:=]\s*+)?(\d{1,3})\b", re.IGNORECASE)
 _NCCL = re.compile(r"nccl|watchdog caught collective operation timeout|ProcessGroupNCCL", re.IGNORECASE)
-_EFA = re.compile(r"\befa\b|libfabric|\bfi_[a-z_]+|FI_EFA|rdma", re.IGNORECASE)
+_EFA = re.compile(r"\befa\b|libfabric|\bfi_[a-z_]|FI_EFA|rdma", re.IGNORECASE)
 # A rank that only lost its peer says so: blaming its node too would empty a cluster one gang at a time.
-_REMOTE = re.compile(r"remote process exited|ncclRemoteError|connection reset by peer|"
-                     r"connection closed by (remote )?peer|peer .* closed", re.IGNORECASE)
-_COLLECTIVE_TIMEOUT = re.compile(r"collective operation timeout|watchdog.*timed? ?out|"
-                                 r"Timeout\(ms\)=\d+|NCCL.*timeout", re.IGNORECASE)
+_REMOTE = ("remote process exited", "ncclremoteerror", "connection reset by peer", "connection closed by peer",
+           "connection closed by remote peer")
+_TIMEOUT_MS = re.compile(r"timeout\(ms\)=\d", re.IGNORECASE)
+_TIMED_OUT = ("timeout", "time out", "timedout", "timed out")
+
+
+def _on_one_line(text: str, first: str, then: tuple[str, ...]) -> bool:
+    """`first.*(then[0]|then[1]|...)` within one line of (lower-case) `text`, by substring search:
+    linear, where the regex's `.*` was quadratic in the number of `first`s."""
+    start = text.find(first)
+    while start >= 0:
+        end = text.find("\n", start)
+        rest = text[start + len(first):end if end >= 0 else len(text)]
+        if any(t in rest for t in then):
+            return True
+        if end < 0:
+            return False
+        start = text.find(first, end)
+    return False
+
+
+def _is_remote(text: str) -> bool:
+    low = text.lower()
+    return any(r in low for r in _REMOTE) or _on_one_line(low, "peer ", (" closed",))
+
+
+def _head(text: str | None) -> str:
+    return (text or "")[:MAX_MESSAGE_CHARS]
 
 
 def xid_of(text: str | None) -> int | None:
     """The NVIDIA XID error number in `text`, if it names one."""
-    m = _XID.search(text or "")
+    m = _XID.search(_head(text))
     return int(m.group(1)) if m else None
 
 
 def is_collective_timeout(text: str | None) -> bool:
-    return bool(_COLLECTIVE_TIMEOUT.search(text or ""))
+    low = _head(text).lower()
+    return ("collective operation timeout" in low or bool(_TIMEOUT_MS.search(low))
+            or _on_one_line(low, "watchdog", _TIMED_OUT) or _on_one_line(low, "nccl", ("timeout",)))
 
 
 def classify(exit_code: int | None, k8s_reason: str | None, message: str | None) -> str:
     """One short reason for a failed worker container, most specific first: an XID names the GPU's
     own fault; OOMKilled is the kernel's; NCCL/EFA text says the network path; else the exit code."""
+    message = _head(message)
     xid = xid_of(message)
     if xid is not None:
         return f"XID {xid}"
@@ -87,12 +125,15 @@ def classify(exit_code: int | None, k8s_reason: str | None, message: str | None)
     return f"exit {exit_code}" if exit_code is not None else "failed"
 
 
-def failure_of(pod: dict) -> dict | None:
-    """What a failed worker pod says about its node, or None if it did not fail (or was a bystander
-    killed by the gang's teardown, or never ran on a node). Pod as the API returns it (camelCase)."""
+def raw_failure(pod: dict) -> dict | None:
+    """What a failed worker pod says about its node, unclassified (no pattern runs: this is what the
+    pod watch does on the event loop), or None if it did not fail (or was a bystander killed by the
+    gang's teardown, or never ran on a node, or is not a pod of a PyTorchJob). Pod as the API
+    returns it (camelCase)."""
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     node = spec.get("nodeName")
-    if not node:
+    owner = owner_uid(pod)
+    if not node or not owner:
         return None
     term = None
     for c in status.get("containerStatuses") or []:
@@ -106,22 +147,39 @@ def failure_of(pod: dict) -> dict | None:
         term = {"reason": status.get("reason"), "message": status.get("message")}  # Evicted, ...
     elif meta.get("deletionTimestamp"):
         return None  # killed by the teardown of the gang, not failed by itself
-    message = (term.get("message") or "").strip()
-    out = {"node": node, "pod": meta.get("name"), "reason": classify(term.get("exitCode"), term.get("reason"), message),
-           "exitCode": term.get("exitCode"), "finishedAt": term.get("finishedAt")}
+    exit_code = term.get("exitCode")
+    out = {"node": str(node)[:253], "pod": meta.get("name"), "owner": owner,
+           "exitCode": exit_code if isinstance(exit_code, int) else None,
+           "k8sReason": str(term.get("reason") or "")[:128] or None, "finishedAt": term.get("finishedAt")}
+    message = _head(term.get("message") if isinstance(term.get("message"), str) else "").strip()
     if message:
         out["message"] = message
-    xid = xid_of(message)
+    return out
+
+
+def classified(raw: dict) -> dict:
+    """A raw failure with its reason (and XID): the patterns run here, on a handler thread."""
+    if "reason" in raw:
+        return raw
+    out = {k: v for k, v in raw.items() if k != "k8sReason"}
+    out["reason"] = classify(raw.get("exitCode"), raw.get("k8sReason"), raw.get("message"))
+    xid = xid_of(raw.get("message"))
     if xid is not None:
         out["xid"] = xid
     return out
+
+
+def failure_of(pod: dict) -> dict | None:
+    """`raw_failure`, classified."""
+    raw = raw_failure(pod)
+    return classified(raw) if raw is not None else None
 
 
 def culprits(failures: list[dict]) -> list[dict]:
     """The failures to blame nodes for: when some pods failed on their own and others only report
     that a peer went away (NCCL 'remote process exited', 'Connection reset by peer'), the latter are
     victims of the former and their nodes are left alone."""
-    own = [f for f in failures if not _REMOTE.search(f.get("message") or "")]
+    own = [f for f in failures if not _is_remote(_head(f.get("message")))]
     return own or list(failures)
 
 
@@ -171,32 +229,19 @@ def plan_avoidance(bad_nodes: list[dict], ready: set[str] | None, needed: int) -
     return sorted(avoid), why
 
 
-def taint_budget(total: int, tainted: int, fraction: float) -> int:
-    """How many more nodes of a group (`total` nodes, `tainted` of them already suspect) may be
-    tainted when at most `fraction` of the group may be: floor(fraction × total) − tainted, ≥ 0."""
-    if fraction <= 0 or total <= 0:
-        return 0
-    return max(0, math.floor(fraction * total + 1e-9) - tainted)
-
-
-def taint_value(reason: str) -> str:
-    """A taint value is a label value: ≤ 63 of [A-Za-z0-9._-], alphanumeric at both ends."""
-    value = re.sub(r"[^A-Za-z0-9._-]+", "-", reason).strip("-._")[:63].strip("-._")
-    return value or "failed"
-
-
 # --- what the pod watch saw (event loop writes, handler threads read) ----------------------------
 
 _lock = threading.Lock()
 FAILURES: dict[tuple[str, str, str], dict[str, dict]] = {}  # (ns, job, attempt) -> pod -> failure
 _MAX_TRACKED = 10000  # attempts remembered; oldest dropped first (dicts keep insertion order)
+MAX_PODS_PER_ATTEMPT = 1024  # failures kept per attempt (a job's nodes are bounded far lower)
 
 
 def remember(namespace: str, job: str, attempt: str, failure: dict) -> bool:
     """Store one pod's failure; False if that pod's failure was already known."""
     with _lock:
         pods = FAILURES.setdefault((namespace, job, str(attempt)), {})
-        if failure["pod"] in pods:
+        if failure["pod"] in pods or len(pods) >= MAX_PODS_PER_ATTEMPT:
             return False
         pods[failure["pod"]] = failure
         while len(FAILURES) > _MAX_TRACKED:
@@ -207,20 +252,34 @@ def remember(namespace: str, job: str, attempt: str, failure: dict) -> bool:
 # Attempts of which the pod watch has seen at least one pod: only for those can a failure still be
 # on its way through the watch. An attempt that never had a pod here (no pods were created, or the
 # operator started after they were gone) is decided from a LIST alone, without waiting.
-_SEEN_PODS: dict[tuple[str, str, str], None] = {}
+_SEEN_PODS: dict[tuple[str, str, str], dict[str, str]] = {}  # → {node: owner uid}
 
 
-def saw_pod(namespace: str, job: str, attempt: str) -> None:
+def saw_pod(namespace: str, job: str, attempt: str, node: str | None = None, owner: str | None = None) -> None:
+    """A pod of the attempt (controlled by PyTorchJob `owner`) was seen, on `node` if bound."""
     with _lock:
-        _SEEN_PODS[(namespace, job, str(attempt))] = None
+        ran = _SEEN_PODS.setdefault((namespace, job, str(attempt)), {})
+        if node and owner and len(ran) < MAX_PODS_PER_ATTEMPT:
+            ran[node] = owner
         while len(_SEEN_PODS) > _MAX_TRACKED:
             _SEEN_PODS.pop(next(iter(_SEEN_PODS)))
 
 
-def failures(namespace: str, job: str, attempt: int | str) -> list[dict]:
+def attempt_nodes(namespace: str, job: str, attempt: int | str, owner: str) -> set[str]:
+    """The nodes where the pods of the attempt's PyTorchJob `owner` ran, as the pod watch saw them
+    (the scheduler's binding, not anything the pods said)."""
     with _lock:
-        return sorted((FAILURES.get((namespace, job, str(attempt))) or {}).values(),
-                      key=lambda f: (f.get("finishedAt") or "", f["pod"] or ""))
+        ran = _SEEN_PODS.get((namespace, job, str(attempt))) or {}
+        return {node for node, uid in ran.items() if uid == owner}
+
+
+def failures(namespace: str, job: str, attempt: int | str, owner: str | None = None) -> list[dict]:
+    """The attempt's pod failures, classified (on the caller's thread), oldest first; with `owner`
+    only those of pods that the PyTorchJob with that uid controls."""
+    with _lock:
+        known = list((FAILURES.get((namespace, job, str(attempt))) or {}).values())
+    out = [classified(f) for f in known if owner is None or f.get("owner") == owner]
+    return sorted(out, key=lambda f: (f.get("finishedAt") or "", f["pod"] or ""))
 
 
 def forget(namespace: str, job: str) -> None:
@@ -231,25 +290,27 @@ def forget(namespace: str, job: str) -> None:
             _SEEN_PODS.pop(key, None)
 
 
-def wait_for_failures(namespace: str, job: str, attempt: int | str, timeout: float = 5.0) -> list[dict]:
-    """The attempt's pod failures, waiting up to `timeout` for the first one: the PyTorchJob's
-    Failed condition and the pod's Failed state arrive on two watches, in either order. If the
-    watch saw none (the operator was restarted in between), the pods that still exist are read."""
+def wait_for_failures(namespace: str, job: str, attempt: int | str, timeout: float = 5.0,
+                      owner: str | None = None) -> list[dict]:
+    """The attempt's pod failures (of the pods PyTorchJob `owner` controls), waiting up to `timeout`
+    for the first one: the PyTorchJob's Failed condition and the pod's Failed state arrive on two
+    watches, in either order. If the watch saw none (the operator was restarted in between), the
+    pods that still exist are read."""
     deadline = time.monotonic() + timeout
     with _lock:
         pods_seen = (namespace, job, str(attempt)) in _SEEN_PODS
     if not pods_seen:
-        return failures(namespace, job, attempt) or _listed_failures(namespace, job, attempt)
+        return failures(namespace, job, attempt, owner) or _listed_failures(namespace, job, attempt, owner)
     while True:
-        seen = failures(namespace, job, attempt)
+        seen = failures(namespace, job, attempt, owner)
         if seen:
             return seen
         if time.monotonic() >= deadline:
-            return _listed_failures(namespace, job, attempt)
+            return _listed_failures(namespace, job, attempt, owner)
         time.sleep(0.05)
 
 
-def _listed_failures(namespace: str, job: str, attempt: int | str) -> list[dict]:
+def _listed_failures(namespace: str, job: str, attempt: int | str, owner: str | None = None) -> list[dict]:
     from kubernetes.client.exceptions import ApiException
 
     from . import kube
@@ -261,97 +322,56 @@ def _listed_failures(namespace: str, job: str, attempt: int | str) -> list[dict]
         log.warning("cannot list the pods of %s/%s attempt %s: %s", namespace, job, attempt, err.reason)
         return []
     api = kube.core().api_client
-    found = [f for f in (failure_of(api.sanitize_for_serialization(p)) for p in pods) if f is not None]
+    found = [f for f in (raw_failure(api.sanitize_for_serialization(p)) for p in pods) if f is not None]
     for f in found:
         remember(namespace, job, str(attempt), f)
-    return failures(namespace, job, attempt)
+    return failures(namespace, job, attempt, owner)
 
 
 def pod_failed(body, **_) -> bool:
-    return failure_of(body) is not None
+    """kopf's filter, on the event loop for every worker pod event: no pattern runs here."""
+    return raw_failure(body) is not None
 
 
-def register(kopf) -> None:
-    """Register the pod watch handler (called by handlers.py, so importing it registers)."""
+# Classification and the event's text, off kopf's event loop (the loop also serves /healthz and
+# every other namespace's watch events).
+_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmtrain-forensics")
+
+
+_EXPIRY_STOP = threading.Event()
+
+
+def register(kopf, config, registry=None) -> None:
+    """Register the pod watch handler and the taint expiry (watch.register calls this). kopf runs
+    only on the Lease holder (__main__), so only the leader sweeps."""
+    kw = {"registry": registry} if registry is not None else {}
+
+    @kopf.on.startup(**kw)
+    def start_taint_expiry(**_):
+        if config.suspect_taint_fraction > 0:
+            interval = max(1.0, min(300.0, config.suspect_taint_ttl / 10))
+            threading.Thread(target=expire_taints_forever, args=(interval, _EXPIRY_STOP), daemon=True,
+                             name="llmtrain-taint-expiry").start()
+
+    @kopf.on.cleanup(**kw)
+    def stop_taint_expiry(**_):
+        _EXPIRY_STOP.set()
 
     @kopf.on.event("", "v1", "pods", labels={JOB_LABEL: kopf.PRESENT, ATTEMPT_LABEL: kopf.PRESENT},
-                   when=pod_failed)
+                   when=pod_failed, **kw)
     async def pod_event(event, body, namespace, labels, **_):
         # async and cheap (a dict insert): failures are caught at watch speed, before the
-        # training-operator's teardown deletes the pod.
+        # training-operator's teardown deletes the pod; only pods a PyTorchJob controls count
+        # (raw_failure), and whose PyTorchJob is the attempt's is checked when it is read.
         if event["type"] == "DELETED":
             return
-        failure = failure_of(dict(body))
-        if failure is None or not remember(namespace, labels[JOB_LABEL], labels[ATTEMPT_LABEL], failure):
+        raw = raw_failure(dict(body))
+        if raw is None or not remember(namespace, labels[JOB_LABEL], labels[ATTEMPT_LABEL], raw):
             return
+        failure = await asyncio.get_running_loop().run_in_executor(_POOL, classified, raw)
         log.info("%s/%s attempt %s: pod %s failed on node %s: %s", namespace, labels[JOB_LABEL],
                  labels[ATTEMPT_LABEL], failure["pod"], failure["node"], failure["reason"])
         msg = f"pod {failure['pod']} failed on node {failure['node']}: {failure['reason']}"
         if failure.get("message") and failure["reason"] != "preflight":
             msg += f": {failure['message'][:MESSAGE_CHARS]}"
         kopf.warn(dict(body), reason="PodFailedOnNode", message=msg)
-        await asyncio.sleep(0)
-
-
-# --- the cluster's nodes (API calls; run on handler threads) --------------------------------------
-
-def _node_selector(instance_type: str, is_gpu: bool) -> str | None:
-    return f"{INSTANCE_TYPE_LABEL}={instance_type}" if is_gpu else None
-
-
-def _is_ready(node) -> bool:
-    if node.spec.unschedulable:
-        return False
-    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
-
-
-def ready_nodes(instance_type: str, is_gpu: bool) -> set[str] | None:
-    """Names of the Ready, schedulable nodes of the instance type; None if they cannot be listed."""
-    from kubernetes.client.exceptions import ApiException
-
-    from . import kube
-
-    try:
-        items = kube.core().list_node(label_selector=_node_selector(instance_type, is_gpu)).items
-    except ApiException as err:
-        log.warning("cannot list nodes of %s: %s %s", instance_type, err.status, err.reason)
-        return None
-    return {n.metadata.name for n in items if _is_ready(n)}
-
-
-def taint_nodes(bad: list[dict], instance_type: str, is_gpu: bool, fraction: float) -> list[str]:
-    """Taint the bad nodes `llmtrain.dev/suspect=<reason>:NoSchedule` within the fraction cap.
-    Returns the nodes newly tainted. Read-modify-write with the node's resourceVersion: a Node's
-    taints list has no merge key, so a plain patch would replace the others' taints."""
-    from kubernetes.client.exceptions import ApiException
-
-    from . import kube
-
-    if fraction <= 0 or not bad:
-        return []
-    api = kube.core()
-    try:
-        group = api.list_node(label_selector=_node_selector(instance_type, is_gpu)).items
-    except ApiException as err:
-        log.warning("cannot list nodes to taint: %s %s", err.status, err.reason)
-        return []
-    tainted = {n.metadata.name for n in group if any(t.key == SUSPECT_TAINT for t in n.spec.taints or [])}
-    budget = taint_budget(len(group), len(tainted), fraction)
-    done: list[str] = []
-    by_name = {n.metadata.name: n for n in group}
-    for b in bad:
-        node = by_name.get(b["node"])
-        if budget <= 0 or node is None or b["node"] in tainted or b["node"] in done:
-            continue
-        taints = [t.to_dict() for t in node.spec.taints or []]
-        taints = [{k: v for k, v in t.items() if v is not None} for t in taints]
-        taints.append({"key": SUSPECT_TAINT, "value": taint_value(b["reason"]), "effect": "NoSchedule"})
-        try:
-            api.patch_node(b["node"], {"metadata": {"resourceVersion": node.metadata.resource_version},
-                                       "spec": {"taints": taints}})
-        except ApiException as err:
-            log.warning("cannot taint node %s: %s %s", b["node"], err.status, err.reason)
-            continue
-        done.append(b["node"])
-        budget -= 1
-    return done

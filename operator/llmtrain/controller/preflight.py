@@ -21,47 +21,100 @@ free (status.preflightFailures counts them), so a job whose every node fails the
 from __future__ import annotations
 
 import json
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from ..render import PREFLIGHT_EXIT_CODE
 
 MAX_FREE_RETRIES = 3
+MAX_SUSPECTS = 64  # suspect nodes (and ranks) read from one verdict
+MAX_MESSAGE_CHARS = 4096  # the kubelet keeps 4 KiB of a termination message
+
+
+class InvalidVerdict(ValueError):
+    """A termination message that says it is a healthcheck verdict but is not a well-formed one."""
+
+
+_Name = Annotated[str, StringConstraints(max_length=253)]
+
+
+class _Typed(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+
+class SuspectNode(_Typed):
+    node: int | None = None
+    host: _Name | None = None
+    nodeName: _Name | None = None  # noqa: N815 — the trainer's JSON names
+    problem: Annotated[str, StringConstraints(max_length=1000)] | None = None
+
+
+class Verdict(_Typed):
+    """The fields of the trainer's verdict the operator reads (trainer/llmtrain_trainer/healthcheck.py),
+    typed and bounded: the message is the tenant's container's, and a field of the wrong type used
+    to raise in the restart decision, which the work queue then retried forever."""
+    event: Literal["healthcheck"]
+    healthy: bool
+    degraded: bool = False
+    busBandwidthGBps: float | None = Field(None, allow_inf_nan=False)  # noqa: N815
+    expectedBusBandwidthGBps: float | None = Field(None, allow_inf_nan=False)  # noqa: N815
+    worldSize: int | None = Field(None, ge=0)  # noqa: N815
+    suspectNodes: list[SuspectNode] = Field(default_factory=list, max_length=MAX_SUSPECTS)  # noqa: N815
+    suspectRanks: dict[Annotated[str, StringConstraints(max_length=16)],  # noqa: N815
+                       Annotated[list[Annotated[str, StringConstraints(max_length=1000)]], Field(max_length=16)]] = \
+        Field(default_factory=dict, max_length=MAX_SUSPECTS)
 
 
 def verdict_of(message: str | None) -> dict | None:
-    """The healthcheck verdict in a termination message, or None if it is not one."""
-    text = (message or "").strip()
+    """The healthcheck verdict in a termination message (its typed fields), or None if the message
+    is not one; InvalidVerdict if it says it is one but its fields do not type-check."""
+    text = (message or "").strip()[:MAX_MESSAGE_CHARS]
     start = text.find("{")
     if start < 0:
         return None
     try:
-        verdict = json.loads(text[start:])
+        raw = json.loads(text[start:])
     except ValueError:
         return None
-    if not isinstance(verdict, dict) or verdict.get("event") != "healthcheck":
+    if not isinstance(raw, dict) or raw.get("event") != "healthcheck":
         return None
-    return verdict
+    try:
+        return Verdict.model_validate(raw).model_dump(exclude_none=True)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(the verdict)"
+        raise InvalidVerdict(f"{where}: {first['msg']}") from None
 
 
-def preflight_verdict(failures: list[dict]) -> dict | None:
-    """The first failing verdict among an attempt's pod failures (every node writes the same one)."""
+def preflight_verdict(failures: list[dict], ignored: list[str] | None = None) -> dict | None:
+    """The first failing verdict among an attempt's pod failures (every node writes the same one).
+    A malformed one is skipped; why goes to `ignored` ("pod <name>: <field>: <problem>")."""
     for f in failures:
         if f.get("exitCode") == PREFLIGHT_EXIT_CODE:
-            verdict = verdict_of(f.get("message"))
+            try:
+                verdict = verdict_of(f.get("message"))
+            except InvalidVerdict as err:
+                if ignored is not None:
+                    ignored.append(f"pod {f.get('pod')}: {err}")
+                continue
             if verdict is not None and not verdict.get("healthy", True):
                 return verdict
     return None
 
 
-def suspect_failures(verdict: dict, failures: list[dict]) -> list[dict]:
+def suspect_failures(verdict: dict, failures: list[dict], ran: set[str]) -> list[dict]:
     """The verdict's suspect nodes as failures (node = the Kubernetes node): by the node name the
-    trainer read from the downward API, else by its pod name (HOSTNAME) among the seen failures."""
+    trainer read from the downward API, else by its pod name (HOSTNAME) among the seen failures.
+    Only nodes in `ran` (where the attempt's own pods ran, as the API says) can be blamed: the
+    verdict is text the tenant's container wrote, and could name any node."""
     node_of_pod = {f["pod"]: f["node"] for f in failures}
     problems = verdict.get("suspectRanks") or {}
     first_problem = next((p[0] for p in problems.values() if p), None)
     out = []
     for s in verdict.get("suspectNodes") or []:
         node = s.get("nodeName") or node_of_pod.get(s.get("host"))
-        if not node:
+        if not node or node not in ran:
             continue
         why = s.get("problem") or first_problem or "failed the health check"
         out.append({"node": node, "pod": s.get("host"), "exitCode": PREFLIGHT_EXIT_CODE,

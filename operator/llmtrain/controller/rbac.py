@@ -23,7 +23,7 @@ JOB_RULES: dict[tuple[str, str], frozenset[str]] = {
     (GROUP, f"{PLURAL}/status"): frozenset({"patch"}),
     # kopf watches the PyTorchJobs; kube.get_pytorchjob / create_pytorchjob / delete_pytorchjob.
     ("kubeflow.org", "pytorchjobs"): frozenset({"get", "list", "watch", "create", "delete"}),
-    # handlers.py's pod cache and nodes.py watch them (kopf on.event); nodes._listed_failures
+    # caches.PodCache (watch.py) and nodes.py watch them (kopf on.event); nodes._listed_failures
     # lists an attempt's pods.
     ("", "pods"): frozenset({"list", "watch"}),
     # kube.post_event (and kopf.info / kopf.warn) post core/v1 Events; none is ever patched, nor
@@ -31,19 +31,16 @@ JOB_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("", "events"): frozenset({"create"}),
 }
 
-# kopf's peering object (ClusterKopfPeering when cluster-wide, KopfPeering per namespace), only with
-# peering on: kopf watches it and patches its own entry into the status.
-PEERING_VERBS: frozenset[str] = frozenset({"list", "watch", "patch"})
-
 # Cluster-scoped, in both modes.
 CLUSTER_RULES: dict[tuple[str, str], frozenset[str]] = {
     # kopf watches CRDs to notice its resources appearing and going away.
     ("apiextensions.k8s.io", "customresourcedefinitions"): frozenset({"list", "watch"}),
-    # nodes.ready_nodes / taint_nodes count the Ready nodes of an instance type.
+    # taints.ready_nodes / taint_nodes count the Ready nodes of an instance type.
     ("", "nodes"): frozenset({"list"}),
 }
 
-# Only with --suspect-taint-fraction > 0 (chart: suspectNodeTaint.enabled): nodes.taint_nodes.
+# Only with --suspect-taint-fraction > 0 (chart: suspectNodeTaint.enabled): taints.taint_nodes and
+# untaint_expired (the expiry).
 SUSPECT_TAINT_RULES: dict[tuple[str, str], frozenset[str]] = {("", "nodes"): frozenset({"patch"})}
 
 # Only with --job-network-policy (chart: jobNetworkPolicy.enabled): tenancy.create_networkpolicy,

@@ -17,7 +17,7 @@ from .. import rendezvous_auth
 from ..render import render_networkpolicy, render_rendezvous_secret, uses_operator_etcd
 from ..spec import LLMTrainingJobSpec
 from . import kube
-from .config import CONFIG
+from .config import OperatorConfig
 
 
 @cache
@@ -54,16 +54,15 @@ def create_secret(obj: dict) -> bool:
         return False
 
 
-def prepare_attempt(spec: LLMTrainingJobSpec, job: dict, attempt: int) -> None:
+def prepare_attempt(cfg: OperatorConfig, spec: LLMTrainingJobSpec, ns: str, name: str, uid: str | None,
+                    attempt: int) -> None:
     """Before attempt N's PyTorchJob: its NetworkPolicy (with --job-network-policy) and, when it
     meets on the operator's etcd and the operator holds the rendezvous CA, its credentials."""
-    meta = job["metadata"]
-    ns, name, uid = meta["namespace"], meta["name"], meta.get("uid")
-    if CONFIG.job_network_policy:
+    if cfg.job_network_policy:
         create_networkpolicy(render_networkpolicy(spec, name, ns, uid))
-    if CONFIG.rendezvous_ca_dir and uses_operator_etcd(spec):
-        admin = _admin(CONFIG.default_etcd_endpoint, CONFIG.rendezvous_ca_dir)
+    if cfg.rendezvous_ca_dir and cfg.default_etcd_endpoint and uses_operator_etcd(spec):
+        admin = _admin(cfg.default_etcd_endpoint, cfg.rendezvous_ca_dir)
         admin.ensure_current()  # an etcd restarted without its data is set up (and wiped) again
         admin.ensure_namespace(ns)
-        creds = _ca(CONFIG.rendezvous_ca_dir).issue(rendezvous_auth.user_name(ns))
+        creds = _ca(cfg.rendezvous_ca_dir).issue(rendezvous_auth.user_name(ns))
         create_secret(render_rendezvous_secret(name, ns, attempt, uid, creds))

@@ -8,6 +8,10 @@ reconciler makes blocking API calls with the official client).
   * one key is processed by one worker at a time; a key added while it is being processed is
     processed again right after (nothing is lost, nothing runs twice at once);
   * at most `workers` keys are processed at once;
+  * fair per tenant: ready keys wait in one FIFO per tenant (`tenant(key)`, the namespace of a
+    (namespace, name) key) and workers take from the tenants in turn, so one namespace that creates
+    thousands of jobs delays another namespace's new job by one key per busy tenant, not by its
+    whole backlog;
   * `add_after(key, seconds)` schedules timed work (requeue-after), keeping only the earliest;
   * a handler that raises is retried with capped exponential backoff (per key, reset on success);
   * `settle(key, obj)`: the handler is done with the key at `obj`'s version; an `add` that brings
@@ -46,13 +50,21 @@ def newer(a: dict | None, b: dict | None) -> bool:
     return ra is None or rb is None or ra >= rb
 
 
+def _namespace(key: Hashable) -> Hashable:
+    return key[0] if isinstance(key, tuple) and key else None
+
+
 class WorkQueue:
     def __init__(self, handler: Callable[[Hashable, dict | None], float | None], workers: int,
-                 retry_base: float = 0.5, retry_cap: float = 60.0, name: str = "reconcile"):
+                 retry_base: float = 0.5, retry_cap: float = 60.0, name: str = "reconcile",
+                 tenant: Callable[[Hashable], Hashable] | None = None):
         self._handler, self._workers, self._name = handler, workers, name
         self._retry_base, self._retry_cap = retry_base, retry_cap
+        self._tenant = tenant or _namespace
         self._cv = threading.Condition()
-        self._ready: deque = deque()
+        self._ready: dict = {}  # tenant → deque of its ready keys
+        self._turns: deque = deque()  # tenants with ready keys, in the order they get a worker
+        self._depth = 0
         self._queued: set = set()
         self._active: set = set()
         self._dirty: dict = {}  # key being processed → newest version added meanwhile (None: run again anyway)
@@ -117,7 +129,12 @@ class WorkQueue:
             self._dirty.pop(key, None)
             if key in self._queued:
                 self._queued.discard(key)
-                self._ready.remove(key)
+                tenant = self._tenant(key)
+                self._ready[tenant].remove(key)
+                self._depth -= 1
+                if not self._ready[tenant]:
+                    del self._ready[tenant]
+                    self._turns.remove(tenant)
 
     def _enqueue(self, key, rv: int | None = None) -> None:
         """`rv`: the version an object event brought (None: run regardless)."""
@@ -128,7 +145,12 @@ class WorkQueue:
                 self._dirty[key] = max(rv, self._dirty.get(key, rv))
         elif key not in self._queued and not self._is_settled(key, rv):
             self._queued.add(key)
-            self._ready.append(key)
+            tenant = self._tenant(key)
+            if tenant not in self._ready:
+                self._ready[tenant] = deque()
+                self._turns.append(tenant)
+            self._ready[tenant].append(key)
+            self._depth += 1
             self._cv.notify()
 
     # --- workers ---
@@ -147,8 +169,9 @@ class WorkQueue:
         return bool(self._threads)
 
     def depth(self) -> int:
+        """Keys waiting to run (all namespaces)."""
         with self._cv:
-            return len(self._ready)
+            return self._depth
 
     def _next(self):
         with self._cv:
@@ -159,8 +182,15 @@ class WorkQueue:
                     if self._due.get(key) == when:
                         del self._due[key]
                         self._enqueue(key)
-                if self._ready:
-                    key = self._ready.popleft()
+                if self._turns:
+                    tenant = self._turns.popleft()
+                    keys = self._ready[tenant]
+                    key = keys.popleft()
+                    self._depth -= 1
+                    if keys:
+                        self._turns.append(tenant)  # its next key after every other tenant's
+                    else:
+                        del self._ready[tenant]
                     self._queued.discard(key)
                     self._active.add(key)
                     return key, self._objects.get(key)

@@ -1,0 +1,95 @@
+"""observe: every read the reconciler makes, into one frozen snapshot (`snapshot.Observed`).
+
+The job comes from the watch (or our last write's response, or a GET after a conflict); its spec
+is resolved once per uid and generation; its PyTorchJobs, pods and the monitor's latest scrape
+come from the watch-fed caches (caches.py). Two reads are made only when a situation asks for them
+(`Plan.need`, `more`): the failed attempt's pod failures (nodes.py: they may still be on their
+way through the pod watch) and the Ready nodes of the instance type (for avoidNodes).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..catalog import instance_type
+from ..render import ATTEMPT_LABEL, pytorchjob_name
+from ..status import Phase, parse
+from . import nodes, scrape, taints
+from .decide import SPEC_HASH
+from .snapshot import Child, Observed
+from .status import failure_message, now, pytorchjob_state
+
+if TYPE_CHECKING:
+    from .operator import Operator
+
+
+def attempt_of(ptj: dict) -> int | None:
+    try:
+        return int(ptj["metadata"]["labels"][ATTEMPT_LABEL])
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def owned_by(obj: dict, uid: str) -> bool:
+    return any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or [])
+
+
+def child_of(ptj: dict, uid: str) -> Child:
+    meta = ptj["metadata"]
+    return Child(name=meta["name"], attempt=attempt_of(ptj), owned=owned_by(ptj, uid),
+                 deleting=bool(meta.get("deletionTimestamp")), state=pytorchjob_state(ptj),
+                 failure_message=failure_message(ptj),
+                 spec_hash=(meta.get("annotations") or {}).get(SPEC_HASH),
+                 rendezvous_id=((ptj.get("spec") or {}).get("elasticPolicy") or {}).get("rdzvId"),
+                 uid=meta.get("uid") or "")
+
+
+def observe(op: "Operator", job: dict, first_sight: bool) -> Observed:
+    meta = job["metadata"]
+    namespace, name, uid = meta["namespace"], meta["name"], meta.get("uid") or ""
+    raw_status, raw_spec = job.get("status") or {}, job.get("spec") or {}
+    status = parse(raw_status)
+    spec, error = op.specs.resolve(uid, meta.get("generation"), name, raw_spec)
+    ptjs = op.attempts.of(namespace, name)
+    attempt = status.attempt or 1
+    awaiting = False
+    recorded = status.pytorch_job
+    live = status.phase is not None and not status.phase.terminal
+    if live and recorded == pytorchjob_name(name, attempt) and recorded not in ptjs:
+        # Recorded but not (yet) seen by the watch: after an operator restart the jobs' events
+        # come before their PyTorchJobs'. Right after the start, wait a little for the watch;
+        # then one GET tells.
+        if first_sight and op.watch_is_fresh():
+            awaiting = True
+        else:
+            found = op.kube.get_pytorchjob(namespace, recorded)
+            if found is not None:
+                op.attempts.put(found)
+                ptjs[recorded] = found
+    return Observed(
+        namespace=namespace, name=name, uid=uid, generation=meta.get("generation"),
+        resource_version=meta.get("resourceVersion"), raw_spec=raw_spec, spec=spec, spec_error=error,
+        raw_status=raw_status, status=status, now=now(),
+        children=tuple(child_of(p, uid) for p in ptjs.values()), first_sight=first_sight,
+        awaiting_watch=awaiting,
+        # only the pods of the attempt's own PyTorchJob: anyone can label a pod like a worker
+        pods=tuple(scrape.owned_pods(op.pods.of(namespace, name, attempt), ptjs.get(pytorchjob_name(name, attempt)),
+                                     uid)) if status.phase in (Phase.PENDING, Phase.RESTARTING) else (),
+        progress=op.progress.of(namespace, name, attempt) if status.phase == Phase.RUNNING else None)
+
+
+def more(op: "Operator", o: Observed, need: str) -> Observed:
+    """The snapshot with the read a situation asked for."""
+    if need == "failures":
+        current = o.child(pytorchjob_name(o.name, o.attempt))
+        owner = current.uid if current is not None else ""
+        return o.with_(failures=tuple(nodes.wait_for_failures(o.namespace, o.name, o.attempt, owner=owner)),
+                       ran_nodes=frozenset(nodes.attempt_nodes(o.namespace, o.name, o.attempt, owner)))
+    if need == "ready_nodes":
+        ready = None
+        if o.spec is not None:
+            inst = instance_type(o.spec.cluster.instance_type)
+            found = taints.ready_nodes(inst.name, inst.is_gpu)
+            ready = frozenset(found) if found is not None else None
+        return o.with_(ready_nodes=ready, ready_nodes_read=True)
+    raise ValueError(f"unknown need {need!r}")

@@ -1,0 +1,69 @@
+"""The `Operator`: everything the reconciler shares, built once in `__main__` (nothing at import):
+config, metrics, the work queue, the watch-fed caches, the Kubernetes client calls and the
+monitor. kopf is only the watch layer (watch.py puts events into these)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+import time
+
+from . import kube as kube_calls
+from . import nodes, rejections
+from .caches import AttemptCache, PhaseGauge, PodCache, ProgressFacts, SpecCache
+from .config import OperatorConfig
+from .metrics import OperatorMetrics
+from .monitor import Monitor
+from .reconciler import reconcile
+from .workqueue import WorkQueue
+
+UNSEEN_GRACE = 5.0  # seconds after the watch starts in which a recorded PyTorchJob is waited for
+
+
+class Operator:
+    def __init__(self, config: OperatorConfig, metrics: OperatorMetrics | None = None, kube=kube_calls):
+        self.config = config
+        self.metrics = metrics if metrics is not None else OperatorMetrics()
+        self.kube = kube
+        self.phases = PhaseGauge(self.metrics.jobs)
+        self.attempts, self.pods, self.progress = AttemptCache(), PodCache(), ProgressFacts()
+        self.specs = SpecCache(config.default_etcd_endpoint)
+        self.monitor = Monitor(self)
+        self.queue = WorkQueue(lambda key, job: reconcile(self, key, job), workers=config.workers)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._watch_started = 0.0
+        self._seen: set[tuple[str, str]] = set()  # jobs this process reconciled at least once
+        self._seen_lock = threading.Lock()
+
+    def start_workers(self) -> None:
+        """On the first watch event, from kopf's context: the monitor runs on this loop."""
+        if not self.queue.started:
+            self._watch_started = time.monotonic()
+            self.loop = asyncio.get_running_loop()
+            self.queue.start([contextvars.copy_context() for _ in range(self.config.workers)])
+
+    def watch_is_fresh(self) -> bool:
+        return self.loop is not None and time.monotonic() - self._watch_started < UNSEEN_GRACE
+
+    def seen(self, key: tuple[str, str]) -> bool:
+        with self._seen_lock:
+            return key in self._seen
+
+    def mark_seen(self, key: tuple[str, str]) -> None:
+        with self._seen_lock:
+            self._seen.add(key)
+
+    def forget(self, namespace: str, name: str, uid: str | None) -> None:
+        """The job is gone: drop what is known of it."""
+        key = (namespace, name)
+        self.phases.track(namespace, name, None)
+        self.queue.forget(key)
+        nodes.forget(namespace, name)
+        self.monitor.forget(key)
+        self.progress.forget(namespace, name)
+        self.specs.forget(uid)
+        self.metrics.forget_job(namespace, name)  # a deleted job's own series go with it
+        rejections.forget(namespace, name)
+        with self._seen_lock:
+            self._seen.discard(key)

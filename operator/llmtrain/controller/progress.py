@@ -1,0 +1,76 @@
+"""The trainer's progress as the monitor reads it from rank 0's /metrics (scrape.py parses it):
+`Progress`, and the trainer's series it comes from. Apart from status.py, so that the scraper
+needs no more than this (status.py uses the scraper: no import cycle)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def timestamp(t: dt.datetime | None = None) -> str:
+    return (t or now()).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Progress:
+    step: int | None = None
+    loss: float | None = None
+    tokens_per_second: float | None = None
+    mfu: float | None = None
+    last_checkpoint_step: int | None = None
+    last_checkpoint_time: float | None = None
+    heartbeat: float | None = None
+    # Per-step loss facts the trainer keeps for the health rules (trainer/llmtrain_trainer/losswatch.py).
+    nonfinite_loss_steps: float | None = None
+    nonfinite_loss_max_steps: float | None = None
+    nonfinite_loss_first_step: float | None = None
+    loss_median: float | None = None
+    loss_spike_step: float | None = None
+    loss_spike_ratio: float | None = None
+    resumed_before_step: float | None = None
+
+    def as_status(self) -> dict:
+        out: dict = {}
+        for field, key in _HEALTH_STATUS.items():
+            value = getattr(self, field)
+            if value is not None and math.isfinite(value):
+                out[key] = round(value, 4) if field in ("loss_median", "loss_spike_ratio") else int(value)
+        if self.step is not None:
+            out["step"] = int(self.step)
+        if self.loss is not None and math.isfinite(self.loss):  # JSON has no NaN: the API server refuses it
+            out["loss"] = round(self.loss, 4)
+        if self.tokens_per_second is not None:
+            out["tokensPerSecond"] = round(self.tokens_per_second, 1)
+        if self.mfu is not None:
+            out["mfu"] = round(self.mfu, 4)
+        if self.last_checkpoint_step is not None:
+            out["lastCheckpointStep"] = int(self.last_checkpoint_step)
+        if self.last_checkpoint_time:
+            out["lastCheckpointTime"] = timestamp(dt.datetime.fromtimestamp(self.last_checkpoint_time, dt.timezone.utc))
+        if self.heartbeat:
+            out["heartbeatTime"] = timestamp(dt.datetime.fromtimestamp(self.heartbeat, dt.timezone.utc))
+        return out
+
+
+_HEALTH_STATUS = {"nonfinite_loss_steps": "nonFiniteLossSteps",
+                  "nonfinite_loss_max_steps": "nonFiniteLossMaxSteps",
+                  "nonfinite_loss_first_step": "nonFiniteLossFirstStep",
+                  "loss_median": "lossMedian", "loss_spike_step": "lossSpikeStep",
+                  "loss_spike_ratio": "lossSpikeRatio", "resumed_before_step": "resumedBeforeStep"}
+
+_PROGRESS_METRICS = {
+    "llmtrain_trainer_step": "step",
+    "llmtrain_trainer_loss": "loss",
+    "llmtrain_trainer_tokens_per_second": "tokens_per_second",
+    "llmtrain_trainer_mfu": "mfu",
+    "llmtrain_trainer_last_checkpoint_step": "last_checkpoint_step",
+    "llmtrain_trainer_last_checkpoint_timestamp_seconds": "last_checkpoint_time",
+    "llmtrain_trainer_heartbeat_timestamp_seconds": "heartbeat",
+    **{f"llmtrain_trainer_{field}": field for field in _HEALTH_STATUS},
+}

@@ -1,0 +1,52 @@
+"""kopf as the watch layer only: `on.event` handlers that put what they see into the Operator's
+caches and queue (kopf stores nothing on our objects: no annotations, no finalizers, no
+status.kopf). Every event of a job or of one of its PyTorchJobs queues the job; the reconciler
+(reconciler.py) decides on a snapshot of all of it."""
+
+from __future__ import annotations
+
+import kopf
+
+from ..render import ATTEMPT_LABEL, JOB_LABEL
+from ..spec import GROUP, PLURAL, VERSION
+from . import nodes
+from .operator import Operator
+from .status import pod_summary
+
+
+def register(op: Operator, registry: kopf.OperatorRegistry | None = None) -> None:
+    kw = {"registry": registry} if registry is not None else {}
+
+    @kopf.on.event(GROUP, VERSION, PLURAL, **kw)
+    async def job_event(event, body, namespace, name, status, **_):
+        # async: pure bookkeeping on the event loop; the work happens on the queue's threads
+        op.start_workers()
+        if event["type"] == "DELETED":
+            op.forget(namespace, name, (body.get("metadata") or {}).get("uid"))
+            return
+        op.phases.track(namespace, name, (status or {}).get("phase"))
+        op.queue.add((namespace, name), dict(body))
+
+    @kopf.on.event("kubeflow.org", "v1", "pytorchjobs", labels={JOB_LABEL: kopf.PRESENT}, **kw)
+    async def pytorchjob_event(event, body, namespace, name, labels, **_):
+        op.start_workers()
+        if event["type"] == "DELETED":
+            op.attempts.drop(namespace, labels[JOB_LABEL], name)
+        elif not op.attempts.put(dict(body)):
+            return  # the echo of our own create: the run that created it decided with it already
+        key = (namespace, labels[JOB_LABEL])
+        if op.queue.get(key) is not None:  # the job's own first event queues it otherwise
+            op.queue.add(key)
+
+    @kopf.on.event("", "v1", "pods", labels={JOB_LABEL: kopf.PRESENT, ATTEMPT_LABEL: kopf.PRESENT}, **kw)
+    async def attempt_pod_event(event, body, namespace, name, labels, **_):
+        job, attempt = labels[JOB_LABEL], labels[ATTEMPT_LABEL]
+        if event["type"] == "DELETED":
+            op.pods.drop(namespace, job, attempt, name)
+            return
+        summary = pod_summary(dict(body))
+        if summary["owner"]:  # a PyTorchJob's pod (nodes: a failure may follow), not a hand-made one
+            nodes.saw_pod(namespace, job, attempt, summary["node"], summary["owner"])
+        op.pods.put(namespace, job, attempt, name, summary)
+
+    nodes.register(kopf, op.config, registry)  # the pod watch that catches failures before the pods are deleted

@@ -1,0 +1,244 @@
+"""The `LLMTrainingJob` status: the one definition of what the operator writes under `status`.
+
+Like `spec.py` for the spec, this is the source of the CRD's status schema (`llmtrain.crd`), and of
+the two vocabularies every part of the operator shares:
+
+- `Phase`: where the job is (`status.phase`, the printer column);
+- `Reason`: why, one word per situation, in `status.reason`, in the conditions' reasons, as the
+  events' reason and as the `reason` label of `llmtrain_operator_job_restarts`. Messages and
+  `status.flightRecorder.reason` spell a reason in words (`Reason.words`: `StartupTimeout` →
+  `startup-timeout`), as they always did.
+
+Only `controller/decide.py` sets phase, attempt, restarts, reason and conditions. Reading is lenient
+(`parse`): an object written by an older operator (or with fields a newer one added) still reads.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class Phase(str, Enum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+    @property
+    def active(self) -> bool:
+        return self in ACTIVE
+
+
+TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED})
+ACTIVE = frozenset({Phase.PENDING, Phase.RESTARTING, Phase.RUNNING})
+
+
+class Reason(str, Enum):
+    """Every cause the operator names. The values are the wire names (CamelCase, as Kubernetes
+    reasons are); they never change, because existing objects, events and alerts carry them."""
+
+    # the child PyTorchJob's own states, copied while it is not failed (status.PHASE_OF)
+    CREATED = "Created"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    # lifecycle
+    PENDING = "Pending"              # Ready=False while the PyTorchJob has not run yet
+    ADOPTED = "Adopted"              # event: an existing PyTorchJob taken over
+    SUSPENDED = "Suspended"
+    RESUMED = "Resumed"              # spec.suspend false again (a free restart once it had run)
+    SPEC_VALID = "SpecValid"
+    SPEC_APPLIED = "Applied"         # SpecAccepted=True: a mutable field changed
+    SPEC_UPDATED = "SpecUpdated"     # its event
+    SPEC_CHANGE_REJECTED = "SpecChangeRejected"  # event for a refused change
+    IMMUTABLE_FIELD_CHANGED = "ImmutableFieldChanged"
+    ROLLED_BACK = "RolledBack"       # event: resumeBeforeStep applied by the attempt
+    POD_FAILED_ON_NODE = "PodFailedOnNode"  # event from the pod watch (nodes.py)
+    # the job cannot run: terminal, no restart
+    INVALID_SPEC = "InvalidSpec"
+    RENDER_FAILED = "RenderFailed"
+    PYTORCHJOB_REJECTED = "PyTorchJobRejected"
+    NAME_CONFLICT = "NameConflict"
+    RESTART_BUDGET_EXHAUSTED = "RestartBudgetExhausted"
+    # restart causes (one attempt ends, the next one starts)
+    FAILED = "Failed"                # the attempt's PyTorchJob failed
+    PREFLIGHT_FAILED = "PreflightFailed"
+    HANG = "Hang"
+    STARTUP_TIMEOUT = "StartupTimeout"
+    NON_FINITE_LOSS = "NonFiniteLoss"
+    LOSS_SPIKE = "LossSpike"
+    NO_FIRST_STEP = "NoFirstStep"
+    COLLECTIVE_TIMEOUT = "CollectiveTimeout"  # only in status.flightRecorder: what the dumps are of
+    # why the pods of a Pending attempt do not start (in the pods' own words: status.STUCK_WAITING)
+    UNSCHEDULABLE = "Unschedulable"
+    IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
+    ERR_IMAGE_PULL = "ErrImagePull"
+    INVALID_IMAGE_NAME = "InvalidImageName"
+    CREATE_CONTAINER_CONFIG_ERROR = "CreateContainerConfigError"
+    CREATE_CONTAINER_ERROR = "CreateContainerError"
+    CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
+    RUN_CONTAINER_ERROR = "RunContainerError"
+    # training health (controller/health.py)
+    STEPS_COMPLETING = "StepsCompleting"
+    NO_RECENT_CHECKPOINT = "NoRecentCheckpoint"
+    CHECKPOINT_RECENT = "CheckpointRecent"
+
+    @property
+    def words(self) -> str:
+        """The reason in a sentence: `StartupTimeout` → `startup-timeout`."""
+        return re.sub(r"(?<!^)(?=[A-Z])", "-", self.value).lower()
+
+
+# Restarts whose attempt still holds its nodes (stuck or poisoned): its PyTorchJob is deleted even
+# when the budget is spent. A failed PyTorchJob's pods are gone already (the training-operator's
+# cleanPodPolicy), so it is kept for `kubectl describe`.
+STUCK = frozenset({Reason.HANG, Reason.STARTUP_TIMEOUT, Reason.NON_FINITE_LOSS, Reason.LOSS_SPIKE,
+                   Reason.NO_FIRST_STEP})
+# restart causes after which an NCCL flight recorder dump is worth reading
+DUMPS = frozenset({Reason.HANG, Reason.STARTUP_TIMEOUT, Reason.COLLECTIVE_TIMEOUT})
+
+DATE_TIME: dict[str, Any] = {"format": "date-time"}
+
+
+class _Status(BaseModel):
+    # extra="ignore": an object written by another version of the operator still reads.
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore",
+                              use_enum_values=False)
+
+
+class ConditionType(str, Enum):
+    READY = "Ready"
+    VALIDATED = "Validated"
+    SPEC_ACCEPTED = "SpecAccepted"
+    TRAINING_HEALTHY = "TrainingHealthy"
+    CHECKPOINT_STALE = "CheckpointStale"
+
+
+class Condition(_Status):
+    type: str
+    status: str = Field(json_schema_extra={"enum": ["True", "False", "Unknown"]})
+    reason: str | None = None
+    message: str | None = None
+    last_transition_time: str | None = Field(None, json_schema_extra=DATE_TIME)
+    observed_generation: int | None = None
+
+
+class PlanSummary(_Status):
+    memory_per_gpu_gi_b: float | None = Field(None, alias="memoryPerGpuGiB")
+    fits: bool | None = None
+    flops_per_token: float | None = None
+    num_params: int | None = None
+    expected_tokens_per_second: float | None = None
+
+
+class ProgressStatus(_Status):
+    step: int | None = None
+    loss: float | None = None
+    tokens_per_second: float | None = None
+    mfu: float | None = None
+    last_checkpoint_step: int | None = None
+    last_checkpoint_time: str | None = Field(None, json_schema_extra=DATE_TIME)
+    heartbeat_time: str | None = Field(None, json_schema_extra=DATE_TIME)
+    update_time: str | None = Field(None, json_schema_extra=DATE_TIME)
+    # the trainer's per-step loss facts (trainer/llmtrain_trainer/losswatch.py)
+    non_finite_loss_steps: int | None = None
+    non_finite_loss_max_steps: int | None = None
+    non_finite_loss_first_step: int | None = None
+    loss_median: float | None = None
+    loss_spike_step: int | None = None
+    loss_spike_ratio: float | None = None
+    resumed_before_step: int | None = None
+
+
+class BadNode(_Status):
+    node: str
+    reason: str
+    attempt: int | None = None
+    pod: str | None = None
+    exit_code: int | None = None
+    xid: int | None = None
+    message: str | None = None
+    time: str | None = Field(None, json_schema_extra=DATE_TIME)
+
+
+class PreflightStatus(_Status):
+    attempt: int | None = None
+    healthy: bool | None = None
+    degraded: bool | None = None
+    bus_bandwidth_g_bps: float | None = Field(None, alias="busBandwidthGBps")
+    expected_bus_bandwidth_g_bps: float | None = Field(None, alias="expectedBusBandwidthGBps")
+    world_size: int | None = None
+    suspect_nodes: list[str] | None = None
+    time: str | None = Field(None, json_schema_extra=DATE_TIME)
+
+
+class FlightRecorder(_Status):
+    attempt: int | None = None
+    reason: str | None = Field(None, description="the restart cause in words (Reason.words)")
+    path: str | None = None
+    persistent: bool | None = None
+    note: str | None = None
+
+
+class LLMTrainingJobStatus(_Status):
+    phase: Phase | None = None
+    reason: str | None = Field(None, description="a Reason (or, while Pending, the pods' own reason)")
+    message: str | None = None
+    attempt: int | None = Field(None, description="the current attempt (1, 2, ...); only goes up")
+    restarts: int | None = Field(None, description="restarts spent of spec.resilience.maxRestarts; only goes up")
+    observed_generation: int | None = None
+    pytorch_job: str | None = Field(None, alias="pytorchJob")
+    rendezvous_id: str | None = None
+    start_time: str | None = Field(None, json_schema_extra=DATE_TIME)
+    attempt_start_time: str | None = Field(None, json_schema_extra=DATE_TIME)
+    attempt_creation_time: str | None = Field(None, json_schema_extra=DATE_TIME)
+    next_attempt_time: str | None = Field(None, json_schema_extra=DATE_TIME)
+    completion_time: str | None = Field(None, json_schema_extra=DATE_TIME)
+    model: str | None = None
+    plan: PlanSummary | None = None
+    progress: ProgressStatus | None = None
+    # a NaN/spike rollback the next attempt still has to apply (controller/health.py)
+    resume_before_step: int | None = None
+    # failure forensics, preflight and flight recorder (controller/forensics.py)
+    bad_nodes: list[BadNode] | None = None
+    avoid_nodes: list[str] | None = None
+    preflight: PreflightStatus | None = None
+    preflight_failures: int | None = None
+    flight_recorder: FlightRecorder | None = None
+    conditions: list[Condition] | None = None
+
+    def condition(self, type_: str) -> Condition | None:
+        return next((c for c in self.conditions or [] if c.type == type_), None)
+
+
+def parse(raw: dict | None) -> LLMTrainingJobStatus:
+    """The status as stored; a field this operator cannot read (a hand-edited object) is left out
+    rather than failing the job."""
+    raw = raw or {}
+    try:
+        return LLMTrainingJobStatus.model_validate(raw)
+    except ValueError:
+        good = {}
+        for key, value in raw.items():
+            try:
+                LLMTrainingJobStatus.model_validate({key: value})
+                good[key] = value
+            except ValueError:
+                continue
+        return LLMTrainingJobStatus.model_validate(good)
+
+
+def wire_fields() -> set[str]:
+    """The camelCase names status may have (the schema's properties)."""
+    return {f.alias or name for name, f in LLMTrainingJobStatus.model_fields.items()}

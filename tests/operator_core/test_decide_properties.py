@@ -1,0 +1,196 @@
+"""decide() over random histories (hypothesis), no cluster: a simulated job whose PyTorchJobs
+change state, fail, get deleted by hand, whose spec is suspended and resumed, whose writes
+conflict, whose operator restarts, and whose clock moves. Carried out the way act.py does (create,
+one conditional status write, delete older attempts), these must hold after every step:
+
+  * status.attempt and status.restarts never go down;
+  * no attempt's PyTorchJob is created twice (unless someone deleted it by hand meanwhile);
+  * restarts never exceed spec.resilience.maxRestarts;
+  * Succeeded and Failed stay;
+  * never two live PyTorchJobs, and none of an attempt later than status.attempt.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llmtrain.controller.act import wire
+from llmtrain.controller.snapshot import CreateResult
+from llmtrain.controller.status import Progress, timestamp
+
+from .decide_world import CFG, NOW, decide_, ptj, snap, tiny
+
+NO_FLOOR = replace(CFG, min_restart_backoff=0.0)  # restartBackoffSeconds 0 restarts at once
+
+STATES = ("Created", "Running", "Restarting", "Succeeded", "Failed")
+EVENTS = st.one_of(
+    st.tuples(st.just("state"), st.sampled_from(STATES)),
+    st.tuples(st.just("tick"), st.sampled_from((1, 15, 400, 1900, 3600))),
+    st.tuples(st.just("suspend"), st.booleans()),
+    st.tuples(st.just("delete_child"), st.none()),
+    st.tuples(st.just("operator_restart"), st.none()),
+    st.tuples(st.just("nan"), st.none()),
+    st.tuples(st.just("heartbeat"), st.none()),
+    st.tuples(st.just("conflict"), st.none()),
+    st.tuples(st.just("reject_create"), st.none()),
+)
+
+
+class World:
+    def __init__(self, max_restarts: int, backoff: int):
+        self.spec = tiny(resilience={"maxRestarts": max_restarts, "restartBackoffSeconds": backoff,
+                                     "startupTimeoutMinutes": 30, "hangTimeoutMinutes": 30})
+        self.max_restarts = max_restarts
+        self.generation = 1
+        self.status: dict = {}
+        self.children: dict[str, dict] = {}
+        self.now = NOW
+        self.first_sight = True
+        self.progress: tuple[int, Progress] | None = None
+        self.created: dict[str, int] = {}
+        self.deleted_by_hand: set[str] = set()
+        self.conflict_next = False
+        self.reject_next = False
+        self.history: list = []
+
+    def current(self) -> dict | None:
+        return self.children.get(f"j-a{self.status.get('attempt') or 1}")
+
+    def apply(self, kind, arg) -> None:
+        self.history.append((kind, arg))
+        if kind == "state" and self.current() is not None:
+            child = self.current()
+            conds = [{"type": "Created", "status": "True", "lastTransitionTime": timestamp(self.now)}]
+            if arg != "Created":
+                conds.append({"type": arg, "status": "True", "lastTransitionTime": timestamp(self.now),
+                              "message": "replica worker failed" if arg == "Failed" else ""})
+            child["status"] = {"conditions": conds}
+        elif kind == "tick":
+            self.now += dt.timedelta(seconds=arg)
+        elif kind == "suspend":
+            if bool(self.spec.get("suspend")) != arg:
+                self.spec = {**self.spec, "suspend": arg}
+                self.generation += 1
+        elif kind == "delete_child" and self.current() is not None:
+            name = self.current()["metadata"]["name"]
+            del self.children[name]
+            self.deleted_by_hand.add(name)
+        elif kind == "operator_restart":
+            self.first_sight = True
+        elif kind == "nan" and self.status.get("phase") == "Running":
+            self.progress = (self.status.get("attempt") or 1,
+                             Progress(step=5, nonfinite_loss_max_steps=3, nonfinite_loss_first_step=3))
+        elif kind == "heartbeat" and self.status.get("phase") == "Running":
+            self.status = {**self.status, "progress": {"heartbeatTime": timestamp(self.now)}}
+        elif kind == "conflict":
+            self.conflict_next = True
+        elif kind == "reject_create":
+            self.reject_next = True
+
+    def observed(self, **facts):
+        attempt = self.status.get("attempt") or 1
+        progress = self.progress[1] if self.progress and self.progress[0] == attempt else None
+        return snap(self.status, spec=self.spec, children=list(self.children.values()),
+                    generation=self.generation, now=self.now, first_sight=self.first_sight,
+                    progress=progress if self.status.get("phase") == "Running" else None, **facts)
+
+    def reconcile(self) -> None:
+        o = self.observed()
+        for _ in range(12):
+            plan = decide_(o, NO_FLOOR)
+            if plan.need == "failures":
+                o = o.with_(failures=())
+                continue
+            if plan.need == "ready_nodes":
+                o = o.with_(ready_nodes=None, ready_nodes_read=True)
+                continue
+            if plan.create is not None:
+                o = o.with_(created=self._create(plan.create))
+                continue
+            if plan.status is not None:
+                if self.conflict_next:  # someone wrote in between: read again, decide again
+                    self.conflict_next = False
+                    o = self.observed()
+                    continue
+                self._write(wire(plan.status))
+            self._delete(plan.delete)
+            if plan.status is None:
+                return
+            self.first_sight = self.first_sight and plan.outcome is None
+            o = self.observed()
+
+    def _create(self, obj: dict) -> CreateResult:
+        name = obj["metadata"]["name"]
+        if self.reject_next:
+            self.reject_next = False
+            return CreateResult(name, "rejected", "422 Unprocessable Entity")
+        if name in self.children:
+            return CreateResult(name, "adopted", rendezvous_id=obj["spec"]["elasticPolicy"]["rdzvId"])
+        assert name not in self.created or name in self.deleted_by_hand, \
+            f"{name} created twice: {self.history}"
+        self.deleted_by_hand.discard(name)
+        self.created[name] = self.created.get(name, 0) + 1
+        attempt = int(name.rsplit("-a", 1)[1])
+        assert attempt == (self.status.get("attempt") or 1), (name, self.status)
+        self.children[name] = ptj(attempt, None, raw_spec=self.spec)
+        return CreateResult(name, "created", rendezvous_id=obj["spec"]["elasticPolicy"]["rdzvId"])
+
+    def _write(self, update: dict) -> None:
+        before = self.status
+        after = {k: v for k, v in {**before, **update}.items() if v is not None}
+        hist = self.history
+        assert (after.get("attempt") or 1) >= (before.get("attempt") or 1), hist
+        assert (after.get("restarts") or 0) >= (before.get("restarts") or 0), hist
+        assert (after.get("restarts") or 0) <= self.max_restarts, (after, hist)
+        if before.get("phase") in ("Succeeded", "Failed"):
+            raise AssertionError(f"a terminal job was written: {before} → {update} after {hist}")
+        if (after.get("attempt") or 1) > (before.get("attempt") or 1):
+            assert after["attempt"] == (before.get("attempt") or 1) + 1, hist
+        self.status = after
+
+    def _delete(self, names) -> None:
+        attempt = self.status.get("attempt") or 1
+        for name in list(names) + [n for n, c in self.children.items()
+                                   if int(c["metadata"]["labels"]["llmtrain.dev/attempt"]) < attempt]:
+            self.children.pop(name, None)
+
+    def check(self) -> None:
+        attempt = self.status.get("attempt") or 1
+        live = [c for c in self.children.values() if not c["metadata"].get("deletionTimestamp")]
+        assert len(live) <= 1, (list(self.children), self.history)
+        assert all(int(c["metadata"]["labels"]["llmtrain.dev/attempt"]) <= attempt for c in live), self.history
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(max_restarts=st.integers(0, 3), backoff=st.sampled_from((0, 10)),
+       events=st.lists(EVENTS, min_size=1, max_size=40))
+def test_random_histories_keep_the_invariants(max_restarts, backoff, events):
+    world = World(max_restarts, backoff)
+    world.reconcile()
+    terminal = None
+    for kind, arg in events:
+        world.apply(kind, arg)
+        world.reconcile()
+        world.check()
+        if terminal is not None:
+            assert world.status.get("phase") == terminal, world.history
+        if world.status.get("phase") in ("Succeeded", "Failed"):
+            terminal = world.status["phase"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(max_restarts=st.integers(0, 3), n=st.integers(1, 8))
+def test_failing_again_and_again_ends_failed_after_exactly_the_budget(max_restarts, n):
+    """Every attempt fails as soon as it exists: the job spends maxRestarts restarts, then Failed."""
+    world = World(max_restarts, 0)
+    world.reconcile()
+    for _ in range(max_restarts + 2):
+        world.apply("state", "Failed")
+        world.reconcile()
+    assert world.status["phase"] == "Failed" and world.status["reason"] == "RestartBudgetExhausted"
+    assert world.status["restarts"] == max_restarts and world.status["attempt"] == max_restarts + 1
+    assert sorted(world.created) == sorted(f"j-a{i}" for i in range(1, max_restarts + 2))
