@@ -2,7 +2,7 @@
 """Write the generated reference pages from their one source each; never edit them by hand.
 
   docs/reference/api.md            <- the pydantic models in operator/llmtrain/spec.py
-                                      (LLMTrainingJobSpec, and LLMTrainingJobStatus when it exists)
+                                      (LLMTrainingJobSpec and LLMTrainingJobStatus)
   docs/reference/cli.md            <- the argparse parser of `llmtrain` (llmtrain.cli.build_parser)
   docs/reference/metrics.md        <- the operator's and the trainer's prometheus-client registries
   docs/reference/helm-values.md    <- the `# --` comments of charts/llmtrain-operator/values.yaml
@@ -117,9 +117,9 @@ def _model_section(title: str, model) -> list[str]:
 
 
 def api_md() -> str:
-    from llmtrain import spec
+    from llmtrain import spec, status
 
-    lines = [HEADER.format(source="operator/llmtrain/spec.py"), "# LLMTrainingJob API", "",
+    lines = [HEADER.format(source="operator/llmtrain/spec.py and operator/llmtrain/status.py"), "# LLMTrainingJob API", "",
              f"`apiVersion: {spec.API_VERSION}`, `kind: {spec.KIND}`, short name "
              f"`{', '.join(spec.SHORT_NAMES)}`. Field names are as written in YAML. The API server checks "
              "types, enums, bounds and defaults; `llmtrain validate` and the operator check the rest "
@@ -127,9 +127,8 @@ def api_md() -> str:
              "Mutability: only `spec.resilience`, `spec.suspend` and `spec.checkpoint.intervalMinutes` / "
              "`keep` may change after creation.", "", "## spec", ""]
     lines += _model_section("spec", spec.LLMTrainingJobSpec)
-    status = getattr(spec, "LLMTrainingJobStatus", None)
-    if status is not None:
-        lines += ["## status", "", *_model_section("status", status)]
+    lines += ["## status", "", "Written by the operator only (one writer: the reconciler's decide step).", "",
+              *_model_section("status", status.LLMTrainingJobStatus)]
     return "\n".join(lines).rstrip() + "\n"
 
 
