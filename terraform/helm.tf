@@ -104,6 +104,7 @@ resource "helm_release" "llmtrain" {
     kustomization_resource.training_operator_p2,
     kubernetes_namespace_v1.training,
     kubernetes_namespace_v1.tenant,     # watched namespaces exist before the operator starts
+    kubernetes_secret_v1.rendezvous_ca, # etcd and the operator mount it (etcd.auth.enabled)
     helm_release.kube_prometheus_stack, # its CRDs (ServiceMonitor, PrometheusRule) first
   ]
 }

@@ -19,6 +19,11 @@ terraform {
       source  = "hashicorp/kubernetes"
       version = "~> 2.36"
     }
+    # The rendezvous CA and etcd's server certificate (rendezvous_ca.tf).
+    tls = {
+      source  = "hashicorp/tls"
+      version = "~> 4.0"
+    }
     # The Kubeflow training-operator ships kustomize manifests, not a Helm chart.
     kustomization = {
       source  = "kbst/kustomization"
