@@ -159,7 +159,7 @@ CASES = [
          snap(running(), children=[ptj(1, "Failed", message="replica worker failed")], failures=()),
          "attempt_failed",
          status={"phase": "Restarting", "attempt": 2, "restarts": 1, "reason": "Failed", "pytorchJob": "j-a2",
-                 "rendezvousId": "ns-j-01234567-a2", "nextAttemptTime": later(seconds=10),
+                 "rendezvousId": "ns..j-01234567-a2", "nextAttemptTime": later(seconds=10),
                  "attemptCreationTime": later(seconds=10)},
          delete=("j-a1",), events=[(True, "Restarting")], restart=Reason.FAILED, outcome="restarted",
          check=all_of(ready_is("False", "Restarting"), message_has("attempt 1 failed: replica worker failed",

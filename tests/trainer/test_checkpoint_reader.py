@@ -190,7 +190,8 @@ def test_a_torch_without_the_storage_type_map_falls_back_to_dcps_reader(tmp_path
     expected = _blank(_saved_state())
     dcp.load(expected, storage_reader=FileSystemReader(path), no_dist=True)
 
-    spec = importlib.util.spec_from_file_location("checkpoint_reader_without_map", installed.__file__)
+    # inside the package, so its relative imports (checkpoint_safety) resolve as the installed one's do
+    spec = importlib.util.spec_from_file_location("llmtrain_trainer._checkpoint_reader_without_map", installed.__file__)
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, module)  # a module of its own: the installed one stays
     # Only our module's import sees the attribute missing (torch.save itself, which wrote the
