@@ -5,16 +5,12 @@ operator tests; the caller bootstraps auth with the operator's code."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import time
-import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
 from llmtrain import rendezvous_auth as ra
 from llmtrain_devcluster.process import free_port
-from llmtrain_trainer.local import _etcd_binary
+from llmtrain_trainer.local import _etcd_binary, etcd_process
 
 
 @contextmanager
@@ -23,37 +19,13 @@ def secured_etcd(tmp: Path, ca: ra.CertificateAuthority, client_port: int | None
     server = ca.issue("etcd-server", server_names=("127.0.0.1", "localhost")).write(tmp / "server")
     cport, pport, mport = client_port or free_port(), free_port(), free_port()
     curl, purl = f"https://127.0.0.1:{cport}", f"http://127.0.0.1:{pport}"
-    log_path = tmp / "etcd.log"
-    log = open(log_path, "wb")
-    proc = subprocess.Popen(
-        [_etcd_binary(), "--name=default", f"--data-dir={tmp / 'data'}",
-         f"--listen-client-urls={curl}", f"--advertise-client-urls={curl}",
-         f"--listen-peer-urls={purl}", f"--initial-advertise-peer-urls={purl}",
-         f"--initial-cluster=default={purl}", "--initial-cluster-state=new", "--enable-v2=true",
-         f"--cert-file={server / ra.CERT_KEY}", f"--key-file={server / ra.KEY_KEY}",
-         f"--trusted-ca-file={server / ra.CA_KEY}", "--client-cert-auth=true",
-         f"--listen-metrics-urls=http://127.0.0.1:{mport}", "--log-level=warn"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while True:  # readiness as the chart's probes: the metrics listener's /health
-            if proc.poll() is not None:
-                raise RuntimeError(f"etcd exited {proc.returncode}: {log_path.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{mport}/health", timeout=1) as r:
-                    if json.loads(r.read()).get("health") == "true":
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("etcd did not become healthy in 60 s")
-            time.sleep(0.1)
+    argv = [_etcd_binary(), "--name=default", f"--data-dir={tmp / 'data'}",
+            f"--listen-client-urls={curl}", f"--advertise-client-urls={curl}",
+            f"--listen-peer-urls={purl}", f"--initial-advertise-peer-urls={purl}",
+            f"--initial-cluster=default={purl}", "--initial-cluster-state=new", "--enable-v2=true",
+            f"--cert-file={server / ra.CERT_KEY}", f"--key-file={server / ra.KEY_KEY}",
+            f"--trusted-ca-file={server / ra.CA_KEY}", "--client-cert-auth=true",
+            f"--listen-metrics-urls=http://127.0.0.1:{mport}", "--log-level=warn"]
+    # readiness as the chart's probes: the metrics listener's /health
+    with etcd_process(argv, f"http://127.0.0.1:{mport}/health", str(tmp / "etcd.log")):
         yield f"127.0.0.1:{cport}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()

@@ -48,25 +48,21 @@ def _etcd_binary() -> str:
 
 
 @contextmanager
-def local_etcd(data_dir: str):
-    """A single-member etcd with the v2 API (torch's etcd rendezvous speaks v2); yields host:port."""
-    os.makedirs(data_dir, mode=0o700, exist_ok=True)
-    # Started here and polled on /health until it serves.
-    cport, pport = free_port(), free_port()
-    curl, purl = f"http://127.0.0.1:{cport}", f"http://127.0.0.1:{pport}"
-    log = open(os.path.join(os.path.dirname(data_dir), "etcd.log"), "ab")
-    proc = subprocess.Popen([_etcd_binary(), "--name=default", f"--data-dir={data_dir}",
-                             f"--listen-client-urls={curl}", f"--advertise-client-urls={curl}",
-                             f"--listen-peer-urls={purl}", f"--initial-advertise-peer-urls={purl}",
-                             f"--initial-cluster=default={purl}", "--enable-v2=true", "--log-level=warn"],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+def etcd_process(argv: list[str], health_url: str, log_path: str):
+    """Start etcd with `argv`, poll `health_url` until it serves (60 s at most), yield, stop it.
+    Shared by `local_etcd` and the tests' TLS etcd, which differ only in their flags."""
+    log = open(log_path, "ab")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"etcd exited with {proc.returncode}; see {log.name}")
+                log.flush()
+                with open(log_path, "rb") as f:
+                    tail = f.read()[-2000:].decode(errors="replace")
+                raise RuntimeError(f"etcd exited with {proc.returncode} ({log_path}): {tail}")
             try:
-                with urllib.request.urlopen(f"{curl}/health", timeout=1) as r:
+                with urllib.request.urlopen(health_url, timeout=1) as r:
                     if json.loads(r.read()).get("health") == "true":
                         break
             except OSError:
@@ -74,15 +70,29 @@ def local_etcd(data_dir: str):
             if time.monotonic() > deadline:
                 raise RuntimeError("etcd did not become healthy within 60 s")
             time.sleep(0.1)
-        yield f"127.0.0.1:{cport}"
+        yield
     finally:
         proc.terminate()
         try:
-            proc.wait(15)
+            proc.wait(30)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
         log.close()
+
+
+@contextmanager
+def local_etcd(data_dir: str):
+    """A single-member etcd with the v2 API (torch's etcd rendezvous speaks v2); yields host:port."""
+    os.makedirs(data_dir, mode=0o700, exist_ok=True)
+    cport, pport = free_port(), free_port()
+    curl, purl = f"http://127.0.0.1:{cport}", f"http://127.0.0.1:{pport}"
+    argv = [_etcd_binary(), "--name=default", f"--data-dir={data_dir}",
+            f"--listen-client-urls={curl}", f"--advertise-client-urls={curl}",
+            f"--listen-peer-urls={purl}", f"--initial-advertise-peer-urls={purl}",
+            f"--initial-cluster=default={purl}", "--enable-v2=true", "--log-level=warn"]
+    with etcd_process(argv, f"{curl}/health", os.path.join(os.path.dirname(data_dir), "etcd.log")):
+        yield f"127.0.0.1:{cport}"
 
 
 def default_nproc(spec) -> int:
