@@ -74,6 +74,10 @@ NODE_LOST_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-re
 JOB_LABEL = "llmtrain.dev/job"
 ATTEMPT_LABEL = "llmtrain.dev/attempt"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+# Kueue's topology-aware scheduling asks per pod set (the Worker replicas' pod template)
+TOPOLOGY_ANNOTATION = {"required": "kueue.x-k8s.io/podset-required-topology",
+                       "preferred": "kueue.x-k8s.io/podset-preferred-topology"}
 # Set by Kubeflow on each worker pod; index 0 runs local rank 0 of the first node.
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -348,6 +352,11 @@ def render_pytorchjob(spec: LLMTrainingJobSpec, name: str, namespace: str = "def
               JOB_LABEL: name, ATTEMPT_LABEL: str(attempt)}
     if spec.cluster.queue_name:
         labels[QUEUE_LABEL] = spec.cluster.queue_name
+    if spec.cluster.workload_priority_class:
+        labels[PRIORITY_CLASS_LABEL] = spec.cluster.workload_priority_class
+    pod_annotations = {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT)}
+    if spec.cluster.topology is not None:
+        pod_annotations[TOPOLOGY_ANNOTATION[spec.cluster.topology.mode]] = spec.cluster.topology.level
     node_selector = dict(spec.cluster.node_selector)
     if inst.is_gpu:  # the pin is authoritative: applied last, over anything the user gave
         node_selector[INSTANCE_TYPE_LABEL] = inst.name
@@ -371,7 +380,8 @@ def render_pytorchjob(spec: LLMTrainingJobSpec, name: str, namespace: str = "def
     owner = {"apiVersion": API_VERSION, "kind": KIND, "name": name, "uid": uid} if uid else None
     slots: list[str] = []
     text = _template().render(
-        slots_=slots, name=ptj_name, namespace=namespace, labels=labels, owner=owner, spec=spec, inst=inst,
+        slots_=slots, name=ptj_name, namespace=namespace, labels=labels, pod_annotations=pod_annotations,
+        owner=owner, spec=spec, inst=inst,
         rdzv=rdzv, nodes=spec.cluster.nodes, min_nodes=min_nodes, procs_per_node=procs,
         metrics_port=METRICS_PORT, grace_seconds=TERMINATION_GRACE_SECONDS, node_selector=node_selector, tolerations=tolerations,
         command=COMMAND, args=_args(spec, procs, min_nodes, rdzv),

@@ -47,6 +47,13 @@ IMMUTABLE = {"x-kubernetes-validations": [{
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 # A label value that is also a valid Kueue LocalQueue name (DNS subdomain ≤ 63).
 QUEUE_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+# A Kueue WorkloadPriorityClass name, also a label value (DNS subdomain ≤ 63); the same language as
+# QUEUE_NAME, written apart so that each has its own words in validation.PATTERN_WORDS.
+PRIORITY_CLASS_NAME = r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$"
+# Kueue's topology-aware scheduling: the node labels of an EKS Topology (network node layers of the
+# EC2 instance topology API, outermost first) and the node itself.
+TOPOLOGY_LEVELS = ("topology.k8s.aws/network-node-layer-1", "topology.k8s.aws/network-node-layer-2",
+                   "topology.k8s.aws/network-node-layer-3", "kubernetes.io/hostname")
 LABEL_KEY = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
              r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
@@ -167,6 +174,18 @@ class Toleration(_Spec):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
 
 
+class TopologySpec(_Spec):
+    """Kueue topology-aware placement of all the job's nodes (pod-template annotations
+    kueue.x-k8s.io/podset-required-topology or podset-preferred-topology)."""
+
+    mode: Literal["required", "preferred"] = Field(
+        description="required: all nodes under one domain of `level`, or wait in the queue; preferred: "
+                    "as few domains as Kueue can")
+    level: str = Field(json_schema_extra={"enum": list(TOPOLOGY_LEVELS)}, description=(
+        "the node label of the domain: topology.k8s.aws/network-node-layer-3 is the closest "
+        "(one network spine block), layer-1 the widest; kubernetes.io/hostname one node"))
+
+
 class ClusterSpec(_Spec):
     instance_type: str = Field(json_schema_extra={"enum": list(instance_types())})
     nodes: int = Field(1, ge=1, le=4096)
@@ -182,6 +201,11 @@ class ClusterSpec(_Spec):
     tolerations: list[Toleration] = Field(default_factory=list, max_length=MAX_TOLERATIONS)
     priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN)
     queue_name: str | None = Field(None, max_length=63, pattern=QUEUE_NAME, description="Kueue LocalQueue name")
+    workload_priority_class: str | None = Field(
+        None, max_length=63, pattern=PRIORITY_CLASS_NAME, description="Kueue WorkloadPriorityClass name "
+        "(label kueue.x-k8s.io/priority-class): which queued job Kueue admits first and which it may "
+        "preempt; needs queueName")
+    topology: TopologySpec | None = Field(None, description="Kueue topology-aware placement; needs queueName")
     scheduler_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN)
     service_account_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN)
     env: dict[Annotated[str, Field(max_length=MAX_ENV_NAME)], Annotated[str, Field(max_length=MAX_ENV_VALUE)]] = Field(

@@ -65,6 +65,10 @@ class Reason(str, Enum):
     IMMUTABLE_FIELD_CHANGED = "ImmutableFieldChanged"
     ROLLED_BACK = "RolledBack"       # event: resumeBeforeStep applied by the attempt
     POD_FAILED_ON_NODE = "PodFailedOnNode"  # event from the pod watch (nodes.py)
+    # Kueue (controller/kueue.py): the attempt's PyTorchJob waits suspended until Kueue admits it
+    QUEUED = "Queued"                # not admitted yet: Kueue's words in status.message
+    ADMITTED = "Admitted"            # Kueue unsuspended it: the start-up deadline counts from here
+    PREEMPTED = "Preempted"          # Kueue suspended it again (preempted or evicted): no restart spent
     # the job cannot run: terminal, no restart
     INVALID_SPEC = "InvalidSpec"
     RENDER_FAILED = "RenderFailed"
@@ -203,6 +207,9 @@ class LLMTrainingJobStatus(_Status):
     start_time: str | None = Field(None, json_schema_extra=DATE_TIME)
     attempt_start_time: str | None = Field(None, json_schema_extra=DATE_TIME)
     attempt_creation_time: str | None = Field(None, json_schema_extra=DATE_TIME)
+    admission_time: str | None = Field(None, json_schema_extra=DATE_TIME, description=(
+        "when Kueue last admitted the current attempt (unsuspended its PyTorchJob); the start-up "
+        "deadline counts from here"))
     next_attempt_time: str | None = Field(None, json_schema_extra=DATE_TIME)
     completion_time: str | None = Field(None, json_schema_extra=DATE_TIME)
     model: str | None = None

@@ -21,7 +21,8 @@ from .catalog import instance_types, model_presets
 from .defaults import resolve
 from .planner import plan_job, suggest_fit
 from .spec import (API_VERSION, DEFAULT_ETCD_ENDPOINT, DNS_SUBDOMAIN, HOST_PORT, IMAGE_REFERENCE,
-                   INSTANCE_TYPE_LABEL, KIND, LABEL_KEY, LABEL_VALUE, QUEUE_NAME, LLMTrainingJobSpec,
+                   INSTANCE_TYPE_LABEL, KIND, LABEL_KEY, LABEL_VALUE, PRIORITY_CLASS_NAME, QUEUE_NAME,
+                   TOPOLOGY_LEVELS, LLMTrainingJobSpec,
                    resolve_dims)
 
 # Kubeflow names the worker Services `<job>-a<attempt>-worker-<index>`; they must be DNS-1035 labels (≤ 63).
@@ -131,6 +132,9 @@ PATTERN_WORDS: dict[str, tuple[str, str]] = {
                                          "(e.g. 'scratch-1')"),
     QUEUE_NAME: ("is not a Kueue LocalQueue name",
                  f"up to 63 lowercase letters, digits, '-' and '.', {_STARTS_ENDS} (e.g. 'team-a')"),
+    PRIORITY_CLASS_NAME: ("is not a Kueue WorkloadPriorityClass name",
+                          f"up to 63 lowercase letters, digits, '-' and '.', {_STARTS_ENDS} "
+                          "(e.g. 'production')"),
     LABEL_KEY: ("is not a label key",
                 f"[prefix/]name: a name of up to 63 letters, digits, '-', '_' and '.', {_STARTS_ENDS}; "
                 "the prefix a DNS subdomain (e.g. 'example.com/pool')"),
@@ -266,6 +270,13 @@ def check(spec: LLMTrainingJobSpec, name: str = "job", default_etcd_endpoint: st
     if c.min_nodes is not None and c.min_nodes > c.nodes:
         p.append(Problem("spec.cluster.minNodes", f"{c.min_nodes} is more than nodes ({c.nodes})",
                          f"1..{c.nodes}"))
+    for field, value in (("workloadPriorityClass", c.workload_priority_class), ("topology", c.topology)):
+        if value is not None and not c.queue_name:
+            p.append(Problem(f"spec.cluster.{field}", "is read by Kueue, which only manages a job with a queue",
+                             "set spec.cluster.queueName (the Kueue LocalQueue) too, or remove it"))
+    if c.topology is not None and c.topology.level not in TOPOLOGY_LEVELS:
+        p.append(Problem("spec.cluster.topology.level", f"{_short(c.topology.level)} is not a topology level",
+                         " | ".join(TOPOLOGY_LEVELS)))
     if c.processes_per_node is not None and inst.is_gpu:
         p.append(Problem("spec.cluster.processesPerNode", f"{c.instance_type} runs one worker per GPU "
                          f"({inst.gpus_per_node})", "leave it unset on GPU instance types"))

@@ -40,7 +40,7 @@ def gpu(nodes: int = 2, **sections) -> dict:
 
 
 def ptj(attempt: int, state: str | None = None, *, owned: bool = True, deleting: bool = False,
-        message: str = "", raw_spec: dict | None = None, name: str = "j") -> dict:
+        message: str = "", raw_spec: dict | None = None, name: str = "j", suspended: bool = False) -> dict:
     meta = {"name": f"{name}-a{attempt}", "namespace": "ns", "resourceVersion": "7",
             "labels": {JOB_LABEL: name, ATTEMPT_LABEL: str(attempt)},
             "ownerReferences": [{"uid": UID if owned else "someone-else"}],
@@ -53,7 +53,10 @@ def ptj(attempt: int, state: str | None = None, *, owned: bool = True, deleting:
         if state != "Created":
             conds.append({"type": state, "status": "True", "lastTransitionTime": ago(minutes=5),
                           "message": message})
-    return {"metadata": meta, "spec": {"elasticPolicy": {"rdzvId": f"ns-j-01234567-a{attempt}"}},
+    spec: dict = {"elasticPolicy": {"rdzvId": f"ns-j-01234567-a{attempt}"}}
+    if suspended:  # as Kueue leaves a PyTorchJob it has not admitted (or took back)
+        spec["runPolicy"] = {"suspend": True}
+    return {"metadata": meta, "spec": spec,
             "status": {"conditions": conds}}
 
 

@@ -82,4 +82,9 @@ CASES = [
      {"cluster": {"tolerations": [{"key": "dedicated", "operator": "Equal"}]}},
      "spec.cluster.tolerations[0]", "needs a key and a value"),
     ("name-too-long", "x" * 46, {}, "metadata.name", "DNS-1035"),
+    ("priority-without-queue", "bad-priority", {"cluster": {"workloadPriorityClass": "production"}},
+     "spec.cluster.workloadPriorityClass", "only manages a job with a queue"),
+    ("topology-without-queue", "bad-topology",
+     {"cluster": {"topology": {"mode": "required", "level": "topology.k8s.aws/network-node-layer-3"}}},
+     "spec.cluster.topology", "only manages a job with a queue"),
 ]

@@ -37,6 +37,7 @@ EVENTS = st.one_of(
     st.tuples(st.just("heartbeat"), st.none()),
     st.tuples(st.just("conflict"), st.none()),
     st.tuples(st.just("reject_create"), st.none()),
+    st.tuples(st.just("kueue_suspend"), st.booleans()),  # Kueue takes the PyTorchJob back / admits it
 )
 
 
@@ -90,6 +91,8 @@ class World:
             self.conflict_next = True
         elif kind == "reject_create":
             self.reject_next = True
+        elif kind == "kueue_suspend" and self.current() is not None:
+            self.current().setdefault("spec", {})["runPolicy"] = {"suspend": arg}
 
     def observed(self, **facts):
         attempt = self.status.get("attempt") or 1
@@ -107,6 +110,9 @@ class World:
                 continue
             if plan.need == "ready_nodes":
                 o = o.with_(ready_nodes=None, ready_nodes_read=True)
+                continue
+            if plan.need == "workload":
+                o = o.with_(workload=None, workload_read=True)
                 continue
             if plan.create is not None:
                 o = o.with_(created=self._create(plan.create))
@@ -180,6 +186,32 @@ def test_random_histories_keep_the_invariants(max_restarts, backoff, events):
             assert world.status.get("phase") == terminal, world.history
         if world.status.get("phase") in ("Succeeded", "Failed"):
             terminal = world.status["phase"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ticks=st.lists(st.sampled_from((1, 15, 400, 1900, 3600, 5 * 3600)), min_size=1, max_size=20),
+       preempt=st.booleans())
+def test_waiting_in_kueue_never_spends_a_restart(ticks, preempt):
+    """However long Kueue keeps the PyTorchJob suspended (first, or again after a preemption), the
+    job stays Pending at attempt 1 with restarts 0: queued is not stuck."""
+    world = World(3, 0)
+    world.reconcile()
+    if preempt:
+        world.apply("state", "Running")
+        world.reconcile()
+    world.apply("kueue_suspend", True)
+    world.reconcile()
+    for t in ticks:
+        world.apply("tick", t)
+        world.reconcile()
+        assert world.status["phase"] == "Pending", world.history
+        assert (world.status["attempt"], world.status.get("restarts") or 0) == (1, 0), world.history
+        assert world.status["reason"] == ("Preempted" if preempt else "Queued"), world.status
+    world.apply("kueue_suspend", False)
+    world.reconcile()
+    # admitted (and Running again at once where its conditions already say so), restarts still 0
+    assert world.status["admissionTime"] == timestamp(world.now), world.status
+    assert world.status["reason"] == ("Running" if preempt else "Admitted") and world.status["restarts"] == 0
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

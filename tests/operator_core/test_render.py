@@ -333,3 +333,25 @@ def test_a_changed_spec_never_gets_the_previous_jobs_values():
     assert (_container(b)["image"], _env(b)["X"]) == ("registry/b:2", "2")
     b["metadata"]["labels"]["mutated"] = "yes"  # callers own what they get: nothing shared
     assert "mutated" not in _render(_spec(cluster={"image": "registry/b:2"}))["metadata"]["labels"]
+
+
+@pytest.mark.parametrize("mode,annotation", [("required", "kueue.x-k8s.io/podset-required-topology"),
+                                             ("preferred", "kueue.x-k8s.io/podset-preferred-topology")])
+def test_kueue_priority_and_topology_become_kueues_label_and_pod_set_annotation(mode, annotation):
+    level = "topology.k8s.aws/network-node-layer-3"
+    obj = _render(_spec(cluster={"queueName": "p5-team", "workloadPriorityClass": "production",
+                                 "topology": {"mode": mode, "level": level}}))
+    assert obj["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "production"
+    assert obj["spec"]["runPolicy"]["suspend"] is True  # Kueue unsuspends it when it admits it
+    annotations = obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"]
+    assert annotations[annotation] == level
+    assert not any(k.startswith("kueue.x-k8s.io/podset-") and k != annotation for k in annotations)
+    assert annotations["prometheus.io/scrape"] == "true"
+
+
+def test_no_kueue_fields_no_kueue_label_or_annotation():
+    obj = _render()
+    assert not any(k.startswith("kueue.x-k8s.io/") for k in obj["metadata"]["labels"])
+    template = obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]
+    assert not any(k.startswith("kueue.x-k8s.io/") for k in template["annotations"])
+    assert "suspend" not in obj["spec"]["runPolicy"]

@@ -23,6 +23,10 @@ cluster-admin.
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+{{- /* Why a queued job waits, in Kueue's words (controller/kueue.py). Read only. */}}
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  verbs: [list]
 {{- if .Values.jobNetworkPolicy.enabled }}
 {{- /* One NetworkPolicy per job (controller/tenancy.py); created, never read or changed. */}}
 - apiGroups: [networking.k8s.io]

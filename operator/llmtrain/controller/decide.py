@@ -253,6 +253,75 @@ def attempt_failed(o: Observed, cfg) -> Plan | None:
                    floor=cfg.min_restart_backoff)
 
 
+# --- Kueue: the attempt's PyTorchJob is suspended until Kueue admits it (controller/kueue.py) ---
+
+def _queue_words(o: Observed) -> str:
+    w = o.workload
+    queue = o.spec.cluster.queue_name if o.spec is not None else None
+    where = f"LocalQueue {queue}" if queue else "its queue"
+    if w is None:
+        return f"waiting for Kueue to admit the PyTorchJob ({where}; no Kueue Workload for it yet)"
+    return f"waiting in {where} for Kueue to admit Workload {w.name}: {w.message or 'not admitted yet'}"
+
+
+@situation(Transition(("Running",), "Pending", Reason.PREEMPTED))
+def preempted(o: Observed, cfg) -> Plan | None:
+    """Kueue suspended the running attempt's PyTorchJob again (preempted by a higher priority, or
+    evicted): its pods get their grace period and the trainer saves on SIGTERM. Pending, no restart
+    spent: the same PyTorchJob (the same Workload, in its place in the queue) runs again once
+    re-admitted, from the newest checkpoint."""
+    current = _current(o)
+    if o.status.phase != Phase.RUNNING or current is None or not current.suspended:
+        return None
+    if not o.workload_read:
+        return Plan("preempted", need="workload")
+    w = o.workload
+    why = f"{w.evicted}: {w.evicted_message}" if w is not None and w.evicted else "its PyTorchJob was suspended"
+    msg = f"attempt {o.attempt} preempted by Kueue ({why}); no restart spent, queued again"
+    return Plan("preempted", status={
+        "phase": Phase.PENDING, "reason": Reason.PREEMPTED, "message": msg, "admissionTime": None,
+        "conditions": cond(o, conds_of(o), READY, False, Reason.QUEUED, msg)},
+        events=(Event(True, Reason.PREEMPTED, msg),), outcome="preempted")
+
+
+@situation(Transition(("Pending", "Restarting"), "Pending", Reason.QUEUED))
+def queued(o: Observed, cfg) -> Plan | None:
+    """The attempt's PyTorchJob waits suspended for Kueue: Pending, reason Queued (Preempted stays,
+    until re-admission, for one that was taken back), Kueue's own words in status.message and an
+    event when they change. No start-up deadline runs while queued."""
+    current = _current(o)
+    if o.status.phase not in (Phase.PENDING, Phase.RESTARTING) or current is None or not current.suspended:
+        return None
+    if not o.workload_read:
+        return Plan("queued", need="workload")
+    reason = Reason.PREEMPTED if o.status.reason == Reason.PREEMPTED.value else Reason.QUEUED
+    words = _queue_words(o)
+    msg = (f"attempt {o.attempt} was preempted; {words}" if reason == Reason.PREEMPTED else words)
+    if (o.status.phase, o.status.reason, o.status.message) == (Phase.PENDING, reason.value, msg):
+        return None
+    return Plan("queued", status={
+        "phase": Phase.PENDING, "reason": reason, "message": msg, "admissionTime": None,
+        "conditions": cond(o, conds_of(o), READY, False, Reason.QUEUED, msg)},
+        events=(Event(False, Reason.QUEUED, msg),))
+
+
+@situation(Transition(("Pending", "Restarting"), "=", Reason.ADMITTED))
+def admitted(o: Observed, cfg) -> Plan | None:
+    """Kueue admitted the attempt (unsuspended its PyTorchJob): record when, since the start-up
+    deadline counts from admission, not from creation."""
+    current = _current(o)
+    if (o.status.phase not in (Phase.PENDING, Phase.RESTARTING) or current is None or current.suspended
+            or o.status.admission_time is not None
+            or not (o.status.reason in (Reason.QUEUED.value, Reason.PREEMPTED.value)
+                    or (o.spec is not None and o.spec.cluster.queue_name))):
+        return None
+    msg = f"admitted by Kueue: PyTorchJob {current.name} unsuspended, its pods start"
+    return Plan("admitted", status={
+        "reason": Reason.ADMITTED, "message": msg, "admissionTime": timestamp(o.now),
+        "conditions": cond(o, conds_of(o), READY, False, Reason.ADMITTED, msg)},
+        events=(Event(False, Reason.ADMITTED, msg),))
+
+
 @situation(Transition(("Running", "Restarting"), "Pending", Reason.CREATED),
            Transition(("Pending", "Restarting"), "Running", Reason.RUNNING),
            Transition(("Pending", "Running"), "Restarting", Reason.RESTARTING),
@@ -261,6 +330,8 @@ def follow(o: Observed, cfg) -> Plan | None:
     """Copy the PyTorchJob's (non-failed) state into the job's phase."""
     current = _current(o)
     if current is None or current.state is None or PHASE_OF[current.state] == o.status.phase:
+        return None
+    if current.suspended:  # Kueue holds it (queued, preempted): its conditions may still say Running
         return None
     phase = PHASE_OF[current.state]
     message = f"PyTorchJob {current.name} is {current.state}"
@@ -279,10 +350,14 @@ def follow(o: Observed, cfg) -> Plan | None:
            Transition(("Pending", "Restarting"), "Failed", Reason.RESTART_BUDGET_EXHAUSTED))
 def startup_timeout(o: Observed, cfg) -> Plan | None:
     """The attempt's pods did not all start within spec.resilience.startupTimeoutMinutes of its
-    creation: the next attempt (restart spent), its message in the pods' own words."""
-    if o.status.phase not in (Phase.PENDING, Phase.RESTARTING) or _current(o) is None:
-        return None
-    since = parse_time(o.status.attempt_creation_time)
+    creation (or of Kueue's admission, when later): the next attempt (restart spent), its message in
+    the pods' own words."""
+    current = _current(o)
+    if o.status.phase not in (Phase.PENDING, Phase.RESTARTING) or current is None or current.suspended:
+        return None  # suspended: queued in Kueue, no deadline runs
+    # from creation, or from Kueue's admission when it came later
+    since = max((t for t in (parse_time(o.status.attempt_creation_time), parse_time(o.status.admission_time))
+                 if t is not None), default=None)
     timeout = dt.timedelta(minutes=resilience_of(o).startup_timeout_minutes)
     if since is None or o.now - since <= timeout:
         return None
@@ -367,7 +442,8 @@ def steady(o: Observed, cfg) -> Plan:
 
 SITUATIONS: tuple[Situation, ...] = (
     terminal, new_invalid, new_suspended, new_job, spec_changed, awaiting_watch, suspended, suspend,
-    backoff, missing_child, child_deleting, attempt_failed, follow, startup_timeout, pods_stuck,
+    backoff, missing_child, child_deleting, attempt_failed, preempted, queued, admitted, follow,
+    startup_timeout, pods_stuck,
     unhealthy, health_conditions, steady)
 
 

@@ -1,7 +1,7 @@
 """The few Kubernetes API calls the operator makes, through the official client.
 
-LLMTrainingJobs (get, patch status), PyTorchJobs (get, create, delete), Events (create); Pods are
-only watched. Every permission the operator needs, these and the others' (nodes.py, leader.py,
+LLMTrainingJobs (get, patch status), PyTorchJobs (get, create, delete), Events (create), Kueue
+Workloads (list, for a queued job's message); Pods are only watched. Every permission the operator needs, these and the others' (nodes.py, leader.py,
 kopf), is listed in rbac.py.
 """
 
@@ -18,6 +18,8 @@ from kubernetes.client.exceptions import ApiException
 from ..spec import GROUP, PLURAL, VERSION
 
 PTJ_GROUP, PTJ_VERSION, PTJ_PLURAL = "kubeflow.org", "v1", "pytorchjobs"
+# Kueue's Workloads (read only: controller/kueue.py); v1beta2 is served and stored since Kueue v0.15
+KUEUE_GROUP, KUEUE_VERSION, WORKLOAD_PLURAL = "kueue.x-k8s.io", "v1beta2", "workloads"
 
 
 # Enough pooled connections for every handler thread plus the scraper's executor: with the client's
@@ -97,6 +99,12 @@ def delete_pytorchjob(namespace: str, name: str) -> None:
     except ApiException as err:
         if err.status != 404:
             raise
+
+
+def list_workloads(namespace: str, label_selector: str) -> list[dict]:
+    """Kueue's Workloads in `namespace` matching the selector (controller/kueue.py)."""
+    return custom().list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOAD_PLURAL,
+                                                  label_selector=label_selector)["items"]
 
 
 # The Event kopf.info/warn would post (kopf's default reporting fields: `kubectl describe` shows the

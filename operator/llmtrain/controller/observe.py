@@ -2,9 +2,10 @@
 
 The job comes from the watch (or our last write's response, or a GET after a conflict); its spec
 is resolved once per uid and generation; its PyTorchJobs, pods and the monitor's latest scrape
-come from the watch-fed caches (caches.py). Two reads are made only when a situation asks for them
-(`Plan.need`, `more`): the failed attempt's pod failures (nodes.py: they may still be on their
-way through the pod watch) and the Ready nodes of the instance type (for avoidNodes).
+come from the watch-fed caches (caches.py). Three reads are made only when a situation asks for
+them (`Plan.need`, `more`): the failed attempt's pod failures (nodes.py: they may still be on their
+way through the pod watch), the Ready nodes of the instance type (for avoidNodes) and the Kueue
+Workload of a suspended (queued or preempted) PyTorchJob (kueue.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING
 from ..catalog import instance_type
 from ..render import ATTEMPT_LABEL, pytorchjob_name
 from ..status import Phase, parse
-from . import nodes, scrape, taints
+from . import kueue, nodes, scrape, taints
 from .decide import SPEC_HASH
 from .snapshot import Child, Observed
 from .status import failure_message, now, pytorchjob_state
@@ -41,7 +42,8 @@ def child_of(ptj: dict, uid: str) -> Child:
                  failure_message=failure_message(ptj),
                  spec_hash=(meta.get("annotations") or {}).get(SPEC_HASH),
                  rendezvous_id=((ptj.get("spec") or {}).get("elasticPolicy") or {}).get("rdzvId"),
-                 uid=meta.get("uid") or "")
+                 uid=meta.get("uid") or "",
+                 suspended=((ptj.get("spec") or {}).get("runPolicy") or {}).get("suspend") is True)
 
 
 def observe(op: "Operator", job: dict, first_sight: bool) -> Observed:
@@ -92,4 +94,8 @@ def more(op: "Operator", o: Observed, need: str) -> Observed:
             found = taints.ready_nodes(inst.name, inst.is_gpu)
             ready = frozenset(found) if found is not None else None
         return o.with_(ready_nodes=ready, ready_nodes_read=True)
+    if need == "workload":
+        current = o.child(pytorchjob_name(o.name, o.attempt))
+        return o.with_(workload=kueue.read(o.namespace, current.uid if current is not None else ""),
+                       workload_read=True)
     raise ValueError(f"unknown need {need!r}")

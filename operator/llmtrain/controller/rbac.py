@@ -29,6 +29,8 @@ JOB_RULES: dict[tuple[str, str], frozenset[str]] = {
     # kube.post_event (and kopf.info / kopf.warn) post core/v1 Events; none is ever patched, nor
     # is events.k8s.io used.
     ("", "events"): frozenset({"create"}),
+    # kueue.read (kube.list_workloads): why a queued job waits, in Kueue's words. Read only.
+    ("kueue.x-k8s.io", "workloads"): frozenset({"list"}),
 }
 
 # Cluster-scoped, in both modes.

@@ -29,6 +29,18 @@ class Child:
     spec_hash: str | None = None
     rendezvous_id: str | None = None
     uid: str = ""               # its own uid: the pods it controls carry it
+    suspended: bool = False     # spec.runPolicy.suspend: Kueue has not admitted it (or took it back)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What Kueue says about a PyTorchJob's Workload (controller/kueue.py reads it)."""
+
+    name: str
+    admitted: bool = False
+    message: str = ""           # Kueue's words: why it waits (QuotaReserved=False), or was admitted
+    evicted: str | None = None  # the Evicted condition's reason (Preempted, PodsReadyTimeout, ...)
+    evicted_message: str = ""
 
 
 @dataclass(frozen=True)
@@ -63,6 +75,8 @@ class Observed:
     ready_nodes: frozenset[str] | None = None  # Ready nodes of the instance type (None: unknown)
     ready_nodes_read: bool = False
     progress: Progress | None = None      # the monitor's latest scrape of the current attempt
+    workload: Workload | None = None      # Kueue's Workload of the current PyTorchJob (None: none found)
+    workload_read: bool = False
     created: CreateResult | None = None
 
     @property
@@ -99,7 +113,7 @@ class Plan:
     create: dict[str, Any] | None = None
     delete: tuple[str, ...] = ()
     events: tuple[Event, ...] = ()
-    need: Literal["failures", "ready_nodes"] | None = None
+    need: Literal["failures", "ready_nodes", "workload"] | None = None
     requeue: float | None = None
     outcome: str | None = None            # llmtrain_operator_reconciles{outcome}
     restart: Reason | None = None         # llmtrain_operator_job_restarts{reason}

@@ -111,6 +111,7 @@ def restart(o: Observed, name: str, cause: Reason, message: str, *, spend: bool 
               "reason": cause, "pytorchJob": pytorchjob_name(o.name, nxt),
               "rendezvousId": rendezvous_id(o.namespace, o.name, o.uid, nxt),
               "attemptCreationTime": timestamp(due), "nextAttemptTime": timestamp(due) if delay >= 1 else None,
+              "admissionTime": None,
               "message": f"attempt {attempt} {cause.words}: {message}; starting attempt {nxt} "
                          f"{when} from the newest checkpoint",
               "conditions": cond(o, conds_of(o), READY, False, Reason.RESTARTING, f"attempt {attempt} {cause.words}")}
@@ -177,7 +178,7 @@ def create_attempt(o: Observed, cfg: OperatorConfig, attempt: int, name: str) ->
                     "is not owned by this job; delete it or rename the job")
     update = {"attempt": attempt, "restarts": o.status.restarts or 0, "pytorchJob": ptj_name,
               "rendezvousId": rdzv or rendezvous_id(o.namespace, o.name, o.uid, attempt),
-              "attemptCreationTime": timestamp(o.now), "nextAttemptTime": None}
+              "attemptCreationTime": timestamp(o.now), "nextAttemptTime": None, "admissionTime": None}
     if o.is_new:
         conds = validated_conditions(o, conds_of(o))
         update.update(phase=Phase.PENDING, observedGeneration=o.generation, model=model_summary(o.spec.model),
