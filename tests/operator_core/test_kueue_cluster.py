@@ -56,12 +56,21 @@ def test_a_queued_job_is_not_restarted_and_its_deadline_counts_from_admission(op
     ptj = kube.wait_ptj(namespace, "waits-a1")
     assert ptj["spec"]["runPolicy"]["suspend"] is True
     assert ptj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == QUEUE
-    queued = wait_for(lambda: (s := kube.status(namespace, "waits")).get("reason") == "Queued" and s, 30,
-                      "reason Queued")
+    kube.wait_phase(namespace, "waits", "Pending")
+    # Two hours in the queue, startupTimeoutMinutes 1 (the old operator restarted it here: reason
+    # StartupTimeout, attempt 2, restarts 1, and again at every deadline).
+    patch_status(kube, namespace, "waits", {"attemptCreationTime": stamp(7200)})
+
+    def queued_not_restarted():
+        s = kube.status(namespace, "waits")
+        assert s.get("reason") != "StartupTimeout" and (s.get("restarts") or 0) == 0, f"restarted while queued: {s}"
+        return s.get("reason") == "Queued" and s
+
+    queued = wait_for(queued_not_restarted, 30, "reason Queued")
     assert queued["phase"] == "Pending" and f"LocalQueue {QUEUE}" in queued["message"]
     words = queued["message"]
-    # Two hours in the queue, startupTimeoutMinutes 1. The operator rewrites the message it owns
-    # once it has decided on this status: the sign it looked (the old code restarted it here).
+    # The operator rewrites the message it owns once it has decided on this status: the sign it
+    # looked at the two-hour-old attemptCreationTime again.
     patch_status(kube, namespace, "waits", {"attemptCreationTime": stamp(7200), "message": "scribbled"})
     after = wait_for(lambda: (s := kube.status(namespace, "waits")).get("message") == words and s, 30,
                      "the queued message rewritten after the two-hour-old attemptCreationTime")

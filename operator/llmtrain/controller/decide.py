@@ -296,7 +296,7 @@ def queued(o: Observed, cfg) -> Plan | None:
         return Plan("queued", need="workload")
     reason = Reason.PREEMPTED if o.status.reason == Reason.PREEMPTED.value else Reason.QUEUED
     words = _queue_words(o)
-    msg = (f"attempt {o.attempt} was preempted; {words}" if reason == Reason.PREEMPTED else words)
+    msg = (f"attempt {o.attempt} was preempted (no restart spent); {words}" if reason == Reason.PREEMPTED else words)
     if (o.status.phase, o.status.reason, o.status.message) == (Phase.PENDING, reason.value, msg):
         return None
     return Plan("queued", status={
