@@ -328,9 +328,9 @@ class DevCluster:
         probe, metrics, webhook = free_port(), free_port(), free_port()
         self._start_component(
             "training-operator",
-            components.training_operator_argv(
+            training_operator.argv(self.state_dir, components.training_operator_argv(
                 to_bin, probe_port=probe, metrics_port=metrics, webhook_port=webhook,
-                extra=[*to_args, *self.training_operator_args]),
+                extra=[*to_args, *self.training_operator_args]), kubeconfig=self.kubeconfig),
             lambda: http_get(f"http://127.0.0.1:{probe}/readyz")[0] == 200,
             timeout, env=to_env,
         )
@@ -424,10 +424,20 @@ class DevCluster:
 
     # ----- clients -------------------------------------------------------------------------
     def api_client(self, kubeconfig: Path | str | None = None) -> Any:
-        """A ``kubernetes.client.ApiClient`` for the admin (or the given) kubeconfig."""
-        from kubernetes import config
+        """A ``kubernetes.client.ApiClient`` for the admin (or the given) kubeconfig.
 
-        return config.new_client_from_config(config_file=str(kubeconfig or self.kubeconfig))
+        The admin's reads its certificates from ``pki/``; a kubeconfig's embedded ones would be
+        copied to temporary files outside the state dir by the kubernetes client."""
+        from kubernetes import client, config
+
+        if kubeconfig is not None:
+            return config.new_client_from_config(config_file=str(kubeconfig))
+        cfg = client.Configuration()
+        cfg.host = self.server
+        cfg.ssl_ca_cert = str(self.pki_dir / "ca.crt")
+        cfg.cert_file = str(self.pki_dir / "admin.crt")
+        cfg.key_file = str(self.pki_dir / "admin.key")
+        return client.ApiClient(cfg)
 
     def kubectl(
         self,

@@ -3,8 +3,10 @@ shutdown."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -38,6 +40,61 @@ def spawn(cmd: Sequence[str | Path], log_path: Path, *, env: dict | None = None)
             env=env,
             close_fds=True,
         )
+
+
+@functools.cache
+def _unshare_mount() -> tuple[str, ...] | None:
+    """``unshare`` flags that give a child a private mount namespace in which it may bind-mount
+    (as root; else inside a user namespace), or None where this host allows neither."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return None
+    for flags in (("--mount",), ("--mount", "--map-root-user")):
+        cmd = (unshare, *flags, "--propagation", "private", "--")
+        probe = subprocess.run([*cmd, "sh", "-c", "mount --bind /tmp /tmp"], capture_output=True)
+        if probe.returncode == 0:
+            return cmd
+    return None
+
+
+def private_tmp_available() -> bool:
+    """Whether :func:`with_private_tmp` can make a private mount namespace on this host."""
+    return _unshare_mount() is not None
+
+
+_PRIVATE_TMP_SH = """set -e
+root=$1; n=$2; shift 2
+while [ "$n" -gt 0 ]; do mount --bind "/tmp$1" "$root$1"; n=$((n - 1)); shift; done
+mount --rbind "$root" /tmp
+exec "$@"
+"""
+
+
+def with_private_tmp(
+    tmp: Path, argv: Sequence[str | Path], *, keep: Sequence[Path] = ()
+) -> list[str | Path] | None:
+    """``argv`` run with ``tmp`` bind-mounted over ``/tmp`` in a private mount namespace, so what
+    the process writes to ``/tmp`` lands in ``tmp`` and nobody else sees it; None where the host
+    cannot make one. The process keeps the pid (unshare and sh exec, neither forks).
+
+    ``keep``: files under the real ``/tmp`` the process needs (a state dir under /tmp holds its
+    kubeconfig): each stays visible at its own path, bind-mounted onto a mountpoint created here
+    under ``tmp``."""
+    prefix = _unshare_mount()
+    if prefix is None:
+        return None
+    real_tmp = Path("/tmp").resolve()
+    kept = []
+    for f in keep:
+        f = Path(f).resolve()
+        if not f.is_relative_to(real_tmp):
+            continue
+        mountpoint = tmp / f.relative_to(real_tmp)
+        mountpoint.parent.mkdir(parents=True, exist_ok=True)
+        mountpoint.touch()
+        kept.append(f"/{f.relative_to(real_tmp)}")
+    # sh binds /tmp/<rel> onto tmp/<rel>: the mountpoint made above.
+    return [*prefix, "sh", "-c", _PRIVATE_TMP_SH, "sh", str(tmp), str(len(kept)), *kept, *argv]
 
 
 def free_port() -> int:

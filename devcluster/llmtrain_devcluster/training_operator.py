@@ -10,12 +10,15 @@ the API server never calls the webhook.
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from . import pki
+from .process import private_tmp_available, with_private_tmp
 
-__all__ = ["NAMESPACE", "ROTATOR_CERT", "SECRET", "prepare"]
+__all__ = ["NAMESPACE", "ROTATOR_CERT", "SECRET", "argv", "prepare"]
 
 NAMESPACE = "kubeflow"
 # Its webhook Secret; the cert rotator only checks that a serving cert exists at a hard-coded
@@ -39,16 +42,34 @@ def prepare(api: Any, *, state_dir: Path, kubeconfig: Path, ca: pki.CertificateA
         except client.ApiException as e:
             if e.status != 409:
                 raise
-    tmp = state_dir / "training-operator" / "tmp"
+    tmp = _tmp(state_dir)
     certs = tmp / "k8s-webhook-server" / "serving-certs"
     certs.mkdir(parents=True, exist_ok=True)
     ca.issue_to_files(
         certs / "tls.crt", certs / "tls.key", "training-operator", server=True,
         dns=(f"training-operator.{NAMESPACE}.svc", "localhost"), ips=("127.0.0.1",),
     )
-    # The rotator stats this literal path (not TMPDIR's) before it reports ready; only the
-    # public certificate goes there, and only when nothing is there yet.
-    if not ROTATOR_CERT.exists():
+    # The rotator stats this literal path (not TMPDIR's) before it reports ready. In its mount
+    # namespace that is the file just written; without one, only the public certificate goes
+    # there, and only when nothing is there yet.
+    private = private_tmp_available()
+    if not private and not ROTATOR_CERT.exists():
+        print(f"llmtrain_devcluster: no private mount namespace on this host (unshare --mount): "
+              f"writing {ROTATOR_CERT} for the training-operator's cert rotator", file=sys.stderr)
         ROTATOR_CERT.parent.mkdir(parents=True, exist_ok=True)
         ROTATOR_CERT.write_bytes((certs / "tls.crt").read_bytes())
-    return dict(os.environ, KUBECONFIG=str(kubeconfig), TMPDIR=str(tmp), MY_POD_NAMESPACE=NAMESPACE)
+    # In its namespace the state dir's tmp is mounted at /tmp.
+    return dict(os.environ, KUBECONFIG=str(kubeconfig), TMPDIR="/tmp" if private else str(tmp),
+                MY_POD_NAMESPACE=NAMESPACE)
+
+
+def argv(state_dir: Path, operator_argv: Sequence[str | Path], *, kubeconfig: Path) -> list[str | Path]:
+    """``operator_argv`` in its private mount namespace (``/tmp`` is the state dir's; its binary
+    and ``kubeconfig`` stay visible where they are), or as is where the host cannot make one
+    (:func:`prepare` then wrote the real path)."""
+    keep = [Path(operator_argv[0]), kubeconfig]
+    return with_private_tmp(_tmp(state_dir), operator_argv, keep=keep) or list(operator_argv)
+
+
+def _tmp(state_dir: Path) -> Path:
+    return state_dir / "training-operator" / "tmp"
