@@ -252,11 +252,11 @@ class DevCluster:
             rec = records.get(name)
             if not rec:
                 continue
-            proc = self._procs.get(name)
-            if proc is not None and proc.pid != rec["pid"]:
-                proc = None
+            ours = self._procs.get(name)
+            if ours is not None and ours.pid != rec["pid"]:
+                ours = None
             try:
-                stop_pid(rec, proc=proc, term_timeout=term_timeout)
+                stop_pid(rec, proc=ours, term_timeout=term_timeout)
             except DevClusterError as e:
                 errors.append(f"{name}: {e}")
         self._procs.clear()
