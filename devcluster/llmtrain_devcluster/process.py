@@ -1,9 +1,12 @@
-"""Process helpers: free ports, readiness polling, pid files and bounded shutdown."""
+"""Process supervision: starting components, free ports, readiness polling, pid files and bounded
+shutdown."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -11,7 +14,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -20,6 +23,78 @@ T = TypeVar("T")
 
 class DevClusterError(RuntimeError):
     """A dev-cluster component failed to start, or the cluster is not in the expected state."""
+
+
+def spawn(cmd: Sequence[str | Path], log_path: Path, *, env: dict | None = None) -> subprocess.Popen:
+    """Start a component in its own session (it outlives the starter), output to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        log.write(f"\n# {' '.join(map(str, cmd))}\n".encode())
+        log.flush()
+        return subprocess.Popen(
+            [str(c) for c in cmd],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+            close_fds=True,
+        )
+
+
+@functools.cache
+def _unshare_mount() -> tuple[str, ...] | None:
+    """``unshare`` flags that give a child a private mount namespace in which it may bind-mount
+    (as root; else inside a user namespace), or None where this host allows neither."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return None
+    for flags in (("--mount",), ("--mount", "--map-root-user")):
+        cmd = (unshare, *flags, "--propagation", "private", "--")
+        probe = subprocess.run([*cmd, "sh", "-c", "mount --bind /tmp /tmp"], capture_output=True)
+        if probe.returncode == 0:
+            return cmd
+    return None
+
+
+def private_tmp_available() -> bool:
+    """Whether :func:`with_private_tmp` can make a private mount namespace on this host."""
+    return _unshare_mount() is not None
+
+
+_PRIVATE_TMP_SH = """set -e
+root=$1; n=$2; shift 2
+while [ "$n" -gt 0 ]; do mount --bind "/tmp$1" "$root$1"; n=$((n - 1)); shift; done
+mount --rbind "$root" /tmp
+exec "$@"
+"""
+
+
+def with_private_tmp(
+    tmp: Path, argv: Sequence[str | Path], *, keep: Sequence[Path] = ()
+) -> list[str | Path] | None:
+    """``argv`` run with ``tmp`` bind-mounted over ``/tmp`` in a private mount namespace, so what
+    the process writes to ``/tmp`` lands in ``tmp`` and nobody else sees it; None where the host
+    cannot make one. The process keeps the pid (unshare and sh exec, neither forks).
+
+    ``keep``: files under the real ``/tmp`` the process needs (a state dir under /tmp holds its
+    kubeconfig): each stays visible at its own path, bind-mounted onto a mountpoint created here
+    under ``tmp``."""
+    prefix = _unshare_mount()
+    if prefix is None:
+        return None
+    real_tmp = Path("/tmp").resolve()
+    kept = []
+    for f in keep:
+        f = Path(f).resolve()
+        if not f.is_relative_to(real_tmp):
+            continue
+        mountpoint = tmp / f.relative_to(real_tmp)
+        mountpoint.parent.mkdir(parents=True, exist_ok=True)
+        mountpoint.touch()
+        kept.append(f"/{f.relative_to(real_tmp)}")
+    # sh binds /tmp/<rel> onto tmp/<rel>: the mountpoint made above.
+    return [*prefix, "sh", "-c", _PRIVATE_TMP_SH, "sh", str(tmp), str(len(kept)), *kept, *argv]
 
 
 def free_port() -> int:
@@ -82,6 +157,17 @@ def wait_until(
             raise (on_fail(msg) if on_fail else DevClusterError(msg))
         time.sleep(delay)
         delay = min(delay * 1.5, 0.5)
+
+
+def wait_ready(name: str, proc: subprocess.Popen, check: Callable[[], object], *, timeout: float,
+               log: Path) -> None:
+    """Poll ``check`` until it is truthy; if ``proc`` exits first or time runs out, raise
+    DevClusterError carrying the tail of its ``log``."""
+
+    def fail(msg: str) -> Exception:
+        return DevClusterError(f"{name} {msg}\n--- tail of {log} ---\n{log_tail(log)}")
+
+    wait_until(check, timeout=timeout, what=name, alive=lambda: proc.poll() is None, on_fail=fail)
 
 
 # --- pid bookkeeping that survives the process that started the cluster ------------------
@@ -173,3 +259,8 @@ def stop_pid(
             pass
     if not gone():
         raise DevClusterError(f"process {pid} survived SIGKILL")
+
+
+def stop_process(proc: subprocess.Popen, term_timeout: float = 15.0) -> None:
+    """SIGTERM a process started here (its whole session), SIGKILL after a bounded wait, reap it."""
+    stop_pid({"pid": proc.pid, "start": None}, proc=proc, term_timeout=term_timeout)
