@@ -13,6 +13,7 @@ help:
 	@echo "make test-fast     everything except tests marked slow"
 	@echo "make lint          ruff (lint, format check) and mypy"
 	@echo "make tools         build/install the pinned Kubernetes tools into $(LLMTRAIN_CACHE)"
+	@echo "make kueue         build the pinned Kueue (own cache key) for --kueue and its chain tests"
 	@echo "make dev-cluster   start a local kube-apiserver + etcd + controller-manager"
 
 venv: $(VENV)/.installed
@@ -21,7 +22,8 @@ $(VENV)/.installed: pyproject.toml constraints.txt scripts/venv.sh
 
 include $(sort $(wildcard mk/*.mk))
 
-test: venv tools
+# kueue: tests/chain/test_kueue_chain.py (slow) runs the real Kueue; test-fast does not need it
+test: venv tools kueue
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: venv tools

@@ -6,12 +6,17 @@ DEV_CLUSTER_FLAGS ?=
 # chain: + kube-scheduler, kwok GPU nodes, training-operator; light: control plane only
 DEV_CLUSTER_MODE ?= chain
 
-.PHONY: tools dev-cluster dev-cluster-down dev-cluster-status
+.PHONY: tools kueue dev-cluster dev-cluster-down dev-cluster-status
 
 ## tools: build/install the pinned kube-apiserver, controller-manager, scheduler, kubectl, kwok,
 ## training-operator, etcd, helm, promtool (bootstraps the pinned Go when go is missing or old)
 tools:
 	bash scripts/install-tools.sh
+
+## kueue: build the pinned Kueue controller (tools/kueue) into its own cache key, for
+## DEV_CLUSTER_FLAGS=--kueue and the Kueue chain tests (a cold build: ~15 min on 2 busy cores)
+kueue:
+	bash scripts/install-kueue.sh
 
 ## dev-cluster: start a local cluster in $(DEV_CLUSTER_STATE): etcd + apiserver + controller-manager,
 ## and with DEV_CLUSTER_MODE=chain (default) kube-scheduler, kwok GPU nodes and training-operator

@@ -37,11 +37,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="status as JSON")
     ap.add_argument("--chain", action="store_true",
                     help="also run kube-scheduler, kwok GPU nodes and the training-operator")
+    ap.add_argument("--kueue", action="store_true",
+                    help="with --chain: also run the pinned Kueue (webhooks registered, a ResourceFlavor per "
+                         "instance type, a ClusterQueue with quota for the nodes; make kueue builds it)")
     ap.add_argument("--nodes", type=_nodes, default=None, metavar="TYPE=N,...",
                     help="kwok nodes for --chain, e.g. p5.48xlarge=2,p4de.24xlarge=1 "
                          f"(default: {','.join(f'{k}={v}' for k, v in DEFAULT_NODES.items())})")
     args = ap.parse_args(argv)
-    cluster = DevCluster(args.state_dir, chain=True if args.chain else None, nodes=args.nodes)
+    cluster = DevCluster(args.state_dir, chain=True if args.chain else None, nodes=args.nodes,
+                         kueue=True if args.kueue else None)
     try:
         if args.command == "up":
             already = cluster.is_running()

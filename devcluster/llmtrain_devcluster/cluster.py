@@ -27,8 +27,11 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from . import certs, components, kubeconfigs, nodes, pki, training_operator
 from . import chain as chain_mod
+from . import kueue as kueue_mod
 from .crds import default_crds, install_crds, project_crd_manifest
 from .etcd import start_etcd
 from .kubectl import KubectlError, run_helm, run_kubectl
@@ -54,7 +57,8 @@ __all__ = ["DevCluster", "KubectlError", "project_crd_manifest", "start_etcd", "
 # Components start in this order and stop in reverse; the chain ones only with chain=True.
 _LIGHT = ("etcd", "kube-apiserver", "kube-controller-manager")
 _CHAIN = ("kube-scheduler", "training-operator", "kwok")
-_STOP_ORDER = tuple(reversed(_LIGHT + _CHAIN))
+_KUEUE = ("kueue",)  # with kueue=True (chain mode only)
+_STOP_ORDER = tuple(reversed(_LIGHT + _CHAIN + _KUEUE))
 
 
 class DevCluster:
@@ -73,16 +77,19 @@ class DevCluster:
         chain: bool | None = None,
         nodes: dict[str, int] | None = None,
         training_operator_args: Sequence[str] = (),
+        kueue: bool | None = None,
     ):
         """``chain=True`` adds kube-scheduler, kwok nodes (``nodes``: ``{instance_type: count}``,
         default :data:`.chain.DEFAULT_NODES`, e.g. ``{"p5.48xlarge": 500}`` for a scale test) and
         the training-operator (``training_operator_args``: extra flags, e.g.
         ``["--controller-threads=4"]``; default: Kubeflow's own defaults, one worker thread and 20
         API QPS). ``chain=None``: whatever the cluster running from ``state_dir`` was started with
-        (light when there is none)."""
+        (light when there is none). ``kueue=True`` (chain mode) also runs the pinned Kueue with
+        its webhooks registered, queues generated from the nodes (see :mod:`.kueue`)."""
         self.state_dir = Path(state_dir).resolve()
         self.verbosity = verbosity
         self._chain = chain
+        self._kueue = kueue
         self._nodes = nodes
         self.training_operator_args = list(training_operator_args)
         self._procs: dict[str, subprocess.Popen] = {}
@@ -94,13 +101,19 @@ class DevCluster:
         return bool(self._info().get("chain"))
 
     @property
+    def kueue(self) -> bool:
+        if self._kueue is not None:
+            return self._kueue and self.chain
+        return bool(self._info().get("kueue"))
+
+    @property
     def nodes(self) -> dict[str, int]:
         """The kwok nodes ``up()`` registers in chain mode."""
         return dict(self._nodes if self._nodes is not None else chain_mod.DEFAULT_NODES)
 
     @property
     def components(self) -> tuple[str, ...]:
-        return _LIGHT + (_CHAIN if self.chain else ())
+        return _LIGHT + (_CHAIN if self.chain else ()) + (_KUEUE if self.kueue else ())
 
     # ----- paths ---------------------------------------------------------------------------
     @property
@@ -212,7 +225,7 @@ class DevCluster:
         api_port = free_port()
         server = f"https://127.0.0.1:{api_port}"
         self._info_file.write_text(json.dumps(
-            {"server": server, "etcd": etcd_url, "chain": self.chain}, indent=2))
+            {"server": server, "etcd": etcd_url, "chain": self.chain, "kueue": self.kueue}, indent=2))
         kubeconfigs.write_component_kubeconfigs(self.state_dir, p, server)
         ctx = self._admin_ssl_context()
         self._start_component(
@@ -308,6 +321,44 @@ class DevCluster:
         self._start_training_operator(timeout)
         self._start_kwok(timeout)
         self.add_nodes(self.nodes, timeout=timeout)
+        if self.kueue:
+            self._start_kueue(timeout)
+
+    def _start_kueue(self, timeout: float) -> None:
+        """Kueue's CRDs, the controller, then its webhook configurations (only once it serves
+        them: a registered webhook nobody answers fails the writes it covers), then the queues."""
+        from kubernetes import client
+
+        home = kueue_mod.kueue_dir()
+        self.install_crds(kueue_mod.crd_paths(), timeout=timeout)
+        with self.api_client() as api:
+            try:
+                client.CoreV1Api(api).create_namespace({"metadata": {"name": kueue_mod.NAMESPACE}})
+            except client.ApiException as e:
+                if e.status != 409:
+                    raise
+        kdir = self.state_dir / "kueue"
+        certs_dir = kdir / "serving-certs"
+        kueue_mod.write_serving_cert(self._ca(), certs_dir)
+        webhook, probe = free_port(), free_port()
+        cfg = kdir / "config.yaml"
+        cfg.write_text(kueue_mod.config_yaml(webhook_port=webhook, probe_port=probe, cert_dir=certs_dir))
+        self._start_component(
+            "kueue", kueue_mod.argv_with_metrics_cert(kdir, [
+                home / "bin" / "kueue", f"--config={cfg}", f"--kubeconfig={self.kubeconfig}",
+                # its on-demand visibility API server would need an APIService and more certs
+                "--feature-gates=VisibilityOnDemand=false"], self._ca()),
+            lambda: http_get(f"http://127.0.0.1:{probe}/readyz")[0] == 200, timeout)
+        hooks = kueue_mod.webhook_configurations(
+            (home / "webhook" / "manifests.yaml").read_text(), url=f"https://127.0.0.1:{webhook}",
+            ca_pem=(self.pki_dir / "ca.crt").read_bytes())
+        objs = [*hooks, *kueue_mod.resource_flavors(self.nodes), kueue_mod.cluster_queue(self.nodes)]
+        self.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(objs))
+        self._update_info(kueue_webhook=f"https://127.0.0.1:{webhook}")
+
+    def kueue_local_queue(self, namespace: str, name: str = "default") -> None:
+        """A LocalQueue ``name`` in ``namespace`` on the dev cluster's ClusterQueue."""
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump(kueue_mod.local_queue(namespace, name)))
 
     def _start_scheduler(self, timeout: float) -> None:
         port = free_port()

@@ -1,0 +1,149 @@
+"""llmtrain jobs under a real Kueue (v0.17, its webhooks called by the API server) on the real
+chain: two p5.48xlarge kwok nodes, a ClusterQueue with quota for exactly those (generated from the
+instance catalog), a LocalQueue in the test's namespace, the operator as a process. Nothing writes
+a PyTorchJob's suspend flag but Kueue.
+
+- two 2-node p5 jobs, quota for one: one Running, the other Pending/Queued in Kueue's own words,
+  no restart spent; when the first goes, the second is admitted and runs;
+- a high-priority job preempts a running low-priority one: Preempted, no restart spent, the same
+  attempt resumes once the quota is free again."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+
+from llmtrain.spec import GROUP, PLURAL, VERSION
+from llmtrain_devcluster.process import free_port
+from operator_core.conftest import OperatorProcess
+
+from .conftest import PTJ, wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+QUEUE = "team-a"
+
+
+@pytest.fixture(scope="module")
+def kueue_cluster(tmp_path_factory):
+    from llmtrain_devcluster import DevCluster
+
+    with DevCluster(tmp_path_factory.mktemp("kueue-cluster"), chain=True, kueue=True,
+                    nodes={"p5.48xlarge": 2}) as cluster:
+        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([
+            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+             "metadata": {"name": name}, "value": value, "description": f"{name} jobs"}
+            for name, value in (("research", 100), ("production", 1000))]))
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def kueue_operator(kueue_cluster, tmp_path_factory):
+    op = OperatorProcess(kueue_cluster.kubeconfig, tmp_path_factory.mktemp("kueue-operator") / "operator.log",
+                         free_port())
+    op.start()
+    yield op
+    op.stop()
+
+
+@pytest.fixture
+def api(kueue_cluster):
+    with kueue_cluster.api_client() as api:
+        yield api
+
+
+@pytest.fixture
+def queue_ns(kueue_cluster, api):
+    name = f"k-{uuid.uuid4().hex[:10]}"
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": name}})
+    wait_for(lambda: core.read_namespaced_service_account("default", name), 60, f"default ServiceAccount in {name}")
+    core.create_namespaced_service_account(name, {"metadata": {"name": "llmtrain-trainer"}})
+    kueue_cluster.kueue_local_queue(name, QUEUE)
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name)
+        wait_for(lambda: not core.list_namespaced_pod(name).items, 90, f"pods of namespace {name} gone")
+
+
+def p5_job(name: str, priority: str | None = None) -> dict:
+    doc = yaml.safe_load((REPO / "examples" / "llama2-7b-p5.yaml").read_text())
+    doc["metadata"] = {"name": name}
+    doc["spec"]["cluster"]["queueName"] = QUEUE
+    if priority:
+        doc["spec"]["cluster"]["workloadPriorityClass"] = priority
+    return doc
+
+
+class Jobs:
+    def __init__(self, api, ns):
+        self.custom, self.core, self.ns = client.CustomObjectsApi(api), client.CoreV1Api(api), ns
+
+    def create(self, doc: dict) -> None:
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, doc)
+
+    def delete(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, name)
+
+    def status(self, name: str) -> dict:
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, name).get("status") or {}
+
+    def wait(self, name: str, phase: str, reason: str | None = None, timeout: float = 90) -> dict:
+        def ok():
+            s = self.status(name)
+            return s.get("phase") == phase and (reason is None or s.get("reason") == reason) and s
+        return wait_for(ok, timeout, f"{name} {phase} {reason or ''}")
+
+    def ptj(self, name: str) -> dict:
+        return self.custom.get_namespaced_custom_object(*PTJ[:2], self.ns, PTJ[2], name)
+
+    def events(self, name: str) -> list:
+        return [e for e in self.core.list_namespaced_event(self.ns).items if e.involved_object.name == name]
+
+
+def test_quota_for_one_the_second_waits_queued_then_runs(kueue_operator, api, queue_ns):
+    jobs = Jobs(api, queue_ns)
+    jobs.create(p5_job("first"))
+    jobs.wait("first", "Running", timeout=120)
+    ptj = jobs.ptj("first-a1")
+    # Kueue admitted it: unsuspended, its flavor's node label injected (and left alone by the operator)
+    assert ptj["spec"]["runPolicy"]["suspend"] is False
+    selector = ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"]
+    assert selector["node.kubernetes.io/instance-type"] == "p5.48xlarge"
+
+    jobs.create(p5_job("second"))
+    queued = jobs.wait("second", "Pending", "Queued")
+    assert "insufficient" in queued["message"] and "nvidia.com/gpu" in queued["message"], queued["message"]
+    assert (queued["attempt"], queued["restarts"]) == (1, 0)
+    assert jobs.ptj("second-a1")["spec"]["runPolicy"]["suspend"] is True
+    wait_for(lambda: any(e.reason == "Queued" and "insufficient" in e.message for e in jobs.events("second")),
+             30, "a Queued event in Kueue's words")
+
+    jobs.delete("first")  # its PyTorchJob and Workload go with it: the quota is free
+    running = jobs.wait("second", "Running", timeout=180)
+    assert (running["attempt"], running["restarts"]) == (1, 0) and running["admissionTime"]
+
+
+def test_a_production_job_preempts_a_research_one_which_resumes_without_a_restart(kueue_operator, api, queue_ns):
+    jobs = Jobs(api, queue_ns)
+    jobs.create(p5_job("research", "research"))
+    jobs.wait("research", "Running", timeout=120)
+    assert jobs.ptj("research-a1")["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "research"
+
+    jobs.create(p5_job("urgent", "production"))
+    preempted = jobs.wait("research", "Pending", "Preempted", timeout=120)
+    assert (preempted["attempt"], preempted["restarts"]) == (1, 0)
+    wait_for(lambda: any(e.reason == "Preempted" and e.type == "Warning" and "Preempted" in e.message
+                         for e in jobs.events("research")), 30, "a Preempted event in Kueue's words")
+    jobs.wait("urgent", "Running", timeout=180)
+
+    jobs.delete("urgent")
+    back = jobs.wait("research", "Running", timeout=180)
+    # the same attempt, the same PyTorchJob (the same Workload), no restart spent
+    assert (back["attempt"], back["restarts"], back["pytorchJob"]) == (1, 0, "research-a1")
