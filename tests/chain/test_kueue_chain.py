@@ -147,3 +147,18 @@ def test_a_production_job_preempts_a_research_one_which_resumes_without_a_restar
     back = jobs.wait("research", "Running", timeout=180)
     # the same attempt, the same PyTorchJob (the same Workload), no restart spent
     assert (back["attempt"], back["restarts"], back["pytorchJob"]) == (1, 0, "research-a1")
+
+
+def test_a_missing_queue_or_priority_class_is_said_with_the_field(kueue_operator, api, queue_ns):
+    jobs = Jobs(api, queue_ns)
+    no_queue = p5_job("no-queue")
+    no_queue["spec"]["cluster"]["queueName"] = "nope"
+    jobs.create(no_queue)
+    jobs.create(p5_job("no-class", "no-such-class"))
+    wait_for(lambda: "LocalQueue nope doesn't exist" in (jobs.status("no-queue").get("message") or ""), 90,
+             "Kueue's words for a LocalQueue that does not exist")
+    status = jobs.status("no-queue")
+    assert (status["phase"], status["reason"], status["restarts"]) == ("Pending", "Queued", 0)
+    assert "spec.cluster.queueName" in status["message"]
+    status = jobs.wait("no-class", "Pending", "Queued")
+    assert "spec.cluster.workloadPriorityClass 'no-such-class'" in status["message"], status["message"]

@@ -260,8 +260,14 @@ def _queue_words(o: Observed) -> str:
     queue = o.spec.cluster.queue_name if o.spec is not None else None
     where = f"LocalQueue {queue}" if queue else "its queue"
     if w is None:
-        return f"waiting for Kueue to admit the PyTorchJob ({where}; no Kueue Workload for it yet)"
-    return f"waiting in {where} for Kueue to admit Workload {w.name}: {w.message or 'not admitted yet'}"
+        priority = o.spec.cluster.workload_priority_class if o.spec is not None else None
+        hint = (f"; if it stays so, check that spec.cluster.workloadPriorityClass {priority!r} names a "
+                "WorkloadPriorityClass: Kueue makes no Workload until it does") if priority else ""
+        return f"waiting for Kueue to admit the PyTorchJob ({where}; no Kueue Workload for it yet{hint})"
+    words = f"waiting in {where} for Kueue to admit Workload {w.name}: {w.message or 'not admitted yet'}"
+    if queue and f"LocalQueue {queue} doesn't exist" in w.message:
+        words += " (spec.cluster.queueName names no LocalQueue in this namespace)"
+    return words
 
 
 @situation(Transition(("Running",), "Pending", Reason.PREEMPTED))
