@@ -58,6 +58,21 @@ STAGE_FILES = (
 )
 
 
+# EC2 instance topology as EKS labels it (topology.k8s.aws/network-node-layer-1..3, layer 3 the
+# closest): here 4 nodes per layer-3 block, 4 blocks per layer 2, 4 of those per layer 1, counted
+# per instance type by node index (kwok-p5-48xlarge-0..3 share a block).
+TOPOLOGY_FANOUT = 4
+TOPOLOGY_LABELS = tuple(f"topology.k8s.aws/network-node-layer-{i}" for i in (1, 2, 3))
+
+
+def topology_labels(instance_type: str, index: int) -> dict[str, str]:
+    kind = instance_type.split(".")[0]
+    block = index // TOPOLOGY_FANOUT
+    return {TOPOLOGY_LABELS[2]: f"nn-{kind}-l3-{block}",
+            TOPOLOGY_LABELS[1]: f"nn-{kind}-l2-{block // TOPOLOGY_FANOUT}",
+            TOPOLOGY_LABELS[0]: f"nn-{kind}-l1-{block // TOPOLOGY_FANOUT ** 2}"}
+
+
 def node_name(instance_type: str, index: int) -> str:
     return f"kwok-{instance_type.replace('.', '-')}-{index}"
 
@@ -96,6 +111,7 @@ def node_manifest(instance_type: str, index: int) -> dict:
                 "kubernetes.io/arch": "amd64",
                 "kubernetes.io/role": "agent",
                 "type": "kwok",
+                **topology_labels(instance_type, index),
             },
         },
         "spec": {"taints": taints},

@@ -78,6 +78,7 @@ class DevCluster:
         nodes: dict[str, int] | None = None,
         training_operator_args: Sequence[str] = (),
         kueue: bool | None = None,
+        kueue_topology: bool = False,
     ):
         """``chain=True`` adds kube-scheduler, kwok nodes (``nodes``: ``{instance_type: count}``,
         default :data:`.chain.DEFAULT_NODES`, e.g. ``{"p5.48xlarge": 500}`` for a scale test) and
@@ -85,11 +86,13 @@ class DevCluster:
         ``["--controller-threads=4"]``; default: Kubeflow's own defaults, one worker thread and 20
         API QPS). ``chain=None``: whatever the cluster running from ``state_dir`` was started with
         (light when there is none). ``kueue=True`` (chain mode) also runs the pinned Kueue with
-        its webhooks registered, queues generated from the nodes (see :mod:`.kueue`)."""
+        its webhooks registered, queues generated from the nodes (see :mod:`.kueue`);
+        ``kueue_topology=True`` makes its flavors topology-aware (the nodes' EKS network labels)."""
         self.state_dir = Path(state_dir).resolve()
         self.verbosity = verbosity
         self._chain = chain
         self._kueue = kueue
+        self.kueue_topology = kueue_topology
         self._nodes = nodes
         self.training_operator_args = list(training_operator_args)
         self._procs: dict[str, subprocess.Popen] = {}
@@ -352,7 +355,9 @@ class DevCluster:
         hooks = kueue_mod.webhook_configurations(
             (home / "webhook" / "manifests.yaml").read_text(), url=f"https://127.0.0.1:{webhook}",
             ca_pem=(self.pki_dir / "ca.crt").read_bytes())
-        objs = [*hooks, *kueue_mod.resource_flavors(self.nodes), kueue_mod.cluster_queue(self.nodes)]
+        objs = [*hooks, *([kueue_mod.topology()] if self.kueue_topology else []),
+                *kueue_mod.resource_flavors(self.nodes, topology_aware=self.kueue_topology),
+                kueue_mod.cluster_queue(self.nodes)]
         self.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(objs))
         self._update_info(kueue_webhook=f"https://127.0.0.1:{webhook}")
 

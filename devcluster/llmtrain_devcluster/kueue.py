@@ -153,11 +153,28 @@ def flavor_name(instance_type: str) -> str:
     return instance_type.replace(".", "-")
 
 
-def resource_flavors(shapes: Mapping[str, int]) -> list[dict]:
-    """One ResourceFlavor per instance type, matching its nodes' instance-type label."""
-    return [{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-             "metadata": {"name": flavor_name(t)}, "spec": {"nodeLabels": {INSTANCE_TYPE_LABEL: t}}}
-            for t in shapes]
+TOPOLOGY = "eks-network"
+
+
+def topology() -> dict:
+    """Kueue's Topology of the kwok nodes' EKS network labels (chain.topology_labels)."""
+    from .chain import TOPOLOGY_LABELS
+
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology", "metadata": {"name": TOPOLOGY},
+            "spec": {"levels": [{"nodeLabel": label} for label in (*TOPOLOGY_LABELS, "kubernetes.io/hostname")]}}
+
+
+def resource_flavors(shapes: Mapping[str, int], *, topology_aware: bool = False) -> list[dict]:
+    """One ResourceFlavor per instance type, matching its nodes' instance-type label; with
+    ``topology_aware`` each names the Topology (Kueue's topology-aware scheduling)."""
+    out = []
+    for t in shapes:
+        spec: dict[str, Any] = {"nodeLabels": {INSTANCE_TYPE_LABEL: t}}
+        if topology_aware:
+            spec["topologyName"] = TOPOLOGY
+        out.append({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                    "metadata": {"name": flavor_name(t)}, "spec": spec})
+    return out
 
 
 def _times(quantity: str, n: int) -> str:

@@ -62,3 +62,17 @@ def test_the_configuration_enables_only_the_pytorchjob_integration(tmp_path):
     assert cfg["integrations"]["frameworks"] == ["kubeflow.org/pytorchjob"]
     assert cfg["webhook"] == {"port": 1, "host": "127.0.0.1", "certDir": str(tmp_path)}
     assert cfg["manageJobsWithoutQueueName"] is False
+
+
+def test_kwok_nodes_carry_the_eks_network_layers_in_blocks_of_four():
+    from llmtrain_devcluster.chain import node_manifest
+
+    labels = [node_manifest("p5.48xlarge", i)["metadata"]["labels"] for i in range(6)]
+    layer3 = [lab["topology.k8s.aws/network-node-layer-3"] for lab in labels]
+    assert layer3[:4] == [layer3[0]] * 4 and layer3[4] == layer3[5] != layer3[0]
+    assert len({lab["topology.k8s.aws/network-node-layer-1"] for lab in labels}) == 1
+    levels = [lv["nodeLabel"] for lv in kueue.topology()["spec"]["levels"]]
+    assert levels == [f"topology.k8s.aws/network-node-layer-{i}" for i in (1, 2, 3)] + ["kubernetes.io/hostname"]
+    (flavor,) = kueue.resource_flavors({"p5.48xlarge": 6}, topology_aware=True)
+    assert flavor["spec"]["topologyName"] == kueue.topology()["metadata"]["name"]
+    assert "topologyName" not in kueue.resource_flavors({"p5.48xlarge": 6})[0]["spec"]
