@@ -162,3 +162,29 @@ def test_a_missing_queue_or_priority_class_is_said_with_the_field(kueue_operator
     assert "spec.cluster.queueName" in status["message"]
     status = jobs.wait("no-class", "Pending", "Queued")
     assert "spec.cluster.workloadPriorityClass 'no-such-class'" in status["message"], status["message"]
+
+
+def test_a_failed_attempt_is_a_new_workload_admitted_again_with_free_quota(kueue_operator, api, queue_ns):
+    """Restart under Kueue: attempt 2 is a new PyTorchJob, so a new Workload; with the quota free
+    (attempt 1's Workload finished) Kueue admits it and it runs. Prints the time from the pod
+    failure to attempt 2 Running (the issue's target: < 10 s of control-plane time)."""
+    import time
+
+    from .conftest import Chain
+
+    jobs = Jobs(api, queue_ns)
+    doc = p5_job("flaky")
+    doc["spec"]["resilience"].update(restartBackoffSeconds=0)  # the operator's floor: 1 s here
+    jobs.create(doc)
+    jobs.wait("flaky", "Running", timeout=120)
+    chain = Chain(api)
+    pod = chain.wait_pods_running(queue_ns, "training.kubeflow.org/job-name=flaky-a1", 2)[0]
+    t0 = time.monotonic()
+    chain.fail_pod(queue_ns, pod.metadata.name)
+    running = wait_for(lambda: (s := jobs.status("flaky")).get("phase") == "Running" and s.get("attempt") == 2 and s,
+                       120, "attempt 2 Running")
+    seconds = time.monotonic() - t0
+    print(f"\nkueue restart: pod failure -> attempt 2 Running in {seconds:.1f} s")
+    assert running["restarts"] == 1 and running["admissionTime"]
+    assert jobs.ptj("flaky-a2")["spec"]["runPolicy"]["suspend"] is False  # admitted by Kueue
+    assert any(e.reason == "Queued" or e.reason == "Admitted" for e in jobs.events("flaky"))
