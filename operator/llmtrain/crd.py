@@ -84,6 +84,8 @@ PRINTER_COLUMNS = [
     {"name": "Nodes", "type": "integer", "jsonPath": ".spec.cluster.nodes"},
     {"name": "Attempt", "type": "integer", "jsonPath": ".status.attempt"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
+    # why it is where it is: Queued (in Kueue's queue), Admitted, Preempted, a restart cause...
+    {"name": "Reason", "type": "string", "jsonPath": ".status.reason"},
     {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
     {"name": "Loss", "type": "number", "jsonPath": ".status.progress.loss"},
     {"name": "Tokens/s", "type": "number", "jsonPath": ".status.progress.tokensPerSecond"},

@@ -107,7 +107,7 @@ class Jobs:
         return [e for e in self.core.list_namespaced_event(self.ns).items if e.involved_object.name == name]
 
 
-def test_quota_for_one_the_second_waits_queued_then_runs(kueue_operator, api, queue_ns):
+def test_quota_for_one_the_second_waits_queued_then_runs(kueue_cluster, kueue_operator, api, queue_ns):
     jobs = Jobs(api, queue_ns)
     jobs.create(p5_job("first"))
     jobs.wait("first", "Running", timeout=120)
@@ -124,6 +124,9 @@ def test_quota_for_one_the_second_waits_queued_then_runs(kueue_operator, api, qu
     assert jobs.ptj("second-a1")["spec"]["runPolicy"]["suspend"] is True
     wait_for(lambda: any(e.reason == "Queued" and "insufficient" in e.message for e in jobs.events("second")),
              30, "a Queued event in Kueue's words")
+    rows = {r.split()[0]: r.split() for r in kueue_cluster.kubectl("get", "llmtj", "-n", queue_ns).stdout.splitlines()}
+    reason = rows["NAME"].index("REASON")
+    assert (rows["first"][1], rows["second"][1], rows["second"][reason]) == ("Running", "Pending", "Queued")
 
     jobs.delete("first")  # its PyTorchJob and Workload go with it: the quota is free
     running = jobs.wait("second", "Running", timeout=180)
