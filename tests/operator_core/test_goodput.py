@@ -132,7 +132,8 @@ def test_folding_old_attempts_keeps_the_buckets():
     a = gp.buckets(gp.timeline_of(folded, 0.0), now)
     b = gp.buckets(gp.timeline_of(plain, 0.0), now)
     assert a == pytest.approx(b, abs=0.01)  # the folded buckets are kept to the millisecond
-    assert b["queued"] == pytest.approx(5) and b["lostWork"] == pytest.approx(38 * 5 * 70 / 15)  # attempts 2..39 (the 40th: no scrape given)
+    # attempts 2..39 redid 5 steps each (the 40th: no scrape given)
+    assert b["queued"] == pytest.approx(5) and b["lostWork"] == pytest.approx(38 * 5 * 70 / 15)
     assert gp.steps_redone(gp.timeline_of(folded, 0.0)) <= gp.steps_redone(gp.timeline_of(plain, 0.0)) == 38 * 5
 
 

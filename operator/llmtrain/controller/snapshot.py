@@ -54,6 +54,7 @@ class Observed:
     raw_status: dict[str, Any]
     status: LLMTrainingJobStatus
     now: dt.datetime
+    creation_time: dt.datetime | None = None  # metadata.creationTimestamp
     children: tuple[Child, ...] = ()
     first_sight: bool = False             # this process has not reconciled the job before
     awaiting_watch: bool = False          # its recorded PyTorchJob may still come through the watch
