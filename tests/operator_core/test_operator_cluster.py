@@ -14,6 +14,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmtrain_devcluster.standins import running_at, worker0_pod
+from llmtrain.controller.status import parse_time
 from llmtrain.render import render_pytorchjob
 from llmtrain.validation import load_job, parse_spec
 
@@ -239,3 +240,35 @@ def test_an_operator_restart_adopts_and_never_duplicates(operator, kube, namespa
              "the restarted operator to resume survivor")
     assert [p["metadata"]["name"] for p in kube.ptjs(namespace, "survivor")] == ["survivor-a1"]
     assert [p["metadata"]["name"] for p in kube.ptjs(namespace, "orphan")] == ["orphan-a1"]
+
+
+def test_goodput_is_kept_across_attempts_and_an_operator_restart(operator, kube, namespace):
+    """status.goodput through the API server (its schema), two attempts and an operator restart:
+    the records survive, the buckets add up to the wall time, the figures reach Prometheus."""
+    kube.apply(namespace, kube.job_doc("gp", tiny(resilience={"maxRestarts": 2, "restartBackoffSeconds": 1})))
+    kube.wait_ptj(namespace, "gp-a1")
+    kube.set_ptj_condition(namespace, "gp-a1", "Running")
+    kube.wait_phase(namespace, "gp", "Running")
+    kube.set_ptj_condition(namespace, "gp-a1", "Failed", "worker 1 exited with code 137")
+    kube.wait_ptj(namespace, "gp-a2")
+    g = wait_for(lambda: len((kube.status(namespace, "gp").get("goodput") or {}).get("attempts") or []) == 2
+                 and kube.status(namespace, "gp")["goodput"], 30, "attempt 2's goodput record")
+    first = g["attempts"][0]
+    assert (first["attempt"], first["endReason"]) == (1, "Failed") and first["endTime"] >= first["createdTime"]
+    assert sum(g["seconds"].values()) == pytest.approx(g["wallSeconds"], abs=0.5)
+    operator.stop(signal.SIGKILL)
+    operator.start()
+    kube.set_ptj_condition(namespace, "gp-a2", "Running")
+    kube.wait_phase(namespace, "gp", "Running")
+    kube.set_ptj_condition(namespace, "gp-a2", "Succeeded")
+    done = kube.wait_phase(namespace, "gp", "Succeeded")
+    g = done["goodput"]
+    assert [(a["attempt"], a.get("endReason")) for a in g["attempts"]] == [(1, "Failed"), (2, "Succeeded")]
+    created = kube.job(namespace, "gp")["metadata"]["creationTimestamp"]
+    wall = (parse_time(done["completionTime"]) - parse_time(created)).total_seconds()
+    assert g["wallSeconds"] == pytest.approx(wall, abs=1) and sum(g["seconds"].values()) == pytest.approx(wall, abs=1)
+    assert g["seconds"]["restarting"] > 0 and g["updateTime"] == done["completionTime"]
+    header = kube.cluster.kubectl("get", "llmtj", "gp", "-n", namespace).stdout.split("\n")[0].split()
+    assert "GOODPUT" in header and "ETA" in header
+    wait_for(lambda: f'llmtrain_job_goodput_ratio{{llmtrain_job="gp",namespace="{namespace}"}}' in operator.metrics(),
+             15, "the goodput gauge")
