@@ -71,3 +71,13 @@ def test_suspend_and_resume_mark_a_suspension():
     g2 = resumed.status["goodput"]
     assert g2["suspensions"] == [{"startTime": gp.stamp(NOW.timestamp()), "endTime": gp.stamp(later.timestamp())}]
     assert g2["seconds"]["suspended"] == 300.0
+
+
+def test_a_hang_that_spends_the_last_restart_is_still_a_hang():
+    progress = {"attempt": 1, "step": 50, "heartbeatTime": ago(minutes=40), "trainStartTime": at(minutes=55)}
+    goodput = {"attempts": [{"attempt": 1, "createdTime": at(minutes=58)}], "updateTime": at(seconds=10)}
+    st = running(progress=progress, goodput=goodput, attemptStartTime=at(minutes=56), restarts=10)
+    plan = decide_(snap(st, children=[ptj(1, "Running")], creation_time=NOW - dt.timedelta(hours=1)))
+    assert plan.status["phase"].value == "Failed" and plan.status["reason"].value == "RestartBudgetExhausted"
+    g = plan.status["goodput"]
+    assert g["attempts"][0]["endReason"] == "Hang" and g["seconds"]["hang"] == 2400

@@ -40,7 +40,7 @@ def amend(o: Observed, plan: Plan, cfg: OperatorConfig) -> Plan:
         phase = update.get("phase")
         attempt = update.get("attempt", o.attempt)
         if was in ACTIVE and (attempt > o.attempt or phase in (Phase.FAILED, Phase.SUCCEEDED, Phase.SUSPENDED)):
-            reason = plan.restart if plan.restart is not None else update.get("reason")
+            reason = plan.ended or plan.restart or update.get("reason")
             g = gp.closed(g, o.attempt, now, getattr(reason, "value", reason) or "", o.raw_status.get("progress"))
         if phase == Phase.SUSPENDED:
             g = gp.suspended(g, now)
