@@ -81,3 +81,20 @@ def test_a_hang_that_spends_the_last_restart_is_still_a_hang():
     assert plan.status["phase"].value == "Failed" and plan.status["reason"].value == "RestartBudgetExhausted"
     g = plan.status["goodput"]
     assert g["attempts"][0]["endReason"] == "Hang" and g["seconds"]["hang"] == 2400
+
+
+def test_the_scrape_decide_judges_is_the_one_recorded():
+    """The record keeps the monitor's newest scrape of the attempt (the snapshot's fact), over
+    what status.progress held before it."""
+    from llmtrain.controller.status import Progress
+
+    old = {"attempt": 1, "step": 40, "attemptSteps": 40, "heartbeatTime": at(minutes=40),
+           "trainStartTime": at(minutes=55)}
+    goodput = {"attempts": [{"attempt": 1, "createdTime": at(minutes=58)}], "updateTime": at(seconds=10)}
+    st = running(progress=old, goodput=goodput, attemptStartTime=at(minutes=56))
+    scrape = Progress(step=50, heartbeat=(NOW - dt.timedelta(minutes=40)).timestamp(), step_seconds_count=50)
+    plan = decide_(snap(st, children=[ptj(1, "Running")], creation_time=NOW - dt.timedelta(hours=1), progress=scrape))
+    assert plan.status["reason"].value == "Hang"
+    rec = plan.status["goodput"]["attempts"][0]
+    assert (rec["step"], rec["attemptSteps"], rec["heartbeatTime"]) == (50, 50, at(minutes=40))
+    assert plan.status["goodput"]["seconds"]["hang"] == 2400

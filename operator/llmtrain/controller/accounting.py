@@ -20,9 +20,20 @@ def job_created(o: Observed) -> float:
     return (o.creation_time or o.now).timestamp()
 
 
+def progress_of(o: Observed) -> dict:
+    """status.progress with the monitor's latest scrape of the current attempt over it (decide may
+    judge a scrape, a hang say, before the monitor's write of it arrives)."""
+    p = dict(o.raw_status.get("progress") or {})
+    if o.progress is not None:
+        if p.get("attempt") != o.attempt:
+            p = {}
+        p.update(o.progress.as_status(), attempt=o.attempt)
+    return p
+
+
 def derived(o: Observed, g: dict, at: float | None = None) -> dict:
     """status.goodput with its figures computed at `at` (default: the snapshot's time)."""
-    t = gp.timeline_of(g, job_created(o), o.raw_status.get("progress"))
+    t = gp.timeline_of(g, job_created(o), progress_of(o))
     return {**g, **gp.summary(t, o.now.timestamp() if at is None else at)}
 
 
@@ -41,7 +52,7 @@ def amend(o: Observed, plan: Plan, cfg: OperatorConfig) -> Plan:
         attempt = update.get("attempt", o.attempt)
         if was in ACTIVE and (attempt > o.attempt or phase in (Phase.FAILED, Phase.SUCCEEDED, Phase.SUSPENDED)):
             reason = plan.ended or plan.restart or update.get("reason")
-            g = gp.closed(g, o.attempt, now, getattr(reason, "value", reason) or "", o.raw_status.get("progress"))
+            g = gp.closed(g, o.attempt, now, getattr(reason, "value", reason) or "", progress_of(o))
         if phase == Phase.SUSPENDED:
             g = gp.suspended(g, now)
         elif was == Phase.SUSPENDED and phase is not None:
