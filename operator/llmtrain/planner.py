@@ -313,6 +313,8 @@ def expected_run(spec: LLMTrainingJobSpec, plan: Plan) -> ExpectedRun:
     throughput, a checkpoint every intervalMinutes (or intervalSteps) costing the staging copy of a
     rank's parameters and optimizer state, and FAILURES_PER_GPU_HOUR interruptions."""
     t, seq = spec.training, spec.data.seq_len
+    if seq is None:
+        raise ValueError("data.seqLen is not resolved (llmtrain.defaults.resolve)")
     tokens_per_step = max(1, (t.global_batch_tokens or seq) // seq) * seq
     steps = t.max_steps
     train = steps * tokens_per_step / max(plan.tokens_per_second, 1e-9)
