@@ -11,7 +11,8 @@ One attempt, from its PyTorchJob's creation to its end:
     created ──starting── trainStart ──steps…──── lastHeartbeat ──tail── end
                          (the trainer's loop)    (its last step)
 
-  * starting: created → the trainer's training loop began (pods scheduled, image pulled,
+  * queued: created → admitted, when a queue (Kueue) holds the PyTorchJob suspended;
+  * starting: created (or admitted) → the trainer's training loop began (pods scheduled, image pulled,
     rendezvous, model built, checkpoint loaded); the whole attempt when the loop never began;
   * inside trainStart → lastHeartbeat: checkpoint stall (the blocking part of the saves between
     steps), data wait (steps waiting for their batch), lost work (the steps this attempt redid,
@@ -51,6 +52,7 @@ class Attempt:
     created: float
     end: float | None = None            # None: the current attempt, still going
     end_reason: str | None = None
+    admitted: float | None = None       # a queue (Kueue) admitted its PyTorchJob; None: at creation
     train_start: float | None = None    # the trainer's loop began
     last_heartbeat: float | None = None  # its last optimizer step completed
     resume_step: int | None = None      # the step it resumed from (0: from scratch)
@@ -104,6 +106,10 @@ def buckets(t: Timeline, now: float) -> dict[str, float]:
         created = min(max(a.created, cursor), now)
         gap(cursor, created, "queued" if i == 0 and not t.folded else "restarting")
         end = min(now if a.end is None else max(a.end, created), now)
+        if a.admitted is not None and created < a.admitted:  # created suspended, waiting for a queue
+            admitted = min(a.admitted, end)
+            out["queued"] += admitted - created
+            created = admitted
         loop = a.train_start if a.train_start is not None and created <= a.train_start < end else None
         if loop is None:
             out["starting"] += end - created
@@ -215,7 +221,8 @@ def attempt_from(rec: dict, progress: dict | None = None) -> Attempt | None:
             kw[attr] = _int(src, key)
         else:
             kw[attr] = _num(src, key)
-    return Attempt(attempt=n, created=created, end=_t(rec.get("endTime")), end_reason=rec.get("endReason"), **kw)
+    return Attempt(attempt=n, created=created, end=_t(rec.get("endTime")), end_reason=rec.get("endReason"),
+                   admitted=_t(rec.get("admittedTime")), **kw)
 
 
 def timeline_of(goodput: dict | None, created: float, progress: dict | None = None) -> Timeline:
@@ -254,6 +261,15 @@ def opened(goodput: dict | None, attempt: int, at: float, job_created: float, ke
     recs.append({"attempt": attempt, "createdTime": stamp(at)})
     g["attempts"] = recs
     return fold(g, job_created, keep)
+
+
+def admitted(goodput: dict | None, attempt: int, at: float) -> dict:
+    """Attempt `attempt`'s PyTorchJob, created suspended for a queue, was admitted at `at`: the
+    time before counts as queued, not starting."""
+    g = dict(goodput or {})
+    g["attempts"] = [{**r, "admittedTime": stamp(at)} if isinstance(r, dict) and r.get("attempt") == attempt
+                     and not r.get("admittedTime") else r for r in g.get("attempts") or []]
+    return g
 
 
 def closed(goodput: dict | None, attempt: int, at: float, reason: str, progress: dict | None) -> dict:

@@ -195,6 +195,8 @@ class AttemptRecord(_Status):
     created_time: str | None = Field(None, json_schema_extra=DATE_TIME)
     end_time: str | None = Field(None, json_schema_extra=DATE_TIME)
     end_reason: str | None = None
+    admitted_time: str | None = Field(None, json_schema_extra=DATE_TIME,
+                                      description="a queue admitted its PyTorchJob (created suspended)")
     train_start_time: str | None = Field(None, json_schema_extra=DATE_TIME)
     heartbeat_time: str | None = Field(None, json_schema_extra=DATE_TIME)
     resume_step: int | None = None

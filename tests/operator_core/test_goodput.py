@@ -156,3 +156,14 @@ def test_suspend_and_resume_records():
     assert g["suspensions"] == [{"startTime": gp.stamp(0), "endTime": gp.stamp(50)}]
     g = gp.opened(g, 1, 60.0, job_created=0.0)
     assert gp.buckets(gp.timeline_of(g, 0.0), 100.0) == pytest.approx(expect(suspended=50, queued=10, starting=40))
+
+
+def test_time_a_queue_held_the_attempt_is_queued_not_starting():
+    # attempt 1 created at 10 suspended for a queue, admitted at 70, loop at 100; attempt 2 admitted at once
+    a1 = Attempt(1, created=10, admitted=70, end=200, end_reason="Failed", train_start=100, last_heartbeat=200)
+    a2 = Attempt(2, created=210, admitted=250, train_start=260)
+    check(Timeline(start=0.0, attempts=(a1, a2)), 300.0,
+          expect(queued=10 + 60 + 40, starting=30 + 10, productive=100 + 40, restarting=10))
+    g = gp.admitted(gp.opened({}, 1, 10.0, job_created=0.0), 1, 70.0)
+    assert gp.timeline_of(g, 0.0).attempts[0].admitted == 70.0
+    assert gp.admitted(g, 1, 90.0) == g  # the first admission counts
