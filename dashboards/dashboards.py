@@ -315,6 +315,32 @@ def training() -> gdash.Dashboard:
                           f"(increase(llmtrain_operator_job_restarts_total{{{JOB_SEL}}}[1h]))",
                           "{{namespace}}/{{llmtrain_job}} {{reason}}")],
                         desc="New attempts per hour (alert LLMTrainJobRestartsClimbing).", w=24))
+
+    d = d.with_row(gdash.Row("Goodput"))
+    d = d.with_panel(ts("Goodput since creation",
+                        [(f"max {by} (llmtrain_job_goodput_ratio{{{JOB_SEL}}})", lj)],
+                        unit="percentunit", minv=0, maxv=1,
+                        desc="status.goodput.ratio: productive seconds over the job's wall time less the "
+                             "time it was suspended (alert LLMTrainJobGoodputLow)."))
+    d = d.with_panel(ts("Badput by kind (share of wall time)",
+                        [(f"sum by (namespace, llmtrain_job, kind) "
+                          f"(deriv(llmtrain_job_badput_seconds{{{JOB_SEL}}}[15m]))",
+                          "{{namespace}}/{{llmtrain_job}} {{kind}}")],
+                        unit="percentunit", minv=0, stack=True,
+                        desc="Seconds of badput per second of wall time, stacked by kind (queued, starting, "
+                             "restarting, hang, lost work, checkpoint stall, data wait): what the job "
+                             "pays for and does not train with."))
+    d = d.with_panel(ts("Checkpoint stall share of wall time (per rank)",
+                        [(f"rate(llmtrain_trainer_checkpoint_blocking_seconds_total{{{JOB_SEL}}}[{rate}])",
+                          "{{llmtrain_job}} rank {{rank}}")],
+                        unit="percentunit", minv=0,
+                        desc="The blocking part of the checkpoint saves between steps."))
+    d = d.with_panel(ts("Attempt: resume step and time in its training loop",
+                        [(f"max {by} (llmtrain_trainer_resume_step{{{JOB_SEL}}})", lj + " resumed from step"),
+                         (f"time() - max {by} (llmtrain_trainer_train_start_timestamp_seconds{{{JOB_SEL}}} > 0)",
+                          lj + " seconds in loop")],
+                        desc="Steps between the resume step and the previous attempt's last step are "
+                             "redone (status.goodput.stepsRedone)."))
     return d
 
 

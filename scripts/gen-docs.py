@@ -109,8 +109,9 @@ def _model_section(title: str, model) -> list[str]:
                 if not default:
                     default = "its fields' defaults"
             lines.append(f"| `{name}` | {kind} | {_cell(default)} | {_cell(_accepted(prop, defs))} | {_cell(desc)} |")
-            if ref and (path, ref) not in seen and defs[ref].get("properties"):
-                seen.add((path, ref))
+            # one section per field path: two fields of one type (goodput.seconds, .earlier) get one each
+            if ref and child not in seen and defs[ref].get("properties"):
+                seen.add(child)
                 queue.append((child, defs[ref]))
         lines.append("")
     return lines

@@ -13,7 +13,7 @@ import yaml
 
 from .crd import crd_manifest
 from .defaults import explain
-from .planner import plan_job
+from .planner import expected_run, plan_job
 from .render import render_pytorchjob
 from .spec import DEFAULT_ETCD_ENDPOINT
 from .validation import InvalidJob, Policy, check, load_job, parse_spec, read_job_document
@@ -100,8 +100,10 @@ def cmd_plan(args) -> int:
         _print_problems(args.file, problems)
         return 1
     plan = plan_job(spec)
+    run = expected_run(spec, plan)
     if args.output == "json":
-        print(json.dumps({**plan.as_dict(), "resolved": _resolved(doc.get("spec") or {}, spec)}, indent=2))
+        print(json.dumps({**plan.as_dict(), "expected": run.as_dict(),
+                          "resolved": _resolved(doc.get("spec") or {}, spec)}, indent=2))
     else:
         rows = [("parameters", plan.params_bytes), ("gradients", plan.grads_bytes),
                 ("optimizer state", plan.optimizer_bytes), ("activations", plan.activations_bytes),
@@ -120,10 +122,50 @@ def cmd_plan(args) -> int:
         print(f"  FLOPs per token: {plan.flops_per_token / 1e9:.1f} GFLOP")
         print(f"  expected at {plan.assumed_mfu:.0%} MFU: {plan.tokens_per_second_per_gpu:,.0f} tokens/s "
               f"per device, {plan.tokens_per_second:,.0f} tokens/s in all")
+        print(f"  expected run ({run.steps:,} steps, {run.tokens / 1e9:,.2f} B tokens): "
+              f"{run.wall_seconds / 3600:,.2f} h wall, {run.gpu_hours:,.1f} GPU-hours, goodput {run.goodput:.1%}")
+        print(f"    steps {run.train_seconds / 3600:,.2f} h; {run.checkpoints} checkpoints blocking "
+              f"{run.checkpoint_seconds / 60:,.1f} min; {run.restarts:.2f} expected restarts costing "
+              f"{run.restart_seconds / 60:,.1f} min (docs/concepts/goodput.md)")
         _print_resolved(doc.get("spec") or {}, spec)
         for p in problems:
             print(f"  {p}")
     return 0 if plan.fits else 1
+
+
+def cmd_goodput(args) -> int:
+    """Where a job's time went: its status.goodput buckets, attempts and events."""
+    from . import goodput_report
+
+    if args.from_file:
+        with open(args.from_file) if args.from_file != "-" else sys.stdin as f:
+            job = yaml.safe_load(f)
+        events: list = []
+    else:
+        if not args.job:
+            print("llmtrain goodput: give a job name or --from-file", file=sys.stderr)
+            return 2
+        from .controller import kube
+
+        job = kube.get_job(args.namespace, args.job)
+        if job is None:
+            print(f"LLMTrainingJob {args.namespace}/{args.job} not found", file=sys.stderr)
+            return 1
+        uid = job["metadata"].get("uid")
+        listed = kube.core().list_namespaced_event(args.namespace, field_selector=f"involvedObject.uid={uid}")
+        events = goodput_report.events_of(listed.items)
+    if not isinstance(job, dict) or not isinstance(job.get("metadata"), dict):
+        print("not an LLMTrainingJob object", file=sys.stderr)
+        return 1
+    print(goodput_report.table(job, events=events))
+    if args.png:
+        try:
+            goodput_report.png(job, args.png)
+        except ImportError:
+            print("no PNG: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
+            return 1
+        print(f"\ntimeline: {args.png}")
+    return 0
 
 
 def cmd_crd(args) -> int:
@@ -154,6 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
     pl = with_file("plan", cmd_plan, "memory per device, fit verdict, expected throughput")
     pl.add_argument("--output", choices=["text", "json"], default="text")
     sub.add_parser("crd", help="print the LLMTrainingJob CRD").set_defaults(func=cmd_crd)
+    g = sub.add_parser("goodput", help="where a job's wall time went: buckets, attempts, events; a PNG timeline")
+    g.add_argument("job", nargs="?", help="the LLMTrainingJob's name (read from the cluster)")
+    g.add_argument("-n", "--namespace", default="default")
+    g.add_argument("--from-file", metavar="FILE", help="read the job from a `kubectl get -o yaml` dump instead")
+    g.add_argument("--png", metavar="FILE", help="also draw the attempts' timeline into FILE")
+    g.set_defaults(func=cmd_goodput)
     try:  # the trainer's commands need torch, which the operator image does not carry
         from llmtrain_trainer.commands import register
     except ImportError:

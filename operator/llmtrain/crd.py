@@ -90,6 +90,9 @@ PRINTER_COLUMNS = [
     {"name": "Loss", "type": "number", "jsonPath": ".status.progress.loss"},
     {"name": "Tokens/s", "type": "number", "jsonPath": ".status.progress.tokensPerSecond"},
     {"name": "MFU", "type": "number", "jsonPath": ".status.progress.mfu"},
+    {"name": "Goodput", "type": "number", "jsonPath": ".status.goodput.ratio"},
+    # when it will be done (controller/progress.py's eta: recent step time, steps left, checkpoint stall)
+    {"name": "ETA", "type": "string", "jsonPath": ".status.progress.estimatedCompletionTime"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

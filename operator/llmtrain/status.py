@@ -163,6 +163,71 @@ class ProgressStatus(_Status):
     loss_spike_step: int | None = None
     loss_spike_ratio: float | None = None
     resumed_before_step: int | None = None
+    # the trainer's goodput counters of `attempt` (llmtrain/goodput.py), since its process started
+    attempt: int | None = Field(None, description="the attempt these counters are of")
+    train_start_time: str | None = Field(None, json_schema_extra=DATE_TIME,
+                                         description="the attempt's training loop began")
+    resume_step: int | None = Field(None, description="the step the attempt resumed from (0: from scratch)")
+    attempt_steps: int | None = Field(None, description="optimizer steps the attempt completed")
+    step_seconds: float | None = Field(None, description="their summed wall time")
+    checkpoint_blocking_seconds: float | None = Field(
+        None, description="seconds the attempt's checkpoint saves blocked training")
+    data_wait_seconds: float | None = Field(None, description="seconds its steps waited for input batches")
+    # ETA (controller/progress.py): the recent step time × the steps left, plus the checkpoint stall
+    # expected at this attempt's rate
+    estimated_remaining_seconds: int | None = None
+    estimated_completion_time: str | None = Field(None, json_schema_extra=DATE_TIME)
+
+
+class GoodputSeconds(_Status):
+    """Seconds of the job's wall time per bucket (llmtrain/goodput.py); they add up to wallSeconds."""
+    queued: float = 0.0
+    starting: float = 0.0
+    productive: float = 0.0
+    lost_work: float = 0.0
+    restarting: float = 0.0
+    hang: float = 0.0
+    checkpoint_stall: float = 0.0
+    data_wait: float = 0.0
+    suspended: float = 0.0
+
+
+class AttemptRecord(_Status):
+    """One attempt on the goodput timeline; the trainer's counters are copied from status.progress
+    when it ends."""
+    attempt: int
+    created_time: str | None = Field(None, json_schema_extra=DATE_TIME)
+    end_time: str | None = Field(None, json_schema_extra=DATE_TIME)
+    end_reason: str | None = None
+    admitted_time: str | None = Field(None, json_schema_extra=DATE_TIME,
+                                      description="a queue admitted its PyTorchJob (created suspended)")
+    train_start_time: str | None = Field(None, json_schema_extra=DATE_TIME)
+    heartbeat_time: str | None = Field(None, json_schema_extra=DATE_TIME)
+    resume_step: int | None = None
+    step: int | None = None
+    attempt_steps: int | None = None
+    step_seconds: float | None = None
+    checkpoint_blocking_seconds: float | None = None
+    data_wait_seconds: float | None = None
+
+
+class Suspension(_Status):
+    start_time: str | None = Field(None, json_schema_extra=DATE_TIME)
+    end_time: str | None = Field(None, json_schema_extra=DATE_TIME)
+
+
+class GoodputStatus(_Status):
+    ratio: float | None = Field(None, description="productive / (wall - suspended)")
+    wall_seconds: float | None = None
+    seconds: GoodputSeconds | None = None
+    steps_redone: int | None = None
+    update_time: str | None = Field(None, json_schema_extra=DATE_TIME)
+    # the timeline the figures are computed from (kept across attempts and operator restarts)
+    attempts: list[AttemptRecord] | None = None
+    suspensions: list[Suspension] | None = None
+    earlier: GoodputSeconds | None = Field(None, description="buckets of attempt records folded away")
+    earlier_until: str | None = Field(None, json_schema_extra=DATE_TIME)
+    earlier_high_step: int | None = None
 
 
 class BadNode(_Status):
@@ -223,6 +288,7 @@ class LLMTrainingJobStatus(_Status):
     preflight: PreflightStatus | None = None
     preflight_failures: int | None = None
     flight_recorder: FlightRecorder | None = None
+    goodput: GoodputStatus | None = None
     conditions: list[Condition] | None = None
 
     def condition(self, type_: str) -> Condition | None:

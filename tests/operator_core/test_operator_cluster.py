@@ -14,6 +14,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmtrain_devcluster.standins import running_at, worker0_pod
+from llmtrain.controller.status import parse_time
 from llmtrain.render import render_pytorchjob
 from llmtrain.validation import load_job, parse_spec
 
@@ -176,7 +177,8 @@ def test_deleting_the_job_garbage_collects_its_pytorchjob(operator, kube, namesp
 
 def test_progress_from_rank0_metrics_and_restart_on_hang(operator, trainer_endpoint, kube, namespace):
     metrics, _ = trainer_endpoint
-    kube.apply(namespace, kube.job_doc("progress", tiny(resilience={"hangTimeoutMinutes": 30, "maxRestarts": 2})))
+    kube.apply(namespace, kube.job_doc("progress", tiny(resilience={"hangTimeoutMinutes": 30, "maxRestarts": 2},
+                                                        training={"maxSteps": 100})))
     ptj = kube.wait_ptj(namespace, "progress-a1")
     # The worker pod as the training-operator would create it, with its IP as the kubelet reports it.
     kube.core.create_namespaced_pod(namespace, worker0_pod("progress", 1, "llmtrain-trainer:dev", owner=ptj))
@@ -186,10 +188,18 @@ def test_progress_from_rank0_metrics_and_restart_on_hang(operator, trainer_endpo
     metrics.tokens_per_second.set(1234.5)
     metrics.mfu.set(0.41)
     metrics.heartbeat_timestamp_seconds.set(time.time())
+    metrics.train_start_timestamp_seconds.set(time.time())
+    metrics.resume_step.set(40)
+    for _ in range(2):
+        metrics.step_seconds.observe(2.0)
     kube.set_ptj_condition(namespace, "progress-a1", "Running")
     progress = wait_for(lambda: kube.status(namespace, "progress").get("progress", {}).get("step") == 42
                         and kube.status(namespace, "progress")["progress"], 30, "progress in status")
     assert (progress["loss"], progress["tokensPerSecond"], progress["mfu"]) == (2.5, 1234.5, 0.41)
+    # the goodput counters of attempt 1, and the ETA: the steps left at 2 s each
+    assert (progress["attempt"], progress["resumeStep"], progress["attemptSteps"],
+            progress["stepSeconds"]) == (1, 40, 2, 4.0)
+    assert progress["estimatedRemainingSeconds"] == (100 - 42) * 2 and progress["estimatedCompletionTime"]
     metrics.step.set(43)
     wait_for(lambda: kube.status(namespace, "progress")["progress"]["step"] == 43, 30, "the next scrape")
     assert kube.status(namespace, "progress")["attempt"] == 1  # a moving heartbeat is not a hang
@@ -202,6 +212,10 @@ def test_progress_from_rank0_metrics_and_restart_on_hang(operator, trainer_endpo
     kube.wait_ptj(namespace, "progress-a2")
     status = kube.status(namespace, "progress")
     assert status["attempt"] == 2 and status["reason"] == "Hang" and "no training step" in status["message"]
+    first = status["goodput"]["attempts"][0]
+    assert (first["endReason"], first["resumeStep"], first["attemptSteps"]) == ("Hang", 40, 2)
+    # the faked hour-old heartbeat predates the loop's start: the whole loop is the hang
+    assert status["goodput"]["seconds"]["hang"] > 0 and status["goodput"]["seconds"]["productive"] == 0
     families = {f.name: f for f in text_string_to_metric_families(operator.metrics())}
     hang = [s for s in families["llmtrain_operator_job_restarts"].samples
             if s.name.endswith("_total") and s.labels.get("reason") == "Hang" and s.labels["llmtrain_job"] == "progress"]
@@ -239,3 +253,35 @@ def test_an_operator_restart_adopts_and_never_duplicates(operator, kube, namespa
              "the restarted operator to resume survivor")
     assert [p["metadata"]["name"] for p in kube.ptjs(namespace, "survivor")] == ["survivor-a1"]
     assert [p["metadata"]["name"] for p in kube.ptjs(namespace, "orphan")] == ["orphan-a1"]
+
+
+def test_goodput_is_kept_across_attempts_and_an_operator_restart(operator, kube, namespace):
+    """status.goodput through the API server (its schema), two attempts and an operator restart:
+    the records survive, the buckets add up to the wall time, the figures reach Prometheus."""
+    kube.apply(namespace, kube.job_doc("gp", tiny(resilience={"maxRestarts": 2, "restartBackoffSeconds": 1})))
+    kube.wait_ptj(namespace, "gp-a1")
+    kube.set_ptj_condition(namespace, "gp-a1", "Running")
+    kube.wait_phase(namespace, "gp", "Running")
+    kube.set_ptj_condition(namespace, "gp-a1", "Failed", "worker 1 exited with code 137")
+    kube.wait_ptj(namespace, "gp-a2")
+    g = wait_for(lambda: len((kube.status(namespace, "gp").get("goodput") or {}).get("attempts") or []) == 2
+                 and kube.status(namespace, "gp")["goodput"], 30, "attempt 2's goodput record")
+    first = g["attempts"][0]
+    assert (first["attempt"], first["endReason"]) == (1, "Failed") and first["endTime"] >= first["createdTime"]
+    assert sum(g["seconds"].values()) == pytest.approx(g["wallSeconds"], abs=0.5)
+    operator.stop(signal.SIGKILL)
+    operator.start()
+    kube.set_ptj_condition(namespace, "gp-a2", "Running")
+    kube.wait_phase(namespace, "gp", "Running")
+    kube.set_ptj_condition(namespace, "gp-a2", "Succeeded")
+    done = kube.wait_phase(namespace, "gp", "Succeeded")
+    g = done["goodput"]
+    assert [(a["attempt"], a.get("endReason")) for a in g["attempts"]] == [(1, "Failed"), (2, "Succeeded")]
+    created = kube.job(namespace, "gp")["metadata"]["creationTimestamp"]
+    wall = (parse_time(done["completionTime"]) - parse_time(created)).total_seconds()
+    assert g["wallSeconds"] == pytest.approx(wall, abs=1) and sum(g["seconds"].values()) == pytest.approx(wall, abs=1)
+    assert g["seconds"]["restarting"] > 0 and g["updateTime"] == done["completionTime"]
+    header = kube.cluster.kubectl("get", "llmtj", "gp", "-n", namespace).stdout.split("\n")[0].split()
+    assert "GOODPUT" in header and "ETA" in header
+    wait_for(lambda: f'llmtrain_job_goodput_ratio{{llmtrain_job="gp",namespace="{namespace}"}}' in operator.metrics(),
+             15, "the goodput gauge")

@@ -257,6 +257,10 @@ EXPECTED_METRICS = {
     **{f"llmtrain_trainer_{n}": "gauge" for n in (
         "nonfinite_loss_steps", "nonfinite_loss_max_steps", "nonfinite_loss_first_step", "loss_median",
         "loss_ratio_to_median", "loss_spike_step", "loss_spike_ratio", "resumed_before_step")},
+    # goodput (llmtrain/goodput.py)
+    "llmtrain_trainer_checkpoint_blocking_seconds": "counter",
+    "llmtrain_trainer_train_start_timestamp_seconds": "gauge",
+    "llmtrain_trainer_resume_step": "gauge",
 }
 
 

@@ -66,6 +66,16 @@ class TrainerMetrics:
         self.checkpoint_failures_total = Counter("llmtrain_trainer_checkpoint_failures",
                                                  "Checkpoint saves that failed (training went on; the next save retries)",
                                                  LABELS, registry=r).labels(*lv)
+        # goodput (the operator's status.goodput): where this attempt's time went
+        self.checkpoint_blocking_seconds = Counter(
+            "llmtrain_trainer_checkpoint_blocking_seconds",
+            "Seconds the checkpoint saves between steps blocked training (the staging; the upload runs behind)",
+            LABELS, registry=r).labels(*lv)
+        self.train_start_timestamp_seconds = gauge("llmtrain_trainer_train_start_timestamp_seconds",
+                                                   "Unix time this attempt's training loop began (model built, "
+                                                   "checkpoint loaded)")
+        self.resume_step = gauge("llmtrain_trainer_resume_step",
+                                 "The step this attempt resumed from (0: from scratch)")
         self.checkpoint_interval_seconds = gauge("llmtrain_trainer_checkpoint_interval_seconds",
                                                  "Configured checkpoint interval (spec.checkpoint.intervalMinutes)")
         self.hang_timeout_seconds = gauge("llmtrain_trainer_hang_timeout_seconds",

@@ -225,6 +225,8 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
     watch = LossWatch(r.loss_spike_window, r.loss_spike_factor, r.loss_spike_min_steps)
     memory = _Memory(device)
     reason = "finished"
+    metrics.resume_step.set(resumed_step)
+    metrics.train_start_timestamp_seconds.set(time.time())
     try:
         while step < t.max_steps:
             t0 = time.perf_counter()
@@ -307,7 +309,9 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
             # Never checkpoint a NaN/Inf state (every rank sees the same all-reduced loss, so all
             # skip together): a restart must find a checkpoint from before the loss went bad.
             if save_v > 0 and step < t.max_steps and ckpt.enabled and math.isfinite(loss_v):
+                blocked = time.perf_counter()
                 ckpt.save(step, state(step))
+                metrics.checkpoint_blocking_seconds.inc(time.perf_counter() - blocked)
         ckpt.wait()
         if watch.streak:
             log.error("the loss of the final step %d is not finite: no final checkpoint (the newest "

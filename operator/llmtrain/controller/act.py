@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from ..catalog import instance_type
 from ..spec import API_VERSION, KIND
 from ..status import Phase
-from . import rejections, taints, tenancy
+from . import accounting, rejections, taints, tenancy
 from .observe import attempt_of, owned_by
 from .snapshot import CreateResult, Event, Observed, Plan
 
@@ -113,6 +113,10 @@ def finish(op: "Operator", o: Observed, plan: Plan, job: dict) -> None:
         if tainted:
             log.warning("tainted %s %s=...:NoSchedule (job %s/%s)", ", ".join(tainted),
                         taints.SUSPECT_TAINT, o.namespace, o.name)
+    if status.get("goodput"):
+        terminal = status.get("phase") in (Phase.SUCCEEDED.value, Phase.FAILED.value)
+        summary = status["goodput"] if terminal else accounting.derived(o.with_(raw_status=status), status["goodput"])
+        m.set_goodput(o.namespace, o.name, summary)
     if plan.monitor:
         op.monitor.schedule(job)
 

@@ -33,4 +33,6 @@ class OperatorConfig:
     # the least restart backoff whatever spec.resilience.restartBackoffSeconds says (seconds): a job
     # that fails at once must not make the operator and the API server create attempts in a loop
     min_restart_backoff: float = 5.0
+    # how often a job's status.goodput figures are recomputed and written between transitions (seconds)
+    goodput_interval: float = 300.0
 

@@ -23,7 +23,7 @@ from typing import Callable
 from ..render import pytorchjob_name
 from ..spec import model_summary
 from ..status import Phase, Reason
-from . import forensics, health
+from . import accounting, forensics, health
 from .config import OperatorConfig
 from .snapshot import Event, Observed, Plan
 from .status import PHASE_OF, parse_time, startup_problem, timestamp
@@ -457,5 +457,5 @@ def decide(o: Observed, cfg: OperatorConfig) -> Plan:
     for rule in SITUATIONS:
         plan = rule(o, cfg)
         if plan is not None:
-            return plan
+            return accounting.amend(o, plan, cfg) if plan.need is None and plan.create is None else plan
     raise AssertionError("steady always applies")

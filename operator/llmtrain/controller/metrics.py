@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from ..goodput import BADPUT
 from ..status import Phase
 
 RECONCILE_OUTCOMES = ("created", "adopted", "updated", "unchanged", "invalid", "restarted", "suspended",
@@ -35,15 +36,30 @@ class OperatorMetrics:
             ["namespace", "llmtrain_job"], **kw)
         self.bad_nodes = Counter(
             "llmtrain_operator_bad_nodes", "Nodes blamed for a failed attempt, by reason", ["reason"], **kw)
+        # goodput (llmtrain/goodput.py), from each job's status.goodput whenever it is reconciled
+        self.goodput_ratio = Gauge(
+            "llmtrain_job_goodput_ratio", "Productive seconds / (wall - suspended seconds) of a job since its creation",
+            ["namespace", "llmtrain_job"], **kw)
+        self.badput_seconds = Gauge(
+            "llmtrain_job_badput_seconds",
+            "Seconds of a job's wall time that trained nothing, by kind (queued, starting, lostWork, restarting, "
+            "hang, checkpointStall, dataWait)", ["namespace", "llmtrain_job", "kind"], **kw)
         for outcome in RECONCILE_OUTCOMES:
             self.reconciles.labels(outcome)
         for phase in Phase:
             self.jobs.labels(phase.value)
 
+    def set_goodput(self, namespace: str, name: str, summary: dict) -> None:
+        seconds = summary.get("seconds") or {}
+        if summary.get("ratio") is not None:
+            self.goodput_ratio.labels(namespace, name).set(summary["ratio"])
+        for kind in BADPUT:
+            self.badput_seconds.labels(namespace, name, kind).set(seconds.get(kind, 0.0))
+
     def forget_job(self, namespace: str, name: str) -> None:
         """Drop a deleted job's own series: with one series per job (and restart reason), an
         operator that outlives many jobs would otherwise grow /metrics (and its memory) forever."""
-        for metric in (self.restarts, self.preflight_busbw):
+        for metric in (self.restarts, self.preflight_busbw, self.goodput_ratio, self.badput_seconds):
             names = metric._labelnames  # noqa: SLF001 — prometheus_client has no public accessor
             for family in metric.collect():
                 for sample in family.samples:

@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from ..render import pytorchjob_name
+from ..spec import TrainingSpec
 from . import scrape
-from .status import timestamp
+from .progress import GOODPUT_KEYS, eta
+from .status import now, timestamp
 
 if TYPE_CHECKING:
     from .operator import Operator
@@ -102,9 +104,17 @@ class Monitor:
         progress = await self.scrape_progress(ip) if ip else None
         if progress is None:
             return  # the time rules (hang, no first step) are judged at the reconciler's next look
-        current = dict(status.get("progress") or {})
-        current.update(progress.as_status())
-        current["updateTime"] = timestamp()
+        previous = dict(status.get("progress") or {})
+        if previous.get("attempt") != attempt:  # the last attempt's counters are not this one's
+            for key in GOODPUT_KEYS:
+                previous.pop(key, None)
+        current = {**previous, **progress.as_status(), "attempt": attempt}
+        at = now()
+        max_steps = ((job.get("spec") or {}).get("training") or {}).get("maxSteps")
+        if not isinstance(max_steps, int) or isinstance(max_steps, bool):
+            max_steps = TrainingSpec.model_fields["max_steps"].default
+        current.update(eta(current, previous, max_steps, at))
+        current["updateTime"] = timestamp(at)
         self.op.progress.put(namespace, name, attempt, progress)
         written = await self._in_pool(self.op.kube.patch_job_status, namespace, name, {"progress": current})
         self.op.queue.add((namespace, name), written)  # decide judges the new facts

@@ -18,7 +18,7 @@ from ..status import Phase, parse
 from . import kueue, nodes, scrape, taints
 from .decide import SPEC_HASH
 from .snapshot import Child, Observed
-from .status import failure_message, now, pytorchjob_state
+from .status import failure_message, now, parse_time, pytorchjob_state
 
 if TYPE_CHECKING:
     from .operator import Operator
@@ -71,7 +71,7 @@ def observe(op: "Operator", job: dict, first_sight: bool) -> Observed:
     return Observed(
         namespace=namespace, name=name, uid=uid, generation=meta.get("generation"),
         resource_version=meta.get("resourceVersion"), raw_spec=raw_spec, spec=spec, spec_error=error,
-        raw_status=raw_status, status=status, now=now(),
+        raw_status=raw_status, status=status, now=now(), creation_time=parse_time(meta.get("creationTimestamp")),
         children=tuple(child_of(p, uid) for p in ptjs.values()), first_sight=first_sight,
         awaiting_watch=awaiting,
         # only the pods of the attempt's own PyTorchJob: anyone can label a pod like a worker

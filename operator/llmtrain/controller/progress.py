@@ -34,6 +34,13 @@ class Progress:
     loss_spike_step: float | None = None
     loss_spike_ratio: float | None = None
     resumed_before_step: float | None = None
+    # goodput counters of this attempt's process (llmtrain/goodput.py)
+    train_start: float | None = None
+    resume_step: float | None = None
+    step_seconds_sum: float | None = None
+    step_seconds_count: float | None = None
+    checkpoint_blocking_seconds: float | None = None
+    data_wait_seconds: float | None = None
 
     def as_status(self) -> dict:
         out: dict = {}
@@ -55,7 +62,32 @@ class Progress:
             out["lastCheckpointTime"] = timestamp(dt.datetime.fromtimestamp(self.last_checkpoint_time, dt.timezone.utc))
         if self.heartbeat:
             out["heartbeatTime"] = timestamp(dt.datetime.fromtimestamp(self.heartbeat, dt.timezone.utc))
+        if self.train_start and math.isfinite(self.train_start):
+            out["trainStartTime"] = timestamp(dt.datetime.fromtimestamp(self.train_start, dt.UTC))
+        for field, key, digits in _GOODPUT_STATUS:
+            value = getattr(self, field)
+            if value is not None and math.isfinite(value) and value >= 0:
+                out[key] = int(value) if digits is None else round(value, digits)
         return out
+
+
+def eta(progress: dict, previous: dict, max_steps: int | None, at: dt.datetime) -> dict:
+    """status.progress.estimatedRemainingSeconds and estimatedCompletionTime: the steps left at the
+    recent step time (since the previous scrape of the same attempt, else the attempt's mean),
+    plus the checkpoint stall this attempt has cost per step so far. {} when not known yet."""
+    step, steps, secs = progress.get("step"), progress.get("attemptSteps"), progress.get("stepSeconds")
+    if not max_steps or step is None or not steps or not secs:
+        return {}
+    per_step = secs / steps
+    prev_steps, prev_secs = previous.get("attemptSteps"), previous.get("stepSeconds")
+    if (previous.get("attempt") == progress.get("attempt") and isinstance(prev_steps, int)
+            and isinstance(prev_secs, (int, float)) and steps > prev_steps and secs > prev_secs):
+        per_step = (secs - prev_secs) / (steps - prev_steps)
+    stall = (progress.get("checkpointBlockingSeconds") or 0.0) / steps
+    left = max(0, int(max_steps) - int(step))
+    remaining = round(left * (per_step + stall))
+    return {"estimatedRemainingSeconds": remaining,
+            "estimatedCompletionTime": timestamp(at + dt.timedelta(seconds=remaining))}
 
 
 _HEALTH_STATUS = {"nonfinite_loss_steps": "nonFiniteLossSteps",
@@ -63,6 +95,15 @@ _HEALTH_STATUS = {"nonfinite_loss_steps": "nonFiniteLossSteps",
                   "nonfinite_loss_first_step": "nonFiniteLossFirstStep",
                   "loss_median": "lossMedian", "loss_spike_step": "lossSpikeStep",
                   "loss_spike_ratio": "lossSpikeRatio", "resumed_before_step": "resumedBeforeStep"}
+
+# Progress field, status.progress key, rounding (None: an integer)
+_GOODPUT_STATUS = (("resume_step", "resumeStep", None), ("step_seconds_count", "attemptSteps", None),
+                   ("step_seconds_sum", "stepSeconds", 3),
+                   ("checkpoint_blocking_seconds", "checkpointBlockingSeconds", 3),
+                   ("data_wait_seconds", "dataWaitSeconds", 3))
+
+GOODPUT_KEYS = ("trainStartTime", *(key for _, key, _ in _GOODPUT_STATUS), "estimatedRemainingSeconds",
+                "estimatedCompletionTime")
 
 _PROGRESS_METRICS = {
     "llmtrain_trainer_step": "step",
@@ -73,4 +114,10 @@ _PROGRESS_METRICS = {
     "llmtrain_trainer_last_checkpoint_timestamp_seconds": "last_checkpoint_time",
     "llmtrain_trainer_heartbeat_timestamp_seconds": "heartbeat",
     **{f"llmtrain_trainer_{field}": field for field in _HEALTH_STATUS},
+    "llmtrain_trainer_train_start_timestamp_seconds": "train_start",
+    "llmtrain_trainer_resume_step": "resume_step",
+    "llmtrain_trainer_step_seconds_sum": "step_seconds_sum",
+    "llmtrain_trainer_step_seconds_count": "step_seconds_count",
+    "llmtrain_trainer_checkpoint_blocking_seconds_total": "checkpoint_blocking_seconds",
+    "llmtrain_trainer_data_wait_seconds_sum": "data_wait_seconds",
 }

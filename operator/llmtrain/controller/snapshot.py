@@ -66,6 +66,7 @@ class Observed:
     raw_status: dict[str, Any]
     status: LLMTrainingJobStatus
     now: dt.datetime
+    creation_time: dt.datetime | None = None  # metadata.creationTimestamp
     children: tuple[Child, ...] = ()
     first_sight: bool = False             # this process has not reconciled the job before
     awaiting_watch: bool = False          # its recorded PyTorchJob may still come through the watch
@@ -117,6 +118,7 @@ class Plan:
     requeue: float | None = None
     outcome: str | None = None            # llmtrain_operator_reconciles{outcome}
     restart: Reason | None = None         # llmtrain_operator_job_restarts{reason}
+    ended: Reason | None = None           # why the attempt ended, also when no restart follows (goodput)
     blamed: tuple[dict, ...] = ()         # nodes blamed for the failure (llmtrain_operator_bad_nodes)
     taint: tuple[dict, ...] = ()          # blamed nodes the next attempt avoids (--suspect-taint-fraction)
     preflight_busbw: float | None = None  # llmtrain_operator_preflight_bus_bandwidth_gbps

@@ -100,7 +100,7 @@ def restart(o: Observed, name: str, cause: Reason, message: str, *, spend: bool 
         extra = (amend(update) if amend else None) or {}
         return Plan(name, status=update, delete=(old,) if old and cause in STUCK else (),
                     events=(Event(True, Reason.RESTART_BUDGET_EXHAUSTED, update["message"]),),
-                    outcome=outcome, **{k: v for k, v in extra.items() if k != "taint"})
+                    outcome=outcome, ended=cause, **{k: v for k, v in extra.items() if k != "taint"})
     nxt = attempt + 1
     delay = restart_backoff(r, restarts, floor) if spend else 0.0
     due = o.now + dt.timedelta(seconds=delay)

@@ -1,0 +1,60 @@
+"""`llmtrain goodput` (table and PNG timeline from a job's status) and the expected run that
+`llmtrain plan` prints before a job starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llmtrain import goodput as gp
+from llmtrain.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+T0 = 1_772_366_400.0  # 2026-03-01T12:00:00Z
+
+
+def job() -> dict:
+    s = lambda dt_: gp.stamp(T0 + dt_)  # noqa: E731
+    return {"apiVersion": "llmtrain.dev/v1alpha1", "kind": "LLMTrainingJob",
+            "metadata": {"name": "llama", "namespace": "team-a", "creationTimestamp": s(0)},
+            "status": {"phase": "Succeeded", "completionTime": s(1000), "goodput": {"attempts": [
+                {"attempt": 1, "createdTime": s(10), "endTime": s(400), "endReason": "Hang",
+                 "trainStartTime": s(40), "heartbeatTime": s(300), "resumeStep": 0, "step": 100,
+                 "attemptSteps": 100, "stepSeconds": 250.0, "checkpointBlockingSeconds": 10.0},
+                {"attempt": 2, "createdTime": s(420), "endTime": s(1000), "endReason": "Succeeded",
+                 "trainStartTime": s(450), "heartbeatTime": s(990), "resumeStep": 80, "step": 300,
+                 "attemptSteps": 220, "stepSeconds": 528.0, "dataWaitSeconds": 12.0}]}}}
+
+
+def test_goodput_report_table_and_png(tmp_path, capsys):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job()))
+    out_png = tmp_path / "timeline.png"
+    assert main(["goodput", "--from-file", str(path), "--png", str(out_png)]) == 0
+    text = capsys.readouterr().out
+    # by hand: queued 10; starting 30 + 30; a1 steps 40..300 = 260 (stall 10, productive 250); hang 100;
+    # restarting 20; a2 steps 450..990 = 540 (data wait 12, lost (100 - 80) × 2.4 = 48, productive 480);
+    # final save 10 → productive 730 of 1000
+    assert "goodput 73.0% over 0:16:40" in text and "20 steps redone" in text
+    rows = {line[2:42].strip(): line[42:].split() for line in text.splitlines() if line.startswith("  ")}
+    assert rows["hang (last step → detection)"] == ["0:01:40", "10.0%"]
+    assert rows["lost work (steps redone)"] == ["0:00:48", "4.8%"]
+    assert rows["checkpoint stall"] == ["0:00:20", "2.0%"]
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_goodput_needs_a_job():
+    assert main(["goodput"]) == 2
+
+
+def test_plan_shows_the_expected_run(capsys):
+    assert main(["plan", str(ROOT / "examples" / "llama2-70b-p5-16nodes.yaml"), "--output", "json"]) == 0
+    e = json.loads(capsys.readouterr().out)["expected"]
+    assert e["steps"] == 3000 and e["tokens"] == 3000 * 4194304
+    assert e["wall_seconds"] == pytest.approx(e["train_seconds"] + e["checkpoint_seconds"] + e["restart_seconds"])
+    assert e["gpu_hours"] == pytest.approx(e["wall_seconds"] / 3600 * 128)
+    assert e["checkpoints"] == int(e["train_seconds"] // (90 * 60)) and e["restarts"] > 0
+    assert 0 < e["goodput"] < 1

@@ -1,0 +1,100 @@
+"""status.goodput through decide(): what each transition adds to the timeline, in the same plan
+(one conditional status write), and that the figures are recomputed from what status stores."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from llmtrain import goodput as gp
+from llmtrain.controller.snapshot import CreateResult
+
+from .decide_world import NOW, ago, decide_, ptj, running, snap
+
+CREATED = NOW - dt.timedelta(minutes=20)
+
+
+def at(**kw) -> str:
+    return gp.stamp((NOW - dt.timedelta(**kw)).timestamp())
+
+
+def test_new_attempt_opens_a_record_and_counts_the_queue():
+    o = snap(created=CreateResult("j-a1", "created", rendezvous_id="r"), creation_time=NOW - dt.timedelta(seconds=30))
+    plan = decide_(o)
+    g = plan.status["goodput"]
+    assert g["attempts"] == [{"attempt": 1, "createdTime": gp.stamp(NOW.timestamp())}]
+    assert g["seconds"]["queued"] == 30.0 and g["wallSeconds"] == 30.0 and g["ratio"] == 0.0
+
+
+def test_hang_closes_the_attempt_with_the_trainers_last_counters():
+    progress = {"attempt": 1, "step": 50, "heartbeatTime": ago(minutes=40), "trainStartTime": at(minutes=55),
+                "resumeStep": 0, "attemptSteps": 50, "stepSeconds": 800.0, "checkpointBlockingSeconds": 30.0,
+                "dataWaitSeconds": 10.0}
+    goodput = {"attempts": [{"attempt": 1, "createdTime": at(minutes=58)}], "updateTime": at(seconds=10)}
+    st = running(progress=progress, goodput=goodput, attemptStartTime=at(minutes=56))
+    plan = decide_(snap(st, children=[ptj(1, "Running")], creation_time=NOW - dt.timedelta(hours=1)))
+    assert plan.situation == "unhealthy" and plan.status["reason"].value == "Hang"
+    g = plan.status["goodput"]
+    rec = g["attempts"][0]
+    assert rec["endTime"] == gp.stamp(NOW.timestamp()) and rec["endReason"] == "Hang"
+    assert rec["checkpointBlockingSeconds"] == 30.0 and rec["heartbeatTime"] == progress["heartbeatTime"]
+    # queued 2 min, starting 3 min, steps 15 min (30 s stall, 10 s data wait), hang 40 min
+    assert g["seconds"] == pytest.approx({**gp.zero(), "queued": 120, "starting": 180, "checkpointStall": 30,
+                                          "dataWait": 10, "productive": 900 - 40, "hang": 2400})
+    assert g["wallSeconds"] == 3600
+
+
+def test_goodput_is_refreshed_only_when_due():
+    goodput = {"attempts": [{"attempt": 1, "createdTime": at(minutes=12)}], "updateTime": at(seconds=10)}
+    o = snap(running(goodput=goodput), children=[ptj(1, "Running")], creation_time=CREATED)
+    assert decide_(o).status is None
+    stale = {**goodput, "updateTime": at(minutes=6)}
+    plan = decide_(snap(running(goodput=stale), children=[ptj(1, "Running")], creation_time=CREATED))
+    assert plan.situation == "steady" and set(plan.status) == {"goodput"}
+    assert plan.status["goodput"]["updateTime"] == gp.stamp(NOW.timestamp())
+
+
+def test_suspend_and_resume_mark_a_suspension():
+    goodput = {"attempts": [{"attempt": 1, "createdTime": at(minutes=12)}]}
+    o = snap(running(goodput=goodput), spec={**snap().raw_spec, "suspend": True}, children=[ptj(1, "Running")],
+             creation_time=CREATED)
+    plan = decide_(o)
+    assert plan.situation == "suspend"
+    g = plan.status["goodput"]
+    assert g["suspensions"] == [{"startTime": gp.stamp(NOW.timestamp())}]
+    assert g["attempts"][0]["endReason"] == "Suspended"
+    later = NOW + dt.timedelta(minutes=5)
+    st = {**running(), "phase": "Suspended", "goodput": g}
+    resumed = decide_(snap(st, creation_time=CREATED, now=later))
+    assert resumed.situation == "resumed"
+    g2 = resumed.status["goodput"]
+    assert g2["suspensions"] == [{"startTime": gp.stamp(NOW.timestamp()), "endTime": gp.stamp(later.timestamp())}]
+    assert g2["seconds"]["suspended"] == 300.0
+
+
+def test_a_hang_that_spends_the_last_restart_is_still_a_hang():
+    progress = {"attempt": 1, "step": 50, "heartbeatTime": ago(minutes=40), "trainStartTime": at(minutes=55)}
+    goodput = {"attempts": [{"attempt": 1, "createdTime": at(minutes=58)}], "updateTime": at(seconds=10)}
+    st = running(progress=progress, goodput=goodput, attemptStartTime=at(minutes=56), restarts=10)
+    plan = decide_(snap(st, children=[ptj(1, "Running")], creation_time=NOW - dt.timedelta(hours=1)))
+    assert plan.status["phase"].value == "Failed" and plan.status["reason"].value == "RestartBudgetExhausted"
+    g = plan.status["goodput"]
+    assert g["attempts"][0]["endReason"] == "Hang" and g["seconds"]["hang"] == 2400
+
+
+def test_the_scrape_decide_judges_is_the_one_recorded():
+    """The record keeps the monitor's newest scrape of the attempt (the snapshot's fact), over
+    what status.progress held before it."""
+    from llmtrain.controller.status import Progress
+
+    old = {"attempt": 1, "step": 40, "attemptSteps": 40, "heartbeatTime": at(minutes=40),
+           "trainStartTime": at(minutes=55)}
+    goodput = {"attempts": [{"attempt": 1, "createdTime": at(minutes=58)}], "updateTime": at(seconds=10)}
+    st = running(progress=old, goodput=goodput, attemptStartTime=at(minutes=56))
+    scrape = Progress(step=50, heartbeat=(NOW - dt.timedelta(minutes=40)).timestamp(), step_seconds_count=50)
+    plan = decide_(snap(st, children=[ptj(1, "Running")], creation_time=NOW - dt.timedelta(hours=1), progress=scrape))
+    assert plan.status["reason"].value == "Hang"
+    rec = plan.status["goodput"]["attempts"][0]
+    assert (rec["step"], rec["attemptSteps"], rec["heartbeatTime"]) == (50, 50, at(minutes=40))
+    assert plan.status["goodput"]["seconds"]["hang"] == 2400

@@ -1,0 +1,45 @@
+"""The trainer's goodput counters, from its real Prometheus exposition through the operator's
+bounded scrape into status.progress, and the ETA computed from them."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from prometheus_client import generate_latest
+
+from llmtrain.controller.progress import eta
+from llmtrain.controller.scrape import parse_progress
+from llmtrain_trainer.metrics import TrainerMetrics
+
+AT = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
+
+
+def test_the_scrape_reads_the_goodput_counters():
+    m = TrainerMetrics(job="j", rank=0)
+    m.train_start_timestamp_seconds.set(AT.timestamp() - 600)
+    m.resume_step.set(80)
+    for _ in range(4):
+        m.step_seconds.observe(2.5)
+        m.data_wait_seconds.observe(0.25)
+    m.checkpoint_blocking_seconds.inc(7.5)
+    m.step.set(84)
+    p = parse_progress(generate_latest(m.registry))
+    assert (p.resume_step, p.step_seconds_count, p.step_seconds_sum) == (80, 4, 10.0)
+    assert (p.checkpoint_blocking_seconds, p.data_wait_seconds) == (7.5, 1.0)
+    s = p.as_status()
+    assert s["trainStartTime"] == "2026-03-01T11:50:00Z"
+    assert {k: s[k] for k in ("resumeStep", "attemptSteps", "stepSeconds", "checkpointBlockingSeconds",
+                              "dataWaitSeconds")} == {"resumeStep": 80, "attemptSteps": 4, "stepSeconds": 10.0,
+                                                      "checkpointBlockingSeconds": 7.5, "dataWaitSeconds": 1.0}
+
+
+def test_eta_uses_the_recent_step_time_and_the_checkpoint_stall():
+    now = {"attempt": 2, "step": 600, "attemptSteps": 500, "stepSeconds": 1500.0, "checkpointBlockingSeconds": 50.0}
+    # the last 100 steps took 2 s each (the attempt's mean is 3 s); checkpoints cost 0.1 s a step
+    before = {"attempt": 2, "attemptSteps": 400, "stepSeconds": 1300.0}
+    got = eta(now, before, 1000, AT)
+    assert got == {"estimatedRemainingSeconds": 400 * 2.1, "estimatedCompletionTime": "2026-03-01T12:14:00Z"}
+    # the previous scrape was another attempt's: the mean of this one
+    assert eta(now, {**before, "attempt": 1}, 1000, AT)["estimatedRemainingSeconds"] == 400 * 3.1
+    assert eta({**now, "step": 1000}, before, 1000, AT)["estimatedRemainingSeconds"] == 0
+    assert eta({"step": 5}, {}, 1000, AT) == {}  # no step timed yet

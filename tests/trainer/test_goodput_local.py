@@ -1,0 +1,125 @@
+"""Goodput end to end on this machine: two real attempts of a 2-rank job (torchrun, gloo), one rank
+of the first SIGKILLed, the second resuming from its checkpoint and running to the end.
+
+The test plays the operator's part with the operator's own code: it scrapes rank 0's /metrics
+(controller/scrape.py, as the monitor does), opens and closes the attempt records
+(llmtrain/goodput.py, as decide does) and computes the buckets. They must match a hand
+computation from the trainer's step log (each step's end time, step time and data wait) within
+2% of the wall time.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from conftest import base_spec
+from llmtrain import goodput as gp
+from llmtrain.controller.scrape import parse_progress
+
+pytestmark = [pytest.mark.trainer, pytest.mark.slow]
+
+STEPS, KILL_AT, EVERY = 120, 50, 10
+
+
+class Monitor:
+    """Rank 0's /metrics every 0.2 s → the latest status.progress of the attempt."""
+
+    def __init__(self, port: int, attempt: int):
+        self.url, self.attempt = f"http://127.0.0.1:{port}/metrics", attempt
+        self.progress: dict = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                body = urllib.request.urlopen(self.url, timeout=1).read()
+            except OSError:
+                body = None
+            if body:
+                self.progress = {**self.progress, **parse_progress(body).as_status(), "attempt": self.attempt}
+            self._stop.wait(0.2)
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join(5)
+        return self.progress
+
+
+def _hand(attempts: list[dict], created: float, end: float) -> dict[str, float]:
+    """The buckets from the step logs alone. attempts: {created, end, why, steps: [step events]}."""
+    b = gp.zero()
+    cursor, high = created, 0
+    for i, a in enumerate(attempts):
+        b["queued" if i == 0 else "restarting"] += a["created"] - cursor
+        steps = a["steps"]
+        first_start = steps[0]["time"] - steps[0]["step_seconds"]
+        b["starting"] += first_start - a["created"]
+        in_steps = 0.0
+        for s in steps:
+            in_steps += s["step_seconds"]
+            if s["step"] <= high:
+                b["lostWork"] += s["step_seconds"]
+            else:
+                b["dataWait"] += s["data_wait_seconds"]
+                b["productive"] += s["step_seconds"] - s["data_wait_seconds"]
+        # between the steps: the checkpoint saves (and a few milliseconds of bookkeeping)
+        b["checkpointStall"] += (steps[-1]["time"] - first_start) - in_steps
+        b["checkpointStall" if a["why"] == "Succeeded" else "restarting"] += a["end"] - steps[-1]["time"]
+        high = max(high, steps[-1]["step"])
+        cursor = a["end"]
+    b["restarting"] += end - cursor
+    return b
+
+
+def test_goodput_buckets_match_the_step_log(launch, tmp_path):
+    spec = base_spec(**{"training.maxSteps": STEPS, "checkpoint.uri": f"file://{tmp_path}/ckpt",
+                        "checkpoint.intervalSteps": EVERY, "checkpoint.keep": 2})
+    created = time.time()
+    g: dict = {}
+    runs = []
+    for attempt in (1, 2):
+        opened = time.time()
+        g = gp.opened(g, attempt, opened, job_created=created)
+        w = launch(spec, 2, name=f"a{attempt}")
+        mon = Monitor(w.metrics_port, attempt)
+        if attempt == 1:
+            w.wait_for(lambda e: e.get("event") == "step" and e["step"] >= KILL_AT)
+            victim = max(w.worker_pids())
+            os.kill(victim, signal.SIGKILL)
+            rc = w.wait(120)
+            assert rc != 0
+            why = "Failed"
+        else:
+            rc = w.wait(300)
+            assert rc == 0, w.stderr()
+            why = "Succeeded"
+        ended = time.time()
+        progress = mon.stop()
+        g = gp.closed(g, attempt, ended, why, progress)
+        runs.append({"created": opened, "end": ended, "why": why, "steps": w.of("step"), "resume": w.of("resume")})
+        if attempt == 1:
+            time.sleep(1.0)  # the restart backoff
+    # the second attempt resumed from a checkpoint before the kill and redid the steps after it
+    resumed = runs[1]["resume"][0]["step"]
+    assert resumed % EVERY == 0 and 0 < resumed < KILL_AT <= runs[0]["steps"][-1]["step"]
+    assert runs[1]["steps"][-1]["step"] == STEPS
+
+    end = runs[1]["end"]
+    auto = gp.buckets(gp.timeline_of(g, created), end)
+    hand = _hand(runs, created, end)
+    wall = end - created
+    assert sum(auto.values()) == pytest.approx(wall) and sum(hand.values()) == pytest.approx(wall)
+    off = {k: round(auto[k] - hand[k], 3) for k in gp.BUCKETS if abs(auto[k] - hand[k]) > 0.02 * wall}
+    report = {k: (round(auto[k], 3), round(hand[k], 3)) for k in gp.BUCKETS}
+    print(f"wall {wall:.2f} s; bucket: (status.goodput, step log) {report}")
+    assert not off, f"buckets off by more than 2% of {wall:.1f} s: {off}; all: {report}"
+    assert auto["lostWork"] > 0 and auto["checkpointStall"] > 0 and auto["productive"] > 0
+    assert gp.steps_redone(gp.timeline_of(g, created)) == pytest.approx(runs[0]["steps"][-1]["step"] - resumed, abs=1)
