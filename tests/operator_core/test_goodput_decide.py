@@ -10,7 +10,7 @@ import pytest
 from llmtrain import goodput as gp
 from llmtrain.controller.snapshot import CreateResult
 
-from .decide_world import NOW, ago, decide_, ptj, running, snap
+from .decide_world import NOW, ago, decide_, pending, ptj, running, snap, tiny
 
 CREATED = NOW - dt.timedelta(minutes=20)
 
@@ -98,3 +98,17 @@ def test_the_scrape_decide_judges_is_the_one_recorded():
     rec = plan.status["goodput"]["attempts"][0]
     assert (rec["step"], rec["attemptSteps"], rec["heartbeatTime"]) == (50, 50, at(minutes=40))
     assert plan.status["goodput"]["seconds"]["hang"] == 2400
+
+
+def test_kueues_admission_moves_the_wait_from_starting_to_queued():
+    """A PyTorchJob created suspended for Kueue and admitted two hours later: those two hours were
+    queued (the cluster's choice), not starting (ours)."""
+    spec = tiny(cluster={"instanceType": "cpu", "nodes": 1, "queueName": "team-a"})
+    goodput = {"attempts": [{"attempt": 1, "createdTime": at(hours=2)}], "updateTime": at(minutes=1)}
+    st = pending(attemptCreationTime=ago(hours=2), reason="Queued", goodput=goodput)
+    o = snap(st, spec=spec, children=[ptj(1, raw_spec=spec)], creation_time=NOW - dt.timedelta(hours=2, minutes=1))
+    plan = decide_(o)
+    assert plan.situation == "admitted"
+    g = plan.status["goodput"]
+    assert g["attempts"][0]["admittedTime"] == gp.stamp(NOW.timestamp())
+    assert g["seconds"]["queued"] == pytest.approx(2 * 3600 + 60) and g["seconds"]["starting"] == 0

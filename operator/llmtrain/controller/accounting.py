@@ -59,6 +59,8 @@ def amend(o: Observed, plan: Plan, cfg: OperatorConfig) -> Plan:
             g = gp.resumed(g, now)
         if plan.outcome in ("created", "adopted") and update.get("attemptCreationTime"):
             g = gp.opened(g, int(update.get("attempt") or o.attempt), now, job_created(o))
+        if update.get("admissionTime"):  # Kueue admitted the suspended PyTorchJob: until now it was queued
+            g = gp.admitted(g, int(attempt), now)
         if g != before:
             return replace(plan, status={**update, "goodput": derived(o, g)})
         return plan
