@@ -6,9 +6,10 @@ offline validation (`llmtrain validate`), the operator and the trainer's configu
 are camelCase on the wire (Kubernetes convention) and snake_case in Python.
 
 Mutability: once created, only `spec.resilience`, `spec.suspend` and
-`spec.checkpoint.intervalMinutes` / `keep` may change. Everything else shapes the running pods (their command, resources, rendezvous), so the
-API server rejects such an update (CEL transition rule `self == oldSelf`); to change it, delete the
-job and create a new one that resumes from the same checkpoint URI.
+`spec.checkpoint.intervalMinutes` / `keep` may change. Everything else shapes the running pods
+(their command, resources, rendezvous), so the API server rejects such an update (CEL transition
+rule `self == oldSelf`); to change it, delete the job and create a new one that resumes from the
+same checkpoint URI.
 """
 
 from __future__ import annotations
@@ -146,7 +147,8 @@ class ModelSpec(_Spec):
 
 
 class DataSpec(_Spec):
-    uri: str = Field("synthetic", max_length=MAX_URI, description="s3://bucket/prefix/, file:///mnt/fsx/path, or synthetic")
+    uri: str = Field("synthetic", max_length=MAX_URI,
+                     description="s3://bucket/prefix/, file:///mnt/fsx/path, or synthetic")
     seq_len: int | None = Field(None, ge=8, le=1_048_576,
                                 description="default: 2048, or the model's context length if shorter")
 
@@ -218,7 +220,8 @@ class TrainingSpec(_Spec):
 
 
 class CheckpointSpec(_Spec):
-    uri: str | None = Field(None, max_length=MAX_URI, description="s3://bucket/prefix/ or file:///mnt/fsx/ckpt; unset: no checkpoints; "
+    uri: str | None = Field(None, max_length=MAX_URI,
+                            description="s3://bucket/prefix/ or file:///mnt/fsx/ckpt; unset: no checkpoints; "
                             "cannot be set, changed or removed once the job exists")
     interval_minutes: int = Field(60, ge=1, le=10080)
     interval_steps: int = Field(0, ge=0, description="also save every N steps (0: by time only)")

@@ -20,9 +20,20 @@ import yaml
 from .catalog import instance_types, model_presets
 from .defaults import resolve
 from .planner import plan_job, suggest_fit
-from .spec import (API_VERSION, DEFAULT_ETCD_ENDPOINT, DNS_SUBDOMAIN, HOST_PORT, IMAGE_REFERENCE,
-                   INSTANCE_TYPE_LABEL, KIND, LABEL_KEY, LABEL_VALUE, QUEUE_NAME, LLMTrainingJobSpec,
-                   resolve_dims)
+from .spec import (
+    API_VERSION,
+    DEFAULT_ETCD_ENDPOINT,
+    DNS_SUBDOMAIN,
+    HOST_PORT,
+    IMAGE_REFERENCE,
+    INSTANCE_TYPE_LABEL,
+    KIND,
+    LABEL_KEY,
+    LABEL_VALUE,
+    QUEUE_NAME,
+    LLMTrainingJobSpec,
+    resolve_dims,
+)
 
 # Kubeflow names the worker Services `<job>-a<attempt>-worker-<index>`; they must be DNS-1035 labels (≤ 63).
 MAX_NAME_LENGTH = 45
@@ -83,7 +94,7 @@ class Policy:
     ENV_SERVICE_ACCOUNTS = "LLMTRAIN_ALLOWED_SERVICE_ACCOUNTS"
 
     @classmethod
-    def from_env(cls, env=None) -> "Policy":
+    def from_env(cls, env=None) -> Policy:
         env = os.environ if env is None else env
 
         def split(var):

@@ -44,7 +44,7 @@ class OperatorMetrics:
         """Drop a deleted job's own series: with one series per job (and restart reason), an
         operator that outlives many jobs would otherwise grow /metrics (and its memory) forever."""
         for metric in (self.restarts, self.preflight_busbw):
-            names = metric._labelnames  # noqa: SLF001 — prometheus_client has no public accessor
+            names = metric._labelnames
             for family in metric.collect():
                 for sample in family.samples:
                     labels = sample.labels

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from typing import Callable
+from collections.abc import Callable
 
 import yaml
 
