@@ -65,7 +65,7 @@ def global_batch_tokens(spec: LLMTrainingJobSpec) -> tuple[int, str]:
     """(tokens, why) for a spec whose globalBatchTokens is unset."""
     inst = instance_types().get(spec.cluster.instance_type)
     workers = spec.cluster.nodes * (inst.workers_per_node(spec.cluster.processes_per_node) if inst else 1)
-    micro = spec.data.seq_len * spec.training.micro_batch_size * workers
+    micro = spec.data.seq_len * spec.training.micro_batch_size * workers  # type: ignore[operator]  # seqLen resolved first
     step = f"seqLen × microBatchSize × workers = {spec.data.seq_len} × {spec.training.micro_batch_size} × {workers}"
     if inst is None or not inst.is_gpu:
         return micro, f"one micro-step of every worker ({step}) on CPU workers"
@@ -129,7 +129,8 @@ def explain(raw_spec: dict, spec: LLMTrainingJobSpec) -> dict[str, str]:
     why = {}
     if "seqLen" not in data:
         why["data.seqLen"] = (f"the model's context length, shorter than {DEFAULT_SEQ_LEN}"
-                              if spec.data.seq_len < DEFAULT_SEQ_LEN else f"{DEFAULT_SEQ_LEN}")
+                              if spec.data.seq_len < DEFAULT_SEQ_LEN  # type: ignore[operator]  # resolved above
+                              else f"{DEFAULT_SEQ_LEN}")
     if "warmupSteps" not in training:
         why["training.warmupSteps"] = (f"10% of maxSteps ({spec.training.max_steps}), "
                                        f"at most {MAX_DEFAULT_WARMUP}")

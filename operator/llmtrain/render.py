@@ -168,6 +168,7 @@ def rendezvous_id(namespace: str, job: str, uid: str | None, attempt: int) -> st
 def _rendezvous(spec: LLMTrainingJobSpec, ptj_name: str, rdzv_id: str,
                 default_etcd_endpoint: str | None) -> dict[str, Any]:
     backend = spec.rendezvous.backend
+    endpoint: str | None
     if backend == "c10d":
         endpoint = spec.rendezvous.endpoint or f"{ptj_name}-worker-0:{C10D_PORT}"
     else:

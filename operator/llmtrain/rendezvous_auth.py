@@ -178,7 +178,7 @@ class CertificateAuthority:
                                                              ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False))
         else:
             builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        cert = builder.sign(self.key, hashes.SHA256())
+        cert = builder.sign(self.key, hashes.SHA256())  # type: ignore[arg-type]  # an EC key: generate() / load
         return Credentials(self.cert_pem, cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
 
@@ -217,6 +217,7 @@ class EtcdAdmin:
 
     def _call(self, method: str, path: str, body: dict | None = None, ok=(200, 201), ctx=None,
               form: dict | None = None) -> tuple[int, dict]:
+        data: bytes | None
         if form is not None:  # the v2 keys API takes form fields
             data, kind = urllib.parse.urlencode(form).encode(), "application/x-www-form-urlencoded"
         else:

@@ -307,11 +307,11 @@ def check(spec: LLMTrainingJobSpec, name: str = "job", default_etcd_endpoint: st
     if "/dev/shm" in mounts:
         p.append(Problem("spec.cluster.volumes[].mountPath", "/dev/shm is the workers' shared memory",
                          "any other path"))
-    for i, t in enumerate(c.tolerations):
-        if t.operator == "Equal" and (t.key is None or t.value is None):
+    for i, tol in enumerate(c.tolerations):
+        if tol.operator == "Equal" and (tol.key is None or tol.value is None):
             p.append(Problem(f"spec.cluster.tolerations[{i}]", "operator Equal needs a key and a value",
                              "key + value, or operator Exists"))
-        if t.operator == "Exists" and t.value is not None:
+        if tol.operator == "Exists" and tol.value is not None:
             p.append(Problem(f"spec.cluster.tolerations[{i}].value", "operator Exists takes no value",
                              "remove value, or operator Equal"))
     if inst.is_gpu:  # a file:// path in a pod is only shared storage if a volume backs it
@@ -339,6 +339,8 @@ def check(spec: LLMTrainingJobSpec, name: str = "job", default_etcd_endpoint: st
                          "bf16 | fp32 on instanceType cpu"))
 
     t = spec.training
+    # parse_spec() resolved every defaulted field (defaults.resolve)
+    assert t.warmup_steps is not None and t.global_batch_tokens is not None and spec.data.seq_len is not None
     if t.warmup_steps >= t.max_steps:
         p.append(Problem("spec.training.warmupSteps", f"{t.warmup_steps} is not below maxSteps ({t.max_steps})",
                          f"0..{t.max_steps - 1}"))

@@ -282,7 +282,7 @@ def run(size_mib: int = 16, iters: int = 5, memory_mib: int = 256, min_fraction:
     busbw = allreduce_busbw(buf, iters)
     result.link_gbps = link_bandwidths(buf, recv, iters)
 
-    gathered: list[dict] = [None] * n  # type: ignore[list-item]
+    gathered: list[dict] = [None] * n  # type: ignore[list-item]  # all_gather_object fills every slot
     dist.all_gather_object(gathered, asdict(result))
     verdicts: list[dict | None] = [None]
     if rank == 0:

@@ -56,6 +56,7 @@ def create(op: Operator, o: Observed, obj: dict) -> CreateResult:
     name = obj["metadata"]["name"]
     try:
         # what the attempt needs besides its PyTorchJob: the job's NetworkPolicy, its rendezvous credentials
+        assert o.spec is not None  # attempts start only for a valid spec
         tenancy.prepare_attempt(op.config, o.spec, o.namespace, o.name, o.uid, attempt_of(obj) or o.attempt)
         ptj, was_created = op.kube.create_pytorchjob(obj)
     except ApiException as err:

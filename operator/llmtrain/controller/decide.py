@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..render import pytorchjob_name
 from ..spec import model_summary
@@ -95,6 +96,7 @@ def new_suspended(o: Observed, cfg) -> Plan | None:
     if not o.is_new or not o.raw_spec.get("suspend"):
         return None
     conds = cond(o, validated_conditions(o, []), READY, False, Reason.SUSPENDED, "spec.suspend is true")
+    assert o.spec is not None  # a valid spec: new_job returned for an invalid one
     return Plan("new_suspended", status={
         "phase": Phase.SUSPENDED, "attempt": 1, "restarts": 0, "observedGeneration": o.generation,
         "model": model_summary(o.spec.model), "plan": plan_status(o.spec), "conditions": conds,
@@ -136,7 +138,7 @@ def spec_changed(o: Observed, cfg) -> Plan | None:
                            "from the next attempt)", Reason.SPEC_APPLIED, True)
     else:
         msg, reason, ok = o.spec_error or "invalid spec", Reason.INVALID_SPEC, False
-    update = {"conditions": cond(o, conds_of(o), SPEC_ACCEPTED, ok, reason, msg)}
+    update: dict[str, Any] = {"conditions": cond(o, conds_of(o), SPEC_ACCEPTED, ok, reason, msg)}
     if ok:
         update["observedGeneration"] = max(o.generation or 0, o.status.observed_generation or 0)
     event = Event(False, Reason.SPEC_UPDATED, msg) if ok else Event(True, Reason.SPEC_CHANGE_REJECTED, msg)

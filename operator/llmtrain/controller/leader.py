@@ -116,7 +116,7 @@ class LeaderElector:
             while not self._stop.wait(self.config.retry):
                 try:
                     ok = self.try_acquire_or_renew()
-                except Exception as err:  # noqa: BLE001
+                except Exception as err:  # noqa: BLE001 - logged; the lease is lost until a renewal works
                     log.warning("lease renewal failed: %s", err)
                     ok = False
                 if ok:

@@ -6,6 +6,8 @@ that every metric a dashboard or rule names is registered here or by the trainer
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..status import Phase
@@ -16,7 +18,7 @@ RECONCILE_OUTCOMES = ("created", "adopted", "updated", "unchanged", "invalid", "
 
 class OperatorMetrics:
     def __init__(self, registry: CollectorRegistry | None = None):
-        kw = {"registry": registry} if registry is not None else {}
+        kw: dict[str, Any] = {"registry": registry} if registry is not None else {}
         self.reconciles = Counter(
             "llmtrain_operator_reconciles", "Reconciles of LLMTrainingJobs by outcome",
             ["outcome"], **kw)

@@ -40,7 +40,7 @@ from ..render import ATTEMPT_LABEL, JOB_LABEL, PREFLIGHT_EXIT_CODE
 from .status import owner_uid
 
 # the cluster's nodes (API calls) live in taints.py; importable from here as before
-from .taints import (  # noqa: F401
+from .taints import (  # noqa: F401 - re-exported for existing importers
     SUSPECT_EXPIRES_ANNOTATION,
     SUSPECT_JOB_ANNOTATION,
     SUSPECT_NAMESPACE_LABEL,

@@ -63,6 +63,7 @@ class Run:
                         return None
                     op.queue.observe(key, job)
                 else:
+                    assert isinstance(written, dict)  # not GONE, not CONFLICT: the written job
                     act.finish(op, o, plan, written)
                     job = written
                 self.final = job.get("status") or {}

@@ -36,7 +36,7 @@ log = logging.getLogger("llmtrain.workqueue")
 
 def _rv(obj: dict | None) -> int | None:
     try:
-        return int(obj["metadata"]["resourceVersion"])
+        return int(obj["metadata"]["resourceVersion"])  # type: ignore[index]  # None: TypeError below
     except (TypeError, KeyError, ValueError):
         return None
 
