@@ -7,10 +7,10 @@ only turns them into typed, immutable records.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
-from typing import Mapping
 
 import yaml
 

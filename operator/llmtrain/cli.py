@@ -185,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--allowed-image-registry", action="append", default=[], metavar="PREFIX",
                        help=f"check the image against this allow-list (repeatable; also ${Policy.ENV_IMAGES})")
         p.add_argument("--allowed-service-account", action="append", default=[], metavar="NAME",
-                       help=f"check serviceAccountName against this list (repeatable; also ${Policy.ENV_SERVICE_ACCOUNTS})")
+                       help="check serviceAccountName against this list "
+                            f"(repeatable; also ${Policy.ENV_SERVICE_ACCOUNTS})")
         p.set_defaults(func=func)
         return p
 

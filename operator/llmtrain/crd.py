@@ -22,11 +22,11 @@ _KEEP = ("type", "description", "default", "enum", "minimum", "maximum", "exclus
 def structural(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> dict[str, Any]:
     """Rewrite one pydantic JSON Schema node (and its children) as a structural OpenAPI node."""
     defs = defs if defs is not None else schema.get("$defs", {})
-    extra = {k: schema[k] for k in ("description", "default", "x-kubernetes-validations")
+    extra: dict[str, Any] = {k: schema[k] for k in ("description", "default", "x-kubernetes-validations")
              if k in schema}
     if "$ref" in schema:
         target = defs[schema["$ref"].split("/")[-1]]
-        node = structural(target, defs)
+        node: dict[str, Any] = structural(target, defs)
         return {**node, **extra}
     if "anyOf" in schema:  # Optional[X]: absent means "unset"; null itself is not accepted.
         options = [s for s in schema["anyOf"] if s.get("type") != "null"]
@@ -39,7 +39,7 @@ def structural(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> di
                 merged[key] = schema[key]
         return merged
 
-    node: dict[str, Any] = {k: schema[k] for k in _KEEP if k in schema}
+    node = {k: schema[k] for k in _KEEP if k in schema}
     # JSON Schema's numeric exclusive bounds are OpenAPI 3.0 booleans beside minimum/maximum.
     for bound, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
         if not isinstance(node.get(bound, True), bool):

@@ -45,7 +45,7 @@ def warmup_steps(max_steps: int) -> int:
     return min(MAX_DEFAULT_WARMUP, max_steps // 10)
 
 
-def _dims(spec: "LLMTrainingJobSpec"):
+def _dims(spec: LLMTrainingJobSpec):
     from .catalog import ModelDims
 
     m = spec.model
@@ -54,23 +54,24 @@ def _dims(spec: "LLMTrainingJobSpec"):
     return model_presets().get(m.preset or "")  # None: an unknown preset is validation's to report
 
 
-def _num_params(spec: "LLMTrainingJobSpec") -> int | None:
+def _num_params(spec: LLMTrainingJobSpec) -> int | None:
     from .flops import num_params
 
     dims = _dims(spec)
     return num_params(dims) if dims else None
 
 
-def global_batch_tokens(spec: "LLMTrainingJobSpec") -> tuple[int, str]:
+def global_batch_tokens(spec: LLMTrainingJobSpec) -> tuple[int, str]:
     """(tokens, why) for a spec whose globalBatchTokens is unset."""
     inst = instance_types().get(spec.cluster.instance_type)
     workers = spec.cluster.nodes * (inst.workers_per_node(spec.cluster.processes_per_node) if inst else 1)
-    micro = spec.data.seq_len * spec.training.micro_batch_size * workers
+    micro = spec.data.seq_len * spec.training.micro_batch_size * workers  # type: ignore[operator]  # seqLen resolved first
     step = f"seqLen × microBatchSize × workers = {spec.data.seq_len} × {spec.training.micro_batch_size} × {workers}"
     if inst is None or not inst.is_gpu:
         return micro, f"one micro-step of every worker ({step}) on CPU workers"
     params = _num_params(spec)
-    target = SMALL_MODEL_BATCH_TOKENS if params is not None and params < SMALL_MODEL_PARAMS else LARGE_MODEL_BATCH_TOKENS
+    small = params is not None and params < SMALL_MODEL_PARAMS
+    target = SMALL_MODEL_BATCH_TOKENS if small else LARGE_MODEL_BATCH_TOKENS
     tokens = max(1, round(target / micro)) * micro
     size = f"{params / 1e9:.2f} B parameters" if params is not None else "model size unknown"
     return tokens, f"about {target // 1024} Ki tokens for {size}, rounded to a multiple of {step}"
@@ -83,7 +84,7 @@ STATE_BYTES_PER_PARAM = 16  # fp32 weights + two AdamW moments + bf16 copy: a ch
 PRETRAINED_BYTES_PER_PARAM = 2  # bf16 safetensors, read whole by every node
 
 
-def first_step_timeout_minutes(spec: "LLMTrainingJobSpec") -> tuple[int, str]:
+def first_step_timeout_minutes(spec: LLMTrainingJobSpec) -> tuple[int, str]:
     """(minutes, why) for an unset resilience.firstStepTimeoutMinutes: the hang timeout plus the
     time a node needs to read what it loads before its first step (its shard of the checkpoint, or
     the whole pretrained model) at LOAD_BYTES_PER_SECOND."""
@@ -94,7 +95,7 @@ def first_step_timeout_minutes(spec: "LLMTrainingJobSpec") -> tuple[int, str]:
     hang = spec.resilience.hang_timeout_minutes
     return hang + load, (f"hangTimeoutMinutes ({hang}) + {load} min to read {per_node / 1e9:.1f} GB "
                          f"per node at {LOAD_BYTES_PER_SECOND / 1e6:.0f} MB/s")
-def preflight(spec: "LLMTrainingJobSpec") -> tuple[bool, str]:
+def preflight(spec: LLMTrainingJobSpec) -> tuple[bool, str]:
     """(on, why) for a spec whose resilience.preflight is unset."""
     inst = instance_types().get(spec.cluster.instance_type)
     if inst is None or not inst.is_gpu:
@@ -104,7 +105,7 @@ def preflight(spec: "LLMTrainingJobSpec") -> tuple[bool, str]:
     return True, f"on for a GPU job of {spec.cluster.nodes} nodes"
 
 
-def resolve(spec: "LLMTrainingJobSpec") -> "LLMTrainingJobSpec":
+def resolve(spec: LLMTrainingJobSpec) -> LLMTrainingJobSpec:
     """Fill the unset derived fields of ``spec`` in place (seqLen first: the batch depends on it);
     returns ``spec``."""
     if spec.data.seq_len is None:
@@ -122,13 +123,14 @@ def resolve(spec: "LLMTrainingJobSpec") -> "LLMTrainingJobSpec":
     return spec
 
 
-def explain(raw_spec: dict, spec: "LLMTrainingJobSpec") -> dict[str, str]:
+def explain(raw_spec: dict, spec: LLMTrainingJobSpec) -> dict[str, str]:
     """The fields `resolve` filled for the wire spec ``raw_spec`` (resolved as ``spec``): name → why."""
     data, training = raw_spec.get("data") or {}, raw_spec.get("training") or {}
     why = {}
     if "seqLen" not in data:
         why["data.seqLen"] = (f"the model's context length, shorter than {DEFAULT_SEQ_LEN}"
-                              if spec.data.seq_len < DEFAULT_SEQ_LEN else f"{DEFAULT_SEQ_LEN}")
+                              if spec.data.seq_len < DEFAULT_SEQ_LEN  # type: ignore[operator]  # resolved above
+                              else f"{DEFAULT_SEQ_LEN}")
     if "warmupSteps" not in training:
         why["training.warmupSteps"] = (f"10% of maxSteps ({spec.training.max_steps}), "
                                        f"at most {MAX_DEFAULT_WARMUP}")

@@ -239,7 +239,8 @@ def plan_job(spec: LLMTrainingJobSpec, nodes: int | None = None, strategy: str |
     return plan_for(
         resolve_dims(spec.model), inst, nodes or spec.cluster.nodes,
         strategy or spec.fsdp.sharding_strategy, spec.fsdp.mixed_precision,
-        spec.fsdp.activation_checkpointing, spec.data.seq_len, spec.training.micro_batch_size,
+        spec.fsdp.activation_checkpointing, spec.data.seq_len,  # type: ignore[arg-type]  # a resolved spec
+        spec.training.micro_batch_size,
         spec.fsdp.cpu_offload, per_node)
 
 

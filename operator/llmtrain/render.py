@@ -4,8 +4,8 @@ This module decides the values (from the spec and the instance catalog); the tem
 `templates/pytorchjob.yaml.j2` lays them out. Choices a user should know about:
 
 - One PyTorchJob per attempt, named `<job>-a<attempt>`; the rendezvous id
-  `<namespace>.<job>-<uid prefix>-a<attempt>` (1-3 dots, rendezvous_auth.tenant_prefix) is never reused, so a restarted attempt never meets
-  a closed rendezvous (RendezvousClosedError).
+  `<namespace>.<job>-<uid prefix>-a<attempt>` (1-3 dots, rendezvous_auth.tenant_prefix) is never
+  reused, so a restarted attempt never meets a closed rendezvous (RendezvousClosedError).
 - Workers run `torchrun ... -m llmtrain_trainer`; the trainer reads the whole spec from the
   `LLMTRAIN_SPEC` environment variable (JSON), so the PyTorchJob is the complete, reviewable record.
 - GPU types request every GPU and EFA interface of the node (`nvidia.com/gpu`,
@@ -146,7 +146,7 @@ def _slot(ctx, value) -> str:
 @lru_cache(maxsize=64)
 def _skeleton(text: str):
     """The parsed skeleton (shared: `_fill` builds new objects, never changes it)."""
-    return yaml.load(text, Loader=_LOADER)  # noqa: S506 — a SafeLoader
+    return yaml.load(text, Loader=_LOADER)
 
 
 def _fill(node, slots: list[str]):
@@ -172,6 +172,7 @@ def rendezvous_id(namespace: str, job: str, uid: str | None, attempt: int) -> st
 def _rendezvous(spec: LLMTrainingJobSpec, ptj_name: str, rdzv_id: str,
                 default_etcd_endpoint: str | None) -> dict[str, Any]:
     backend = spec.rendezvous.backend
+    endpoint: str | None
     if backend == "c10d":
         endpoint = spec.rendezvous.endpoint or f"{ptj_name}-worker-0:{C10D_PORT}"
     else:
@@ -383,7 +384,8 @@ def render_pytorchjob(spec: LLMTrainingJobSpec, name: str, namespace: str = "def
         slots_=slots, name=ptj_name, namespace=namespace, labels=labels, pod_annotations=pod_annotations,
         owner=owner, spec=spec, inst=inst,
         rdzv=rdzv, nodes=spec.cluster.nodes, min_nodes=min_nodes, procs_per_node=procs,
-        metrics_port=METRICS_PORT, grace_seconds=TERMINATION_GRACE_SECONDS, node_selector=node_selector, tolerations=tolerations,
+        metrics_port=METRICS_PORT, grace_seconds=TERMINATION_GRACE_SECONDS, node_selector=node_selector,
+        tolerations=tolerations,
         command=COMMAND, args=_args(spec, procs, min_nodes, rdzv),
         env=_env(spec, inst, name, namespace, attempt, resume_before_step),
         resources=_resources(inst, procs), volume_mounts=mounts, volumes=volumes,

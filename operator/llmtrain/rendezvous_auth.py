@@ -86,8 +86,8 @@ def permissions(namespace: str) -> dict[str, list[str]]:
     prefix = tenant_prefix(namespace)
     store = base64.b64encode((STORE_KEY_PREFIX + prefix).encode()).decode()
     own = [f"{STATE_PREFIX}{prefix}*", f"{STORE_DIR}/{store}*", f"{LEGACY_DIR}/run_{prefix}*"]
-    return {"read": sorted(own + [STORE_DIR, f"{STORE_DIR}/*"]),
-            "write": sorted(own + [LEGACY_DIR, f"{LEGACY_DIR}/"])}
+    return {"read": sorted([*own, STORE_DIR, f"{STORE_DIR}/*"]),
+            "write": sorted([*own, LEGACY_DIR, f"{LEGACY_DIR}/"])}
 
 
 def rdzv_conf(backend: str, directory: str = MOUNT_PATH) -> str:
@@ -178,7 +178,7 @@ class CertificateAuthority:
                                                              ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False))
         else:
             builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        cert = builder.sign(self.key, hashes.SHA256())
+        cert = builder.sign(self.key, hashes.SHA256())  # type: ignore[arg-type]  # an EC key: generate() / load
         return Credentials(self.cert_pem, cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
 
@@ -217,6 +217,7 @@ class EtcdAdmin:
 
     def _call(self, method: str, path: str, body: dict | None = None, ok=(200, 201), ctx=None,
               form: dict | None = None) -> tuple[int, dict]:
+        data: bytes | None
         if form is not None:  # the v2 keys API takes form fields
             data, kind = urllib.parse.urlencode(form).encode(), "application/x-www-form-urlencoded"
         else:
@@ -265,8 +266,8 @@ class EtcdAdmin:
         self._call("PUT", "/v2/auth/users/root", {"user": ROOT_USER, "password": password}, ok=(200, 201))
         if not enabled:
             # An empty guest role before enabling: otherwise EnableAuth creates one with r/w on /*.
-            self._call("PUT", "/v2/auth/roles/guest", {"role": "guest", "permissions": {"kv": {"read": [], "write": []}}},
-                       ok=(200, 201, 409))
+            empty = {"role": "guest", "permissions": {"kv": {"read": [], "write": []}}}
+            self._call("PUT", "/v2/auth/roles/guest", empty, ok=(200, 201, 409))
             self._empty_guest()
             self._call("PUT", "/v2/auth/enable", ok=(200, 201, 409))
         self._empty_guest()
@@ -288,7 +289,8 @@ class EtcdAdmin:
         kv = (guest.get("permissions") or {}).get("kv") or {}
         if kv.get("read") or kv.get("write"):
             self._call("PUT", "/v2/auth/roles/guest",
-                       {"role": "guest", "revoke": {"kv": {"read": kv.get("read") or [], "write": kv.get("write") or []}}})
+                       {"role": "guest",
+                        "revoke": {"kv": {"read": kv.get("read") or [], "write": kv.get("write") or []}}})
 
     def ensure_current(self) -> None:
         """Before each attempt: etcd still has auth on and the marker this process wrote (two
@@ -305,7 +307,8 @@ class EtcdAdmin:
             return "" if status == 200 else json.dumps(out)
 
         err = post("/v3/auth/role/add", {"name": "root"})
-        if any(m in err for m in ("user name is empty", "user name not found", "permission denied", "invalid auth token")):
+        auth_on = ("user name is empty", "user name not found", "permission denied", "invalid auth token")
+        if any(m in err for m in auth_on):
             return  # auth is on already: only an authenticated root could add a role
         if err and "already exists" not in err:
             raise EtcdAuthError(f"etcd v3 role add: {err[:300]}")
@@ -349,7 +352,8 @@ def server_secret(namespace: str, service: str, name: str | None = None) -> dict
     """The Secret the etcd chart mounts (auth.existingSecret, default <service>-tls): a new CA and
     etcd's server certificate for the Service's DNS names."""
     ca = CertificateAuthority.generate()
-    names = (service, f"{service}.{namespace}", f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local")
+    names = (service, f"{service}.{namespace}", f"{service}.{namespace}.svc",
+             f"{service}.{namespace}.svc.cluster.local")
     server = ca.issue(service, server_names=names, days=3650)
     data = server.secret_data()
     data["ca.key"] = base64.b64encode(ca.key_pem()).decode()

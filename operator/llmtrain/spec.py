@@ -6,9 +6,10 @@ offline validation (`llmtrain validate`), the operator and the trainer's configu
 are camelCase on the wire (Kubernetes convention) and snake_case in Python.
 
 Mutability: once created, only `spec.resilience`, `spec.suspend` and
-`spec.checkpoint.intervalMinutes` / `keep` may change. Everything else shapes the running pods (their command, resources, rendezvous), so the
-API server rejects such an update (CEL transition rule `self == oldSelf`); to change it, delete the
-job and create a new one that resumes from the same checkpoint URI.
+`spec.checkpoint.intervalMinutes` / `keep` may change. Everything else shapes the running pods
+(their command, resources, rendezvous), so the API server rejects such an update (CEL transition
+rule `self == oldSelf`); to change it, delete the job and create a new one that resumes from the
+same checkpoint URI.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ DEFAULT_IMAGE = "public.ecr.aws/llmtrain/llmtrain-trainer:0.1.0"
 # --default-etcd-endpoint overrides it. Used when spec.rendezvous.endpoint is unset.
 DEFAULT_ETCD_ENDPOINT = "llmtrain-etcd.llmtrain-system.svc:2379"
 
-IMMUTABLE = {"x-kubernetes-validations": [{
+IMMUTABLE: dict[str, Any] = {"x-kubernetes-validations": [{
     "rule": "self == oldSelf",
     "message": "is immutable once the job exists (only spec.resilience, spec.suspend and "
                "spec.checkpoint.intervalMinutes/keep may change); delete and re-create the job "
@@ -66,7 +67,7 @@ IMAGE_REFERENCE = (r"^([A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-
                    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$")
 # The node label the renderer pins GPU workers to; the instance type decides it, never nodeSelector.
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-NODE_SELECTOR_RULES = {"x-kubernetes-validations": [
+NODE_SELECTOR_RULES: dict[str, Any] = {"x-kubernetes-validations": [
     {"rule": "self.all(k, k.matches('" + LABEL_KEY.replace("\\", "\\\\") + "'))",
      "message": "every key must be a label key ([prefix/]name: name ≤ 63 of [A-Za-z0-9_.-], prefix a DNS subdomain)"},
     {"rule": f"!('{INSTANCE_TYPE_LABEL}' in self)",
@@ -82,12 +83,12 @@ MAX_URI = 1024
 MAX_ENV, MAX_ENV_NAME, MAX_ENV_VALUE = 64, 128, 2048
 MAX_TOLERATIONS = 32
 MAX_VOLUMES = 16
-ENV_RULES = {"x-kubernetes-validations": [
+ENV_RULES: dict[str, Any] = {"x-kubernetes-validations": [
     {"rule": f"self.all(k, size(k) <= {MAX_ENV_NAME})",
      "message": f"every env name must be at most {MAX_ENV_NAME} characters"}]}
 
 
-CHECKPOINT_URI_FIXED = {"x-kubernetes-validations": [{
+CHECKPOINT_URI_FIXED: dict[str, Any] = {"x-kubernetes-validations": [{
     "rule": "has(self.uri) == has(oldSelf.uri) && (!has(self.uri) || self.uri == oldSelf.uri)",
     "message": "spec.checkpoint.uri is immutable once the job exists (it cannot be added, changed or "
                "removed: the next attempt resumes from it); delete and re-create the job to change it",
@@ -153,7 +154,8 @@ class ModelSpec(_Spec):
 
 
 class DataSpec(_Spec):
-    uri: str = Field("synthetic", max_length=MAX_URI, description="s3://bucket/prefix/, file:///mnt/fsx/path, or synthetic")
+    uri: str = Field("synthetic", max_length=MAX_URI,
+                     description="s3://bucket/prefix/, file:///mnt/fsx/path, or synthetic")
     seq_len: int | None = Field(None, ge=8, le=1_048_576,
                                 description="default: 2048, or the model's context length if shorter")
 
@@ -242,7 +244,8 @@ class TrainingSpec(_Spec):
 
 
 class CheckpointSpec(_Spec):
-    uri: str | None = Field(None, max_length=MAX_URI, description="s3://bucket/prefix/ or file:///mnt/fsx/ckpt; unset: no checkpoints; "
+    uri: str | None = Field(None, max_length=MAX_URI,
+                            description="s3://bucket/prefix/ or file:///mnt/fsx/ckpt; unset: no checkpoints; "
                             "cannot be set, changed or removed once the job exists")
     interval_minutes: int = Field(60, ge=1, le=10080)
     interval_steps: int = Field(0, ge=0, description="also save every N steps (0: by time only)")

@@ -20,10 +20,22 @@ import yaml
 from .catalog import instance_types, model_presets
 from .defaults import resolve
 from .planner import plan_job, suggest_fit
-from .spec import (API_VERSION, DEFAULT_ETCD_ENDPOINT, DNS_SUBDOMAIN, HOST_PORT, IMAGE_REFERENCE,
-                   INSTANCE_TYPE_LABEL, KIND, LABEL_KEY, LABEL_VALUE, PRIORITY_CLASS_NAME, QUEUE_NAME,
-                   TOPOLOGY_LEVELS, LLMTrainingJobSpec,
-                   resolve_dims)
+from .spec import (
+    API_VERSION,
+    DEFAULT_ETCD_ENDPOINT,
+    DNS_SUBDOMAIN,
+    HOST_PORT,
+    IMAGE_REFERENCE,
+    INSTANCE_TYPE_LABEL,
+    KIND,
+    LABEL_KEY,
+    LABEL_VALUE,
+    PRIORITY_CLASS_NAME,
+    QUEUE_NAME,
+    TOPOLOGY_LEVELS,
+    LLMTrainingJobSpec,
+    resolve_dims,
+)
 
 # Kubeflow names the worker Services `<job>-a<attempt>-worker-<index>`; they must be DNS-1035 labels (≤ 63).
 MAX_NAME_LENGTH = 45
@@ -84,7 +96,7 @@ class Policy:
     ENV_SERVICE_ACCOUNTS = "LLMTRAIN_ALLOWED_SERVICE_ACCOUNTS"
 
     @classmethod
-    def from_env(cls, env=None) -> "Policy":
+    def from_env(cls, env=None) -> Policy:
         env = os.environ if env is None else env
 
         def split(var):
@@ -307,11 +319,11 @@ def check(spec: LLMTrainingJobSpec, name: str = "job", default_etcd_endpoint: st
     if "/dev/shm" in mounts:
         p.append(Problem("spec.cluster.volumes[].mountPath", "/dev/shm is the workers' shared memory",
                          "any other path"))
-    for i, t in enumerate(c.tolerations):
-        if t.operator == "Equal" and (t.key is None or t.value is None):
+    for i, tol in enumerate(c.tolerations):
+        if tol.operator == "Equal" and (tol.key is None or tol.value is None):
             p.append(Problem(f"spec.cluster.tolerations[{i}]", "operator Equal needs a key and a value",
                              "key + value, or operator Exists"))
-        if t.operator == "Exists" and t.value is not None:
+        if tol.operator == "Exists" and tol.value is not None:
             p.append(Problem(f"spec.cluster.tolerations[{i}].value", "operator Exists takes no value",
                              "remove value, or operator Equal"))
     if inst.is_gpu:  # a file:// path in a pod is only shared storage if a volume backs it
@@ -339,6 +351,8 @@ def check(spec: LLMTrainingJobSpec, name: str = "job", default_etcd_endpoint: st
                          "bf16 | fp32 on instanceType cpu"))
 
     t = spec.training
+    # parse_spec() resolved every defaulted field (defaults.resolve)
+    assert t.warmup_steps is not None and t.global_batch_tokens is not None and spec.data.seq_len is not None
     if t.warmup_steps >= t.max_steps:
         p.append(Problem("spec.training.warmupSteps", f"{t.warmup_steps} is not below maxSteps ({t.max_steps})",
                          f"0..{t.max_steps - 1}"))

@@ -54,8 +54,9 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -81,7 +82,7 @@ def _short(err: BaseException) -> str:
     """One line for a (possibly multi-rank) checkpoint error: the root causes, not DCP's traceback."""
     failures = getattr(err, "failures", None) or getattr(err, "_failures", None)
     if isinstance(failures, dict) and failures:
-        causes = {}
+        causes: dict[str, list[int]] = {}
         for rank, f in sorted(failures.items()):
             exc = f[0] if isinstance(f, tuple) else f
             causes.setdefault(f"{type(exc).__name__}: {exc}".rstrip(": "), []).append(rank)
@@ -229,7 +230,7 @@ def _staging_root() -> str:
 
 
 class _S3Writer(FileSystemWriter):
-    def __init__(self, store: "S3Store", step: int, rank: int, on_commit: Callable[[], None]):
+    def __init__(self, store: S3Store, step: int, rank: int, on_commit: Callable[[], None]):
         self._staging = os.path.join(_staging_root(), f"{os.getpid()}-{step_name(step)}-r{rank}")
         shutil.rmtree(self._staging, ignore_errors=True)
         super().__init__(self._staging, single_file_per_rank=True, sync_files=False)
@@ -271,7 +272,7 @@ class _S3Writer(FileSystemWriter):
 
 
 class _S3Reader(DirectFileReader):
-    def __init__(self, store: "S3Store", step: int, attempt: int, cache: str):
+    def __init__(self, store: S3Store, step: int, attempt: int, cache: str):
         shutil.rmtree(cache, ignore_errors=True)
         os.makedirs(cache)
         super().__init__(cache, source=f"s3://{store.bucket}/{store._dir(step, attempt)}")
@@ -536,12 +537,12 @@ class Checkpointer:
         if self.store is not None:
             # Rank 0 checks that it can write there now, not at the first save an hour in; every
             # rank raises the same error (a rank-0-only exception would leave the others waiting).
-            problem = [None]
+            problem: list[str | None] = [None]
             if self.rank == 0:
                 try:
                     self.store.check_writable()
                     self.store.clean_partials()
-                except Exception as err:
+                except Exception as err:  # noqa: BLE001 - reported to every rank, which all raise
                     problem[0] = f"checkpoint.uri {self.store} is not writable: {type(err).__name__}: {err}"
             dist.broadcast_object_list(problem, src=0)
             if problem[0]:
@@ -568,7 +569,7 @@ class Checkpointer:
         """Complete checkpoints, oldest first, as rank 0 sees them (broadcast so every rank agrees)."""
         if self.store is None:
             return []
-        found = [(self.store.list_complete(), self.store.locations()) if self.rank == 0 else None]
+        found: list[Any] = [(self.store.list_complete(), self.store.locations()) if self.rank == 0 else None]
         dist.broadcast_object_list(found, src=0)
         steps, locations = found[0]
         self.store.adopt(locations)
@@ -581,6 +582,7 @@ class Checkpointer:
     def load(self, step: int, state: dict[str, Any]) -> None:
         """Load checkpoint `step` into `state`; raises UnsafeCheckpoint (on every rank) when it holds
         something the allow-lists refuse (checkpoint_safety.py), other errors as DCP raises them."""
+        assert self.store is not None, "load() of a disabled checkpointer"
         try:
             load_checked(state, self.store.reader(step, self.rank))
         finally:
@@ -596,7 +598,7 @@ class Checkpointer:
         if self.store is not None and self.rank == 0:
             try:
                 moved[0] = [self.store.quarantine(s) for s in self.store.list_complete() if s >= before_step]
-            except Exception as err:  # every rank must raise, not only rank 0
+            except Exception as err:  # noqa: BLE001 - every rank must raise, not only rank 0
                 moved[0] = f"cannot move the checkpoints from step {before_step} on aside: {type(err).__name__}: {err}"
         dist.broadcast_object_list(moved, src=0)
         if isinstance(moved[0], str):
@@ -647,6 +649,7 @@ class Checkpointer:
         self.last_started = step
         self._last_save = time.monotonic()
         commit = self._committer(step, t0)
+        assert self.store is not None, "save() of a disabled checkpointer"
         writer = self.store.writer(step, self.rank, on_commit=commit if self.rank == 0 else (lambda: None))
         if blocking:
             try:
@@ -664,6 +667,7 @@ class Checkpointer:
         def commit() -> None:  # rank 0, inside DCP's finish: the checkpoint is whole and visible
             self.emit({"event": "checkpoint", "step": step, "seconds": round(time.time() - t0, 3),
                        "uri": self.uri_of(step)})
+            assert self.store is not None  # only saves commit
             complete = self.store.list_complete()
             for old in complete[:-self.keep]:
                 self.store.delete(old)
@@ -677,7 +681,7 @@ class Checkpointer:
         self.emit({"event": "checkpoint_failed", "step": step, "error": _short(err)})
         if self.metrics is not None:
             self.metrics.checkpoint_failures_total.inc()
-        if self.rank == 0:
+        if self.rank == 0 and self.store is not None:  # only saves fail
             self.store.discard_partial(step)
 
     def _done(self, step: int, t0: float, fut=None) -> None:

@@ -39,7 +39,6 @@ import struct
 import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import torch
 from torch.distributed.checkpoint import FileSystemReader
@@ -226,7 +225,7 @@ def parse_record(head: bytes, tail: bytes, record_pos: int, length: int) -> _Sto
 
 def _contiguous(size, stride) -> bool:
     expected = 1
-    for n, s in zip(reversed(size), reversed(stride)):
+    for n, s in zip(reversed(size), reversed(stride), strict=False):
         if n != 1 and s != expected:
             return False
         expected *= n
@@ -337,7 +336,8 @@ class DirectFileReader(FileSystemReader):
 
     def _read_tensors(self, items, fds, planner) -> list:
         """Reads every item it can (in file order, reads in flight on a few threads); returns the rest."""
-        rest, pending = [], collections.deque()
+        rest: list = []
+        pending: collections.deque = collections.deque()
         with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="ckpt-read") as pool:
             for rel, _, req, info in items:
                 path = os.path.join(self.path, rel)
@@ -369,14 +369,15 @@ class DirectFileReader(FileSystemReader):
         """A function that reads `req`'s part of `stored` into its destination and returns it."""
         if len(req.storage_offsets) != len(stored.size):
             raise _NotPlain("rank mismatch")
-        offset = stored.offset + sum(o * s for o, s in zip(req.storage_offsets, stored.stride))
+        offset = stored.offset + sum(o * s for o, s in zip(req.storage_offsets, stored.stride, strict=True))
         size, stride = tuple(req.lengths), stored.stride
         itemsize = stored.dtype.itemsize
         numel = 1
         for n in size:
             numel *= n
-        extent = 1 + sum((n - 1) * s for n, s in zip(size, stride)) if numel else 0
-        if (offset + extent) * itemsize > stored.data_len or stored.data_pos + stored.data_len > info.offset + info.length:
+        extent = 1 + sum((n - 1) * s for n, s in zip(size, stride, strict=False)) if numel else 0
+        beyond_record = stored.data_pos + stored.data_len > info.offset + info.length
+        if (offset + extent) * itemsize > stored.data_len or beyond_record:
             raise _NotPlain("tensor beyond its storage")
         target = planner.resolve_tensor(req).detach()
         if tuple(target.size()) != size:

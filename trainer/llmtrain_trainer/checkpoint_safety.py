@@ -173,7 +173,7 @@ def check_directory(path: str) -> dict[str, int]:
     damaged one); returns how many records of each kind it holds."""
     import os
 
-    from .checkpoint_reader import _NotPlain, parse_record  # noqa: PLC0415 (it imports this module)
+    from .checkpoint_reader import _NotPlain, parse_record
 
     where = os.path.join(path, ".metadata")
     with open(where, "rb") as f:

@@ -17,7 +17,7 @@ def cmd_local(args: argparse.Namespace) -> int:
     try:
         from llmtrain.validation import InvalidJob
     except ImportError:  # pragma: no cover - the lead's validation module is part of the package
-        InvalidJob = ValueError
+        InvalidJob = ValueError  # type: ignore[misc,assignment]  # noqa: N806 - the class it stands in for
     import yaml
 
     try:
@@ -44,7 +44,6 @@ def _run_local(args: argparse.Namespace, run_local) -> int:
 
 def cmd_prepare(args: argparse.Namespace) -> int:
     import sys
-
     from concurrent.futures import BrokenExecutor
 
     from .prepare import run_prepare
@@ -103,7 +102,7 @@ def _prepare_cluster(args: argparse.Namespace) -> int:
                 data = pc.read_object(st["output"], pc.INDEX) if st["output"] else None
                 merged = pc.parse_json(data, st["output"]) if data else None
             except (OSError, ValueError, ImportError) as err:  # no S3 credentials here: say so, not fail
-                merged = f"unknown ({err})"
+                merged = f"unknown ({err})"  # type: ignore[assignment]  # status_lines prints either
             print("\n".join(pc.status_lines(st, merged)))
             return 0
         if args.manifest:
@@ -253,7 +252,8 @@ def register(subparsers) -> None:
     c = q.add_argument_group("on the cluster (an Indexed Job; see llmtrain_trainer/prepare_cluster.py)")
     c.add_argument("--cluster", action="store_true", help="list the inputs, write the manifest and the tokenizer "
                    "to --output, print the Job (or --apply it)")
-    c.add_argument("--indexes", type=_positive_int, default=8, help="Job completions: slices of the corpus (default %(default)s)")
+    c.add_argument("--indexes", type=_positive_int, default=8,
+                   help="Job completions: slices of the corpus (default %(default)s)")
     c.add_argument("--parallelism", type=_positive_int, help="pods at once (default: all indexes)")
     c.add_argument("--image", help="the trainer image (default: the release's)")
     c.add_argument("--name", help="Job name (default: prepare-<hash of the output>)")
@@ -281,7 +281,8 @@ def register(subparsers) -> None:
     e.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16", help="weight dtype (default bf16)")
     e.add_argument("--max-shard-gb", type=float, default=5.0, help="safetensors file size limit (default 5)")
     e.set_defaults(func=cmd_export)
-    t = subparsers.add_parser("scale-test", help="run a job at several sizes; throughput per worker and scaling efficiency",
+    t = subparsers.add_parser("scale-test",
+                              help="run a job at several sizes; throughput per worker and scaling efficiency",
                               description="Run the same job locally with each number of worker processes in "
                               "--sizes (same global batch: strong scaling) and write a table, scale-test.json "
                               "and scale-test.png (tokens/s per worker and efficiency vs the smallest size).")
@@ -295,8 +296,11 @@ def register(subparsers) -> None:
                    help="sizes are NODE counts: create the job through the operator at each size, read tokens/s "
                    "and MFU from status.progress, delete it (current kubeconfig context, or --kubeconfig)")
     t.add_argument("--kubeconfig", help="kubeconfig of the cluster (implies --cluster)")
-    t.add_argument("--namespace", "-n", default="default", help="namespace of the jobs (--cluster; default: %(default)s)")
-    t.add_argument("--samples", type=int, default=5, help="steps read from status per size (--cluster; default: %(default)s)")
+    t.add_argument("--namespace", "-n", default="default",
+                   help="namespace of the jobs (--cluster; default: %(default)s)")
+    t.add_argument("--samples", type=int, default=5,
+                   help="steps read from status per size (--cluster; default: %(default)s)")
     t.add_argument("--timeout", type=float, default=1800, help="seconds per size (--cluster; default: %(default)s)")
-    t.add_argument("--poll", type=float, default=5.0, help="seconds between status reads (--cluster; default: %(default)s)")
+    t.add_argument("--poll", type=float, default=5.0,
+                   help="seconds between status reads (--cluster; default: %(default)s)")
     t.set_defaults(func=cmd_scale_test)

@@ -37,7 +37,7 @@ def load_job_file(path: str) -> tuple[dict, LLMTrainingJobSpec]:
     try:
         from llmtrain.validation import load_job
     except ImportError:
-        load_job = None
+        load_job = None  # type: ignore[assignment]  # an operator package without it: see below
     if load_job is not None:
         job = load_job(path)
         return job.document, job.spec
@@ -57,7 +57,7 @@ class JobIdentity:
         return f"{self.namespace}/{self.name}"
 
     @classmethod
-    def from_env(cls) -> "JobIdentity":
+    def from_env(cls) -> JobIdentity:
         return cls(os.environ.get("LLMTRAIN_JOB_NAME", "local"),
                    os.environ.get("LLMTRAIN_JOB_NAMESPACE", "default"),
                    int(os.environ.get("LLMTRAIN_ATTEMPT", "0")))
@@ -65,6 +65,7 @@ class JobIdentity:
 
 def global_batch_seqs(spec: LLMTrainingJobSpec) -> int:
     """Sequences per optimizer step: globalBatchTokens / seqLen (at least one)."""
+    assert spec.training.global_batch_tokens is not None and spec.data.seq_len is not None, "unresolved spec"
     return max(1, spec.training.global_batch_tokens // spec.data.seq_len)
 
 
@@ -79,6 +80,7 @@ def lr_at(step: int, t: TrainingSpec) -> float:
         return t.learning_rate * step / t.warmup_steps
     if t.lr_schedule == "constant":
         return t.learning_rate
+    assert t.warmup_steps is not None, "unresolved spec: training.warmupSteps"
     p = min(1.0, (step - t.warmup_steps) / max(1, t.max_steps - t.warmup_steps))
     floor = t.learning_rate / 10 if t.min_learning_rate is None else t.min_learning_rate
     lo, hi = min(floor, t.learning_rate), t.learning_rate

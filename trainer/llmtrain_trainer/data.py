@@ -45,7 +45,6 @@ import re
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -156,7 +155,7 @@ class ShardDataset:
         for k, sh in enumerate(self.shards):
             check_name(sh.get("file") if isinstance(sh, dict) else sh, f"{uri}/{INDEX}: shards[{k}].file")
         per_shard = [max(0, (int(sh["tokens"]) - 1) // seq_len) for sh in self.shards]
-        self._first = np.cumsum([0] + per_shard)  # global (unshuffled) index of each shard's sample 0
+        self._first = np.cumsum([0, *per_shard])  # global (unshuffled) index of each shard's sample 0
         self.samples_per_epoch = int(self._first[-1])
         if self.samples_per_epoch == 0:
             raise ValueError(f"{uri}: no complete sample of {seq_len + 1} tokens in any shard")
@@ -177,7 +176,7 @@ class ShardDataset:
             ids[sel] = permute(j[sel], self.samples_per_epoch, self.seed, int(e))
         shard, local = self._locate(ids)
         out: list[tuple[int, int, int]] = []
-        for sh, lo in zip(shard.tolist(), local.tolist()):
+        for sh, lo in zip(shard.tolist(), local.tolist(), strict=True):
             if out and out[-1][0] == sh and out[-1][1] + out[-1][2] == lo:
                 out[-1] = (sh, out[-1][1], out[-1][2] + 1)
             else:

@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import warnings
+from typing import Any
 
 import torch
 
@@ -30,7 +31,7 @@ DTYPES = {"bf16": (torch.bfloat16, "bfloat16"), "fp16": (torch.float16, "float16
           "fp32": (torch.float32, "float32")}
 
 
-def _data_index(uri: str) -> tuple[dict | None, object | None]:
+def _data_index(uri: str) -> tuple[dict | None, Any]:
     if uri == "synthetic":
         return None, None
     from .data import INDEX, open_storage
@@ -136,11 +137,11 @@ def export(spec: LLMTrainingJobSpec, output: str, *, checkpoint_uri: str | None 
         files = ["model.safetensors"]
     else:
         files = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
-    for name, shard in zip(files, shards):
+    for name, shard in zip(files, shards, strict=True):
         save_file(shard, os.path.join(output, name), metadata=meta)
     if len(shards) > 1:
         weight_map = {"metadata": {"total_size": sum(t.numel() * t.element_size() for s in shards for t in s.values())},
-                      "weight_map": {k: f for f, s in zip(files, shards) for k in s}}
+                      "weight_map": {k: f for f, s in zip(files, shards, strict=True) for k in s}}
         with open(os.path.join(output, "model.safetensors.index.json"), "w") as f:
             json.dump(weight_map, f, indent=2)
 

@@ -26,8 +26,8 @@ Output: rank 0 prints one JSON line (`{"event": "healthcheck", ...}`); local ran
 writes the verdict to `--report` and, where the pod has one, a compact form (`termination_message`,
 within Kubernetes' 4096-byte limit) to its termination-message file, which is how the operator reads
 it without scraping logs. Suspect nodes carry the Kubernetes node name (LLMTRAIN_NODE_NAME, from the
-downward API) so the operator can keep the next attempt off them. Each worker exits 0 when healthy, 3 when unhealthy (a check failed or a node is
-slow), 1 on an error; torchrun then exits 0 or 1.
+downward API) so the operator can keep the next attempt off them. Each worker exits 0 when healthy,
+3 when unhealthy (a check failed or a node is slow), 1 on an error; torchrun then exits 0 or 1.
 
 Fault injection (tests and game days only): LLMTRAIN_HEALTHCHECK_FAULT="slow=<rank>:<factor>" makes
 that rank's link transfers take `factor` times as long (it waits out the difference before each send),
@@ -40,7 +40,6 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -157,7 +156,7 @@ def link_bandwidths(buf: torch.Tensor, recv: torch.Tensor, iters: int) -> float:
             continue
         peer = link[1] if link[0] == rank else link[0]
 
-        def once() -> float:
+        def once(peer: int = peer) -> float:
             start = time.perf_counter()
             for req in dist.batch_isend_irecv([dist.P2POp(dist.isend, buf, peer),
                                                dist.P2POp(dist.irecv, recv, peer)]):
@@ -283,7 +282,7 @@ def run(size_mib: int = 16, iters: int = 5, memory_mib: int = 256, min_fraction:
     busbw = allreduce_busbw(buf, iters)
     result.link_gbps = link_bandwidths(buf, recv, iters)
 
-    gathered: list[dict] = [None] * n  # type: ignore[list-item]
+    gathered: list[dict] = [None] * n  # type: ignore[list-item]  # all_gather_object fills every slot
     dist.all_gather_object(gathered, asdict(result))
     verdicts: list[dict | None] = [None]
     if rank == 0:
@@ -294,6 +293,7 @@ def run(size_mib: int = 16, iters: int = 5, memory_mib: int = 256, min_fraction:
     # every node gets the verdict: each pod reports it (the operator may see any one of them first)
     dist.broadcast_object_list(verdicts, src=0)
     verdict = verdicts[0]
+    assert verdict is not None  # rank 0 set it; the broadcast gave it to every rank
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
         if report:
             with open(report, "w") as f:

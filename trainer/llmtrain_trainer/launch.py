@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 
 
 def children(pid: int) -> list[int]:
@@ -72,7 +73,7 @@ def torchrun_command(args: list[str]) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", *args]
 
 
-def preflight_args(args: list[str], report: str, extra: list[str] = ()) -> list[str]:
+def preflight_args(args: list[str], report: str, extra: Sequence[str] = ()) -> list[str]:
     """The torchrun arguments of the preflight round: the training's, with the rendezvous id
     suffixed `-preflight` and the module's own arguments replaced by `healthcheck --report FILE`."""
     out: list[str] = []
@@ -80,7 +81,7 @@ def preflight_args(args: list[str], report: str, extra: list[str] = ()) -> list[
     for a in it:
         if a in ("-m", "--module"):
             module = next(it)
-            return out + [a, module, "healthcheck", "--report", report, *extra]
+            return [*out, a, module, "healthcheck", "--report", report, *extra]
         if a.startswith(("--rdzv-id=", "--rdzv_id=")):
             a += "-preflight"
         elif a in ("--rdzv-id", "--rdzv_id"):

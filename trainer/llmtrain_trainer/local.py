@@ -12,6 +12,7 @@ write a checkpoint and exit 0; running the command again resumes from it. A seco
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -22,7 +23,6 @@ import tempfile
 import time
 import urllib.request
 import uuid
-import contextlib
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -269,7 +269,7 @@ def _supervise(cmd: list[str], env: dict, work: Path, max_steps: int, quiet: boo
     try:
         while True:
             try:
-                for line in proc.stdout:
+                for line in proc.stdout or ():
                     progress.line(line.rstrip("\n"), log)
                 rc = proc.wait()
                 break

@@ -1,7 +1,8 @@
 """The trainer's Prometheus metrics: the names the operator, dashboards and alerts rely on.
 
-Every series carries the labels `llmtrain_job` (the job name; Prometheus adds `namespace` at scrape) and `rank`. Every rank serves its own
-registry on port LLMTRAIN_METRICS_PORT + LOCAL_RANK; the operator scrapes rank 0 for status.progress.
+Every series carries the labels `llmtrain_job` (the job name; Prometheus adds `namespace` at scrape)
+and `rank`. Every rank serves its own registry on port LLMTRAIN_METRICS_PORT + LOCAL_RANK; the
+operator scrapes rank 0 for status.progress.
 
 `llmtrain_trainer_heartbeat_timestamp_seconds` moves only when an optimizer step completes, so
 `time() - heartbeat > hang_timeout_seconds` is the hang alert, independent of whether the process
@@ -45,7 +46,8 @@ class TrainerMetrics:
         self.loss = gauge("llmtrain_trainer_loss", "Training loss of the last step (mean over the global batch)")
         self.tokens_per_second = gauge("llmtrain_trainer_tokens_per_second",
                                        "Training throughput of the whole job, tokens per second")
-        self.tokens_total = Counter("llmtrain_trainer_tokens_total", "Tokens trained on by this rank (sum over ranks = the job's tokens)",
+        self.tokens_total = Counter("llmtrain_trainer_tokens_total",
+                                    "Tokens trained on by this rank (sum over ranks = the job's tokens)",
                                     LABELS, registry=r).labels(*lv)
         self.tflops_per_device = gauge("llmtrain_trainer_tflops_per_device",
                                        "Achieved model TFLOP/s per device (6N + 12LHQT FLOPs per token)")
@@ -64,7 +66,8 @@ class TrainerMetrics:
         self.checkpoint_duration_seconds = hist("llmtrain_trainer_checkpoint_duration_seconds",
                                                 "Time from starting a checkpoint to it being complete", CKPT_BUCKETS)
         self.checkpoint_failures_total = Counter("llmtrain_trainer_checkpoint_failures",
-                                                 "Checkpoint saves that failed (training went on; the next save retries)",
+                                                 "Checkpoint saves that failed "
+                                                 "(training went on; the next save retries)",
                                                  LABELS, registry=r).labels(*lv)
         # goodput (the operator's status.goodput): where this attempt's time went
         self.checkpoint_blocking_seconds = Counter(
@@ -95,7 +98,8 @@ class TrainerMetrics:
         self.loss_ratio_to_median = gauge("llmtrain_trainer_loss_ratio_to_median",
                                           "The last step's loss / llmtrain_trainer_loss_median")
         self.loss_spike_step = gauge("llmtrain_trainer_loss_spike_step",
-                                     "First step of this attempt whose loss exceeded the spike factor × the median (0: none)")
+                                     "First step of this attempt whose loss exceeded the spike factor × the median "
+                                     "(0: none)")
         self.loss_spike_ratio = gauge("llmtrain_trainer_loss_spike_ratio",
                                       "Loss / median at llmtrain_trainer_loss_spike_step")
         self.resumed_before_step = gauge("llmtrain_trainer_resumed_before_step",

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as F  # noqa: N812 - torch's own convention
 from torch import nn
 
 from llmtrain.catalog import ModelDims
@@ -61,7 +61,8 @@ def llama3_scaled_frequencies(inv_freq: torch.Tensor, scaling) -> torch.Tensor:
     so the local (short-wavelength) structure the model learned at L is kept and the long
     wavelengths are stretched by `factor` to cover the longer context.
     """
-    lo, hi, L = scaling.low_freq_factor, scaling.high_freq_factor, scaling.original_max_position_embeddings
+    lo, hi = scaling.low_freq_factor, scaling.high_freq_factor
+    L = scaling.original_max_position_embeddings  # noqa: N806 - the L of the docstring and the paper
     wavelen = 2 * math.pi / inv_freq
     s = ((L / wavelen - lo) / (hi - lo)).clamp(0.0, 1.0)
     return torch.where(wavelen < L / hi, inv_freq,

@@ -37,6 +37,7 @@ import tempfile
 import time
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +64,7 @@ class Tokenizer:
     vocab_size: int
     eos_id: int
     json: str | None = None  # the tokenizers JSON (None: byte-level), what the workers load
-    _tok: object | None = None
+    _tok: Any = None  # a tokenizers.Tokenizer, or None for bytes
 
     def encode(self, text: str) -> list[int]:
         if self._tok is None:
@@ -110,7 +111,7 @@ def _hf_tokenizer(text: str, what: str):
 
     try:
         hf = HFTokenizer.from_str(text)
-    except Exception as err:  # the Rust side raises a bare Exception for any parse error
+    except Exception as err:  # noqa: BLE001 - the Rust side raises a bare Exception for any parse error
         raise ValueError(f"{what}: not a `tokenizers` JSON file ({err})") from None
     try:
         dropout = (json.loads(text).get("model") or {}).get("dropout")
@@ -170,7 +171,7 @@ def _encode(batch: Batch) -> Encoded:
         ids = np.empty(int(lens.sum()), dtype=dtype)
         ends = np.cumsum(lens)
         pos = 0
-        for e, end in zip(encs, ends.tolist()):
+        for e, end in zip(encs, ends.tolist(), strict=True):
             ids[pos:end - 1] = e.ids
             ids[end - 1] = eos
             pos = end
@@ -187,7 +188,7 @@ class _InProcess:
         f: Future = Future()
         try:
             f.set_result(fn(*args))
-        except BaseException as err:  # raised at .result(), as a pool would
+        except BaseException as err:  # noqa: BLE001 - raised at .result(), as a pool would
             f.set_exception(err)
         return f
 
@@ -199,7 +200,8 @@ def _pool(workers: int, pool: str, init_args: tuple):
     if workers == 1:
         return _InProcess(*init_args)
     if pool == "thread":
-        _init_worker(*init_args[:4], single_threaded=False)  # one tokenizer shared; Rayon inside
+        tok_json, eos_id, dtype, text_field = init_args[:4]
+        _init_worker(tok_json, eos_id, dtype, text_field, single_threaded=False)  # one tokenizer shared; Rayon inside
         return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llmtrain-prepare")
     # spawn: fork would copy this process's threads (tqdm's monitor, boto3's, a test's servers) mid-state
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
@@ -415,16 +417,16 @@ def run_prepare(inputs: list[str] | None, output: str, *, tokenizer: str | None 
         shutil.copyfile(tokenizer, os.path.join(index_dir, os.path.basename(tokenizer)))
     index_name = shard_prefix + INDEX
     if to_s3:
-        with open(os.path.join(out_dir, INDEX), "w") as f:
-            json.dump(index, f, indent=1)
+        with open(os.path.join(out_dir, INDEX), "w") as out:
+            json.dump(index, out, indent=1)
         for name in sorted(os.listdir(out_dir)):  # the tokenizer; index.json last: readers see complete data
             if name != INDEX:
                 upload(name, name)
         upload(INDEX, index_name)
         shutil.rmtree(out_dir)
     else:
-        with open(os.path.join(local_path(output), index_name), "w") as f:
-            json.dump(index, f, indent=1)
+        with open(os.path.join(local_path(output), index_name), "w") as out:
+            json.dump(index, out, indent=1)
     rep.shards = len(shards)
     rep.stages = {"list": stages["list"], "read": read_s, "tokenize": tokenize_s, "wait": wait_s,
                   "write": write_s + time.perf_counter() - t, "upload-wait": writer.upload_wait,

@@ -252,7 +252,8 @@ def merge(output: str, m: Manifest | None = None) -> dict | None:
         if not part or (part.get("part") or {}).get("manifest") != m.digest:
             return None
         parts.append(part)
-    shards, documents = [], 0
+    shards: list[dict] = []
+    documents = 0
     for k, part in enumerate(parts):
         where = _join(output, part_dir(k) + INDEX)
         if part.get("format") != FORMAT or part.get("tokenizer") != m.doc["tokenizer"] or \
@@ -355,7 +356,7 @@ def job_status(job: dict) -> dict:
             "reason": (conds.get("Failed") or {}).get("message")}
 
 
-def status_lines(st: dict, merged: dict | None | str) -> list[str]:
+def status_lines(st: dict, merged: dict | str | None) -> list[str]:
     def ranges(ix: list[int]) -> str:
         return ",".join(str(i) for i in ix) if len(ix) <= 20 else f"{ix[0]}..{ix[-1]}"
     lines = [f"{st['name']}: {st['phase']}, {st['succeeded']} of {st['indexes']} indexes succeeded"

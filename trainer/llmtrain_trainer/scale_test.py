@@ -148,7 +148,8 @@ def run_scale_test(file: str, sizes: list[int], *, max_steps: int | None = None,
     result = {"job": name, "file": str(file), "sizes": sizes, "steps": steps, "warmup": warmup,
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpus": os.cpu_count(),
               "instance_type": spec.cluster.instance_type, "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-              "loadavg": [round(x, 2) for x in os.getloadavg()], "global_batch_tokens": spec.training.global_batch_tokens,
+              "loadavg": [round(x, 2) for x in os.getloadavg()],
+              "global_batch_tokens": spec.training.global_batch_tokens,
               "rows": rows}
     (out / "scale-test.json").write_text(json.dumps(result, indent=1) + "\n")
     result["table"] = table(rows)
@@ -245,6 +246,7 @@ def run_cluster_scale_test(file: str, sizes: list[int], *, kubeconfig: str | Non
     inst = instance_type(spec.cluster.instance_type)
     per_node = inst.workers_per_node(spec.cluster.processes_per_node)
     tokens_per_step = spec.training.global_batch_tokens
+    assert tokens_per_step is not None, "unresolved spec: training.globalBatchTokens"
     out = Path(output or os.path.join(".llmtrain", f"{base}-scale-test"))
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -267,7 +269,7 @@ def run_cluster_scale_test(file: str, sizes: list[int], *, kubeconfig: str | Non
             co.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
                                                scale_job_document(doc, name, n, max_steps))
             try:
-                events = sample_progress(lambda: status(name), warmup, samples, tokens_per_step,
+                events = sample_progress(lambda name=name: status(name), warmup, samples, tokens_per_step,
                                          time.monotonic() + timeout, poll, f"{namespace}/{name}")
             finally:
                 try:

@@ -13,10 +13,10 @@ the inputs alone. A file named explicitly must have a known suffix.
 
 Everything is streamed: text and compressed JSONL are read sequentially, parquet one row group's
 text column at a time (no other column is read), S3 objects through ranged GETs of at least
-`READ_BUFFER` bytes; a batch handed to the tokenizer workers holds about `batch_bytes` of records. Records are hostile input: a record
-longer than `max_record_bytes` is refused (a line is never read past that bound), as are invalid
-UTF-8, NUL bytes, invalid JSON, and a missing or non-string text field, each naming the file and
-its line or row.
+`READ_BUFFER` bytes; a batch handed to the tokenizer workers holds about `batch_bytes` of records.
+Records are hostile input: a record longer than `max_record_bytes` is refused (a line is never
+read past that bound), as are invalid UTF-8, NUL bytes, invalid JSON, and a missing or non-string
+text field, each naming the file and its line or row.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 FORMATS = {".txt": "text", ".md": "text", ".jsonl": "jsonl", ".jsonl.gz": "jsonl", ".jsonl.zst": "jsonl",
            ".parquet": "parquet"}
@@ -181,7 +182,7 @@ class Batch:
     source: int                 # index into the source list
     name: str                   # the source's uri, for messages
     kind: str                   # "text" | "jsonl" | "parquet"
-    records: object             # list[bytes] | pyarrow.Array
+    records: Any                # list[bytes] | pyarrow.Array
     numbers: list[int] = field(default_factory=list)  # line (jsonl, 1-based) / row (parquet, 0-based) of each record
     first_row: int = 0          # parquet: row number of records[0]
     in_bytes: int = 0           # input bytes (as stored) this batch accounts for, for progress
@@ -317,14 +318,15 @@ def texts(batch: Batch, text_field: str = DEFAULT_TEXT_FIELD) -> list[str]:
     if batch.kind == "text":
         return [utf8(batch.records[0], batch.name)]
     if batch.kind == "jsonl":
-        return [_jsonl_text(raw, f"{batch.name}:{n}", text_field) for raw, n in zip(batch.records, batch.numbers)]
+        return [_jsonl_text(raw, f"{batch.name}:{n}", text_field)
+                for raw, n in zip(batch.records, batch.numbers, strict=False)]
     try:
         out = batch.records.to_pylist()  # arrow validates the UTF-8 here
     except Exception:  # find the row for the message
         for k in range(len(batch.records)):
             try:
                 batch.records[k].as_py()
-            except Exception as err:
+            except Exception as err:  # noqa: BLE001 - whatever arrow raises names the row
                 raise ValueError(f"{batch.name}: row {batch.first_row + k}: not UTF-8 text ({err})") from None
         raise
     for k, t in enumerate(out):

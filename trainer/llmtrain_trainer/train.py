@@ -30,8 +30,15 @@ from .init import init_weights
 from .losswatch import LossWatch
 from .metrics import TrainerMetrics
 from .model import Llama, cross_entropy
-from .parallel import (AllReduceCounter, build_mesh, check_float8_device, device_for_rank, has_replicas,
-                       init_distributed, parallelize)
+from .parallel import (
+    AllReduceCounter,
+    build_mesh,
+    check_float8_device,
+    device_for_rank,
+    has_replicas,
+    init_distributed,
+    parallelize,
+)
 from .throughput import step_throughput
 
 log = logging.getLogger("llmtrain_trainer")
@@ -84,7 +91,8 @@ class _Memory:
 
 def build_optimizer(model: torch.nn.Module, spec: LLMTrainingJobSpec) -> torch.optim.Optimizer:
     """AdamW (β = 0.9, 0.95, as Llama); weight decay on matrices only, not on norm gains."""
-    decay, no_decay = [], []
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
     for p in model.parameters():
         (decay if p.dim() >= 2 else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": spec.training.weight_decay},
@@ -112,6 +120,7 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
     t = spec.training
     dims = resolve_dims(spec.model)
     seq_len = spec.data.seq_len
+    assert seq_len is not None, "unresolved spec: data.seqLen"
     if seq_len > dims.max_seq_len:
         raise ValueError(f"data.seqLen {seq_len} exceeds the model's max_seq_len {dims.max_seq_len}")
     g = global_batch_seqs(spec)
@@ -203,7 +212,7 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
         init_weights(model, t.seed)
     metrics.step.set(step)
 
-    params = [p for p in model.parameters()]
+    params = list(model.parameters())
     # fp16 has 5 exponent bits: without loss scaling small gradients underflow to zero. The sharded
     # scaler all-reduces "found inf" so every rank skips the same steps. (bf16 needs no scaling.)
     scaler = None

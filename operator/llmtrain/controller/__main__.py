@@ -142,7 +142,7 @@ def _standby_health_server(args):
     import threading
 
     class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 — http.server's naming
+        def do_GET(self):
             self.send_response(200 if self.path.startswith("/healthz") else 404)
             self.end_headers()
             self.wfile.write(b"standby\n")

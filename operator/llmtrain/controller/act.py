@@ -51,11 +51,12 @@ def api_message(err: ApiException) -> str:
         return f"{err.status} {err.reason}"
 
 
-def create(op: "Operator", o: Observed, obj: dict) -> CreateResult:
+def create(op: Operator, o: Observed, obj: dict) -> CreateResult:
     """Step 1. A 409 adopts the one already there (an operator restart must never duplicate)."""
     name = obj["metadata"]["name"]
     try:
         # what the attempt needs besides its PyTorchJob: the job's NetworkPolicy, its rendezvous credentials
+        assert o.spec is not None  # attempts start only for a valid spec
         tenancy.prepare_attempt(op.config, o.spec, o.namespace, o.name, o.uid, attempt_of(obj) or o.attempt)
         ptj, was_created = op.kube.create_pytorchjob(obj)
     except ApiException as err:
@@ -70,7 +71,7 @@ def create(op: "Operator", o: Observed, obj: dict) -> CreateResult:
                         rendezvous_id=((ptj.get("spec") or {}).get("elasticPolicy") or {}).get("rdzvId"))
 
 
-def write_status(op: "Operator", o: Observed, update: dict) -> dict | str:
+def write_status(op: Operator, o: Observed, update: dict) -> dict | str:
     """Step 2: the written job, or CONFLICT (someone wrote since the snapshot) or GONE."""
     try:
         written = op.kube.patch_job_status(o.namespace, o.name, wire(update), o.resource_version)
@@ -84,7 +85,7 @@ def write_status(op: "Operator", o: Observed, update: dict) -> dict | str:
     return written
 
 
-def finish(op: "Operator", o: Observed, plan: Plan, job: dict) -> None:
+def finish(op: Operator, o: Observed, plan: Plan, job: dict) -> None:
     """Steps 3 and 4, once the plan's write (if any) applied; `job` is the job as it is now."""
     status = job.get("status") or {}
     attempt = status.get("attempt") or 1
@@ -121,14 +122,14 @@ def finish(op: "Operator", o: Observed, plan: Plan, job: dict) -> None:
         op.monitor.schedule(job)
 
 
-def post_event(op: "Operator", o: Observed, event: Event) -> None:
+def post_event(op: Operator, o: Observed, event: Event) -> None:
     """A Kubernetes event about the job, one POST from the worker's thread (kube.post_event:
     kopf's poster hands each event to the event loop, ~10% of its time at 1,000 creates)."""
     ref = {"apiVersion": API_VERSION, "kind": KIND, "name": o.name, "uid": o.uid, "namespace": o.namespace}
     op.kube.post_event(ref, event.warning, event.reason.value, event.message)
 
 
-def drop_superseded(op: "Operator", namespace: str, created: list[str], status: dict | None) -> None:
+def drop_superseded(op: Operator, namespace: str, created: list[str], status: dict | None) -> None:
     """A PyTorchJob this run created for an attempt that the job's final status (the last read,
     or our last write) does not point at (another actor started a later attempt, the job failed,
     was suspended or went away between our read and our write) must not live on beside the

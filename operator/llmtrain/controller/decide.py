@@ -17,8 +17,9 @@ Invariants (tests/operator_core/test_decide_properties.py checks them over rando
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any
 
 from ..render import pytorchjob_name
 from ..spec import model_summary
@@ -70,7 +71,7 @@ def situation(*edges: Transition):
 # --- situations, in the order they are tried -----------------------------------------------------
 
 ANY_ACTIVE = ("Pending", "Running", "Restarting")
-LIVE = ANY_ACTIVE + ("Suspended",)
+LIVE = (*ANY_ACTIVE, "Suspended")
 
 
 @situation()
@@ -95,6 +96,7 @@ def new_suspended(o: Observed, cfg) -> Plan | None:
     if not o.is_new or not o.raw_spec.get("suspend"):
         return None
     conds = cond(o, validated_conditions(o, []), READY, False, Reason.SUSPENDED, "spec.suspend is true")
+    assert o.spec is not None  # a valid spec: new_job returned for an invalid one
     return Plan("new_suspended", status={
         "phase": Phase.SUSPENDED, "attempt": 1, "restarts": 0, "observedGeneration": o.generation,
         "model": model_summary(o.spec.model), "plan": plan_status(o.spec), "conditions": conds,
@@ -103,7 +105,8 @@ def new_suspended(o: Observed, cfg) -> Plan | None:
 
 
 @situation(Transition(("[*]",), "Pending", Reason.CREATED), Transition(("[*]",), "Failed", Reason.RENDER_FAILED),
-           Transition(("[*]",), "Failed", Reason.PYTORCHJOB_REJECTED), Transition(("[*]",), "Failed", Reason.NAME_CONFLICT))
+           Transition(("[*]",), "Failed", Reason.PYTORCHJOB_REJECTED),
+           Transition(("[*]",), "Failed", Reason.NAME_CONFLICT))
 def new_job(o: Observed, cfg) -> Plan | None:
     """A new job: create (or adopt) attempt 1's PyTorchJob, then Pending."""
     if not o.is_new:
@@ -135,7 +138,7 @@ def spec_changed(o: Observed, cfg) -> Plan | None:
                            "from the next attempt)", Reason.SPEC_APPLIED, True)
     else:
         msg, reason, ok = o.spec_error or "invalid spec", Reason.INVALID_SPEC, False
-    update = {"conditions": cond(o, conds_of(o), SPEC_ACCEPTED, ok, reason, msg)}
+    update: dict[str, Any] = {"conditions": cond(o, conds_of(o), SPEC_ACCEPTED, ok, reason, msg)}
     if ok:
         update["observedGeneration"] = max(o.generation or 0, o.status.observed_generation or 0)
     event = Event(False, Reason.SPEC_UPDATED, msg) if ok else Event(True, Reason.SPEC_CHANGE_REJECTED, msg)
@@ -156,7 +159,8 @@ def awaiting_watch(o: Observed, cfg) -> Plan | None:
     return None
 
 
-@situation(Transition(("Suspended",), "Pending", Reason.RESUMED), Transition(("Suspended",), "Restarting", Reason.RESUMED))
+@situation(Transition(("Suspended",), "Pending", Reason.RESUMED),
+           Transition(("Suspended",), "Restarting", Reason.RESUMED))
 def suspended(o: Observed, cfg) -> Plan | None:
     """Suspended: keep the PyTorchJob deleted; spec.suspend false again resumes as a new attempt
     that spends no restart."""
@@ -222,7 +226,8 @@ def child_deleting(o: Observed, cfg) -> Plan | None:
     return None
 
 
-@situation(Transition(ANY_ACTIVE, "Restarting", Reason.FAILED), Transition(ANY_ACTIVE, "Restarting", Reason.PREFLIGHT_FAILED),
+@situation(Transition(ANY_ACTIVE, "Restarting", Reason.FAILED),
+           Transition(ANY_ACTIVE, "Restarting", Reason.PREFLIGHT_FAILED),
            Transition(ANY_ACTIVE, "Failed", Reason.RESTART_BUDGET_EXHAUSTED))
 def attempt_failed(o: Observed, cfg) -> Plan | None:
     """The current attempt's PyTorchJob failed: the next attempt, or Failed when the budget is
@@ -394,8 +399,10 @@ def _verdict(o: Observed) -> health.Verdict | None:
     return health.evaluate(o.spec, o.raw_status, o.progress, o.now)
 
 
-@situation(Transition(("Running",), "Restarting", Reason.HANG), Transition(("Running",), "Restarting", Reason.NO_FIRST_STEP),
-           Transition(("Running",), "Restarting", Reason.NON_FINITE_LOSS), Transition(("Running",), "Restarting", Reason.LOSS_SPIKE),
+@situation(Transition(("Running",), "Restarting", Reason.HANG),
+           Transition(("Running",), "Restarting", Reason.NO_FIRST_STEP),
+           Transition(("Running",), "Restarting", Reason.NON_FINITE_LOSS),
+           Transition(("Running",), "Restarting", Reason.LOSS_SPIKE),
            Transition(("Running",), "Failed", Reason.RESTART_BUDGET_EXHAUSTED))
 def unhealthy(o: Observed, cfg) -> Plan | None:
     """A health rule (controller/health.py) calls for a restart of the Running attempt."""
@@ -407,7 +414,8 @@ def unhealthy(o: Observed, cfg) -> Plan | None:
                           then=lambda update: r.amend(o.generation, update, o.now), floor=cfg.min_restart_backoff)
 
 
-@situation(Transition(("Running",), "=", Reason.NO_RECENT_CHECKPOINT), Transition(("Running",), "=", Reason.ROLLED_BACK))
+@situation(Transition(("Running",), "=", Reason.NO_RECENT_CHECKPOINT),
+           Transition(("Running",), "=", Reason.ROLLED_BACK))
 def health_conditions(o: Observed, cfg) -> Plan | None:
     """The verdict's conditions changed, or the attempt applied the rollback it was asked for."""
     verdict = _verdict(o)

@@ -63,7 +63,7 @@ class Restart:
 class Condition:
     type: str
     status: bool
-    reason: str
+    reason: Reason
     message: str
     warn: bool = False  # post a Warning event when it is newly set
 
@@ -128,8 +128,8 @@ def _restart(spec, progress, heartbeat, running_since, at) -> Restart | None:
     if heartbeat is not None and at - heartbeat > hang:
         return Restart(Reason.HANG, f"no training step completed for {_minutes(at - heartbeat)} "
                        f"(hangTimeoutMinutes {r.hang_timeout_minutes})")
-    first = dt.timedelta(minutes=r.first_step_timeout_minutes)
-    if heartbeat is None and running_since is not None and at - running_since > first:
+    first_step = dt.timedelta(minutes=r.first_step_timeout_minutes)
+    if heartbeat is None and running_since is not None and at - running_since > first_step:
         return Restart(Reason.NO_FIRST_STEP,
                        f"no training step completed in the {_minutes(at - running_since)} since the "
                        f"attempt started running (firstStepTimeoutMinutes {r.first_step_timeout_minutes})")

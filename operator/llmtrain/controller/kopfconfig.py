@@ -20,13 +20,13 @@ import kopf
 class NoDiffBase(kopf.DiffBaseStorage):
     """A diff base for an operator without change handlers: nothing stored, nothing built."""
 
-    def build(self, *, body, extra_fields=None):  # noqa: ARG002 — kopf's signature
+    def build(self, *, body, extra_fields=None):
         return None  # kopf then skips its progress-annotation cleaning and diffs nothing
 
-    def fetch(self, *, body):  # noqa: ARG002
+    def fetch(self, *, body):
         return None
 
-    def store(self, *, body, patch, essence):  # noqa: ARG002
+    def store(self, *, body, patch, essence):
         return None
 
 

@@ -1,8 +1,8 @@
 """The few Kubernetes API calls the operator makes, through the official client.
 
 LLMTrainingJobs (get, patch status), PyTorchJobs (get, create, delete), Events (create), Kueue
-Workloads (list, for a queued job's message); Pods are only watched. Every permission the operator needs, these and the others' (nodes.py, leader.py,
-kopf), is listed in rbac.py.
+Workloads (list, for a queued job's message); Pods are only watched. Every permission the
+operator needs, these and the others' (nodes.py, leader.py, kopf), is listed in rbac.py.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def post_event(ref: dict, warning: bool, reason: str, message: str) -> None:
     if len(message) > MAX_EVENT_MESSAGE:
         half = (MAX_EVENT_MESSAGE - 3) // 2
         message = f"{message[:half]}...{message[-(MAX_EVENT_MESSAGE - 3 - half):]}"
-    at = dt.datetime.now(dt.timezone.utc).isoformat()
+    at = dt.datetime.now(dt.UTC).isoformat()
     body = {"metadata": {"namespace": ref["namespace"], "generateName": EVENT_NAME_PREFIX},
             "action": reason, "type": "Warning" if warning else "Normal", "reason": reason, "message": message,
             "reportingComponent": REPORTING_COMPONENT, "reportingInstance": REPORTING_INSTANCE,

@@ -28,7 +28,7 @@ JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 
 
 def _conditions(obj: dict) -> dict[str, dict]:
-    return {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or [] if isinstance(c, dict)}
+    return {str(c.get("type")): c for c in (obj.get("status") or {}).get("conditions") or [] if isinstance(c, dict)}
 
 
 def _true(c: dict | None) -> bool:

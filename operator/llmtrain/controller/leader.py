@@ -30,7 +30,7 @@ log = logging.getLogger("llmtrain.leader")
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 @dataclass
@@ -55,7 +55,7 @@ class LeaderElector:
 
     def _record(self, transitions: int, acquire_time: dt.datetime | None) -> dict:
         c = self.config
-        return {"holderIdentity": c.identity, "leaseDurationSeconds": int(round(c.lease_seconds)),
+        return {"holderIdentity": c.identity, "leaseDurationSeconds": round(c.lease_seconds),
                 "acquireTime": acquire_time or _now(), "renewTime": _now(),
                 "leaseTransitions": transitions}
 
@@ -67,8 +67,8 @@ class LeaderElector:
         except ApiException as err:
             if err.status != 404:
                 raise
-            body = kubernetes.client.V1Lease(metadata=kubernetes.client.V1ObjectMeta(name=c.name, namespace=c.namespace),
-                                             spec=self._record(0, None))
+            meta = kubernetes.client.V1ObjectMeta(name=c.name, namespace=c.namespace)
+            body = kubernetes.client.V1Lease(metadata=meta, spec=self._record(0, None))
             try:
                 api.create_namespaced_lease(c.namespace, body)
                 return True
@@ -116,7 +116,7 @@ class LeaderElector:
             while not self._stop.wait(self.config.retry):
                 try:
                     ok = self.try_acquire_or_renew()
-                except Exception as err:  # noqa: BLE001
+                except Exception as err:  # noqa: BLE001 - logged; the lease is lost until a renewal works
                     log.warning("lease renewal failed: %s", err)
                     ok = False
                 if ok:

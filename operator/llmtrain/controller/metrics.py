@@ -6,6 +6,8 @@ that every metric a dashboard or rule names is registered here or by the trainer
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..goodput import BADPUT
@@ -17,7 +19,7 @@ RECONCILE_OUTCOMES = ("created", "adopted", "updated", "unchanged", "invalid", "
 
 class OperatorMetrics:
     def __init__(self, registry: CollectorRegistry | None = None):
-        kw = {"registry": registry} if registry is not None else {}
+        kw: dict[str, Any] = {"registry": registry} if registry is not None else {}
         self.reconciles = Counter(
             "llmtrain_operator_reconciles", "Reconciles of LLMTrainingJobs by outcome",
             ["outcome"], **kw)
@@ -60,7 +62,7 @@ class OperatorMetrics:
         """Drop a deleted job's own series: with one series per job (and restart reason), an
         operator that outlives many jobs would otherwise grow /metrics (and its memory) forever."""
         for metric in (self.restarts, self.preflight_busbw, self.goodput_ratio, self.badput_seconds):
-            names = metric._labelnames  # noqa: SLF001 — prometheus_client has no public accessor
+            names = metric._labelnames
             for family in metric.collect():
                 for sample in family.samples:
                     labels = sample.labels

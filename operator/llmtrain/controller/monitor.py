@@ -40,7 +40,7 @@ def rank0_ip(pods: list[dict]) -> str | None:
 
 
 class Monitor:
-    def __init__(self, op: "Operator"):
+    def __init__(self, op: Operator):
         self.op = op
         self._pool: ThreadPoolExecutor | None = None
         self._scrapes: asyncio.Semaphore | None = None
@@ -91,7 +91,7 @@ class Monitor:
         self._running.add(key)
         try:
             await self.check_progress(job)
-        except Exception:  # noqa: BLE001 — the next tick tries again
+        except Exception:
             log.exception("monitor of %s/%s failed", *key)
         finally:
             self._running.discard(key)

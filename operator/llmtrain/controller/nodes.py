@@ -38,10 +38,20 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..render import ATTEMPT_LABEL, JOB_LABEL, PREFLIGHT_EXIT_CODE
 from .status import owner_uid
+
 # the cluster's nodes (API calls) live in taints.py; importable from here as before
-from .taints import (SUSPECT_EXPIRES_ANNOTATION, SUSPECT_JOB_ANNOTATION, SUSPECT_NAMESPACE_LABEL,  # noqa: F401
-                     SUSPECT_TAINT, expire_taints_forever, ready_nodes, taint_budget, taint_nodes, taint_value,
-                     untaint_expired)
+from .taints import (  # noqa: F401 - re-exported for existing importers
+    SUSPECT_EXPIRES_ANNOTATION,
+    SUSPECT_JOB_ANNOTATION,
+    SUSPECT_NAMESPACE_LABEL,
+    SUSPECT_TAINT,
+    expire_taints_forever,
+    ready_nodes,
+    taint_budget,
+    taint_nodes,
+    taint_value,
+    untaint_expired,
+)
 
 log = logging.getLogger("llmtrain.operator.nodes")
 

@@ -46,7 +46,7 @@ def child_of(ptj: dict, uid: str) -> Child:
                  suspended=((ptj.get("spec") or {}).get("runPolicy") or {}).get("suspend") is True)
 
 
-def observe(op: "Operator", job: dict, first_sight: bool) -> Observed:
+def observe(op: Operator, job: dict, first_sight: bool) -> Observed:
     meta = job["metadata"]
     namespace, name, uid = meta["namespace"], meta["name"], meta.get("uid") or ""
     raw_status, raw_spec = job.get("status") or {}, job.get("spec") or {}
@@ -80,7 +80,7 @@ def observe(op: "Operator", job: dict, first_sight: bool) -> Observed:
         progress=op.progress.of(namespace, name, attempt) if status.phase == Phase.RUNNING else None)
 
 
-def more(op: "Operator", o: Observed, need: str) -> Observed:
+def more(op: Operator, o: Observed, need: str) -> Observed:
     """The snapshot with the read a situation asked for."""
     if need == "failures":
         current = o.child(pytorchjob_name(o.name, o.attempt))

@@ -30,7 +30,8 @@ class Operator:
         self.attempts, self.pods, self.progress = AttemptCache(), PodCache(), ProgressFacts()
         self.specs = SpecCache(config.default_etcd_endpoint)
         self.monitor = Monitor(self)
-        self.queue = WorkQueue(lambda key, job: reconcile(self, key, job), workers=config.workers)
+        self.queue = WorkQueue(lambda key, job: reconcile(self, key, job),  # type: ignore[arg-type]  # keys are (ns, name)
+                               workers=config.workers)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._watch_started = 0.0
         self._seen: set[tuple[str, str]] = set()  # jobs this process reconciled at least once

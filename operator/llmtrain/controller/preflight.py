@@ -46,7 +46,7 @@ class _Typed(BaseModel):
 class SuspectNode(_Typed):
     node: int | None = None
     host: _Name | None = None
-    nodeName: _Name | None = None  # noqa: N815 — the trainer's JSON names
+    nodeName: _Name | None = None
     problem: Annotated[str, StringConstraints(max_length=1000)] | None = None
 
 
@@ -57,11 +57,11 @@ class Verdict(_Typed):
     event: Literal["healthcheck"]
     healthy: bool
     degraded: bool = False
-    busBandwidthGBps: float | None = Field(None, allow_inf_nan=False)  # noqa: N815
-    expectedBusBandwidthGBps: float | None = Field(None, allow_inf_nan=False)  # noqa: N815
-    worldSize: int | None = Field(None, ge=0)  # noqa: N815
-    suspectNodes: list[SuspectNode] = Field(default_factory=list, max_length=MAX_SUSPECTS)  # noqa: N815
-    suspectRanks: dict[Annotated[str, StringConstraints(max_length=16)],  # noqa: N815
+    busBandwidthGBps: float | None = Field(None, allow_inf_nan=False)
+    expectedBusBandwidthGBps: float | None = Field(None, allow_inf_nan=False)
+    worldSize: int | None = Field(None, ge=0)
+    suspectNodes: list[SuspectNode] = Field(default_factory=list, max_length=MAX_SUSPECTS)
+    suspectRanks: dict[Annotated[str, StringConstraints(max_length=16)],
                        Annotated[list[Annotated[str, StringConstraints(max_length=1000)]], Field(max_length=16)]] = \
         Field(default_factory=dict, max_length=MAX_SUSPECTS)
 

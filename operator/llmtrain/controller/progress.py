@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 
 def now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def timestamp(t: dt.datetime | None = None) -> str:
@@ -59,9 +59,9 @@ class Progress:
         if self.last_checkpoint_step is not None:
             out["lastCheckpointStep"] = int(self.last_checkpoint_step)
         if self.last_checkpoint_time:
-            out["lastCheckpointTime"] = timestamp(dt.datetime.fromtimestamp(self.last_checkpoint_time, dt.timezone.utc))
+            out["lastCheckpointTime"] = timestamp(dt.datetime.fromtimestamp(self.last_checkpoint_time, dt.UTC))
         if self.heartbeat:
-            out["heartbeatTime"] = timestamp(dt.datetime.fromtimestamp(self.heartbeat, dt.timezone.utc))
+            out["heartbeatTime"] = timestamp(dt.datetime.fromtimestamp(self.heartbeat, dt.UTC))
         if self.train_start and math.isfinite(self.train_start):
             out["trainStartTime"] = timestamp(dt.datetime.fromtimestamp(self.train_start, dt.UTC))
         for field, key, digits in _GOODPUT_STATUS:

@@ -22,7 +22,7 @@ MAX_STEPS = 12
 
 
 class Run:
-    def __init__(self, op: "Operator", namespace: str, name: str, first_sight: bool):
+    def __init__(self, op: Operator, namespace: str, name: str, first_sight: bool):
         self.op, self.namespace, self.name, self.first_sight = op, namespace, name, first_sight
         self.created: list[str] = []  # PyTorchJobs this run created
         self.outcome: str | None = None
@@ -63,6 +63,7 @@ class Run:
                         return None
                     op.queue.observe(key, job)
                 else:
+                    assert isinstance(written, dict)  # not GONE, not CONFLICT: the written job
                     act.finish(op, o, plan, written)
                     job = written
                 self.final = job.get("status") or {}
@@ -72,7 +73,7 @@ class Run:
             act.drop_superseded(op, self.namespace, self.created, self.final)
 
 
-def reconcile(op: "Operator", key: tuple[str, str], job: dict | None) -> float | None:
+def reconcile(op: Operator, key: tuple[str, str], job: dict | None) -> float | None:
     """The work queue's handler: returns when to look again (seconds), or None."""
     if job is None:
         return None

@@ -17,7 +17,6 @@ The trainer's own exposition is a few KiB (tests/operator_core/test_hostile_tena
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 
@@ -115,7 +114,7 @@ async def scrape(http: aiohttp.ClientSession, url: str) -> Progress | None:
     except Refused as err:
         log.warning("scrape of %s refused: %s", url, err)
         return None
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as err:
+    except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as err:
         log.info("scrape of %s failed: %r", url, err)
         return None
     return parse_progress(body)

@@ -92,7 +92,7 @@ class Observed:
     def child(self, name: str | None) -> Child | None:
         return next((c for c in self.children if c.name == name), None) if name else None
 
-    def with_(self, **changes) -> "Observed":
+    def with_(self, **changes) -> Observed:
         return replace(self, **changes)
 
 

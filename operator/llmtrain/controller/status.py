@@ -121,7 +121,8 @@ def startup_problem(pods: list[dict]) -> tuple[str, str] | None:
     for pod in sorted(pods, key=lambda p: p.get("name") or ""):
         for container, reason, message in pod.get("waiting") or []:
             if reason in STUCK_WAITING:
-                return reason, f"pod {pod['name']}: container {container}: {reason}" + (f": {message}" if message else "")
+                detail = f": {message}" if message else ""
+                return reason, f"pod {pod['name']}: container {container}: {reason}{detail}"
         if pod.get("unschedulable") and pod.get("phase") in (None, "Pending"):
             return "Unschedulable", f"pod {pod['name']}: {pod['unschedulable']}"
     return None

@@ -93,7 +93,7 @@ def taint_nodes(bad: list[dict], instance_type: str, is_gpu: bool, fraction: flo
         return []
     tainted = {n.metadata.name for n in group if any(t.key == SUSPECT_TAINT for t in n.spec.taints or [])}
     budget = min(taint_budget(len(group), len(tainted), fraction), max(0, per_namespace - len(ours)))
-    expires = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=ttl_seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    expires = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=ttl_seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
     done: list[str] = []
     by_name = {n.metadata.name: n for n in group}
     for b in bad:
@@ -126,7 +126,7 @@ def untaint_expired(now=None) -> list[str]:
 
     from . import kube
 
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     api = kube.core()
     try:
         items = api.list_node(label_selector=SUSPECT_NAMESPACE_LABEL).items
@@ -163,5 +163,5 @@ def expire_taints_forever(interval: float, stop: threading.Event) -> None:
     while not stop.wait(interval):
         try:
             untaint_expired()
-        except Exception:  # noqa: BLE001 — the next sweep tries again
+        except Exception:
             log.exception("suspect taint expiry failed")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from typing import Callable
+from collections.abc import Callable
 
 import yaml
 
@@ -66,7 +66,7 @@ def conds_of(o: Observed) -> list[dict]:
     return list(o.raw_status.get("conditions") or [])
 
 
-def cond(o: Observed, conds: list[dict], type_, ok: bool, reason: Reason, message: str) -> list[dict]:
+def cond(o: Observed, conds: list[dict], type_, ok: bool, reason: Reason | str, message: str) -> list[dict]:
     return set_condition(conds, type_, ok, reason, message, o.generation, o.now)
 
 
@@ -157,6 +157,7 @@ def create_attempt(o: Observed, cfg: OperatorConfig, attempt: int, name: str) ->
     if created is None and existing is not None and not existing.deleting:
         verb, rdzv = ("Adopted", existing.rendezvous_id) if existing.owned else (None, None)
     elif created is None:
+        assert o.spec is not None  # attempts start only for a valid spec
         try:
             obj = render_pytorchjob(o.spec, o.name, o.namespace, attempt, o.uid, cfg.default_etcd_endpoint,
                                     resume_before_step=o.status.resume_before_step,
@@ -180,6 +181,7 @@ def create_attempt(o: Observed, cfg: OperatorConfig, attempt: int, name: str) ->
               "rendezvousId": rdzv or rendezvous_id(o.namespace, o.name, o.uid, attempt),
               "attemptCreationTime": timestamp(o.now), "nextAttemptTime": None, "admissionTime": None}
     if o.is_new:
+        assert o.spec is not None  # attempts start only for a valid spec
         conds = validated_conditions(o, conds_of(o))
         update.update(phase=Phase.PENDING, observedGeneration=o.generation, model=model_summary(o.spec.model),
                       plan=plan_status(o.spec),

@@ -5,6 +5,8 @@ status.kopf). Every event of a job or of one of its PyTorchJobs queues the job; 
 
 from __future__ import annotations
 
+from typing import Any
+
 import kopf
 
 from ..render import ATTEMPT_LABEL, JOB_LABEL
@@ -15,7 +17,7 @@ from .status import pod_summary
 
 
 def register(op: Operator, registry: kopf.OperatorRegistry | None = None) -> None:
-    kw = {"registry": registry} if registry is not None else {}
+    kw: dict[str, Any] = {"registry": registry} if registry is not None else {}
 
     @kopf.on.event(GROUP, VERSION, PLURAL, **kw)
     async def job_event(event, body, namespace, name, status, **_):

@@ -29,14 +29,14 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Callable, Hashable
+from collections.abc import Callable, Hashable
 
 log = logging.getLogger("llmtrain.workqueue")
 
 
 def _rv(obj: dict | None) -> int | None:
     try:
-        return int(obj["metadata"]["resourceVersion"])
+        return int(obj["metadata"]["resourceVersion"])  # type: ignore[index]  # None: TypeError below
     except (TypeError, KeyError, ValueError):
         return None
 
@@ -211,7 +211,7 @@ class WorkQueue:
                 requeue = self._handler(key, obj)
                 with self._cv:
                     self._failures.pop(key, None)
-            except Exception as err:  # noqa: BLE001 — retried with backoff; one key never stops the rest
+            except Exception as err:
                 with self._cv:
                     n = self._failures[key] = self._failures.get(key, 0) + 1
                     self._settled.pop(key, None)
