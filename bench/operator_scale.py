@@ -445,10 +445,25 @@ def main(argv=None) -> int:
                    help="--nodes: training-operator --controller-threads (default: Kubeflow's, 1)")
     p.add_argument("--training-operator-qps", type=int, default=None,
                    help="--nodes: training-operator --kube-api-qps (default: Kubeflow's, 20)")
+    p.add_argument("--peer", action="store_true",
+                   help="--nodes: alternate llmtrain and Kubeflow Trainer v2 (TrainJob → JobSet) phases on the same "
+                        "cluster (needs `make peer-tools`); see bench/trainer_peer.py")
+    p.add_argument("--repeat", type=int, default=2, help="--peer: phases of each kind")
+    p.add_argument("--direct-floor", action="store_true",
+                   help="--peer: first time the bench creating the rendered PyTorchJobs itself (a floor)")
     a = p.parse_args(argv)
     if a.quick:
         a.jobs, a.threads = 20, 4
     sys.path[:0] = [str(REPO / "operator"), str(REPO / "devcluster")]
+    if a.peer:
+        if not a.nodes:
+            p.error("--peer needs --nodes N (a chain cluster with N simulated p5 nodes)")
+        from trainer_peer import print_peer, run_peer
+        with tempfile.TemporaryDirectory(prefix="operator-scale-peer-") as tmp:
+            out = run_peer(a, Path(tmp))
+        print_peer(out)
+        print(json.dumps(out, sort_keys=True))
+        return 0
     if a.nodes:
         with tempfile.TemporaryDirectory(prefix="operator-scale-chain-") as tmp:
             out = run_chain(a, Path(tmp))

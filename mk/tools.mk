@@ -6,12 +6,17 @@ DEV_CLUSTER_FLAGS ?=
 # chain: + kube-scheduler, kwok GPU nodes, training-operator; light: control plane only
 DEV_CLUSTER_MODE ?= chain
 
-.PHONY: tools dev-cluster dev-cluster-down dev-cluster-status
+.PHONY: tools peer-tools dev-cluster dev-cluster-down dev-cluster-status
 
 ## tools: build/install the pinned kube-apiserver, controller-manager, scheduler, kubectl, kwok,
 ## training-operator, etcd, helm, promtool (bootstraps the pinned Go when go is missing or old)
 tools:
 	bash scripts/install-tools.sh
+
+## peer-tools: build Kubeflow Trainer v2's controller manager and the JobSet controller (pinned in
+## tools/trainer, tools/jobset; their own cache key) for bench/operator_scale.py --peer; not used by make test
+peer-tools:
+	bash scripts/install-peer-tools.sh
 
 ## dev-cluster: start a local cluster in $(DEV_CLUSTER_STATE): etcd + apiserver + controller-manager,
 ## and with DEV_CLUSTER_MODE=chain (default) kube-scheduler, kwok GPU nodes and training-operator
