@@ -25,6 +25,9 @@ create→Running (p50/p95/p99), and clean-up (delete all → no PyTorchJob, no p
 
     .venv/bin/python bench/operator_scale.py                      # 1,000 jobs, 8 threads, own dev cluster
     .venv/bin/python bench/operator_scale.py --quick              # 20 jobs, 4 threads (the test suite runs this)
+    .venv/bin/python bench/operator_scale.py --nodes 200 --jobs 200 --peer --repeat 2 --direct-floor
+                                       # against Kubeflow Trainer v2 (make peer-tools; bench/trainer_peer.py)
+    .venv/bin/python bench/operator_scale.py --peer --quick       # its smoke run: 3 jobs, 4 nodes, one phase each
     .venv/bin/python bench/operator_scale.py --kubeconfig K --running --jobs 1000
     .venv/bin/python bench/operator_scale.py --nodes 500 --jobs 1000 --training-operator-threads 4 \
         --training-operator-qps 100                               # on simulated p5 nodes
@@ -452,7 +455,10 @@ def main(argv=None) -> int:
     p.add_argument("--direct-floor", action="store_true",
                    help="--peer: first time the bench creating the rendered PyTorchJobs itself (a floor)")
     a = p.parse_args(argv)
-    if a.quick:
+    if a.quick and a.peer:  # a smoke run: one phase of each kind, 3 jobs on 4 nodes (~1 min)
+        a.nodes, a.jobs, a.threads, a.repeat = 4, 3, 2, 1
+        a.settle, a.timeout = min(a.settle, 20.0), min(a.timeout, 180.0)
+    elif a.quick:
         a.jobs, a.threads = 20, 4
     sys.path[:0] = [str(REPO / "operator"), str(REPO / "devcluster")]
     if a.peer:
