@@ -10,7 +10,7 @@ training-operator, all pinned binaries from ``make tools`` (see :mod:`.tools`).
   ``pod-container-running-failed``: label a Running pod ``FAIL_POD_LABEL=true`` and kwok marks its
   container terminated (exit code from the ``.../exit-code`` annotation, default 1), pod Failed.
 - **training-operator** v1 runs only its PyTorchJob controller. It has no switch for its webhook
-  server or cert rotator, so :func:`prepare_training_operator` creates what they wait for first.
+  server or cert rotator, so :mod:`.training_operator` creates what they wait for first.
 """
 
 from __future__ import annotations

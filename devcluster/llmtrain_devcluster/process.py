@@ -1,4 +1,5 @@
-"""Process helpers: free ports, readiness polling, pid files and bounded shutdown."""
+"""Process supervision: starting components, free ports, readiness polling, pid files and bounded
+shutdown."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -20,6 +21,23 @@ T = TypeVar("T")
 
 class DevClusterError(RuntimeError):
     """A dev-cluster component failed to start, or the cluster is not in the expected state."""
+
+
+def spawn(cmd: Sequence[str | Path], log_path: Path, *, env: dict | None = None) -> subprocess.Popen:
+    """Start a component in its own session (it outlives the starter), output to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        log.write(f"\n# {' '.join(map(str, cmd))}\n".encode())
+        log.flush()
+        return subprocess.Popen(
+            [str(c) for c in cmd],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+            close_fds=True,
+        )
 
 
 def free_port() -> int:
@@ -82,6 +100,17 @@ def wait_until(
             raise (on_fail(msg) if on_fail else DevClusterError(msg))
         time.sleep(delay)
         delay = min(delay * 1.5, 0.5)
+
+
+def wait_ready(name: str, proc: subprocess.Popen, check: Callable[[], object], *, timeout: float,
+               log: Path) -> None:
+    """Poll ``check`` until it is truthy; if ``proc`` exits first or time runs out, raise
+    DevClusterError carrying the tail of its ``log``."""
+
+    def fail(msg: str) -> Exception:
+        return DevClusterError(f"{name} {msg}\n--- tail of {log} ---\n{log_tail(log)}")
+
+    wait_until(check, timeout=timeout, what=name, alive=lambda: proc.poll() is None, on_fail=fail)
 
 
 # --- pid bookkeeping that survives the process that started the cluster ------------------
@@ -173,3 +202,8 @@ def stop_pid(
             pass
     if not gone():
         raise DevClusterError(f"process {pid} survived SIGKILL")
+
+
+def stop_process(proc: subprocess.Popen, term_timeout: float = 15.0) -> None:
+    """SIGTERM a process started here (its whole session), SIGKILL after a bounded wait, reap it."""
+    stop_pid({"pid": proc.pid, "start": None}, proc=proc, term_timeout=term_timeout)

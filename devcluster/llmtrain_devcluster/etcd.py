@@ -1,0 +1,50 @@
+"""A single-member etcd on free 127.0.0.1 ports: the dev cluster's store, and torch's rendezvous
+store in tests."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from .components import etcd_argv
+from .process import DevClusterError, free_port, http_get, log_tail, spawn, stop_process, wait_until
+from .tools import find_tool
+
+__all__ = ["start_etcd"]
+
+
+def start_etcd(
+    data_dir: Path | str,
+    enable_v2: bool = True,
+    *,
+    log_path: Path | str | None = None,
+    client_port: int | None = None,
+    timeout: float = 60.0,
+) -> tuple[subprocess.Popen, str]:
+    """Start a single-member etcd on free 127.0.0.1 ports and wait until ``/health`` is true.
+
+    Returns ``(process, client_url)``. ``enable_v2`` turns on the v2 API that torch's etcd
+    rendezvous (python-etcd) speaks. Stop it with :func:`.process.stop_process` (or terminate +
+    wait).
+    """
+    data_dir = Path(data_dir).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.chmod(0o700)
+    log = Path(log_path) if log_path else data_dir.parent / f"{data_dir.name}.etcd.log"
+    cport = client_port or free_port()
+    pport = free_port()
+    client_url = f"http://127.0.0.1:{cport}"
+    peer_url = f"http://127.0.0.1:{pport}"
+    proc = spawn(etcd_argv(find_tool("etcd"), data_dir, client_url, peer_url, enable_v2=enable_v2), log)
+
+    def healthy() -> bool:
+        status, body = http_get(f"{client_url}/health")
+        return status == 200 and json.loads(body).get("health") == "true"
+
+    def fail(msg: str) -> Exception:
+        stop_process(proc)
+        return DevClusterError(f"etcd {msg}\n--- tail of {log} ---\n{log_tail(log)}")
+
+    wait_until(healthy, timeout=timeout, what="etcd", alive=lambda: proc.poll() is None, on_fail=fail)
+    return proc, client_url
