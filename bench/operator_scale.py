@@ -319,8 +319,10 @@ def _reached_running(rec, names: list[str], created_at: dict[str, float], settle
         time.sleep(0.5)
 
 
-def _cleanup(api, namespace: str, group_version_plural: tuple[str, str, str], timeout: float) -> float:
-    """Delete every object of a kind in ``namespace``; seconds until no PyTorchJob and no pod is left."""
+def _cleanup(api, namespace: str, group_version_plural: tuple[str, str, str], timeout: float,
+             child: tuple[str, str, str] = PTJ) -> float:
+    """Delete every object of a kind in ``namespace``; seconds until no ``child`` (PyTorchJob, or
+    the peer's JobSet) and no pod is left."""
     import urllib3
     from kubernetes import client
 
@@ -334,9 +336,9 @@ def _cleanup(api, namespace: str, group_version_plural: tuple[str, str, str], ti
             break
         except urllib3.exceptions.HTTPError as err:
             print(f"deletecollection again after {err!r}", file=sys.stderr)
-    wait_for(lambda: not custom.list_namespaced_custom_object(*PTJ[:2], namespace, PTJ[2], limit=1)["items"]
+    wait_for(lambda: not custom.list_namespaced_custom_object(*child[:2], namespace, child[2], limit=1)["items"]
              and not core.list_namespaced_pod(namespace, limit=1).items, timeout,
-             f"every PyTorchJob and pod in {namespace} gone")
+             f"every {child[2]} and pod in {namespace} gone")
     return time.monotonic() - started
 
 

@@ -24,20 +24,33 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from . import pki
-from .process import DevClusterError, free_port, http_get, log_tail, pid_record, stop_pid, wait_until, write_pids
+from .certs import load_ca
+from .process import (
+    DevClusterError,
+    free_port,
+    http_get,
+    pid_record,
+    read_pids,
+    spawn,
+    stop_pid,
+    stop_process,
+    wait_ready,
+    write_pids,
+)
 from .tools import ToolNotFoundError, cache_dir
 
 if TYPE_CHECKING:
+    import subprocess
+
     from .cluster import DevCluster
 
-__all__ = ["TrainerV2", "apply_json_patch", "peer_tools_dir", "webhook_configurations"]
+__all__ = ["TrainerV2", "apply_json_patch", "peer_tools_dir", "stop_recorded", "webhook_configurations"]
 
 TRAINJOB = ("trainer.kubeflow.org", "v1alpha1", "trainjobs")
 CLUSTER_TRAINING_RUNTIME = ("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes")
@@ -132,11 +145,6 @@ def webhook_configurations(root: Path, spec: tuple[str, dict[str, str]], url: st
     return out
 
 
-class _Controller:
-    def __init__(self, name: str, proc: subprocess.Popen, probe: int):
-        self.name, self.proc, self.probe = name, proc, probe
-
-
 class TrainerV2:
     """The JobSet controller and the Trainer v2 controller manager, started on ``cluster`` (a
     running :class:`DevCluster`) with the modules' default concurrency and client QPS; their CRDs
@@ -153,11 +161,11 @@ class TrainerV2:
         self.log_level = log_level
         self.root = peer_tools_dir()
         self.state = cluster.state_dir / "trainer-v2"
-        self._procs: dict[str, _Controller] = {}
+        self._procs: dict[str, subprocess.Popen] = {}
 
     @property
     def pids(self) -> dict[str, int]:
-        return {n: c.proc.pid for n, c in self._procs.items()}
+        return {n: p.pid for n, p in self._procs.items()}
 
     def versions(self) -> str:
         return (self.root / "VERSIONS").read_text()
@@ -166,7 +174,7 @@ class TrainerV2:
     def start(self, timeout: float = 180.0) -> TrainerV2:
         try:
             self.cluster.install_crds([self.root / f for f in _JOBSET_CRDS + _TRAINER_CRDS])
-            ca = pki.CertificateAuthority.load(self.cluster.pki_dir / "ca.crt", self.cluster.pki_dir / "ca.key")
+            ca = load_ca(self.cluster.pki_dir)
             # JobSet first: the Trainer's TrainJob reconciler creates JobSets, which JobSet's webhooks admit.
             port = self._start("jobset-controller", ca, self._jobset_config, timeout)
             self._apply(webhook_configurations(self.root, _JOBSET_WEBHOOK, f"https://127.0.0.1:{port}", ca.cert_pem))
@@ -193,21 +201,12 @@ class TrainerV2:
         if name == "jobset-controller":  # its flags override the file's for these two
             cmd += [f"--health-probe-bind-address=127.0.0.1:{probe}", "--metrics-bind-address=0"]
         log = self.cluster.logs_dir / f"{name}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, KUBECONFIG=str(self.cluster.kubeconfig), TMPDIR=str(tmp))
-        with open(log, "ab") as out:
-            out.write(f"\n# {' '.join(cmd)}\n".encode())
-            out.flush()
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True, env=env, close_fds=True)
-        self._procs[name] = _Controller(name, proc, probe)
-        write_pids(self.state / "pids.json", {n: pid_record(c.proc) for n, c in self._procs.items()})
-
-        def fail(msg: str) -> Exception:
-            return DevClusterError(f"{name} {msg}\n--- tail of {log} ---\n{log_tail(log)}")
-
-        wait_until(lambda: http_get(f"http://127.0.0.1:{probe}/readyz")[0] == 200, timeout=timeout,
-                   what=name, alive=lambda: proc.poll() is None, on_fail=fail)
+        proc = spawn(cmd, log, env=env)
+        self._procs[name] = proc
+        write_pids(self.state / "pids.json", {n: pid_record(p) for n, p in self._procs.items()})
+        wait_ready(name, proc, lambda: http_get(f"http://127.0.0.1:{probe}/readyz")[0] == 200,
+                   timeout=timeout, log=log)
         return webhook
 
     def _jobset_config(self, probe: int, webhook: int, cert_dir: str) -> dict:
@@ -242,12 +241,16 @@ class TrainerV2:
         """Create or update a ClusterTrainingRuntime (admitted by the Trainer's own webhook)."""
         self._apply([runtime])
 
+    def upstream_torch_runtime(self) -> dict:
+        """The release's own ``torch-distributed`` ClusterTrainingRuntime (manifests/base/runtimes)."""
+        return yaml.safe_load((self.root / "trainer/runtimes/torch_distributed.yaml").read_text())
+
     def stop(self) -> None:
         errors = []
         for name in reversed(list(self._procs)):
-            c = self._procs.pop(name)
+            proc = self._procs.pop(name)
             try:
-                stop_pid({"pid": c.proc.pid, "start": None}, proc=c.proc)
+                stop_process(proc)
             except DevClusterError as e:
                 errors.append(f"{name}: {e}")
         (self.state / "pids.json").unlink(missing_ok=True)
@@ -259,3 +262,15 @@ class TrainerV2:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def stop_recorded(state_dir: Path | str) -> int:
+    """Stop the controllers a :class:`TrainerV2` started from another process (``python -m
+    llmtrain_devcluster up --trainer-v2``), from the pids it recorded; returns how many there were."""
+    pids_file = Path(state_dir).resolve() / "trainer-v2" / "pids.json"
+    records = read_pids(pids_file)
+    for name in reversed(TrainerV2.NAMES):
+        if name in records:
+            stop_pid(records[name])
+    pids_file.unlink(missing_ok=True)
+    return len(records)
