@@ -50,7 +50,8 @@ def test_json_patch_add_replace_remove():
         {"op": "add", "path": "/webhooks/-", "value": {"name": "w2"}},
         {"op": "remove", "path": "/webhooks/2"},
     ])
-    assert doc == {"metadata": {"name": "b"}, "webhooks": [{"name": "w0b"}, {"name": "w1", "objectSelector": {"k": "v"}}]}
+    assert doc == {"metadata": {"name": "b"},
+                   "webhooks": [{"name": "w0b"}, {"name": "w1", "objectSelector": {"k": "v"}}]}
     with pytest.raises(ValueError, match="/metadata/missing"):
         apply_json_patch(doc, [{"op": "replace", "path": "/metadata/missing", "value": 1}])
     with pytest.raises(ValueError, match="move"):
@@ -81,3 +82,52 @@ def test_webhooks_point_at_loopback_with_the_ca_and_keep_the_release_patches():
             assert set(cc) == {"url", "caBundle"} and base64.b64decode(cc["caBundle"]) == ca
             assert cc["url"].startswith(("https://127.0.0.1:1/", "https://127.0.0.1:2/"))
             assert hook["failurePolicy"] == "Fail"
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_cli_up_trainer_v2_admits_a_trainjob_through_its_webhooks_and_down_stops_it(tmp_path):
+    """``up --chain --trainer-v2``: the controllers outlive the command, the release's torch runtime
+    is installed, a TrainJob gets its JobSet and a pod on a kwok node; ``down`` leaves no process."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import llmtrain
+    from llmtrain_devcluster import DevCluster
+    from llmtrain_devcluster.process import is_running, read_pids, wait_until
+
+    _peer_root()
+    state = tmp_path / "peer-cluster"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(llmtrain.__file__).resolve().parents[1]),
+                                                    env.get("PYTHONPATH")) if p)
+    cli = [sys.executable, "-m", "llmtrain_devcluster"]
+    recs: dict = {}
+    try:
+        up = subprocess.run([*cli, "up", "--state-dir", str(state), "--chain", "--trainer-v2",
+                             "--nodes", "cpu=1"], env=env, capture_output=True, text=True, timeout=400)
+        assert up.returncode == 0, up.stderr[-3000:]
+        recs = read_pids(state / "trainer-v2" / "pids.json")
+        assert set(recs) == {"jobset-controller", "trainer-controller-manager"}
+        assert all(is_running(r) for r in recs.values())
+        cluster = DevCluster(state)
+        # A TrainJob the validating webhook rejects proves the webhook is called and answers.
+        bad = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "bad"},
+               "spec": {"runtimeRef": {"name": "no-such-runtime"}}}
+        r = cluster.kubectl("create", "-n", "default", "-f", "-", input=json.dumps(bad), check=False)
+        assert r.returncode != 0 and "validator.trainjob.trainer.kubeflow.org" in r.stderr, r.stderr
+        good = {**bad, "metadata": {"name": "good"}, "spec": {"runtimeRef": {"name": "torch-distributed"},
+                "trainer": {"resourcesPerNode": {"requests": {"cpu": "1"}}}}}
+        cluster.kubectl("create", "-n", "default", "-f", "-", input=json.dumps(good))
+        wait_until(lambda: cluster.kubectl(
+            "get", "pods", "-n", "default", "-l", "jobset.sigs.k8s.io/jobset-name=good",
+            "-o", "jsonpath={.items[*].status.phase}").stdout == "Running", timeout=120,
+            what="the TrainJob's pod Running")
+    finally:
+        down = subprocess.run([*cli, "down", "--state-dir", str(state)], env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert recs and not any(is_running(r) for r in recs.values())
+    assert not (state / "trainer-v2" / "pids.json").exists()
