@@ -454,11 +454,13 @@ def main(argv=None) -> int:
                    help="--nodes: alternate llmtrain and Kubeflow Trainer v2 (TrainJob → JobSet) phases on the same "
                         "cluster (needs `make peer-tools`); see bench/trainer_peer.py")
     p.add_argument("--repeat", type=int, default=2, help="--peer: phases of each kind")
+    p.add_argument("--idle-sample", type=float, default=10.0,
+                   help="--peer: seconds of each process's idle CPU sampled before each phase")
     p.add_argument("--direct-floor", action="store_true",
                    help="--peer: first time the bench creating the rendered PyTorchJobs itself (a floor)")
     a = p.parse_args(argv)
     if a.quick and a.peer:  # a smoke run: one phase of each kind, 3 jobs on 4 nodes (~1 min)
-        a.nodes, a.jobs, a.threads, a.repeat = 4, 3, 2, 1
+        a.nodes, a.jobs, a.threads, a.repeat, a.idle_sample = 4, 3, 2, 1, 2.0
         a.settle, a.timeout = min(a.settle, 20.0), min(a.timeout, 180.0)
     elif a.quick:
         a.jobs, a.threads = 20, 4
