@@ -88,7 +88,8 @@ def test_webhooks_point_at_loopback_with_the_ca_and_keep_the_release_patches():
 @pytest.mark.slow
 def test_cli_up_trainer_v2_admits_a_trainjob_through_its_webhooks_and_down_stops_it(tmp_path):
     """``up --chain --trainer-v2``: the controllers outlive the command, the release's torch runtime
-    is installed, a TrainJob gets its JobSet and a pod on a kwok node; ``down`` leaves no process."""
+    is installed, a TrainJob gets its JobSet, Job and a pod on a kwok node and completes; ``down``
+    leaves no process."""
     import json
     import os
     import subprocess
@@ -121,10 +122,15 @@ def test_cli_up_trainer_v2_admits_a_trainjob_through_its_webhooks_and_down_stops
         good = {**bad, "metadata": {"name": "good"}, "spec": {"runtimeRef": {"name": "torch-distributed"},
                 "trainer": {"resourcesPerNode": {"requests": {"cpu": "1"}}}}}
         cluster.kubectl("create", "-n", "default", "-f", "-", input=json.dumps(good))
+        # kwok runs the pod to completion (it has no llmtrain pod labels to keep it running): the
+        # JobSet's Job completes, then the JobSet, then the TrainJob.
         wait_until(lambda: cluster.kubectl(
-            "get", "pods", "-n", "default", "-l", "jobset.sigs.k8s.io/jobset-name=good",
-            "-o", "jsonpath={.items[*].status.phase}").stdout == "Running", timeout=120,
-            what="the TrainJob's pod Running")
+            "get", "trainjob", "good", "-n", "default",
+            "-o", "jsonpath={.status.conditions[?(@.type=='Complete')].status}").stdout == "True", timeout=120,
+            what="the TrainJob Complete")
+        pods = cluster.kubectl("get", "pods", "-n", "default", "-l", "jobset.sigs.k8s.io/jobset-name=good",
+                               "-o", "jsonpath={.items[*].spec.nodeName}").stdout.split()
+        assert pods == ["kwok-cpu-0"], pods
     finally:
         down = subprocess.run([*cli, "down", "--state-dir", str(state)], env=env,
                               capture_output=True, text=True, timeout=120)
