@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar
 
-from chainbench import PTJ, ChainRun, Recorder, api_client, job_spec, percentile, stats, training_operator_args
+from chainbench import PTJ, ChainRun, Recorder, api_client, job_spec, stats, training_operator_args
 
 RUNTIME_NAME = "llmtrain-bench-torch"
 TRAINER_STAGE_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
@@ -458,4 +458,4 @@ def print_peer(out: dict) -> None:
         print(f"  floor: the bench creating the rendered PyTorchJobs itself, {out['direct_floor']['jobs_per_s']:.1f}/s")
 
 
-__all__ = ["percentile", "print_peer", "run_peer", "summarize", "torch_runtime", "trainjob"]
+__all__ = ["print_peer", "run_peer", "summarize", "torch_runtime", "trainjob"]
