@@ -6,11 +6,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help venv test test-fast demo clean lint
+.PHONY: help venv test test-fast test-peer demo clean lint
 help:
 	@echo "make demo          set everything up and run the local demo (dev cluster, operator, CPU training)"
 	@echo "make test          run the whole test suite (builds tools on first run)"
 	@echo "make test-fast     everything except tests marked slow"
+	@echo "make test-peer     the Kubeflow Trainer v2 peer-benchmark tests (builds make peer-tools)"
 	@echo "make lint          ruff and mypy (also run by make test), and ruff's format check"
 	@echo "make tools         build/install the pinned Kubernetes tools into $(LLMTRAIN_CACHE)"
 	@echo "make kueue         build the pinned Kueue (own cache key) for --kueue and its chain tests"
@@ -23,11 +24,15 @@ $(VENV)/.installed: pyproject.toml constraints.txt scripts/venv.sh
 include $(sort $(wildcard mk/*.mk))
 
 # kueue: tests/chain/test_kueue_chain.py (slow) runs the real Kueue; test-fast does not need it
+# The peer suite (Kubeflow Trainer v2 for bench/operator_scale.py --peer) has its own build and command.
 test: venv tools kueue
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not peer" $(PYTEST_ARGS)
+
+test-peer: venv tools peer-tools
+	$(PY) -m pytest -m peer $(PYTEST_ARGS)
 
 test-fast: venv tools
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow and not peer" $(PYTEST_ARGS)
 
 # The demo leaves the dev cluster running for exploration; `make dev-cluster-down` stops it.
 demo: venv tools dev-cluster chart-install chart-operator-kubeconfig

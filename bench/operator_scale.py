@@ -25,6 +25,9 @@ create→Running (p50/p95/p99), and clean-up (delete all → no PyTorchJob, no p
 
     .venv/bin/python bench/operator_scale.py                      # 1,000 jobs, 8 threads, own dev cluster
     .venv/bin/python bench/operator_scale.py --quick              # 20 jobs, 4 threads (the test suite runs this)
+    .venv/bin/python bench/operator_scale.py --nodes 200 --jobs 200 --peer --repeat 2 --direct-floor
+                                       # against Kubeflow Trainer v2 (make peer-tools; bench/trainer_peer.py)
+    .venv/bin/python bench/operator_scale.py --peer --quick       # its smoke run: 3 jobs, 4 nodes, one phase each
     .venv/bin/python bench/operator_scale.py --kubeconfig K --running --jobs 1000
     .venv/bin/python bench/operator_scale.py --nodes 500 --jobs 1000 --training-operator-threads 4 \
         --training-operator-qps 100                               # on simulated p5 nodes
@@ -316,8 +319,10 @@ def _reached_running(rec, names: list[str], created_at: dict[str, float], settle
         time.sleep(0.5)
 
 
-def _cleanup(api, namespace: str, group_version_plural: tuple[str, str, str], timeout: float) -> float:
-    """Delete every object of a kind in ``namespace``; seconds until no PyTorchJob and no pod is left."""
+def _cleanup(api, namespace: str, group_version_plural: tuple[str, str, str], timeout: float,
+             child: tuple[str, str, str] = PTJ) -> float:
+    """Delete every object of a kind in ``namespace``; seconds until no ``child`` (PyTorchJob, or
+    the peer's JobSet) and no pod is left."""
     import urllib3
     from kubernetes import client
 
@@ -331,9 +336,9 @@ def _cleanup(api, namespace: str, group_version_plural: tuple[str, str, str], ti
             break
         except urllib3.exceptions.HTTPError as err:
             print(f"deletecollection again after {err!r}", file=sys.stderr)
-    wait_for(lambda: not custom.list_namespaced_custom_object(*PTJ[:2], namespace, PTJ[2], limit=1)["items"]
+    wait_for(lambda: not custom.list_namespaced_custom_object(*child[:2], namespace, child[2], limit=1)["items"]
              and not core.list_namespaced_pod(namespace, limit=1).items, timeout,
-             f"every PyTorchJob and pod in {namespace} gone")
+             f"every {child[2]} and pod in {namespace} gone")
     return time.monotonic() - started
 
 
@@ -445,10 +450,30 @@ def main(argv=None) -> int:
                    help="--nodes: training-operator --controller-threads (default: Kubeflow's, 1)")
     p.add_argument("--training-operator-qps", type=int, default=None,
                    help="--nodes: training-operator --kube-api-qps (default: Kubeflow's, 20)")
+    p.add_argument("--peer", action="store_true",
+                   help="--nodes: alternate llmtrain and Kubeflow Trainer v2 (TrainJob → JobSet) phases on the same "
+                        "cluster (needs `make peer-tools`); see bench/trainer_peer.py")
+    p.add_argument("--repeat", type=int, default=2, help="--peer: phases of each kind")
+    p.add_argument("--idle-sample", type=float, default=10.0,
+                   help="--peer: seconds of each process's idle CPU sampled before each phase")
+    p.add_argument("--direct-floor", action="store_true",
+                   help="--peer: first time the bench creating the rendered PyTorchJobs itself (a floor)")
     a = p.parse_args(argv)
-    if a.quick:
+    if a.quick and a.peer:  # a smoke run: one phase of each kind, 3 jobs on 4 nodes (~1 min)
+        a.nodes, a.jobs, a.threads, a.repeat, a.idle_sample = 4, 3, 2, 1, 2.0
+        a.settle, a.timeout = min(a.settle, 20.0), min(a.timeout, 180.0)
+    elif a.quick:
         a.jobs, a.threads = 20, 4
     sys.path[:0] = [str(REPO / "operator"), str(REPO / "devcluster")]
+    if a.peer:
+        if not a.nodes:
+            p.error("--peer needs --nodes N (a chain cluster with N simulated p5 nodes)")
+        from trainer_peer import print_peer, run_peer
+        with tempfile.TemporaryDirectory(prefix="operator-scale-peer-") as tmp:
+            out = run_peer(a, Path(tmp))
+        print_peer(out)
+        print(json.dumps(out, sort_keys=True))
+        return 0
     if a.nodes:
         with tempfile.TemporaryDirectory(prefix="operator-scale-chain-") as tmp:
             out = run_chain(a, Path(tmp))

@@ -6,7 +6,7 @@ DEV_CLUSTER_FLAGS ?=
 # chain: + kube-scheduler, kwok GPU nodes, training-operator; light: control plane only
 DEV_CLUSTER_MODE ?= chain
 
-.PHONY: tools kueue dev-cluster dev-cluster-down dev-cluster-status
+.PHONY: tools kueue peer-tools dev-cluster dev-cluster-down dev-cluster-status
 
 ## tools: build/install the pinned kube-apiserver, controller-manager, scheduler, kubectl, kwok,
 ## training-operator, etcd, helm, promtool (bootstraps the pinned Go when go is missing or old)
@@ -17,6 +17,11 @@ tools:
 ## DEV_CLUSTER_FLAGS=--kueue and the Kueue chain tests (a cold build: ~15 min on 2 busy cores)
 kueue:
 	bash scripts/install-kueue.sh
+
+## peer-tools: build Kubeflow Trainer v2's controller manager and the JobSet controller (pinned in
+## tools/trainer, tools/jobset; their own cache key) for bench/operator_scale.py --peer; not used by make test
+peer-tools:
+	bash scripts/install-peer-tools.sh
 
 ## dev-cluster: start a local cluster in $(DEV_CLUSTER_STATE): etcd + apiserver + controller-manager,
 ## and with DEV_CLUSTER_MODE=chain (default) kube-scheduler, kwok GPU nodes and training-operator

@@ -43,13 +43,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=_nodes, default=None, metavar="TYPE=N,...",
                     help="kwok nodes for --chain, e.g. p5.48xlarge=2,p4de.24xlarge=1 "
                          f"(default: {','.join(f'{k}={v}' for k, v in DEFAULT_NODES.items())})")
+    ap.add_argument("--trainer-v2", action="store_true",
+                    help="with --chain: also run Kubeflow Trainer v2 and JobSet (make peer-tools), their "
+                         "CRDs, loopback-served webhooks and the release's torch-distributed runtime")
     args = ap.parse_args(argv)
+    if args.trainer_v2 and not args.chain:
+        ap.error("--trainer-v2 needs --chain (its pods need the scheduler and kwok nodes)")
     cluster = DevCluster(args.state_dir, chain=True if args.chain else None, nodes=args.nodes,
                          kueue=True if args.kueue else None)
     try:
         if args.command == "up":
             already = cluster.is_running()
             cluster.up(args.crd, install_project_crd=not args.no_project_crd)
+            if args.trainer_v2 and not already:
+                from .trainer_v2 import TrainerV2
+
+                peer = TrainerV2(cluster).start()
+                peer.install_runtime(peer.upstream_torch_runtime())
             pid_list = " ".join(f"{n}={p}" for n, p in cluster.pids().items())
             print(f"# dev cluster {'already running' if already else 'up'}: {cluster.server} ({pid_list})",
                   file=sys.stderr)
@@ -57,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"--state-dir {args.state_dir}", file=sys.stderr)
             print(f"export KUBECONFIG={cluster.kubeconfig}")
         elif args.command == "down":
+            from .trainer_v2 import stop_recorded
+
+            stop_recorded(args.state_dir)  # the Trainer v2 peer first: it talks to the API server
             pids = cluster.pids()
             cluster.down()
             print(f"dev cluster stopped ({len(pids)} processes)" if pids else "dev cluster not running")

@@ -1,0 +1,461 @@
+"""llmtrain against its peer, Kubeflow Trainer v2 (TrainJob → JobSet → Jobs → pods), in one run on one
+chain dev cluster: ``bench/operator_scale.py --nodes N --peer`` (see :func:`run_peer`).
+
+Per phase (its own namespace; phases alternate llmtrain, trainer, llmtrain, trainer, ...):
+
+* ``--jobs`` one-node p5 jobs created by ``--threads`` client threads: ``LLMTrainingJob``s (the
+  operator renders a PyTorchJob, the training-operator v1 its pods) or equivalent ``TrainJob``s (the
+  Trainer creates a JobSet, the JobSet controller its Jobs, the job controller their pods) against a
+  ``ClusterTrainingRuntime`` made from the very pod template llmtrain renders (same image, resources,
+  node selector, tolerations, env: :func:`torch_runtime`);
+* per job: create → first child (PyTorchJob / JobSet), create → pods created, create → all pods
+  Running (p50/p95/p99); jobs/s to the last first child and to the last Running;
+* CPU per job of every process (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok,
+  training-operator, the llmtrain operator, jobset-controller, trainer-controller-manager, this bench),
+  from /proc over the phase (create → all Running), and the same less each process's idle rate
+  sampled for ``--idle-sample`` s before the phase (a longer phase accrues more idle CPU);
+  each controller's peak RSS;
+* lost (no child, or not all pods Running) and duplicated (a child or a pod created twice) jobs;
+* the second stage of each path: child → pods created / Running (training-operator v1 for llmtrain,
+  JobSet + job controller for Trainer v2);
+* clean-up: delete all → no child and no pod left.
+Then, per figure, the ratio llmtrain / Trainer v2 over the phases of each kind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, ClassVar
+
+from chainbench import PTJ, ChainRun, Recorder, api_client, job_spec, stats, training_operator_args
+
+RUNTIME_NAME = "llmtrain-bench-torch"
+TRAINER_STAGE_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+
+
+def torch_runtime(rendered_ptj: dict, name: str = RUNTIME_NAME) -> dict:
+    """A torch ``ClusterTrainingRuntime`` whose one trainer node runs exactly the pod llmtrain renders
+    for the job (``rendered_ptj``'s Worker template: image, command, resources, node selector,
+    tolerations, env, security context), with Trainer's torch policy, whose processes per node
+    default to the GPUs the container requests (8 on p5, as llmtrain's ``nprocPerNode``). The
+    container is renamed ``node``: the name Trainer's torch plugin looks for."""
+    worker = rendered_ptj["spec"]["pytorchReplicaSpecs"]["Worker"]
+    pod = copy.deepcopy(worker["template"]["spec"])
+    (container,) = [c for c in pod["containers"] if c["name"] == "pytorch"]
+    container["name"] = "node"
+    pod["restartPolicy"] = worker.get("restartPolicy", "Never")
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": name, "labels": {"trainer.kubeflow.org/framework": "torch"}},
+        "spec": {
+            "mlPolicy": {"numNodes": worker.get("replicas", 1), "torch": {}},
+            "template": {"spec": {"replicatedJobs": [{
+                "name": "node",
+                "template": {
+                    "metadata": {"labels": {TRAINER_STAGE_LABEL: "trainer"}},
+                    "spec": {"backoffLimit": rendered_ptj["spec"].get("runPolicy", {}).get("backoffLimit", 0),
+                             "template": {"metadata": {"annotations": dict(
+                                 worker["template"]["metadata"].get("annotations") or {})},
+                                 "spec": pod}}}}]}},
+        },
+    }
+
+
+def trainjob(name: str, runtime: str = RUNTIME_NAME) -> dict:
+    """The TrainJob a user writes for that runtime: a name and the runtime's reference."""
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": name},
+            "spec": {"runtimeRef": {"name": runtime, "apiGroup": "trainer.kubeflow.org",
+                                    "kind": "ClusterTrainingRuntime"}}}
+
+
+class PeerRecorder:
+    """Watches a namespace's JobSets and pods; per TrainJob (= JobSet name) the first time each
+    stage was seen (``child_created``, ``pods_created``, ``pods_running``), how often its JobSet was
+    ADDED and every pod name it ever had."""
+
+    def __init__(self, api, namespace: str, nodes_per_job: int = 1):
+        from kubernetes import client
+
+        from llmtrain_devcluster.trainer_v2 import JOBSET, JOBSET_NAME_LABEL
+
+        self.nodes, self.label = nodes_per_job, JOBSET_NAME_LABEL
+        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        self.lock = threading.Lock()
+        self.times: dict[str, dict[str, float]] = {}
+        self.added: dict[str, int] = {}
+        self.pod_names: dict[str, set[str]] = {}
+        self._pods: dict[str, dict[str, str | None]] = {}
+        self.relisted = False
+        self._stopped = False
+        self._watches: list = []
+        for fn, args, handle in ((core.list_namespaced_pod, (namespace,), self._pod),
+                                 (custom.list_namespaced_custom_object, (*JOBSET[:2], namespace, JOBSET[2]),
+                                  self._jobset)):
+            threading.Thread(target=self._run, args=(fn, args, handle), daemon=True).start()
+
+    def _run(self, list_fn, args, handle) -> None:
+        from kubernetes import watch
+
+        version = None
+        while not self._stopped:
+            w = watch.Watch()
+            self._watches.append(w)
+            try:
+                for ev in w.stream(list_fn, *args, timeout_seconds=300, resource_version=version):
+                    obj = ev["object"]
+                    meta = obj["metadata"] if isinstance(obj, dict) else obj.metadata
+                    version = (meta.get("resourceVersion") if isinstance(meta, dict)
+                               else meta.resource_version) or version
+                    handle(ev["type"], obj, time.monotonic())
+            except Exception as err:  # noqa: BLE001
+                if self._stopped:
+                    return
+                print(f"watch restarted: {err!r}", file=sys.stderr)
+                version, self.relisted = None, True
+
+    def _mark(self, job: str, stage: str, t: float) -> None:
+        self.times.setdefault(job, {}).setdefault(stage, t)
+
+    def _jobset(self, kind: str, obj: dict, t: float) -> None:
+        if kind != "ADDED":
+            return
+        name = obj["metadata"]["name"]
+        with self.lock:
+            self._mark(name, "child_created", t)
+            self.added[name] = self.added.get(name, 0) + 1
+
+    def _pod(self, kind: str, pod, t: float) -> None:
+        job = (pod.metadata.labels or {}).get(self.label)
+        if job is None:
+            return
+        with self.lock:
+            pods = self._pods.setdefault(job, {})
+            if kind == "DELETED":
+                pods.pop(pod.metadata.name, None)
+                return
+            self.pod_names.setdefault(job, set()).add(pod.metadata.name)
+            pods[pod.metadata.name] = pod.status.phase
+            if len(pods) >= self.nodes:
+                self._mark(job, "pods_created", t)
+            if sum(1 for ph in pods.values() if ph == "Running") >= self.nodes:
+                self._mark(job, "pods_running", t)
+
+    def get(self, job: str, stage: str) -> float | None:
+        with self.lock:
+            return self.times.get(job, {}).get(stage)
+
+    def stop(self) -> None:
+        self._stopped = True
+        for w in self._watches:
+            w.stop()
+
+
+class _LLMTrainView:
+    """The chainbench Recorder seen through PeerRecorder's interface (child = the PyTorchJob)."""
+
+    STAGE: ClassVar[dict[str, str]] = {
+        "child_created": "ptj_created", "pods_created": "pods_created", "pods_running": "pods_running"}
+
+    def __init__(self, api, namespace: str):
+        self.rec = Recorder(api, namespace)
+
+    def get(self, job: str, stage: str) -> float | None:
+        return self.rec.get(job, 1, self.STAGE[stage])
+
+    def stop(self) -> None:
+        self.rec.stop()
+
+
+def proc_usage(pid: int) -> tuple[float, float] | None:
+    """(CPU seconds user+system, peak RSS MiB) of a process, from /proc; None when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    hwm = next((int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmHWM:")), 0.0)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), hwm
+
+
+def _usage(pids: dict[str, int]) -> dict[str, tuple[float, float]]:
+    return {n: u for n, p in pids.items() if (u := proc_usage(p)) is not None}
+
+
+def _wait_stage(view, names: list[str], stage: str, timeout: float, settle_s: float) -> dict[str, float]:
+    """Until every job reached ``stage``, or none did for ``settle_s``, or ``timeout``: {job: time}."""
+    deadline = time.monotonic() + timeout
+    last, last_change = -1, time.monotonic()
+    while True:
+        done = {n: t for n in names if (t := view.get(n, stage)) is not None}
+        if len(done) != last:
+            last, last_change = len(done), time.monotonic()
+        if len(done) == len(names) or time.monotonic() - last_change > settle_s or time.monotonic() > deadline:
+            return done
+        time.sleep(0.2)
+
+
+def run_phase(kind: str, api, run: ChainRun, peer, names: list[str], a: argparse.Namespace, tag: str,
+              index: int, base_pids: dict[str, int]) -> dict:
+    """One phase of ``kind`` (``llmtrain`` or ``trainer``): create ``names``, measure, clean up."""
+    from kubernetes import client
+
+    from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
+    from llmtrain_devcluster.trainer_v2 import JOBSET, TRAINJOB
+    from operator_scale import _cleanup, make_namespace
+
+    custom = client.CustomObjectsApi(api)
+    ns = f"bench-{kind}-{index}-{tag}"
+    make_namespace(api, ns)
+    pids = dict(base_pids, bench=os.getpid())
+    op = None
+    view: _LLMTrainView | PeerRecorder
+    if kind == "llmtrain":
+        view = _LLMTrainView(api, ns)
+        op = run.start_operator(ns, ["--progress-interval", "3600"])
+        pids["llmtrain-operator"] = op.proc.pid
+        raw = job_spec(nodes=1)
+        gvp, child = (GROUP, VERSION, PLURAL), PTJ
+        objs = {n: {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": n}, "spec": raw} for n in names}
+    else:
+        view = PeerRecorder(api, ns)
+        gvp, child = TRAINJOB, JOBSET
+        objs = {n: trainjob(n) for n in names}
+    created_at: dict[str, float] = {}
+    answered_at: dict[str, float] = {}
+
+    def create(name: str) -> None:
+        created_at[name] = time.monotonic()
+        custom.create_namespaced_custom_object(gvp[0], gvp[1], ns, gvp[2], objs[name])
+        answered_at[name] = time.monotonic()
+
+    # Each process's idle CPU rate just before the phase (kwok's node heartbeats, leases, the API
+    # server's own loops): a longer phase accrues more of it, which is not a cost of its jobs.
+    idle0, i0 = _usage(pids), time.monotonic()
+    time.sleep(a.idle_sample)  # a measurement window, not a wait for readiness
+    idle1, idle_s = _usage(pids), time.monotonic() - i0
+    idle_rate = {n: (idle1[n][0] - idle0[n][0]) / idle_s for n in idle1 if n in idle0}
+    loadavg0 = os.getloadavg()
+    before = _usage(pids)
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(a.threads) as pool:
+        list(pool.map(create, names))
+    children = _wait_stage(view, names, "child_created", a.timeout, a.settle)
+    pods = _wait_stage(view, names, "pods_created", a.timeout, a.settle)
+    running = _wait_stage(view, names, "pods_running", a.timeout, a.settle)
+    span = time.monotonic() - t0
+    after = _usage(pids)
+    res: dict = {"kind": kind, "namespace": ns, "jobs": len(names),
+                 "loadavg_start": [round(x, 2) for x in loadavg0],
+                 "loadavg_end": [round(x, 2) for x in os.getloadavg()]}
+    # The user's create itself (admission, TrainJob's webhooks included, and the write).
+    res["create_call_s"] = stats([answered_at[n] - created_at[n] for n in names])
+    res["create_to_child_s"] = stats([children[n] - created_at[n] for n in children])
+    res["create_to_pods_created_s"] = stats([pods[n] - created_at[n] for n in pods])
+    res["create_to_running_s"] = stats([running[n] - created_at[n] for n in running])
+    # The stage after the child: the training-operator v1 (PyTorchJob → pods) or JobSet + job controller.
+    res["child_to_pods_created_s"] = stats([pods[n] - children[n] for n in pods if n in children])
+    res["child_to_running_s"] = stats([running[n] - children[n] for n in running if n in children])
+    res["jobs_per_s_child"] = len(children) / (max(children.values()) - t0) if children else 0.0
+    res["jobs_per_s_running"] = len(running) / (max(running.values()) - t0) if running else 0.0
+    res["reached_running"] = len(running)
+    res["phase_s"] = span
+    res["cpu_ms_per_job"] = {n: round(1000 * (after[n][0] - before[n][0]) / len(names), 2)
+                             for n in after if n in before}
+    res["cpu_ms_per_job_total"] = round(sum(res["cpu_ms_per_job"].values()), 2)
+    res["idle_cpu_ms_per_s"] = {n: round(1000 * r, 2) for n, r in idle_rate.items()}
+    res["cpu_ms_per_job_above_idle"] = {
+        n: round(1000 * (after[n][0] - before[n][0] - idle_rate.get(n, 0.0) * span) / len(names), 2)
+        for n in after if n in before}
+    res["cpu_ms_per_job_above_idle_total"] = round(sum(res["cpu_ms_per_job_above_idle"].values()), 2)
+    res["peak_rss_mib"] = {n: round(u[1], 1) for n, u in after.items() if n != "bench"}
+    # Lost: no child, or not every pod Running. Duplicated: a child or a pod created twice.
+    res["lost"] = sum(1 for n in names if n not in children or n not in running)
+    if kind == "llmtrain":
+        ptjs = custom.list_namespaced_custom_object(*PTJ[:2], ns, PTJ[2])["items"]
+        per_job: dict[str, int] = {}
+        for p in ptjs:
+            job = p["metadata"]["labels"].get("llmtrain.dev/job")
+            per_job[job] = per_job.get(job, 0) + 1
+        res["duplicated"] = sum(1 for n in names if per_job.get(n, 0) > 1)
+    else:
+        assert isinstance(view, PeerRecorder)
+        js = custom.list_namespaced_custom_object(*JOBSET[:2], ns, JOBSET[2])["items"]
+        counts = {j["metadata"]["name"]: 1 for j in js}
+        res["duplicated"] = sum(1 for n in names if counts.get(n, 0) > 1
+                                or (not view.relisted and view.added.get(n, 0) > 1)
+                                or len(view.pod_names.get(n, ())) > 1)
+    if op is not None:
+        op.stop()
+        run.operator = None
+    res["cleanup_s"] = _cleanup(api, ns, gvp, a.timeout, child)
+    view.stop()
+    client.CoreV1Api(api).delete_namespace(ns)
+    return res
+
+
+FIGURES = (  # (name, path into a phase result, higher is better)
+    ("the user's create call p50 (s)", ("create_call_s", "p50"), False),
+    ("the user's create call p99 (s)", ("create_call_s", "p99"), False),
+    ("jobs/s to the last first child", ("jobs_per_s_child",), True),
+    ("jobs/s to the last all-Running", ("jobs_per_s_running",), True),
+    ("create→first child p50 (s)", ("create_to_child_s", "p50"), False),
+    ("create→first child p99 (s)", ("create_to_child_s", "p99"), False),
+    ("create→pods created p50 (s)", ("create_to_pods_created_s", "p50"), False),
+    ("create→pods created p99 (s)", ("create_to_pods_created_s", "p99"), False),
+    ("create→all Running p50 (s)", ("create_to_running_s", "p50"), False),
+    ("create→all Running p99 (s)", ("create_to_running_s", "p99"), False),
+    ("CPU per job, all processes (ms)", ("cpu_ms_per_job_total",), False),
+    ("CPU per job above idle, all processes (ms)", ("cpu_ms_per_job_above_idle_total",), False),
+)
+
+
+def _get(res: dict, path: tuple[str, ...]) -> float:
+    v: Any = res
+    for p in path:
+        v = v[p]
+    return float(v)
+
+
+def summarize(phases: list[dict]) -> dict:
+    """Per kind, each figure's median over that kind's phases; the ratio llmtrain / Trainer v2."""
+    import statistics
+
+    out: dict = {}
+    by_kind = {k: [p for p in phases if p["kind"] == k] for k in ("llmtrain", "trainer")}
+    for name, path, _ in FIGURES:
+        vals = {k: statistics.median(_get(p, path) for p in ps) for k, ps in by_kind.items() if ps}
+        row = dict(vals)
+        if vals.get("trainer"):
+            row["ratio"] = round(vals["llmtrain"] / vals["trainer"], 3)
+        out[name] = row
+    for key in ("cpu_ms_per_job", "cpu_ms_per_job_above_idle"):
+        cpu: dict[str, dict[str, float]] = {}
+        for k, ps in by_kind.items():
+            procs = {n for p in ps for n in p[key]}
+            cpu[k] = {n: statistics.median(p[key].get(n, 0.0) for p in ps) for n in sorted(procs)}
+        out[f"{key}_by_process"] = cpu
+    out["peak_rss_mib"] = {n: max(p["peak_rss_mib"].get(n, 0) for p in phases)
+                           for n in sorted({n for p in phases for n in p["peak_rss_mib"]})}
+    out["lost"] = {k: sum(p["lost"] for p in ps) for k, ps in by_kind.items()}
+    out["duplicated"] = {k: sum(p["duplicated"] for p in ps) for k, ps in by_kind.items()}
+    out["second_stage"] = {
+        "training-operator v1: PyTorchJob→pods created p50/p99 (s)":
+            [statistics.median(p["child_to_pods_created_s"][q] for p in by_kind["llmtrain"]) for q in ("p50", "p99")]
+            if by_kind["llmtrain"] else None,
+        "training-operator v1: PyTorchJob→all Running p50/p99 (s)":
+            [statistics.median(p["child_to_running_s"][q] for p in by_kind["llmtrain"]) for q in ("p50", "p99")]
+            if by_kind["llmtrain"] else None,
+        "JobSet + job controller: JobSet→pods created p50/p99 (s)":
+            [statistics.median(p["child_to_pods_created_s"][q] for p in by_kind["trainer"]) for q in ("p50", "p99")]
+            if by_kind["trainer"] else None,
+        "JobSet + job controller: JobSet→all Running p50/p99 (s)":
+            [statistics.median(p["child_to_running_s"][q] for p in by_kind["trainer"]) for q in ("p50", "p99")]
+            if by_kind["trainer"] else None,
+    }
+    return out
+
+
+def direct_floor(api, names: list[str], a: argparse.Namespace, tag: str) -> dict:
+    """The rendered PyTorchJobs created by the bench threads themselves: what the API server and etcd
+    sustain for these objects with no controller in front (a floor for any operator's latency, not a
+    target: an operator path makes more writes per job than one create)."""
+    from kubernetes import client
+
+    from llmtrain.render import render_pytorchjob
+    from llmtrain.validation import parse_spec
+    from operator_scale import _cleanup, make_namespace
+
+    custom = client.CustomObjectsApi(api)
+    ns = f"bench-direct-{tag}"
+    make_namespace(api, ns)
+    spec = parse_spec(job_spec(nodes=1))
+    objs = [render_pytorchjob(spec, n, ns, 1, None, "etcd.bench.svc:2379") for n in names]
+    # Only the creates are timed (the training-operator's pods for them are not waited for).
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(a.threads) as pool:
+        list(pool.map(lambda o: custom.create_namespaced_custom_object(*PTJ[:2], ns, PTJ[2], o), objs))
+    rate = len(names) / (time.monotonic() - t0)
+    cleanup = _cleanup(api, ns, PTJ, a.timeout)
+    client.CoreV1Api(api).delete_namespace(ns)
+    return {"jobs_per_s": rate, "cleanup_s": cleanup}
+
+
+def run_peer(a: argparse.Namespace, workdir: Path) -> dict:
+    """``--nodes N --peer``: alternated llmtrain / Trainer v2 phases (``--repeat`` of each) on one chain
+    cluster with N simulated p5 nodes (``--jobs`` ≤ N so that every job can run)."""
+    from llmtrain.render import render_pytorchjob
+    from llmtrain.validation import parse_spec
+    from llmtrain_devcluster.trainer_v2 import TrainerV2
+    from operator_scale import log
+
+    if a.jobs > a.nodes:
+        raise SystemExit(f"--peer: --jobs {a.jobs} exceeds --nodes {a.nodes}; each one-node job needs a node")
+    to_args = training_operator_args(a.training_operator_threads, a.training_operator_qps)
+    out: dict = {"jobs_per_phase": a.jobs, "threads": a.threads, "p5_nodes": a.nodes, "repeat": a.repeat,
+                 "training_operator_args": to_args, "cpus": os.cpu_count(),
+                 "loadavg_start": [round(x, 2) for x in os.getloadavg()]}
+    started = time.monotonic()
+    with ChainRun(workdir / "cluster", a.nodes, to_args, workdir / "operator.log") as run:
+        cluster = run.cluster
+        peer = TrainerV2(cluster)
+        try:
+            peer.start()
+            out["cluster_start_s"] = time.monotonic() - started
+            out["peer_versions"] = peer.versions().splitlines()
+            api = api_client(cluster.kubeconfig, pool=max(32, a.threads * 2))
+            names = [f"job-{i:05d}" for i in range(a.jobs)]
+            tag = uuid.uuid4().hex[:6]
+            rendered = render_pytorchjob(parse_spec(job_spec(nodes=1)), names[0], "ns", 1, None,
+                                         "etcd.bench.svc:2379")
+            peer.install_runtime(torch_runtime(rendered))
+            base = {**{k: p.pid for k, p in cluster._procs.items()}, **peer.pids}
+            if a.direct_floor:
+                out["direct_floor"] = direct_floor(api, names, a, tag)
+                log({"direct_floor": out["direct_floor"]})
+            phases: list[dict] = []
+            for i in range(a.repeat):
+                for kind in (("llmtrain", "trainer") if i % 2 == 0 else ("trainer", "llmtrain")):
+                    res = run_phase(kind, api, run, peer, names, a, tag, len(phases), base)
+                    log({"phase": res})
+                    phases.append(res)
+            out["phases"] = phases
+            out["summary"] = summarize(phases)
+        finally:
+            peer.stop()
+    out["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    out["run_s"] = time.monotonic() - started
+    return out
+
+
+def print_peer(out: dict) -> None:
+    s = out["summary"]
+    print(f"operator_scale --peer: {out['jobs_per_phase']} one-node p5 jobs per phase, {out['repeat']}× each of "
+          f"llmtrain and Trainer v2 (alternated), {out['p5_nodes']} simulated p5.48xlarge nodes, "
+          f"{out['threads']} client threads; loadavg {out['loadavg_start']} → {out['loadavg_end']}")
+    print(f"  {'figure (median over phases)':<40} {'llmtrain':>10} {'Trainer v2':>10} {'ratio':>7}")
+    for name, _, _ in FIGURES:
+        r = s[name]
+        print(f"  {name:<40} {r.get('llmtrain', float('nan')):>10.2f} {r.get('trainer', float('nan')):>10.2f} "
+              f"{r.get('ratio', float('nan')):>7.2f}")
+    for k, v in s["second_stage"].items():
+        if v:
+            print(f"  {k:<58} {v[0]:.2f} / {v[1]:.2f}")
+    for kind, procs in s["cpu_ms_per_job_by_process"].items():
+        print(f"  CPU ms/job, {kind}: " + ", ".join(f"{n} {v:.1f}" for n, v in procs.items()))
+    for kind, procs in s["cpu_ms_per_job_above_idle_by_process"].items():
+        print(f"  CPU ms/job above idle, {kind}: " + ", ".join(f"{n} {v:.1f}" for n, v in procs.items()))
+    print("  peak RSS MiB: " + ", ".join(f"{n} {v:.0f}" for n, v in s["peak_rss_mib"].items()))
+    print(f"  lost {s['lost']}, duplicated {s['duplicated']}")
+    if "direct_floor" in out:
+        print(f"  floor: the bench creating the rendered PyTorchJobs itself, {out['direct_floor']['jobs_per_s']:.1f}/s")
+
+
+__all__ = ["print_peer", "run_peer", "summarize", "torch_runtime", "trainjob"]
