@@ -64,6 +64,25 @@ resource "kustomization_resource" "training_operator_p2" {
   depends_on = [kustomization_resource.training_operator_p1]
 }
 
+# Kueue: optional, after the PyTorchJob CRD (Kueue turns an integration on only when its CRD exists
+# at start-up). ResourceFlavors, ClusterQueues and LocalQueues are policy, left to the platform team.
+resource "helm_release" "kueue" {
+  count = var.install_kueue ? 1 : 0
+
+  name             = "kueue"
+  repository       = "oci://registry.k8s.io/kueue/charts"
+  chart            = "kueue"
+  version          = var.chart_versions.kueue
+  namespace        = "kueue-system"
+  create_namespace = true
+
+  values = [yamlencode({
+    controllerManager = { nodeSelector = local.system_nodes }
+  })]
+
+  depends_on = [kustomization_resource.training_operator_p2, aws_eks_node_group.system]
+}
+
 locals {
   llmtrain_namespace = "llmtrain-system"
   # Release "llmtrain" in llmtrain-system: the bundled etcd's Service is llmtrain-etcd, the

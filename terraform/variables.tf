@@ -389,6 +389,12 @@ variable "install_etcd" {
   default     = true
 }
 
+variable "install_kueue" {
+  description = "Install Kueue (its own chart, pinned in chart_versions.kueue) for quotas, priorities and topology-aware placement of LLMTrainingJobs with spec.cluster.queueName; its default configuration enables the kubeflow.org/pytorchjob integration. Queues and flavors are the platform team's: see docs/operations/kueue.md."
+  type        = bool
+  default     = false
+}
+
 variable "install_llmtrain" {
   description = "Install the llmtrain operator chart (../charts/llmtrain-operator in this repository)."
   type        = bool
@@ -420,6 +426,7 @@ variable "chart_versions" {
     efa_device_plugin     = optional(string, "v0.5.7")
     kube_prometheus_stack = optional(string, "70.4.2")
     dcgm_exporter         = optional(string, "4.1.1")
+    kueue                 = optional(string, "0.17.0")
   })
   default = {}
 }

@@ -175,6 +175,10 @@ def test_fsx_and_helm_releases_present(mod):
         assert "version" in r or name == "llmtrain", f"helm_release.{name} without a pinned version"
     assert releases["llmtrain"]["chart"] == "${local.llmtrain_chart}"
     assert "../charts/llmtrain-operator" in mod.locals["llmtrain_chart"]
+    # Kueue is optional and after the PyTorchJob CRD (its pytorchjob integration needs the CRD at start-up)
+    assert releases["kueue"]["count"] == "${var.install_kueue ? 1 : 0}"
+    assert mod.variables["install_kueue"]["default"] is False
+    assert "${kustomization_resource.training_operator_p2}" in releases["kueue"]["depends_on"]
     # the monitoring stack is switchable
     for name in ("kube_prometheus_stack", "dcgm_exporter"):
         assert releases[name]["count"] == "${var.enable_monitoring ? 1 : 0}"
