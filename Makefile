@@ -35,7 +35,9 @@ test-fast: venv tools
 	$(PY) -m pytest -m "not slow and not peer" $(PYTEST_ARGS)
 
 # The demo leaves the dev cluster running for exploration; `make dev-cluster-down` stops it.
-demo: venv tools dev-cluster chart-install chart-operator-kubeconfig
+# The demo's chain cluster runs Kueue: two p5 jobs share one queue with quota for one.
+demo: DEV_CLUSTER_FLAGS += --kueue
+demo: venv tools kueue dev-cluster chart-install chart-operator-kubeconfig
 	$(PY) scripts/demo.py
 
 clean:

@@ -91,7 +91,10 @@ def main() -> int:
             # be a pretend replica on a simulated node (and take the CPU node the job needs).
             kubectl("scale", "deployment", "-n", CHART_NAMESPACE, "-l",
                     "app.kubernetes.io/name=llmtrain-operator", "--replicas=0")
-            p5_on_simulated_nodes(cluster)
+            if cluster.kueue:
+                p5_queue_under_kueue(cluster)
+            else:
+                p5_on_simulated_nodes(cluster)
             # The CPU job's pod needs a node without GPU taints: one simulated "cpu" node.
             if not kubectl("get", "nodes", "-l", "node.kubernetes.io/instance-type=cpu",
                            "-o", "name").stdout.strip():
@@ -199,6 +202,63 @@ def p5_on_simulated_nodes(cluster: DevCluster) -> None:
                   "vpc\\.amazonaws\\.com/efa").stdout)
     wait_for(lambda: "Running" in kubectl("get", "llmtj", name, "-n", P5_NAMESPACE).stdout, 60,
              f"{name} Running")
+    print(kubectl("get", "llmtj", "-n", P5_NAMESPACE).stdout)
+
+
+def p5_queue_under_kueue(cluster: DevCluster) -> None:
+    """Two 2-node p5 jobs in one Kueue queue with quota for one (the dev cluster's ClusterQueue holds
+    exactly its kwok nodes): the first Running, the second Pending/Queued in Kueue's own words; when
+    the first finishes (its pods exit 0), Kueue admits the second and it runs."""
+    kubectl = cluster.kubectl
+    doc = yaml.safe_load(P5_JOB_FILE.read_text())
+    first = doc["metadata"]["name"]
+    second = f"{first}-next"
+    say("simulated GPU nodes (kwok); Kueue's ClusterQueue has quota for exactly these")
+    print(kubectl("get", "nodes", "-L", "node.kubernetes.io/instance-type").stdout)
+    kubectl("create", "namespace", P5_NAMESPACE, check=False)
+    for name in (first, second):
+        kubectl("delete", "llmtj", name, "-n", P5_NAMESPACE, "--ignore-not-found", "--wait=true")
+    sa = doc["spec"]["cluster"].get("serviceAccountName")
+    if sa:
+        kubectl("create", "serviceaccount", sa, "-n", P5_NAMESPACE, check=False)
+    cluster.kueue_local_queue(P5_NAMESPACE, "p5")
+
+    def apply(name: str) -> None:
+        job = {**doc, "metadata": {"name": name}}
+        job["spec"] = {**doc["spec"], "cluster": {**doc["spec"]["cluster"], "queueName": "p5"}}
+        print(kubectl("apply", "-n", P5_NAMESPACE, "-f", "-", input=yaml.safe_dump(job)).stdout.strip())
+
+    def status(name: str) -> dict:
+        out = kubectl("get", "llmtj", name, "-n", P5_NAMESPACE, "-o", "json", check=False)
+        return (json.loads(out.stdout).get("status") or {}) if out.returncode == 0 else {}
+
+    def pods(name: str) -> list[str]:
+        return kubectl("get", "pods", "-n", P5_NAMESPACE, "-l", f"training.kubeflow.org/job-name={name}-a1",
+                       "-o", "name", check=False).stdout.split()
+
+    def show_pods() -> None:
+        print(kubectl("get", "pods", "-n", P5_NAMESPACE, "-o", "custom-columns=POD:.metadata.name,"
+                      "STATUS:.status.phase,NODE:.spec.nodeName,GPU:.spec.containers[0].resources."
+                      "requests.nvidia\\.com/gpu").stdout)
+
+    say(f"two jobs like {P5_JOB_FILE.relative_to(ROOT)} (2 × p5.48xlarge each) in LocalQueue p5, "
+        "quota for one")
+    apply(first)
+    wait_for(lambda: status(first).get("phase") == "Running", 120, f"{first} Running")
+    apply(second)
+    wait_for(lambda: status(second).get("reason") == "Queued", 90, f"{second} Queued")
+    show_pods()
+    say("kubectl get llmtj: one Running, one Queued (no restart spent, no start-up deadline running)")
+    print(kubectl("get", "llmtj", "-n", P5_NAMESPACE).stdout)
+    print(f"{second}: {status(second).get('message', '')}")
+
+    say(f"{first} finishes (its pods exit 0): Kueue frees the quota and admits {second}")
+    for pod in pods(first):
+        kubectl("patch", pod, "-n", P5_NAMESPACE, "--subresource=status", "--type=merge",
+                "-p", json.dumps(exited(0)))
+    wait_for(lambda: status(first).get("phase") == "Succeeded", 120, f"{first} Succeeded")
+    wait_for(lambda: status(second).get("phase") == "Running", 180, f"{second} Running")
+    show_pods()
     print(kubectl("get", "llmtj", "-n", P5_NAMESPACE).stdout)
 
 

@@ -1,6 +1,7 @@
 """`make demo`, the README's first command, end to end: its own dev cluster (a separate state dir,
 free ports; chain mode: scheduler, kwok nodes, training-operator), the chart, the operator with the
-release's RBAC, a p5 job's pods Running on simulated p5 nodes, a real CPU training run whose
+release's RBAC, two p5 jobs in one Kueue queue with quota for one (Running and Queued, then the
+second Running once the first finished), a real CPU training run whose
 progress reaches the job's status. Torn down afterwards."""
 
 import shutil
@@ -21,11 +22,20 @@ def test_make_demo_runs_the_whole_path():
         out = run.stdout + run.stderr
         assert run.returncode == 0, out[-4000:]
         assert "rdzvId: demo...tiny-cpu-" in out  # the rendered PyTorchJob was shown
-        # The p5 job's two pods were scheduled onto the two simulated p5.48xlarge nodes, Running.
-        p5_rows = [line.split() for line in out.splitlines() if line.startswith("llama2-7b-p5-a1-worker-")]
+        # Kueue, quota for one 2-node p5 job: the first job's two pods were scheduled onto the two
+        # simulated p5.48xlarge nodes, Running, while the second waited Queued in Kueue's words...
+        p5_rows = [line.split() for line in out.splitlines() if line.startswith("llama2-7b-p5-a1-worker-")][:2]
         assert len(p5_rows) == 2, out[-4000:]
         assert all(r[1] == "Running" and r[2].startswith("kwok-p5-48xlarge-") for r in p5_rows), p5_rows
         assert len({r[2] for r in p5_rows}) == 2, p5_rows
+        queued = [line.split() for line in out.splitlines() if line.startswith("llama2-7b-p5-next ")]
+        assert queued and queued[0][1] == "Pending" and "Queued" in queued[0], queued
+        assert "insufficient unused quota" in out, out[-4000:]
+        # ...and ran once the first finished: its pods on the same two nodes, the first's Succeeded
+        second = [line.split() for line in out.splitlines() if line.startswith("llama2-7b-p5-next-a1-worker-")]
+        assert len(second) == 2 and all(r[1] == "Running" for r in second), second
+        assert {r[2] for r in second} == {r[2] for r in p5_rows}, (second, p5_rows)
+        assert queued[-1][1] == "Running", queued
         final = out.split("final status")[1]
         row = next(line for line in final.splitlines() if line.startswith("tiny-cpu"))
         cols = row.split()

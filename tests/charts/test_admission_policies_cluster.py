@@ -216,6 +216,37 @@ def test_only_the_operator_creates_llmtrain_pytorchjobs(setup, dev_cluster):
     assert _denied(_create(c, ptj, ns), "only the llmtrain operator"), "admitted"
 
 
+def test_a_queue_controller_may_admit_an_operator_pytorchjob_but_not_change_its_pods(setup, dev_cluster):
+    """Kueue admits a suspended PyTorchJob by updating it (suspend, the flavor's nodeSelector and
+    tolerations). The policy once refused every update by anyone but the operator, so a job queued
+    in Kueue under the chart was admitted by Kueue and never unsuspended (found by make demo)."""
+    c, ns = dev_cluster, setup["ns"]
+    kueue = "system:serviceaccount:kueue-system:kueue-controller-manager"
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "vap-kueue-ptj"},
+            "rules": [{"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs"],
+                       "verbs": ["get", "list", "watch", "update", "patch"]}]}
+    c.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([role, _binding(ns, kueue, "vap-kueue-ptj")]))
+    ptj = _rendered(c, ns, attempt=7)
+    ptj["spec"].setdefault("runPolicy", {})["suspend"] = True
+    r = _create(c, ptj, ns, setup["operator"])
+    assert r.returncode == 0, r.stderr
+    name = ptj["metadata"]["name"]
+
+    def patch(body: dict, as_user: str):
+        return c.kubectl("patch", "pytorchjob", name, "-n", ns, "--type=merge", f"--as={as_user}",
+                         "-p", json.dumps(body), check=False)
+
+    worker = {"template": {"spec": {"nodeSelector": {"node.kubernetes.io/instance-type": "cpu", "flavor": "x"},
+                                    "tolerations": [{"key": "kueue", "operator": "Exists"}]}}}
+    r = patch({"spec": {"runPolicy": {"suspend": False}, "pytorchReplicaSpecs": {"Worker": worker}}}, kueue)
+    assert r.returncode == 0, r.stderr
+    # the same writer may not change what the pods run or may do
+    image = {"template": {"spec": {"containers": [{"name": "pytorch", "image": "evil.example/x:1"}]}}}
+    assert _denied(patch({"spec": {"pytorchReplicaSpecs": {"Worker": image}}}, kueue), "only the llmtrain operator")
+    host = {"template": {"spec": {"hostNetwork": True}}}
+    assert _denied(patch({"spec": {"pytorchReplicaSpecs": {"Worker": host}}}, kueue), "only the llmtrain operator")
+
+
 def _efa_pod(c, ns: str, over=None) -> dict:
     ptj = _rendered(c, ns, EFA, rendezvous_credentials=True)
     tpl = copy.deepcopy(ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"])
