@@ -60,7 +60,7 @@ def _request(method: str, path: str, params: dict, body: dict | None = None,
     response.read()
     if not 200 <= response.status < 300:
         raise ApiException(http_resp=response)
-    return json.loads(response.data)
+    return json.loads(response.data or b"{}")
 
 
 _OBJECTS = "/apis/{group}/{version}/namespaces/{namespace}/{plural}"
@@ -69,7 +69,7 @@ _OBJECTS = "/apis/{group}/{version}/namespaces/{namespace}/{plural}"
 def core() -> CoreV1Api:
     # CoreV1Api is imported with this module, not on first use: it defines hundreds of validated
     # methods (0.4 s to import on a quiet machine, 3 s measured on a busy one), and its first use
-    # is often inside a restart decision (the pods LIST of nodes._listed_failures).
+    # is often inside a restart decision (the pods LIST of nodes.PodFailures._listed).
     return CoreV1Api(_client())
 
 
