@@ -48,8 +48,8 @@ def _request(method: str, path: str, params: dict, body: dict | None = None,
              content_type: str = "application/json") -> dict:
     """One request, the response's JSON as a dict; ApiException on any non-2xx answer (its status
     and body, as the generated methods raise). The raw call: the generated CustomObjectsApi
-    methods validate every argument with pydantic and wrap the response, about a third of the
-    operator's CPU per request on the reconciler's hot path (create, status write)."""
+    methods also validate every argument with pydantic and wrap the call in their legacy options,
+    0.1-0.2 ms more client CPU per request (1.8-1.9 ms vs 1.6-1.8 ms against a local server)."""
     api = _client()
     headers = {"Accept": "application/json"}
     if body is not None:
