@@ -267,15 +267,12 @@ def test_an_attempts_failures_are_only_those_of_its_own_pytorchjobs_pods():
     attempt's forensics: failures are read by the attempt's PyTorchJob uid."""
     from llmtrain.controller import nodes
 
-    nodes.FAILURES.clear()
-    try:
-        theirs = _failed_pod("boom", name="fake-pod", node="victim-node")
-        theirs["metadata"]["ownerReferences"] = [{**PTJ_REF, "uid": "their-own-ptj"}]
-        nodes.remember("ns", "j", "1", nodes.raw_failure(theirs))
-        nodes.remember("ns", "j", "1", nodes.raw_failure(_failed_pod("boom")))
-        assert [f["node"] for f in nodes.failures("ns", "j", 1, owner="ptj-uid")] == ["n1"]
-    finally:
-        nodes.FAILURES.clear()
+    seen = nodes.PodFailures()
+    theirs = _failed_pod("boom", name="fake-pod", node="victim-node")
+    theirs["metadata"]["ownerReferences"] = [{**PTJ_REF, "uid": "their-own-ptj"}]
+    seen.remember("ns", "j", "1", nodes.raw_failure(theirs))
+    seen.remember("ns", "j", "1", nodes.raw_failure(_failed_pod("boom")))
+    assert [f["node"] for f in seen.failures("ns", "j", 1, owner="ptj-uid")] == ["n1"]
 
 
 def _terminated(message: str) -> dict:
@@ -419,24 +416,19 @@ def test_a_preflight_verdict_blames_only_nodes_the_attempts_pods_ran_on(monkeypa
     verdict = {"event": "healthcheck", "healthy": False, "busBandwidthGBps": 1.0,
                "suspectNodes": [{"node": 0, "host": "j-a1-worker-0", "nodeName": "other-tenants-node"},
                                 {"node": 1, "host": "j-a1-worker-1", "nodeName": "n2"}]}
-    nodes.FAILURES.clear()
-    nodes._SEEN_PODS.clear()
-    try:
-        for pod, node in (("j-a1-worker-0", "n1"), ("j-a1-worker-1", "n2")):  # every rank exits 86
-            nodes.remember("ns", "j", "1", nodes.raw_failure(_failed_pod(json.dumps(verdict), node=node, name=pod,
-                                                                         exit_code=PREFLIGHT_EXIT_CODE)))
-        seen = tuple(nodes.wait_for_failures("ns", "j", 1, owner="ptj-uid"))
-        failed = forensics.failed_attempt(seen, "", 0, frozenset(nodes.attempt_nodes("ns", "j", 1, "ptj-uid")))
-        assert failed.reason == "PreflightFailed"
-        assert [b["node"] for b in failed.blamed] == ["n2"]
-        # A pod of the attempt that the watch saw bound to n3 (and that did not fail) makes n3 one
-        # of the attempt's nodes; another PyTorchJob's pod does not make n4 one.
-        nodes.saw_pod("ns", "j", "1", "n3", "ptj-uid")
-        nodes.saw_pod("ns", "j", "1", "n4", "their-own-ptj")
-        assert nodes.attempt_nodes("ns", "j", 1, "ptj-uid") == {"n3"}
-    finally:
-        nodes.FAILURES.clear()
-        nodes._SEEN_PODS.clear()
+    watched = nodes.PodFailures()
+    for pod, node in (("j-a1-worker-0", "n1"), ("j-a1-worker-1", "n2")):  # every rank exits 86
+        watched.remember("ns", "j", "1", nodes.raw_failure(_failed_pod(json.dumps(verdict), node=node, name=pod,
+                                                                       exit_code=PREFLIGHT_EXIT_CODE)))
+    seen = tuple(watched.wait_for_failures("ns", "j", 1, owner="ptj-uid"))
+    failed = forensics.failed_attempt(seen, "", 0, frozenset(watched.attempt_nodes("ns", "j", 1, "ptj-uid")))
+    assert failed.reason == "PreflightFailed"
+    assert [b["node"] for b in failed.blamed] == ["n2"]
+    # A pod of the attempt that the watch saw bound to n3 (and that did not fail) makes n3 one
+    # of the attempt's nodes; another PyTorchJob's pod does not make n4 one.
+    watched.saw_pod("ns", "j", "1", "n3", "ptj-uid")
+    watched.saw_pod("ns", "j", "1", "n4", "their-own-ptj")
+    assert watched.attempt_nodes("ns", "j", 1, "ptj-uid") == {"n3"}
 
 
 @pytest.fixture
@@ -555,7 +547,6 @@ def _reconcile_with_refused_create(monkeypatch, status: int, runs: int):
     from kubernetes.client.exceptions import ApiException
 
     from llmtrain.controller import kube as opkube
-    from llmtrain.controller import rejections
 
     job = {"apiVersion": "llmtrain.dev/v1alpha1", "kind": "LLMTrainingJob",
            "metadata": {"name": "big", "namespace": "ns", "uid": "job-uid", "generation": 1, "resourceVersion": "1"},
@@ -580,7 +571,6 @@ def _reconcile_with_refused_create(monkeypatch, status: int, runs: int):
     monkeypatch.setattr(opkube, "post_event", lambda *a, **k: None)
     op = Operator(OperatorConfig(default_etcd_endpoint="etcd.test.svc:2379"), OperatorMetrics(CollectorRegistry()),
                   kube=opkube)
-    rejections.forget("ns", "big")
     raised = []
     for _ in range(runs):
         if written and written[-1].get("phase") == "Failed":
@@ -674,13 +664,10 @@ def test_a_malformed_preflight_verdict_is_ignored_with_a_warning_not_a_crash_loo
                 {"suspectNodes": {"nodeName": "n1"}}, {"busBandwidthGBps": "fast"},
                 {"suspectNodes": [{"nodeName": "n1"}] * 65}, {"healthy": "no"}):
         verdict = {"event": "healthcheck", "healthy": False, **bad}
-        nodes.FAILURES.clear()
-        try:
-            nodes.remember("ns", "j", "1", nodes.raw_failure(_failed_pod(json.dumps(verdict), node="n1",
-                                                                         exit_code=PREFLIGHT_EXIT_CODE)))
-            failed = forensics.failed_attempt(tuple(nodes.wait_for_failures("ns", "j", 1, owner="ptj-uid")), "", 0)
-        finally:
-            nodes.FAILURES.clear()
+        watched = nodes.PodFailures()
+        watched.remember("ns", "j", "1", nodes.raw_failure(_failed_pod(json.dumps(verdict), node="n1",
+                                                                       exit_code=PREFLIGHT_EXIT_CODE)))
+        failed = forensics.failed_attempt(tuple(watched.wait_for_failures("ns", "j", 1, owner="ptj-uid")), "", 0)
         assert failed.reason == "Failed" and failed.verdict is None, bad
         assert "preflight verdict ignored (pod j-a1-worker-0: " in failed.message, (bad, failed.message)
     with pytest.raises(preflight.InvalidVerdict, match="suspectNodes"):

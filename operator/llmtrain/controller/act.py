@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from ..catalog import instance_type
 from ..spec import API_VERSION, KIND
 from ..status import Phase
-from . import accounting, rejections, taints, tenancy
+from . import accounting, taints, tenancy
 from .observe import attempt_of, owned_by
 from .snapshot import CreateResult, Event, Observed, Plan
 
@@ -60,10 +60,10 @@ def create(op: Operator, o: Observed, obj: dict) -> CreateResult:
         tenancy.prepare_attempt(op.config, o.spec, o.namespace, o.name, o.uid, attempt_of(obj) or o.attempt)
         ptj, was_created = op.kube.create_pytorchjob(obj)
     except ApiException as err:
-        if err.status not in (400, 403, 422) and not rejections.final(o.namespace, o.name, o.attempt, err):
+        if err.status not in (400, 403, 422) and not op.rejections.final(o.namespace, o.name, o.attempt, err):
             raise  # retried with backoff (rejections.py: a 413, or a 5xx a few times, is final)
         return CreateResult(name, "rejected", api_message(err))
-    rejections.forget(o.namespace, o.name)
+    op.rejections.forget(o.namespace, o.name)
     op.attempts.put(ptj)
     if not owned_by(ptj, o.uid):
         return CreateResult(name, "not-owned")

@@ -5,7 +5,7 @@ Why here and not from the PyTorchJob: Kubeflow's training-operator deletes every
 job at once (cleanPodPolicy), and its Failed condition only says "replica worker failed". The pod's
 own terminated state (exit code, OOMKilled, the termination message with the NCCL/EFA/XID text)
 lives for milliseconds. So a pod watch handler (`pod_event`, on the event loop) copies each failure
-into `FAILURES` the moment it is seen, and the restart that the PyTorchJob's Failed condition
+into the operator's `PodFailures` the moment it is seen, and the restart that the PyTorchJob's Failed condition
 calls for (decide.attempt_failed, with forensics.py) folds them into its own conditional status
 write:
 
@@ -23,7 +23,7 @@ gets the taint `llmtrain.dev/suspect=<reason>:NoSchedule` so other jobs avoid it
 than that fraction of the nodes of its instance type (`taint_budget`); those API calls, and the
 Ready-node count, are taints.py.
 
-Everything but `pod_event` and `wait_for_failures` is pure and
+Everything but `pod_event` and `PodFailures.wait_for_failures` is pure and
 unit-tested.
 """
 
@@ -241,101 +241,104 @@ def plan_avoidance(bad_nodes: list[dict], ready: set[str] | None, needed: int) -
 
 # --- what the pod watch saw (event loop writes, handler threads read) ----------------------------
 
-_lock = threading.Lock()
-FAILURES: dict[tuple[str, str, str], dict[str, dict]] = {}  # (ns, job, attempt) -> pod -> failure
 _MAX_TRACKED = 10000  # attempts remembered; oldest dropped first (dicts keep insertion order)
 MAX_PODS_PER_ATTEMPT = 1024  # failures kept per attempt (a job's nodes are bounded far lower)
 
 
-def remember(namespace: str, job: str, attempt: str, failure: dict) -> bool:
-    """Store one pod's failure; False if that pod's failure was already known."""
-    with _lock:
-        pods = FAILURES.setdefault((namespace, job, str(attempt)), {})
-        if failure["pod"] in pods or len(pods) >= MAX_PODS_PER_ATTEMPT:
-            return False
-        pods[failure["pod"]] = failure
-        while len(FAILURES) > _MAX_TRACKED:
-            FAILURES.pop(next(iter(FAILURES)))
-        return True
+class PodFailures:
+    """One operator's record of what its pod watch saw: each attempt's pod failures, and the nodes
+    its pods were bound to. The Operator holds one (operator.py); nothing of it lives in the module."""
 
+    def __init__(self, kube=None) -> None:
+        self._kube = kube  # for the LIST when the watch saw nothing (controller.kube by default)
+        self._lock = threading.Lock()
+        self._failures: dict[tuple[str, str, str], dict[str, dict]] = {}  # (ns, job, attempt) -> pod -> failure
+        # Attempts of which the pod watch has seen at least one pod: only for those can a failure still
+        # be on its way through the watch. An attempt that never had a pod here (no pods were created,
+        # or the operator started after they were gone) is decided from a LIST alone, without waiting.
+        self._seen_pods: dict[tuple[str, str, str], dict[str, str]] = {}  # → {node: owner uid}
 
-# Attempts of which the pod watch has seen at least one pod: only for those can a failure still be
-# on its way through the watch. An attempt that never had a pod here (no pods were created, or the
-# operator started after they were gone) is decided from a LIST alone, without waiting.
-_SEEN_PODS: dict[tuple[str, str, str], dict[str, str]] = {}  # → {node: owner uid}
+    def remember(self, namespace: str, job: str, attempt: str, failure: dict) -> bool:
+        """Store one pod's failure; False if that pod's failure was already known."""
+        with self._lock:
+            pods = self._failures.setdefault((namespace, job, str(attempt)), {})
+            if failure["pod"] in pods or len(pods) >= MAX_PODS_PER_ATTEMPT:
+                return False
+            pods[failure["pod"]] = failure
+            while len(self._failures) > _MAX_TRACKED:
+                self._failures.pop(next(iter(self._failures)))
+            return True
 
+    def saw_pod(self, namespace: str, job: str, attempt: str, node: str | None = None,
+                owner: str | None = None) -> None:
+        """A pod of the attempt (controlled by PyTorchJob `owner`) was seen, on `node` if bound."""
+        with self._lock:
+            ran = self._seen_pods.setdefault((namespace, job, str(attempt)), {})
+            if node and owner and len(ran) < MAX_PODS_PER_ATTEMPT:
+                ran[node] = owner
+            while len(self._seen_pods) > _MAX_TRACKED:
+                self._seen_pods.pop(next(iter(self._seen_pods)))
 
-def saw_pod(namespace: str, job: str, attempt: str, node: str | None = None, owner: str | None = None) -> None:
-    """A pod of the attempt (controlled by PyTorchJob `owner`) was seen, on `node` if bound."""
-    with _lock:
-        ran = _SEEN_PODS.setdefault((namespace, job, str(attempt)), {})
-        if node and owner and len(ran) < MAX_PODS_PER_ATTEMPT:
-            ran[node] = owner
-        while len(_SEEN_PODS) > _MAX_TRACKED:
-            _SEEN_PODS.pop(next(iter(_SEEN_PODS)))
+    def attempt_nodes(self, namespace: str, job: str, attempt: int | str, owner: str) -> set[str]:
+        """The nodes where the pods of the attempt's PyTorchJob `owner` ran, as the pod watch saw them
+        (the scheduler's binding, not anything the pods said)."""
+        with self._lock:
+            ran = self._seen_pods.get((namespace, job, str(attempt))) or {}
+            return {node for node, uid in ran.items() if uid == owner}
 
+    def failures(self, namespace: str, job: str, attempt: int | str, owner: str | None = None) -> list[dict]:
+        """The attempt's pod failures, classified (on the caller's thread), oldest first; with `owner`
+        only those of pods that the PyTorchJob with that uid controls."""
+        with self._lock:
+            known = list((self._failures.get((namespace, job, str(attempt))) or {}).values())
+        out = [classified(f) for f in known if owner is None or f.get("owner") == owner]
+        return sorted(out, key=lambda f: (f.get("finishedAt") or "", f["pod"] or ""))
 
-def attempt_nodes(namespace: str, job: str, attempt: int | str, owner: str) -> set[str]:
-    """The nodes where the pods of the attempt's PyTorchJob `owner` ran, as the pod watch saw them
-    (the scheduler's binding, not anything the pods said)."""
-    with _lock:
-        ran = _SEEN_PODS.get((namespace, job, str(attempt))) or {}
-        return {node for node, uid in ran.items() if uid == owner}
+    def forget(self, namespace: str, job: str) -> None:
+        with self._lock:
+            for key in [k for k in self._failures if k[:2] == (namespace, job)]:
+                self._failures.pop(key, None)
+            for key in [k for k in self._seen_pods if k[:2] == (namespace, job)]:
+                self._seen_pods.pop(key, None)
 
+    def wait_for_failures(self, namespace: str, job: str, attempt: int | str, timeout: float = 5.0,
+                          owner: str | None = None) -> list[dict]:
+        """The attempt's pod failures (of the pods PyTorchJob `owner` controls), waiting up to `timeout`
+        for the first one: the PyTorchJob's Failed condition and the pod's Failed state arrive on two
+        watches, in either order. If the watch saw none (the operator was restarted in between), the
+        pods that still exist are read."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            pods_seen = (namespace, job, str(attempt)) in self._seen_pods
+        if not pods_seen:
+            return self.failures(namespace, job, attempt, owner) or self._listed(namespace, job, attempt, owner)
+        while True:
+            seen = self.failures(namespace, job, attempt, owner)
+            if seen:
+                return seen
+            if time.monotonic() >= deadline:
+                return self._listed(namespace, job, attempt, owner)
+            time.sleep(0.05)
 
-def failures(namespace: str, job: str, attempt: int | str, owner: str | None = None) -> list[dict]:
-    """The attempt's pod failures, classified (on the caller's thread), oldest first; with `owner`
-    only those of pods that the PyTorchJob with that uid controls."""
-    with _lock:
-        known = list((FAILURES.get((namespace, job, str(attempt))) or {}).values())
-    out = [classified(f) for f in known if owner is None or f.get("owner") == owner]
-    return sorted(out, key=lambda f: (f.get("finishedAt") or "", f["pod"] or ""))
+    def _listed(self, namespace: str, job: str, attempt: int | str, owner: str | None = None) -> list[dict]:
+        from kubernetes.client.exceptions import ApiException
 
+        if self._kube is None:
+            from . import kube as default
 
-def forget(namespace: str, job: str) -> None:
-    with _lock:
-        for key in [k for k in FAILURES if k[:2] == (namespace, job)]:
-            FAILURES.pop(key, None)
-        for key in [k for k in _SEEN_PODS if k[:2] == (namespace, job)]:
-            _SEEN_PODS.pop(key, None)
-
-
-def wait_for_failures(namespace: str, job: str, attempt: int | str, timeout: float = 5.0,
-                      owner: str | None = None) -> list[dict]:
-    """The attempt's pod failures (of the pods PyTorchJob `owner` controls), waiting up to `timeout`
-    for the first one: the PyTorchJob's Failed condition and the pod's Failed state arrive on two
-    watches, in either order. If the watch saw none (the operator was restarted in between), the
-    pods that still exist are read."""
-    deadline = time.monotonic() + timeout
-    with _lock:
-        pods_seen = (namespace, job, str(attempt)) in _SEEN_PODS
-    if not pods_seen:
-        return failures(namespace, job, attempt, owner) or _listed_failures(namespace, job, attempt, owner)
-    while True:
-        seen = failures(namespace, job, attempt, owner)
-        if seen:
-            return seen
-        if time.monotonic() >= deadline:
-            return _listed_failures(namespace, job, attempt, owner)
-        time.sleep(0.05)
-
-
-def _listed_failures(namespace: str, job: str, attempt: int | str, owner: str | None = None) -> list[dict]:
-    from kubernetes.client.exceptions import ApiException
-
-    from . import kube
-
-    try:
-        pods = kube.core().list_namespaced_pod(
-            namespace, label_selector=f"{JOB_LABEL}={job},{ATTEMPT_LABEL}={attempt}").items
-    except ApiException as err:
-        log.warning("cannot list the pods of %s/%s attempt %s: %s", namespace, job, attempt, err.reason)
-        return []
-    api = kube.core().api_client
-    found = [f for f in (raw_failure(api.sanitize_for_serialization(p)) for p in pods) if f is not None]
-    for f in found:
-        remember(namespace, job, str(attempt), f)
-    return failures(namespace, job, attempt, owner)
+            self._kube = default
+        kube = self._kube
+        try:
+            pods = kube.core().list_namespaced_pod(
+                namespace, label_selector=f"{JOB_LABEL}={job},{ATTEMPT_LABEL}={attempt}").items
+        except ApiException as err:
+            log.warning("cannot list the pods of %s/%s attempt %s: %s", namespace, job, attempt, err.reason)
+            return []
+        api = kube.core().api_client
+        found = [f for f in (raw_failure(api.sanitize_for_serialization(p)) for p in pods) if f is not None]
+        for f in found:
+            self.remember(namespace, job, str(attempt), f)
+        return self.failures(namespace, job, attempt, owner)
 
 
 def pod_failed(body, **_) -> bool:
@@ -343,29 +346,26 @@ def pod_failed(body, **_) -> bool:
     return raw_failure(body) is not None
 
 
-# Classification and the event's text, off kopf's event loop (the loop also serves /healthz and
-# every other namespace's watch events).
-_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmtrain-forensics")
-
-
-_EXPIRY_STOP = threading.Event()
-
-
-def register(kopf, config, registry=None) -> None:
-    """Register the pod watch handler and the taint expiry (watch.register calls this). kopf runs
-    only on the Lease holder (__main__), so only the leader sweeps."""
+def register(kopf, config, seen: PodFailures, registry=None) -> None:
+    """Register the pod watch handler, which records failures into `seen`, and the taint expiry
+    (watch.register calls this). kopf runs only on the Lease holder (__main__), so only the leader
+    sweeps."""
     kw = {"registry": registry} if registry is not None else {}
+    # Classification and the event's text, off kopf's event loop (the loop also serves /healthz and
+    # every other namespace's watch events).
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmtrain-forensics")
+    expiry_stop = threading.Event()
 
     @kopf.on.startup(**kw)
     def start_taint_expiry(**_):
         if config.suspect_taint_fraction > 0:
             interval = max(1.0, min(300.0, config.suspect_taint_ttl / 10))
-            threading.Thread(target=expire_taints_forever, args=(interval, _EXPIRY_STOP), daemon=True,
+            threading.Thread(target=expire_taints_forever, args=(interval, expiry_stop), daemon=True,
                              name="llmtrain-taint-expiry").start()
 
     @kopf.on.cleanup(**kw)
     def stop_taint_expiry(**_):
-        _EXPIRY_STOP.set()
+        expiry_stop.set()
 
     @kopf.on.event("", "v1", "pods", labels={JOB_LABEL: kopf.PRESENT, ATTEMPT_LABEL: kopf.PRESENT},
                    when=pod_failed, **kw)
@@ -376,9 +376,9 @@ def register(kopf, config, registry=None) -> None:
         if event["type"] == "DELETED":
             return
         raw = raw_failure(dict(body))
-        if raw is None or not remember(namespace, labels[JOB_LABEL], labels[ATTEMPT_LABEL], raw):
+        if raw is None or not seen.remember(namespace, labels[JOB_LABEL], labels[ATTEMPT_LABEL], raw):
             return
-        failure = await asyncio.get_running_loop().run_in_executor(_POOL, classified, raw)
+        failure = await asyncio.get_running_loop().run_in_executor(pool, classified, raw)
         log.info("%s/%s attempt %s: pod %s failed on node %s: %s", namespace, labels[JOB_LABEL],
                  labels[ATTEMPT_LABEL], failure["pod"], failure["node"], failure["reason"])
         msg = f"pod {failure['pod']} failed on node {failure['node']}: {failure['reason']}"

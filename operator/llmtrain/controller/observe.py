@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ..catalog import instance_type
 from ..render import ATTEMPT_LABEL, pytorchjob_name
 from ..status import Phase, parse
-from . import kueue, nodes, scrape, taints
+from . import kueue, scrape, taints
 from .decide import SPEC_HASH
 from .snapshot import Child, Observed
 from .status import failure_message, now, parse_time, pytorchjob_state
@@ -85,8 +85,8 @@ def more(op: Operator, o: Observed, need: str) -> Observed:
     if need == "failures":
         current = o.child(pytorchjob_name(o.name, o.attempt))
         owner = current.uid if current is not None else ""
-        return o.with_(failures=tuple(nodes.wait_for_failures(o.namespace, o.name, o.attempt, owner=owner)),
-                       ran_nodes=frozenset(nodes.attempt_nodes(o.namespace, o.name, o.attempt, owner)))
+        return o.with_(failures=tuple(op.failures.wait_for_failures(o.namespace, o.name, o.attempt, owner=owner)),
+                       ran_nodes=frozenset(op.failures.attempt_nodes(o.namespace, o.name, o.attempt, owner)))
     if need == "ready_nodes":
         ready = None
         if o.spec is not None:

@@ -29,6 +29,8 @@ class Operator:
         self.phases = PhaseGauge(self.metrics.jobs)
         self.attempts, self.pods, self.progress = AttemptCache(), PodCache(), ProgressFacts()
         self.specs = SpecCache(config.default_etcd_endpoint)
+        self.failures = nodes.PodFailures(kube)  # what the pod watch saw fail, and where pods ran
+        self.rejections = rejections.Refusals()  # refused creates per job (when one is final)
         self.monitor = Monitor(self)
         self.queue = WorkQueue(lambda key, job: reconcile(self, key, job),  # type: ignore[arg-type]  # keys are (ns, name)
                                workers=config.workers)
@@ -60,11 +62,11 @@ class Operator:
         key = (namespace, name)
         self.phases.track(namespace, name, None)
         self.queue.forget(key)
-        nodes.forget(namespace, name)
+        self.failures.forget(namespace, name)
         self.monitor.forget(key)
         self.progress.forget(namespace, name)
         self.specs.forget(uid)
         self.metrics.forget_job(namespace, name)  # a deleted job's own series go with it
-        rejections.forget(namespace, name)
+        self.rejections.forget(namespace, name)
         with self._seen_lock:
             self._seen.discard(key)

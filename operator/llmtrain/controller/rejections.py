@@ -21,32 +21,35 @@ from kubernetes.client.exceptions import ApiException
 
 MAX_TRIES = 6
 
-_lock = threading.Lock()
-_tries: dict[tuple[str, str, int], int] = {}
 
+class Refusals:
+    """One operator's count of consecutive refusals of each job's attempt's create (the Operator
+    holds one: operator.py)."""
 
-def final(namespace: str, name: str, attempt: int, err: ApiException) -> bool:
-    """Whether this refusal of attempt `attempt`'s create ends the job."""
-    status = err.status or 0
-    if status == 413:
-        forget(namespace, name)
-        return True
-    if status < 500:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tries: dict[tuple[str, str, int], int] = {}
+
+    def final(self, namespace: str, name: str, attempt: int, err: ApiException) -> bool:
+        """Whether this refusal of attempt `attempt`'s create ends the job."""
+        status = err.status or 0
+        if status == 413:
+            self.forget(namespace, name)
+            return True
+        if status < 500:
+            return False
+        with self._lock:
+            n = self._tries[(namespace, name, attempt)] = self._tries.get((namespace, name, attempt), 0) + 1
+        if n >= MAX_TRIES:
+            self.forget(namespace, name)
+            return True
         return False
-    with _lock:
-        n = _tries[(namespace, name, attempt)] = _tries.get((namespace, name, attempt), 0) + 1
-    if n >= MAX_TRIES:
-        forget(namespace, name)
-        return True
-    return False
 
+    def tries(self, namespace: str, name: str, attempt: int) -> int:
+        with self._lock:
+            return self._tries.get((namespace, name, attempt), 0)
 
-def tries(namespace: str, name: str, attempt: int) -> int:
-    with _lock:
-        return _tries.get((namespace, name, attempt), 0)
-
-
-def forget(namespace: str, name: str) -> None:
-    with _lock:
-        for key in [k for k in _tries if k[:2] == (namespace, name)]:
-            del _tries[key]
+    def forget(self, namespace: str, name: str) -> None:
+        with self._lock:
+            for key in [k for k in self._tries if k[:2] == (namespace, name)]:
+                del self._tries[key]

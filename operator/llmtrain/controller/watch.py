@@ -48,7 +48,8 @@ def register(op: Operator, registry: kopf.OperatorRegistry | None = None) -> Non
             return
         summary = pod_summary(dict(body))
         if summary["owner"]:  # a PyTorchJob's pod (nodes: a failure may follow), not a hand-made one
-            nodes.saw_pod(namespace, job, attempt, summary["node"], summary["owner"])
+            op.failures.saw_pod(namespace, job, attempt, summary["node"], summary["owner"])
         op.pods.put(namespace, job, attempt, name, summary)
 
-    nodes.register(kopf, op.config, registry)  # the pod watch that catches failures before the pods are deleted
+    # the pod watch that catches failures before the pods are deleted
+    nodes.register(kopf, op.config, op.failures, registry)
