@@ -15,6 +15,7 @@ a message that says so.
 
 from __future__ import annotations
 
+import functools
 import logging
 
 from kubernetes.client.exceptions import ApiException
@@ -72,11 +73,7 @@ def read(namespace: str, pytorchjob_uid: str) -> Workload | None:
     return workload_of(newest)
 
 
-_noted: set[int] = set()
-
-
+@functools.cache  # once per process and status: a log line, not state any decision reads
 def _note(status: int) -> None:
-    if status not in _noted:
-        _noted.add(status)
-        why = "Kueue's Workload CRD is not installed" if status == 404 else "no permission to list Workloads"
-        log.warning("cannot read Kueue Workloads (%s): queued jobs show no Kueue message", why)
+    why = "Kueue's Workload CRD is not installed" if status == 404 else "no permission to list Workloads"
+    log.warning("cannot read Kueue Workloads (%s): queued jobs show no Kueue message", why)
