@@ -34,12 +34,18 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def stats(values: list[float]) -> dict:
-    return {"n": len(values), "p50": percentile(values, 50), "p95": percentile(values, 95),
-            "p99": percentile(values, 99), "max": max(values) if values else float("nan")}
+    return {
+        "n": len(values),
+        "p50": percentile(values, 50),
+        "p95": percentile(values, 95),
+        "p99": percentile(values, 99),
+        "max": max(values) if values else float("nan"),
+    }
 
 
 def free_port() -> int:
     from llmtrain_devcluster.process import free_port as fp
+
     return fp()
 
 
@@ -65,8 +71,9 @@ def chain_cluster(state_dir: Path, p5_nodes: int, training_operator_args=()):
     """A started chain dev cluster with ``p5_nodes`` simulated p5.48xlarge nodes (nothing else)."""
     from llmtrain_devcluster import DevCluster
 
-    return DevCluster(state_dir, chain=True, nodes={P5: p5_nodes},
-                      training_operator_args=training_operator_args).up(timeout=600)
+    return DevCluster(state_dir, chain=True, nodes={P5: p5_nodes}, training_operator_args=training_operator_args).up(
+        timeout=600
+    )
 
 
 def training_operator_args(threads: int | None, qps: int | None) -> list[str]:
@@ -92,12 +99,15 @@ def job_spec(nodes: int = 1, max_restarts: int = 1000) -> dict:
     """A p5 job of ``nodes`` nodes whose pods the simulated cluster can run (no ServiceAccount,
     no S3 access needed: nothing runs in the pods). Every restart-backoff field the spec has is
     set to 0: what is measured is the control plane's own speed, not a deliberate wait."""
-    spec = {"model": {"preset": "llama2-7b"}, "data": {"uri": "synthetic", "seqLen": 4096},
-            "cluster": {"instanceType": P5, "nodes": nodes},
-            "fsdp": {"shardingStrategy": "FULL_SHARD", "mixedPrecision": "bf16"},
-            "training": {"maxSteps": 10000, "globalBatchTokens": 4194304 // 2 * nodes},
-            "checkpoint": {"uri": "s3://bench-bucket/checkpoints/", "intervalMinutes": 60},
-            "resilience": {"maxRestarts": max_restarts, **zero_backoff()}}
+    spec = {
+        "model": {"preset": "llama2-7b"},
+        "data": {"uri": "synthetic", "seqLen": 4096},
+        "cluster": {"instanceType": P5, "nodes": nodes},
+        "fsdp": {"shardingStrategy": "FULL_SHARD", "mixedPrecision": "bf16"},
+        "training": {"maxSteps": 10000, "globalBatchTokens": 4194304 // 2 * nodes},
+        "checkpoint": {"uri": "s3://bench-bucket/checkpoints/", "intervalMinutes": 60},
+        "resilience": {"maxRestarts": max_restarts, **zero_backoff()},
+    }
     return spec
 
 
@@ -127,8 +137,9 @@ def zero_backoff() -> dict:
         if prop.get("type") in ("integer", "number"):
             out[name] = 0
         elif prop.get("type") == "object":
-            out[name] = {k: 0 for k, v in prop.get("properties", {}).items()
-                         if resolve(v).get("type") in ("integer", "number")}
+            out[name] = {
+                k: 0 for k, v in prop.get("properties", {}).items() if resolve(v).get("type") in ("integer", "number")
+            }
     return out
 
 
@@ -143,13 +154,28 @@ class OperatorProcess:
 
     def start(self) -> float:
         self.metrics_port, self.liveness_port = free_port(), free_port()
-        cmd = [sys.executable, "-m", "llmtrain.controller", "--namespace", self.namespace,
-               "--bind-address", "127.0.0.1", "--metrics-port", str(self.metrics_port),
-               "--liveness-port", str(self.liveness_port),
-               "--default-etcd-endpoint", "etcd.bench.svc:2379", *self.extra_args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "llmtrain.controller",
+            "--namespace",
+            self.namespace,
+            "--bind-address",
+            "127.0.0.1",
+            "--metrics-port",
+            str(self.metrics_port),
+            "--liveness-port",
+            str(self.liveness_port),
+            "--default-etcd-endpoint",
+            "etcd.bench.svc:2379",
+            *self.extra_args,
+        ]
         started = time.monotonic()
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig),
-               "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), os.environ.get("PYTHONPATH", "")])}
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), os.environ.get("PYTHONPATH", "")]),
+        }
         with open(self.log_path, "a") as log:
             self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
 
@@ -161,6 +187,7 @@ class OperatorProcess:
                     return True
             except OSError:
                 return False
+
         wait_for(healthy, 120, "operator /healthz")
         return started
 
@@ -196,8 +223,9 @@ class ChainRun:
     ``with`` block stops the operator and brings the cluster down however the run ended; after a
     failure the tail of the operator's log is printed first (its tempdir is gone afterwards)."""
 
-    def __init__(self, state_dir: Path, p5_nodes: int, training_operator_args, operator_log: Path,
-                 log_tail: int = 6000):
+    def __init__(
+        self, state_dir: Path, p5_nodes: int, training_operator_args, operator_log: Path, log_tail: int = 6000
+    ):
         self.cluster = chain_cluster(state_dir, p5_nodes, training_operator_args)
         self.operator_log, self.log_tail = operator_log, log_tail
         self.operator: OperatorProcess | None = None
@@ -232,8 +260,16 @@ class Recorder:
     Failed pods are gone within milliseconds (the training-operator deletes a failed job's pods),
     so this is a watch, not a poll."""
 
-    STAGES = ("pod_failed", "ptj_failed", "status_attempt", "ptj_created", "pods_created",
-              "pods_scheduled", "pods_running", "job_running")
+    STAGES = (
+        "pod_failed",
+        "ptj_failed",
+        "status_attempt",
+        "ptj_created",
+        "pods_created",
+        "pods_scheduled",
+        "pods_running",
+        "job_running",
+    )
 
     def __init__(self, api, namespace: str, nodes_per_job: int = 1):
         from kubernetes import client
@@ -252,13 +288,17 @@ class Recorder:
         self._stopped = False
         self._watches = []
         self._threads = [
-            threading.Thread(target=self._run, args=(core.list_namespaced_pod, (namespace,), self._pod),
-                             daemon=True),
-            threading.Thread(target=self._run, args=(custom.list_namespaced_custom_object,
-                                                     (*PTJ[:2], namespace, PTJ[2]), self._ptj), daemon=True),
-            threading.Thread(target=self._run, args=(custom.list_namespaced_custom_object,
-                                                     (GROUP, VERSION, namespace, PLURAL), self._job),
-                             daemon=True),
+            threading.Thread(target=self._run, args=(core.list_namespaced_pod, (namespace,), self._pod), daemon=True),
+            threading.Thread(
+                target=self._run,
+                args=(custom.list_namespaced_custom_object, (*PTJ[:2], namespace, PTJ[2]), self._ptj),
+                daemon=True,
+            ),
+            threading.Thread(
+                target=self._run,
+                args=(custom.list_namespaced_custom_object, (GROUP, VERSION, namespace, PLURAL), self._job),
+                daemon=True,
+            ),
         ]
         for t in self._threads:
             t.start()
@@ -274,8 +314,9 @@ class Recorder:
                 for ev in w.stream(list_fn, *args, timeout_seconds=300, resource_version=version):
                     obj = ev["object"]
                     meta = obj["metadata"] if isinstance(obj, dict) else obj.metadata
-                    version = (meta.get("resourceVersion") if isinstance(meta, dict)
-                               else meta.resource_version) or version
+                    version = (
+                        meta.get("resourceVersion") if isinstance(meta, dict) else meta.resource_version
+                    ) or version
                     handle(ev["type"], obj, time.monotonic())
             except Exception as err:  # noqa: BLE001
                 if self._stopped:

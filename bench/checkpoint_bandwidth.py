@@ -50,17 +50,29 @@ def model_dims(state_gib: float) -> dict:
     d, ffn, vocab, heads = (1024, 2816, 8192, 16) if state_gib >= 0.5 else (256, 704, 2048, 4)
     per_layer = 4 * d * d + 3 * d * ffn  # attention (MHA) + SwiGLU MLP
     layers = max(1, round((params - 2 * vocab * d) / per_layer))
-    return {"hiddenSize": d, "intermediateSize": ffn, "numLayers": layers, "numHeads": heads, "numKvHeads": heads,
-            "vocabSize": vocab, "maxSeqLen": 64}
+    return {
+        "hiddenSize": d,
+        "intermediateSize": ffn,
+        "numLayers": layers,
+        "numHeads": heads,
+        "numKvHeads": heads,
+        "vocabSize": vocab,
+        "maxSeqLen": 64,
+    }
 
 
 def state_bytes(dims: dict) -> int:
     from llmtrain.catalog import ModelDims
     from llmtrain.flops import num_params
 
-    d = ModelDims(hidden_size=dims["hiddenSize"], intermediate_size=dims["intermediateSize"],
-                  num_layers=dims["numLayers"], num_heads=dims["numHeads"], num_kv_heads=dims["numKvHeads"],
-                  vocab_size=dims["vocabSize"])
+    d = ModelDims(
+        hidden_size=dims["hiddenSize"],
+        intermediate_size=dims["intermediateSize"],
+        num_layers=dims["numLayers"],
+        num_heads=dims["numHeads"],
+        num_kv_heads=dims["numKvHeads"],
+        vocab_size=dims["vocabSize"],
+    )
     return 12 * num_params(d)
 
 
@@ -70,14 +82,21 @@ def job_spec(dims: dict, ckpt_uri: str, steps: int, interval: int, nproc: int, s
         "data": {"uri": "synthetic", "seqLen": 32},
         "cluster": {"instanceType": "cpu", "processesPerNode": nproc},
         "fsdp": {"shardingStrategy": "FULL_SHARD", "mixedPrecision": "fp32", "activationCheckpointing": "none"},
-        "training": {"maxSteps": steps, "globalBatchTokens": 32 * nproc * seqs_per_rank, "microBatchSize": 1,
-                     "learningRate": 3e-4, "warmupSteps": 1, "seed": 0},
+        "training": {
+            "maxSteps": steps,
+            "globalBatchTokens": 32 * nproc * seqs_per_rank,
+            "microBatchSize": 1,
+            "learningRate": 3e-4,
+            "warmupSteps": 1,
+            "seed": 0,
+        },
         "checkpoint": {"uri": ckpt_uri, "intervalMinutes": 600, "intervalSteps": interval, "keep": 2},
         "rendezvous": {"backend": "c10d"},
     }
 
 
 # -- the storage's own speed -----------------------------------------------------------------------
+
 
 def _evict(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
@@ -106,7 +125,7 @@ def disk_speed(directory: str, nbytes: int, files: int) -> dict:
         with open(path, "wb", buffering=0) as f:
             left = per_file
             while left > 0:
-                left -= f.write(memoryview(buf)[:min(BLOCK, left)])
+                left -= f.write(memoryview(buf)[: min(BLOCK, left)])
             os.fsync(f.fileno())
 
     def read(path: str) -> None:
@@ -150,8 +169,11 @@ def s3_speed(bucket: str, directory: str, nbytes: int, files: int) -> dict:
         list(pool.map(lambda p: client.upload_file(p, bucket, "speed/" + os.path.basename(p), Config=cfg), paths))
         w = time.perf_counter() - t0
         t0 = time.perf_counter()
-        list(pool.map(lambda p: client.download_file(bucket, "speed/" + os.path.basename(p), p + ".back", Config=cfg),
-                      paths))
+        list(
+            pool.map(
+                lambda p: client.download_file(bucket, "speed/" + os.path.basename(p), p + ".back", Config=cfg), paths
+            )
+        )
         r = time.perf_counter() - t0
     for p in paths:
         os.remove(p)
@@ -162,6 +184,7 @@ def s3_speed(bucket: str, directory: str, nbytes: int, files: int) -> dict:
 
 
 # -- the trainer -----------------------------------------------------------------------------------
+
 
 def step_name(step: int) -> str:
     from llmtrain_trainer.checkpoint import step_name as name
@@ -178,8 +201,16 @@ def run_trainer(spec: dict, work: str, env: dict, nproc: int, phases_dir: str | 
     if phases_dir:
         entry = [__file__, TIMED_TRAINER]
         env = dict(env, CHECKPOINT_BENCH_PHASES=phases_dir)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           *entry, "--spec", spec_file]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        *entry,
+        "--spec",
+        spec_file,
+    ]
     out = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
     if out.returncode:
         sys.exit(f"trainer failed:\n{out.stderr[-4000:]}")
@@ -230,6 +261,7 @@ def trainer_with_resume_timers(argv: list[str]) -> None:
             finally:
                 active[0] -= 1
                 t[name] += time.perf_counter() - t0
+
         return wrapper
 
     gc_start = [0.0]
@@ -281,10 +313,13 @@ def overlap_cost(events: list[dict], interval: int) -> dict:
         (overlapped if any(a < w1 and b > w0 for w0, w1 in windows) else clean).append(b - a)
     if not overlapped or not clean:
         return {"overlapped_steps": len(overlapped), "clean_steps": len(clean)}
-    return {"overlapped_steps": len(overlapped), "clean_steps": len(clean),
-            "overlapped_step_s": round(statistics.median(overlapped), 4),
-            "clean_step_s": round(statistics.median(clean), 4),
-            "ratio": round(statistics.median(overlapped) / statistics.median(clean), 3)}
+    return {
+        "overlapped_steps": len(overlapped),
+        "clean_steps": len(clean),
+        "overlapped_step_s": round(statistics.median(overlapped), 4),
+        "clean_step_s": round(statistics.median(clean), 4),
+        "ratio": round(statistics.median(overlapped) / statistics.median(clean), 3),
+    }
 
 
 def tree_bytes(root: str) -> int:
@@ -299,20 +334,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--steps", type=int, default=13)
     p.add_argument("--interval", type=int, default=4, help="asynchronous save every N steps")
-    p.add_argument("--seqs-per-rank", type=int, default=1,
-                   help="32-token sequences per rank per step (micro-batches of 1): longer steps, so the "
-                   "asynchronous save's cost is a fraction of a step it overlaps")
-    p.add_argument("--quick", action="store_true",
-                   help="0.05 GiB of state, 6 steps, a save at step 4: steps 3-4 run before any save and step 5 "
-                   "overlaps it, so both kinds exist however slow the disk")
+    p.add_argument(
+        "--seqs-per-rank",
+        type=int,
+        default=1,
+        help="32-token sequences per rank per step (micro-batches of 1): longer steps, so the "
+        "asynchronous save's cost is a fraction of a step it overlaps",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="0.05 GiB of state, 6 steps, a save at step 4: steps 3-4 run before any save and step 5 "
+        "overlaps it, so both kinds exist however slow the disk",
+    )
     p.add_argument("--json", help="also write the result here")
     a = p.parse_args(argv)
     if a.quick:
         # A save every 2 steps left no clean step once a loaded machine made each save outlast a step.
         a.state_gib, a.steps, a.interval = 0.05, 6, 4
-    env = dict(os.environ, OMP_NUM_THREADS="1", LLMTRAIN_METRICS_PORT=metrics_port(), LLMTRAIN_LOG_LEVEL="WARNING",
-               PYTHONPATH=os.pathsep.join([str(REPO / "operator"), str(REPO / "trainer"),
-                                           os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        LLMTRAIN_METRICS_PORT=metrics_port(),
+        LLMTRAIN_LOG_LEVEL="WARNING",
+        PYTHONPATH=os.pathsep.join([str(REPO / "operator"), str(REPO / "trainer"), os.environ.get("PYTHONPATH", "")]),
+    )
     dims = model_dims(a.state_gib)
     load_before = os.getloadavg()
     t_start = time.time()
@@ -339,10 +385,14 @@ def main(argv: list[str] | None = None) -> int:
             evict_tree(uri)
         if not nbytes:
             sys.exit(f"checkpoint {step_name(a.steps)} not found under {uri}")
-        resumed = run_trainer(job_spec(dims, uri, a.steps + 1, a.interval, a.nproc, a.seqs_per_rank), work, env,
-                              a.nproc, phases_dir=work)
-        phases = {r: json.loads(Path(work, f"phases.r{r}.json").read_text()) for r in range(a.nproc)
-                  if Path(work, f"phases.r{r}.json").exists()}
+        resumed = run_trainer(
+            job_spec(dims, uri, a.steps + 1, a.interval, a.nproc, a.seqs_per_rank), work, env, a.nproc, phases_dir=work
+        )
+        phases = {
+            r: json.loads(Path(work, f"phases.r{r}.json").read_text())
+            for r in range(a.nproc)
+            if Path(work, f"phases.r{r}.json").exists()
+        }
         resume = [e for e in resumed if e.get("event") == "resume"]
         if not resume:
             sys.exit("the second run did not resume")
@@ -350,30 +400,42 @@ def main(argv: list[str] | None = None) -> int:
     save_bw, load_bw = nbytes / save_s / 1e6, nbytes / load_s / 1e6
     state_s = phases.get("0", phases.get(0, {})).get("optimizer_state")
     into_existing_bw = nbytes / (load_s - state_s) / 1e6 if state_s is not None and load_s > state_s else None
-    out = {"bench": "checkpoint_bandwidth", "target": a.target,
-           "date": time.strftime("%Y-%m-%d", time.gmtime(t_start)), "cpus": os.cpu_count(), "nproc": a.nproc,
-           "quick": a.quick, "seqs_per_rank": a.seqs_per_rank, "model": dims, "checkpoint_bytes": nbytes,
-           "storage": {k: (round(v, 1) if isinstance(v, float) else v) for k, v in storage.items()},
-           "save_seconds": save_s, "load_seconds": load_s,
-           "save_MBps": round(save_bw, 1), "load_MBps": round(load_bw, 1),
-           "save_ratio": round(save_bw / storage["write_MBps"], 3),
-           "load_ratio": round(load_bw / storage["read_MBps"], 3),
-           "load_MBps_into_existing_state": into_existing_bw and round(into_existing_bw, 1),
-           "load_ratio_into_existing_state": into_existing_bw and round(into_existing_bw / storage["read_MBps"], 3),
-           "resume_phases_s": phases,
-           "async_step_cost": overlap_cost(events, a.interval),
-           "loadavg_before": [round(x, 2) for x in load_before],
-           "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-           "seconds": round(time.time() - t_start, 1)}
+    out = {
+        "bench": "checkpoint_bandwidth",
+        "target": a.target,
+        "date": time.strftime("%Y-%m-%d", time.gmtime(t_start)),
+        "cpus": os.cpu_count(),
+        "nproc": a.nproc,
+        "quick": a.quick,
+        "seqs_per_rank": a.seqs_per_rank,
+        "model": dims,
+        "checkpoint_bytes": nbytes,
+        "storage": {k: (round(v, 1) if isinstance(v, float) else v) for k, v in storage.items()},
+        "save_seconds": save_s,
+        "load_seconds": load_s,
+        "save_MBps": round(save_bw, 1),
+        "load_MBps": round(load_bw, 1),
+        "save_ratio": round(save_bw / storage["write_MBps"], 3),
+        "load_ratio": round(load_bw / storage["read_MBps"], 3),
+        "load_MBps_into_existing_state": into_existing_bw and round(into_existing_bw, 1),
+        "load_ratio_into_existing_state": into_existing_bw and round(into_existing_bw / storage["read_MBps"], 3),
+        "resume_phases_s": phases,
+        "async_step_cost": overlap_cost(events, a.interval),
+        "loadavg_before": [round(x, 2) for x in load_before],
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "seconds": round(time.time() - t_start, 1),
+    }
     print(json.dumps(out))
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
     c = out["async_step_cost"]
-    print(f"{a.target}: checkpoint {nbytes / 1e9:.2f} GB; save {save_bw:,.0f} MB/s = {out['save_ratio']:.2f}x the "
-          f"storage's {storage['write_MBps']:,.0f} MB/s; load {load_bw:,.0f} MB/s = {out['load_ratio']:.2f}x its "
-          f"{storage['read_MBps']:,.0f} MB/s (target ≥ 0.8x; {out['load_ratio_into_existing_state']}x leaving out "
-          f"creating the optimizer state); step overlapping an async save: "
-          f"{c.get('ratio', 'n/a')}x a clean step (target < 1.05x)")
+    print(
+        f"{a.target}: checkpoint {nbytes / 1e9:.2f} GB; save {save_bw:,.0f} MB/s = {out['save_ratio']:.2f}x the "
+        f"storage's {storage['write_MBps']:,.0f} MB/s; load {load_bw:,.0f} MB/s = {out['load_ratio']:.2f}x its "
+        f"{storage['read_MBps']:,.0f} MB/s (target ≥ 0.8x; {out['load_ratio_into_existing_state']}x leaving out "
+        f"creating the optimizer state); step overlapping an async save: "
+        f"{c.get('ratio', 'n/a')}x a clean step (target < 1.05x)"
+    )
     return 0
 
 
@@ -392,9 +454,15 @@ class _s3_server:  # noqa: N801 — used as a function: `with _s3_server(...) as
         port = get_free_port()
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         self.server.start()
-        self.env.update({"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-                         "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-                         "AWS_REGION": "us-east-1"})
+        self.env.update(
+            {
+                "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+                "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_DEFAULT_REGION": "us-east-1",
+                "AWS_REGION": "us-east-1",
+            }
+        )
         os.environ.update({k: v for k, v in self.env.items() if k.startswith("AWS_")})
         from llmtrain_trainer import s3
 

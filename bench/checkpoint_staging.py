@@ -70,6 +70,7 @@ def measure(gb: float, staging: str, repeats: int) -> dict:
 
     root = tempfile.mkdtemp(prefix="llmtrain-staging-bench-", dir=staging)
     try:
+
         def raw():
             with open(os.path.join(root, "raw.bin"), "wb") as f:
                 for v in sd.values():
@@ -78,8 +79,9 @@ def measure(gb: float, staging: str, repeats: int) -> dict:
         def staged():
             path = os.path.join(root, "dcp")
             shutil.rmtree(path, ignore_errors=True)
-            dcp.save(sd, storage_writer=FileSystemWriter(path, single_file_per_rank=True, sync_files=False),
-                     no_dist=True)
+            dcp.save(
+                sd, storage_writer=FileSystemWriter(path, single_file_per_rank=True, sync_files=False), no_dist=True
+            )
 
         out["raw_write_s"] = best_of(raw, repeats)
         out["dcp_staging_s"] = best_of(staged, repeats)
@@ -108,9 +110,12 @@ def measure_d2h(gb: float, repeats: int) -> dict | None:
             v.cpu()
         torch.cuda.synchronize()
 
-    return {"gpu": torch.cuda.get_device_name(), "gb": nbytes / 1e9,
-            "d2h_pinned_gb_per_s": nbytes / 1e9 / best_of(d2h, repeats),
-            "d2h_pageable_gb_per_s": nbytes / 1e9 / best_of(pageable, repeats)}
+    return {
+        "gpu": torch.cuda.get_device_name(),
+        "gb": nbytes / 1e9,
+        "d2h_pinned_gb_per_s": nbytes / 1e9 / best_of(d2h, repeats),
+        "d2h_pageable_gb_per_s": nbytes / 1e9 / best_of(pageable, repeats),
+    }
 
 
 def seventy_b_arithmetic(staging_gb_per_s: float, grace_s: int) -> dict:
@@ -124,18 +129,28 @@ def seventy_b_arithmetic(staging_gb_per_s: float, grace_s: int) -> dict:
     total = params * 12  # fp32 master weights + AdamW exp_avg + exp_avg_sq
     per_node, per_process = total / nodes, total / nodes / gpus
     accum = 4 * 2**20 // 4096 // (nodes * gpus)  # micro-batches per rank and step
-    stop_s = 37.0 / accum                         # worst case: the signal lands just after a boundary
+    stop_s = 37.0 / accum  # worst case: the signal lands just after a boundary
     staging_s = per_process / 1e9 / staging_gb_per_s  # the 8 ranks of a node stage in parallel
     upload_gb_per_s = gpus * UPLOAD_CONCURRENCY_PER_PROCESS * S3_MB_PER_CONNECTION / 1000
     upload_s = per_node / 1e9 / upload_gb_per_s
     exit_s = 5.0
     total_s = stop_s + staging_s + upload_s + exit_s
-    return {"params": params, "checkpoint_gb": total / 1e9, "per_node_gb": per_node / 1e9,
-            "per_process_gb": per_process / 1e9, "micro_batches_per_step": accum,
-            "stop_latency_s": stop_s, "staging_s": staging_s, "upload_gb_per_s_per_node": upload_gb_per_s,
-            "upload_s": upload_s, "exit_s": exit_s, "total_s": total_s, "grace_s": grace_s,
-            "fits": total_s < grace_s,
-            "s3_put_per_s_all_nodes": nodes * per_node / (64 << 20) / upload_s}
+    return {
+        "params": params,
+        "checkpoint_gb": total / 1e9,
+        "per_node_gb": per_node / 1e9,
+        "per_process_gb": per_process / 1e9,
+        "micro_batches_per_step": accum,
+        "stop_latency_s": stop_s,
+        "staging_s": staging_s,
+        "upload_gb_per_s_per_node": upload_gb_per_s,
+        "upload_s": upload_s,
+        "exit_s": exit_s,
+        "total_s": total_s,
+        "grace_s": grace_s,
+        "fits": total_s < grace_s,
+        "s3_put_per_s_all_nodes": nodes * per_node / (64 << 20) / upload_s,
+    }
 
 
 def main() -> None:
@@ -149,31 +164,38 @@ def main() -> None:
     dirs = args.dir or [tempfile.gettempdir()] + (["/dev/shm"] if os.path.isdir("/dev/shm") else [])
     results = [measure(gb, d, repeats) for d in dirs]
     for r in results:
-        print(f"{r['dir']:>16}: {r['gb']:.2f} GB  host copy {r['host_copy_gb_per_s']:6.2f} GB/s  "
-              f"raw write {r['raw_write_gb_per_s']:6.2f} GB/s  dcp staging {r['dcp_staging_gb_per_s']:6.2f} GB/s  "
-              f"(dcp/raw time ratio {r['dcp_over_raw']:.2f}x)")
+        print(
+            f"{r['dir']:>16}: {r['gb']:.2f} GB  host copy {r['host_copy_gb_per_s']:6.2f} GB/s  "
+            f"raw write {r['raw_write_gb_per_s']:6.2f} GB/s  dcp staging {r['dcp_staging_gb_per_s']:6.2f} GB/s  "
+            f"(dcp/raw time ratio {r['dcp_over_raw']:.2f}x)"
+        )
     d2h = measure_d2h(gb, repeats)
     if d2h:
-        print(f"{d2h['gpu']}: D2H pinned {d2h['d2h_pinned_gb_per_s']:.1f} GB/s, pageable "
-              f"{d2h['d2h_pageable_gb_per_s']:.1f} GB/s")
+        print(
+            f"{d2h['gpu']}: D2H pinned {d2h['d2h_pinned_gb_per_s']:.1f} GB/s, pageable "
+            f"{d2h['d2h_pageable_gb_per_s']:.1f} GB/s"
+        )
     try:
         from llmtrain.render import TERMINATION_GRACE_SECONDS
+
         grace = TERMINATION_GRACE_SECONDS
     except ImportError:  # pragma: no cover
         grace = 120
     slowest = min(r["dcp_staging_gb_per_s"] for r in results)
     a = seventy_b_arithmetic(slowest, grace)
-    print(f"70B on 16 × p5: checkpoint {a['checkpoint_gb']:.0f} GB = {a['per_node_gb']:.1f} GB/node = "
-          f"{a['per_process_gb']:.2f} GB/process\n"
-          f"  stop at next micro-batch boundary  ≤ {a['stop_latency_s']:5.1f} s  (37 s step / "
-          f"{a['micro_batches_per_step']} micro-batches)\n"
-          f"  stage shard (slowest measured dir)    {a['staging_s']:5.1f} s  ({slowest:.2f} GB/s per process)\n"
-          f"  upload per node @ {a['upload_gb_per_s_per_node']:.1f} GB/s           {a['upload_s']:5.1f} s  "
-          f"(8 processes × 8 parts × {S3_MB_PER_CONNECTION} MB/s; "
-          f"{a['s3_put_per_s_all_nodes']:.0f} PUT/s over all nodes)\n"
-          f"  exit                                  {a['exit_s']:5.1f} s\n"
-          f"  total                                 {a['total_s']:5.1f} s  vs terminationGracePeriodSeconds "
-          f"{grace}: {'fits' if a['fits'] else 'DOES NOT FIT'}")
+    print(
+        f"70B on 16 × p5: checkpoint {a['checkpoint_gb']:.0f} GB = {a['per_node_gb']:.1f} GB/node = "
+        f"{a['per_process_gb']:.2f} GB/process\n"
+        f"  stop at next micro-batch boundary  ≤ {a['stop_latency_s']:5.1f} s  (37 s step / "
+        f"{a['micro_batches_per_step']} micro-batches)\n"
+        f"  stage shard (slowest measured dir)    {a['staging_s']:5.1f} s  ({slowest:.2f} GB/s per process)\n"
+        f"  upload per node @ {a['upload_gb_per_s_per_node']:.1f} GB/s           {a['upload_s']:5.1f} s  "
+        f"(8 processes × 8 parts × {S3_MB_PER_CONNECTION} MB/s; "
+        f"{a['s3_put_per_s_all_nodes']:.0f} PUT/s over all nodes)\n"
+        f"  exit                                  {a['exit_s']:5.1f} s\n"
+        f"  total                                 {a['total_s']:5.1f} s  vs terminationGracePeriodSeconds "
+        f"{grace}: {'fits' if a['fits'] else 'DOES NOT FIT'}"
+    )
     print(json.dumps({"staging": results, "d2h": d2h, "llama2_70b_16xp5": a}))
 
 

@@ -46,14 +46,29 @@ from ports import metrics_port
 REPO = Path(__file__).resolve().parents[1]
 
 
-
 # Llama 3.2 1B shape (untied embeddings here: ~1.5B parameters with the 128k vocabulary).
-SHAPE_1B = {"hiddenSize": 2048, "intermediateSize": 8192, "numLayers": 16, "numHeads": 32, "numKvHeads": 8,
-            "vocabSize": 128256, "maxSeqLen": 8192, "ropeTheta": 500000.0}
+SHAPE_1B = {
+    "hiddenSize": 2048,
+    "intermediateSize": 8192,
+    "numLayers": 16,
+    "numHeads": 32,
+    "numKvHeads": 8,
+    "vocabSize": 128256,
+    "maxSeqLen": 8192,
+    "ropeTheta": 500000.0,
+}
 FLOAT8_ROW = "llmtrain/compile/selective/float8"
 TORCHTITAN_VERSION = "0.2.2"
-SHAPE_CPU = {"hiddenSize": 128, "intermediateSize": 384, "numLayers": 2, "numHeads": 4, "numKvHeads": 2,
-             "vocabSize": 512, "maxSeqLen": 128, "ropeTheta": 500000.0}
+SHAPE_CPU = {
+    "hiddenSize": 128,
+    "intermediateSize": 384,
+    "numLayers": 2,
+    "numHeads": 4,
+    "numKvHeads": 2,
+    "vocabSize": 512,
+    "maxSeqLen": 128,
+    "ropeTheta": 500000.0,
+}
 
 
 def gpu_instance_type() -> str:
@@ -74,15 +89,27 @@ def job_spec(a: argparse.Namespace, compile_: bool, ac: str, float8: bool = Fals
         "model": {"dims": a.shape},
         "data": {"uri": "synthetic", "seqLen": a.seq_len},
         "cluster": {"instanceType": a.instance_type, "processesPerNode": 1},
-        "fsdp": {"shardingStrategy": "FULL_SHARD", "mixedPrecision": "bf16" if gpu else "fp32",
-                 "activationCheckpointing": ac, "compile": compile_, "float8": float8},
-        "training": {"maxSteps": a.steps, "globalBatchTokens": a.batch * a.seq_len, "microBatchSize": a.batch,
-                     "learningRate": 3e-4, "warmupSteps": 2, "seed": 0},
+        "fsdp": {
+            "shardingStrategy": "FULL_SHARD",
+            "mixedPrecision": "bf16" if gpu else "fp32",
+            "activationCheckpointing": ac,
+            "compile": compile_,
+            "float8": float8,
+        },
+        "training": {
+            "maxSteps": a.steps,
+            "globalBatchTokens": a.batch * a.seq_len,
+            "microBatchSize": a.batch,
+            "learningRate": 3e-4,
+            "warmupSteps": 2,
+            "seed": 0,
+        },
         "rendezvous": {"backend": "c10d"},
     }
 
 
 # -- workers (each in its own process) -------------------------------------------------------------
+
 
 def _peak_memory() -> int:
     import torch
@@ -165,11 +192,17 @@ def worker_torchtitan(spec_path: str) -> None:
     from torchtitan.models.llama3.model.model import Transformer
 
     base = int(2 * 4 * d["hiddenSize"] / 3)
-    args = TransformerModelArgs(dim=d["hiddenSize"], n_layers=d["numLayers"], n_heads=d["numHeads"],
-                                n_kv_heads=d["numKvHeads"], vocab_size=d["vocabSize"],
-                                max_seq_len=raw["data"]["seqLen"], rope_theta=d["ropeTheta"],
-                                ffn_dim_multiplier=d["intermediateSize"] / base,
-                                multiple_of=math.gcd(d["intermediateSize"], 256))
+    args = TransformerModelArgs(
+        dim=d["hiddenSize"],
+        n_layers=d["numLayers"],
+        n_heads=d["numHeads"],
+        n_kv_heads=d["numKvHeads"],
+        vocab_size=d["vocabSize"],
+        max_seq_len=raw["data"]["seqLen"],
+        rope_theta=d["ropeTheta"],
+        ffn_dim_multiplier=d["intermediateSize"] / base,
+        multiple_of=math.gcd(d["intermediateSize"], 256),
+    )
     # ... and check that it does.
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
@@ -192,22 +225,38 @@ def worker_torchtitan(spec_path: str) -> None:
     model.to_empty(device=device)
     with torch.no_grad():
         model.init_weights(buffer_device=device)
-    print(json.dumps(_minimal_loop(model, list(model.parameters()), raw, device, contextlib.nullcontext)),
-          flush=True)
+    print(json.dumps(_minimal_loop(model, list(model.parameters()), raw, device, contextlib.nullcontext)), flush=True)
 
 
 # -- the driver ------------------------------------------------------------------------------------
 
+
 def _run(kind: str, spec: dict, a: argparse.Namespace, tmp: str) -> dict:
     spec_file = os.path.join(tmp, f"{kind}.json")
     Path(spec_file).write_text(json.dumps(spec))
-    env = dict(os.environ, LLMTRAIN_METRICS_PORT=metrics_port(), LLMTRAIN_LOG_LEVEL="WARNING", PYTHONUNBUFFERED="1",
-               PYTHONPATH=os.pathsep.join(p for p in [a.torchtitan_path, str(REPO / "operator"),
-                                                      str(REPO / "trainer"), os.environ.get("PYTHONPATH")] if p))
+    env = dict(
+        os.environ,
+        LLMTRAIN_METRICS_PORT=metrics_port(),
+        LLMTRAIN_LOG_LEVEL="WARNING",
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH=os.pathsep.join(
+            p
+            for p in [a.torchtitan_path, str(REPO / "operator"), str(REPO / "trainer"), os.environ.get("PYTHONPATH")]
+            if p
+        ),
+    )
     if a.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1", __file__,
-           f"--run-{kind}", spec_file]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=1",
+        __file__,
+        f"--run-{kind}",
+        spec_file,
+    ]
     t0 = time.time()
     try:
         out = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=a.variant_timeout)
@@ -217,17 +266,22 @@ def _run(kind: str, spec: dict, a: argparse.Namespace, tmp: str) -> dict:
     if out.returncode:
         err = out.stderr.strip().splitlines()
         # The worker's own reason, not torchrun's summary of it (which is all the last lines say).
-        why = [ln for ln in err if ("Error" in ln or "Exit" in ln or " != " in ln) and "ChildFailedError" not in ln
-               and not ln.lstrip().startswith(("File ", "raise ", "W1", "E1"))]
+        why = [
+            ln
+            for ln in err
+            if ("Error" in ln or "Exit" in ln or " != " in ln)
+            and "ChildFailedError" not in ln
+            and not ln.lstrip().startswith(("File ", "raise ", "W1", "E1"))
+        ]
         return {"status": "failed", "seconds": wall, "error": "\n".join(why[-3:] or err[-6:])}
     lines = [json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{")]
     result = lines[-1]
     if kind == "llmtrain":
         # Same clock as the minimal loops: time between consecutive step ends (bookkeeping included).
         ends = [e["time"] for e in lines if e.get("event") == "step"]
-        times = [y - x for x, y in zip(ends[a.warmup:], ends[a.warmup + 1:], strict=False)]
+        times = [y - x for x, y in zip(ends[a.warmup :], ends[a.warmup + 1 :], strict=False)]
         return _summary(times, result["peak_memory_bytes"], spec, a, wall)
-    times = [b - x for x, b in zip(result["ends"][a.warmup:], result["ends"][a.warmup + 1:], strict=False)]
+    times = [b - x for x, b in zip(result["ends"][a.warmup :], result["ends"][a.warmup + 1 :], strict=False)]
     return _summary(times, result["peak_memory_bytes"], spec, a, wall)
 
 
@@ -242,12 +296,16 @@ def _summary(step_seconds: list[float], peak: int, spec: dict, a: argparse.Names
     tps = a.batch * a.seq_len / med
     fpt = flops.flops_per_token(dims, a.seq_len)
     peak_flops = instance_type(a.instance_type).peak_flops_per_device
-    return {"status": "ok", "seconds": wall, "timed_steps": len(step_seconds),
-            "step_seconds_median": round(med, 5),
-            "step_seconds_spread": [round(min(step_seconds), 5), round(max(step_seconds), 5)],
-            "tokens_per_second": round(tps, 1),
-            "mfu": round(flops.mfu(tps, fpt, peak_flops), 4),
-            "peak_memory_gib": round(peak / 2**30, 3)}
+    return {
+        "status": "ok",
+        "seconds": wall,
+        "timed_steps": len(step_seconds),
+        "step_seconds_median": round(med, 5),
+        "step_seconds_spread": [round(min(step_seconds), 5), round(max(step_seconds), 5)],
+        "tokens_per_second": round(tps, 1),
+        "mfu": round(flops.mfu(tps, fpt, peak_flops), 4),
+        "peak_memory_gib": round(peak / 2**30, 3),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -282,21 +340,31 @@ def main(argv: list[str] | None = None) -> int:
     gpu = a.device == "cuda"
 
     variants: list[tuple[str, str, bool, str, bool]] = []  # (name, kind, compile, ac, float8)
-    for compile_ in ((False, True) if gpu else (False,)):  # inductor on CPU needs a C++ toolchain
+    for compile_ in (False, True) if gpu else (False,):  # inductor on CPU needs a C++ toolchain
         for ac in ("selective", "full"):
             variants.append((f"llmtrain/{'compile' if compile_ else 'eager'}/{ac}", "llmtrain", compile_, ac, False))
-    variants += [(FLOAT8_ROW, "llmtrain", True, "selective", True),
-                 ("plain", "plain", False, "none", False),
-                 ("torchtitan/compile/selective" if gpu else "torchtitan/eager/selective", "torchtitan", gpu,
-                  "selective", False)]
+    variants += [
+        (FLOAT8_ROW, "llmtrain", True, "selective", True),
+        ("plain", "plain", False, "none", False),
+        (
+            "torchtitan/compile/selective" if gpu else "torchtitan/eager/selective",
+            "torchtitan",
+            gpu,
+            "selective",
+            False,
+        ),
+    ]
     fp8_missing = float8_unsupported(a.device)
     t_start = time.time()
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, kind, compile_, ac, float8 in variants:
             if kind == "torchtitan" and not _has_torchtitan(a.torchtitan_path):
-                results[name] = {"status": "skipped", "reason": "torchtitan is not installed: "
-                                 f"scripts/torchtitan.sh, then --torchtitan-path (torchtitan=={TORCHTITAN_VERSION})"}
+                results[name] = {
+                    "status": "skipped",
+                    "reason": "torchtitan is not installed: "
+                    f"scripts/torchtitan.sh, then --torchtitan-path (torchtitan=={TORCHTITAN_VERSION})",
+                }
                 continue
             if float8 and fp8_missing:
                 results[name] = {"status": "skipped", "reason": fp8_missing}
@@ -309,18 +377,32 @@ def main(argv: list[str] | None = None) -> int:
     ours = ok.get("llmtrain/compile/selective") or ok.get("llmtrain/eager/selective")
     if tt and ours:
         comparisons["llmtrain_over_torchtitan_tokens_per_second"] = round(
-            ours["tokens_per_second"] / tt["tokens_per_second"], 3)
+            ours["tokens_per_second"] / tt["tokens_per_second"], 3
+        )
     if FLOAT8_ROW in ok and "llmtrain/compile/selective" in ok:
         comparisons["float8_over_bf16_tokens_per_second"] = round(
-            ok[FLOAT8_ROW]["tokens_per_second"] / ok["llmtrain/compile/selective"]["tokens_per_second"], 3)
+            ok[FLOAT8_ROW]["tokens_per_second"] / ok["llmtrain/compile/selective"]["tokens_per_second"], 3
+        )
     if "plain" in ok and ours:
         comparisons["llmtrain_over_plain_tokens_per_second"] = round(
-            ours["tokens_per_second"] / ok["plain"]["tokens_per_second"], 3)
-    report = {"bench": "gpu", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t_start)),
-              "device": torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__,
-              "instance_type_for_peak": a.instance_type, "model": a.shape, "seq_len": a.seq_len,
-              "batch": a.batch, "steps": a.steps, "warmup": a.warmup, "quick": a.quick,
-              "results": results, "comparisons": comparisons, "seconds": round(time.time() - t_start, 1)}
+            ours["tokens_per_second"] / ok["plain"]["tokens_per_second"], 3
+        )
+    report = {
+        "bench": "gpu",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t_start)),
+        "device": torch.cuda.get_device_name() if gpu else "cpu",
+        "torch": torch.__version__,
+        "instance_type_for_peak": a.instance_type,
+        "model": a.shape,
+        "seq_len": a.seq_len,
+        "batch": a.batch,
+        "steps": a.steps,
+        "warmup": a.warmup,
+        "quick": a.quick,
+        "results": results,
+        "comparisons": comparisons,
+        "seconds": round(time.time() - t_start, 1),
+    }
     Path(a.out).write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps(comparisons))
     print(f"wrote {a.out} ({report['seconds']} s)")
@@ -335,8 +417,9 @@ def float8_unsupported(device: str) -> str | None:
 
     cap = torch.cuda.get_device_capability()
     if cap < (8, 9):
-        return (f"float8 needs compute capability ≥ 8.9 (H100/H200); {torch.cuda.get_device_name()} "
-                f"has {cap[0]}.{cap[1]}")
+        return (
+            f"float8 needs compute capability ≥ 8.9 (H100/H200); {torch.cuda.get_device_name()} has {cap[0]}.{cap[1]}"
+        )
     return None
 
 

@@ -49,11 +49,14 @@ from pathlib import Path
 
 from chainbench import PTJ, REPO, OperatorProcess, percentile, print_operator_log_tail, wait_for
 
-SPEC = {"model": {"preset": "tiny"}, "data": {"seqLen": 64},
-        "cluster": {"instanceType": "cpu", "nodes": 1, "processesPerNode": 2, "image": "llmtrain-trainer:dev"},
-        "fsdp": {"mixedPrecision": "fp32"},
-        "training": {"maxSteps": 20, "globalBatchTokens": 64 * 2 * 2, "microBatchSize": 2, "warmupSteps": 2},
-        "rendezvous": {"backend": "c10d"}}
+SPEC = {
+    "model": {"preset": "tiny"},
+    "data": {"seqLen": 64},
+    "cluster": {"instanceType": "cpu", "nodes": 1, "processesPerNode": 2, "image": "llmtrain-trainer:dev"},
+    "fsdp": {"mixedPrecision": "fp32"},
+    "training": {"maxSteps": 20, "globalBatchTokens": 64 * 2 * 2, "microBatchSize": 2, "warmupSteps": 2},
+    "rendezvous": {"backend": "c10d"},
+}
 
 
 class PTJWatch:
@@ -61,6 +64,7 @@ class PTJWatch:
 
     def __init__(self, api, namespace: str):
         from kubernetes import client, watch
+
         self.custom, self.namespace = client.CustomObjectsApi(api), namespace
         self.first: dict[str, float] = {}
         self.added: dict[str, int] = {}
@@ -72,8 +76,14 @@ class PTJWatch:
         version = None
         while not self._stopped:
             try:  # a watch can end early (server timeout, a dropped connection): resume it
-                for ev in self._watch.stream(self.custom.list_namespaced_custom_object, *PTJ[:2], self.namespace,
-                                             PTJ[2], timeout_seconds=300, resource_version=version):
+                for ev in self._watch.stream(
+                    self.custom.list_namespaced_custom_object,
+                    *PTJ[:2],
+                    self.namespace,
+                    PTJ[2],
+                    timeout_seconds=300,
+                    resource_version=version,
+                ):
                     meta = ev["object"]["metadata"]
                     version = meta.get("resourceVersion", version)
                     if ev["type"] == "ADDED":
@@ -101,6 +111,7 @@ def request_counts(api) -> dict[str, float]:
     response.read()
     data = response.data.decode()
     from prometheus_client.parser import text_string_to_metric_families
+
     counts: dict[str, float] = {}
     for family in text_string_to_metric_families(data):
         if family.name != "apiserver_request":
@@ -108,13 +119,15 @@ def request_counts(api) -> dict[str, float]:
         for sample in family.samples:
             if sample.name.endswith("_total"):
                 key = f"{sample.labels.get('verb')} {sample.labels.get('resource')}" + (
-                    f"/{sample.labels['subresource']}" if sample.labels.get("subresource") else "")
+                    f"/{sample.labels['subresource']}" if sample.labels.get("subresource") else ""
+                )
                 counts[key] = counts.get(key, 0) + sample.value
     return counts
 
 
 def make_namespace(api, name: str) -> None:
     from kubernetes import client
+
     client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
 
 
@@ -128,12 +141,20 @@ def make_pods(api, namespace: str, names: list[str], per_job: int, threads: int)
     core = client.CoreV1Api(api)
 
     def pod(job: str, i: int) -> dict:
-        return {"metadata": {"name": f"{job}-a1-worker-{i}",
-                             "labels": {JOB_LABEL: job, ATTEMPT_LABEL: "1", REPLICA_INDEX_LABEL: str(i)}},
-                "spec": {"containers": [{"name": "pytorch", "image": "llmtrain-trainer:dev"}]}}
+        return {
+            "metadata": {
+                "name": f"{job}-a1-worker-{i}",
+                "labels": {JOB_LABEL: job, ATTEMPT_LABEL: "1", REPLICA_INDEX_LABEL: str(i)},
+            },
+            "spec": {"containers": [{"name": "pytorch", "image": "llmtrain-trainer:dev"}]},
+        }
+
     with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(lambda p: core.create_namespaced_pod(namespace, p),
-                      [pod(n, i) for n in names for i in range(per_job)]))
+        list(
+            pool.map(
+                lambda p: core.create_namespaced_pod(namespace, p), [pod(n, i) for n in names for i in range(per_job)]
+            )
+        )
 
 
 def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
@@ -163,10 +184,12 @@ def delete_all(custom, group_version, namespace: str, plural: str) -> None:
     """Delete every object of a kind in a namespace. A large deletecollection can time out at the
     API server (504) after deleting part of the set: issue it again until it completes."""
     from kubernetes.client.exceptions import ApiException
+
     for _ in range(20):
         try:
-            custom.delete_collection_namespaced_custom_object(*group_version, namespace, plural,
-                                                              propagation_policy="Background")
+            custom.delete_collection_namespaced_custom_object(
+                *group_version, namespace, plural, propagation_policy="Background"
+            )
             return
         except ApiException as err:
             if err.status not in (500, 504):
@@ -193,6 +216,7 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path, pids: dict[
     # --- direct baseline ---
     rendered = [render_pytorchjob(spec, n, ns_direct, 1, None, "etcd.bench.svc:2379") for n in names]
     import os
+
     pids = {**(pids or {}), "bench": os.getpid()}  # the bench: its 8 client threads and its watch
     before, cpu_before = request_counts(api), cpu_seconds(pids)
     started = time.monotonic()
@@ -207,8 +231,9 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path, pids: dict[
     log(out)
 
     # --- operator ---
-    op = OperatorProcess(kubeconfig, ns_op, workdir / "operator.log",
-                         ["--workers", str(a.workers)] if a.workers else [])
+    op = OperatorProcess(
+        kubeconfig, ns_op, workdir / "operator.log", ["--workers", str(a.workers)] if a.workers else []
+    )
     op.start()
     pids["operator"] = op.proc.pid
     watch = PTJWatch(api, ns_op)
@@ -216,8 +241,13 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path, pids: dict[
 
     def create(name: str):
         created_at[name] = time.monotonic()
-        custom.create_namespaced_custom_object(GROUP, VERSION, ns_op, PLURAL, {
-            "apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": SPEC})
+        custom.create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            ns_op,
+            PLURAL,
+            {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": SPEC},
+        )
 
     before, cpu_before = request_counts(api), cpu_seconds(pids)
     started = time.monotonic()
@@ -229,6 +259,7 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path, pids: dict[
     def recorded() -> bool:  # status written too: the operator is done with every job
         items = custom.list_namespaced_custom_object(GROUP, VERSION, ns_op, PLURAL)["items"]
         return len(items) == a.jobs and all((j.get("status") or {}).get("pytorchJob") for j in items)
+
     wait_for(recorded, a.timeout, "every job's status")
     # CPU per job of each process in this phase (the bench's status polls, a few LISTs, included)
     out["operator_phase_cpu_ms_per_job"] = cpu_ms_per_job(cpu_before, cpu_seconds(pids), a.jobs)
@@ -236,18 +267,23 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path, pids: dict[
     by_kind = {k: (v - before.get(k, 0)) / a.jobs for k, v in after.items() if v - before.get(k, 0) >= a.jobs / 10}
     requests = sum(after.values()) - sum(before.values())
     latencies = [watch.first[f"{n}-a1"] - created_at[n] for n in names]
-    out.update({
-        "create_to_ptj_p50_s": percentile(latencies, 50), "create_to_ptj_p95_s": percentile(latencies, 95),
-        "create_to_ptj_p99_s": percentile(latencies, 99), "operator_jobs_per_s": a.jobs / op_s,
-        # less the bench's own creates and its status polls (one LIST each, counted approximately as one)
-        "api_requests_per_job": (requests - a.jobs) / a.jobs,
-        "api_requests_per_job_by_kind": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
-        "operator_api_requests_per_s": requests / (time.monotonic() - started),
-    })
+    out.update(
+        {
+            "create_to_ptj_p50_s": percentile(latencies, 50),
+            "create_to_ptj_p95_s": percentile(latencies, 95),
+            "create_to_ptj_p99_s": percentile(latencies, 99),
+            "operator_jobs_per_s": a.jobs / op_s,
+            # less the bench's own creates and its status polls (one LIST each, counted approximately as one)
+            "api_requests_per_job": (requests - a.jobs) / a.jobs,
+            "api_requests_per_job_by_kind": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
+            "operator_api_requests_per_s": requests / (time.monotonic() - started),
+        }
+    )
     out["throughput_ratio"] = out["operator_jobs_per_s"] / out["direct_jobs_per_s"]
     log(out)
 
     if a.running:
+
         def running() -> bool:
             items = custom.list_namespaced_custom_object(GROUP, VERSION, ns_op, PLURAL)["items"]
             now = time.monotonic()
@@ -255,11 +291,17 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path, pids: dict[
                 if (j.get("status") or {}).get("phase") == "Running":
                     running_at.setdefault(j["metadata"]["name"], now)
             return len(running_at) == a.jobs
+
         running_at: dict[str, float] = {}
         wait_for(running, a.timeout, "every job Running")
         lat = [running_at[n] - created_at[n] for n in names]
-        out.update({"create_to_running_p50_s": percentile(lat, 50), "create_to_running_p95_s": percentile(lat, 95),
-                    "create_to_running_p99_s": percentile(lat, 99)})
+        out.update(
+            {
+                "create_to_running_p50_s": percentile(lat, 50),
+                "create_to_running_p95_s": percentile(lat, 95),
+                "create_to_running_p99_s": percentile(lat, 99),
+            }
+        )
 
     rss, cpu = op.usage()
     out["operator_peak_rss_mib"], out["operator_cpu_s_create"] = rss, cpu
@@ -290,8 +332,11 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path, pids: dict[
     # --- clean-up ---
     started = time.monotonic()
     delete_all(custom, (GROUP, VERSION), ns_op, PLURAL)
-    wait_for(lambda: not custom.list_namespaced_custom_object(*PTJ[:2], ns_op, PTJ[2])["items"], a.timeout,
-             "garbage collection of every PyTorchJob")
+    wait_for(
+        lambda: not custom.list_namespaced_custom_object(*PTJ[:2], ns_op, PTJ[2])["items"],
+        a.timeout,
+        "garbage collection of every PyTorchJob",
+    )
     out["cleanup_s"] = time.monotonic() - started
     watch.stop()
     op.stop()
@@ -302,8 +347,10 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path, pids: dict[
 
 # --- on the real chain: simulated p5 nodes, kube-scheduler, training-operator (--nodes N) ----------
 
-def _reached_running(rec, names: list[str], created_at: dict[str, float], settle_s: float, timeout: float,
-                     capacity: int) -> dict[str, float]:
+
+def _reached_running(
+    rec, names: list[str], created_at: dict[str, float], settle_s: float, timeout: float, capacity: int
+) -> dict[str, float]:
     """Wait until min(jobs, capacity) jobs have their pods Running, or no job reached Running for
     ``settle_s`` (the rest cannot fit); {job: create→Running s} for those that did."""
     deadline = time.monotonic() + timeout
@@ -313,14 +360,18 @@ def _reached_running(rec, names: list[str], created_at: dict[str, float], settle
         done = {n: t - created_at[n] for n, t in done.items() if t is not None}
         if len(done) != last_count:
             last_count, last_change = len(done), time.monotonic()
-        if len(done) >= min(len(names), capacity) or time.monotonic() - last_change > settle_s \
-                or time.monotonic() > deadline:
+        if (
+            len(done) >= min(len(names), capacity)
+            or time.monotonic() - last_change > settle_s
+            or time.monotonic() > deadline
+        ):
             return done
         time.sleep(0.5)
 
 
-def _cleanup(api, namespace: str, group_version_plural: tuple[str, str, str], timeout: float,
-             child: tuple[str, str, str] = PTJ) -> float:
+def _cleanup(
+    api, namespace: str, group_version_plural: tuple[str, str, str], timeout: float, child: tuple[str, str, str] = PTJ
+) -> float:
     """Delete every object of a kind in ``namespace``; seconds until no ``child`` (PyTorchJob, or
     the peer's JobSet) and no pod is left."""
     import urllib3
@@ -336,9 +387,14 @@ def _cleanup(api, namespace: str, group_version_plural: tuple[str, str, str], ti
             break
         except urllib3.exceptions.HTTPError as err:
             print(f"deletecollection again after {err!r}", file=sys.stderr)
-    wait_for(lambda: not custom.list_namespaced_custom_object(*child[:2], namespace, child[2], limit=1)["items"]
-             and not core.list_namespaced_pod(namespace, limit=1).items, timeout,
-             f"every {child[2]} and pod in {namespace} gone")
+    wait_for(
+        lambda: (
+            not custom.list_namespaced_custom_object(*child[:2], namespace, child[2], limit=1)["items"]
+            and not core.list_namespaced_pod(namespace, limit=1).items
+        ),
+        timeout,
+        f"every {child[2]} and pod in {namespace} gone",
+    )
     return time.monotonic() - started
 
 
@@ -376,8 +432,9 @@ def run_chain(a: argparse.Namespace, workdir: Path) -> dict:
             rec = Recorder(api, ns)
             if phase == "operator":
                 op = run.start_operator(ns, ["--progress-interval", "3600"])
-                objs = {n: {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": n}, "spec": raw}
-                        for n in names}
+                objs = {
+                    n: {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": n}, "spec": raw} for n in names
+                }
                 gvp = (GROUP, VERSION, PLURAL)
             else:
                 objs = {n: render_pytorchjob(spec, n, ns, 1, None, "etcd.bench.svc:2379") for n in names}
@@ -392,11 +449,16 @@ def run_chain(a: argparse.Namespace, workdir: Path) -> dict:
             t0 = time.monotonic()
             with ThreadPoolExecutor(a.threads) as pool:
                 list(pool.map(create, names))
-            wait_for(lambda: all(rec.get(n, 1, "ptj_created") for n in names),  # noqa: B023 — waited on here
-                     a.timeout, f"{phase}: every PyTorchJob")
+            wait_for(
+                lambda: all(rec.get(n, 1, "ptj_created") for n in names),  # noqa: B023 — waited on here
+                a.timeout,
+                f"{phase}: every PyTorchJob",
+            )
             ptj_lat = [rec.get(n, 1, "ptj_created") - created_at[n] for n in names]
-            res = {"jobs_per_s": a.jobs / (max(rec.get(n, 1, "ptj_created") for n in names) - t0),
-                   "create_to_ptj_s": stats(ptj_lat)}
+            res = {
+                "jobs_per_s": a.jobs / (max(rec.get(n, 1, "ptj_created") for n in names) - t0),
+                "create_to_ptj_s": stats(ptj_lat),
+            }
             running = _reached_running(rec, names, created_at, a.settle, a.timeout, a.nodes)
             res["reached_running"] = len(running)
             res["create_to_running_s"] = stats(list(running.values()))
@@ -408,24 +470,31 @@ def run_chain(a: argparse.Namespace, workdir: Path) -> dict:
             out[phase] = res
             log(out)
         out["throughput_ratio"] = out["operator"]["jobs_per_s"] / out["direct"]["jobs_per_s"]
-        out["running_p50_ratio"] = (out["operator"]["create_to_running_s"]["p50"]
-                                    / out["direct"]["create_to_running_s"]["p50"])
+        out["running_p50_ratio"] = (
+            out["operator"]["create_to_running_s"]["p50"] / out["direct"]["create_to_running_s"]["p50"]
+        )
     return out
 
 
 def print_chain(out: dict) -> None:
-    print(f"operator_scale on the chain: {out['jobs']} one-node p5 jobs, {out['p5_nodes']} simulated "
-          f"p5.48xlarge nodes, {out['threads']} client threads; training-operator "
-          f"{' '.join(out['training_operator_args']) or 'defaults'}")
+    print(
+        f"operator_scale on the chain: {out['jobs']} one-node p5 jobs, {out['p5_nodes']} simulated "
+        f"p5.48xlarge nodes, {out['threads']} client threads; training-operator "
+        f"{' '.join(out['training_operator_args']) or 'defaults'}"
+    )
     for phase in ("direct", "operator"):
         r = out[phase]
         p, run = r["create_to_ptj_s"], r["create_to_running_s"]
-        print(f"  {phase:<9} create→PyTorchJob p50/p95/p99 {p['p50']:.2f}/{p['p95']:.2f}/{p['p99']:.2f} s, "
-              f"{r['jobs_per_s']:.1f} jobs/s; Running: {r['reached_running']} of {out['jobs']}, "
-              f"create→Running p50/p95/p99 {run['p50']:.2f}/{run['p95']:.2f}/{run['p99']:.2f} s; "
-              f"clean-up {r['cleanup_s']:.1f} s")
-    print(f"  operator vs direct: {out['throughput_ratio']:.2f}× jobs/s, create→Running p50 "
-          f"{out['running_p50_ratio']:.2f}×; operator peak RSS {out['operator']['operator_peak_rss_mib']:.0f} MiB")
+        print(
+            f"  {phase:<9} create→PyTorchJob p50/p95/p99 {p['p50']:.2f}/{p['p95']:.2f}/{p['p99']:.2f} s, "
+            f"{r['jobs_per_s']:.1f} jobs/s; Running: {r['reached_running']} of {out['jobs']}, "
+            f"create→Running p50/p95/p99 {run['p50']:.2f}/{run['p95']:.2f}/{run['p99']:.2f} s; "
+            f"clean-up {r['cleanup_s']:.1f} s"
+        )
+    print(
+        f"  operator vs direct: {out['throughput_ratio']:.2f}× jobs/s, create→Running p50 "
+        f"{out['running_p50_ratio']:.2f}×; operator peak RSS {out['operator']['operator_peak_rss_mib']:.0f} MiB"
+    )
 
 
 def main(argv=None) -> int:
@@ -436,28 +505,58 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="20 jobs, 4 threads")
     p.add_argument("--kubeconfig", type=Path, help="an existing cluster (default: start a light dev cluster)")
     p.add_argument("--running", action="store_true", help="also wait for Running (needs a full chain)")
-    p.add_argument("--pods", type=int, default=0,
-                   help="before the re-adopt, create this many worker pods per job (labelled as its attempt's, as "
-                        "the training-operator would; they stay Pending on the light cluster): re-adopting with "
-                        "the pods of running jobs to watch")
+    p.add_argument(
+        "--pods",
+        type=int,
+        default=0,
+        help="before the re-adopt, create this many worker pods per job (labelled as its attempt's, as "
+        "the training-operator would; they stay Pending on the light cluster): re-adopting with "
+        "the pods of running jobs to watch",
+    )
     p.add_argument("--timeout", type=float, default=600)
-    p.add_argument("--nodes", type=int, default=None,
-                   help="run on a chain dev cluster with this many simulated p5.48xlarge nodes (one-node p5 "
-                        "jobs; direct vs operator, create→Running, clean-up)")
-    p.add_argument("--settle", type=float, default=30.0,
-                   help="--nodes: stop waiting for more jobs to reach Running after this long without one")
-    p.add_argument("--training-operator-threads", type=int, default=None,
-                   help="--nodes: training-operator --controller-threads (default: Kubeflow's, 1)")
-    p.add_argument("--training-operator-qps", type=int, default=None,
-                   help="--nodes: training-operator --kube-api-qps (default: Kubeflow's, 20)")
-    p.add_argument("--peer", action="store_true",
-                   help="--nodes: alternate llmtrain and Kubeflow Trainer v2 (TrainJob → JobSet) phases on the same "
-                        "cluster (needs `make peer-tools`); see bench/trainer_peer.py")
+    p.add_argument(
+        "--nodes",
+        type=int,
+        default=None,
+        help="run on a chain dev cluster with this many simulated p5.48xlarge nodes (one-node p5 "
+        "jobs; direct vs operator, create→Running, clean-up)",
+    )
+    p.add_argument(
+        "--settle",
+        type=float,
+        default=30.0,
+        help="--nodes: stop waiting for more jobs to reach Running after this long without one",
+    )
+    p.add_argument(
+        "--training-operator-threads",
+        type=int,
+        default=None,
+        help="--nodes: training-operator --controller-threads (default: Kubeflow's, 1)",
+    )
+    p.add_argument(
+        "--training-operator-qps",
+        type=int,
+        default=None,
+        help="--nodes: training-operator --kube-api-qps (default: Kubeflow's, 20)",
+    )
+    p.add_argument(
+        "--peer",
+        action="store_true",
+        help="--nodes: alternate llmtrain and Kubeflow Trainer v2 (TrainJob → JobSet) phases on the same "
+        "cluster (needs `make peer-tools`); see bench/trainer_peer.py",
+    )
     p.add_argument("--repeat", type=int, default=2, help="--peer: phases of each kind")
-    p.add_argument("--idle-sample", type=float, default=10.0,
-                   help="--peer: seconds of each process's idle CPU sampled before each phase")
-    p.add_argument("--direct-floor", action="store_true",
-                   help="--peer: first time the bench creating the rendered PyTorchJobs itself (a floor)")
+    p.add_argument(
+        "--idle-sample",
+        type=float,
+        default=10.0,
+        help="--peer: seconds of each process's idle CPU sampled before each phase",
+    )
+    p.add_argument(
+        "--direct-floor",
+        action="store_true",
+        help="--peer: first time the bench creating the rendered PyTorchJobs itself (a floor)",
+    )
     a = p.parse_args(argv)
     if a.quick and a.peer:  # a smoke run: one phase of each kind, 3 jobs on 4 nodes (~1 min)
         a.nodes, a.jobs, a.threads, a.repeat, a.idle_sample = 4, 3, 2, 1, 2.0
@@ -469,6 +568,7 @@ def main(argv=None) -> int:
         if not a.nodes:
             p.error("--peer needs --nodes N (a chain cluster with N simulated p5 nodes)")
         from trainer_peer import print_peer, run_peer
+
         with tempfile.TemporaryDirectory(prefix="operator-scale-peer-") as tmp:
             out = run_peer(a, Path(tmp))
         print_peer(out)
@@ -487,6 +587,7 @@ def main(argv=None) -> int:
         cluster = None
         if a.kubeconfig is None:
             from llmtrain_devcluster import DevCluster
+
             cluster = DevCluster(workdir / "cluster")
             cluster.up()
             kubeconfig = cluster.kubeconfig
@@ -498,8 +599,13 @@ def main(argv=None) -> int:
             cfg.connection_pool_maxsize = max(16, a.threads * 2)
             api = client.ApiClient(cfg)
             try:
-                out = run(a, kubeconfig, api, workdir,
-                          {k: p.pid for k, p in cluster._procs.items()} if cluster is not None else None)
+                out = run(
+                    a,
+                    kubeconfig,
+                    api,
+                    workdir,
+                    {k: p.pid for k, p in cluster._procs.items()} if cluster is not None else None,
+                )
             except BaseException:
                 print_operator_log_tail(workdir / "operator.log")
                 raise
@@ -507,24 +613,40 @@ def main(argv=None) -> int:
             if cluster is not None:
                 cluster.down()
     rows = [
-        ("create→PyTorchJob p50 / p95 / p99 (s)",
-         f"{out['create_to_ptj_p50_s']:.2f} / {out['create_to_ptj_p95_s']:.2f} / {out['create_to_ptj_p99_s']:.2f}"),
-        ("jobs/s: operator vs direct (ratio)",
-         f"{out['operator_jobs_per_s']:.1f} vs {out['direct_jobs_per_s']:.1f} ({out['throughput_ratio']:.2f}×)"),
+        (
+            "create→PyTorchJob p50 / p95 / p99 (s)",
+            f"{out['create_to_ptj_p50_s']:.2f} / {out['create_to_ptj_p95_s']:.2f} / {out['create_to_ptj_p99_s']:.2f}",
+        ),
+        (
+            "jobs/s: operator vs direct (ratio)",
+            f"{out['operator_jobs_per_s']:.1f} vs {out['direct_jobs_per_s']:.1f} ({out['throughput_ratio']:.2f}×)",
+        ),
         ("API requests per job", f"{out['api_requests_per_job']:.1f}"),
-        ("API server requests/s: operator phase vs direct",
-         f"{out['operator_api_requests_per_s']:.0f} vs {out['direct_api_requests_per_s']:.0f}"),
-        ("re-adopt after SIGKILL (s)" + (f", with {out['pods']} pods" if out.get("pods") else ""),
-         f"{out['readopt_s']:.1f}"),
+        (
+            "API server requests/s: operator phase vs direct",
+            f"{out['operator_api_requests_per_s']:.0f} vs {out['direct_api_requests_per_s']:.0f}",
+        ),
+        (
+            "re-adopt after SIGKILL (s)" + (f", with {out['pods']} pods" if out.get("pods") else ""),
+            f"{out['readopt_s']:.1f}",
+        ),
         ("operator peak RSS (MiB)", f"{out['operator_peak_rss_mib']:.0f}"),
-        ("operator CPU (s): create phase / re-adopt",
-         f"{out['operator_cpu_s_create']:.1f} / {out['operator_cpu_s_readopt']:.1f}"),
+        (
+            "operator CPU (s): create phase / re-adopt",
+            f"{out['operator_cpu_s_create']:.1f} / {out['operator_cpu_s_readopt']:.1f}",
+        ),
         ("clean-up (s)", f"{out['cleanup_s']:.1f}"),
         ("lost / duplicated", f"{out['lost']} / {out['duplicated']}"),
     ]
     if "create_to_running_p99_s" in out:
-        rows.insert(1, ("create→Running p50 / p95 / p99 (s)", f"{out['create_to_running_p50_s']:.2f} / "
-                        f"{out['create_to_running_p95_s']:.2f} / {out['create_to_running_p99_s']:.2f}"))
+        rows.insert(
+            1,
+            (
+                "create→Running p50 / p95 / p99 (s)",
+                f"{out['create_to_running_p50_s']:.2f} / "
+                f"{out['create_to_running_p95_s']:.2f} / {out['create_to_running_p99_s']:.2f}",
+            ),
+        )
     print(f"operator_scale: {out['jobs']} jobs, {out['threads']} client threads")
     for k, v in rows:
         print(f"  {k:<46} {v}")

@@ -39,12 +39,20 @@ from ports import metrics_port
 REPO = Path(__file__).resolve().parents[1]
 
 
-
 MODELS = {
     "tiny": {"preset": "tiny"},
     # ~124M parameters, Llama-3-shaped (GQA 12/4 heads, SwiGLU), 32k vocabulary.
-    "124m": {"dims": {"hiddenSize": 768, "intermediateSize": 2048, "numLayers": 12, "numHeads": 12,
-                      "numKvHeads": 4, "vocabSize": 32000, "maxSeqLen": 1024}},
+    "124m": {
+        "dims": {
+            "hiddenSize": 768,
+            "intermediateSize": 2048,
+            "numLayers": 12,
+            "numHeads": 12,
+            "numKvHeads": 4,
+            "vocabSize": 32000,
+            "maxSeqLen": 1024,
+        }
+    },
 }
 STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 CHECKPOINTING = ("none", "selective", "full")
@@ -57,8 +65,14 @@ def job_spec(model: dict, strategy: str, ckpt: str, seq_len: int, micro_batch: i
         "data": {"uri": "synthetic", "seqLen": seq_len},
         "cluster": {"instanceType": "cpu", "processesPerNode": nproc},
         "fsdp": {"shardingStrategy": strategy, "mixedPrecision": "fp32", "activationCheckpointing": ckpt},
-        "training": {"maxSteps": steps, "globalBatchTokens": seq_len * micro_batch * nproc,
-                     "microBatchSize": micro_batch, "learningRate": 3e-4, "warmupSteps": 1, "seed": 0},
+        "training": {
+            "maxSteps": steps,
+            "globalBatchTokens": seq_len * micro_batch * nproc,
+            "microBatchSize": micro_batch,
+            "learningRate": 3e-4,
+            "warmupSteps": 1,
+            "seed": 0,
+        },
         "rendezvous": {"backend": "c10d"},
     }
 
@@ -84,11 +98,24 @@ def worker(spec_path: str, out_dir: str) -> None:
     os.remove(trace)
     peak, top, peak_upper = allocator_peak(trace_events)
     # Where the peak happens: the operators running at that instant, outermost first (for --explain).
-    at = sorted((e for e in trace_events if e.get("ph") == "X" and e.get("tid") == top["tid"]
-                 and e["ts"] <= top["ts"] <= e["ts"] + e.get("dur", 0)), key=lambda e: e["ts"])
-    Path(out_dir, f"peak-{rank}.json").write_text(json.dumps({
-        "peak_bytes": peak, "peak_with_unfreed_bytes": peak_upper, "at": [e["name"] for e in at][:12],
-        "malloc_peak_delta_bytes": sampler.peak_delta}))
+    at = sorted(
+        (
+            e
+            for e in trace_events
+            if e.get("ph") == "X" and e.get("tid") == top["tid"] and e["ts"] <= top["ts"] <= e["ts"] + e.get("dur", 0)
+        ),
+        key=lambda e: e["ts"],
+    )
+    Path(out_dir, f"peak-{rank}.json").write_text(
+        json.dumps(
+            {
+                "peak_bytes": peak,
+                "peak_with_unfreed_bytes": peak_upper,
+                "at": [e["name"] for e in at][:12],
+                "malloc_peak_delta_bytes": sampler.peak_delta,
+            }
+        )
+    )
 
 
 def allocator_peak(trace_events: list[dict]) -> tuple[int, dict, int]:
@@ -106,8 +133,10 @@ def allocator_peak(trace_events: list[dict]) -> tuple[int, dict, int]:
     thread the profiler does not see and are left out. Nor the first event in file order as the
     baseline: the trace lists events thread by thread, and a side thread's first event seconds into
     the run already saw the model state (for NO_SHARD on 124M, 1.4 GiB of it)."""
-    events = sorted((e for e in trace_events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0),
-                    key=lambda e: e["ts"])
+    events = sorted(
+        (e for e in trace_events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0),
+        key=lambda e: e["ts"],
+    )
     if not events:
         raise RuntimeError("the profiler recorded no CPU memory events")
     # Pass 1: which allocation events are never matched by a free on a profiled thread.
@@ -159,9 +188,21 @@ class MallocSampler:
         import threading
 
         class Mallinfo2(ctypes.Structure):
-            _fields_ = [(name, ctypes.c_size_t) for name in (
-                "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
-                "keepcost")]
+            _fields_ = [
+                (name, ctypes.c_size_t)
+                for name in (
+                    "arena",
+                    "ordblks",
+                    "smblks",
+                    "hblks",
+                    "hblkhd",
+                    "usmblks",
+                    "fsmblks",
+                    "uordblks",
+                    "fordblks",
+                    "keepcost",
+                )
+            ]
 
         self._mallinfo2 = ctypes.CDLL(None).mallinfo2
         self._mallinfo2.restype = Mallinfo2
@@ -198,8 +239,17 @@ def measure(spec: dict, nproc: int, env: dict, explain: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         spec_file = os.path.join(tmp, "spec.json")
         Path(spec_file).write_text(json.dumps(spec))
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-               __file__, "--run-worker", spec_file, tmp]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={nproc}",
+            __file__,
+            "--run-worker",
+            spec_file,
+            tmp,
+        ]
         out = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
         if out.returncode:
             sys.exit(f"trainer failed ({spec['fsdp']}):\n{out.stderr[-4000:]}")
@@ -207,9 +257,11 @@ def measure(spec: dict, nproc: int, env: dict, explain: bool = False) -> dict:
         top = max(peaks, key=lambda p: p["peak_bytes"])
         if explain:
             print(f"    peak inside: {' > '.join(top['at'])}", flush=True)
-        return {"measured_bytes": top["peak_bytes"],
-                "measured_with_unfreed_bytes": max(p["peak_with_unfreed_bytes"] for p in peaks),
-                "malloc_peak_bytes": max(p["malloc_peak_delta_bytes"] for p in peaks)}
+        return {
+            "measured_bytes": top["peak_bytes"],
+            "measured_with_unfreed_bytes": max(p["peak_with_unfreed_bytes"] for p in peaks),
+            "malloc_peak_bytes": max(p["malloc_peak_delta_bytes"] for p in peaks),
+        }
 
 
 def predict(spec: dict, nproc: int) -> dict:
@@ -219,9 +271,17 @@ def predict(spec: dict, nproc: int) -> dict:
     from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
 
     s = resolve(LLMTrainingJobSpec.model_validate(spec))
-    return plan_for(resolve_dims(s.model), instance_type("cpu"), 1, s.fsdp.sharding_strategy,
-                    s.fsdp.mixed_precision, s.fsdp.activation_checkpointing, s.data.seq_len,
-                    s.training.micro_batch_size, per_node=nproc).as_dict()
+    return plan_for(
+        resolve_dims(s.model),
+        instance_type("cpu"),
+        1,
+        s.fsdp.sharding_strategy,
+        s.fsdp.mixed_precision,
+        s.fsdp.activation_checkpointing,
+        s.data.seq_len,
+        s.training.micro_batch_size,
+        per_node=nproc,
+    ).as_dict()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,8 +295,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--steps", type=int, default=2, help="the peak is reached in step 2 (AdamW state exists)")
     p.add_argument("--quick", action="store_true", help="tiny model, FULL_SHARD, no and full checkpointing")
-    p.add_argument("--measured", help="re-predict against the measurements of an earlier --json result "
-                   "(after a planner change; nothing is run)")
+    p.add_argument(
+        "--measured",
+        help="re-predict against the measurements of an earlier --json result (after a planner change; nothing is run)",
+    )
     p.add_argument("--explain", action="store_true", help="print the operators running at each peak")
     p.add_argument("--json", help="also write the result here")
     a = p.parse_args(argv)
@@ -245,23 +307,32 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.quick:
         a.models, a.strategies, a.checkpointing = "tiny", "FULL_SHARD", "none,full"
-    env = dict(os.environ, OMP_NUM_THREADS="1", LLMTRAIN_METRICS_PORT=metrics_port(), LLMTRAIN_LOG_LEVEL="WARNING",
-               PYTHONPATH=os.pathsep.join([str(REPO / "operator"), str(REPO / "trainer"),
-                                           os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        LLMTRAIN_METRICS_PORT=metrics_port(),
+        LLMTRAIN_LOG_LEVEL="WARNING",
+        PYTHONPATH=os.pathsep.join([str(REPO / "operator"), str(REPO / "trainer"), os.environ.get("PYTHONPATH", "")]),
+    )
     reuse = None
     if a.measured:
         old = json.loads(Path(a.measured).read_text())
         a.seq_len, a.micro_batch, a.nproc = old["seq_len"], old["micro_batch"], old["nproc"]
-        reuse = {(r["model"], r["strategy"], r["activation_checkpointing"]):
-                 {k: r.get(k) for k in ("measured_bytes", "measured_with_unfreed_bytes", "malloc_peak_bytes")}
-                 for r in old["rows"]}
+        reuse = {
+            (r["model"], r["strategy"], r["activation_checkpointing"]): {
+                k: r.get(k) for k in ("measured_bytes", "measured_with_unfreed_bytes", "malloc_peak_bytes")
+            }
+            for r in old["rows"]
+        }
         a.models = ",".join(dict.fromkeys(k[0] for k in reuse))
         a.strategies = ",".join(dict.fromkeys(k[1] for k in reuse))
         a.checkpointing = ",".join(dict.fromkeys(k[2] for k in reuse))
     t0 = time.time()
     rows = []
-    print(f"{'model':6} {'strategy':14} {'AC':9} {'predicted MiB':>14} {'measured MiB':>13} {'ratio':>6} "
-          f"{'with unfreed':>13} {'malloc MiB':>11}")
+    print(
+        f"{'model':6} {'strategy':14} {'AC':9} {'predicted MiB':>14} {'measured MiB':>13} {'ratio':>6} "
+        f"{'with unfreed':>13} {'malloc MiB':>11}"
+    )
     for model in a.models.split(","):
         for strategy in a.strategies.split(","):
             for ckpt in a.checkpointing.split(","):
@@ -273,21 +344,48 @@ def main(argv: list[str] | None = None) -> int:
                     m = measure(spec, a.nproc, env, a.explain)
                 measured, malloc = m["measured_bytes"], m["malloc_peak_bytes"]
                 ratio = plan["total_bytes"] / measured
-                rows.append({"model": model, "strategy": strategy, "activation_checkpointing": ckpt,
-                             "num_params": plan["num_params"], "predicted_bytes": plan["total_bytes"],
-                             **m, "ratio": round(ratio, 3),
-                             "within_tolerance": abs(ratio - 1) <= TOLERANCE,
-                             "predicted_parts": {k: plan[k] for k in ("params_bytes", "grads_bytes",
-                                                 "optimizer_bytes", "activations_bytes", "workspace_bytes")}})
-                print(f"{model:6} {strategy:14} {ckpt:9} {plan['total_bytes'] / 2**20:14.1f} "
-                      f"{measured / 2**20:13.1f} {ratio:6.2f} "
-                      f"{(m['measured_with_unfreed_bytes'] or float('nan')) / 2**20:13.1f} "
-                      f"{malloc / 2**20 if malloc is not None else float('nan'):11.1f}"
-                      f"{'' if rows[-1]['within_tolerance'] else '  <-- off'}",
-                      flush=True)
-    out = {"bench": "planner_accuracy", "date": time.strftime("%Y-%m-%d", time.gmtime(t0)), "cpus": os.cpu_count(),
-           "nproc": a.nproc, "seq_len": a.seq_len, "micro_batch": a.micro_batch, "precision": "fp32",
-           "tolerance": TOLERANCE, "seconds": round(time.time() - t0, 1), "rows": rows}
+                rows.append(
+                    {
+                        "model": model,
+                        "strategy": strategy,
+                        "activation_checkpointing": ckpt,
+                        "num_params": plan["num_params"],
+                        "predicted_bytes": plan["total_bytes"],
+                        **m,
+                        "ratio": round(ratio, 3),
+                        "within_tolerance": abs(ratio - 1) <= TOLERANCE,
+                        "predicted_parts": {
+                            k: plan[k]
+                            for k in (
+                                "params_bytes",
+                                "grads_bytes",
+                                "optimizer_bytes",
+                                "activations_bytes",
+                                "workspace_bytes",
+                            )
+                        },
+                    }
+                )
+                print(
+                    f"{model:6} {strategy:14} {ckpt:9} {plan['total_bytes'] / 2**20:14.1f} "
+                    f"{measured / 2**20:13.1f} {ratio:6.2f} "
+                    f"{(m['measured_with_unfreed_bytes'] or float('nan')) / 2**20:13.1f} "
+                    f"{malloc / 2**20 if malloc is not None else float('nan'):11.1f}"
+                    f"{'' if rows[-1]['within_tolerance'] else '  <-- off'}",
+                    flush=True,
+                )
+    out = {
+        "bench": "planner_accuracy",
+        "date": time.strftime("%Y-%m-%d", time.gmtime(t0)),
+        "cpus": os.cpu_count(),
+        "nproc": a.nproc,
+        "seq_len": a.seq_len,
+        "micro_batch": a.micro_batch,
+        "precision": "fp32",
+        "tolerance": TOLERANCE,
+        "seconds": round(time.time() - t0, 1),
+        "rows": rows,
+    }
     print(json.dumps(out))
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1) + "\n")

@@ -39,8 +39,32 @@ sys.path[:0] = [p for p in (str(REPO / "trainer"), str(REPO / "operator")) if p 
 
 def make_corpus(root: Path, mb: float, files: int, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
-    syll = ["ka", "to", "ri", "mon", "el", "sa", "the", "an", "ver", "di", "lo", "qu", "is", "ne", "or", "pa",
-            "st", "ing", "ed", "un", "re", "al", "co", "mi"]
+    syll = [
+        "ka",
+        "to",
+        "ri",
+        "mon",
+        "el",
+        "sa",
+        "the",
+        "an",
+        "ver",
+        "di",
+        "lo",
+        "qu",
+        "is",
+        "ne",
+        "or",
+        "pa",
+        "st",
+        "ing",
+        "ed",
+        "un",
+        "re",
+        "al",
+        "co",
+        "mi",
+    ]
     words = ["".join(rng.choice(syll) for _ in range(rng.randint(1, 4))) for _ in range(20000)]
     weights = [1 / (r + 1) for r in range(len(words))]  # Zipf: a few words are most of the text
     target = int(mb * 1e6)
@@ -60,7 +84,7 @@ def make_corpus(root: Path, mb: float, files: int, seed: int = 0) -> list[str]:
     per = -(-len(docs) // files)
     for k in range(files):
         with open(root / f"part-{k:04d}.jsonl", "w") as f:
-            f.writelines(json.dumps({"text": d}) + "\n" for d in docs[k * per:(k + 1) * per])
+            f.writelines(json.dumps({"text": d}) + "\n" for d in docs[k * per : (k + 1) * per])
     return docs
 
 
@@ -70,9 +94,12 @@ def train_tokenizer(docs: list[str], vocab: int, path: Path) -> None:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(docs[: max(200, len(docs) // 4)],
-                            trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|end_of_text|>"],
-                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        docs[: max(200, len(docs) // 4)],
+        trainers.BpeTrainer(
+            vocab_size=vocab, special_tokens=["<|end_of_text|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     tok.save(str(path))
 
 
@@ -84,7 +111,7 @@ def encode_batch_seconds(tok_path: str, docs: list[str], batch: int, fast: bool)
     t0 = time.perf_counter()
     n = 0
     for i in range(0, len(docs), batch):
-        for e in encode(docs[i:i + batch], add_special_tokens=False):
+        for e in encode(docs[i : i + batch], add_special_tokens=False):
             n += len(e.ids)
     return time.perf_counter() - t0, n
 
@@ -95,8 +122,12 @@ def prepare_seconds(src: Path, out: Path, tok_path: str, pool: str, workers: int
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
     r = run_prepare([str(src)], str(out), tokenizer=tok_path, workers=workers, pool=pool)
-    return time.perf_counter() - t0, {"tokens": r.report.tokens, "documents": r.report.documents,
-                                      "stages": r.report.stages, "bytes_per_token": r.report.bytes_per_token}
+    return time.perf_counter() - t0, {
+        "tokens": r.report.tokens,
+        "documents": r.report.documents,
+        "stages": r.report.stages,
+        "bytes_per_token": r.report.bytes_per_token,
+    }
 
 
 def _cpu_seconds() -> float:
@@ -128,13 +159,17 @@ def main(argv=None) -> int:
         tok_path = args.tokenizer or str(work / "tokenizer.json")
         if not args.tokenizer:
             train_tokenizer(docs, args.vocab, Path(tok_path))
-        phases = {"encode_batch": lambda: encode_batch_seconds(tok_path, docs, args.batch_docs, False)[0],
-                  "encode_batch_fast": lambda: encode_batch_seconds(tok_path, docs, args.batch_docs, True)[0],
-                  "prepare (processes)": lambda: prepare_seconds(work / "corpus", work / "out", tok_path,
-                                                                 "process", cores)[0]}
+        phases = {
+            "encode_batch": lambda: encode_batch_seconds(tok_path, docs, args.batch_docs, False)[0],
+            "encode_batch_fast": lambda: encode_batch_seconds(tok_path, docs, args.batch_docs, True)[0],
+            "prepare (processes)": lambda: prepare_seconds(work / "corpus", work / "out", tok_path, "process", cores)[
+                0
+            ],
+        }
         if not args.no_threads:
-            phases["prepare (threads)"] = lambda: prepare_seconds(work / "corpus", work / "out", tok_path,
-                                                                  "thread", cores)[0]
+            phases["prepare (threads)"] = lambda: prepare_seconds(
+                work / "corpus", work / "out", tok_path, "thread", cores
+            )[0]
         times: dict[str, list[float]] = {k: [] for k in phases}
         cpu: dict[str, list[float]] = {k: [] for k in phases}
         for _ in range(args.rounds):
@@ -145,9 +180,11 @@ def main(argv=None) -> int:
         _, detail = prepare_seconds(work / "corpus", work / "out", tok_path, "process", cores)
         mbps = {k: text_mb / statistics.median(v) for k, v in times.items()}
         base = mbps["encode_batch"]
-        print(f"corpus: {len(docs):,} documents, {text_mb:.1f} MB of text in {args.files} files; "
-              f"{detail['tokens']:,} tokens ({detail['bytes_per_token']:.2f} bytes/token); {cores} cores; "
-              f"median of {args.rounds} round(s)")
+        print(
+            f"corpus: {len(docs):,} documents, {text_mb:.1f} MB of text in {args.files} files; "
+            f"{detail['tokens']:,} tokens ({detail['bytes_per_token']:.2f} bytes/token); {cores} cores; "
+            f"median of {args.rounds} round(s)"
+        )
         cpu_per_mb = {k: statistics.median(v) / text_mb for k, v in cpu.items()}
         for k, v in mbps.items():
             print(f"  {k:<22} {v:8.2f} MB/s   {v / base:5.2f}× encode_batch   {cpu_per_mb[k]:6.2f} CPU s/MB")
@@ -155,10 +192,25 @@ def main(argv=None) -> int:
         ratio = mbps["prepare (processes)"] / base
         print(f"prepare / encode_batch = {ratio:.2f}× (target ≥ 0.8×)")
         if args.output:
-            Path(args.output).write_text(json.dumps({
-                "cores": cores, "documents": len(docs), "text_mb": text_mb, "tokens": detail["tokens"],
-                "rounds": args.rounds, "seconds": times, "cpu_seconds": cpu, "MBps": mbps, "ratio_prepare_to_encode_batch": ratio,
-                "prepare_stages_s": detail["stages"], "command": " ".join(sys.argv)}, indent=1) + "\n")
+            Path(args.output).write_text(
+                json.dumps(
+                    {
+                        "cores": cores,
+                        "documents": len(docs),
+                        "text_mb": text_mb,
+                        "tokens": detail["tokens"],
+                        "rounds": args.rounds,
+                        "seconds": times,
+                        "cpu_seconds": cpu,
+                        "MBps": mbps,
+                        "ratio_prepare_to_encode_batch": ratio,
+                        "prepare_stages_s": detail["stages"],
+                        "command": " ".join(sys.argv),
+                    },
+                    indent=1,
+                )
+                + "\n"
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -66,8 +66,14 @@ def job_spec(steps: int, interval: int, ckpt: str) -> dict:
         "data": {"uri": "synthetic", "seqLen": 64},
         "cluster": {"instanceType": "cpu", "processesPerNode": 2},
         "fsdp": {"shardingStrategy": "FULL_SHARD", "mixedPrecision": "fp32", "activationCheckpointing": "none"},
-        "training": {"maxSteps": steps, "globalBatchTokens": 1024, "microBatchSize": 4, "learningRate": 1e-3,
-                     "warmupSteps": 1, "seed": 0},
+        "training": {
+            "maxSteps": steps,
+            "globalBatchTokens": 1024,
+            "microBatchSize": 4,
+            "learningRate": 1e-3,
+            "warmupSteps": 1,
+            "seed": 0,
+        },
         "checkpoint": {"uri": ckpt, "intervalSteps": interval, "intervalMinutes": 60, "keep": 2},
         "resilience": {"collectiveTimeoutMinutes": 2},
         "rendezvous": {"backend": "c10d"},
@@ -80,15 +86,32 @@ class Run:
     def __init__(self, spec_file: Path, nproc: int, workdir: Path):
         from torch.distributed.elastic.utils.distributed import get_free_port
 
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
-               f"--rdzv-endpoint=127.0.0.1:{get_free_port()}", f"--rdzv-id=rec-{uuid.uuid4().hex[:8]}",
-               "--max-restarts=0", "-m", "llmtrain_trainer", "--spec", str(spec_file)]
-        env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", LLMTRAIN_METRICS_PORT=metrics_port(),
-                   LLMTRAIN_CHECKPOINT_STAGING=str(workdir / "staging"))
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc-per-node={nproc}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{get_free_port()}",
+            f"--rdzv-id=rec-{uuid.uuid4().hex[:8]}",
+            "--max-restarts=0",
+            "-m",
+            "llmtrain_trainer",
+            "--spec",
+            str(spec_file),
+        ]
+        env = dict(
+            os.environ,
+            PYTHONUNBUFFERED="1",
+            OMP_NUM_THREADS="1",
+            LLMTRAIN_METRICS_PORT=metrics_port(),
+            LLMTRAIN_CHECKPOINT_STAGING=str(workdir / "staging"),
+        )
         self.started = time.monotonic()
         self.stderr = open(workdir / f"stderr-{uuid.uuid4().hex[:6]}.log", "w")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.stderr, text=True, env=env,
-                                     cwd=REPO, start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=self.stderr, text=True, env=env, cwd=REPO, start_new_session=True
+        )
         self.events: queue.Queue[tuple[float, dict] | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -149,10 +172,15 @@ def recovery(nproc: int, workdir: Path, steps: int, interval: int) -> dict:
     # must be the newest committed, and every later step must run exactly once.
     assert resumed["step"] >= saved["step"], (resumed, saved)
     assert seen == list(range(resumed["step"] + 1, steps + 1)), seen
-    return {"kill_to_first_step_s": t_step - killed, "launch_to_config_s": t_config - second.started,
-            "config_to_resumed_s": t_resume - t_config, "resumed_to_first_step_s": t_step - t_resume,
-            "resumed_from": resumed["step"], "killed_at_step": last["step"],
-            "steps_recomputed": last["step"] - resumed["step"]}
+    return {
+        "kill_to_first_step_s": t_step - killed,
+        "launch_to_config_s": t_config - second.started,
+        "config_to_resumed_s": t_resume - t_config,
+        "resumed_to_first_step_s": t_step - t_resume,
+        "resumed_from": resumed["step"],
+        "killed_at_step": last["step"],
+        "steps_recomputed": last["step"] - resumed["step"],
+    }
 
 
 # --- control-plane recovery on the real chain ------------------------------------------------------
@@ -185,12 +213,15 @@ def control_plane(a: argparse.Namespace) -> dict:
 
     counts = sorted({int(c) for c in str(a.jobs).split(",")})
     nodes = max(counts) + a.spare_nodes
-    out: dict = {"mode": "control-plane", "p5_nodes": nodes, "repeats": a.repeats,
-                 "restart_backoff_fields_set_to_0": zero_backoff(),
-                 "operator_args": ["--progress-interval", str(a.progress_interval), *shlex.split(a.operator_args)],
-                 "training_operator_args": training_operator_args(a.training_operator_threads,
-                                                                  a.training_operator_qps),
-                 "scenarios": {}}
+    out: dict = {
+        "mode": "control-plane",
+        "p5_nodes": nodes,
+        "repeats": a.repeats,
+        "restart_backoff_fields_set_to_0": zero_backoff(),
+        "operator_args": ["--progress-interval", str(a.progress_interval), *shlex.split(a.operator_args)],
+        "training_operator_args": training_operator_args(a.training_operator_threads, a.training_operator_qps),
+        "scenarios": {},
+    }
     with tempfile.TemporaryDirectory(prefix="llmtrain-recovery-cp-") as tmp:
         work = Path(tmp)
         t0 = time.monotonic()
@@ -209,8 +240,13 @@ def control_plane(a: argparse.Namespace) -> dict:
 
             def create(name: str) -> float:
                 t = time.monotonic()
-                custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, {
-                    "apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": spec})
+                custom.create_namespaced_custom_object(
+                    GROUP,
+                    VERSION,
+                    ns,
+                    PLURAL,
+                    {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": spec},
+                )
                 return t
 
             def attempt_of(name: str) -> int:
@@ -221,22 +257,42 @@ def control_plane(a: argparse.Namespace) -> dict:
                 together; each job's own recovery time, and when the last one was back."""
                 attempts = {j: attempt_of(j) for j in victims}
                 for j, n in attempts.items():
-                    pod = next(p for p in core.list_namespaced_pod(
-                        ns, label_selector=f"{rec.job_label}={j},{rec.attempt_label}={n}").items
-                        if p.status.phase == "Running")
-                    core.patch_namespaced_pod(pod.metadata.name, ns, {"metadata": {
-                        "labels": {FAIL_POD_LABEL: "true"}, "annotations": {FAIL_EXIT_CODE_ANNOTATION: "137"}}})
-                wait_for(lambda: all(rec.get(j, n + 1, "pods_running") for j, n in attempts.items()), a.timeout,
-                         f"{len(victims)} jobs recovered at once (operator log: {op.log_path})")
-                totals = [rec.get(j, n + 1, "pods_running") - rec.get(j, n, "pod_failed")
-                          for j, n in attempts.items()]
+                    pod = next(
+                        p
+                        for p in core.list_namespaced_pod(
+                            ns, label_selector=f"{rec.job_label}={j},{rec.attempt_label}={n}"
+                        ).items
+                        if p.status.phase == "Running"
+                    )
+                    core.patch_namespaced_pod(
+                        pod.metadata.name,
+                        ns,
+                        {
+                            "metadata": {
+                                "labels": {FAIL_POD_LABEL: "true"},
+                                "annotations": {FAIL_EXIT_CODE_ANNOTATION: "137"},
+                            }
+                        },
+                    )
+                wait_for(
+                    lambda: all(rec.get(j, n + 1, "pods_running") for j, n in attempts.items()),
+                    a.timeout,
+                    f"{len(victims)} jobs recovered at once (operator log: {op.log_path})",
+                )
+                totals = [rec.get(j, n + 1, "pods_running") - rec.get(j, n, "pod_failed") for j, n in attempts.items()]
                 first = min(rec.get(j, n, "pod_failed") for j, n in attempts.items())
                 last = max(rec.get(j, n + 1, "pods_running") for j, n in attempts.items())
-                return {"jobs": len(victims), "recovery_s": stats(totals),
-                        "first_failure_to_last_running_s": last - first,
-                        "parts_median_s": {part: statistics.median(
-                            rec.get(j, n + d1, s1) - rec.get(j, n + d0, s0) for j, n in attempts.items())
-                            for part, (s0, d0), (s1, d1) in CP_PARTS}}
+                return {
+                    "jobs": len(victims),
+                    "recovery_s": stats(totals),
+                    "first_failure_to_last_running_s": last - first,
+                    "parts_median_s": {
+                        part: statistics.median(
+                            rec.get(j, n + d1, s1) - rec.get(j, n + d0, s0) for j, n in attempts.items()
+                        )
+                        for part, (s0, d0), (s1, d1) in CP_PARTS
+                    },
+                }
 
             jobs: list[str] = []
             for count in counts:
@@ -249,26 +305,46 @@ def control_plane(a: argparse.Namespace) -> dict:
                 # training-operator's queue still holds the start-up burst (one worker thread and 20
                 # API QPS by default), and a failure would wait behind it.
                 settle = time.monotonic()
-                wait_for(lambda: all(rec.phase.get(j, (0, None))[1] == "Running"
-                                     and rec.get(j, attempt_of(j), "pods_running") for j in jobs),  # noqa: B023 (waited on here)
-                         a.timeout, f"{count} jobs Running")
+                wait_for(
+                    lambda: all(
+                        rec.phase.get(j, (0, None))[1] == "Running" and rec.get(j, attempt_of(j), "pods_running")
+                        for j in jobs
+                    ),  # noqa: B023 (waited on here)
+                    a.timeout,
+                    f"{count} jobs Running",
+                )
                 settled_s = time.monotonic() - settle
                 runs, cold = [], []
                 for r in range(a.repeats):
                     job = jobs[r % count]
                     n = attempt_of(job)
                     pods = core.list_namespaced_pod(
-                        ns, label_selector=f"{rec.job_label}={job},{rec.attempt_label}={n}").items
+                        ns, label_selector=f"{rec.job_label}={job},{rec.attempt_label}={n}"
+                    ).items
                     victim = next(p for p in pods if p.status.phase == "Running")
-                    core.patch_namespaced_pod(victim.metadata.name, ns, {"metadata": {
-                        "labels": {FAIL_POD_LABEL: "true"}, "annotations": {FAIL_EXIT_CODE_ANNOTATION: "137"}}})
-                    wait_for(lambda: rec.get(job, n + 1, "pods_running"), a.timeout,  # noqa: B023 (waited on here)
-                             f"{job} attempt {n + 1} pods Running (operator log: {op.log_path})")
+                    core.patch_namespaced_pod(
+                        victim.metadata.name,
+                        ns,
+                        {
+                            "metadata": {
+                                "labels": {FAIL_POD_LABEL: "true"},
+                                "annotations": {FAIL_EXIT_CODE_ANNOTATION: "137"},
+                            }
+                        },
+                    )
+                    wait_for(
+                        lambda: rec.get(job, n + 1, "pods_running"),
+                        a.timeout,  # noqa: B023 (waited on here)
+                        f"{job} attempt {n + 1} pods Running (operator log: {op.log_path})",
+                    )
                     t = {f"{stage}_{d}": rec.get(job, n + d, stage) for _, *ends in CP_PARTS for stage, d in ends}
-                    run = {"job": job, "attempt": n + 1,
-                           "total_s": rec.get(job, n + 1, "pods_running") - rec.get(job, n, "pod_failed"),
-                           "failed_node": victim.spec.node_name,
-                           "new_nodes": sorted(rec.pod_nodes.get((job, n + 1), ()))}
+                    run = {
+                        "job": job,
+                        "attempt": n + 1,
+                        "total_s": rec.get(job, n + 1, "pods_running") - rec.get(job, n, "pod_failed"),
+                        "failed_node": victim.spec.node_name,
+                        "new_nodes": sorted(rec.pod_nodes.get((job, n + 1), ())),
+                    }
                     for part, (s0, d0), (s1, d1) in CP_PARTS:
                         run[part] = t[f"{s1}_{d1}"] - t[f"{s0}_{d0}"]
                     runs.append(run)
@@ -280,7 +356,7 @@ def control_plane(a: argparse.Namespace) -> dict:
                     custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, probe)
                 burst = None
                 if a.burst and count >= a.burst:
-                    burst = fail_at_once(jobs[-a.burst:])
+                    burst = fail_at_once(jobs[-a.burst :])
                 # Exactly one live PyTorchJob per job, at its newest attempt.
                 ptjs = custom.list_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs")["items"]
                 live: dict[str, list[str]] = {}
@@ -292,36 +368,48 @@ def control_plane(a: argparse.Namespace) -> dict:
                         live.setdefault(p["metadata"]["labels"][rec.job_label], []).append(p["metadata"]["name"])
                 extra = {j: v for j, v in live.items() if j in jobs and len(v) != 1}
                 total = [r["total_s"] for r in runs]
-                scenario = {"running_jobs": count, "settle_s": settled_s, "recovery_s": stats(total),
-                            "parts_median_s": {part: statistics.median(r[part] for r in runs)
-                                               for part, *_ in CP_PARTS},
-                            "parts_max_s": {part: max(r[part] for r in runs) for part, *_ in CP_PARTS},
-                            "create_to_running_s": stats(cold),
-                            "ratio_recovery_to_create": statistics.median(total) / statistics.median(cold),
-                            "jobs_with_other_than_one_live_ptj": extra, "burst": burst, "runs": runs}
+                scenario = {
+                    "running_jobs": count,
+                    "settle_s": settled_s,
+                    "recovery_s": stats(total),
+                    "parts_median_s": {part: statistics.median(r[part] for r in runs) for part, *_ in CP_PARTS},
+                    "parts_max_s": {part: max(r[part] for r in runs) for part, *_ in CP_PARTS},
+                    "create_to_running_s": stats(cold),
+                    "ratio_recovery_to_create": statistics.median(total) / statistics.median(cold),
+                    "jobs_with_other_than_one_live_ptj": extra,
+                    "burst": burst,
+                    "runs": runs,
+                }
                 out["scenarios"][str(count)] = scenario
-                print(json.dumps({"scenario": count, "recovery_s": scenario["recovery_s"]}), file=sys.stderr,
-                      flush=True)
+                print(
+                    json.dumps({"scenario": count, "recovery_s": scenario["recovery_s"]}), file=sys.stderr, flush=True
+                )
             out["operator_peak_rss_mib"], out["operator_cpu_s"] = op.usage()
             rec.stop()
     return out
 
 
 def print_control_plane(out: dict) -> None:
-    print(f"control-plane recovery (pod Failed → next attempt's pods Running), {out['p5_nodes']} simulated "
-          f"p5.48xlarge nodes, {out['repeats']} failures per scenario; training-operator "
-          f"{' '.join(out['training_operator_args']) or 'defaults'}")
+    print(
+        f"control-plane recovery (pod Failed → next attempt's pods Running), {out['p5_nodes']} simulated "
+        f"p5.48xlarge nodes, {out['repeats']} failures per scenario; training-operator "
+        f"{' '.join(out['training_operator_args']) or 'defaults'}"
+    )
     for count, s in out["scenarios"].items():
         r, c = s["recovery_s"], s["create_to_running_s"]
-        print(f"  {count:>4} running job(s): p50 {r['p50']:.2f} s  p95 {r['p95']:.2f} s  max {r['max']:.2f} s"
-              f"   (new job create→Running p50 {c['p50']:.2f} s; recovery {s['ratio_recovery_to_create']:.2f}×)")
+        print(
+            f"  {count:>4} running job(s): p50 {r['p50']:.2f} s  p95 {r['p95']:.2f} s  max {r['max']:.2f} s"
+            f"   (new job create→Running p50 {c['p50']:.2f} s; recovery {s['ratio_recovery_to_create']:.2f}×)"
+        )
         for part, v in s["parts_median_s"].items():
             print(f"      {part:<34} median {v:6.2f} s   max {s['parts_max_s'][part]:6.2f} s")
         b = s.get("burst")
         if b:
-            print(f"      {b['jobs']} pods failed at once: per job p50 {b['recovery_s']['p50']:.2f} s, max "
-                  f"{b['recovery_s']['max']:.2f} s; first failure → last job Running "
-                  f"{b['first_failure_to_last_running_s']:.2f} s")
+            print(
+                f"      {b['jobs']} pods failed at once: per job p50 {b['recovery_s']['p50']:.2f} s, max "
+                f"{b['recovery_s']['max']:.2f} s; first failure → last job Running "
+                f"{b['first_failure_to_last_running_s']:.2f} s"
+            )
             print("        medians: " + ", ".join(f"{k} {v:.2f}" for k, v in b["parts_median_s"].items()))
         if s["jobs_with_other_than_one_live_ptj"]:
             print(f"      NOT exactly one live PyTorchJob: {s['jobs_with_other_than_one_live_ptj']}")
@@ -329,21 +417,40 @@ def print_control_plane(out: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--control-plane", action="store_true",
-                    help="measure pod failure → next attempt Running on the simulated chain instead")
+    ap.add_argument(
+        "--control-plane",
+        action="store_true",
+        help="measure pod failure → next attempt Running on the simulated chain instead",
+    )
     ap.add_argument("--jobs", default="1,200", help="--control-plane: running jobs per scenario")
     ap.add_argument("--spare-nodes", type=int, default=4, help="--control-plane: simulated nodes beyond one per job")
-    ap.add_argument("--progress-interval", type=float, default=3600.0,
-                    help="--control-plane: the operator's --progress-interval")
+    ap.add_argument(
+        "--progress-interval", type=float, default=3600.0, help="--control-plane: the operator's --progress-interval"
+    )
     ap.add_argument("--timeout", type=float, default=300.0, help="--control-plane: per wait")
-    ap.add_argument("--operator-args", default="",
-                    help="--control-plane: more operator flags (e.g. a restart-backoff flag set to 0)")
-    ap.add_argument("--burst", type=int, default=0,
-                    help="--control-plane: also fail this many jobs' pods at once (per scenario with that many jobs)")
-    ap.add_argument("--training-operator-threads", type=int, default=None,
-                    help="--control-plane: training-operator --controller-threads (default: Kubeflow's, 1)")
-    ap.add_argument("--training-operator-qps", type=int, default=None,
-                    help="--control-plane: training-operator --kube-api-qps (default: Kubeflow's, 20)")
+    ap.add_argument(
+        "--operator-args",
+        default="",
+        help="--control-plane: more operator flags (e.g. a restart-backoff flag set to 0)",
+    )
+    ap.add_argument(
+        "--burst",
+        type=int,
+        default=0,
+        help="--control-plane: also fail this many jobs' pods at once (per scenario with that many jobs)",
+    )
+    ap.add_argument(
+        "--training-operator-threads",
+        type=int,
+        default=None,
+        help="--control-plane: training-operator --controller-threads (default: Kubeflow's, 1)",
+    )
+    ap.add_argument(
+        "--training-operator-qps",
+        type=int,
+        default=None,
+        help="--control-plane: training-operator --kube-api-qps (default: Kubeflow's, 20)",
+    )
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--steps", type=int, default=60)
@@ -370,20 +477,27 @@ def main(argv: list[str] | None = None) -> int:
             rec.append(recovery(a.nproc, work, a.steps, a.interval))
     kill = [r["kill_to_first_step_s"] for r in rec]
     result = {
-        "nproc": a.nproc, "repeats": a.repeats,
+        "nproc": a.nproc,
+        "repeats": a.repeats,
         "cold_start_s": {"median": statistics.median(cold), "min": min(cold), "max": max(cold)},
         "kill_to_first_step_s": {"median": statistics.median(kill), "min": min(kill), "max": max(kill)},
         "ratio_recovery_to_cold_start": statistics.median(kill) / statistics.median(cold),
         "runs": rec,
     }
-    print(f"cold start → first step      median {result['cold_start_s']['median']:.2f} s "
-          f"(min {min(cold):.2f}, max {max(cold):.2f})")
-    print(f"SIGKILL → first resumed step median {result['kill_to_first_step_s']['median']:.2f} s "
-          f"(min {min(kill):.2f}, max {max(kill):.2f}); {result['ratio_recovery_to_cold_start']:.2f}× cold start")
+    print(
+        f"cold start → first step      median {result['cold_start_s']['median']:.2f} s "
+        f"(min {min(cold):.2f}, max {max(cold):.2f})"
+    )
+    print(
+        f"SIGKILL → first resumed step median {result['kill_to_first_step_s']['median']:.2f} s "
+        f"(min {min(kill):.2f}, max {max(kill):.2f}); {result['ratio_recovery_to_cold_start']:.2f}× cold start"
+    )
     for r in rec:
-        print(f"  launch→config {r['launch_to_config_s']:.2f} s, config→resumed {r['config_to_resumed_s']:.2f} s, "
-              f"resumed→step {r['resumed_to_first_step_s']:.2f} s; resumed from step {r['resumed_from']}, "
-              f"killed at {r['killed_at_step']}, {r['steps_recomputed']} step(s) recomputed, none lost or repeated")
+        print(
+            f"  launch→config {r['launch_to_config_s']:.2f} s, config→resumed {r['config_to_resumed_s']:.2f} s, "
+            f"resumed→step {r['resumed_to_first_step_s']:.2f} s; resumed from step {r['resumed_from']}, "
+            f"killed at {r['killed_at_step']}, {r['steps_recomputed']} step(s) recomputed, none lost or repeated"
+        )
     print(json.dumps(result))
     if a.json:
         Path(a.json).write_text(json.dumps(result, indent=2))

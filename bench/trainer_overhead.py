@@ -49,8 +49,15 @@ REPO = Path(__file__).resolve().parents[1]
 # name: (hidden, layers, heads, kv_heads, vocab, seq_len, sequences per step)
 SIZES = {
     "small": {"hidden": 128, "layers": 2, "heads": 4, "kv_heads": 2, "vocab": 256, "seq_len": 64, "batch": 8},  # 512
-    "large": {"hidden": 256, "layers": 4, "heads": 8, "kv_heads": 4, "vocab": 1024, "seq_len": 256,
-              "batch": 8},  # 2048 tokens
+    "large": {
+        "hidden": 256,
+        "layers": 4,
+        "heads": 8,
+        "kv_heads": 4,
+        "vocab": 1024,
+        "seq_len": 256,
+        "batch": 8,
+    },  # 2048 tokens
 }
 TARGETS = {"small": 1.10, "large": 1.02}
 
@@ -58,16 +65,28 @@ TARGETS = {"small": 1.10, "large": 1.02}
 def job_spec(size: dict, steps: int, nproc: int) -> dict:
     h = size["hidden"]
     return {
-        "model": {"dims": {"hiddenSize": h, "intermediateSize": int(h * 8 / 3 // 64 * 64),
-                           "numLayers": size["layers"], "numHeads": size["heads"],
-                           "numKvHeads": size["kv_heads"], "vocabSize": size["vocab"],
-                           "maxSeqLen": size["seq_len"]}},
+        "model": {
+            "dims": {
+                "hiddenSize": h,
+                "intermediateSize": int(h * 8 / 3 // 64 * 64),
+                "numLayers": size["layers"],
+                "numHeads": size["heads"],
+                "numKvHeads": size["kv_heads"],
+                "vocabSize": size["vocab"],
+                "maxSeqLen": size["seq_len"],
+            }
+        },
         "data": {"uri": "synthetic", "seqLen": size["seq_len"]},
         "cluster": {"instanceType": "cpu", "processesPerNode": nproc},
         "fsdp": {"shardingStrategy": "FULL_SHARD", "mixedPrecision": "fp32", "activationCheckpointing": "none"},
-        "training": {"maxSteps": steps, "globalBatchTokens": size["batch"] * size["seq_len"],
-                     "microBatchSize": size["batch"] // nproc, "learningRate": 3e-4, "warmupSteps": 2,
-                     "seed": 0},
+        "training": {
+            "maxSteps": steps,
+            "globalBatchTokens": size["batch"] * size["seq_len"],
+            "microBatchSize": size["batch"] // nproc,
+            "learningRate": 3e-4,
+            "warmupSteps": 2,
+            "seed": 0,
+        },
         "rendezvous": {"backend": "c10d"},
     }
 
@@ -172,8 +191,9 @@ def worker(spec_path: str, repeats: int) -> None:
     for r in range(repeats):
         order = ("baseline", "trainer") if r % 2 == 0 else ("trainer", "baseline")
         for side in order:
-            dist.init_process_group("gloo", store=dist.PrefixStore(f"turn-{r}-{side}", store), rank=rank,
-                                    world_size=world)
+            dist.init_process_group(
+                "gloo", store=dist.PrefixStore(f"turn-{r}-{side}", store), rank=rank, world_size=world
+            )
             got = baseline_turn(spec) if side == "baseline" else trainer_turn(spec, base_port + 8 * r)
             if rank == 0:
                 print(json.dumps({"turn": r, "side": side, "load": os.getloadavg()[0], **got}), flush=True)
@@ -201,9 +221,23 @@ def bookkeeping(n: int = 3000) -> dict:
     mem = train._Memory(dev)
     loss_sum = torch.zeros(())
     null = open(os.devnull, "w")
-    event = {"event": "step", "step": 1, "loss": 5.123456, "lr": 3e-4, "grad_norm": 0.98, "tokens_per_second": 5413.55,
-             "tflops_per_device": 0.0066, "mfu": 0.066, "step_seconds": 0.03, "data_wait_seconds": 1e-5,
-             "sample_start": 8, "samples": 8, "tokens": 512, "max_steps": 40, "time": 1796042737.47}
+    event = {
+        "event": "step",
+        "step": 1,
+        "loss": 5.123456,
+        "lr": 3e-4,
+        "grad_norm": 0.98,
+        "tokens_per_second": 5413.55,
+        "tflops_per_device": 0.0066,
+        "mfu": 0.066,
+        "step_seconds": 0.03,
+        "data_wait_seconds": 1e-5,
+        "sample_start": 8,
+        "samples": 8,
+        "tokens": 512,
+        "max_steps": 40,
+        "time": 1796042737.47,
+    }
 
     def metrics():
         m.step.set(1)
@@ -227,8 +261,13 @@ def bookkeeping(n: int = 3000) -> dict:
         null.write(dumps(event) + "\n")
         null.flush()
 
-    parts = {"throughput": lambda: step_throughput(512, 0.03, 2, dims, 64, 1e12), "metrics": metrics,
-             "memory": mem.read, "flags": flags, "step_line": emit}
+    parts = {
+        "throughput": lambda: step_throughput(512, 0.03, 2, dims, 64, 1e12),
+        "metrics": metrics,
+        "memory": mem.read,
+        "flags": flags,
+        "step_line": emit,
+    }
     out = {}
     for name, fn in parts.items():
         fn()
@@ -242,7 +281,7 @@ def bookkeeping(n: int = 3000) -> dict:
 
 
 def step_deltas(stamps: list[float], warmup: int) -> list[float]:
-    return [b - a for a, b in zip(stamps[warmup:], stamps[warmup + 1:], strict=False)]
+    return [b - a for a, b in zip(stamps[warmup:], stamps[warmup + 1 :], strict=False)]
 
 
 def _q(xs: list[float], q: float) -> float:
@@ -254,14 +293,17 @@ def _q(xs: list[float], q: float) -> float:
 
 def _stats(base: list[float], trn: list[float], pairs: list[float]) -> dict:
     bm, tm = statistics.median(base), statistics.median(trn)
-    return {"baseline_ms": {"median": round(bm * 1e3, 3), "min": round(min(base) * 1e3, 3)},
-            "trainer_ms": {"median": round(tm * 1e3, 3), "min": round(min(trn) * 1e3, 3)},
-            "overhead_ms_median": round((tm - bm) * 1e3, 3),
-            "ratio_paired_median": round(statistics.median(pairs), 3),
-            "ratio_paired_iqr": [round(_q(pairs, 0.25), 3), round(_q(pairs, 0.75), 3)],
-            "ratio_paired_range": [min(pairs), max(pairs)],
-            "ratio_pooled_median": round(tm / bm, 3), "ratio_pooled_min": round(min(trn) / min(base), 3),
-            "ratio_per_pair": pairs}
+    return {
+        "baseline_ms": {"median": round(bm * 1e3, 3), "min": round(min(base) * 1e3, 3)},
+        "trainer_ms": {"median": round(tm * 1e3, 3), "min": round(min(trn) * 1e3, 3)},
+        "overhead_ms_median": round((tm - bm) * 1e3, 3),
+        "ratio_paired_median": round(statistics.median(pairs), 3),
+        "ratio_paired_iqr": [round(_q(pairs, 0.25), 3), round(_q(pairs, 0.75), 3)],
+        "ratio_paired_range": [min(pairs), max(pairs)],
+        "ratio_pooled_median": round(tm / bm, 3),
+        "ratio_pooled_min": round(min(trn) / min(base), 3),
+        "ratio_per_pair": pairs,
+    }
 
 
 def measure(name: str, size: dict, a: argparse.Namespace, env: dict) -> dict:
@@ -271,8 +313,18 @@ def measure(name: str, size: dict, a: argparse.Namespace, env: dict) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         spec_file = os.path.join(tmp, "spec.json")
         Path(spec_file).write_text(json.dumps(spec))
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={a.nproc}",
-               __file__, "--run-worker", spec_file, "--repeats", str(a.repeats)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={a.nproc}",
+            __file__,
+            "--run-worker",
+            spec_file,
+            "--repeats",
+            str(a.repeats),
+        ]
         errf = open(os.path.join(tmp, "stderr"), "w+")  # a file, not a pipe: nobody drains it while we read stdout
         proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=errf, text=True)
         for line in proc.stdout:
@@ -284,15 +336,22 @@ def measure(name: str, size: dict, a: argparse.Namespace, env: dict) -> dict:
                     pair = turns[d["turn"]]
                     b, t = (statistics.median(step_deltas(pair[s]["ends"], a.warmup)) for s in ("baseline", "trainer"))
                     bc, tc = (statistics.median(step_deltas(pair[s]["cpu"], a.warmup)) for s in ("baseline", "trainer"))
-                    print(f"{name} pair {d['turn'] + 1}/{a.repeats}: wall {b * 1e3:7.2f} vs {t * 1e3:7.2f} ms "
-                          f"({t / b:.3f}x)  cpu {bc * 1e3:7.2f} vs {tc * 1e3:7.2f} ms ({tc / bc:.3f}x)  "
-                          f"load {d['load']:.1f}", flush=True)
+                    print(
+                        f"{name} pair {d['turn'] + 1}/{a.repeats}: wall {b * 1e3:7.2f} vs {t * 1e3:7.2f} ms "
+                        f"({t / b:.3f}x)  cpu {bc * 1e3:7.2f} vs {tc * 1e3:7.2f} ms ({tc / bc:.3f}x)  "
+                        f"load {d['load']:.1f}",
+                        flush=True,
+                    )
         if proc.wait():
             errf.seek(0)
             sys.exit(f"{name}: worker failed:\n{errf.read()[-4000:]}")
         errf.close()
-    out = {"tokens_per_step": size["batch"] * size["seq_len"], "model": spec["model"]["dims"],
-           "target": TARGETS[name], "load_during": [round(min(loads), 2), round(max(loads), 2)]}
+    out = {
+        "tokens_per_step": size["batch"] * size["seq_len"],
+        "model": spec["model"]["dims"],
+        "target": TARGETS[name],
+        "load_during": [round(min(loads), 2), round(max(loads), 2)],
+    }
     for kind, key in (("wall", "ends"), ("cpu", "cpu")):
         base, trn, pairs = [], [], []
         for r in sorted(turns):
@@ -321,9 +380,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.quick:
         a.steps, a.warmup, a.repeats = 6, 2, 2
-    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), LLMTRAIN_METRICS_PORT=metrics_port(), PYTHONUNBUFFERED="1",
-               LLMTRAIN_LOG_LEVEL="WARNING", PYTHONPATH=os.pathsep.join(
-                   [str(REPO / "operator"), str(REPO / "trainer"), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS=str(a.threads),
+        LLMTRAIN_METRICS_PORT=metrics_port(),
+        PYTHONUNBUFFERED="1",
+        LLMTRAIN_LOG_LEVEL="WARNING",
+        PYTHONPATH=os.pathsep.join([str(REPO / "operator"), str(REPO / "trainer"), os.environ.get("PYTHONPATH", "")]),
+    )
     load_before = os.getloadavg()
     t0 = time.time()
     sys.path[:0] = [str(REPO / "operator"), str(REPO / "trainer")]
@@ -332,22 +396,34 @@ def main(argv: list[str] | None = None) -> int:
     results = {name: measure(name, SIZES[name], a, env) for name in a.sizes.split(",")}
     for r in results.values():
         r["bookkeeping_share_of_baseline_cpu"] = round(book["total"] / 1e3 / r["cpu"]["baseline_ms"]["median"], 4)
-    out = {"bench": "trainer_overhead", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
-           "cpus": os.cpu_count(), "nproc": a.nproc, "threads": a.threads, "steps": a.steps,
-           "warmup": a.warmup, "repeats": a.repeats, "quick": a.quick,
-           "loadavg_before": [round(x, 2) for x in load_before],
-           "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-           "seconds": round(time.time() - t0, 1), "bookkeeping_us_per_step": book, "sizes": results}
+    out = {
+        "bench": "trainer_overhead",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
+        "cpus": os.cpu_count(),
+        "nproc": a.nproc,
+        "threads": a.threads,
+        "steps": a.steps,
+        "warmup": a.warmup,
+        "repeats": a.repeats,
+        "quick": a.quick,
+        "loadavg_before": [round(x, 2) for x in load_before],
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "seconds": round(time.time() - t0, 1),
+        "bookkeeping_us_per_step": book,
+        "sizes": results,
+    }
     print(json.dumps(out))
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
     for name, r in results.items():
         for kind in ("cpu", "wall"):
             k = r[kind]
-            print(f"{name} ({r['tokens_per_step']} tokens/step) {kind:4}: trainer / minimal loop "
-                  f"{k['ratio_paired_median']:.3f}x (median of {a.repeats} pairs, IQR {k['ratio_paired_iqr']}, "
-                  f"range {k['ratio_paired_range']}); pooled minima {k['ratio_pooled_min']:.3f}x; "
-                  f"{k['overhead_ms_median']:+.2f} ms/step; target ≤ {r['target']:.2f}x; load {r['load_during']}")
+            print(
+                f"{name} ({r['tokens_per_step']} tokens/step) {kind:4}: trainer / minimal loop "
+                f"{k['ratio_paired_median']:.3f}x (median of {a.repeats} pairs, IQR {k['ratio_paired_iqr']}, "
+                f"range {k['ratio_paired_range']}); pooled minima {k['ratio_pooled_min']:.3f}x; "
+                f"{k['overhead_ms_median']:+.2f} ms/step; target ≤ {r['target']:.2f}x; load {r['load_during']}"
+            )
     return 0
 
 

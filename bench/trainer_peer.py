@@ -53,27 +53,44 @@ def torch_runtime(rendered_ptj: dict, name: str = RUNTIME_NAME) -> dict:
     container["name"] = "node"
     pod["restartPolicy"] = worker.get("restartPolicy", "Never")
     return {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
         "metadata": {"name": name, "labels": {"trainer.kubeflow.org/framework": "torch"}},
         "spec": {
             "mlPolicy": {"numNodes": worker.get("replicas", 1), "torch": {}},
-            "template": {"spec": {"replicatedJobs": [{
-                "name": "node",
-                "template": {
-                    "metadata": {"labels": {TRAINER_STAGE_LABEL: "trainer"}},
-                    "spec": {"backoffLimit": rendered_ptj["spec"].get("runPolicy", {}).get("backoffLimit", 0),
-                             "template": {"metadata": {"annotations": dict(
-                                 worker["template"]["metadata"].get("annotations") or {})},
-                                 "spec": pod}}}}]}},
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "template": {
+                                "metadata": {"labels": {TRAINER_STAGE_LABEL: "trainer"}},
+                                "spec": {
+                                    "backoffLimit": rendered_ptj["spec"].get("runPolicy", {}).get("backoffLimit", 0),
+                                    "template": {
+                                        "metadata": {
+                                            "annotations": dict(worker["template"]["metadata"].get("annotations") or {})
+                                        },
+                                        "spec": pod,
+                                    },
+                                },
+                            },
+                        }
+                    ]
+                }
+            },
         },
     }
 
 
 def trainjob(name: str, runtime: str = RUNTIME_NAME) -> dict:
     """The TrainJob a user writes for that runtime: a name and the runtime's reference."""
-    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": name},
-            "spec": {"runtimeRef": {"name": runtime, "apiGroup": "trainer.kubeflow.org",
-                                    "kind": "ClusterTrainingRuntime"}}}
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name},
+        "spec": {"runtimeRef": {"name": runtime, "apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime"}},
+    }
 
 
 class PeerRecorder:
@@ -96,9 +113,10 @@ class PeerRecorder:
         self.relisted = False
         self._stopped = False
         self._watches: list = []
-        for fn, args, handle in ((core.list_namespaced_pod, (namespace,), self._pod),
-                                 (custom.list_namespaced_custom_object, (*JOBSET[:2], namespace, JOBSET[2]),
-                                  self._jobset)):
+        for fn, args, handle in (
+            (core.list_namespaced_pod, (namespace,), self._pod),
+            (custom.list_namespaced_custom_object, (*JOBSET[:2], namespace, JOBSET[2]), self._jobset),
+        ):
             threading.Thread(target=self._run, args=(fn, args, handle), daemon=True).start()
 
     def _run(self, list_fn, args, handle) -> None:
@@ -112,8 +130,9 @@ class PeerRecorder:
                 for ev in w.stream(list_fn, *args, timeout_seconds=300, resource_version=version):
                     obj = ev["object"]
                     meta = obj["metadata"] if isinstance(obj, dict) else obj.metadata
-                    version = (meta.get("resourceVersion") if isinstance(meta, dict)
-                               else meta.resource_version) or version
+                    version = (
+                        meta.get("resourceVersion") if isinstance(meta, dict) else meta.resource_version
+                    ) or version
                     handle(ev["type"], obj, time.monotonic())
             except Exception as err:  # noqa: BLE001
                 if self._stopped:
@@ -162,7 +181,10 @@ class _LLMTrainView:
     """The chainbench Recorder seen through PeerRecorder's interface (child = the PyTorchJob)."""
 
     STAGE: ClassVar[dict[str, str]] = {
-        "child_created": "ptj_created", "pods_created": "pods_created", "pods_running": "pods_running"}
+        "child_created": "ptj_created",
+        "pods_created": "pods_created",
+        "pods_running": "pods_running",
+    }
 
     def __init__(self, api, namespace: str):
         self.rec = Recorder(api, namespace)
@@ -202,8 +224,17 @@ def _wait_stage(view, names: list[str], stage: str, timeout: float, settle_s: fl
         time.sleep(0.2)
 
 
-def run_phase(kind: str, api, run: ChainRun, peer, names: list[str], a: argparse.Namespace, tag: str,
-              index: int, base_pids: dict[str, int]) -> dict:
+def run_phase(
+    kind: str,
+    api,
+    run: ChainRun,
+    peer,
+    names: list[str],
+    a: argparse.Namespace,
+    tag: str,
+    index: int,
+    base_pids: dict[str, int],
+) -> dict:
     """One phase of ``kind`` (``llmtrain`` or ``trainer``): create ``names``, measure, clean up."""
     from kubernetes import client
 
@@ -252,9 +283,13 @@ def run_phase(kind: str, api, run: ChainRun, peer, names: list[str], a: argparse
     running = _wait_stage(view, names, "pods_running", a.timeout, a.settle)
     span = time.monotonic() - t0
     after = _usage(pids)
-    res: dict = {"kind": kind, "namespace": ns, "jobs": len(names),
-                 "loadavg_start": [round(x, 2) for x in loadavg0],
-                 "loadavg_end": [round(x, 2) for x in os.getloadavg()]}
+    res: dict = {
+        "kind": kind,
+        "namespace": ns,
+        "jobs": len(names),
+        "loadavg_start": [round(x, 2) for x in loadavg0],
+        "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+    }
     # The user's create itself (admission, TrainJob's webhooks included, and the write).
     res["create_call_s"] = stats([answered_at[n] - created_at[n] for n in names])
     res["create_to_child_s"] = stats([children[n] - created_at[n] for n in children])
@@ -267,13 +302,16 @@ def run_phase(kind: str, api, run: ChainRun, peer, names: list[str], a: argparse
     res["jobs_per_s_running"] = len(running) / (max(running.values()) - t0) if running else 0.0
     res["reached_running"] = len(running)
     res["phase_s"] = span
-    res["cpu_ms_per_job"] = {n: round(1000 * (after[n][0] - before[n][0]) / len(names), 2)
-                             for n in after if n in before}
+    res["cpu_ms_per_job"] = {
+        n: round(1000 * (after[n][0] - before[n][0]) / len(names), 2) for n in after if n in before
+    }
     res["cpu_ms_per_job_total"] = round(sum(res["cpu_ms_per_job"].values()), 2)
     res["idle_cpu_ms_per_s"] = {n: round(1000 * r, 2) for n, r in idle_rate.items()}
     res["cpu_ms_per_job_above_idle"] = {
         n: round(1000 * (after[n][0] - before[n][0] - idle_rate.get(n, 0.0) * span) / len(names), 2)
-        for n in after if n in before}
+        for n in after
+        if n in before
+    }
     res["cpu_ms_per_job_above_idle_total"] = round(sum(res["cpu_ms_per_job_above_idle"].values()), 2)
     res["peak_rss_mib"] = {n: round(u[1], 1) for n, u in after.items() if n != "bench"}
     # Lost: no child, or not every pod Running. Duplicated: a child or a pod created twice.
@@ -289,9 +327,13 @@ def run_phase(kind: str, api, run: ChainRun, peer, names: list[str], a: argparse
         assert isinstance(view, PeerRecorder)
         js = custom.list_namespaced_custom_object(*JOBSET[:2], ns, JOBSET[2])["items"]
         counts = {j["metadata"]["name"]: 1 for j in js}
-        res["duplicated"] = sum(1 for n in names if counts.get(n, 0) > 1
-                                or (not view.relisted and view.added.get(n, 0) > 1)
-                                or len(view.pod_names.get(n, ())) > 1)
+        res["duplicated"] = sum(
+            1
+            for n in names
+            if counts.get(n, 0) > 1
+            or (not view.relisted and view.added.get(n, 0) > 1)
+            or len(view.pod_names.get(n, ())) > 1
+        )
     if op is not None:
         op.stop()
         run.operator = None
@@ -342,23 +384,33 @@ def summarize(phases: list[dict]) -> dict:
             procs = {n for p in ps for n in p[key]}
             cpu[k] = {n: statistics.median(p[key].get(n, 0.0) for p in ps) for n in sorted(procs)}
         out[f"{key}_by_process"] = cpu
-    out["peak_rss_mib"] = {n: max(p["peak_rss_mib"].get(n, 0) for p in phases)
-                           for n in sorted({n for p in phases for n in p["peak_rss_mib"]})}
+    out["peak_rss_mib"] = {
+        n: max(p["peak_rss_mib"].get(n, 0) for p in phases)
+        for n in sorted({n for p in phases for n in p["peak_rss_mib"]})
+    }
     out["lost"] = {k: sum(p["lost"] for p in ps) for k, ps in by_kind.items()}
     out["duplicated"] = {k: sum(p["duplicated"] for p in ps) for k, ps in by_kind.items()}
     out["second_stage"] = {
-        "training-operator v1: PyTorchJob→pods created p50/p99 (s)":
-            [statistics.median(p["child_to_pods_created_s"][q] for p in by_kind["llmtrain"]) for q in ("p50", "p99")]
-            if by_kind["llmtrain"] else None,
-        "training-operator v1: PyTorchJob→all Running p50/p99 (s)":
-            [statistics.median(p["child_to_running_s"][q] for p in by_kind["llmtrain"]) for q in ("p50", "p99")]
-            if by_kind["llmtrain"] else None,
-        "JobSet + job controller: JobSet→pods created p50/p99 (s)":
-            [statistics.median(p["child_to_pods_created_s"][q] for p in by_kind["trainer"]) for q in ("p50", "p99")]
-            if by_kind["trainer"] else None,
-        "JobSet + job controller: JobSet→all Running p50/p99 (s)":
-            [statistics.median(p["child_to_running_s"][q] for p in by_kind["trainer"]) for q in ("p50", "p99")]
-            if by_kind["trainer"] else None,
+        "training-operator v1: PyTorchJob→pods created p50/p99 (s)": [
+            statistics.median(p["child_to_pods_created_s"][q] for p in by_kind["llmtrain"]) for q in ("p50", "p99")
+        ]
+        if by_kind["llmtrain"]
+        else None,
+        "training-operator v1: PyTorchJob→all Running p50/p99 (s)": [
+            statistics.median(p["child_to_running_s"][q] for p in by_kind["llmtrain"]) for q in ("p50", "p99")
+        ]
+        if by_kind["llmtrain"]
+        else None,
+        "JobSet + job controller: JobSet→pods created p50/p99 (s)": [
+            statistics.median(p["child_to_pods_created_s"][q] for p in by_kind["trainer"]) for q in ("p50", "p99")
+        ]
+        if by_kind["trainer"]
+        else None,
+        "JobSet + job controller: JobSet→all Running p50/p99 (s)": [
+            statistics.median(p["child_to_running_s"][q] for p in by_kind["trainer"]) for q in ("p50", "p99")
+        ]
+        if by_kind["trainer"]
+        else None,
     }
     return out
 
@@ -399,9 +451,15 @@ def run_peer(a: argparse.Namespace, workdir: Path) -> dict:
     if a.jobs > a.nodes:
         raise SystemExit(f"--peer: --jobs {a.jobs} exceeds --nodes {a.nodes}; each one-node job needs a node")
     to_args = training_operator_args(a.training_operator_threads, a.training_operator_qps)
-    out: dict = {"jobs_per_phase": a.jobs, "threads": a.threads, "p5_nodes": a.nodes, "repeat": a.repeat,
-                 "training_operator_args": to_args, "cpus": os.cpu_count(),
-                 "loadavg_start": [round(x, 2) for x in os.getloadavg()]}
+    out: dict = {
+        "jobs_per_phase": a.jobs,
+        "threads": a.threads,
+        "p5_nodes": a.nodes,
+        "repeat": a.repeat,
+        "training_operator_args": to_args,
+        "cpus": os.cpu_count(),
+        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+    }
     started = time.monotonic()
     with ChainRun(workdir / "cluster", a.nodes, to_args, workdir / "operator.log") as run:
         cluster = run.cluster
@@ -413,8 +471,7 @@ def run_peer(a: argparse.Namespace, workdir: Path) -> dict:
             api = api_client(cluster.kubeconfig, pool=max(32, a.threads * 2))
             names = [f"job-{i:05d}" for i in range(a.jobs)]
             tag = uuid.uuid4().hex[:6]
-            rendered = render_pytorchjob(parse_spec(job_spec(nodes=1)), names[0], "ns", 1, None,
-                                         "etcd.bench.svc:2379")
+            rendered = render_pytorchjob(parse_spec(job_spec(nodes=1)), names[0], "ns", 1, None, "etcd.bench.svc:2379")
             peer.install_runtime(torch_runtime(rendered))
             base = {**{k: p.pid for k, p in cluster._procs.items()}, **peer.pids}
             if a.direct_floor:
@@ -422,7 +479,7 @@ def run_peer(a: argparse.Namespace, workdir: Path) -> dict:
                 log({"direct_floor": out["direct_floor"]})
             phases: list[dict] = []
             for i in range(a.repeat):
-                for kind in (("llmtrain", "trainer") if i % 2 == 0 else ("trainer", "llmtrain")):
+                for kind in ("llmtrain", "trainer") if i % 2 == 0 else ("trainer", "llmtrain"):
                     res = run_phase(kind, api, run, peer, names, a, tag, len(phases), base)
                     log({"phase": res})
                     phases.append(res)
@@ -437,14 +494,18 @@ def run_peer(a: argparse.Namespace, workdir: Path) -> dict:
 
 def print_peer(out: dict) -> None:
     s = out["summary"]
-    print(f"operator_scale --peer: {out['jobs_per_phase']} one-node p5 jobs per phase, {out['repeat']}× each of "
-          f"llmtrain and Trainer v2 (alternated), {out['p5_nodes']} simulated p5.48xlarge nodes, "
-          f"{out['threads']} client threads; loadavg {out['loadavg_start']} → {out['loadavg_end']}")
+    print(
+        f"operator_scale --peer: {out['jobs_per_phase']} one-node p5 jobs per phase, {out['repeat']}× each of "
+        f"llmtrain and Trainer v2 (alternated), {out['p5_nodes']} simulated p5.48xlarge nodes, "
+        f"{out['threads']} client threads; loadavg {out['loadavg_start']} → {out['loadavg_end']}"
+    )
     print(f"  {'figure (median over phases)':<40} {'llmtrain':>10} {'Trainer v2':>10} {'ratio':>7}")
     for name, _, _ in FIGURES:
         r = s[name]
-        print(f"  {name:<40} {r.get('llmtrain', float('nan')):>10.2f} {r.get('trainer', float('nan')):>10.2f} "
-              f"{r.get('ratio', float('nan')):>7.2f}")
+        print(
+            f"  {name:<40} {r.get('llmtrain', float('nan')):>10.2f} {r.get('trainer', float('nan')):>10.2f} "
+            f"{r.get('ratio', float('nan')):>7.2f}"
+        )
     for k, v in s["second_stage"].items():
         if v:
             print(f"  {k:<58} {v[0]:.2f} / {v[1]:.2f}")

@@ -67,11 +67,27 @@ def main() -> int:
     log_path = STATE / "operator.log"
     env = {**os.environ, "KUBECONFIG": str(STATE / "operator.kubeconfig")}
     operator = subprocess.Popen(
-        [sys.executable, "-m", "llmtrain.controller", "--bind-address", "127.0.0.1",
-         "--liveness-port", str(liveness), "--metrics-port", str(metrics),
-         "--trainer-metrics-port", str(trainer_port), "--progress-interval", "1"],
-        env=env, stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "llmtrain.controller",
+            "--bind-address",
+            "127.0.0.1",
+            "--liveness-port",
+            str(liveness),
+            "--metrics-port",
+            str(metrics),
+            "--trainer-metrics-port",
+            str(trainer_port),
+            "--progress-interval",
+            "1",
+        ],
+        env=env,
+        stdout=open(log_path, "w"),
+        stderr=subprocess.STDOUT,
+    )
     try:
+
         def healthy():
             if operator.poll() is not None:
                 raise SystemExit(f"demo: operator exited:\n{log_tail(log_path)}")
@@ -79,81 +95,162 @@ def main() -> int:
                 return urllib.request.urlopen(f"http://127.0.0.1:{liveness}/healthz", timeout=1).status == 200
             except OSError:
                 return False
+
         wait_for(healthy, 60, "the operator")
         print(f"operator healthy; log: {log_path}")
         # A previous run's job carries the operator's finalizer: delete it while the operator runs.
         kubectl("delete", "llmtj", name, "-n", NAMESPACE, "--ignore-not-found", "--wait=true")
-        kubectl("delete", "pods", "-l", f"llmtrain.dev/job={name}", "-n", NAMESPACE,
-                "--ignore-not-found", "--wait=true")
+        kubectl(
+            "delete", "pods", "-l", f"llmtrain.dev/job={name}", "-n", NAMESPACE, "--ignore-not-found", "--wait=true"
+        )
         shutil.rmtree(job["spec"]["checkpoint"]["uri"].removeprefix("file://"), ignore_errors=True)
         if chain:
             # The operator runs here as a local process; the release's own Deployment would only
             # be a pretend replica on a simulated node (and take the CPU node the job needs).
-            kubectl("scale", "deployment", "-n", CHART_NAMESPACE, "-l",
-                    "app.kubernetes.io/name=llmtrain-operator", "--replicas=0")
+            kubectl(
+                "scale",
+                "deployment",
+                "-n",
+                CHART_NAMESPACE,
+                "-l",
+                "app.kubernetes.io/name=llmtrain-operator",
+                "--replicas=0",
+            )
             if cluster.kueue:
                 p5_queue_under_kueue(cluster)
             else:
                 p5_on_simulated_nodes(cluster)
             # The CPU job's pod needs a node without GPU taints: one simulated "cpu" node.
-            if not kubectl("get", "nodes", "-l", "node.kubernetes.io/instance-type=cpu",
-                           "-o", "name").stdout.strip():
+            if not kubectl("get", "nodes", "-l", "node.kubernetes.io/instance-type=cpu", "-o", "name").stdout.strip():
                 cluster.add_nodes({"cpu": 1})
 
         say(f"kubectl apply -f {JOB_FILE.relative_to(ROOT)}")
         print(kubectl("apply", "-n", NAMESPACE, "-f", str(JOB_FILE)).stdout.strip())
-        wait_for(lambda: kubectl("get", "pytorchjob", ptj, "-n", NAMESPACE, check=False).returncode == 0,
-                 60, f"PyTorchJob {ptj}")
+        wait_for(
+            lambda: kubectl("get", "pytorchjob", ptj, "-n", NAMESPACE, check=False).returncode == 0,
+            60,
+            f"PyTorchJob {ptj}",
+        )
         say(f"the PyTorchJob the operator created (kubectl get pytorchjob {ptj} -o yaml, spec only)")
         obj = yaml.safe_load(kubectl("get", "pytorchjob", ptj, "-n", NAMESPACE, "-o", "yaml").stdout)
         container = obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
         container["env"] = [e for e in container["env"] if e["name"] != "LLMTRAIN_SPEC"] + [
-            {"name": "LLMTRAIN_SPEC", "value": "<the job's spec as JSON>"}]
+            {"name": "LLMTRAIN_SPEC", "value": "<the job's spec as JSON>"}
+        ]
         print(yaml.safe_dump({"spec": obj["spec"]}, sort_keys=False))
         # On the chain its pod may already run by now: Running is as good as Pending here.
-        wait_for(lambda: any(p in kubectl("get", "llmtj", name, "-n", NAMESPACE).stdout
-                             for p in ("Pending", "Running") if chain or p == "Pending"), 30, "Pending")
+        wait_for(
+            lambda: any(
+                p in kubectl("get", "llmtj", name, "-n", NAMESPACE).stdout
+                for p in ("Pending", "Running")
+                if chain or p == "Pending"
+            ),
+            30,
+            "Pending",
+        )
         print(kubectl("get", "llmtj", "-n", NAMESPACE).stdout)
 
         pod = f"{ptj}-worker-0"
         if chain:
-            say(f"the training-operator made {pod}; the scheduler put it on a simulated CPU node; "
-                "its trainer runs on this host, so the pod is pointed at 127.0.0.1")
-            wait_for(lambda: kubectl("get", "pod", pod, "-n", NAMESPACE, "-o",
-                                     "jsonpath={.status.phase}", check=False).stdout == "Running",
-                     120, f"{pod} Running")
-            kubectl("patch", "pod", pod, "-n", NAMESPACE, "--subresource=status", "--type=merge",
-                    "-p", json.dumps(running_at("127.0.0.1")))
+            say(
+                f"the training-operator made {pod}; the scheduler put it on a simulated CPU node; "
+                "its trainer runs on this host, so the pod is pointed at 127.0.0.1"
+            )
+            wait_for(
+                lambda: (
+                    kubectl("get", "pod", pod, "-n", NAMESPACE, "-o", "jsonpath={.status.phase}", check=False).stdout
+                    == "Running"
+                ),
+                120,
+                f"{pod} Running",
+            )
+            kubectl(
+                "patch",
+                "pod",
+                pod,
+                "-n",
+                NAMESPACE,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                json.dumps(running_at("127.0.0.1")),
+            )
             print(kubectl("get", "pod", pod, "-n", NAMESPACE, "-o", "wide").stdout)
         else:
-            say("no kubelet here: marking the PyTorchJob Running and worker 0 at 127.0.0.1 (the "
-                "training-operator's and kubelet's part)")
-            kubectl("create", "-n", NAMESPACE, "-f", "-",
-                    input=yaml.safe_dump(worker0_pod(name, 1, container["image"], owner=obj)))
-            kubectl("patch", "pod", pod, "-n", NAMESPACE, "--subresource=status", "--type=merge",
-                    "-p", json.dumps(running_at("127.0.0.1")))
+            say(
+                "no kubelet here: marking the PyTorchJob Running and worker 0 at 127.0.0.1 (the "
+                "training-operator's and kubelet's part)"
+            )
+            kubectl(
+                "create",
+                "-n",
+                NAMESPACE,
+                "-f",
+                "-",
+                input=yaml.safe_dump(worker0_pod(name, 1, container["image"], owner=obj)),
+            )
+            kubectl(
+                "patch",
+                "pod",
+                pod,
+                "-n",
+                NAMESPACE,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                json.dumps(running_at("127.0.0.1")),
+            )
             set_condition(kubectl, ptj, "Running")
         wait_for(lambda: "Running" in kubectl("get", "llmtj", name, "-n", NAMESPACE).stdout, 30, "Running")
 
         say(f"llmtrain local {JOB_FILE.relative_to(ROOT)}: real training, 2 CPU workers (gloo)")
-        train = subprocess.run([sys.executable, "-m", "llmtrain.cli", "local", str(JOB_FILE),
-                                "--metrics-port", str(trainer_port), "--workdir", str(STATE / "demo-run")])
+        train = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "llmtrain.cli",
+                "local",
+                str(JOB_FILE),
+                "--metrics-port",
+                str(trainer_port),
+                "--workdir",
+                str(STATE / "demo-run"),
+            ]
+        )
         if train.returncode != 0:
             raise SystemExit(f"demo: llmtrain local failed ({train.returncode})")
         say("kubectl get llmtj (progress as last scraped by the operator from the trainer's /metrics)")
         print(kubectl("get", "llmtj", "-n", NAMESPACE).stdout)
 
         if chain:  # the kubelet's report of the container's exit; the training-operator does the rest
-            kubectl("patch", "pod", pod, "-n", NAMESPACE, "--subresource=status", "--type=merge",
-                    "-p", json.dumps(exited(0)))
+            kubectl(
+                "patch",
+                "pod",
+                pod,
+                "-n",
+                NAMESPACE,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                json.dumps(exited(0)),
+            )
         else:
             set_condition(kubectl, ptj, "Succeeded")
         wait_for(lambda: "Succeeded" in kubectl("get", "llmtj", name, "-n", NAMESPACE).stdout, 30, "Succeeded")
         say("final status")
         print(kubectl("get", "llmtj", "-n", NAMESPACE).stdout)
         uid = kubectl("get", "llmtj", name, "-n", NAMESPACE, "-o", "jsonpath={.metadata.uid}").stdout
-        print(kubectl("get", "events", "-n", NAMESPACE, "--field-selector",
-                      f"involvedObject.uid={uid}", "--sort-by=.lastTimestamp").stdout)
+        print(
+            kubectl(
+                "get",
+                "events",
+                "-n",
+                NAMESPACE,
+                "--field-selector",
+                f"involvedObject.uid={uid}",
+                "--sort-by=.lastTimestamp",
+            ).stdout
+        )
     finally:
         operator.terminate()
         try:
@@ -161,8 +258,7 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             operator.kill()
     say("done")
-    print(f"The dev cluster is still up: export KUBECONFIG={STATE / 'kubeconfig'}\n"
-          "Stop it with: make dev-cluster-down")
+    print(f"The dev cluster is still up: export KUBECONFIG={STATE / 'kubeconfig'}\nStop it with: make dev-cluster-down")
     return 0
 
 
@@ -173,12 +269,19 @@ def p5_on_simulated_nodes(cluster: DevCluster) -> None:
     doc = yaml.safe_load(P5_JOB_FILE.read_text())
     name, nodes = doc["metadata"]["name"], doc["spec"]["cluster"]["nodes"]
     say("simulated GPU nodes, shaped from the instance catalog (kwok)")
-    print(kubectl("get", "nodes", "-L", "node.kubernetes.io/instance-type", "-o",
-                  "custom-columns=NODE:.metadata.name,TYPE:.metadata.labels.node\\.kubernetes\\.io/"
-                  "instance-type,GPU:.status.allocatable.nvidia\\.com/gpu,"
-                  "EFA:.status.allocatable.vpc\\.amazonaws\\.com/efa,"
-                  "READY:.status.conditions[?(@.type==\"Ready\")].status"
-                  ).stdout)
+    print(
+        kubectl(
+            "get",
+            "nodes",
+            "-L",
+            "node.kubernetes.io/instance-type",
+            "-o",
+            "custom-columns=NODE:.metadata.name,TYPE:.metadata.labels.node\\.kubernetes\\.io/"
+            "instance-type,GPU:.status.allocatable.nvidia\\.com/gpu,"
+            "EFA:.status.allocatable.vpc\\.amazonaws\\.com/efa,"
+            'READY:.status.conditions[?(@.type=="Ready")].status',
+        ).stdout
+    )
     kubectl("create", "namespace", P5_NAMESPACE, check=False)
     kubectl("delete", "llmtj", name, "-n", P5_NAMESPACE, "--ignore-not-found", "--wait=true")
     sa = doc["spec"]["cluster"].get("serviceAccountName")
@@ -189,19 +292,36 @@ def p5_on_simulated_nodes(cluster: DevCluster) -> None:
     ptj = f"{name}-a1"
 
     def pods_running():
-        out = kubectl("get", "pods", "-n", P5_NAMESPACE, "-l", f"training.kubeflow.org/job-name={ptj}",
-                      "-o", "jsonpath={range .items[*]}{.status.phase}{\"\\n\"}{end}", check=False).stdout
+        out = kubectl(
+            "get",
+            "pods",
+            "-n",
+            P5_NAMESPACE,
+            "-l",
+            f"training.kubeflow.org/job-name={ptj}",
+            "-o",
+            'jsonpath={range .items[*]}{.status.phase}{"\\n"}{end}',
+            check=False,
+        ).stdout
         phases = out.split()
         return len(phases) == nodes and set(phases) == {"Running"}
 
     wait_for(pods_running, 120, f"{nodes} pods of {ptj} Running")
     say("its pods, scheduled by kube-scheduler onto the simulated p5 nodes (kubectl get pods -o wide)")
-    print(kubectl("get", "pods", "-n", P5_NAMESPACE, "-o", "custom-columns=POD:.metadata.name,"
-                  "STATUS:.status.phase,NODE:.spec.nodeName,GPU:.spec.containers[0].resources."
-                  "requests.nvidia\\.com/gpu,EFA:.spec.containers[0].resources.requests."
-                  "vpc\\.amazonaws\\.com/efa").stdout)
-    wait_for(lambda: "Running" in kubectl("get", "llmtj", name, "-n", P5_NAMESPACE).stdout, 60,
-             f"{name} Running")
+    print(
+        kubectl(
+            "get",
+            "pods",
+            "-n",
+            P5_NAMESPACE,
+            "-o",
+            "custom-columns=POD:.metadata.name,"
+            "STATUS:.status.phase,NODE:.spec.nodeName,GPU:.spec.containers[0].resources."
+            "requests.nvidia\\.com/gpu,EFA:.spec.containers[0].resources.requests."
+            "vpc\\.amazonaws\\.com/efa",
+        ).stdout
+    )
+    wait_for(lambda: "Running" in kubectl("get", "llmtj", name, "-n", P5_NAMESPACE).stdout, 60, f"{name} Running")
     print(kubectl("get", "llmtj", "-n", P5_NAMESPACE).stdout)
 
 
@@ -233,16 +353,33 @@ def p5_queue_under_kueue(cluster: DevCluster) -> None:
         return (json.loads(out.stdout).get("status") or {}) if out.returncode == 0 else {}
 
     def pods(name: str) -> list[str]:
-        return kubectl("get", "pods", "-n", P5_NAMESPACE, "-l", f"training.kubeflow.org/job-name={name}-a1",
-                       "-o", "name", check=False).stdout.split()
+        return kubectl(
+            "get",
+            "pods",
+            "-n",
+            P5_NAMESPACE,
+            "-l",
+            f"training.kubeflow.org/job-name={name}-a1",
+            "-o",
+            "name",
+            check=False,
+        ).stdout.split()
 
     def show_pods() -> None:
-        print(kubectl("get", "pods", "-n", P5_NAMESPACE, "-o", "custom-columns=POD:.metadata.name,"
-                      "STATUS:.status.phase,NODE:.spec.nodeName,GPU:.spec.containers[0].resources."
-                      "requests.nvidia\\.com/gpu").stdout)
+        print(
+            kubectl(
+                "get",
+                "pods",
+                "-n",
+                P5_NAMESPACE,
+                "-o",
+                "custom-columns=POD:.metadata.name,"
+                "STATUS:.status.phase,NODE:.spec.nodeName,GPU:.spec.containers[0].resources."
+                "requests.nvidia\\.com/gpu",
+            ).stdout
+        )
 
-    say(f"two jobs like {P5_JOB_FILE.relative_to(ROOT)} (2 × p5.48xlarge each) in LocalQueue p5, "
-        "quota for one")
+    say(f"two jobs like {P5_JOB_FILE.relative_to(ROOT)} (2 × p5.48xlarge each) in LocalQueue p5, quota for one")
     apply(first)
     wait_for(lambda: status(first).get("phase") == "Running", 120, f"{first} Running")
     apply(second)
@@ -254,8 +391,7 @@ def p5_queue_under_kueue(cluster: DevCluster) -> None:
 
     say(f"{first} finishes (its pods exit 0): Kueue frees the quota and admits {second}")
     for pod in pods(first):
-        kubectl("patch", pod, "-n", P5_NAMESPACE, "--subresource=status", "--type=merge",
-                "-p", json.dumps(exited(0)))
+        kubectl("patch", pod, "-n", P5_NAMESPACE, "--subresource=status", "--type=merge", "-p", json.dumps(exited(0)))
     wait_for(lambda: status(first).get("phase") == "Succeeded", 120, f"{first} Succeeded")
     wait_for(lambda: status(second).get("phase") == "Running", 180, f"{second} Running")
     show_pods()
@@ -265,18 +401,46 @@ def p5_queue_under_kueue(cluster: DevCluster) -> None:
 def exited(code: int) -> dict:
     """The pod status a kubelet reports once the container exited with ``code``."""
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return {"status": {"phase": "Succeeded" if code == 0 else "Failed", "containerStatuses": [
-        {"name": "pytorch", "image": "llmtrain", "imageID": "", "ready": False, "restartCount": 0,
-         "state": {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
-                                  "startedAt": now, "finishedAt": now}}}]}}
+    return {
+        "status": {
+            "phase": "Succeeded" if code == 0 else "Failed",
+            "containerStatuses": [
+                {
+                    "name": "pytorch",
+                    "image": "llmtrain",
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {
+                        "terminated": {
+                            "exitCode": code,
+                            "reason": "Completed" if code == 0 else "Error",
+                            "startedAt": now,
+                            "finishedAt": now,
+                        }
+                    },
+                }
+            ],
+        }
+    }
 
 
 def set_condition(kubectl, ptj: str, ctype: str) -> None:
-    current = json.loads(kubectl("get", "pytorchjob", ptj, "-n", NAMESPACE, "-o",
-                                 "jsonpath={.status.conditions}").stdout or "[]")
+    current = json.loads(
+        kubectl("get", "pytorchjob", ptj, "-n", NAMESPACE, "-o", "jsonpath={.status.conditions}").stdout or "[]"
+    )
     conds = pytorchjob_conditions(current, ctype, ptj)
-    kubectl("patch", "pytorchjob", ptj, "-n", NAMESPACE, "--subresource=status", "--type=merge",
-            "-p", json.dumps({"status": {"conditions": conds}}))
+    kubectl(
+        "patch",
+        "pytorchjob",
+        ptj,
+        "-n",
+        NAMESPACE,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": {"conditions": conds}}),
+    )
 
 
 if __name__ == "__main__":

@@ -55,13 +55,22 @@ def page() -> str:
     lines = [INTRO.rstrip("\n")]
     for frm, to, words in edges():
         lines.append(f"    {frm} --> {to}" + (f": {', '.join(words)}" if words else ""))
-    lines += ["    Succeeded --> [*]", "    Failed --> [*]", "```", "",
-              "## The situations, in the order they are tried", "",
-              "| # | situation | what it does | transitions |", "|---|---|---|---|"]
+    lines += [
+        "    Succeeded --> [*]",
+        "    Failed --> [*]",
+        "```",
+        "",
+        "## The situations, in the order they are tried",
+        "",
+        "| # | situation | what it does | transitions |",
+        "|---|---|---|---|",
+    ]
     for i, rule in enumerate(SITUATIONS, 1):
         doc = " ".join((rule.__doc__ or "").split()).replace("|", "\\|")
-        moves = "; ".join(f"{'/'.join(t.frm)} → {t.to if t.to != '=' else 'same'}"
-                          + (f" ({t.reason.value})" if t.reason else "") for t in rule.transitions)
+        moves = "; ".join(
+            f"{'/'.join(t.frm)} → {t.to if t.to != '=' else 'same'}" + (f" ({t.reason.value})" if t.reason else "")
+            for t in rule.transitions
+        )
         lines.append(f"| {i} | `{rule.__name__}` | {doc or '—'} | {moves or 'none'} |")
     lines.append("")
     return "\n".join(lines)

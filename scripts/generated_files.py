@@ -15,8 +15,9 @@ def stale(expected: dict[Path, bytes]) -> list[Path]:
     return [p for p, data in expected.items() if not p.is_file() or p.read_bytes() != data]
 
 
-def main(expected_files: Callable[[], dict[Path, bytes]], script: str, description: str,
-         argv: list[str] | None = None) -> int:
+def main(
+    expected_files: Callable[[], dict[Path, bytes]], script: str, description: str, argv: list[str] | None = None
+) -> int:
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--check", action="store_true", help="only report out-of-date files")
     args = ap.parse_args(argv)

@@ -21,7 +21,8 @@ def _nodes(text: str) -> dict[str, int]:
         name, _, count = item.partition("=")
         if name not in known or not count.isdigit():
             raise argparse.ArgumentTypeError(
-                f"{item!r}: expected INSTANCE_TYPE=COUNT with INSTANCE_TYPE one of {', '.join(known)}")
+                f"{item!r}: expected INSTANCE_TYPE=COUNT with INSTANCE_TYPE one of {', '.join(known)}"
+            )
         out[name] = int(count)
     return out
 
@@ -30,27 +31,40 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m llmtrain_devcluster", description=__doc__)
     ap.add_argument("command", choices=("up", "down", "status"))
     ap.add_argument("--state-dir", default=".dev-cluster", help="where certs, data, logs, pids live")
-    ap.add_argument("--crd", action="append", default=[], metavar="FILE",
-                    help="extra CRD YAML to install on up (repeatable)")
-    ap.add_argument("--no-project-crd", action="store_true",
-                    help="don't install llmtrain.crd.crd_manifest()")
+    ap.add_argument(
+        "--crd", action="append", default=[], metavar="FILE", help="extra CRD YAML to install on up (repeatable)"
+    )
+    ap.add_argument("--no-project-crd", action="store_true", help="don't install llmtrain.crd.crd_manifest()")
     ap.add_argument("--json", action="store_true", help="status as JSON")
-    ap.add_argument("--chain", action="store_true",
-                    help="also run kube-scheduler, kwok GPU nodes and the training-operator")
-    ap.add_argument("--kueue", action="store_true",
-                    help="with --chain: also run the pinned Kueue (webhooks registered, a ResourceFlavor per "
-                         "instance type, a ClusterQueue with quota for the nodes; make kueue builds it)")
-    ap.add_argument("--nodes", type=_nodes, default=None, metavar="TYPE=N,...",
-                    help="kwok nodes for --chain, e.g. p5.48xlarge=2,p4de.24xlarge=1 "
-                         f"(default: {','.join(f'{k}={v}' for k, v in DEFAULT_NODES.items())})")
-    ap.add_argument("--trainer-v2", action="store_true",
-                    help="with --chain: also run Kubeflow Trainer v2 and JobSet (make peer-tools), their "
-                         "CRDs, loopback-served webhooks and the release's torch-distributed runtime")
+    ap.add_argument(
+        "--chain", action="store_true", help="also run kube-scheduler, kwok GPU nodes and the training-operator"
+    )
+    ap.add_argument(
+        "--kueue",
+        action="store_true",
+        help="with --chain: also run the pinned Kueue (webhooks registered, a ResourceFlavor per "
+        "instance type, a ClusterQueue with quota for the nodes; make kueue builds it)",
+    )
+    ap.add_argument(
+        "--nodes",
+        type=_nodes,
+        default=None,
+        metavar="TYPE=N,...",
+        help="kwok nodes for --chain, e.g. p5.48xlarge=2,p4de.24xlarge=1 "
+        f"(default: {','.join(f'{k}={v}' for k, v in DEFAULT_NODES.items())})",
+    )
+    ap.add_argument(
+        "--trainer-v2",
+        action="store_true",
+        help="with --chain: also run Kubeflow Trainer v2 and JobSet (make peer-tools), their "
+        "CRDs, loopback-served webhooks and the release's torch-distributed runtime",
+    )
     args = ap.parse_args(argv)
     if args.trainer_v2 and not args.chain:
         ap.error("--trainer-v2 needs --chain (its pods need the scheduler and kwok nodes)")
-    cluster = DevCluster(args.state_dir, chain=True if args.chain else None, nodes=args.nodes,
-                         kueue=True if args.kueue else None)
+    cluster = DevCluster(
+        args.state_dir, chain=True if args.chain else None, nodes=args.nodes, kueue=True if args.kueue else None
+    )
     try:
         if args.command == "up":
             already = cluster.is_running()
@@ -61,10 +75,15 @@ def main(argv: list[str] | None = None) -> int:
                 peer = TrainerV2(cluster).start()
                 peer.install_runtime(peer.upstream_torch_runtime())
             pid_list = " ".join(f"{n}={p}" for n, p in cluster.pids().items())
-            print(f"# dev cluster {'already running' if already else 'up'}: {cluster.server} ({pid_list})",
-                  file=sys.stderr)
-            print(f"# logs: {cluster.logs_dir}; stop with: python -m llmtrain_devcluster down "
-                  f"--state-dir {args.state_dir}", file=sys.stderr)
+            print(
+                f"# dev cluster {'already running' if already else 'up'}: {cluster.server} ({pid_list})",
+                file=sys.stderr,
+            )
+            print(
+                f"# logs: {cluster.logs_dir}; stop with: python -m llmtrain_devcluster down "
+                f"--state-dir {args.state_dir}",
+                file=sys.stderr,
+            )
             print(f"export KUBECONFIG={cluster.kubeconfig}")
         elif args.command == "down":
             from .trainer_v2 import stop_recorded

@@ -18,23 +18,30 @@ def write_cluster_pki(p: Path) -> None:
     ca = pki.CertificateAuthority.create()
     ca.save(p / "ca.crt", p / "ca.key")
     ca.issue_to_files(
-        p / "apiserver.crt", p / "apiserver.key", "kube-apiserver", server=True,
-        dns=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-             "kubernetes.default.svc.cluster.local"),
+        p / "apiserver.crt",
+        p / "apiserver.key",
+        "kube-apiserver",
+        server=True,
+        dns=(
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        ),
         ips=("127.0.0.1", SERVICE_IP),
     )
-    ca.issue_to_files(p / "admin.crt", p / "admin.key", "kubernetes-admin",
-                      orgs=("system:masters",), client=True)
-    ca.issue_to_files(p / "controller-manager.crt", p / "controller-manager.key",
-                      "system:kube-controller-manager", client=True)
+    ca.issue_to_files(p / "admin.crt", p / "admin.key", "kubernetes-admin", orgs=("system:masters",), client=True)
+    ca.issue_to_files(
+        p / "controller-manager.crt", p / "controller-manager.key", "system:kube-controller-manager", client=True
+    )
     ca.issue_to_files(p / "scheduler.crt", p / "scheduler.key", "system:kube-scheduler", client=True)
     pki.write_service_account_keypair(p / "sa.key", p / "sa.pub")
     # Front-proxy (aggregation layer) CA: the controller-manager's delegated authentication
     # reads it from kube-system/extension-apiserver-authentication and errors without it.
     fp = pki.CertificateAuthority.create("llmtrain-dev-front-proxy-ca")
     fp.save(p / "front-proxy-ca.crt", p / "front-proxy-ca.key")
-    fp.issue_to_files(p / "front-proxy-client.crt", p / "front-proxy-client.key",
-                      "front-proxy-client", client=True)
+    fp.issue_to_files(p / "front-proxy-client.crt", p / "front-proxy-client.key", "front-proxy-client", client=True)
 
 
 def load_ca(p: Path) -> pki.CertificateAuthority:

@@ -68,9 +68,11 @@ TOPOLOGY_LABELS = tuple(f"topology.k8s.aws/network-node-layer-{i}" for i in (1, 
 def topology_labels(instance_type: str, index: int) -> dict[str, str]:
     kind = instance_type.split(".")[0]
     block = index // TOPOLOGY_FANOUT
-    return {TOPOLOGY_LABELS[2]: f"nn-{kind}-l3-{block}",
-            TOPOLOGY_LABELS[1]: f"nn-{kind}-l2-{block // TOPOLOGY_FANOUT}",
-            TOPOLOGY_LABELS[0]: f"nn-{kind}-l1-{block // TOPOLOGY_FANOUT ** 2}"}
+    return {
+        TOPOLOGY_LABELS[2]: f"nn-{kind}-l3-{block}",
+        TOPOLOGY_LABELS[1]: f"nn-{kind}-l2-{block // TOPOLOGY_FANOUT}",
+        TOPOLOGY_LABELS[0]: f"nn-{kind}-l1-{block // TOPOLOGY_FANOUT**2}",
+    }
 
 
 def node_name(instance_type: str, index: int) -> str:

@@ -219,7 +219,9 @@ class DevCluster:
         p = self.pki_dir
 
         etcd, etcd_url = start_etcd(
-            self.state_dir / "etcd-data", enable_v2=True, log_path=self.logs_dir / "etcd.log",
+            self.state_dir / "etcd-data",
+            enable_v2=True,
+            log_path=self.logs_dir / "etcd.log",
             timeout=min(timeout, 60),
         )
         self._procs["etcd"] = etcd
@@ -227,14 +229,14 @@ class DevCluster:
 
         api_port = free_port()
         server = f"https://127.0.0.1:{api_port}"
-        self._info_file.write_text(json.dumps(
-            {"server": server, "etcd": etcd_url, "chain": self.chain, "kueue": self.kueue}, indent=2))
+        self._info_file.write_text(
+            json.dumps({"server": server, "etcd": etcd_url, "chain": self.chain, "kueue": self.kueue}, indent=2)
+        )
         kubeconfigs.write_component_kubeconfigs(self.state_dir, p, server)
         ctx = self._admin_ssl_context()
         self._start_component(
             "kube-apiserver",
-            components.apiserver_argv(apiserver_bin, etcd_url=etcd_url, port=api_port, pki=p,
-                                      verbosity=self.verbosity),
+            components.apiserver_argv(apiserver_bin, etcd_url=etcd_url, port=api_port, pki=p, verbosity=self.verbosity),
             lambda: http_get(f"{server}/readyz", context=ctx) == (200, "ok"),
             timeout,
         )
@@ -244,15 +246,19 @@ class DevCluster:
         self._start_component(
             "kube-controller-manager",
             components.controller_manager_argv(
-                cm_bin, kubeconfig=self.state_dir / "controller-manager.kubeconfig", port=cm_port,
-                cert_dir=self.state_dir / "controller-manager-certs", pki=p, verbosity=self.verbosity),
+                cm_bin,
+                kubeconfig=self.state_dir / "controller-manager.kubeconfig",
+                port=cm_port,
+                cert_dir=self.state_dir / "controller-manager-certs",
+                pki=p,
+                verbosity=self.verbosity,
+            ),
             lambda: http_get(f"https://127.0.0.1:{cm_port}/healthz", context=insecure) == (200, "ok"),
             timeout,
         )
         self._update_info(controller_manager=f"https://127.0.0.1:{cm_port}")
 
-    def _wait_ready(self, name: str, proc: subprocess.Popen, check: Callable[[], object],
-                    timeout: float) -> None:
+    def _wait_ready(self, name: str, proc: subprocess.Popen, check: Callable[[], object], timeout: float) -> None:
         wait_ready(name, proc, check, timeout=timeout, log=self.logs_dir / f"{name}.log")
 
     def _save_pids(self) -> None:
@@ -347,17 +353,32 @@ class DevCluster:
         cfg = kdir / "config.yaml"
         cfg.write_text(kueue_mod.config_yaml(webhook_port=webhook, probe_port=probe, cert_dir=certs_dir))
         self._start_component(
-            "kueue", kueue_mod.argv_with_metrics_cert(kdir, [
-                home / "bin" / "kueue", f"--config={cfg}", f"--kubeconfig={self.kubeconfig}",
-                # its on-demand visibility API server would need an APIService and more certs
-                "--feature-gates=VisibilityOnDemand=false"], self._ca()),
-            lambda: http_get(f"http://127.0.0.1:{probe}/readyz")[0] == 200, timeout)
+            "kueue",
+            kueue_mod.argv_with_metrics_cert(
+                kdir,
+                [
+                    home / "bin" / "kueue",
+                    f"--config={cfg}",
+                    f"--kubeconfig={self.kubeconfig}",
+                    # its on-demand visibility API server would need an APIService and more certs
+                    "--feature-gates=VisibilityOnDemand=false",
+                ],
+                self._ca(),
+            ),
+            lambda: http_get(f"http://127.0.0.1:{probe}/readyz")[0] == 200,
+            timeout,
+        )
         hooks = kueue_mod.webhook_configurations(
-            (home / "webhook" / "manifests.yaml").read_text(), url=f"https://127.0.0.1:{webhook}",
-            ca_pem=(self.pki_dir / "ca.crt").read_bytes())
-        objs = [*hooks, *([kueue_mod.topology()] if self.kueue_topology else []),
-                *kueue_mod.resource_flavors(self.nodes, topology_aware=self.kueue_topology),
-                kueue_mod.cluster_queue(self.nodes)]
+            (home / "webhook" / "manifests.yaml").read_text(),
+            url=f"https://127.0.0.1:{webhook}",
+            ca_pem=(self.pki_dir / "ca.crt").read_bytes(),
+        )
+        objs = [
+            *hooks,
+            *([kueue_mod.topology()] if self.kueue_topology else []),
+            *kueue_mod.resource_flavors(self.nodes, topology_aware=self.kueue_topology),
+            kueue_mod.cluster_queue(self.nodes),
+        ]
         self.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(objs))
         self._update_info(kueue_webhook=f"https://127.0.0.1:{webhook}")
 
@@ -370,9 +391,12 @@ class DevCluster:
         insecure = certs.insecure_ssl_context()  # its self-signed serving cert
         self._start_component(
             "kube-scheduler",
-            components.scheduler_argv(find_tool("kube-scheduler"),
-                                      kubeconfig=self.state_dir / "scheduler.kubeconfig", port=port,
-                                      verbosity=self.verbosity),
+            components.scheduler_argv(
+                find_tool("kube-scheduler"),
+                kubeconfig=self.state_dir / "scheduler.kubeconfig",
+                port=port,
+                verbosity=self.verbosity,
+            ),
             lambda: http_get(f"https://127.0.0.1:{port}/healthz", context=insecure) == (200, "ok"),
             timeout,
         )
@@ -384,11 +408,20 @@ class DevCluster:
         probe, metrics, webhook = free_port(), free_port(), free_port()
         self._start_component(
             "training-operator",
-            training_operator.argv(self.state_dir, components.training_operator_argv(
-                to_bin, probe_port=probe, metrics_port=metrics, webhook_port=webhook,
-                extra=[*to_args, *self.training_operator_args]), kubeconfig=self.kubeconfig),
+            training_operator.argv(
+                self.state_dir,
+                components.training_operator_argv(
+                    to_bin,
+                    probe_port=probe,
+                    metrics_port=metrics,
+                    webhook_port=webhook,
+                    extra=[*to_args, *self.training_operator_args],
+                ),
+                kubeconfig=self.kubeconfig,
+            ),
             lambda: http_get(f"http://127.0.0.1:{probe}/readyz")[0] == 200,
-            timeout, env=to_env,
+            timeout,
+            env=to_env,
         )
         self._update_info(training_operator_metrics=f"http://127.0.0.1:{metrics}/metrics")
 
@@ -402,9 +435,11 @@ class DevCluster:
         cfg.write_text(chain_mod.kwok_config(stages, server_address=f"127.0.0.1:{kport}"))
         env = {**os.environ, "KWOK_WORKDIR": str(kwok_dir)}  # no ~/.kwok config mixed in
         self._start_component(
-            "kwok", components.kwok_argv(kwok_bin, kubeconfig=self.kubeconfig, config=cfg),
+            "kwok",
+            components.kwok_argv(kwok_bin, kubeconfig=self.kubeconfig, config=cfg),
             lambda: http_get(f"http://127.0.0.1:{kport}/healthz")[0] == 200,
-            timeout, env=env,
+            timeout,
+            env=env,
         )
         self._update_info(kwok=f"http://127.0.0.1:{kport}")
 
@@ -412,8 +447,7 @@ class DevCluster:
         """What training-operator needs before it starts (see :mod:`.training_operator`).
         Returns (env, extra args)."""
         with self.api_client() as api:
-            env = training_operator.prepare(api, state_dir=self.state_dir, kubeconfig=self.kubeconfig,
-                                            ca=self._ca())
+            env = training_operator.prepare(api, state_dir=self.state_dir, kubeconfig=self.kubeconfig, ca=self._ca())
         return env, []
 
     def add_nodes(self, shapes: dict[str, int], *, timeout: float = 120.0) -> list[str]:
@@ -429,9 +463,7 @@ class DevCluster:
     def _admin_ssl_context(self) -> ssl.SSLContext:
         return certs.admin_ssl_context(self.pki_dir)
 
-    def make_user_kubeconfig(
-        self, user: str, groups: Sequence[str] = (), path: Path | str | None = None
-    ) -> Path:
+    def make_user_kubeconfig(self, user: str, groups: Sequence[str] = (), path: Path | str | None = None) -> Path:
         """A kubeconfig authenticating as ``user`` in ``groups`` (client cert signed by the CA).
 
         No RBAC bindings are created: the identity starts with only what system:authenticated has.
@@ -440,8 +472,13 @@ class DevCluster:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in user)
         out = Path(path) if path else self.state_dir / "users" / f"{safe}.kubeconfig"
         return kubeconfigs.write_cert_kubeconfig(
-            out, server=self.server, ca_pem=(self.pki_dir / "ca.crt").read_bytes(), user=user,
-            cert_pem=cert, key_pem=key)
+            out,
+            server=self.server,
+            ca_pem=(self.pki_dir / "ca.crt").read_bytes(),
+            user=user,
+            cert_pem=cert,
+            key_pem=key,
+        )
 
     def serviceaccount_kubeconfig(
         self,
@@ -462,21 +499,21 @@ class DevCluster:
             core = client.CoreV1Api(api)
             if create:
                 try:
-                    core.create_namespaced_service_account(
-                        namespace, {"metadata": {"name": name}}
-                    )
+                    core.create_namespaced_service_account(namespace, {"metadata": {"name": name}})
                 except client.ApiException as e:
                     if e.status != 409:
                         raise
             tr = core.create_namespaced_service_account_token(
-                name, namespace,
+                name,
+                namespace,
                 {"spec": {"expirationSeconds": expiration_seconds, "audiences": [components.SA_ISSUER]}},
             )
             token = tr.status.token
         user = f"system:serviceaccount:{namespace}:{name}"
         out = Path(path) if path else self.state_dir / "users" / f"sa-{namespace}-{name}.kubeconfig"
         return kubeconfigs.write_token_kubeconfig(
-            out, server=self.server, ca_pem=(self.pki_dir / "ca.crt").read_bytes(), user=user, token=token)
+            out, server=self.server, ca_pem=(self.pki_dir / "ca.crt").read_bytes(), user=user, token=token
+        )
 
     # ----- clients -------------------------------------------------------------------------
     def api_client(self, kubeconfig: Path | str | None = None) -> Any:
@@ -514,12 +551,12 @@ class DevCluster:
         timeout: float = 300.0,
     ) -> subprocess.CompletedProcess:
         """Run the pinned helm against this cluster, with helm's state kept in ``state_dir``."""
-        return run_helm(kubeconfig or self.kubeconfig, self.state_dir / "helm", *args, check=check,
-                        timeout=timeout)
+        return run_helm(kubeconfig or self.kubeconfig, self.state_dir / "helm", *args, check=check, timeout=timeout)
 
     # ----- CRDs ----------------------------------------------------------------------------
     def install_crds(self, crds: Iterable[dict | Path | str], timeout: float = 60.0) -> list[str]:
         """Create or update each CRD (dicts or YAML files) and wait until it is Established
         (see :func:`.crds.install_crds`)."""
-        return install_crds(crds, kubectl=self.kubectl, server=self.server,
-                            context=self._admin_ssl_context(), timeout=timeout)
+        return install_crds(
+            crds, kubectl=self.kubectl, server=self.server, context=self._admin_ssl_context(), timeout=timeout
+        )

@@ -87,8 +87,9 @@ def apiserver_argv(apiserver: Path, *, etcd_url: str, port: int, pki: Path, verb
     ]
 
 
-def controller_manager_argv(cm: Path, *, kubeconfig: Path, port: int, cert_dir: Path, pki: Path,
-                            verbosity: int) -> list:
+def controller_manager_argv(
+    cm: Path, *, kubeconfig: Path, port: int, cert_dir: Path, pki: Path, verbosity: int
+) -> list:
     p = pki
     return [
         cm,
@@ -112,17 +113,24 @@ def controller_manager_argv(cm: Path, *, kubeconfig: Path, port: int, cert_dir: 
 def scheduler_argv(scheduler: Path, *, kubeconfig: Path, port: int, verbosity: int) -> list:
     kc = kubeconfig
     return [
-        scheduler, f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}",
-        f"--authorization-kubeconfig={kc}", "--bind-address=127.0.0.1", f"--secure-port={port}",
-        "--leader-elect=false", f"--v={verbosity}",
+        scheduler,
+        f"--kubeconfig={kc}",
+        f"--authentication-kubeconfig={kc}",
+        f"--authorization-kubeconfig={kc}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+        "--leader-elect=false",
+        f"--v={verbosity}",
     ]
 
 
-def training_operator_argv(to: Path, *, probe_port: int, metrics_port: int, webhook_port: int,
-                           extra: Sequence[str] = ()) -> list:
+def training_operator_argv(
+    to: Path, *, probe_port: int, metrics_port: int, webhook_port: int, extra: Sequence[str] = ()
+) -> list:
     """Only the PyTorchJob controller; ``extra`` e.g. ``["--controller-threads=4"]``."""
     return [
-        to, "--enable-scheme=pytorchjob",
+        to,
+        "--enable-scheme=pytorchjob",
         f"--health-probe-bind-address=127.0.0.1:{probe_port}",
         f"--metrics-bind-address=127.0.0.1:{metrics_port}",
         # controller-runtime binds the webhook server on all interfaces; no flag for the host.

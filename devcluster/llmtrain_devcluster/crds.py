@@ -71,9 +71,16 @@ def install_crds(
     for doc in docs:
         name = doc["metadata"]["name"]
         names.append(name)
-        r = kubectl("apply", "--server-side", "--force-conflicts",
-                    "--field-manager=llmtrain-devcluster", "-f", "-",
-                    input=json.dumps(doc), check=False)
+        r = kubectl(
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=llmtrain-devcluster",
+            "-f",
+            "-",
+            input=json.dumps(doc),
+            check=False,
+        )
         if r.returncode != 0:
             raise DevClusterError(f"CRD {name} was rejected by the API server:\n{r.stderr.strip()}")
     for name in names:

@@ -30,9 +30,7 @@ def kubeconfig_doc(server: str, ca_pem: bytes, user: str, auth: dict) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [
-            {"name": CLUSTER_NAME, "cluster": {"server": server, "certificate-authority-data": _b64(ca_pem)}}
-        ],
+        "clusters": [{"name": CLUSTER_NAME, "cluster": {"server": server, "certificate-authority-data": _b64(ca_pem)}}],
         "users": [{"name": user, "user": auth}],
         "contexts": [{"name": f"{user}@{CLUSTER_NAME}", "context": {"cluster": CLUSTER_NAME, "user": user}}],
         "current-context": f"{user}@{CLUSTER_NAME}",
@@ -49,8 +47,9 @@ def write_yaml(path: Path, doc: dict, mode: int = 0o600) -> Path:
     return path
 
 
-def write_cert_kubeconfig(path: Path, *, server: str, ca_pem: bytes, user: str, cert_pem: bytes,
-                          key_pem: bytes) -> Path:
+def write_cert_kubeconfig(
+    path: Path, *, server: str, ca_pem: bytes, user: str, cert_pem: bytes, key_pem: bytes
+) -> Path:
     auth = {"client-certificate-data": _b64(cert_pem), "client-key-data": _b64(key_pem)}
     return write_yaml(path, kubeconfig_doc(server, ca_pem, user, auth))
 
@@ -67,6 +66,11 @@ def write_component_kubeconfigs(state_dir: Path, pki: Path, server: str) -> None
         (state_dir / "controller-manager.kubeconfig", "system:kube-controller-manager", "controller-manager"),
         (state_dir / "scheduler.kubeconfig", "system:kube-scheduler", "scheduler"),
     ):
-        write_cert_kubeconfig(path, server=server, ca_pem=ca_pem, user=user,
-                              cert_pem=(pki / f"{name}.crt").read_bytes(),
-                              key_pem=(pki / f"{name}.key").read_bytes())
+        write_cert_kubeconfig(
+            path,
+            server=server,
+            ca_pem=ca_pem,
+            user=user,
+            cert_pem=(pki / f"{name}.crt").read_bytes(),
+            key_pem=(pki / f"{name}.key").read_bytes(),
+        )

@@ -18,8 +18,9 @@ class KubectlError(subprocess.CalledProcessError):
         return f"{super().__str__()}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
 
 
-def run_kubectl(kubeconfig: Path | str, *args: str, check: bool = True, input: str | None = None,
-                timeout: float = 120.0) -> subprocess.CompletedProcess:
+def run_kubectl(
+    kubeconfig: Path | str, *args: str, check: bool = True, input: str | None = None, timeout: float = 120.0
+) -> subprocess.CompletedProcess:
     cmd = [str(find_tool("kubectl")), f"--kubeconfig={kubeconfig}", *map(str, args)]
     r = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout)
     if check and r.returncode != 0:
@@ -27,8 +28,9 @@ def run_kubectl(kubeconfig: Path | str, *args: str, check: bool = True, input: s
     return r
 
 
-def run_helm(kubeconfig: Path | str, helm_home: Path, *args: str, check: bool = True,
-             timeout: float = 300.0) -> subprocess.CompletedProcess:
+def run_helm(
+    kubeconfig: Path | str, helm_home: Path, *args: str, check: bool = True, timeout: float = 300.0
+) -> subprocess.CompletedProcess:
     """helm with its cache, config and data under ``helm_home`` (never the user's)."""
     env = dict(os.environ)
     env["KUBECONFIG"] = str(kubeconfig)

@@ -26,8 +26,16 @@ import yaml
 from . import pki
 from .tools import ToolNotFoundError, cache_dir
 
-__all__ = ["CLUSTER_QUEUE", "NAMESPACE", "cluster_queue", "config_yaml", "kueue_dir", "local_queue",
-           "resource_flavors", "webhook_configurations"]
+__all__ = [
+    "CLUSTER_QUEUE",
+    "NAMESPACE",
+    "cluster_queue",
+    "config_yaml",
+    "kueue_dir",
+    "local_queue",
+    "resource_flavors",
+    "webhook_configurations",
+]
 
 NAMESPACE = "kueue-system"
 CLUSTER_QUEUE = "llmtrain"
@@ -61,7 +69,8 @@ def config_yaml(*, webhook_port: int, probe_port: int, cert_dir: Path) -> str:
     """Kueue's Configuration: the PyTorchJob integration only, webhooks on loopback with the
     given serving certs, no leader election, no metrics listener."""
     cfg = {
-        "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
         "namespace": NAMESPACE,
         "health": {"healthProbeBindAddress": f"127.0.0.1:{probe_port}"},
         "metrics": {"bindAddress": "0"},
@@ -76,8 +85,14 @@ def config_yaml(*, webhook_port: int, probe_port: int, cert_dir: Path) -> str:
 
 def write_serving_cert(ca: pki.CertificateAuthority, cert_dir: Path) -> None:
     cert_dir.mkdir(parents=True, exist_ok=True)
-    ca.issue_to_files(cert_dir / "tls.crt", cert_dir / "tls.key", "kueue-webhook", server=True,
-                      dns=(f"kueue-webhook-service.{NAMESPACE}.svc", "localhost"), ips=("127.0.0.1",))
+    ca.issue_to_files(
+        cert_dir / "tls.crt",
+        cert_dir / "tls.key",
+        "kueue-webhook",
+        server=True,
+        dns=(f"kueue-webhook-service.{NAMESPACE}.svc", "localhost"),
+        ips=("127.0.0.1",),
+    )
 
 
 # Without its internal cert management, Kueue v0.17 reads its metrics serving cert from this fixed
@@ -104,16 +119,25 @@ def argv_with_metrics_cert(kdir: Path, argv: list, ca: pki.CertificateAuthority)
     certs_dir = upper / METRICS_CERT_DIR.relative_to("/etc")
     certs_dir.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
-    ca.issue_to_files(certs_dir / "tls.crt", certs_dir / "tls.key", "kueue-metrics", server=True,
-                      dns=("localhost",), ips=("127.0.0.1",))
+    ca.issue_to_files(
+        certs_dir / "tls.crt",
+        certs_dir / "tls.key",
+        "kueue-metrics",
+        server=True,
+        dns=("localhost",),
+        ips=("127.0.0.1",),
+    )
     prefix = _unshare_mount()
     if prefix is not None:
         wrapped = [*prefix, "sh", "-c", _OVERLAY_SH, "sh", str(upper), str(work)]
         if subprocess.run([*wrapped, "true"], capture_output=True).returncode == 0:
             return [*wrapped, *argv]
     if not (METRICS_CERT_DIR / "tls.crt").exists():
-        print(f"llmtrain_devcluster: no private mount namespace with overlayfs on this host: writing "
-              f"{METRICS_CERT_DIR} for Kueue's metrics server", file=sys.stderr)
+        print(
+            f"llmtrain_devcluster: no private mount namespace with overlayfs on this host: writing "
+            f"{METRICS_CERT_DIR} for Kueue's metrics server",
+            file=sys.stderr,
+        )
         METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)
         for f in ("tls.crt", "tls.key"):
             (METRICS_CERT_DIR / f).write_bytes((certs_dir / f).read_bytes())
@@ -160,8 +184,12 @@ def topology() -> dict:
     """Kueue's Topology of the kwok nodes' EKS network labels (chain.topology_labels)."""
     from .chain import TOPOLOGY_LABELS
 
-    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology", "metadata": {"name": TOPOLOGY},
-            "spec": {"levels": [{"nodeLabel": label} for label in (*TOPOLOGY_LABELS, "kubernetes.io/hostname")]}}
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Topology",
+        "metadata": {"name": TOPOLOGY},
+        "spec": {"levels": [{"nodeLabel": label} for label in (*TOPOLOGY_LABELS, "kubernetes.io/hostname")]},
+    }
 
 
 def resource_flavors(shapes: Mapping[str, int], *, topology_aware: bool = False) -> list[dict]:
@@ -172,15 +200,21 @@ def resource_flavors(shapes: Mapping[str, int], *, topology_aware: bool = False)
         spec: dict[str, Any] = {"nodeLabels": {INSTANCE_TYPE_LABEL: t}}
         if topology_aware:
             spec["topologyName"] = TOPOLOGY
-        out.append({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-                    "metadata": {"name": flavor_name(t)}, "spec": spec})
+        out.append(
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ResourceFlavor",
+                "metadata": {"name": flavor_name(t)},
+                "spec": spec,
+            }
+        )
     return out
 
 
 def _times(quantity: str, n: int) -> str:
     for suffix in ("Gi", "Mi"):
         if quantity.endswith(suffix):
-            return f"{int(quantity[:-len(suffix)]) * n}{suffix}"
+            return f"{int(quantity[: -len(suffix)]) * n}{suffix}"
     return str(int(quantity) * n)
 
 
@@ -190,14 +224,29 @@ def cluster_queue(shapes: Mapping[str, int], *, name: str = CLUSTER_QUEUE) -> di
     flavors = []
     for t, n in shapes.items():
         cap = _per_node(t)
-        flavors.append({"name": flavor_name(t), "resources": [
-            {"name": r, "nominalQuota": _times(cap[r], n) if r in cap else "0"} for r in RESOURCES]})
-    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": name},
-            "spec": {"namespaceSelector": {}, "queueingStrategy": "BestEffortFIFO",
-                     "preemption": {"withinClusterQueue": "LowerPriority"},
-                     "resourceGroups": [{"coveredResources": list(RESOURCES), "flavors": flavors}]}}
+        flavors.append(
+            {
+                "name": flavor_name(t),
+                "resources": [{"name": r, "nominalQuota": _times(cap[r], n) if r in cap else "0"} for r in RESOURCES],
+            }
+        )
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "namespaceSelector": {},
+            "queueingStrategy": "BestEffortFIFO",
+            "preemption": {"withinClusterQueue": "LowerPriority"},
+            "resourceGroups": [{"coveredResources": list(RESOURCES), "flavors": flavors}],
+        },
+    }
 
 
 def local_queue(namespace: str, name: str, *, cluster_queue_name: str = CLUSTER_QUEUE) -> dict:
-    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-            "metadata": {"name": name, "namespace": namespace}, "spec": {"clusterQueue": cluster_queue_name}}
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"clusterQueue": cluster_queue_name},
+    }

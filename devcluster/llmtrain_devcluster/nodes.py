@@ -19,16 +19,18 @@ def add_nodes(api: Any, shapes: dict[str, int], *, timeout: float, kwok_log: Pat
 
     core = client.CoreV1Api(api)
     existing = core.list_node(label_selector="type=kwok").items
-    start = {t: sum(1 for n in existing if n.metadata.labels.get(chain.INSTANCE_TYPE_LABEL) == t)
-             for t in shapes}
+    start = {t: sum(1 for n in existing if n.metadata.labels.get(chain.INSTANCE_TYPE_LABEL) == t) for t in shapes}
     names = []
     for node in chain.node_manifests(shapes, start):
         core.create_node(node)
         names.append(node["metadata"]["name"])
 
     def ready() -> bool:  # one LIST per poll, not one GET per node (hundreds at scale)
-        ok = {n.metadata.name for n in core.list_node(label_selector="type=kwok").items
-              if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])}
+        ok = {
+            n.metadata.name
+            for n in core.list_node(label_selector="type=kwok").items
+            if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
+        }
         return ok.issuperset(names)
 
     def fail(msg: str) -> Exception:

@@ -70,9 +70,7 @@ exec "$@"
 """
 
 
-def with_private_tmp(
-    tmp: Path, argv: Sequence[str | Path], *, keep: Sequence[Path] = ()
-) -> list[str | Path] | None:
+def with_private_tmp(tmp: Path, argv: Sequence[str | Path], *, keep: Sequence[Path] = ()) -> list[str | Path] | None:
     """``argv`` run with ``tmp`` bind-mounted over ``/tmp`` in a private mount namespace, so what
     the process writes to ``/tmp`` lands in ``tmp`` and nobody else sees it; None where the host
     cannot make one. The process keeps the pid (unshare and sh exec, neither forks).
@@ -159,8 +157,7 @@ def wait_until(
         delay = min(delay * 1.5, 0.5)
 
 
-def wait_ready(name: str, proc: subprocess.Popen, check: Callable[[], object], *, timeout: float,
-               log: Path) -> None:
+def wait_ready(name: str, proc: subprocess.Popen, check: Callable[[], object], *, timeout: float, log: Path) -> None:
     """Poll ``check`` until it is truthy; if ``proc`` exits first or time runs out, raise
     DevClusterError carrying the tail of its ``log``."""
 
@@ -171,6 +168,7 @@ def wait_ready(name: str, proc: subprocess.Popen, check: Callable[[], object], *
 
 
 # --- pid bookkeeping that survives the process that started the cluster ------------------
+
 
 def _proc_start_time(pid: int) -> str | None:
     """Field 22 of /proc/<pid>/stat (start time in clock ticks): detects pid reuse."""
@@ -215,9 +213,7 @@ def read_pids(path: Path) -> dict[str, dict]:
         return {}
 
 
-def stop_pid(
-    rec: dict, *, proc: subprocess.Popen | None = None, term_timeout: float = 15.0
-) -> None:
+def stop_pid(rec: dict, *, proc: subprocess.Popen | None = None, term_timeout: float = 15.0) -> None:
     """SIGTERM the process (its own session/process group), SIGKILL after ``term_timeout``.
 
     Returns only once the process is gone (reaped if it is our child).

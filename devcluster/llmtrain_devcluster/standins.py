@@ -16,9 +16,16 @@ def pytorchjob_conditions(current: list[dict], ctype: str, job: str, message: st
     conds = [c for c in current if c["type"] != ctype]
     if ctype in ("Succeeded", "Failed"):
         conds = [{**c, "status": "False"} if c["type"] == "Running" else c for c in conds]
-    conds.append({"type": ctype, "status": "True", "reason": f"PyTorchJob{ctype}",
-                  "message": message or f"PyTorchJob {job} is {ctype.lower()}.",
-                  "lastUpdateTime": now, "lastTransitionTime": now})
+    conds.append(
+        {
+            "type": ctype,
+            "status": "True",
+            "reason": f"PyTorchJob{ctype}",
+            "message": message or f"PyTorchJob {job} is {ctype.lower()}.",
+            "lastUpdateTime": now,
+            "lastTransitionTime": now,
+        }
+    )
     return conds
 
 
@@ -27,18 +34,30 @@ def worker0_pod(job: str, attempt: int, image: str, owner: dict | None = None) -
     with `owner` (the attempt's PyTorchJob as read from the API) as its controller, as the
     training-operator sets it: the operator only reads pods its own PyTorchJobs own. Without
     `owner` it is what a tenant could make by hand."""
-    meta: dict = {"name": f"{job}-a{attempt}-worker-0",
-                  "labels": {JOB_LABEL: job, ATTEMPT_LABEL: str(attempt), REPLICA_INDEX_LABEL: "0"}}
+    meta: dict = {
+        "name": f"{job}-a{attempt}-worker-0",
+        "labels": {JOB_LABEL: job, ATTEMPT_LABEL: str(attempt), REPLICA_INDEX_LABEL: "0"},
+    }
     if owner is not None:
         meta["ownerReferences"] = [owned_by(owner)]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-            "spec": {"containers": [{"name": "pytorch", "image": image}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {"containers": [{"name": "pytorch", "image": image}]},
+    }
 
 
 def owned_by(ptj: dict) -> dict:
     """The controller reference the training-operator puts on the pods of PyTorchJob `ptj`."""
-    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": ptj["metadata"]["name"],
-            "uid": ptj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "name": ptj["metadata"]["name"],
+        "uid": ptj["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def running_at(ip: str) -> dict:

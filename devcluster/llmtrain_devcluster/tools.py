@@ -30,15 +30,26 @@ __all__ = [
 ]
 
 TOOLS = (
-    "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl",
-    "kwok", "training-operator", "etcd", "helm", "promtool",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+    "kwok",
+    "training-operator",
+    "etcd",
+    "helm",
+    "promtool",
 )
 
 # Same files, same order as KEY_FILES in scripts/install-tools.sh.
 _KEY_FILES = (
-    "k8s/pins.env", "k8s/go.mod", "k8s/go.sum",
-    "kwok/go.mod", "kwok/go.sum",
-    "training-operator/go.mod", "training-operator/go.sum",
+    "k8s/pins.env",
+    "k8s/go.mod",
+    "k8s/go.sum",
+    "kwok/go.mod",
+    "kwok/go.sum",
+    "training-operator/go.mod",
+    "training-operator/go.sum",
 )
 _HINT = "run `make tools` (scripts/install-tools.sh) first"
 
@@ -82,8 +93,7 @@ def tools_dir() -> Path:
         d = root / key
         if not d.is_dir():
             raise ToolNotFoundError(
-                f"dev-cluster tools for this checkout's pins (key {key}) are not installed "
-                f"in {root}; {_HINT}"
+                f"dev-cluster tools for this checkout's pins (key {key}) are not installed in {root}; {_HINT}"
             )
         return d
     current = root / "current"

@@ -62,15 +62,25 @@ _KEY_FILES = ("trainer/go.mod", "trainer/go.sum", "jobset/go.mod", "jobset/go.su
 _HINT = "run `make peer-tools` (scripts/install-peer-tools.sh) first"
 
 # The modules' own webhook manifests and the kustomize JSON patches their release applies.
-_TRAINER_WEBHOOK = ("trainer/webhook/manifests.yaml",
-                    {"MutatingWebhookConfiguration": "trainer/webhook/patch_mutating.yaml",
-                     "ValidatingWebhookConfiguration": "trainer/webhook/patch_validating.yaml"})
-_JOBSET_WEBHOOK = ("jobset/webhook/manifests.yaml",
-                   {"MutatingWebhookConfiguration": "jobset/webhook/patches/mutating-patch.yaml",
-                    "ValidatingWebhookConfiguration": "jobset/webhook/patches/validating-patch.yaml"})
-_TRAINER_CRDS = ("trainer/crds/trainer.kubeflow.org_clustertrainingruntimes.yaml",
-                 "trainer/crds/trainer.kubeflow.org_trainingruntimes.yaml",
-                 "trainer/crds/trainer.kubeflow.org_trainjobs.yaml")
+_TRAINER_WEBHOOK = (
+    "trainer/webhook/manifests.yaml",
+    {
+        "MutatingWebhookConfiguration": "trainer/webhook/patch_mutating.yaml",
+        "ValidatingWebhookConfiguration": "trainer/webhook/patch_validating.yaml",
+    },
+)
+_JOBSET_WEBHOOK = (
+    "jobset/webhook/manifests.yaml",
+    {
+        "MutatingWebhookConfiguration": "jobset/webhook/patches/mutating-patch.yaml",
+        "ValidatingWebhookConfiguration": "jobset/webhook/patches/validating-patch.yaml",
+    },
+)
+_TRAINER_CRDS = (
+    "trainer/crds/trainer.kubeflow.org_clustertrainingruntimes.yaml",
+    "trainer/crds/trainer.kubeflow.org_trainingruntimes.yaml",
+    "trainer/crds/trainer.kubeflow.org_trainjobs.yaml",
+)
 _JOBSET_CRDS = ("jobset/crd/bases/jobset.x-k8s.io_jobsets.yaml",)
 
 
@@ -87,8 +97,7 @@ def peer_tools_dir() -> Path:
     overrides it)."""
     env = os.environ.get("LLMTRAIN_PEER_TOOLS_DIR")
     d = Path(env) if env else cache_dir() / "peer-tools" / peer_tools_key()
-    for need in ("bin/trainer-controller-manager", "bin/jobset-controller", "trainer/.complete",
-                 "jobset/.complete"):
+    for need in ("bin/trainer-controller-manager", "bin/jobset-controller", "trainer/.complete", "jobset/.complete"):
         if not (d / need).exists():
             raise ToolNotFoundError(f"Kubeflow Trainer v2 / JobSet: {d / need} not found; {_HINT}")
     return d
@@ -179,8 +188,7 @@ class TrainerV2:
             port = self._start("jobset-controller", ca, self._jobset_config, timeout)
             self._apply(webhook_configurations(self.root, _JOBSET_WEBHOOK, f"https://127.0.0.1:{port}", ca.cert_pem))
             port = self._start("trainer-controller-manager", ca, self._trainer_config, timeout)
-            self._apply(webhook_configurations(self.root, _TRAINER_WEBHOOK, f"https://127.0.0.1:{port}",
-                                               ca.cert_pem))
+            self._apply(webhook_configurations(self.root, _TRAINER_WEBHOOK, f"https://127.0.0.1:{port}", ca.cert_pem))
         except BaseException:
             self.stop()
             raise
@@ -191,8 +199,9 @@ class TrainerV2:
         tmp = d / "tmp"
         certs = tmp / "k8s-webhook-server" / "serving-certs"  # controller-runtime's default cert dir
         certs.mkdir(parents=True, exist_ok=True)
-        ca.issue_to_files(certs / "tls.crt", certs / "tls.key", name, server=True,
-                          dns=("localhost",), ips=("127.0.0.1",))
+        ca.issue_to_files(
+            certs / "tls.crt", certs / "tls.key", name, server=True, dns=("localhost",), ips=("127.0.0.1",)
+        )
         probe, webhook = free_port(), free_port()
         cfg = d / "config.yaml"
         cfg.write_text(yaml.safe_dump(make_config(probe, webhook, str(certs)), sort_keys=False))
@@ -205,18 +214,20 @@ class TrainerV2:
         proc = spawn(cmd, log, env=env)
         self._procs[name] = proc
         write_pids(self.state / "pids.json", {n: pid_record(p) for n, p in self._procs.items()})
-        wait_ready(name, proc, lambda: http_get(f"http://127.0.0.1:{probe}/readyz")[0] == 200,
-                   timeout=timeout, log=log)
+        wait_ready(name, proc, lambda: http_get(f"http://127.0.0.1:{probe}/readyz")[0] == 200, timeout=timeout, log=log)
         return webhook
 
     def _jobset_config(self, probe: int, webhook: int, cert_dir: str) -> dict:
         # Upstream's config (config/components/manager) less leader election and the cert rotator.
-        return {"apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
-                "leaderElection": {"leaderElect": False},
-                "internalCertManagement": {"enable": False},
-                "health": {"healthProbeBindAddress": f"127.0.0.1:{probe}"},
-                "metrics": {"bindAddress": "0"},
-                "webhook": {"port": webhook, "host": "127.0.0.1", "certDir": cert_dir}}
+        return {
+            "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
+            "kind": "Configuration",
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{probe}"},
+            "metrics": {"bindAddress": "0"},
+            "webhook": {"port": webhook, "host": "127.0.0.1", "certDir": cert_dir},
+        }
 
     def _trainer_config(self, probe: int, webhook: int, cert_dir: str) -> dict:
         # Upstream's shipped config (manifests/base/manager), loopback addresses, no leader election,
@@ -231,9 +242,16 @@ class TrainerV2:
 
     def _apply(self, docs: list[dict]) -> None:
         for doc in docs:
-            r = self.cluster.kubectl("apply", "--server-side", "--force-conflicts",
-                                     "--field-manager=llmtrain-devcluster", "-f", "-",
-                                     input=json.dumps(doc), check=False)
+            r = self.cluster.kubectl(
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "--field-manager=llmtrain-devcluster",
+                "-f",
+                "-",
+                input=json.dumps(doc),
+                check=False,
+            )
             if r.returncode != 0:
                 raise DevClusterError(f"{doc['kind']} {doc['metadata']['name']} was rejected:\n{r.stderr.strip()}")
 

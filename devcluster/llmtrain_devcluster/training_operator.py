@@ -46,21 +46,29 @@ def prepare(api: Any, *, state_dir: Path, kubeconfig: Path, ca: pki.CertificateA
     certs = tmp / "k8s-webhook-server" / "serving-certs"
     certs.mkdir(parents=True, exist_ok=True)
     ca.issue_to_files(
-        certs / "tls.crt", certs / "tls.key", "training-operator", server=True,
-        dns=(f"training-operator.{NAMESPACE}.svc", "localhost"), ips=("127.0.0.1",),
+        certs / "tls.crt",
+        certs / "tls.key",
+        "training-operator",
+        server=True,
+        dns=(f"training-operator.{NAMESPACE}.svc", "localhost"),
+        ips=("127.0.0.1",),
     )
     # The rotator stats this literal path (not TMPDIR's) before it reports ready. In its mount
     # namespace that is the file just written; without one, only the public certificate goes
     # there, and only when nothing is there yet.
     private = private_tmp_available()
     if not private and not ROTATOR_CERT.exists():
-        print(f"llmtrain_devcluster: no private mount namespace on this host (unshare --mount): "
-              f"writing {ROTATOR_CERT} for the training-operator's cert rotator", file=sys.stderr)
+        print(
+            f"llmtrain_devcluster: no private mount namespace on this host (unshare --mount): "
+            f"writing {ROTATOR_CERT} for the training-operator's cert rotator",
+            file=sys.stderr,
+        )
         ROTATOR_CERT.parent.mkdir(parents=True, exist_ok=True)
         ROTATOR_CERT.write_bytes((certs / "tls.crt").read_bytes())
     # In its namespace the state dir's tmp is mounted at /tmp.
-    return dict(os.environ, KUBECONFIG=str(kubeconfig), TMPDIR="/tmp" if private else str(tmp),
-                MY_POD_NAMESPACE=NAMESPACE)
+    return dict(
+        os.environ, KUBECONFIG=str(kubeconfig), TMPDIR="/tmp" if private else str(tmp), MY_POD_NAMESPACE=NAMESPACE
+    )
 
 
 def argv(state_dir: Path, operator_argv: Sequence[str | Path], *, kubeconfig: Path) -> list[str | Path]:

@@ -35,8 +35,10 @@ def _load(args):
 def _policy(args) -> Policy:
     """The allow-lists: the operator's environment variables, plus any given on the command line."""
     env = Policy.from_env()
-    return Policy(env.image_registries + tuple(args.allowed_image_registry),
-                  env.service_accounts + tuple(args.allowed_service_account))
+    return Policy(
+        env.image_registries + tuple(args.allowed_image_registry),
+        env.service_accounts + tuple(args.allowed_service_account),
+    )
 
 
 def cmd_validate(args) -> int:
@@ -51,10 +53,14 @@ def cmd_validate(args) -> int:
 def _resolved(raw_spec: dict, spec) -> dict:
     """The batch/schedule (and preflight) values the job runs with; derived defaults carry the reason."""
     t = spec.training
-    values = {"data.seqLen": spec.data.seq_len, "training.maxSteps": t.max_steps,
-              "training.warmupSteps": t.warmup_steps, "training.globalBatchTokens": t.global_batch_tokens,
-              "training.microBatchSize": t.micro_batch_size,
-              "resilience.preflight": spec.resilience.preflight}
+    values = {
+        "data.seqLen": spec.data.seq_len,
+        "training.maxSteps": t.max_steps,
+        "training.warmupSteps": t.warmup_steps,
+        "training.globalBatchTokens": t.global_batch_tokens,
+        "training.microBatchSize": t.micro_batch_size,
+        "resilience.preflight": spec.resilience.preflight,
+    }
     why = explain(raw_spec, spec)
     return {k: ({"value": v, "derived": why[k]} if k in why else {"value": v}) for k, v in values.items()}
 
@@ -70,8 +76,9 @@ def cmd_render(args) -> int:
     job = _load(args)
     if job is None:
         return 1
-    obj = render_pytorchjob(job.spec, job.name, args.namespace or job.namespace, args.attempt,
-                            default_etcd_endpoint=args.etcd_endpoint)
+    obj = render_pytorchjob(
+        job.spec, job.name, args.namespace or job.namespace, args.attempt, default_etcd_endpoint=args.etcd_endpoint
+    )
     sys.stdout.write(yaml.safe_dump(obj, sort_keys=False))
     return 0
 
@@ -102,31 +109,48 @@ def cmd_plan(args) -> int:
     plan = plan_job(spec)
     run = expected_run(spec, plan)
     if args.output == "json":
-        print(json.dumps({**plan.as_dict(), "expected": run.as_dict(),
-                          "resolved": _resolved(doc.get("spec") or {}, spec)}, indent=2))
+        print(
+            json.dumps(
+                {**plan.as_dict(), "expected": run.as_dict(), "resolved": _resolved(doc.get("spec") or {}, spec)},
+                indent=2,
+            )
+        )
     else:
-        rows = [("parameters", plan.params_bytes), ("gradients", plan.grads_bytes),
-                ("optimizer state", plan.optimizer_bytes), ("activations", plan.activations_bytes),
-                ("workspace (gathered blocks, loss)", plan.workspace_bytes),
-                ("peak (gradients, activations apart)", plan.total_bytes),
-                ("device memory", plan.gpu_memory_bytes)]
-        print(f"{spec.model.preset or 'custom'} on {spec.cluster.nodes} × {spec.cluster.instance_type}, "
-              f"{spec.fsdp.sharding_strategy}, {spec.fsdp.mixed_precision}, "
-              f"activation checkpointing {spec.fsdp.activation_checkpointing}")
-        print(f"  parameters: {plan.num_params / 1e9:.2f} B, world size {plan.world_size}, "
-              f"shard group {plan.shard_group}")
+        rows = [
+            ("parameters", plan.params_bytes),
+            ("gradients", plan.grads_bytes),
+            ("optimizer state", plan.optimizer_bytes),
+            ("activations", plan.activations_bytes),
+            ("workspace (gathered blocks, loss)", plan.workspace_bytes),
+            ("peak (gradients, activations apart)", plan.total_bytes),
+            ("device memory", plan.gpu_memory_bytes),
+        ]
+        print(
+            f"{spec.model.preset or 'custom'} on {spec.cluster.nodes} × {spec.cluster.instance_type}, "
+            f"{spec.fsdp.sharding_strategy}, {spec.fsdp.mixed_precision}, "
+            f"activation checkpointing {spec.fsdp.activation_checkpointing}"
+        )
+        print(
+            f"  parameters: {plan.num_params / 1e9:.2f} B, world size {plan.world_size}, shard group {plan.shard_group}"
+        )
         print("  per device:")
         for label, value in rows:
             print(f"    {label:<38} {value / GIB:10.2f} GiB")
         print(f"  fits: {'yes' if plan.fits else 'NO'} (limit: 90% of device memory)")
         print(f"  FLOPs per token: {plan.flops_per_token / 1e9:.1f} GFLOP")
-        print(f"  expected at {plan.assumed_mfu:.0%} MFU: {plan.tokens_per_second_per_gpu:,.0f} tokens/s "
-              f"per device, {plan.tokens_per_second:,.0f} tokens/s in all")
-        print(f"  expected run ({run.steps:,} steps, {run.tokens / 1e9:,.2f} B tokens): "
-              f"{run.wall_seconds / 3600:,.2f} h wall, {run.gpu_hours:,.1f} GPU-hours, goodput {run.goodput:.1%}")
-        print(f"    steps {run.train_seconds / 3600:,.2f} h; {run.checkpoints} checkpoints blocking "
-              f"{run.checkpoint_seconds / 60:,.1f} min; {run.restarts:.2f} expected restarts costing "
-              f"{run.restart_seconds / 60:,.1f} min (docs/concepts/goodput.md)")
+        print(
+            f"  expected at {plan.assumed_mfu:.0%} MFU: {plan.tokens_per_second_per_gpu:,.0f} tokens/s "
+            f"per device, {plan.tokens_per_second:,.0f} tokens/s in all"
+        )
+        print(
+            f"  expected run ({run.steps:,} steps, {run.tokens / 1e9:,.2f} B tokens): "
+            f"{run.wall_seconds / 3600:,.2f} h wall, {run.gpu_hours:,.1f} GPU-hours, goodput {run.goodput:.1%}"
+        )
+        print(
+            f"    steps {run.train_seconds / 3600:,.2f} h; {run.checkpoints} checkpoints blocking "
+            f"{run.checkpoint_seconds / 60:,.1f} min; {run.restarts:.2f} expected restarts costing "
+            f"{run.restart_seconds / 60:,.1f} min (docs/concepts/goodput.md)"
+        )
         _print_resolved(doc.get("spec") or {}, spec)
         for p in problems:
             print(f"  {p}")
@@ -180,13 +204,25 @@ def build_parser() -> argparse.ArgumentParser:
     def with_file(name, func, help):
         p = sub.add_parser(name, help=help)
         p.add_argument("file", help="LLMTrainingJob YAML file ('-' for stdin)")
-        p.add_argument("--etcd-endpoint", default=DEFAULT_ETCD_ENDPOINT,
-                       help="the operator's default etcd endpoint (default: %(default)s)")
-        p.add_argument("--allowed-image-registry", action="append", default=[], metavar="PREFIX",
-                       help=f"check the image against this allow-list (repeatable; also ${Policy.ENV_IMAGES})")
-        p.add_argument("--allowed-service-account", action="append", default=[], metavar="NAME",
-                       help="check serviceAccountName against this list "
-                            f"(repeatable; also ${Policy.ENV_SERVICE_ACCOUNTS})")
+        p.add_argument(
+            "--etcd-endpoint",
+            default=DEFAULT_ETCD_ENDPOINT,
+            help="the operator's default etcd endpoint (default: %(default)s)",
+        )
+        p.add_argument(
+            "--allowed-image-registry",
+            action="append",
+            default=[],
+            metavar="PREFIX",
+            help=f"check the image against this allow-list (repeatable; also ${Policy.ENV_IMAGES})",
+        )
+        p.add_argument(
+            "--allowed-service-account",
+            action="append",
+            default=[],
+            metavar="NAME",
+            help=f"check serviceAccountName against this list (repeatable; also ${Policy.ENV_SERVICE_ACCOUNTS})",
+        )
         p.set_defaults(func=func)
         return p
 

@@ -14,16 +14,32 @@ from typing import Any
 from .spec import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, LLMTrainingJobSpec
 from .status import LLMTrainingJobStatus
 
-_KEEP = ("type", "description", "default", "enum", "minimum", "maximum", "exclusiveMinimum",
-         "exclusiveMaximum", "minLength", "maxLength", "pattern", "minItems", "maxItems", "maxProperties",
-         "format", "x-kubernetes-validations")
+_KEEP = (
+    "type",
+    "description",
+    "default",
+    "enum",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minItems",
+    "maxItems",
+    "maxProperties",
+    "format",
+    "x-kubernetes-validations",
+)
 
 
 def structural(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> dict[str, Any]:
     """Rewrite one pydantic JSON Schema node (and its children) as a structural OpenAPI node."""
     defs = defs if defs is not None else schema.get("$defs", {})
-    extra: dict[str, Any] = {k: schema[k] for k in ("description", "default", "x-kubernetes-validations")
-             if k in schema}
+    extra: dict[str, Any] = {
+        k: schema[k] for k in ("description", "default", "x-kubernetes-validations") if k in schema
+    }
     if "$ref" in schema:
         target = defs[schema["$ref"].split("/")[-1]]
         node: dict[str, Any] = structural(target, defs)
@@ -105,27 +121,36 @@ def crd_manifest() -> dict[str, Any]:
         "spec": {
             "group": GROUP,
             "scope": "Namespaced",
-            "names": {"kind": KIND, "plural": PLURAL, "singular": SINGULAR,
-                      "shortNames": list(SHORT_NAMES), "listKind": f"{KIND}List",
-                      "categories": ["llmtrain"]},
-            "versions": [{
-                "name": VERSION,
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": PRINTER_COLUMNS,
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "description": "An LLM training run on EKS GPU nodes (or a local CPU cluster).",
-                    "required": ["spec"],
-                    "properties": {
-                        "apiVersion": {"type": "string"},
-                        "kind": {"type": "string"},
-                        "metadata": {"type": "object"},
-                        "spec": spec_schema(),
-                        "status": status_schema(),
+            "names": {
+                "kind": KIND,
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": list(SHORT_NAMES),
+                "listKind": f"{KIND}List",
+                "categories": ["llmtrain"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "An LLM training run on EKS GPU nodes (or a local CPU cluster).",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema(),
+                                "status": status_schema(),
+                            },
+                        }
                     },
-                }},
-            }],
+                }
+            ],
         },
     }

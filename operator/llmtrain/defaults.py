@@ -89,12 +89,18 @@ def first_step_timeout_minutes(spec: LLMTrainingJobSpec) -> tuple[int, str]:
     time a node needs to read what it loads before its first step (its shard of the checkpoint, or
     the whole pretrained model) at LOAD_BYTES_PER_SECOND."""
     params = _num_params(spec) or 0
-    per_node = max(params * STATE_BYTES_PER_PARAM / spec.cluster.nodes,
-                   params * PRETRAINED_BYTES_PER_PARAM if spec.model.pretrained_uri else 0)
+    per_node = max(
+        params * STATE_BYTES_PER_PARAM / spec.cluster.nodes,
+        params * PRETRAINED_BYTES_PER_PARAM if spec.model.pretrained_uri else 0,
+    )
     load = math.ceil(per_node / LOAD_BYTES_PER_SECOND / 60)
     hang = spec.resilience.hang_timeout_minutes
-    return hang + load, (f"hangTimeoutMinutes ({hang}) + {load} min to read {per_node / 1e9:.1f} GB "
-                         f"per node at {LOAD_BYTES_PER_SECOND / 1e6:.0f} MB/s")
+    return hang + load, (
+        f"hangTimeoutMinutes ({hang}) + {load} min to read {per_node / 1e9:.1f} GB "
+        f"per node at {LOAD_BYTES_PER_SECOND / 1e6:.0f} MB/s"
+    )
+
+
 def preflight(spec: LLMTrainingJobSpec) -> tuple[bool, str]:
     """(on, why) for a spec whose resilience.preflight is unset."""
     inst = instance_types().get(spec.cluster.instance_type)
@@ -128,12 +134,13 @@ def explain(raw_spec: dict, spec: LLMTrainingJobSpec) -> dict[str, str]:
     data, training = raw_spec.get("data") or {}, raw_spec.get("training") or {}
     why = {}
     if "seqLen" not in data:
-        why["data.seqLen"] = (f"the model's context length, shorter than {DEFAULT_SEQ_LEN}"
-                              if spec.data.seq_len < DEFAULT_SEQ_LEN  # type: ignore[operator]  # resolved above
-                              else f"{DEFAULT_SEQ_LEN}")
+        why["data.seqLen"] = (
+            f"the model's context length, shorter than {DEFAULT_SEQ_LEN}"
+            if spec.data.seq_len < DEFAULT_SEQ_LEN  # type: ignore[operator]  # resolved above
+            else f"{DEFAULT_SEQ_LEN}"
+        )
     if "warmupSteps" not in training:
-        why["training.warmupSteps"] = (f"10% of maxSteps ({spec.training.max_steps}), "
-                                       f"at most {MAX_DEFAULT_WARMUP}")
+        why["training.warmupSteps"] = f"10% of maxSteps ({spec.training.max_steps}), at most {MAX_DEFAULT_WARMUP}"
     if "globalBatchTokens" not in training:
         why["training.globalBatchTokens"] = global_batch_tokens(spec)[1]
     if "firstStepTimeoutMinutes" not in (raw_spec.get("resilience") or {}):

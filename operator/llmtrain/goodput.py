@@ -36,8 +36,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-BUCKETS = ("queued", "starting", "productive", "lostWork", "restarting", "hang", "checkpointStall",
-           "dataWait", "suspended")
+BUCKETS = (
+    "queued",
+    "starting",
+    "productive",
+    "lostWork",
+    "restarting",
+    "hang",
+    "checkpointStall",
+    "dataWait",
+    "suspended",
+)
 BADPUT = tuple(b for b in BUCKETS if b not in ("productive", "suspended"))
 MAX_ATTEMPTS = 32  # attempt records kept in status; older ones are folded into `earlier`
 HANG, SUCCEEDED, SUSPENDED = "Hang", "Succeeded", "Suspended"
@@ -50,27 +59,27 @@ class Attempt:
 
     attempt: int
     created: float
-    end: float | None = None            # None: the current attempt, still going
+    end: float | None = None  # None: the current attempt, still going
     end_reason: str | None = None
-    admitted: float | None = None       # a queue (Kueue) admitted its PyTorchJob; None: at creation
-    train_start: float | None = None    # the trainer's loop began
+    admitted: float | None = None  # a queue (Kueue) admitted its PyTorchJob; None: at creation
+    train_start: float | None = None  # the trainer's loop began
     last_heartbeat: float | None = None  # its last optimizer step completed
-    resume_step: int | None = None      # the step it resumed from (0: from scratch)
+    resume_step: int | None = None  # the step it resumed from (0: from scratch)
     last_step: int | None = None
-    steps: int | None = None            # steps it completed
-    step_seconds: float | None = None   # their summed wall time
+    steps: int | None = None  # steps it completed
+    step_seconds: float | None = None  # their summed wall time
     checkpoint_blocking_seconds: float | None = None
     data_wait_seconds: float | None = None
 
 
 @dataclass(frozen=True)
 class Timeline:
-    start: float                        # the job's creation (or where `earlier` ends)
+    start: float  # the job's creation (or where `earlier` ends)
     attempts: tuple[Attempt, ...] = ()
     suspensions: tuple[tuple[float, float | None], ...] = ()  # (start, end or None: still)
     earlier: dict[str, float] = field(default_factory=dict)  # buckets before `start` (folded)
-    earlier_high_step: int = 0          # highest step the folded attempts reached
-    folded: bool = False                # `start` is where folded attempts end, not the creation
+    earlier_high_step: int = 0  # highest step the folded attempts reached
+    folded: bool = False  # `start` is where folded attempts end, not the creation
 
 
 def zero() -> dict[str, float]:
@@ -120,14 +129,17 @@ def buckets(t: Timeline, now: float) -> dict[str, float]:
             if a.end is not None:  # the tail of an attempt that ended
                 tail = end - last
                 kind = {HANG: "hang", SUCCEEDED: "checkpointStall", SUSPENDED: "checkpointStall"}.get(
-                    a.end_reason or "", "restarting")
+                    a.end_reason or "", "restarting"
+                )
                 out[kind] += tail
             else:  # still going: from its last scrape to now, as its steps go
                 last = end
             left = last - loop
-            for kind, want in (("checkpointStall", a.checkpoint_blocking_seconds),
-                               ("dataWait", a.data_wait_seconds),
-                               ("lostWork", _lost(a, high))):
+            for kind, want in (
+                ("checkpointStall", a.checkpoint_blocking_seconds),
+                ("dataWait", a.data_wait_seconds),
+                ("lostWork", _lost(a, high)),
+            ):
                 cut = min(max(want or 0.0, 0.0), left)
                 out[kind] += cut
                 left -= cut
@@ -166,6 +178,7 @@ def steps_redone(t: Timeline) -> int:
 
 # --- the status form: camelCase dicts with RFC 3339 times (status.GoodputStatus) -----------------
 
+
 def _t(value: Any) -> float | None:
     if not value or not isinstance(value, str):
         return None
@@ -192,9 +205,16 @@ def _int(d: dict, key: str) -> int | None:
 
 
 # The trainer's counters as status.progress carries them (controller/progress.py) ↔ Attempt fields.
-COUNTERS = {"trainStartTime": "train_start", "heartbeatTime": "last_heartbeat", "resumeStep": "resume_step",
-            "step": "last_step", "attemptSteps": "steps", "stepSeconds": "step_seconds",
-            "checkpointBlockingSeconds": "checkpoint_blocking_seconds", "dataWaitSeconds": "data_wait_seconds"}
+COUNTERS = {
+    "trainStartTime": "train_start",
+    "heartbeatTime": "last_heartbeat",
+    "resumeStep": "resume_step",
+    "step": "last_step",
+    "attemptSteps": "steps",
+    "stepSeconds": "step_seconds",
+    "checkpointBlockingSeconds": "checkpoint_blocking_seconds",
+    "dataWaitSeconds": "data_wait_seconds",
+}
 _TIMES = ("trainStartTime", "heartbeatTime")
 
 
@@ -221,35 +241,57 @@ def attempt_from(rec: dict, progress: dict | None = None) -> Attempt | None:
             kw[attr] = _int(src, key)
         else:
             kw[attr] = _num(src, key)
-    return Attempt(attempt=n, created=created, end=_t(rec.get("endTime")), end_reason=rec.get("endReason"),
-                   admitted=_t(rec.get("admittedTime")), **kw)
+    return Attempt(
+        attempt=n,
+        created=created,
+        end=_t(rec.get("endTime")),
+        end_reason=rec.get("endReason"),
+        admitted=_t(rec.get("admittedTime")),
+        **kw,
+    )
 
 
 def timeline_of(goodput: dict | None, created: float, progress: dict | None = None) -> Timeline:
     """status.goodput (+ status.progress for the current attempt's live counters) → Timeline.
     `created`: the job's metadata.creationTimestamp."""
     g = goodput or {}
-    earlier = {k: float(v) for k, v in (g.get("earlier") or {}).items()
-               if k in BUCKETS and isinstance(v, (int, float))}
+    earlier = {k: float(v) for k, v in (g.get("earlier") or {}).items() if k in BUCKETS and isinstance(v, (int, float))}
     until = _t(g.get("earlierUntil"))
-    attempts = tuple(a for a in (attempt_from(r, progress) for r in g.get("attempts") or []
-                                 if isinstance(r, dict)) if a is not None)
-    spans = tuple((s, _t(x.get("endTime"))) for x in g.get("suspensions") or [] if isinstance(x, dict)
-                  for s in [_t(x.get("startTime"))] if s is not None)
-    return Timeline(start=until if until is not None else created, attempts=attempts, suspensions=spans,
-                    earlier=earlier, earlier_high_step=int(g.get("earlierHighStep") or 0), folded=until is not None)
+    attempts = tuple(
+        a for a in (attempt_from(r, progress) for r in g.get("attempts") or [] if isinstance(r, dict)) if a is not None
+    )
+    spans = tuple(
+        (s, _t(x.get("endTime")))
+        for x in g.get("suspensions") or []
+        if isinstance(x, dict)
+        for s in [_t(x.get("startTime"))]
+        if s is not None
+    )
+    return Timeline(
+        start=until if until is not None else created,
+        attempts=attempts,
+        suspensions=spans,
+        earlier=earlier,
+        earlier_high_step=int(g.get("earlierHighStep") or 0),
+        folded=until is not None,
+    )
 
 
 def summary(t: Timeline, now: float) -> dict:
     """The derived part of status.goodput: buckets (seconds, rounded), wall, ratio, steps redone."""
     b = buckets(t, now)
     r = ratio(b)
-    return {"wallSeconds": round(sum(b.values()), 1), "ratio": round(r, 4) if r is not None else None,
-            "seconds": {k: round(v, 1) for k, v in b.items()}, "stepsRedone": steps_redone(t),
-            "updateTime": stamp(now)}
+    return {
+        "wallSeconds": round(sum(b.values()), 1),
+        "ratio": round(r, 4) if r is not None else None,
+        "seconds": {k: round(v, 1) for k, v in b.items()},
+        "stepsRedone": steps_redone(t),
+        "updateTime": stamp(now),
+    }
 
 
 # --- the edits decide.py makes to status.goodput at a transition ---------------------------------
+
 
 def opened(goodput: dict | None, attempt: int, at: float, job_created: float, keep: int = MAX_ATTEMPTS) -> dict:
     """Attempt `attempt`'s PyTorchJob was created (or adopted) at `at`; `job_created`: the job's
@@ -267,8 +309,12 @@ def admitted(goodput: dict | None, attempt: int, at: float) -> dict:
     """Attempt `attempt`'s PyTorchJob, created suspended for a queue, was admitted at `at`: the
     time before counts as queued, not starting."""
     g = dict(goodput or {})
-    g["attempts"] = [{**r, "admittedTime": stamp(at)} if isinstance(r, dict) and r.get("attempt") == attempt
-                     and not r.get("admittedTime") else r for r in g.get("attempts") or []]
+    g["attempts"] = [
+        {**r, "admittedTime": stamp(at)}
+        if isinstance(r, dict) and r.get("attempt") == attempt and not r.get("admittedTime")
+        else r
+        for r in g.get("attempts") or []
+    ]
     return g
 
 
@@ -308,7 +354,7 @@ def fold(g: dict, job_created: float, keep: int = MAX_ATTEMPTS) -> dict:
     recs = list(g.get("attempts") or [])
     if len(recs) <= keep:
         return g
-    old, recs = recs[:len(recs) - keep], recs[len(recs) - keep:]
+    old, recs = recs[: len(recs) - keep], recs[len(recs) - keep :]
     until = _t(old[-1].get("endTime"))
     if until is None:
         return g
@@ -316,6 +362,11 @@ def fold(g: dict, job_created: float, keep: int = MAX_ATTEMPTS) -> dict:
     b = buckets(part, until)
     high = max([part.earlier_high_step] + [a.last_step for a in part.attempts if a.last_step is not None])
     spans = [s for s in g.get("suspensions") or [] if (_t(s.get("endTime")) or until + 1) > until]
-    return {**g, "attempts": recs, "earlier": {k: round(v, 3) for k, v in b.items()},
-            "earlierUntil": stamp(until), "earlierHighStep": high, "suspensions": spans}
-
+    return {
+        **g,
+        "attempts": recs,
+        "earlier": {k: round(v, 3) for k, v in b.items()},
+        "earlierUntil": stamp(until),
+        "earlierHighStep": high,
+        "suspensions": spans,
+    }

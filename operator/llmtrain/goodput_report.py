@@ -9,13 +9,28 @@ from typing import Any
 
 from . import goodput as gp
 
-LABELS = {"queued": "queued (before admission)", "starting": "starting (pods → training loop)",
-          "productive": "productive steps", "lostWork": "lost work (steps redone)",
-          "restarting": "restarting (failure → next attempt)", "hang": "hang (last step → detection)",
-          "checkpointStall": "checkpoint stall", "dataWait": "data wait", "suspended": "suspended (not counted)"}
-COLORS = {"queued": "#bdbdbd", "starting": "#9ecae1", "productive": "#31a354", "lostWork": "#fd8d3c",
-          "restarting": "#e6550d", "hang": "#de2d26", "checkpointStall": "#756bb1", "dataWait": "#fdd0a2",
-          "suspended": "#f0f0f0"}
+LABELS = {
+    "queued": "queued (before admission)",
+    "starting": "starting (pods → training loop)",
+    "productive": "productive steps",
+    "lostWork": "lost work (steps redone)",
+    "restarting": "restarting (failure → next attempt)",
+    "hang": "hang (last step → detection)",
+    "checkpointStall": "checkpoint stall",
+    "dataWait": "data wait",
+    "suspended": "suspended (not counted)",
+}
+COLORS = {
+    "queued": "#bdbdbd",
+    "starting": "#9ecae1",
+    "productive": "#31a354",
+    "lostWork": "#fd8d3c",
+    "restarting": "#e6550d",
+    "hang": "#de2d26",
+    "checkpointStall": "#756bb1",
+    "dataWait": "#fdd0a2",
+    "suspended": "#f0f0f0",
+}
 
 
 def _created(job: dict) -> float:
@@ -47,25 +62,31 @@ def table(job: dict, now: float | None = None, events: list[dict] | None = None)
     wall = sum(b.values())
     meta = job.get("metadata") or {}
     ratio = gp.ratio(b)
-    lines = [f"{meta.get('namespace', '')}/{meta.get('name', '')}: goodput "
-             f"{'-' if ratio is None else f'{ratio:.1%}'} over {_hms(wall)} of wall time "
-             f"({len(t.attempts)} attempt record(s), {gp.steps_redone(t)} steps redone)", "",
-             f"  {'bucket':<40} {'h:mm:ss':>10} {'share':>7}"]
+    lines = [
+        f"{meta.get('namespace', '')}/{meta.get('name', '')}: goodput "
+        f"{'-' if ratio is None else f'{ratio:.1%}'} over {_hms(wall)} of wall time "
+        f"({len(t.attempts)} attempt record(s), {gp.steps_redone(t)} steps redone)",
+        "",
+        f"  {'bucket':<40} {'h:mm:ss':>10} {'share':>7}",
+    ]
     for k in gp.BUCKETS:
         lines.append(f"  {LABELS[k]:<40} {_hms(b[k]):>10} {b[k] / wall if wall else 0:>7.1%}")
     lines.append(f"  {'wall time':<40} {_hms(wall):>10} {1 if wall else 0:>7.0%}")
     if t.attempts:
         lines += ["", f"  {'attempt':>7}  {'created':<20} {'ended':<20} {'why':<22} {'steps':>11}"]
         for a in sorted(t.attempts, key=lambda a: a.attempt):
-            steps = (f"{a.resume_step}→{a.last_step}" if a.resume_step is not None and a.last_step is not None
-                     else "-")
-            lines.append(f"  {a.attempt:>7}  {gp.stamp(a.created) or '-':<20} {gp.stamp(a.end) or '(running)':<20} "
-                         f"{(a.end_reason or '-')[:22]:<22} {steps:>11}")
+            steps = f"{a.resume_step}→{a.last_step}" if a.resume_step is not None and a.last_step is not None else "-"
+            lines.append(
+                f"  {a.attempt:>7}  {gp.stamp(a.created) or '-':<20} {gp.stamp(a.end) or '(running)':<20} "
+                f"{(a.end_reason or '-')[:22]:<22} {steps:>11}"
+            )
     if events:
         lines += ["", "  events:"]
         for e in events[-20:]:
-            lines.append(f"    {e.get('time') or '':<20} {e.get('type') or '':<8} {e.get('reason') or '':<22} "
-                         f"{(e.get('message') or '')[:100]}")
+            lines.append(
+                f"    {e.get('time') or '':<20} {e.get('type') or '':<8} {e.get('reason') or '':<22} "
+                f"{(e.get('message') or '')[:100]}"
+            )
     return "\n".join(lines)
 
 
@@ -89,7 +110,8 @@ def spans(job: dict, now: float | None = None) -> list[tuple[int, float, float, 
             out.append((a.attempt, loop, last, "productive"))
             if last < end:
                 kind = {gp.HANG: "hang", gp.SUCCEEDED: "checkpointStall", gp.SUSPENDED: "checkpointStall"}.get(
-                    a.end_reason or "", "restarting")
+                    a.end_reason or "", "restarting"
+                )
                 out.append((a.attempt, last, end, kind))
         cursor = end
     if at > cursor:
@@ -112,8 +134,15 @@ def png(job: dict, path: str, now: float | None = None) -> None:
     n = max([r for r, *_ in rows] + [0])
     fig, ax = plt.subplots(figsize=(10, 1.2 + 0.45 * (n + 1)))
     for row, s, e, kind in rows:
-        ax.barh(row, (e - s) / 60, left=(s - t.start) / 60, color=COLORS[kind], edgecolor="black",
-                linewidth=0.3, hatch="//" if kind == "suspended" else None)
+        ax.barh(
+            row,
+            (e - s) / 60,
+            left=(s - t.start) / 60,
+            color=COLORS[kind],
+            edgecolor="black",
+            linewidth=0.3,
+            hatch="//" if kind == "suspended" else None,
+        )
     ckpt = gp._t(((job.get("status") or {}).get("progress") or {}).get("lastCheckpointTime"))
     if ckpt is not None and t.start <= ckpt <= at:
         ax.axvline((ckpt - t.start) / 60, color="#756bb1", linestyle="--", linewidth=1)
@@ -124,8 +153,13 @@ def png(job: dict, path: str, now: float | None = None) -> None:
     r = gp.ratio(b)
     ax.set_title(f"{meta.get('name', '')}: goodput {'-' if r is None else f'{r:.1%}'}")
     used = sorted({k for *_, k in rows}, key=gp.BUCKETS.index)
-    ax.legend(handles=[Patch(color=COLORS[k], label=k) for k in used], loc="upper center",
-              bbox_to_anchor=(0.5, -0.5 if n < 3 else -0.2), ncol=min(len(used), 5), fontsize=8)
+    ax.legend(
+        handles=[Patch(color=COLORS[k], label=k) for k in used],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.5 if n < 3 else -0.2),
+        ncol=min(len(used), 5),
+        fontsize=8,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -137,8 +171,14 @@ def events_of(raw: list[Any]) -> list[dict]:
     for e in raw:
         get = e.get if isinstance(e, dict) else (lambda k, e=e: getattr(e, _snake(k), None))
         when = get("lastTimestamp") or get("eventTime") or get("firstTimestamp")
-        out.append({"time": when.strftime("%Y-%m-%dT%H:%M:%SZ") if isinstance(when, dt.datetime) else when,
-                    "type": get("type"), "reason": get("reason"), "message": get("message")})
+        out.append(
+            {
+                "time": when.strftime("%Y-%m-%dT%H:%M:%SZ") if isinstance(when, dt.datetime) else when,
+                "type": get("type"),
+                "reason": get("reason"),
+                "message": get("message"),
+            }
+        )
     return sorted(out, key=lambda e: e["time"] or "")
 
 

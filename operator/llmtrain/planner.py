@@ -111,8 +111,7 @@ def shard_group(strategy: str, nodes: int, per_node: int) -> int:
     return 1
 
 
-def model_state_bytes(psi: int, strategy: str, group: int, precision: str,
-                      cpu_offload: bool) -> tuple[int, int, int]:
+def model_state_bytes(psi: int, strategy: str, group: int, precision: str, cpu_offload: bool) -> tuple[int, int, int]:
     """(params, grads, optimizer) bytes one GPU holds between steps: sharded over the group under
     every strategy (FSDP2; SHARD_GRAD_OP's whole parameters are gathered copies: gathered_bytes)."""
     if precision == "fp32":
@@ -138,8 +137,7 @@ def _block_activation_bytes_per_token(dims: ModelDims, checkpointing: str, e: in
     return 8 * d + e * (7 * d + 2 * kv + 4 * f)
 
 
-def activation_bytes(dims: ModelDims, seq_len: int, micro_batch: int, checkpointing: str,
-                     precision: str) -> int:
+def activation_bytes(dims: ModelDims, seq_len: int, micro_batch: int, checkpointing: str, precision: str) -> int:
     """Activations all blocks keep for backward (one block's recomputation is workspace)."""
     e = _elem(precision)
     return _block_activation_bytes_per_token(dims, checkpointing, e) * dims.num_layers * seq_len * micro_batch
@@ -201,9 +199,19 @@ def optimizer_step_temp_bytes(psi: int, group: int, cpu_offload: bool) -> int:
     return 0 if cpu_offload else 4 * psi // group
 
 
-def plan_for(dims: ModelDims, inst: InstanceType, nodes: int, strategy: str, precision: str,
-             checkpointing: str, seq_len: int, micro_batch: int, cpu_offload: bool = False,
-             per_node: int | None = None, assumed_mfu: float = ASSUMED_MFU) -> Plan:
+def plan_for(
+    dims: ModelDims,
+    inst: InstanceType,
+    nodes: int,
+    strategy: str,
+    precision: str,
+    checkpointing: str,
+    seq_len: int,
+    micro_batch: int,
+    cpu_offload: bool = False,
+    per_node: int | None = None,
+    assumed_mfu: float = ASSUMED_MFU,
+) -> Plan:
     per_node = per_node or inst.devices_per_node
     world = nodes * per_node
     group = shard_group(strategy, nodes, per_node)
@@ -213,7 +221,8 @@ def plan_for(dims: ModelDims, inst: InstanceType, nodes: int, strategy: str, pre
     # The loss buffers are gone before backward reaches the first recomputed block: the larger counts.
     workspace = gathered_bytes(dims, strategy, group, precision) + max(
         loss_workspace_bytes(dims, seq_len, micro_batch, precision),
-        recompute_bytes(dims, seq_len, micro_batch, checkpointing, precision))
+        recompute_bytes(dims, seq_len, micro_batch, checkpointing, precision),
+    )
     # Gradients are freed after every optimizer step (zero_grad(set_to_none=True)) and only fill up
     # while backward frees the activations, so the peak is the largest of three moments: the start of
     # backward (activations + workspace, no gradients), its end (all gradients, activations gone) and
@@ -224,12 +233,21 @@ def plan_for(dims: ModelDims, inst: InstanceType, nodes: int, strategy: str, pre
     fpt = flops_per_token(dims, seq_len)
     per_gpu_tps = assumed_mfu * inst.peak_flops_per_device / fpt
     return Plan(
-        num_params=psi, params_bytes=params, grads_bytes=grads, optimizer_bytes=optim,
-        activations_bytes=acts, workspace_bytes=workspace, total_bytes=total,
+        num_params=psi,
+        params_bytes=params,
+        grads_bytes=grads,
+        optimizer_bytes=optim,
+        activations_bytes=acts,
+        workspace_bytes=workspace,
+        total_bytes=total,
         gpu_memory_bytes=inst.device_memory_bytes,
         fits=total <= FIT_FRACTION * inst.device_memory_bytes,
-        flops_per_token=fpt, world_size=world, shard_group=group, assumed_mfu=assumed_mfu,
-        tokens_per_second_per_gpu=per_gpu_tps, tokens_per_second=per_gpu_tps * world,
+        flops_per_token=fpt,
+        world_size=world,
+        shard_group=group,
+        assumed_mfu=assumed_mfu,
+        tokens_per_second_per_gpu=per_gpu_tps,
+        tokens_per_second=per_gpu_tps * world,
     )
 
 
@@ -237,16 +255,21 @@ def plan_job(spec: LLMTrainingJobSpec, nodes: int | None = None, strategy: str |
     inst = instance_type(spec.cluster.instance_type)
     per_node = inst.workers_per_node(spec.cluster.processes_per_node)
     return plan_for(
-        resolve_dims(spec.model), inst, nodes or spec.cluster.nodes,
-        strategy or spec.fsdp.sharding_strategy, spec.fsdp.mixed_precision,
-        spec.fsdp.activation_checkpointing, spec.data.seq_len,  # type: ignore[arg-type]  # a resolved spec
+        resolve_dims(spec.model),
+        inst,
+        nodes or spec.cluster.nodes,
+        strategy or spec.fsdp.sharding_strategy,
+        spec.fsdp.mixed_precision,
+        spec.fsdp.activation_checkpointing,
+        spec.data.seq_len,  # type: ignore[arg-type]  # a resolved spec
         spec.training.micro_batch_size,
-        spec.fsdp.cpu_offload, per_node)
+        spec.fsdp.cpu_offload,
+        per_node,
+    )
 
 
 def _variant(spec: LLMTrainingJobSpec, strategy: str, checkpointing: str) -> LLMTrainingJobSpec:
-    fsdp = spec.fsdp.model_copy(update={"sharding_strategy": strategy,
-                                        "activation_checkpointing": checkpointing})
+    fsdp = spec.fsdp.model_copy(update={"sharding_strategy": strategy, "activation_checkpointing": checkpointing})
     return spec.model_copy(update={"fsdp": fsdp})
 
 
@@ -288,7 +311,7 @@ def suggest_fit(spec: LLMTrainingJobSpec, limit: int = 3) -> str:
 # Interruptions per GPU-hour: Llama 3 (Dubey et al. 2024, §3.3.4) saw 419 unexpected interruptions
 # in 54 days of pre-training on 16,384 H100s.
 FAILURES_PER_GPU_HOUR = 419 / (54 * 24 * 16384)
-RESTART_SECONDS = 600.0    # assumed per restart: detection, backoff, new pods, rendezvous, resume
+RESTART_SECONDS = 600.0  # assumed per restart: detection, backoff, new pods, rendezvous, resume
 STAGING_BYTES_PER_SECOND = 10e9  # assumed device→host copy of a rank's shard while training waits
 
 
@@ -296,11 +319,11 @@ STAGING_BYTES_PER_SECOND = 10e9  # assumed device→host copy of a rank's shard 
 class ExpectedRun:
     steps: int
     tokens: int
-    train_seconds: float       # the steps alone, at the planned throughput
+    train_seconds: float  # the steps alone, at the planned throughput
     checkpoints: int
     checkpoint_seconds: float  # their blocking part (the staging copy)
-    restarts: float            # expected interruptions
-    restart_seconds: float     # each: RESTART_SECONDS + half a checkpoint interval of lost work
+    restarts: float  # expected interruptions
+    restart_seconds: float  # each: RESTART_SECONDS + half a checkpoint interval of lost work
     wall_seconds: float
     gpu_hours: float
     goodput: float
@@ -330,6 +353,15 @@ def expected_run(spec: LLMTrainingJobSpec, plan: Plan) -> ExpectedRun:
     lost = min(interval, train) / 2
     restart = restarts * (RESTART_SECONDS + lost)
     wall = train + ckpt + restart
-    return ExpectedRun(steps=steps, tokens=steps * tokens_per_step, train_seconds=train, checkpoints=saves,
-                       checkpoint_seconds=ckpt, restarts=restarts, restart_seconds=restart, wall_seconds=wall,
-                       gpu_hours=wall / 3600 * gpus, goodput=train / wall if wall > 0 else 0.0)
+    return ExpectedRun(
+        steps=steps,
+        tokens=steps * tokens_per_step,
+        train_seconds=train,
+        checkpoints=saves,
+        checkpoint_seconds=ckpt,
+        restarts=restarts,
+        restart_seconds=restart,
+        wall_seconds=wall,
+        gpu_hours=wall / 3600 * gpus,
+        goodput=train / wall if wall > 0 else 0.0,
+    )

@@ -76,8 +76,10 @@ ATTEMPT_LABEL = "llmtrain.dev/attempt"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 # Kueue's topology-aware scheduling asks per pod set (the Worker replicas' pod template)
-TOPOLOGY_ANNOTATION = {"required": "kueue.x-k8s.io/podset-required-topology",
-                       "preferred": "kueue.x-k8s.io/podset-preferred-topology"}
+TOPOLOGY_ANNOTATION = {
+    "required": "kueue.x-k8s.io/podset-required-topology",
+    "preferred": "kueue.x-k8s.io/podset-preferred-topology",
+}
 # Set by Kubeflow on each worker pod; index 0 runs local rank 0 of the first node.
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -100,16 +102,24 @@ PSS_LEVEL_EFA = "privileged"
 
 
 def pod_security_context() -> dict[str, Any]:
-    return {"runAsNonRoot": True, "runAsUser": TRAINER_UID, "runAsGroup": TRAINER_UID,
-            "fsGroup": TRAINER_UID, "seccompProfile": {"type": "RuntimeDefault"}}
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": TRAINER_UID,
+        "runAsGroup": TRAINER_UID,
+        "fsGroup": TRAINER_UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 def container_security_context(inst: InstanceType) -> dict[str, Any]:
     if inst.efa_interfaces:
         # IPC_LOCK reaches the non-root trainer only through the image's file capability on the
         # interpreter, and exec grants file capabilities only without no_new_privs.
-        return {"allowPrivilegeEscalation": True, "privileged": False,
-                "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]}}
+        return {
+            "allowPrivilegeEscalation": True,
+            "privileged": False,
+            "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]},
+        }
     return {"allowPrivilegeEscalation": False, "privileged": False, "capabilities": {"drop": ["ALL"]}}
 
 
@@ -124,8 +134,9 @@ def _template(slots: bool = True) -> jinja2.Template:
     document's skeleton, the same for every job of the same shape (cached, `_skeleton`), and
     the values go in as JSON. Without (`slots=False`): Jinja's own `tojson`, the whole text
     for YAML (the reference the tests compare with)."""
-    env = jinja2.Environment(loader=jinja2.PackageLoader("llmtrain", "templates"),
-                             undefined=jinja2.StrictUndefined, autoescape=False)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("llmtrain", "templates"), undefined=jinja2.StrictUndefined, autoescape=False
+    )
     if slots:
         env.filters["tojson"] = _slot
     return env.get_template("pytorchjob.yaml.j2")
@@ -155,7 +166,7 @@ def _fill(node, slots: list[str]):
     if isinstance(node, list):
         return [_fill(v, slots) for v in node]
     if isinstance(node, str) and node.startswith(_SLOT):
-        return json.loads(slots[int(node[len(_SLOT):])])
+        return json.loads(slots[int(node[len(_SLOT) :])])
     return node
 
 
@@ -169,8 +180,9 @@ def rendezvous_id(namespace: str, job: str, uid: str | None, attempt: int) -> st
     return f"{tenant_prefix(namespace)}{job}-{(uid or 'local')[:8]}-a{attempt}"
 
 
-def _rendezvous(spec: LLMTrainingJobSpec, ptj_name: str, rdzv_id: str,
-                default_etcd_endpoint: str | None) -> dict[str, Any]:
+def _rendezvous(
+    spec: LLMTrainingJobSpec, ptj_name: str, rdzv_id: str, default_etcd_endpoint: str | None
+) -> dict[str, Any]:
     backend = spec.rendezvous.backend
     endpoint: str | None
     if backend == "c10d":
@@ -182,8 +194,7 @@ def _rendezvous(spec: LLMTrainingJobSpec, ptj_name: str, rdzv_id: str,
     host, _, port = endpoint.rpartition(":")
     if not host:
         host, port = endpoint, str(C10D_PORT if backend == "c10d" else DEFAULT_ETCD_PORT)
-    return {"backend": backend, "host": host, "port": int(port), "id": rdzv_id,
-            "endpoint": f"{host}:{port}"}
+    return {"backend": backend, "host": host, "port": int(port), "id": rdzv_id, "endpoint": f"{host}:{port}"}
 
 
 def _resources(inst: InstanceType, procs: int) -> dict[str, Any]:
@@ -201,20 +212,28 @@ def _resources(inst: InstanceType, procs: int) -> dict[str, Any]:
     return {"requests": requests, "limits": {**exact, "memory": memory}}
 
 
-def _env(spec: LLMTrainingJobSpec, inst: InstanceType, job: str, namespace: str, attempt: int,
-         resume_before_step: int | None = None) -> list[dict[str, Any]]:
+def _env(
+    spec: LLMTrainingJobSpec,
+    inst: InstanceType,
+    job: str,
+    namespace: str,
+    attempt: int,
+    resume_before_step: int | None = None,
+) -> list[dict[str, Any]]:
     values: dict[str, Any] = dict(inst.nccl_env)
-    values.update({
-        # Let a NCCL error or timeout abort the process instead of hanging the collective.
-        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
-        "LLMTRAIN_COLLECTIVE_TIMEOUT_SECONDS": str(spec.resilience.collective_timeout_minutes * 60),
-        "LLMTRAIN_JOB_NAME": job,
-        "LLMTRAIN_JOB_NAMESPACE": namespace,
-        "LLMTRAIN_ATTEMPT": str(attempt),
-        "LLMTRAIN_METRICS_PORT": str(METRICS_PORT),
-        "LLMTRAIN_CHECKPOINT_STAGING": STAGING_PATH,
-        "LLMTRAIN_SPEC": json.dumps(spec.wire(), sort_keys=True, separators=(",", ":")),
-    })
+    values.update(
+        {
+            # Let a NCCL error or timeout abort the process instead of hanging the collective.
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+            "LLMTRAIN_COLLECTIVE_TIMEOUT_SECONDS": str(spec.resilience.collective_timeout_minutes * 60),
+            "LLMTRAIN_JOB_NAME": job,
+            "LLMTRAIN_JOB_NAMESPACE": namespace,
+            "LLMTRAIN_ATTEMPT": str(attempt),
+            "LLMTRAIN_METRICS_PORT": str(METRICS_PORT),
+            "LLMTRAIN_CHECKPOINT_STAGING": STAGING_PATH,
+            "LLMTRAIN_SPEC": json.dumps(spec.wire(), sort_keys=True, separators=(",", ":")),
+        }
+    )
     if resume_before_step:  # the trainer resumes from the newest checkpoint before this step
         values["LLMTRAIN_RESUME_BEFORE_STEP"] = str(int(resume_before_step))
     if spec.resilience.preflight:
@@ -240,16 +259,18 @@ def flight_recorder_location(spec: LLMTrainingJobSpec, attempt: int) -> tuple[st
     is gone with the pod (read them with `kubectl cp` while an attempt hangs)."""
     uri = spec.checkpoint.uri or ""
     if uri.startswith("file://"):
-        return f"{uri[len('file://'):].rstrip('/')}/{FLIGHT_RECORDER_DIR}/attempt-{attempt}", True
+        return f"{uri[len('file://') :].rstrip('/')}/{FLIGHT_RECORDER_DIR}/attempt-{attempt}", True
     return f"{STAGING_PATH}/{FLIGHT_RECORDER_DIR}/attempt-{attempt}", False
 
 
 def flight_recorder_env(spec: LLMTrainingJobSpec, attempt: int) -> dict[str, str]:
     where, _ = flight_recorder_location(spec, attempt)
-    return {"TORCH_NCCL_TRACE_BUFFER_SIZE": str(FLIGHT_RECORDER_ENTRIES),
-            "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-            # PyTorch appends the global rank to this prefix: .../attempt-N/rank_<rank>
-            "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{where}/rank_"}
+    return {
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": str(FLIGHT_RECORDER_ENTRIES),
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        # PyTorch appends the global rank to this prefix: .../attempt-N/rank_<rank>
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{where}/rank_",
+    }
 
 
 def node_anti_affinity(avoid_nodes) -> dict[str, Any] | None:
@@ -259,8 +280,15 @@ def node_anti_affinity(avoid_nodes) -> dict[str, Any] | None:
     names = sorted(set(avoid_nodes or ()))
     if not names:
         return None
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "NotIn", "values": names}]}]}}}
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "NotIn", "values": names}]}
+                ]
+            }
+        }
+    }
 
 
 def _args(spec: LLMTrainingJobSpec, procs: int, min_nodes: int, rdzv: dict[str, Any]) -> list[str]:
@@ -273,7 +301,8 @@ def _args(spec: LLMTrainingJobSpec, procs: int, min_nodes: int, rdzv: dict[str, 
         f"--rdzv-id={rdzv['id']}",
         *conf,
         "--max-restarts=0",
-        "-m", TRAINER_MODULE,
+        "-m",
+        TRAINER_MODULE,
     ]
 
 
@@ -290,8 +319,9 @@ def networkpolicy_name(job: str) -> str:
     return f"{job}-peers"
 
 
-def render_networkpolicy(spec: LLMTrainingJobSpec, name: str, namespace: str = "default",
-                         uid: str | None = None) -> dict[str, Any]:
+def render_networkpolicy(
+    spec: LLMTrainingJobSpec, name: str, namespace: str = "default", uid: str | None = None
+) -> dict[str, Any]:
     """The job's NetworkPolicy (one per job, every attempt): its worker pods accept connections
     from the job's own pods only (the c10d rendezvous store, the agents' TCPStore, gloo/NCCL, all
     unauthenticated and some of it pickles), except the trainer's metrics ports, which the
@@ -303,38 +333,71 @@ def render_networkpolicy(spec: LLMTrainingJobSpec, name: str, namespace: str = "
     metrics = {"protocol": "TCP", "port": METRICS_PORT}
     if procs > 1:
         metrics["endPort"] = METRICS_PORT + procs - 1
-    meta: dict[str, Any] = {"name": networkpolicy_name(name), "namespace": namespace,
-                            "labels": {"app.kubernetes.io/name": "llmtrain",
-                                       "app.kubernetes.io/managed-by": "llmtrain-operator", JOB_LABEL: name}}
+    meta: dict[str, Any] = {
+        "name": networkpolicy_name(name),
+        "namespace": namespace,
+        "labels": {
+            "app.kubernetes.io/name": "llmtrain",
+            "app.kubernetes.io/managed-by": "llmtrain-operator",
+            JOB_LABEL: name,
+        },
+    }
     if uid:
-        meta["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": KIND, "name": name, "uid": uid,
-                                    "blockOwnerDeletion": True}]
-    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta,
-            "spec": {"podSelector": {"matchLabels": dict(peers)}, "policyTypes": ["Ingress"],
-                     "ingress": [{"from": [{"podSelector": {"matchLabels": dict(peers)}}]},
-                                 {"ports": [metrics]}]}}
+        meta["ownerReferences"] = [
+            {"apiVersion": API_VERSION, "kind": KIND, "name": name, "uid": uid, "blockOwnerDeletion": True}
+        ]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": meta,
+        "spec": {
+            "podSelector": {"matchLabels": dict(peers)},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": {"matchLabels": dict(peers)}}]}, {"ports": [metrics]}],
+        },
+    }
 
 
-def render_rendezvous_secret(name: str, namespace: str, attempt: int, uid: str | None,
-                             creds: rendezvous_auth.Credentials) -> dict[str, Any]:
+def render_rendezvous_secret(
+    name: str, namespace: str, attempt: int, uid: str | None, creds: rendezvous_auth.Credentials
+) -> dict[str, Any]:
     """The Secret an attempt's pods mount for the operator's etcd: the CA and the namespace's
     client certificate (owned by the job, so it goes with it)."""
-    meta: dict[str, Any] = {"name": rendezvous_auth.secret_name(pytorchjob_name(name, attempt)), "namespace": namespace,
-                            "labels": {"app.kubernetes.io/name": "llmtrain",
-                                       "app.kubernetes.io/managed-by": "llmtrain-operator",
-                                       JOB_LABEL: name, ATTEMPT_LABEL: str(attempt)}}
+    meta: dict[str, Any] = {
+        "name": rendezvous_auth.secret_name(pytorchjob_name(name, attempt)),
+        "namespace": namespace,
+        "labels": {
+            "app.kubernetes.io/name": "llmtrain",
+            "app.kubernetes.io/managed-by": "llmtrain-operator",
+            JOB_LABEL: name,
+            ATTEMPT_LABEL: str(attempt),
+        },
+    }
     if uid:
-        meta["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": KIND, "name": name, "uid": uid,
-                                    "blockOwnerDeletion": True}]
-    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": meta,
-            "data": creds.secret_data()}
+        meta["ownerReferences"] = [
+            {"apiVersion": API_VERSION, "kind": KIND, "name": name, "uid": uid, "blockOwnerDeletion": True}
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": meta,
+        "data": creds.secret_data(),
+    }
 
 
-def render_pytorchjob(spec: LLMTrainingJobSpec, name: str, namespace: str = "default",
-                      attempt: int = 1, uid: str | None = None,
-                      default_etcd_endpoint: str | None = None, *,
-                      resume_before_step: int | None = None, avoid_nodes=(),
-                      rendezvous_credentials: bool = False) -> dict[str, Any]:
+def render_pytorchjob(
+    spec: LLMTrainingJobSpec,
+    name: str,
+    namespace: str = "default",
+    attempt: int = 1,
+    uid: str | None = None,
+    default_etcd_endpoint: str | None = None,
+    *,
+    resume_before_step: int | None = None,
+    avoid_nodes=(),
+    rendezvous_credentials: bool = False,
+) -> dict[str, Any]:
     """The PyTorchJob for one attempt, as a dict ready for the API server. `resume_before_step`:
     a loss rollback the operator decided (status.resumeBeforeStep, controller/health.py).
     `avoid_nodes`: node names this attempt's pods must not land on (status.avoidNodes).
@@ -343,14 +406,17 @@ def render_pytorchjob(spec: LLMTrainingJobSpec, name: str, namespace: str = "def
     inst = instance_type(spec.cluster.instance_type)
     procs = inst.workers_per_node(spec.cluster.processes_per_node)
     ptj_name = pytorchjob_name(name, attempt)
-    rdzv = _rendezvous(spec, ptj_name, rendezvous_id(namespace, name, uid, attempt),
-                       default_etcd_endpoint)
+    rdzv = _rendezvous(spec, ptj_name, rendezvous_id(namespace, name, uid, attempt), default_etcd_endpoint)
     credentials = rendezvous_credentials and uses_operator_etcd(spec)
     if credentials:
         rdzv["conf"] = rendezvous_auth.rdzv_conf(spec.rendezvous.backend)
     min_nodes = spec.cluster.min_nodes or spec.cluster.nodes
-    labels = {"app.kubernetes.io/name": "llmtrain", "app.kubernetes.io/managed-by": "llmtrain-operator",
-              JOB_LABEL: name, ATTEMPT_LABEL: str(attempt)}
+    labels = {
+        "app.kubernetes.io/name": "llmtrain",
+        "app.kubernetes.io/managed-by": "llmtrain-operator",
+        JOB_LABEL: name,
+        ATTEMPT_LABEL: str(attempt),
+    }
     if spec.cluster.queue_name:
         labels[QUEUE_LABEL] = spec.cluster.queue_name
     if spec.cluster.workload_priority_class:
@@ -362,37 +428,62 @@ def render_pytorchjob(spec: LLMTrainingJobSpec, name: str, namespace: str = "def
     if inst.is_gpu:  # the pin is authoritative: applied last, over anything the user gave
         node_selector[INSTANCE_TYPE_LABEL] = inst.name
     user_tolerations = [t.model_dump(exclude_none=True) for t in spec.cluster.tolerations]
-    node_lost = [{"key": key, "operator": "Exists", "effect": "NoExecute",
-                  "tolerationSeconds": NODE_LOST_TOLERATION_SECONDS}
-                 for key in NODE_LOST_TAINTS if not any(t.get("key") == key for t in user_tolerations)]
+    node_lost = [
+        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": NODE_LOST_TOLERATION_SECONDS}
+        for key in NODE_LOST_TAINTS
+        if not any(t.get("key") == key for t in user_tolerations)
+    ]
     tolerations = (GPU_TOLERATIONS if inst.is_gpu else []) + node_lost + user_tolerations
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "staging", "mountPath": STAGING_PATH}] + [
-        {"name": v.name, "mountPath": v.mount_path, "readOnly": v.read_only} for v in spec.cluster.volumes]
-    staging = ({"medium": "Memory", "sizeLimit": f"{int(inst.memory_gib * STAGING_MEMORY_FRACTION)}Gi"}
-               if inst.is_gpu else {})
+        {"name": v.name, "mountPath": v.mount_path, "readOnly": v.read_only} for v in spec.cluster.volumes
+    ]
+    staging = (
+        {"medium": "Memory", "sizeLimit": f"{int(inst.memory_gib * STAGING_MEMORY_FRACTION)}Gi"} if inst.is_gpu else {}
+    )
     volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, {"name": "staging", "emptyDir": staging}] + [
         {"name": v.name, "persistentVolumeClaim": {"claimName": v.claim_name, "readOnly": v.read_only}}
-        for v in spec.cluster.volumes]
+        for v in spec.cluster.volumes
+    ]
     if credentials:
         mounts.append({"name": RENDEZVOUS_VOLUME, "mountPath": rendezvous_auth.MOUNT_PATH, "readOnly": True})
         # 0440 and the pod's fsGroup: readable by the trainer's group only
-        volumes.append({"name": RENDEZVOUS_VOLUME, "secret": {
-            "secretName": rendezvous_auth.secret_name(ptj_name), "defaultMode": 0o440}})
+        volumes.append(
+            {
+                "name": RENDEZVOUS_VOLUME,
+                "secret": {"secretName": rendezvous_auth.secret_name(ptj_name), "defaultMode": 0o440},
+            }
+        )
     owner = {"apiVersion": API_VERSION, "kind": KIND, "name": name, "uid": uid} if uid else None
     slots: list[str] = []
     text = _template().render(
-        slots_=slots, name=ptj_name, namespace=namespace, labels=labels, pod_annotations=pod_annotations,
-        owner=owner, spec=spec, inst=inst,
-        rdzv=rdzv, nodes=spec.cluster.nodes, min_nodes=min_nodes, procs_per_node=procs,
-        metrics_port=METRICS_PORT, grace_seconds=TERMINATION_GRACE_SECONDS, node_selector=node_selector,
+        slots_=slots,
+        name=ptj_name,
+        namespace=namespace,
+        labels=labels,
+        pod_annotations=pod_annotations,
+        owner=owner,
+        spec=spec,
+        inst=inst,
+        rdzv=rdzv,
+        nodes=spec.cluster.nodes,
+        min_nodes=min_nodes,
+        procs_per_node=procs,
+        metrics_port=METRICS_PORT,
+        grace_seconds=TERMINATION_GRACE_SECONDS,
+        node_selector=node_selector,
         tolerations=tolerations,
-        command=COMMAND, args=_args(spec, procs, min_nodes, rdzv),
+        command=COMMAND,
+        args=_args(spec, procs, min_nodes, rdzv),
         env=_env(spec, inst, name, namespace, attempt, resume_before_step),
-        resources=_resources(inst, procs), volume_mounts=mounts, volumes=volumes,
-        pod_security=pod_security_context(), container_security=container_security_context(inst),
+        resources=_resources(inst, procs),
+        volume_mounts=mounts,
+        volumes=volumes,
+        pod_security=pod_security_context(),
+        container_security=container_security_context(inst),
         affinity=node_anti_affinity(avoid_nodes),
         # each local rank serves its own /metrics on METRICS_PORT + local rank
-        ports=[{"name": f"metrics-{i}", "containerPort": METRICS_PORT + i} for i in range(procs)])
+        ports=[{"name": f"metrics-{i}", "containerPort": METRICS_PORT + i} for i in range(procs)],
+    )
     # Every value is a `tojson` slot, so what YAML parses is the skeleton, and only once per shape:
     # parsing the whole text (even with libyaml's loader; the pure-Python one took ~100 ms) was
     # ~1.3 ms of the operator's CPU per job, the values (spec JSON, env, labels) then go in with

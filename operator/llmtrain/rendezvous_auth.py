@@ -86,8 +86,7 @@ def permissions(namespace: str) -> dict[str, list[str]]:
     prefix = tenant_prefix(namespace)
     store = base64.b64encode((STORE_KEY_PREFIX + prefix).encode()).decode()
     own = [f"{STATE_PREFIX}{prefix}*", f"{STORE_DIR}/{store}*", f"{LEGACY_DIR}/run_{prefix}*"]
-    return {"read": sorted([*own, STORE_DIR, f"{STORE_DIR}/*"]),
-            "write": sorted([*own, LEGACY_DIR, f"{LEGACY_DIR}/"])}
+    return {"read": sorted([*own, STORE_DIR, f"{STORE_DIR}/*"]), "write": sorted([*own, LEGACY_DIR, f"{LEGACY_DIR}/"])}
 
 
 def rdzv_conf(backend: str, directory: str = MOUNT_PATH) -> str:
@@ -116,8 +115,10 @@ class Credentials:
         return d
 
     def secret_data(self) -> dict[str, str]:
-        return {k: base64.b64encode(v).decode() for k, v in
-                ((CA_KEY, self.ca_pem), (CERT_KEY, self.cert_pem), (KEY_KEY, self.key_pem))}
+        return {
+            k: base64.b64encode(v).decode()
+            for k, v in ((CA_KEY, self.ca_pem), (CERT_KEY, self.cert_pem), (KEY_KEY, self.key_pem))
+        }
 
 
 class CertificateAuthority:
@@ -138,15 +139,31 @@ class CertificateAuthority:
         key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
         now = dt.datetime.now(dt.UTC)
-        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-                .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
-                .not_valid_after(now + dt.timedelta(days=days))
-                .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-                .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                             content_commitment=False, key_encipherment=False,
-                                             data_encipherment=False, key_agreement=False,
-                                             encipher_only=False, decipher_only=False), critical=True)
-                .sign(key, hashes.SHA256()))
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .sign(key, hashes.SHA256())
+        )
         return cls(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
     def key_pem(self) -> bytes:
@@ -159,13 +176,16 @@ class CertificateAuthority:
 
         key = ec.generate_private_key(ec.SECP256R1())
         now = dt.datetime.now(dt.UTC)
-        builder = (x509.CertificateBuilder()
-                   .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
-                                           if common_name else []))
-                   .issuer_name(self.cert.subject).public_key(key.public_key())
-                   .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
-                   .not_valid_after(now + dt.timedelta(days=days))
-                   .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True))
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)] if common_name else []))
+            .issuer_name(self.cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        )
         if server_names:
             sans: list[x509.GeneralName] = []
             for n in server_names:
@@ -173,9 +193,10 @@ class CertificateAuthority:
                     sans.append(x509.IPAddress(ipaddress.ip_address(n)))
                 except ValueError:
                     sans.append(x509.DNSName(n))
-            builder = (builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-                       .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
-                                                             ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False))
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False).add_extension(
+                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+                critical=False,
+            )
         else:
             builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
         cert = builder.sign(self.key, hashes.SHA256())  # type: ignore[arg-type]  # an EC key: generate() / load
@@ -194,8 +215,9 @@ def _tls_context(creds: Credentials) -> ssl.SSLContext:
 
 
 def _key_pem(key) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 class EtcdAuthError(RuntimeError):
@@ -215,8 +237,9 @@ class EtcdAdmin:
         self._ready: set[str] = set()
         self._epoch: str | None = None
 
-    def _call(self, method: str, path: str, body: dict | None = None, ok=(200, 201), ctx=None,
-              form: dict | None = None) -> tuple[int, dict]:
+    def _call(
+        self, method: str, path: str, body: dict | None = None, ok=(200, 201), ctx=None, form: dict | None = None
+    ) -> tuple[int, dict]:
         data: bytes | None
         if form is not None:  # the v2 keys API takes form fields
             data, kind = urllib.parse.urlencode(form).encode(), "application/x-www-form-urlencoded"
@@ -278,7 +301,7 @@ class EtcdAdmin:
         else:
             for u in users:
                 if u.startswith(USER_PREFIX):
-                    self.ensure_namespace(u[len(USER_PREFIX):])
+                    self.ensure_namespace(u[len(USER_PREFIX) :])
         self._bootstrap_v3()
         epoch = secrets.token_urlsafe(16)
         self._call("PUT", MARKER_PATH, form={"value": epoch})
@@ -288,9 +311,11 @@ class EtcdAdmin:
         _, guest = self._call("GET", "/v2/auth/roles/guest")
         kv = (guest.get("permissions") or {}).get("kv") or {}
         if kv.get("read") or kv.get("write"):
-            self._call("PUT", "/v2/auth/roles/guest",
-                       {"role": "guest",
-                        "revoke": {"kv": {"read": kv.get("read") or [], "write": kv.get("write") or []}}})
+            self._call(
+                "PUT",
+                "/v2/auth/roles/guest",
+                {"role": "guest", "revoke": {"kv": {"read": kv.get("read") or [], "write": kv.get("write") or []}}},
+            )
 
     def ensure_current(self) -> None:
         """Before each attempt: etcd still has auth on and the marker this process wrote (two
@@ -302,6 +327,7 @@ class EtcdAdmin:
     def _bootstrap_v3(self) -> None:
         """v3 auth on with root the only user: a tenant's certificate names no v3 user, so etcd
         refuses its v3 requests (and it cannot fill the v3 keyspace's quota for everyone)."""
+
         def post(path: str, body: dict) -> str:
             status, out = self._call("POST", path, body, ok=(200, 400, 401, 403, 409, 412, 500), ctx=self._v3_ctx)
             return "" if status == 200 else json.dumps(out)
@@ -312,9 +338,11 @@ class EtcdAdmin:
             return  # auth is on already: only an authenticated root could add a role
         if err and "already exists" not in err:
             raise EtcdAuthError(f"etcd v3 role add: {err[:300]}")
-        for path, body in (("/v3/auth/user/add", {"name": ROOT_USER, "password": secrets.token_urlsafe(32)}),
-                           ("/v3/auth/user/grant", {"user": ROOT_USER, "role": "root"}),
-                           ("/v3/auth/enable", {})):
+        for path, body in (
+            ("/v3/auth/user/add", {"name": ROOT_USER, "password": secrets.token_urlsafe(32)}),
+            ("/v3/auth/user/grant", {"user": ROOT_USER, "role": "root"}),
+            ("/v3/auth/enable", {}),
+        ):
             err = post(path, body)
             if err and "already exists" not in err:
                 raise EtcdAuthError(f"etcd v3 {path}: {err[:300]}")
@@ -324,8 +352,9 @@ class EtcdAdmin:
         if namespace in self._ready:
             return
         name, want = user_name(namespace), permissions(namespace)
-        status, _ = self._call("PUT", f"/v2/auth/roles/{name}",
-                               {"role": name, "permissions": {"kv": want}}, ok=(200, 201, 409))
+        status, _ = self._call(
+            "PUT", f"/v2/auth/roles/{name}", {"role": name, "permissions": {"kv": want}}, ok=(200, 201, 409)
+        )
         if status == 409:
             _, role = self._call("GET", f"/v2/auth/roles/{name}")
             have = (role.get("permissions") or {}).get("kv") or {}
@@ -335,9 +364,12 @@ class EtcdAdmin:
                 self._call("PUT", f"/v2/auth/roles/{name}", {"role": name, "grant": {"kv": grant}})
             if any(revoke.values()):
                 self._call("PUT", f"/v2/auth/roles/{name}", {"role": name, "revoke": {"kv": revoke}})
-        status, _ = self._call("PUT", f"/v2/auth/users/{name}",
-                               {"user": name, "password": secrets.token_urlsafe(32), "roles": [name]},
-                               ok=(200, 201, 409))
+        status, _ = self._call(
+            "PUT",
+            f"/v2/auth/users/{name}",
+            {"user": name, "password": secrets.token_urlsafe(32), "roles": [name]},
+            ok=(200, 201, 409),
+        )
         if status == 409:
             _, user = self._call("GET", f"/v2/auth/users/{name}")
             roles = {r.get("role") if isinstance(r, dict) else r for r in user.get("roles") or []}
@@ -352,22 +384,35 @@ def server_secret(namespace: str, service: str, name: str | None = None) -> dict
     """The Secret the etcd chart mounts (auth.existingSecret, default <service>-tls): a new CA and
     etcd's server certificate for the Service's DNS names."""
     ca = CertificateAuthority.generate()
-    names = (service, f"{service}.{namespace}", f"{service}.{namespace}.svc",
-             f"{service}.{namespace}.svc.cluster.local")
+    names = (
+        service,
+        f"{service}.{namespace}",
+        f"{service}.{namespace}.svc",
+        f"{service}.{namespace}.svc.cluster.local",
+    )
     server = ca.issue(service, server_names=names, days=3650)
     data = server.secret_data()
     data["ca.key"] = base64.b64encode(ca.key_pem()).decode()
-    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": name or f"{service}-tls", "namespace": namespace,
-                         "labels": {"app.kubernetes.io/part-of": "llmtrain"}},
-            "data": data}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": name or f"{service}-tls",
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/part-of": "llmtrain"},
+        },
+        "data": data,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m llmtrain.rendezvous_auth",
-                                description="print the rendezvous CA + etcd server certificate Secret (JSON)")
+    p = argparse.ArgumentParser(
+        prog="python -m llmtrain.rendezvous_auth",
+        description="print the rendezvous CA + etcd server certificate Secret (JSON)",
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("secret")
     s.add_argument("--namespace", required=True, help="the etcd release's namespace")

@@ -35,12 +35,16 @@ DEFAULT_IMAGE = "public.ecr.aws/llmtrain/llmtrain-trainer:0.1.0"
 # --default-etcd-endpoint overrides it. Used when spec.rendezvous.endpoint is unset.
 DEFAULT_ETCD_ENDPOINT = "llmtrain-etcd.llmtrain-system.svc:2379"
 
-IMMUTABLE: dict[str, Any] = {"x-kubernetes-validations": [{
-    "rule": "self == oldSelf",
-    "message": "is immutable once the job exists (only spec.resilience, spec.suspend and "
-               "spec.checkpoint.intervalMinutes/keep may change); delete and re-create the job "
-               "to change it — it resumes from spec.checkpoint.uri",
-}]}
+IMMUTABLE: dict[str, Any] = {
+    "x-kubernetes-validations": [
+        {
+            "rule": "self == oldSelf",
+            "message": "is immutable once the job exists (only spec.resilience, spec.suspend and "
+            "spec.checkpoint.intervalMinutes/keep may change); delete and re-create the job "
+            "to change it — it resumes from spec.checkpoint.uri",
+        }
+    ]
+}
 
 
 # Kubernetes name formats (apimachinery's validation), so a bad name is refused at `kubectl apply`
@@ -53,26 +57,45 @@ QUEUE_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 PRIORITY_CLASS_NAME = r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$"
 # Kueue's topology-aware scheduling: the node labels of an EKS Topology (network node layers of the
 # EC2 instance topology API, outermost first) and the node itself.
-TOPOLOGY_LEVELS = ("topology.k8s.aws/network-node-layer-1", "topology.k8s.aws/network-node-layer-2",
-                   "topology.k8s.aws/network-node-layer-3", "kubernetes.io/hostname")
-LABEL_KEY = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-             r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+TOPOLOGY_LEVELS = (
+    "topology.k8s.aws/network-node-layer-1",
+    "topology.k8s.aws/network-node-layer-2",
+    "topology.k8s.aws/network-node-layer-3",
+    "kubernetes.io/hostname",
+)
+LABEL_KEY = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
 LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
 # host:port (port optional: the backend's default); no scheme, no path.
 HOST_PORT = r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$"
 # A container image reference as the distribution/reference grammar has it: [registry[:port]/]path[:tag][@digest]
 _PATH_COMPONENT = r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*"
-IMAGE_REFERENCE = (r"^([A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*(:[0-9]+)?/)?"
-                   + _PATH_COMPONENT + r"(/" + _PATH_COMPONENT + r")*"
-                   r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$")
+IMAGE_REFERENCE = (
+    r"^([A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*(:[0-9]+)?/)?"
+    + _PATH_COMPONENT
+    + r"(/"
+    + _PATH_COMPONENT
+    + r")*"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
+)
 # The node label the renderer pins GPU workers to; the instance type decides it, never nodeSelector.
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-NODE_SELECTOR_RULES: dict[str, Any] = {"x-kubernetes-validations": [
-    {"rule": "self.all(k, k.matches('" + LABEL_KEY.replace("\\", "\\\\") + "'))",
-     "message": "every key must be a label key ([prefix/]name: name ≤ 63 of [A-Za-z0-9_.-], prefix a DNS subdomain)"},
-    {"rule": f"!('{INSTANCE_TYPE_LABEL}' in self)",
-     "message": f"{INSTANCE_TYPE_LABEL} is set from spec.cluster.instanceType; do not override it"},
-]}
+NODE_SELECTOR_RULES: dict[str, Any] = {
+    "x-kubernetes-validations": [
+        {
+            "rule": "self.all(k, k.matches('" + LABEL_KEY.replace("\\", "\\\\") + "'))",
+            "message": (
+                "every key must be a label key ([prefix/]name: name ≤ 63 of [A-Za-z0-9_.-], prefix a DNS subdomain)"
+            ),
+        },
+        {
+            "rule": f"!('{INSTANCE_TYPE_LABEL}' in self)",
+            "message": f"{INSTANCE_TYPE_LABEL} is set from spec.cluster.instanceType; do not override it",
+        },
+    ]
+}
 
 
 # Bounds on what a tenant's spec makes the operator copy: `env` goes into the PyTorchJob twice (the
@@ -83,21 +106,29 @@ MAX_URI = 1024
 MAX_ENV, MAX_ENV_NAME, MAX_ENV_VALUE = 64, 128, 2048
 MAX_TOLERATIONS = 32
 MAX_VOLUMES = 16
-ENV_RULES: dict[str, Any] = {"x-kubernetes-validations": [
-    {"rule": f"self.all(k, size(k) <= {MAX_ENV_NAME})",
-     "message": f"every env name must be at most {MAX_ENV_NAME} characters"}]}
+ENV_RULES: dict[str, Any] = {
+    "x-kubernetes-validations": [
+        {
+            "rule": f"self.all(k, size(k) <= {MAX_ENV_NAME})",
+            "message": f"every env name must be at most {MAX_ENV_NAME} characters",
+        }
+    ]
+}
 
 
-CHECKPOINT_URI_FIXED: dict[str, Any] = {"x-kubernetes-validations": [{
-    "rule": "has(self.uri) == has(oldSelf.uri) && (!has(self.uri) || self.uri == oldSelf.uri)",
-    "message": "spec.checkpoint.uri is immutable once the job exists (it cannot be added, changed or "
-               "removed: the next attempt resumes from it); delete and re-create the job to change it",
-}]}
+CHECKPOINT_URI_FIXED: dict[str, Any] = {
+    "x-kubernetes-validations": [
+        {
+            "rule": "has(self.uri) == has(oldSelf.uri) && (!has(self.uri) || self.uri == oldSelf.uri)",
+            "message": "spec.checkpoint.uri is immutable once the job exists (it cannot be added, changed or "
+            "removed: the next attempt resumes from it); delete and re-create the job to change it",
+        }
+    ]
+}
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
-                              use_enum_values=True)
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", use_enum_values=True)
 
 
 class ShardingStrategy(str, Enum):
@@ -144,20 +175,27 @@ class Dims(_Spec):
 
 
 class ModelSpec(_Spec):
-    preset: str | None = Field(None, json_schema_extra={"enum": list(model_presets())},
-                               description="a Llama-family preset; or give dims")
+    preset: str | None = Field(
+        None, json_schema_extra={"enum": list(model_presets())}, description="a Llama-family preset; or give dims"
+    )
     dims: Dims | None = None
-    pretrained_uri: str | None = Field(None, max_length=MAX_URI, description="Hugging Face-format safetensors: s3://, file://")
+    pretrained_uri: str | None = Field(
+        None, max_length=MAX_URI, description="Hugging Face-format safetensors: s3://, file://"
+    )
     hf_token_secret_ref: SecretKeyRef | None = Field(
-        None, description="accepted for compatibility and not passed to the pods: the trainer never "
-                          "contacts the Hugging Face Hub (pretrainedUri is s3:// or file://)")
+        None,
+        description="accepted for compatibility and not passed to the pods: the trainer never "
+        "contacts the Hugging Face Hub (pretrainedUri is s3:// or file://)",
+    )
 
 
 class DataSpec(_Spec):
-    uri: str = Field("synthetic", max_length=MAX_URI,
-                     description="s3://bucket/prefix/, file:///mnt/fsx/path, or synthetic")
-    seq_len: int | None = Field(None, ge=8, le=1_048_576,
-                                description="default: 2048, or the model's context length if shorter")
+    uri: str = Field(
+        "synthetic", max_length=MAX_URI, description="s3://bucket/prefix/, file:///mnt/fsx/path, or synthetic"
+    )
+    seq_len: int | None = Field(
+        None, ge=8, le=1_048_576, description="default: 2048, or the model's context length if shorter"
+    )
 
 
 class Volume(_Spec):
@@ -182,10 +220,15 @@ class TopologySpec(_Spec):
 
     mode: Literal["required", "preferred"] = Field(
         description="required: all nodes under one domain of `level`, or wait in the queue; preferred: "
-                    "as few domains as Kueue can")
-    level: str = Field(json_schema_extra={"enum": list(TOPOLOGY_LEVELS)}, description=(
-        "the node label of the domain: topology.k8s.aws/network-node-layer-3 is the closest "
-        "(one network spine block), layer-1 the widest; kubernetes.io/hostname one node"))
+        "as few domains as Kueue can"
+    )
+    level: str = Field(
+        json_schema_extra={"enum": list(TOPOLOGY_LEVELS)},
+        description=(
+            "the node label of the domain: topology.k8s.aws/network-node-layer-3 is the closest "
+            "(one network spine block), layer-1 the widest; kubernetes.io/hostname one node"
+        ),
+    )
 
 
 class ClusterSpec(_Spec):
@@ -193,26 +236,42 @@ class ClusterSpec(_Spec):
     nodes: int = Field(1, ge=1, le=4096)
     min_nodes: int | None = Field(None, ge=1, le=4096, description="elastic lower bound (default: nodes)")
     processes_per_node: int | None = Field(
-        None, ge=1, le=64, description="CPU workers per node on instanceType cpu (GPU types: one per GPU)")
-    image: str = Field(DEFAULT_IMAGE, min_length=1, max_length=4096, pattern=IMAGE_REFERENCE,
-                       description="[registry/]repository[:tag][@digest]")
+        None, ge=1, le=64, description="CPU workers per node on instanceType cpu (GPU types: one per GPU)"
+    )
+    image: str = Field(
+        DEFAULT_IMAGE,
+        min_length=1,
+        max_length=4096,
+        pattern=IMAGE_REFERENCE,
+        description="[registry/]repository[:tag][@digest]",
+    )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     node_selector: dict[str, Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]] = Field(
-        default_factory=dict, max_length=64, json_schema_extra=NODE_SELECTOR_RULES,
-        description=f"extra node labels to match ({INSTANCE_TYPE_LABEL} comes from instanceType)")
+        default_factory=dict,
+        max_length=64,
+        json_schema_extra=NODE_SELECTOR_RULES,
+        description=f"extra node labels to match ({INSTANCE_TYPE_LABEL} comes from instanceType)",
+    )
     tolerations: list[Toleration] = Field(default_factory=list, max_length=MAX_TOLERATIONS)
     priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN)
     queue_name: str | None = Field(None, max_length=63, pattern=QUEUE_NAME, description="Kueue LocalQueue name")
     workload_priority_class: str | None = Field(
-        None, max_length=63, pattern=PRIORITY_CLASS_NAME, description="Kueue WorkloadPriorityClass name "
+        None,
+        max_length=63,
+        pattern=PRIORITY_CLASS_NAME,
+        description="Kueue WorkloadPriorityClass name "
         "(label kueue.x-k8s.io/priority-class): which queued job Kueue admits first and which it may "
-        "preempt; needs queueName")
+        "preempt; needs queueName",
+    )
     topology: TopologySpec | None = Field(None, description="Kueue topology-aware placement; needs queueName")
     scheduler_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN)
     service_account_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN)
     env: dict[Annotated[str, Field(max_length=MAX_ENV_NAME)], Annotated[str, Field(max_length=MAX_ENV_VALUE)]] = Field(
-        default_factory=dict, max_length=MAX_ENV, json_schema_extra=ENV_RULES,
-        description="extra env; overrides the NCCL preset")
+        default_factory=dict,
+        max_length=MAX_ENV,
+        json_schema_extra=ENV_RULES,
+        description="extra env; overrides the NCCL preset",
+    )
     volumes: list[Volume] = Field(default_factory=list, max_length=MAX_VOLUMES)
 
 
@@ -222,20 +281,27 @@ class FSDPSpec(_Spec):
     activation_checkpointing: ActivationCheckpointing = "selective"
     compile: bool = False
     cpu_offload: bool = False
-    float8: bool = Field(False, description="train the transformer blocks' Linear layers in float8 (torchao "
-                         "dynamic scaling; needs GPUs with float8 tensor cores: H100/H200)")
+    float8: bool = Field(
+        False,
+        description="train the transformer blocks' Linear layers in float8 (torchao "
+        "dynamic scaling; needs GPUs with float8 tensor cores: H100/H200)",
+    )
 
 
 class TrainingSpec(_Spec):
     max_steps: int = Field(1000, ge=1)
     # Unset: derived from the model size, instance type and workers (llmtrain.defaults).
     global_batch_tokens: int | None = Field(
-        None, ge=1, description="tokens per optimizer step, all ranks (default: derived from the model "
-                                "size and workers; one micro-step of every worker on cpu)")
+        None,
+        ge=1,
+        description="tokens per optimizer step, all ranks (default: derived from the model "
+        "size and workers; one micro-step of every worker on cpu)",
+    )
     micro_batch_size: int = Field(1, ge=1, le=4096, description="sequences per device per micro-step")
     learning_rate: float = Field(3e-4, gt=0, le=1)
-    min_learning_rate: float | None = Field(None, ge=0, le=1,
-                                            description="floor of the schedule (default: learningRate / 10)")
+    min_learning_rate: float | None = Field(
+        None, ge=0, le=1, description="floor of the schedule (default: learningRate / 10)"
+    )
     lr_schedule: LrSchedule = "cosine"
     warmup_steps: int | None = Field(None, ge=0, description="default: 10% of maxSteps, at most 100")
     weight_decay: float = Field(0.1, ge=0, le=1)
@@ -244,9 +310,12 @@ class TrainingSpec(_Spec):
 
 
 class CheckpointSpec(_Spec):
-    uri: str | None = Field(None, max_length=MAX_URI,
-                            description="s3://bucket/prefix/ or file:///mnt/fsx/ckpt; unset: no checkpoints; "
-                            "cannot be set, changed or removed once the job exists")
+    uri: str | None = Field(
+        None,
+        max_length=MAX_URI,
+        description="s3://bucket/prefix/ or file:///mnt/fsx/ckpt; unset: no checkpoints; "
+        "cannot be set, changed or removed once the job exists",
+    )
     interval_minutes: int = Field(60, ge=1, le=10080)
     interval_steps: int = Field(0, ge=0, description="also save every N steps (0: by time only)")
     keep: int = Field(3, ge=1, le=1000)
@@ -256,39 +325,68 @@ class ResilienceSpec(_Spec):
     max_restarts: int = Field(10, ge=0, le=1000)
     hang_timeout_minutes: int = Field(30, ge=1, le=10080)
     startup_timeout_minutes: int = Field(
-        30, ge=1, le=10080, description="an attempt whose pods are not all running by then is restarted "
-        "(counts against maxRestarts); the pods' own reasons show in status.message")
+        30,
+        ge=1,
+        le=10080,
+        description="an attempt whose pods are not all running by then is restarted "
+        "(counts against maxRestarts); the pods' own reasons show in status.message",
+    )
     collective_timeout_minutes: int = Field(10, ge=1, le=1440)
     restart_backoff_seconds: int = Field(
-        10, ge=0, le=86400, description="wait before the first restart after a failure; doubles with "
-        "every restart spent, up to maxRestartBackoffSeconds (0: restart at once)")
+        10,
+        ge=0,
+        le=86400,
+        description="wait before the first restart after a failure; doubles with "
+        "every restart spent, up to maxRestartBackoffSeconds (0: restart at once)",
+    )
     max_restart_backoff_seconds: int = Field(300, ge=0, le=86400, description="cap of the restart backoff")
     # Health rules (operator/llmtrain/controller/health.py); each verdict is a status condition.
     first_step_timeout_minutes: int | None = Field(
-        None, ge=1, le=10080, description="an attempt Running this long without its first optimizer "
+        None,
+        ge=1,
+        le=10080,
+        description="an attempt Running this long without its first optimizer "
         "step is restarted (reason NoFirstStep); default: hangTimeoutMinutes plus the time to read the "
-        "model state at 100 MB/s per node (llmtrain.defaults)")
+        "model state at 100 MB/s per node (llmtrain.defaults)",
+    )
     non_finite_loss_steps: int = Field(
-        3, ge=0, le=100000, description="restart from the newest checkpoint before the first bad step "
-        "after this many consecutive NaN/Inf losses (0: off)")
+        3,
+        ge=0,
+        le=100000,
+        description="restart from the newest checkpoint before the first bad step "
+        "after this many consecutive NaN/Inf losses (0: off)",
+    )
     loss_spike_factor: float | None = Field(
-        None, gt=1, le=1000, description="roll back to the newest checkpoint before a step whose loss "
+        None,
+        gt=1,
+        le=1000,
+        description="roll back to the newest checkpoint before a step whose loss "
         "exceeds this factor × the median of the previous lossSpikeWindow steps; the checkpoints from "
-        "that step on are kept under <checkpoint.uri>/quarantine/ (unset: off)")
-    loss_spike_window: int = Field(100, ge=3, le=100000, description="steps in the loss median the spike "
-                                   "rule compares against (read by the trainer when an attempt starts)")
-    loss_spike_min_steps: int = Field(100, ge=0, description="no spike verdict before this step (the "
-                                      "loss falls fast and noisily early on)")
+        "that step on are kept under <checkpoint.uri>/quarantine/ (unset: off)",
+    )
+    loss_spike_window: int = Field(
+        100,
+        ge=3,
+        le=100000,
+        description="steps in the loss median the spike "
+        "rule compares against (read by the trainer when an attempt starts)",
+    )
+    loss_spike_min_steps: int = Field(
+        100, ge=0, description="no spike verdict before this step (the loss falls fast and noisily early on)"
+    )
     preflight: bool | None = Field(
-        None, description="run the health check (GPUs, matmul, memory, all-reduce bandwidth) on every rank "
+        None,
+        description="run the health check (GPUs, matmul, memory, all-reduce bandwidth) on every rank "
         "before training; a failing or slow node is avoided and the attempt retried without spending a "
-        "restart. Unset: on for GPU jobs of 2 or more nodes")
+        "restart. Unset: on for GPU jobs of 2 or more nodes",
+    )
 
 
 class RendezvousSpec(_Spec):
     backend: RendezvousBackend = "etcd-v2"
-    endpoint: str | None = Field(None, max_length=261, pattern=HOST_PORT,
-                                 description="etcd host:port (etcd backends); default: the operator's")
+    endpoint: str | None = Field(
+        None, max_length=261, pattern=HOST_PORT, description="etcd host:port (etcd backends); default: the operator's"
+    )
 
 
 class LLMTrainingJobSpec(_Spec):
@@ -302,9 +400,12 @@ class LLMTrainingJobSpec(_Spec):
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, json_schema_extra=CHECKPOINT_URI_FIXED)
     resilience: ResilienceSpec = Field(default_factory=ResilienceSpec)
     rendezvous: RendezvousSpec = Field(default_factory=RendezvousSpec, json_schema_extra=IMMUTABLE)
-    suspend: bool = Field(False, description="true: stop the running attempt (the trainer checkpoints on "
-                          "SIGTERM) and keep the restart budget; false again: resume from the newest "
-                          "checkpoint as a new attempt (Kueue's suspend semantics)")
+    suspend: bool = Field(
+        False,
+        description="true: stop the running attempt (the trainer checkpoints on "
+        "SIGTERM) and keep the restart budget; false again: resume from the newest "
+        "checkpoint as a new attempt (Kueue's suspend semantics)",
+    )
 
     def wire(self) -> dict[str, Any]:
         """The spec as it appears in the object (camelCase, defaults filled in)."""

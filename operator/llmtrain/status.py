@@ -54,21 +54,21 @@ class Reason(str, Enum):
     RESTARTING = "Restarting"
     SUCCEEDED = "Succeeded"
     # lifecycle
-    PENDING = "Pending"              # Ready=False while the PyTorchJob has not run yet
-    ADOPTED = "Adopted"              # event: an existing PyTorchJob taken over
+    PENDING = "Pending"  # Ready=False while the PyTorchJob has not run yet
+    ADOPTED = "Adopted"  # event: an existing PyTorchJob taken over
     SUSPENDED = "Suspended"
-    RESUMED = "Resumed"              # spec.suspend false again (a free restart once it had run)
+    RESUMED = "Resumed"  # spec.suspend false again (a free restart once it had run)
     SPEC_VALID = "SpecValid"
-    SPEC_APPLIED = "Applied"         # SpecAccepted=True: a mutable field changed
-    SPEC_UPDATED = "SpecUpdated"     # its event
+    SPEC_APPLIED = "Applied"  # SpecAccepted=True: a mutable field changed
+    SPEC_UPDATED = "SpecUpdated"  # its event
     SPEC_CHANGE_REJECTED = "SpecChangeRejected"  # event for a refused change
     IMMUTABLE_FIELD_CHANGED = "ImmutableFieldChanged"
-    ROLLED_BACK = "RolledBack"       # event: resumeBeforeStep applied by the attempt
+    ROLLED_BACK = "RolledBack"  # event: resumeBeforeStep applied by the attempt
     POD_FAILED_ON_NODE = "PodFailedOnNode"  # event from the pod watch (nodes.py)
     # Kueue (controller/kueue.py): the attempt's PyTorchJob waits suspended until Kueue admits it
-    QUEUED = "Queued"                # not admitted yet: Kueue's words in status.message
-    ADMITTED = "Admitted"            # Kueue unsuspended it: the start-up deadline counts from here
-    PREEMPTED = "Preempted"          # Kueue suspended it again (preempted or evicted): no restart spent
+    QUEUED = "Queued"  # not admitted yet: Kueue's words in status.message
+    ADMITTED = "Admitted"  # Kueue unsuspended it: the start-up deadline counts from here
+    PREEMPTED = "Preempted"  # Kueue suspended it again (preempted or evicted): no restart spent
     # the job cannot run: terminal, no restart
     INVALID_SPEC = "InvalidSpec"
     RENDER_FAILED = "RenderFailed"
@@ -76,7 +76,7 @@ class Reason(str, Enum):
     NAME_CONFLICT = "NameConflict"
     RESTART_BUDGET_EXHAUSTED = "RestartBudgetExhausted"
     # restart causes (one attempt ends, the next one starts)
-    FAILED = "Failed"                # the attempt's PyTorchJob failed
+    FAILED = "Failed"  # the attempt's PyTorchJob failed
     PREFLIGHT_FAILED = "PreflightFailed"
     HANG = "Hang"
     STARTUP_TIMEOUT = "StartupTimeout"
@@ -107,8 +107,9 @@ class Reason(str, Enum):
 # Restarts whose attempt still holds its nodes (stuck or poisoned): its PyTorchJob is deleted even
 # when the budget is spent. A failed PyTorchJob's pods are gone already (the training-operator's
 # cleanPodPolicy), so it is kept for `kubectl describe`.
-STUCK = frozenset({Reason.HANG, Reason.STARTUP_TIMEOUT, Reason.NON_FINITE_LOSS, Reason.LOSS_SPIKE,
-                   Reason.NO_FIRST_STEP})
+STUCK = frozenset(
+    {Reason.HANG, Reason.STARTUP_TIMEOUT, Reason.NON_FINITE_LOSS, Reason.LOSS_SPIKE, Reason.NO_FIRST_STEP}
+)
 # restart causes after which an NCCL flight recorder dump is worth reading
 DUMPS = frozenset({Reason.HANG, Reason.STARTUP_TIMEOUT, Reason.COLLECTIVE_TIMEOUT})
 
@@ -117,8 +118,7 @@ DATE_TIME: dict[str, Any] = {"format": "date-time"}
 
 class _Status(BaseModel):
     # extra="ignore": an object written by another version of the operator still reads.
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore",
-                              use_enum_values=False)
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", use_enum_values=False)
 
 
 class ConditionType(str, Enum):
@@ -165,13 +165,15 @@ class ProgressStatus(_Status):
     resumed_before_step: int | None = None
     # the trainer's goodput counters of `attempt` (llmtrain/goodput.py), since its process started
     attempt: int | None = Field(None, description="the attempt these counters are of")
-    train_start_time: str | None = Field(None, json_schema_extra=DATE_TIME,
-                                         description="the attempt's training loop began")
+    train_start_time: str | None = Field(
+        None, json_schema_extra=DATE_TIME, description="the attempt's training loop began"
+    )
     resume_step: int | None = Field(None, description="the step the attempt resumed from (0: from scratch)")
     attempt_steps: int | None = Field(None, description="optimizer steps the attempt completed")
     step_seconds: float | None = Field(None, description="their summed wall time")
     checkpoint_blocking_seconds: float | None = Field(
-        None, description="seconds the attempt's checkpoint saves blocked training")
+        None, description="seconds the attempt's checkpoint saves blocked training"
+    )
     data_wait_seconds: float | None = Field(None, description="seconds its steps waited for input batches")
     # ETA (controller/progress.py): the recent step time × the steps left, plus the checkpoint stall
     # expected at this attempt's rate
@@ -181,6 +183,7 @@ class ProgressStatus(_Status):
 
 class GoodputSeconds(_Status):
     """Seconds of the job's wall time per bucket (llmtrain/goodput.py); they add up to wallSeconds."""
+
     queued: float = 0.0
     starting: float = 0.0
     productive: float = 0.0
@@ -195,12 +198,14 @@ class GoodputSeconds(_Status):
 class AttemptRecord(_Status):
     """One attempt on the goodput timeline; the trainer's counters are copied from status.progress
     when it ends."""
+
     attempt: int
     created_time: str | None = Field(None, json_schema_extra=DATE_TIME)
     end_time: str | None = Field(None, json_schema_extra=DATE_TIME)
     end_reason: str | None = None
-    admitted_time: str | None = Field(None, json_schema_extra=DATE_TIME,
-                                      description="a queue admitted its PyTorchJob (created suspended)")
+    admitted_time: str | None = Field(
+        None, json_schema_extra=DATE_TIME, description="a queue admitted its PyTorchJob (created suspended)"
+    )
     train_start_time: str | None = Field(None, json_schema_extra=DATE_TIME)
     heartbeat_time: str | None = Field(None, json_schema_extra=DATE_TIME)
     resume_step: int | None = None
@@ -272,9 +277,14 @@ class LLMTrainingJobStatus(_Status):
     start_time: str | None = Field(None, json_schema_extra=DATE_TIME)
     attempt_start_time: str | None = Field(None, json_schema_extra=DATE_TIME)
     attempt_creation_time: str | None = Field(None, json_schema_extra=DATE_TIME)
-    admission_time: str | None = Field(None, json_schema_extra=DATE_TIME, description=(
-        "when Kueue last admitted the current attempt (unsuspended its PyTorchJob); the start-up "
-        "deadline counts from here"))
+    admission_time: str | None = Field(
+        None,
+        json_schema_extra=DATE_TIME,
+        description=(
+            "when Kueue last admitted the current attempt (unsuspended its PyTorchJob); the start-up "
+            "deadline counts from here"
+        ),
+    )
     next_attempt_time: str | None = Field(None, json_schema_extra=DATE_TIME)
     completion_time: str | None = Field(None, json_schema_extra=DATE_TIME)
     model: str | None = None

@@ -19,8 +19,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def run_bench(script: str, *args: str, timeout: int = 600) -> dict:
-    out = subprocess.run([sys.executable, str(REPO / "bench" / script), *args], cwd=REPO, capture_output=True,
-                         text=True, timeout=timeout)
+    out = subprocess.run(
+        [sys.executable, str(REPO / "bench" / script), *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
     assert out.returncode == 0, out.stderr[-4000:]
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     assert lines, out.stdout[-2000:]
@@ -52,7 +53,9 @@ def test_trainer_overhead_quick():
 def test_planner_accuracy_quick():
     r = run_bench("planner_accuracy.py", "--quick")
     assert [(row["strategy"], row["activation_checkpointing"]) for row in r["rows"]] == [
-        ("FULL_SHARD", "none"), ("FULL_SHARD", "full")]
+        ("FULL_SHARD", "none"),
+        ("FULL_SHARD", "full"),
+    ]
     for row in r["rows"]:
         assert row["model"] == "tiny" and row["measured_bytes"] > 0
         # Within a third of the trainer's real peak (the README's table holds ±15% on the 124M model;
@@ -79,8 +82,14 @@ def test_checkpoint_bandwidth_quick(tmp_path):
 @pytest.mark.trainer
 def test_gpu_script_cpu_path(tmp_path):
     out = tmp_path / "gpu.json"
-    subprocess.run([sys.executable, str(REPO / "bench" / "gpu.py"), "--quick", "--device", "cpu", "--out", str(out)],
-                   cwd=REPO, check=True, capture_output=True, text=True, timeout=600)
+    subprocess.run(
+        [sys.executable, str(REPO / "bench" / "gpu.py"), "--quick", "--device", "cpu", "--out", str(out)],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     r = json.loads(out.read_text())
     res = r["results"]
     for name in ("llmtrain/eager/selective", "llmtrain/eager/full", "plain"):

@@ -18,9 +18,26 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_operator_scale_on_simulated_p5_nodes():
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "operator_scale.py"), "--nodes", "6", "--jobs", "9",
-                           "--threads", "3", "--settle", "5", "--timeout", "240"],
-                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "operator_scale.py"),
+            "--nodes",
+            "6",
+            "--jobs",
+            "9",
+            "--threads",
+            "3",
+            "--settle",
+            "5",
+            "--timeout",
+            "240",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
     assert out["p5_nodes"] == 6 and out["jobs"] == 9

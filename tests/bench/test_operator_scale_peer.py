@@ -46,8 +46,13 @@ def test_peer_quick_smoke():
     from llmtrain_devcluster.trainer_v2 import peer_tools_dir
 
     peer_tools_dir()  # built by `make test-peer`; missing is an error, never a skip
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "operator_scale.py"), "--peer", "--quick"],
-                          capture_output=True, text=True, timeout=400, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "operator_scale.py"), "--peer", "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
     assert [p["kind"] for p in out["phases"]] == ["llmtrain", "trainer"]

@@ -20,8 +20,13 @@ def _bench(monkeypatch):
 
 
 def _mem(ts, tid, addr, nbytes, counter):
-    return {"name": "[memory]", "ph": "i", "ts": ts, "tid": tid,
-            "args": {"Addr": addr, "Bytes": nbytes, "Total Allocated": counter, "Device Type": 0}}
+    return {
+        "name": "[memory]",
+        "ph": "i",
+        "ts": ts,
+        "tid": tid,
+        "args": {"Addr": addr, "Bytes": nbytes, "Total Allocated": counter, "Device Type": 0},
+    }
 
 
 def test_peak_is_rebuilt_from_alloc_and_free_events_in_time_order(monkeypatch):
@@ -30,17 +35,19 @@ def test_peak_is_rebuilt_from_alloc_and_free_events_in_time_order(monkeypatch):
     # (the counter they carry already holds it).
     side = [_mem(3, 2, 0xE0, 8, 1108), _mem(4, 2, 0xE0, -8, 1100)]
     main = [
-        _mem(0.5, 1, 0xF0, -999, 0),      # a block from before the profiler: ignored
-        _mem(1, 1, 0xA0, 100, 100),       # model state
+        _mem(0.5, 1, 0xF0, -999, 0),  # a block from before the profiler: ignored
+        _mem(1, 1, 0xA0, 100, 100),  # model state
         _mem(2, 1, 0xB0, 1000, 1100),
-        _mem(5, 1, 0xC0, 50, 1150),       # a gloo buffer, freed on gloo's thread: no free event
-        _mem(6, 1, 0xD0, 300, 1450),      # activations
+        _mem(5, 1, 0xC0, 50, 1150),  # a gloo buffer, freed on gloo's thread: no free event
+        _mem(6, 1, 0xD0, 300, 1450),  # activations
         _mem(7, 1, 0xD0, -300, 1150),
-        _mem(8, 1, 0xC0, 60, 1210),       # the gloo buffer's address handed out again
+        _mem(8, 1, 0xC0, 60, 1210),  # the gloo buffer's address handed out again
         _mem(9, 1, 0xE8, 200, 1410),
         _mem(10, 1, 0xE8, -200, 1210),
         # the gc.collect() after the run frees the model state and the buffer it still holds
-        _mem(11, 1, 0xC0, -60, 1150), _mem(12, 1, 0xB0, -1000, 150), _mem(13, 1, 0xA0, -100, 50),
+        _mem(11, 1, 0xC0, -60, 1150),
+        _mem(12, 1, 0xB0, -1000, 150),
+        _mem(13, 1, 0xA0, -100, 50),
     ]
     peak, top, with_unfreed = bench.allocator_peak(side + main)
     # At ts 6: model state 1100 + activations 300. The gloo buffer counts only in the upper bound

@@ -16,12 +16,29 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_prepare_throughput_bench_reports_both_figures_and_the_ratio(tmp_path):
     out = tmp_path / "bench.json"
-    r = subprocess.run([sys.executable, str(REPO / "bench" / "prepare_throughput.py"), "--mb", "0.3", "--rounds", "1",
-                        "--vocab", "600", "--no-threads", "--output", str(out)], cwd=REPO, capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "prepare_throughput.py"),
+            "--mb",
+            "0.3",
+            "--rounds",
+            "1",
+            "--vocab",
+            "600",
+            "--no-threads",
+            "--output",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-4000:]
     assert "prepare / encode_batch = " in r.stdout and "MB/s" in r.stdout
     res = json.loads(out.read_text())
     assert res["tokens"] > 0 and res["documents"] > 10
     assert res["ratio_prepare_to_encode_batch"] == pytest.approx(
-        res["MBps"]["prepare (processes)"] / res["MBps"]["encode_batch"])
+        res["MBps"]["prepare (processes)"] / res["MBps"]["encode_batch"]
+    )

@@ -18,8 +18,13 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.trainer
 def test_recovery_bench_quick(tmp_path):
     out = tmp_path / "recovery.json"
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "recovery.py"), "--quick", "--json", str(out)],
-                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "recovery.py"), "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     (run,) = result["runs"]
@@ -35,8 +40,13 @@ def test_control_plane_recovery_quick(tmp_path):
     a Failed PyTorchJob, the operator starts attempt 2, 3, 4 of the same job, and every part of the
     recovery was observed in order. (About 20 s: a chain cluster start plus three recoveries.)"""
     out = tmp_path / "cp.json"
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "recovery.py"), "--control-plane", "--quick",
-                           "--json", str(out)], capture_output=True, text=True, timeout=600, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "recovery.py"), "--control-plane", "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     scenario = result["scenarios"]["1"]

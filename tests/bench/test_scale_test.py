@@ -23,8 +23,14 @@ def test_sizes_are_sorted_unique_positive():
 
 
 def test_a_global_batch_that_does_not_split_is_refused_with_the_fix():
-    spec = parse_spec({"model": {"preset": "tiny"}, "data": {"seqLen": 32}, "cluster": {"instanceType": "cpu"},
-                       "training": {"globalBatchTokens": 32 * 6, "microBatchSize": 1}})
+    spec = parse_spec(
+        {
+            "model": {"preset": "tiny"},
+            "data": {"seqLen": 32},
+            "cluster": {"instanceType": "cpu"},
+            "training": {"globalBatchTokens": 32 * 6, "microBatchSize": 1},
+        }
+    )
     check_divisible(spec, [1, 2, 3, 6])
     with pytest.raises(ValueError, match=r"6 sequences per step do not split over 4 worker\(s\)"):
         check_divisible(spec, [1, 2, 4])
@@ -33,10 +39,12 @@ def test_a_global_batch_that_does_not_split_is_refused_with_the_fix():
 def test_efficiency_is_per_worker_throughput_relative_to_the_smallest_size():
     def steps(tps):  # step 1 is warm-up and must not count
         return [{"step": 1, "tokens_per_second": 1.0, "mfu": 0.0, "step_seconds": 9.0}] + [
-            {"step": i + 2, "tokens_per_second": v, "mfu": 0.01, "step_seconds": 0.5} for i, v in enumerate(tps)]
+            {"step": i + 2, "tokens_per_second": v, "mfu": 0.01, "step_seconds": 0.5} for i, v in enumerate(tps)
+        ]
 
-    rows = add_efficiency([summarize(1, steps([100, 100, 100]), warmup=1),
-                           summarize(2, steps([150, 160, 170]), warmup=1)])
+    rows = add_efficiency(
+        [summarize(1, steps([100, 100, 100]), warmup=1), summarize(2, steps([150, 160, 170]), warmup=1)]
+    )
     assert rows[0]["tokens_per_second_per_worker"] == 100 and rows[0]["scaling_efficiency"] == 1.0
     # 2 workers: median 160 tokens/s → 80 per worker → 80% of 100
     assert rows[1]["tokens_per_second_per_worker"] == 80 and rows[1]["scaling_efficiency"] == 0.8
@@ -45,9 +53,27 @@ def test_efficiency_is_per_worker_throughput_relative_to_the_smallest_size():
 @pytest.mark.slow
 @pytest.mark.trainer
 def test_scale_test_runs_each_size_and_writes_table_json_png(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "llmtrain.cli", "scale-test", "examples/local/scale-test.yaml",
-                          "--sizes", "1,2", "--max-steps", "5", "--warmup", "2", "--output", str(tmp_path),
-                          ], cwd=REPO, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmtrain.cli",
+            "scale-test",
+            "examples/local/scale-test.yaml",
+            "--sizes",
+            "1,2",
+            "--max-steps",
+            "5",
+            "--warmup",
+            "2",
+            "--output",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "efficiency" in out.stdout
     result = json.loads((tmp_path / "scale-test.json").read_text())
@@ -62,12 +88,20 @@ def test_scale_test_runs_each_size_and_writes_table_json_png(tmp_path):
 
 # -- cluster mode ----------------------------------------------------------------------------------
 
+
 def test_scale_job_document_sets_nodes_and_drops_the_checkpoint():
     from llmtrain_trainer.scale_test import scale_job_document, scale_job_name
 
-    doc = {"apiVersion": "llmtrain.dev/v1alpha1", "kind": "LLMTrainingJob", "metadata": {"name": "llama"},
-           "spec": {"cluster": {"instanceType": "p5.48xlarge", "nodes": 16, "minNodes": 8},
-                    "checkpoint": {"uri": "s3://b/ckpt/", "keep": 2}, "training": {"maxSteps": 10000}}}
+    doc = {
+        "apiVersion": "llmtrain.dev/v1alpha1",
+        "kind": "LLMTrainingJob",
+        "metadata": {"name": "llama"},
+        "spec": {
+            "cluster": {"instanceType": "p5.48xlarge", "nodes": 16, "minNodes": 8},
+            "checkpoint": {"uri": "s3://b/ckpt/", "keep": 2},
+            "training": {"maxSteps": 10000},
+        },
+    }
     out = scale_job_document(doc, scale_job_name("llama", 4), 4, 50)
     assert out["metadata"]["name"] == "llama-scale-4"
     assert out["spec"]["cluster"] == {"instanceType": "p5.48xlarge", "nodes": 4}
@@ -79,12 +113,17 @@ def test_scale_job_document_sets_nodes_and_drops_the_checkpoint():
 def test_progress_sampling_takes_distinct_steps_after_warmup_and_reports_failure():
     from llmtrain_trainer.scale_test import sample_progress
 
-    seq = iter([None, {"phase": "Pending"}, {"phase": "Running", "progress": {"step": 2, "tokensPerSecond": 9}},
-                {"phase": "Running", "progress": {"step": 3, "tokensPerSecond": 100, "mfu": 0.3}},
-                {"phase": "Running", "progress": {"step": 3, "tokensPerSecond": 100, "mfu": 0.3}},
-                {"phase": "Running", "progress": {"step": 5, "tokensPerSecond": 200, "mfu": 0.4}}])
-    got = sample_progress(lambda: next(seq), warmup=2, samples=2, tokens_per_step=1000, deadline=1e18, poll=0,
-                          what="j")
+    seq = iter(
+        [
+            None,
+            {"phase": "Pending"},
+            {"phase": "Running", "progress": {"step": 2, "tokensPerSecond": 9}},
+            {"phase": "Running", "progress": {"step": 3, "tokensPerSecond": 100, "mfu": 0.3}},
+            {"phase": "Running", "progress": {"step": 3, "tokensPerSecond": 100, "mfu": 0.3}},
+            {"phase": "Running", "progress": {"step": 5, "tokensPerSecond": 200, "mfu": 0.4}},
+        ]
+    )
+    got = sample_progress(lambda: next(seq), warmup=2, samples=2, tokens_per_step=1000, deadline=1e18, poll=0, what="j")
     assert [(e["step"], e["tokens_per_second"], e["step_seconds"]) for e in got] == [(3, 100, 10.0), (5, 200, 5.0)]
     failed = iter([{"phase": "Failed", "message": "spec.fsdp.float8: p4d has A100 GPUs"}])
     with pytest.raises(RuntimeError, match="j failed: spec.fsdp.float8"):
@@ -133,8 +172,9 @@ def test_cluster_mode_runs_each_node_count_through_the_operator(dev_cluster, nam
             done = set()
             while not stop.is_set():
                 try:
-                    for ptj in custom.list_namespaced_custom_object("kubeflow.org", "v1", namespace,
-                                                                    "pytorchjobs")["items"]:
+                    for ptj in custom.list_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs")[
+                        "items"
+                    ]:
                         name = ptj["metadata"]["name"]
                         if name in done:
                             continue
@@ -145,8 +185,13 @@ def test_cluster_mode_runs_each_node_count_through_the_operator(dev_cluster, nam
                         core.create_namespaced_pod(namespace, pod)
                         core.patch_namespaced_pod_status(pod["metadata"]["name"], namespace, running_at("127.0.0.1"))
                         custom.patch_namespaced_custom_object_status(
-                            "kubeflow.org", "v1", namespace, "pytorchjobs", name,
-                            {"status": {"conditions": pytorchjob_conditions([], "Running", name)}})
+                            "kubeflow.org",
+                            "v1",
+                            namespace,
+                            "pytorchjobs",
+                            name,
+                            {"status": {"conditions": pytorchjob_conditions([], "Running", name)}},
+                        )
                         current.update(nodes=spec["cluster"]["nodes"], step=0)
                         seen_nodes.append(spec["cluster"]["nodes"])
                         done.add(name)
@@ -164,18 +209,53 @@ def test_cluster_mode_runs_each_node_count_through_the_operator(dev_cluster, nam
     standin = threading.Thread(target=kubeflow_and_kubelet, daemon=True)
     standin.start()
     job_file = tmp_path / "job.yaml"
-    job_file.write_text(yaml.safe_dump({
-        "apiVersion": "llmtrain.dev/v1alpha1", "kind": "LLMTrainingJob", "metadata": {"name": "scaling"},
-        "spec": {"model": {"preset": "tiny"}, "data": {"uri": "synthetic", "seqLen": 32},
-                 "cluster": {"instanceType": "cpu", "processesPerNode": 1, "nodes": 1},
-                 "training": {"maxSteps": 1000, "globalBatchTokens": 32 * 4},
-                 "checkpoint": {"uri": "file:///tmp/never-used"}, "rendezvous": {"backend": "c10d"}}}))
+    job_file.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "llmtrain.dev/v1alpha1",
+                "kind": "LLMTrainingJob",
+                "metadata": {"name": "scaling"},
+                "spec": {
+                    "model": {"preset": "tiny"},
+                    "data": {"uri": "synthetic", "seqLen": 32},
+                    "cluster": {"instanceType": "cpu", "processesPerNode": 1, "nodes": 1},
+                    "training": {"maxSteps": 1000, "globalBatchTokens": 32 * 4},
+                    "checkpoint": {"uri": "file:///tmp/never-used"},
+                    "rendezvous": {"backend": "c10d"},
+                },
+            }
+        )
+    )
     try:
-        out = subprocess.run([sys.executable, "-m", "llmtrain.cli", "scale-test", str(job_file), "--sizes", "1,2",
-                              "--kubeconfig", str(dev_cluster.kubeconfig), "--namespace", namespace,
-                              "--samples", "3", "--warmup", "1", "--poll", "0.3", "--timeout", "90",
-                              "--output", str(tmp_path / "out")], cwd=REPO, capture_output=True, text=True,
-                             timeout=400)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "llmtrain.cli",
+                "scale-test",
+                str(job_file),
+                "--sizes",
+                "1,2",
+                "--kubeconfig",
+                str(dev_cluster.kubeconfig),
+                "--namespace",
+                namespace,
+                "--samples",
+                "3",
+                "--warmup",
+                "1",
+                "--poll",
+                "0.3",
+                "--timeout",
+                "90",
+                "--output",
+                str(tmp_path / "out"),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
     finally:
         stop.set()
         standin.join(10)
@@ -197,6 +277,7 @@ def test_cluster_mode_runs_each_node_count_through_the_operator(dev_cluster, nam
     assert (tmp_path / "out" / "scale-test.png").read_bytes()[:4] == b"\x89PNG"
     # every job was deleted before the next size (and at the end)
     with dev_cluster.api_client() as api:
-        left = client.CustomObjectsApi(api).list_namespaced_custom_object("llmtrain.dev", "v1alpha1", namespace,
-                                                                         "llmtrainingjobs")["items"]
+        left = client.CustomObjectsApi(api).list_namespaced_custom_object(
+            "llmtrain.dev", "v1alpha1", namespace, "llmtrainingjobs"
+        )["items"]
     assert left == []

@@ -36,16 +36,14 @@ def chain_ns(chain_cluster):
     with chain_cluster.api_client() as api:
         core = client.CoreV1Api(api)
         core.create_namespace({"metadata": {"name": name}})
-        wait_for(lambda: core.read_namespaced_service_account("default", name), 60,
-                 f"default ServiceAccount in {name}")
+        wait_for(lambda: core.read_namespaced_service_account("default", name), 60, f"default ServiceAccount in {name}")
         try:
             yield name
         finally:
             core.delete_namespace(name)
             # The simulated nodes are few: the next test needs them free, so wait until kwok has
             # finished the deleted pods.
-            wait_for(lambda: not core.list_namespaced_pod(name).items, 60,
-                     f"pods of namespace {name} gone")
+            wait_for(lambda: not core.list_namespaced_pod(name).items, 60, f"pods of namespace {name} gone")
 
 
 class Chain:
@@ -58,8 +56,10 @@ class Chain:
 
     def nodes_by_type(self) -> dict[str, str]:
         """node name -> instance type, for kwok nodes."""
-        return {n.metadata.name: n.metadata.labels["node.kubernetes.io/instance-type"]
-                for n in self.core.list_node(label_selector="type=kwok").items}
+        return {
+            n.metadata.name: n.metadata.labels["node.kubernetes.io/instance-type"]
+            for n in self.core.list_node(label_selector="type=kwok").items
+        }
 
     def pods(self, ns: str, selector: str) -> list:
         return self.core.list_namespaced_pod(ns, label_selector=selector).items
@@ -69,13 +69,21 @@ class Chain:
             pods = [p for p in self.pods(ns, selector) if p.metadata.deletion_timestamp is None]
             ok = len(pods) == count and all(p.status.phase == "Running" for p in pods)
             return pods if ok else None
+
         return wait_for(running, timeout, f"{count} pods Running for {selector} in {ns}")
 
     def fail_pod(self, ns: str, name: str, exit_code: int = 137) -> None:
         """kwok's chaos stage pod-container-running-failed: the container exits ``exit_code``."""
-        self.core.patch_namespaced_pod(name, ns, {"metadata": {
-            "labels": {FAIL_POD_LABEL: "true"},
-            "annotations": {FAIL_EXIT_CODE_ANNOTATION: str(exit_code)}}})
+        self.core.patch_namespaced_pod(
+            name,
+            ns,
+            {
+                "metadata": {
+                    "labels": {FAIL_POD_LABEL: "true"},
+                    "annotations": {FAIL_EXIT_CODE_ANNOTATION: str(exit_code)},
+                }
+            },
+        )
 
     def fail_pod_and_watch(self, ns: str, name: str, exit_code: int = 137, timeout: int = 60):
         """Fail pod ``name`` through kwok and return the pod as it was when it turned Failed.
@@ -86,8 +94,13 @@ class Chain:
         self.fail_pod(ns, name, exit_code)
         w = watch.Watch()
         try:
-            for ev in w.stream(self.core.list_namespaced_pod, ns, field_selector=f"metadata.name={name}",
-                               resource_version=rv, timeout_seconds=timeout):
+            for ev in w.stream(
+                self.core.list_namespaced_pod,
+                ns,
+                field_selector=f"metadata.name={name}",
+                resource_version=rv,
+                timeout_seconds=timeout,
+            ):
                 pod = ev["object"]
                 if pod.status.phase == "Failed":
                     return pod

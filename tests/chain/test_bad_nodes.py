@@ -35,8 +35,12 @@ P5 = "p5.48xlarge"
 @pytest.fixture(scope="module")
 def operator(chain_cluster, tmp_path_factory):
     # Suspect taints on, at most half of a node group: with 2 × p5 that is one node.
-    op = OperatorProcess(chain_cluster.kubeconfig, tmp_path_factory.mktemp("bad-nodes") / "operator.log",
-                         free_port(), extra_args=["--suspect-taint-fraction", "0.5"])
+    op = OperatorProcess(
+        chain_cluster.kubeconfig,
+        tmp_path_factory.mktemp("bad-nodes") / "operator.log",
+        free_port(),
+        extra_args=["--suspect-taint-fraction", "0.5"],
+    )
     op.start()
     yield op
     op.stop()
@@ -49,8 +53,10 @@ def untaint(chain):
     for node in chain.core.list_node(label_selector="type=kwok").items:
         taints = [t for t in node.spec.taints or [] if t.key != SUSPECT]
         if len(taints) != len(node.spec.taints or []):
-            chain.core.patch_node(node.metadata.name, {"spec": {"taints": [
-                {"key": t.key, "value": t.value, "effect": t.effect} for t in taints]}})
+            chain.core.patch_node(
+                node.metadata.name,
+                {"spec": {"taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in taints]}},
+            )
 
 
 def _job(chain, ns: str, name: str, nodes: int, **resilience) -> None:
@@ -69,9 +75,19 @@ def _status(chain, ns: str, name: str) -> dict:
 
 
 def _fail(chain, ns: str, pod: str, exit_code: int, message: str) -> None:
-    chain.core.patch_namespaced_pod(pod, ns, {"metadata": {
-        "labels": {FAIL_POD_LABEL: "true"},
-        "annotations": {FAIL_EXIT_CODE_ANNOTATION: str(exit_code), FAIL_MESSAGE_ANNOTATION: json.dumps(message)}}})
+    chain.core.patch_namespaced_pod(
+        pod,
+        ns,
+        {
+            "metadata": {
+                "labels": {FAIL_POD_LABEL: "true"},
+                "annotations": {
+                    FAIL_EXIT_CODE_ANNOTATION: str(exit_code),
+                    FAIL_MESSAGE_ANNOTATION: json.dumps(message),
+                },
+            }
+        },
+    )
 
 
 def _running(chain, ns: str, job: str, attempt: int, count: int):
@@ -85,8 +101,11 @@ def _events(chain, ns: str, reason: str) -> list[str]:
 def _event(chain, ns: str, reason: str, *fragments: str) -> str:
     """The first `reason` event whose message has every fragment (events are posted after the
     status write they report, so they are waited for)."""
-    return wait_for(lambda: next((m for m in _events(chain, ns, reason) if all(f in m for f in fragments)), None),
-                    30, f"a {reason} event with {fragments}")
+    return wait_for(
+        lambda: next((m for m in _events(chain, ns, reason) if all(f in m for f in fragments)), None),
+        30,
+        f"a {reason} event with {fragments}",
+    )
 
 
 def test_a_pod_failing_on_a_node_keeps_the_next_attempt_off_it(chain, chain_ns, operator, untaint):
@@ -99,8 +118,7 @@ def test_a_pod_failing_on_a_node_keeps_the_next_attempt_off_it(chain, chain_ns, 
     xid = "NVRM: Xid (PCI:0000:53:00): 79, pid=2231, GPU has fallen off the bus."
     _fail(chain, chain_ns, pod.metadata.name, 1, f"RuntimeError: CUDA error: unspecified launch failure\n{xid}")
 
-    wait_for(lambda: _status(chain, chain_ns, name).get("attempt") == 2, 60,
-             f"attempt 2 (log: {operator.log_path})")
+    wait_for(lambda: _status(chain, chain_ns, name).get("attempt") == 2, 60, f"attempt 2 (log: {operator.log_path})")
     st = _status(chain, chain_ns, name)
     assert st["restarts"] == 1
     (entry,) = st["badNodes"]
@@ -114,12 +132,18 @@ def test_a_pod_failing_on_a_node_keeps_the_next_attempt_off_it(chain, chain_ns, 
     # events name the node: the pod's failure, and the restart that avoids it
     _event(chain, chain_ns, "PodFailedOnNode", bad, "XID 79")
     _event(chain, chain_ns, "Restarting", f"avoiding {bad}")
+
     # opt-in suspect taint, within the fraction (1 of the 2 p5s)
     def tainted():
-        return {n.metadata.name: t.value for n in chain.core.list_node(label_selector="type=kwok").items
-                for t in n.spec.taints or [] if t.key == SUSPECT}
+        return {
+            n.metadata.name: t.value
+            for n in chain.core.list_node(label_selector="type=kwok").items
+            for t in n.spec.taints or []
+            if t.key == SUSPECT
+        }
+
     assert wait_for(tainted, 30, "suspect taint") == {bad: "XID-79"}
-    assert f"llmtrain_operator_bad_nodes_total{{reason=\"XID 79\"}}" in operator.metrics()
+    assert f'llmtrain_operator_bad_nodes_total{{reason="XID 79"}}' in operator.metrics()
 
 
 def test_a_failed_preflight_is_retried_elsewhere_without_spending_a_restart(chain, chain_ns, operator, untaint):
@@ -131,25 +155,42 @@ def test_a_failed_preflight_is_retried_elsewhere_without_spending_a_restart(chai
     (pod,) = _running(chain, chain_ns, name, 1, 1)
     bad = pod.spec.node_name
     ptj = chain.ptj(chain_ns, pytorchjob_name(name, 1))
-    env = {e["name"]: e for e in ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
-           ["containers"][0]["env"]}
+    env = {
+        e["name"]: e for e in ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"]
+    }
     assert env["LLMTRAIN_PREFLIGHT"]["value"] == "1"
 
     # What launch.py writes when the check finds this node's GPU 3 broken (healthcheck's own judge
     # and termination_message; the node name is what the downward API gives the pod).
-    results = [RankResult(rank=r, node=0, host=pod.metadata.name, devices_ok=r != 3, compute_ok=True,
-                          memory_ok=True, link_gbps=40.0, node_name=bad,
-                          problems=["7 GPU(s) visible, 8 expected (one per local worker)"] if r == 3 else [])
-               for r in range(8)]
+    results = [
+        RankResult(
+            rank=r,
+            node=0,
+            host=pod.metadata.name,
+            devices_ok=r != 3,
+            compute_ok=True,
+            memory_ok=True,
+            link_gbps=40.0,
+            node_name=bad,
+            problems=["7 GPU(s) visible, 8 expected (one per local worker)"] if r == 3 else [],
+        )
+        for r in range(8)
+    ]
     verdict = judge(results, busbw=310.5, expected_busbw=400.0, min_fraction=0.5)
     _fail(chain, chain_ns, pod.metadata.name, PREFLIGHT_EXIT_CODE, termination_message(verdict))
 
-    wait_for(lambda: _status(chain, chain_ns, name).get("attempt") == 2, 60,
-             f"attempt 2 (log: {operator.log_path})")
+    wait_for(lambda: _status(chain, chain_ns, name).get("attempt") == 2, 60, f"attempt 2 (log: {operator.log_path})")
     st = _status(chain, chain_ns, name)
     assert st["restarts"] == 0  # the attempt never trained: no restart spent
-    _event(chain, chain_ns, "Restarting", "attempt 1 preflight-failed", f"suspect node(s) {bad}",
-           "all-reduce bus bandwidth 310.5 GB/s (expected 400.0 GB/s)", f"avoiding {bad}")
+    _event(
+        chain,
+        chain_ns,
+        "Restarting",
+        "attempt 1 preflight-failed",
+        f"suspect node(s) {bad}",
+        "all-reduce bus bandwidth 310.5 GB/s (expected 400.0 GB/s)",
+        f"avoiding {bad}",
+    )
     assert [b["node"] for b in st["badNodes"]] == [bad]
     assert st["badNodes"][0]["reason"].startswith("preflight: 7 GPU(s) visible")
     assert st["avoidNodes"] == [bad]
@@ -167,11 +208,15 @@ def test_avoiding_would_leave_too_few_nodes_so_the_job_keeps_them(chain, chain_n
     victim = sorted(pods, key=lambda p: p.metadata.name)[0]
     wait_for(lambda: _status(chain, chain_ns, name).get("phase") == "Running", 60, f"{name} Running")
     # preflight is on by default for 2 GPU nodes; here the failure is a training one
-    _fail(chain, chain_ns, victim.metadata.name, 1,
-          "torch.distributed.DistBackendError: NCCL error: remote process exited or there was a network error, "
-          "NCCL version 2.21.5 ncclRemoteError: A call failed possibly due to a network error")
-    wait_for(lambda: _status(chain, chain_ns, name).get("attempt") == 2, 60,
-             f"attempt 2 (log: {operator.log_path})")
+    _fail(
+        chain,
+        chain_ns,
+        victim.metadata.name,
+        1,
+        "torch.distributed.DistBackendError: NCCL error: remote process exited or there was a network error, "
+        "NCCL version 2.21.5 ncclRemoteError: A call failed possibly due to a network error",
+    )
+    wait_for(lambda: _status(chain, chain_ns, name).get("attempt") == 2, 60, f"attempt 2 (log: {operator.log_path})")
     st = _status(chain, chain_ns, name)
     assert [b["node"] for b in st["badNodes"]] == [victim.spec.node_name]
     assert st["badNodes"][0]["reason"] == "NCCL error"
@@ -179,8 +224,9 @@ def test_avoiding_would_leave_too_few_nodes_so_the_job_keeps_them(chain, chain_n
     _event(chain, chain_ns, "Restarting", f"not avoiding {victim.spec.node_name}: only 2 Ready node(s)")
     pods2 = _running(chain, chain_ns, name, 2, 2)  # still schedulable: both p5s again
     assert {p.spec.node_name for p in pods2} == {p.spec.node_name for p in pods}
-    assert not any(t.key == SUSPECT for n in chain.core.list_node(label_selector="type=kwok").items
-                   for t in n.spec.taints or [])  # a node the job still needs is never tainted
+    assert not any(
+        t.key == SUSPECT for n in chain.core.list_node(label_selector="type=kwok").items for t in n.spec.taints or []
+    )  # a node the job still needs is never tainted
 
 
 @pytest.fixture
@@ -191,8 +237,11 @@ def spare_p5(chain_cluster, chain):
     yield name
     # Requested before chain_ns, so this runs after the namespace's pods are gone; a pod left on
     # the node would outlive it (nothing finishes a pod of a deleted kwok node).
-    wait_for(lambda: not chain.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items,
-             60, f"no pods on {name}")
+    wait_for(
+        lambda: not chain.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items,
+        60,
+        f"no pods on {name}",
+    )
     chain.core.delete_node(name)
     wait_for(lambda: name not in chain.nodes_by_type(), 60, f"node {name} gone")
 
@@ -210,15 +259,24 @@ def test_a_gang_drops_only_the_node_its_preflight_names(chain, spare_p5, chain_n
     healthy = placed[pods[0].metadata.name]
     # 16 ranks over the two nodes; every link of node 1's ranks (8..15) is 20x slower. Both pods'
     # launchers would exit 86 with this verdict; the first one kwok fails is enough.
-    results = [RankResult(rank=r, node=r // 8, host=pods[r // 8].metadata.name, devices_ok=True, compute_ok=True,
-                          memory_ok=True, link_gbps=2.0 if r // 8 else 40.0, node_name=placed[pods[r // 8].metadata.name])
-               for r in range(16)]
+    results = [
+        RankResult(
+            rank=r,
+            node=r // 8,
+            host=pods[r // 8].metadata.name,
+            devices_ok=True,
+            compute_ok=True,
+            memory_ok=True,
+            link_gbps=2.0 if r // 8 else 40.0,
+            node_name=placed[pods[r // 8].metadata.name],
+        )
+        for r in range(16)
+    ]
     verdict = judge(results, busbw=20.0, expected_busbw=400.0, min_fraction=0.5)
     assert verdict["suspectNodes"][0]["nodeName"] == slow and len(verdict["suspectNodes"]) == 1
     _fail(chain, chain_ns, slow_pod, PREFLIGHT_EXIT_CODE, termination_message(verdict))
 
-    wait_for(lambda: _status(chain, chain_ns, name).get("attempt") == 2, 60,
-             f"attempt 2 (log: {operator.log_path})")
+    wait_for(lambda: _status(chain, chain_ns, name).get("attempt") == 2, 60, f"attempt 2 (log: {operator.log_path})")
     st = _status(chain, chain_ns, name)
     assert st["restarts"] == 0 and st["avoidNodes"] == [slow]
     assert st["preflight"]["busBandwidthGBps"] == 20.0 and st["preflight"]["degraded"] is True

@@ -33,19 +33,34 @@ QUEUE = "team-a"
 def kueue_cluster(tmp_path_factory):
     from llmtrain_devcluster import DevCluster
 
-    with DevCluster(tmp_path_factory.mktemp("kueue-cluster"), chain=True, kueue=True,
-                    nodes={"p5.48xlarge": 2}) as cluster:
-        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([
-            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
-             "metadata": {"name": name}, "value": value, "description": f"{name} jobs"}
-            for name, value in (("research", 100), ("production", 1000))]))
+    with DevCluster(
+        tmp_path_factory.mktemp("kueue-cluster"), chain=True, kueue=True, nodes={"p5.48xlarge": 2}
+    ) as cluster:
+        cluster.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=yaml.safe_dump_all(
+                [
+                    {
+                        "apiVersion": "kueue.x-k8s.io/v1beta2",
+                        "kind": "WorkloadPriorityClass",
+                        "metadata": {"name": name},
+                        "value": value,
+                        "description": f"{name} jobs",
+                    }
+                    for name, value in (("research", 100), ("production", 1000))
+                ]
+            ),
+        )
         yield cluster
 
 
 @pytest.fixture(scope="module")
 def kueue_operator(kueue_cluster, tmp_path_factory):
-    op = OperatorProcess(kueue_cluster.kubeconfig, tmp_path_factory.mktemp("kueue-operator") / "operator.log",
-                         free_port())
+    op = OperatorProcess(
+        kueue_cluster.kubeconfig, tmp_path_factory.mktemp("kueue-operator") / "operator.log", free_port()
+    )
     op.start()
     yield op
     op.stop()
@@ -98,6 +113,7 @@ class Jobs:
         def ok():
             s = self.status(name)
             return s.get("phase") == phase and (reason is None or s.get("reason") == reason) and s
+
         return wait_for(ok, timeout, f"{name} {phase} {reason or ''}")
 
     def ptj(self, name: str) -> dict:
@@ -122,8 +138,11 @@ def test_quota_for_one_the_second_waits_queued_then_runs(kueue_cluster, kueue_op
     assert "insufficient" in queued["message"] and "nvidia.com/gpu" in queued["message"], queued["message"]
     assert (queued["attempt"], queued["restarts"]) == (1, 0)
     assert jobs.ptj("second-a1")["spec"]["runPolicy"]["suspend"] is True
-    wait_for(lambda: any(e.reason == "Queued" and "insufficient" in e.message for e in jobs.events("second")),
-             30, "a Queued event in Kueue's words")
+    wait_for(
+        lambda: any(e.reason == "Queued" and "insufficient" in e.message for e in jobs.events("second")),
+        30,
+        "a Queued event in Kueue's words",
+    )
     rows = {r.split()[0]: r.split() for r in kueue_cluster.kubectl("get", "llmtj", "-n", queue_ns).stdout.splitlines()}
     reason = rows["NAME"].index("REASON")
     assert (rows["first"][1], rows["second"][1], rows["second"][reason]) == ("Running", "Pending", "Queued")
@@ -142,8 +161,14 @@ def test_a_production_job_preempts_a_research_one_which_resumes_without_a_restar
     jobs.create(p5_job("urgent", "production"))
     preempted = jobs.wait("research", "Pending", "Preempted", timeout=120)
     assert (preempted["attempt"], preempted["restarts"]) == (1, 0)
-    wait_for(lambda: any(e.reason == "Preempted" and e.type == "Warning" and "Preempted" in e.message
-                         for e in jobs.events("research")), 30, "a Preempted event in Kueue's words")
+    wait_for(
+        lambda: any(
+            e.reason == "Preempted" and e.type == "Warning" and "Preempted" in e.message
+            for e in jobs.events("research")
+        ),
+        30,
+        "a Preempted event in Kueue's words",
+    )
     jobs.wait("urgent", "Running", timeout=180)
 
     jobs.delete("urgent")
@@ -158,8 +183,11 @@ def test_a_missing_queue_or_priority_class_is_said_with_the_field(kueue_operator
     no_queue["spec"]["cluster"]["queueName"] = "nope"
     jobs.create(no_queue)
     jobs.create(p5_job("no-class", "no-such-class"))
-    wait_for(lambda: "LocalQueue nope doesn't exist" in (jobs.status("no-queue").get("message") or ""), 90,
-             "Kueue's words for a LocalQueue that does not exist")
+    wait_for(
+        lambda: "LocalQueue nope doesn't exist" in (jobs.status("no-queue").get("message") or ""),
+        90,
+        "Kueue's words for a LocalQueue that does not exist",
+    )
     status = jobs.status("no-queue")
     assert (status["phase"], status["reason"], status["restarts"]) == ("Pending", "Queued", 0)
     assert "spec.cluster.queueName" in status["message"]
@@ -184,8 +212,11 @@ def test_a_failed_attempt_is_a_new_workload_admitted_again_with_free_quota(kueue
     pod = chain.wait_pods_running(queue_ns, "training.kubeflow.org/job-name=flaky-a1", 2)[0]
     t0 = time.monotonic()
     chain.fail_pod(queue_ns, pod.metadata.name)
-    running = wait_for(lambda: (s := jobs.status("flaky")).get("phase") == "Running" and s.get("attempt") == 2 and s,
-                       120, "attempt 2 Running")
+    running = wait_for(
+        lambda: (s := jobs.status("flaky")).get("phase") == "Running" and s.get("attempt") == 2 and s,
+        120,
+        "attempt 2 Running",
+    )
     seconds = time.monotonic() - t0
     print(f"\nkueue restart: pod failure -> attempt 2 Running in {seconds:.1f} s")
     assert running["restarts"] == 1 and running["admissionTime"]

@@ -24,15 +24,17 @@ LAYER3 = TOPOLOGY_LABELS[2]
 def kueue_cluster(tmp_path_factory):
     from llmtrain_devcluster import DevCluster
 
-    with DevCluster(tmp_path_factory.mktemp("kueue-tas"), chain=True, kueue=True, kueue_topology=True,
-                    nodes={"p5.48xlarge": 6}) as cluster:
+    with DevCluster(
+        tmp_path_factory.mktemp("kueue-tas"), chain=True, kueue=True, kueue_topology=True, nodes={"p5.48xlarge": 6}
+    ) as cluster:
         yield cluster
 
 
 @pytest.fixture(scope="module")
 def kueue_operator(kueue_cluster, tmp_path_factory):
-    op = OperatorProcess(kueue_cluster.kubeconfig, tmp_path_factory.mktemp("kueue-tas-operator") / "operator.log",
-                         free_port())
+    op = OperatorProcess(
+        kueue_cluster.kubeconfig, tmp_path_factory.mktemp("kueue-tas-operator") / "operator.log", free_port()
+    )
     op.start()
     yield op
     op.stop()
@@ -67,5 +69,6 @@ def test_required_layer3_lands_in_one_block_or_waits(kueue_operator, api, queue_
     jobs.create(topology_job("wide", 5))  # no block has 5 nodes: it waits, it does not spread
     queued = jobs.wait("wide", "Pending", "Queued", timeout=90)
     assert queued["restarts"] == 0 and not core.list_namespaced_pod(queue_ns).items
-    wait_for(lambda: "topology" in (jobs.status("wide").get("message") or "").lower(), 60,
-             "Kueue's words about the topology")
+    wait_for(
+        lambda: "topology" in (jobs.status("wide").get("message") or "").lower(), 60, "Kueue's words about the topology"
+    )

@@ -26,8 +26,9 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def chain_operator(chain_cluster, tmp_path_factory):
     # No trainer serves metrics here (pods are simulated): progress scraping just finds nothing.
-    op = OperatorProcess(chain_cluster.kubeconfig,
-                         tmp_path_factory.mktemp("chain-operator") / "operator.log", free_port())
+    op = OperatorProcess(
+        chain_cluster.kubeconfig, tmp_path_factory.mktemp("chain-operator") / "operator.log", free_port()
+    )
     op.start()
     yield op
     op.stop()
@@ -51,22 +52,19 @@ def test_pod_failure_on_p5_nodes_starts_attempt_2(chain_cluster, chain, chain_ns
     by_type = chain.nodes_by_type()
 
     def status():
-        return chain.custom.get_namespaced_custom_object(
-            GROUP, VERSION, chain_ns, PLURAL, name).get("status") or {}
+        return chain.custom.get_namespaced_custom_object(GROUP, VERSION, chain_ns, PLURAL, name).get("status") or {}
 
     a1 = pytorchjob_name(name, 1)
     pods = chain.wait_pods_running(chain_ns, f"training.kubeflow.org/job-name={a1}", nodes)
     assert {by_type[p.spec.node_name] for p in pods} == {"p5.48xlarge"}
-    wait_for(lambda: status().get("phase") == "Running", 60,
-             f"{name} Running (log: {chain_operator.log_path})")
+    wait_for(lambda: status().get("phase") == "Running", 60, f"{name} Running (log: {chain_operator.log_path})")
     assert status().get("attempt", 1) == 1
 
     # kwok fails worker 0's container; the training-operator fails the PyTorchJob (backoffLimit 0)
     # and deletes its pods, so what the failure looked like is recorded first.
     victim = sorted(pods, key=lambda p: p.metadata.name)[0]
     failed_pod = chain.fail_pod_and_watch(chain_ns, victim.metadata.name, exit_code=137)
-    term = next(c.state.terminated for c in failed_pod.status.container_statuses
-                if c.state.terminated)
+    term = next(c.state.terminated for c in failed_pod.status.container_statuses if c.state.terminated)
     assert term.exit_code == 137 and failed_pod.spec.node_name == victim.spec.node_name
 
     def a1_failed() -> bool:
@@ -81,8 +79,7 @@ def test_pod_failure_on_p5_nodes_starts_attempt_2(chain_cluster, chain, chain_ns
     wait_for(a1_failed, 60, f"PyTorchJob {a1} Failed (by the training-operator)")
 
     a2 = pytorchjob_name(name, 2)
-    wait_for(lambda: status().get("attempt") == 2, 60,
-             f"{name} status.attempt 2 (log: {chain_operator.log_path})")
+    wait_for(lambda: status().get("attempt") == 2, 60, f"{name} status.attempt 2 (log: {chain_operator.log_path})")
     assert status().get("restarts") == 1
     pods2 = chain.wait_pods_running(chain_ns, f"training.kubeflow.org/job-name={a2}", nodes, 120)
     assert {by_type[p.spec.node_name] for p in pods2} == {"p5.48xlarge"}
@@ -91,7 +88,12 @@ def test_pod_failure_on_p5_nodes_starts_attempt_2(chain_cluster, chain, chain_ns
     # Exactly one live attempt: attempt 1 is finished (Failed) or gone, attempt 2 is the only
     # PyTorchJob that is not.
     ptjs = chain.custom.list_namespaced_custom_object(*PTJ[:2], chain_ns, PTJ[2])["items"]
-    live = [p["metadata"]["name"] for p in ptjs
-            if not any(c["type"] in ("Failed", "Succeeded") and c["status"] == "True"
-                       for c in (p.get("status") or {}).get("conditions") or [])]
+    live = [
+        p["metadata"]["name"]
+        for p in ptjs
+        if not any(
+            c["type"] in ("Failed", "Succeeded") and c["status"] == "True"
+            for c in (p.get("status") or {}).get("conditions") or []
+        )
+    ]
     assert live == [a2], [p["metadata"]["name"] for p in ptjs]

@@ -44,7 +44,9 @@ def test_catalog_shapes_the_kwok_nodes(chain):
         assert parse_quantity(cap["memory"]) == inst.memory_gib * 2**30
         assert cap["cpu"] == str(inst.vcpus)
         assert {(t_.key, t_.effect) for t_ in node.spec.taints} == {
-            ("nvidia.com/gpu", "NoSchedule"), ("vpc.amazonaws.com/efa", "NoSchedule")}
+            ("nvidia.com/gpu", "NoSchedule"),
+            ("vpc.amazonaws.com/efa", "NoSchedule"),
+        }
         assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
 
 
@@ -59,8 +61,11 @@ def test_rendered_p5_pytorchjob_runs_on_p5_nodes_only(chain, chain_ns):
     assert {by_type[n] for n in placed.values()} == {"p5.48xlarge"}, placed
     # Each worker asks for all 8 GPUs and 32 EFA interfaces of a node: one worker per node.
     assert len(set(placed.values())) == replicas, placed
-    wait_for(lambda: chain.ptj_condition(chain_ns, name, "Running"), 60,
-             f"PyTorchJob {name} Running (set by the training-operator)")
+    wait_for(
+        lambda: chain.ptj_condition(chain_ns, name, "Running"),
+        60,
+        f"PyTorchJob {name} Running (set by the training-operator)",
+    )
 
 
 def test_without_the_instance_type_pin_smaller_nodes_lack_the_efa_count(chain, chain_ns):
@@ -69,15 +74,27 @@ def test_without_the_instance_type_pin_smaller_nodes_lack_the_efa_count(chain, c
     spec = dict(tmpl["spec"])
     spec.pop("nodeSelector", None)
     # Keep the p5s out of reach: what is left must be refused on resources alone.
-    spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [
-            {"key": INSTANCE_TYPE_LABEL, "operator": "NotIn", "values": ["p5.48xlarge"]}]}]}}}
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "p5-worker-off-p5", "labels": tmpl["metadata"].get("labels", {})},
-           "spec": spec}
+    spec["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": INSTANCE_TYPE_LABEL, "operator": "NotIn", "values": ["p5.48xlarge"]}]}
+                ]
+            }
+        }
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p5-worker-off-p5", "labels": tmpl["metadata"].get("labels", {})},
+        "spec": spec,
+    }
     chain.core.create_namespaced_pod(chain_ns, pod)
-    msg = wait_for(lambda: chain.scheduling_message(chain_ns, "p5-worker-off-p5"), 60,
-                   "FailedScheduling for the p5 worker kept off p5 nodes")
+    msg = wait_for(
+        lambda: chain.scheduling_message(chain_ns, "p5-worker-off-p5"),
+        60,
+        "FailedScheduling for the p5 worker kept off p5 nodes",
+    )
     total = sum(DEFAULT_NODES.values())
     smaller = sum(n for t, n in DEFAULT_NODES.items() if t != "p5.48xlarge")
     assert f"0/{total} nodes are available" in msg, msg

@@ -28,9 +28,13 @@ def test_kwok_config_sets_every_worker_count_and_plays_the_modules_stages():
     docs = list(yaml.safe_load_all(kwok_config(kwok_stages_dir(), server_address="127.0.0.1:1")))
     opts = docs[0]["options"]
     # Read from a file, kwok applies no defaults to these: zero workers would play nothing.
-    for key in ("nodeLeaseParallelism", "nodePlayStageParallelism", "podPlayStageParallelism",
-                "podsOnNodeSyncParallelism", "nodeLeaseDurationSeconds"):
+    for key in (
+        "nodeLeaseParallelism",
+        "nodePlayStageParallelism",
+        "podPlayStageParallelism",
+        "podsOnNodeSyncParallelism",
+        "nodeLeaseDurationSeconds",
+    ):
         assert opts[key] > 0, key
     stages = [d for d in docs[1:] if d["kind"] == "Stage"]
-    assert {s["metadata"]["name"] for s in stages} == {
-        f.rsplit("/", 1)[1].removesuffix(".yaml") for f in STAGE_FILES}
+    assert {s["metadata"]["name"] for s in stages} == {f.rsplit("/", 1)[1].removesuffix(".yaml") for f in STAGE_FILES}

@@ -14,8 +14,12 @@ pytestmark = pytest.mark.cluster
 
 
 def test_node_counts_and_training_operator_flags_reach_the_chain(tmp_path):
-    with DevCluster(tmp_path / "chain", chain=True, nodes={"p5.48xlarge": 40},
-                    training_operator_args=["--controller-threads=3", "--kube-api-qps=40"]) as cluster:
+    with DevCluster(
+        tmp_path / "chain",
+        chain=True,
+        nodes={"p5.48xlarge": 40},
+        training_operator_args=["--controller-threads=3", "--kube-api-qps=40"],
+    ) as cluster:
         with cluster.api_client() as api:
             nodes = client.CoreV1Api(api).list_node(label_selector="type=kwok").items
         # Exactly the requested shape (none of the default p4de/p5en), every one Ready.

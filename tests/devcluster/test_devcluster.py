@@ -55,6 +55,7 @@ def _eventually(fn, *, timeout: float = 60.0, what: str = "condition"):
 
 # --- tools ---------------------------------------------------------------------------------
 
+
 def test_all_pinned_tools_are_installed(monkeypatch):
     monkeypatch.delenv("LLMTRAIN_TOOLS_DIR", raising=False)
     # Python finds the very directory install-tools.sh filled for this checkout's pins.
@@ -114,21 +115,28 @@ def test_rbac_is_enforced_for_a_user_without_bindings(dev_cluster, namespace):
 
     with dev_cluster.api_client() as api:
         rbac = client.RbacAuthorizationV1Api(api)
-        rbac.create_namespaced_role(namespace, {
-            "metadata": {"name": "secret-reader"},
-            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}],
-        })
-        rbac.create_namespaced_role_binding(namespace, {
-            "metadata": {"name": "alice-reads-secrets"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "secret-reader"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}],
-        })
+        rbac.create_namespaced_role(
+            namespace,
+            {
+                "metadata": {"name": "secret-reader"},
+                "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}],
+            },
+        )
+        rbac.create_namespaced_role_binding(
+            namespace,
+            {
+                "metadata": {"name": "alice-reads-secrets"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "secret-reader"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}],
+            },
+        )
 
     with dev_cluster.api_client(kc) as api:
         core = client.CoreV1Api(api)
         # The RBAC authorizer sees the new binding through its informer: poll, bounded.
-        _eventually(lambda: core.list_namespaced_secret(namespace) is not None, timeout=30,
-                    what="alice allowed to list secrets")
+        _eventually(
+            lambda: core.list_namespaced_secret(namespace) is not None, timeout=30, what="alice allowed to list secrets"
+        )
         # ...and only there, and only reading.
         with pytest.raises(client.ApiException) as e:
             core.list_namespaced_secret("default")
@@ -145,11 +153,19 @@ def test_serviceaccount_token_kubeconfig_is_subject_to_rbac(dev_cluster, namespa
     assert r.stdout == f"system:serviceaccount:{namespace}:worker"
     denied = dev_cluster.kubectl("get", "configmaps", "-n", namespace, kubeconfig=kc, check=False)
     assert denied.returncode != 0 and "forbidden" in denied.stderr.lower()
-    dev_cluster.kubectl("create", "rolebinding", "worker-view", "-n", namespace,
-                        "--clusterrole=view", f"--serviceaccount={namespace}:worker")
+    dev_cluster.kubectl(
+        "create",
+        "rolebinding",
+        "worker-view",
+        "-n",
+        namespace,
+        "--clusterrole=view",
+        f"--serviceaccount={namespace}:worker",
+    )
     _eventually(
         lambda: dev_cluster.kubectl("get", "configmaps", "-n", namespace, kubeconfig=kc, check=False).returncode == 0,
-        timeout=30, what="serviceaccount allowed to list configmaps",
+        timeout=30,
+        what="serviceaccount allowed to list configmaps",
     )
 
 
@@ -158,15 +174,22 @@ def test_garbage_collector_deletes_dependents_of_a_deleted_owner(dev_cluster, na
     with dev_cluster.api_client() as api:
         core = client.CoreV1Api(api)
         owner = core.create_namespaced_config_map(namespace, {"metadata": {"name": "owner"}})
-        core.create_namespaced_config_map(namespace, {
-            "metadata": {
-                "name": "dependent",
-                "ownerReferences": [{
-                    "apiVersion": "v1", "kind": "ConfigMap",
-                    "name": "owner", "uid": owner.metadata.uid,
-                }],
+        core.create_namespaced_config_map(
+            namespace,
+            {
+                "metadata": {
+                    "name": "dependent",
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "v1",
+                            "kind": "ConfigMap",
+                            "name": "owner",
+                            "uid": owner.metadata.uid,
+                        }
+                    ],
+                },
             },
-        })
+        )
         core.create_namespaced_config_map(namespace, {"metadata": {"name": "bystander"}})
 
         core.delete_namespaced_config_map("owner", namespace)
@@ -195,11 +218,17 @@ def _pytorchjob(name: str, replicas) -> dict:
                 "Worker": {
                     "replicas": replicas,
                     "restartPolicy": "OnFailure",
-                    "template": {"spec": {"containers": [{
-                        "name": "pytorch",
-                        "image": "example.invalid/llmtrain-trainer:dev",
-                        "command": ["python", "-m", "llmtrain.trainer"],
-                    }]}},
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "pytorch",
+                                    "image": "example.invalid/llmtrain-trainer:dev",
+                                    "command": ["python", "-m", "llmtrain.trainer"],
+                                }
+                            ]
+                        }
+                    },
                 },
             },
         },
@@ -212,12 +241,21 @@ def test_kubeflow_pytorchjob_crd_validates_server_side(dev_cluster, namespace):
     conds = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
     assert conds.get("Established") == "True"
 
-    ok = dev_cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-",
-                             input=yaml.safe_dump(_pytorchjob("valid", 2)))
+    ok = dev_cluster.kubectl(
+        "apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(_pytorchjob("valid", 2))
+    )
     assert "pytorchjob.kubeflow.org/valid created (server dry run)" in ok.stdout
 
-    bad = dev_cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-",
-                              input=yaml.safe_dump(_pytorchjob("invalid", "two")), check=False)
+    bad = dev_cluster.kubectl(
+        "apply",
+        "--dry-run=server",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        input=yaml.safe_dump(_pytorchjob("invalid", "two")),
+        check=False,
+    )
     assert bad.returncode != 0
     assert "replicas" in bad.stderr and "integer" in bad.stderr, bad.stderr
 
@@ -239,6 +277,7 @@ def test_helm_talks_to_the_cluster(dev_cluster):
 
 
 # --- the CLI daemonizes and cleans up -------------------------------------------------------
+
 
 def _processes_mentioning(text: str) -> list[int]:
     pids = []
@@ -268,8 +307,13 @@ def test_cli_up_outlives_the_command_and_down_leaves_no_process(tmp_path):
     recs: dict = {}
     try:
         # This test is about process lifecycle; the project CRD is covered by the dev_cluster fixture.
-        up = subprocess.run([*cli, "up", "--state-dir", str(state), "--no-project-crd"], env=env,
-                            capture_output=True, text=True, timeout=300)
+        up = subprocess.run(
+            [*cli, "up", "--state-dir", str(state), "--no-project-crd"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert up.returncode == 0, up.stderr
         assert f"export KUBECONFIG={state / 'kubeconfig'}" in up.stdout
 
@@ -278,24 +322,34 @@ def test_cli_up_outlives_the_command_and_down_leaves_no_process(tmp_path):
         # The `up` command has exited; its components are still serving.
         assert all(is_running(r) for r in recs.values())
         cluster = DevCluster(state)
-        assert cluster.kubectl("get", "namespace", "kube-system", "-o", "name").stdout.strip() == "namespace/kube-system"
+        assert (
+            cluster.kubectl("get", "namespace", "kube-system", "-o", "name").stdout.strip() == "namespace/kube-system"
+        )
 
-        st = subprocess.run([*cli, "status", "--state-dir", str(state)], env=env,
-                            capture_output=True, text=True, timeout=60)
+        st = subprocess.run(
+            [*cli, "status", "--state-dir", str(state)], env=env, capture_output=True, text=True, timeout=60
+        )
         assert st.returncode == 0 and "ready:      True" in st.stdout, st.stdout + st.stderr
 
-        again = subprocess.run([*cli, "up", "--state-dir", str(state), "--no-project-crd"], env=env,
-                               capture_output=True, text=True, timeout=120)
+        again = subprocess.run(
+            [*cli, "up", "--state-dir", str(state), "--no-project-crd"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert again.returncode == 0 and "already running" in again.stderr
         assert read_pids(state / "pids.json") == recs
     finally:
-        down = subprocess.run([*cli, "down", "--state-dir", str(state)], env=env,
-                              capture_output=True, text=True, timeout=120)
+        down = subprocess.run(
+            [*cli, "down", "--state-dir", str(state)], env=env, capture_output=True, text=True, timeout=120
+        )
     assert down.returncode == 0, down.stderr
     assert recs, "up never recorded its pids"
     for name, rec in recs.items():
         assert not is_running(rec), f"{name} (pid {rec['pid']}) still running after down"
     assert _processes_mentioning(str(state)) == []
-    st = subprocess.run([*cli, "status", "--state-dir", str(state)], env=env,
-                        capture_output=True, text=True, timeout=60)
+    st = subprocess.run(
+        [*cli, "status", "--state-dir", str(state)], env=env, capture_output=True, text=True, timeout=60
+    )
     assert st.returncode == 3

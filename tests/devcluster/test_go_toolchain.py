@@ -141,15 +141,15 @@ def test_a_new_enough_go_is_used_as_is(tmp_path, proxy):
 def test_an_old_or_missing_go_bootstraps_the_pinned_toolchain_once(tmp_path, proxy, go):
     need = _required_go()
     older = (*need[:-1], need[-1] - 1) if need[-1] > 0 else (need[0], need[1] - 1, 99)
-    go_path = str(_fake_go(tmp_path / "old" / "go", _version_str(older))) if go == "old" \
-        else str(tmp_path / "nowhere" / "go")
+    go_path = (
+        str(_fake_go(tmp_path / "old" / "go", _version_str(older))) if go == "old" else str(tmp_path / "nowhere" / "go")
+    )
     r = _run(tmp_path, go=go_path, proxy_url=proxy.url, sha256=proxy.sha256)
     assert r.returncode == 0, r.stderr
     want = tmp_path / "cache" / "go" / f"{PINNED}.linux-{ARCH}" / "bin" / "go"
     assert r.stdout.strip() == str(want)
     assert os.access(want, os.X_OK)
-    assert subprocess.run([want, "version"], capture_output=True, text=True).stdout.startswith(
-        f"go version {PINNED} ")
+    assert subprocess.run([want, "version"], capture_output=True, text=True).stdout.startswith(f"go version {PINNED} ")
     assert proxy.requests == [proxy.zip_path]
     # Second run: served from the cache, no download.
     r2 = _run(tmp_path, go=go_path, proxy_url=proxy.url, sha256=proxy.sha256)
@@ -198,9 +198,12 @@ def _logging_toolchain_zip(version: str) -> bytes:
     with zipfile.ZipFile(buf, "w") as z:
         info = zipfile.ZipInfo(prefix + "bin/go")
         info.external_attr = 0o755 << 16
-        z.writestr(info, "#!/bin/sh\n"
-                         f"[ \"$1\" = version ] && [ $# = 1 ] && {{ echo 'go version {version} linux/{ARCH}'; exit 0; }}\n"
-                         "echo \"$*\" >> \"$GO_CALLS\"\nexit 3\n")
+        z.writestr(
+            info,
+            "#!/bin/sh\n"
+            f"[ \"$1\" = version ] && [ $# = 1 ] && {{ echo 'go version {version} linux/{ARCH}'; exit 0; }}\n"
+            'echo "$*" >> "$GO_CALLS"\nexit 3\n',
+        )
     return buf.getvalue()
 
 
@@ -212,20 +215,29 @@ def test_each_tool_script_bootstraps_go_when_path_has_none(tmp_path, script):
     path_env = "/usr/bin:/bin"
     assert all(not (Path(d) / "go").exists() for d in path_env.split(":")), "this PATH must have no go"
     pins = tmp_path / "pins.env"
-    pins.write_text(f"GO_TOOLCHAIN_VERSION={PINNED}\nGO_TOOLCHAIN_SHA256_linux_{ARCH}={hashlib.sha256(data).hexdigest()}\n")
+    pins.write_text(
+        f"GO_TOOLCHAIN_VERSION={PINNED}\nGO_TOOLCHAIN_SHA256_linux_{ARCH}={hashlib.sha256(data).hexdigest()}\n"
+    )
     calls = tmp_path / "go-calls"
-    env = {"PATH": path_env, "HOME": str(tmp_path / "home"), "LLMTRAIN_CACHE": str(tmp_path / "cache"),
-           "LLMTRAIN_GO_PINS": str(pins), "GOPROXY": f"{proxy.url},direct", "GO_CALLS": str(calls),
-           # go-toolchain.sh's last resort is /usr/local/go/bin/go; point it at nothing so that this
-           # machine's own Go cannot stand in for the bootstrap.
-           "GO": str(tmp_path / "nowhere" / "go")}
+    env = {
+        "PATH": path_env,
+        "HOME": str(tmp_path / "home"),
+        "LLMTRAIN_CACHE": str(tmp_path / "cache"),
+        "LLMTRAIN_GO_PINS": str(pins),
+        "GOPROXY": f"{proxy.url},direct",
+        "GO_CALLS": str(calls),
+        # go-toolchain.sh's last resort is /usr/local/go/bin/go; point it at nothing so that this
+        # machine's own Go cannot stand in for the bootstrap.
+        "GO": str(tmp_path / "nowhere" / "go"),
+    }
     try:
-        r = subprocess.run(["bash", str(REPO / "scripts" / script)], env=env, capture_output=True, text=True,
-                           timeout=60)
+        r = subprocess.run(
+            ["bash", str(REPO / "scripts" / script)], env=env, capture_output=True, text=True, timeout=60
+        )
     finally:
         proxy.close()
     assert "is needed" not in r.stderr, r.stderr
     assert proxy.requests == [zpath], r.stderr  # the pinned toolchain was fetched ...
-    assert calls.exists(), r.stderr             # ... and the script built with it
+    assert calls.exists(), r.stderr  # ... and the script built with it
     assert calls.read_text().split()[0] == "install", calls.read_text()
     assert r.returncode != 0  # the stand-in go fails the build: nothing half-built is reported as done

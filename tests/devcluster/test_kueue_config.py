@@ -19,8 +19,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_kueue_key_is_the_scripts_and_not_part_of_the_tools_key():
     script = (ROOT / "scripts" / "install-kueue.sh").read_text()
-    out = subprocess.run(["bash", "-c", 'cd tools/kueue && cat go.mod go.sum | sha256sum | cut -c1-16'],
-                         cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    out = subprocess.run(
+        ["bash", "-c", "cd tools/kueue && cat go.mod go.sum | sha256sum | cut -c1-16"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert kueue.kueue_key() == out and "cat go.mod go.sum" in script
     assert not any(f.startswith("kueue/") for f in _KEY_FILES)  # bumping Kueue rebuilds Kueue only
     assert re.search(r"^require sigs.k8s.io/kueue v0\.17\.0$", (ROOT / "tools/kueue/go.mod").read_text(), re.M)
@@ -31,7 +36,8 @@ def test_a_flavor_per_instance_type_and_quota_for_exactly_the_nodes():
     flavors = kueue.resource_flavors(shapes)
     assert [(f["metadata"]["name"], f["spec"]["nodeLabels"]) for f in flavors] == [
         ("p5-48xlarge", {"node.kubernetes.io/instance-type": "p5.48xlarge"}),
-        ("p4de-24xlarge", {"node.kubernetes.io/instance-type": "p4de.24xlarge"})]
+        ("p4de-24xlarge", {"node.kubernetes.io/instance-type": "p4de.24xlarge"}),
+    ]
     cq = kueue.cluster_queue(shapes)
     (group,) = cq["spec"]["resourceGroups"]
     assert {"nvidia.com/gpu", "vpc.amazonaws.com/efa", "cpu", "memory"} <= set(group["coveredResources"])
@@ -44,17 +50,29 @@ def test_a_flavor_per_instance_type_and_quota_for_exactly_the_nodes():
 
 
 def test_only_the_served_webhooks_are_registered_on_the_loopback_url_with_the_ca():
-    manifests = yaml.safe_dump_all([
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-         "metadata": {"name": "mutating-webhook-configuration"},
-         "webhooks": [{"name": n, "clientConfig": {"service": {"name": "kueue-webhook-service", "path": p}}}
-                      for n, p in (("mpytorchjob.kb.io", "/mutate-kubeflow-org-v1-pytorchjob"),
-                                   ("mpod.kb.io", "/mutate--v1-pod"),
-                                   ("mworkload.kb.io", "/mutate-kueue-x-k8s-io-v1beta2-workload"))]}])
+    manifests = yaml.safe_dump_all(
+        [
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "MutatingWebhookConfiguration",
+                "metadata": {"name": "mutating-webhook-configuration"},
+                "webhooks": [
+                    {"name": n, "clientConfig": {"service": {"name": "kueue-webhook-service", "path": p}}}
+                    for n, p in (
+                        ("mpytorchjob.kb.io", "/mutate-kubeflow-org-v1-pytorchjob"),
+                        ("mpod.kb.io", "/mutate--v1-pod"),
+                        ("mworkload.kb.io", "/mutate-kueue-x-k8s-io-v1beta2-workload"),
+                    )
+                ],
+            }
+        ]
+    )
     (cfg,) = kueue.webhook_configurations(manifests, url="https://127.0.0.1:9443", ca_pem=b"CA")
     assert [h["name"] for h in cfg["webhooks"]] == ["mpytorchjob.kb.io", "mworkload.kb.io"]  # no pod hook
     assert cfg["webhooks"][0]["clientConfig"] == {
-        "url": "https://127.0.0.1:9443/mutate-kubeflow-org-v1-pytorchjob", "caBundle": base64.b64encode(b"CA").decode()}
+        "url": "https://127.0.0.1:9443/mutate-kubeflow-org-v1-pytorchjob",
+        "caBundle": base64.b64encode(b"CA").decode(),
+    }
 
 
 def test_the_configuration_enables_only_the_pytorchjob_integration(tmp_path):

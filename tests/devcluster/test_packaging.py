@@ -16,9 +16,24 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_the_wheel_holds_operator_and_trainer_but_not_devcluster(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                        "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=600,
-                       cwd=tmp_path)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     (wheel,) = tmp_path.glob("llmtrain-*.whl")
     tops = {n.split("/", 1)[0] for n in zipfile.ZipFile(wheel).namelist()}
@@ -30,13 +45,22 @@ def test_the_trainer_does_not_import_the_dev_cluster():
     offenders = []
     for f in sorted((ROOT / "trainer" / "llmtrain_trainer").rglob("*.py")):
         for node in ast.walk(ast.parse(f.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             offenders += [f"{f.name}: {n}" for n in names if n.split(".")[0] == "llmtrain_devcluster"]
     assert not offenders, offenders
 
 
 def test_the_venv_still_imports_the_dev_cluster_for_tests():
-    r = subprocess.run([sys.executable, "-c", "import llmtrain_devcluster, sys; print(llmtrain_devcluster.__file__)"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", "import llmtrain_devcluster, sys; print(llmtrain_devcluster.__file__)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0 and str(ROOT / "devcluster") in r.stdout, r.stderr

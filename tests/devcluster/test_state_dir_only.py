@@ -60,7 +60,10 @@ def test_a_chain_cluster_writes_nothing_outside_its_state_dir():
     env = {k: v for k, v in os.environ.items() if k != "TMPDIR"}  # tempfile's default: /tmp
     r = subprocess.run(
         [*prefix, "sh", "-c", 'mount -t tmpfs tmpfs /tmp && exec "$0" "$@"', sys.executable, "-c", _CHILD],
-        capture_output=True, text=True, env=env, timeout=600,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert r.returncode == 0, f"child failed ({r.returncode}):\n{r.stderr[-4000:]}"
     seen = json.loads(r.stdout.strip().splitlines()[-1])

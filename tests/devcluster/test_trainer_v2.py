@@ -43,15 +43,20 @@ def test_peer_key_files_match_the_script_and_stay_out_of_the_tools_key():
 
 def test_json_patch_add_replace_remove():
     doc = {"metadata": {"name": "a"}, "webhooks": [{"name": "w0", "x": 1}, {"name": "w1"}]}
-    apply_json_patch(doc, [
-        {"op": "replace", "path": "/metadata/name", "value": "b"},
-        {"op": "add", "path": "/webhooks/1/objectSelector", "value": {"k": "v"}},
-        {"op": "replace", "path": "/webhooks/0", "value": {"name": "w0b"}},
-        {"op": "add", "path": "/webhooks/-", "value": {"name": "w2"}},
-        {"op": "remove", "path": "/webhooks/2"},
-    ])
-    assert doc == {"metadata": {"name": "b"},
-                   "webhooks": [{"name": "w0b"}, {"name": "w1", "objectSelector": {"k": "v"}}]}
+    apply_json_patch(
+        doc,
+        [
+            {"op": "replace", "path": "/metadata/name", "value": "b"},
+            {"op": "add", "path": "/webhooks/1/objectSelector", "value": {"k": "v"}},
+            {"op": "replace", "path": "/webhooks/0", "value": {"name": "w0b"}},
+            {"op": "add", "path": "/webhooks/-", "value": {"name": "w2"}},
+            {"op": "remove", "path": "/webhooks/2"},
+        ],
+    )
+    assert doc == {
+        "metadata": {"name": "b"},
+        "webhooks": [{"name": "w0b"}, {"name": "w1", "objectSelector": {"k": "v"}}],
+    }
     with pytest.raises(ValueError, match="/metadata/missing"):
         apply_json_patch(doc, [{"op": "replace", "path": "/metadata/missing", "value": 1}])
     with pytest.raises(ValueError, match="move"):
@@ -71,8 +76,7 @@ def test_webhooks_point_at_loopback_with_the_ca_and_keep_the_release_patches():
     pod_hooks = [h for d in js.values() for h in d["webhooks"] if h["rules"][0]["resources"] == ["pods"]]
     # JobSet's release limits its pod webhooks to JobSet pods: llmtrain's pods never reach them.
     assert len(pod_hooks) == 2
-    assert all(h["objectSelector"]["matchExpressions"][0]["key"] == "jobset.sigs.k8s.io/jobset-name"
-               for h in pod_hooks)
+    assert all(h["objectSelector"]["matchExpressions"][0]["key"] == "jobset.sigs.k8s.io/jobset-name" for h in pod_hooks)
     tr = {d["metadata"]["name"]: d for d in webhook_configurations(root, _TRAINER_WEBHOOK, "https://127.0.0.1:2", ca)}
     assert set(tr) == {"defaulter.trainer.kubeflow.org", "validator.trainer.kubeflow.org"}
     for doc in (*js.values(), *tr.values()):
@@ -102,38 +106,75 @@ def test_cli_up_trainer_v2_admits_a_trainjob_through_its_webhooks_and_down_stops
     _peer_root()
     state = tmp_path / "peer-cluster"
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(llmtrain.__file__).resolve().parents[1]),
-                                                    env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(Path(llmtrain.__file__).resolve().parents[1]), env.get("PYTHONPATH")) if p
+    )
     cli = [sys.executable, "-m", "llmtrain_devcluster"]
     recs: dict = {}
     try:
-        up = subprocess.run([*cli, "up", "--state-dir", str(state), "--chain", "--trainer-v2",
-                             "--nodes", "cpu=1"], env=env, capture_output=True, text=True, timeout=400)
+        up = subprocess.run(
+            [*cli, "up", "--state-dir", str(state), "--chain", "--trainer-v2", "--nodes", "cpu=1"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
         assert up.returncode == 0, up.stderr[-3000:]
         recs = read_pids(state / "trainer-v2" / "pids.json")
         assert set(recs) == {"jobset-controller", "trainer-controller-manager"}
         assert all(is_running(r) for r in recs.values())
         cluster = DevCluster(state)
         # A TrainJob the validating webhook rejects proves the webhook is called and answers.
-        bad = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "bad"},
-               "spec": {"runtimeRef": {"name": "no-such-runtime"}}}
+        bad = {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {"name": "bad"},
+            "spec": {"runtimeRef": {"name": "no-such-runtime"}},
+        }
         r = cluster.kubectl("create", "-n", "default", "-f", "-", input=json.dumps(bad), check=False)
         assert r.returncode != 0 and "validator.trainjob.trainer.kubeflow.org" in r.stderr, r.stderr
-        good = {**bad, "metadata": {"name": "good"}, "spec": {"runtimeRef": {"name": "torch-distributed"},
-                "trainer": {"resourcesPerNode": {"requests": {"cpu": "1"}}}}}
+        good = {
+            **bad,
+            "metadata": {"name": "good"},
+            "spec": {
+                "runtimeRef": {"name": "torch-distributed"},
+                "trainer": {"resourcesPerNode": {"requests": {"cpu": "1"}}},
+            },
+        }
         cluster.kubectl("create", "-n", "default", "-f", "-", input=json.dumps(good))
         # kwok runs the pod to completion (it has no llmtrain pod labels to keep it running): the
         # JobSet's Job completes, then the JobSet, then the TrainJob.
-        wait_until(lambda: cluster.kubectl(
-            "get", "trainjob", "good", "-n", "default",
-            "-o", "jsonpath={.status.conditions[?(@.type=='Complete')].status}").stdout == "True", timeout=120,
-            what="the TrainJob Complete")
-        pods = cluster.kubectl("get", "pods", "-n", "default", "-l", "jobset.sigs.k8s.io/jobset-name=good",
-                               "-o", "jsonpath={.items[*].spec.nodeName}").stdout.split()
+        wait_until(
+            lambda: (
+                cluster.kubectl(
+                    "get",
+                    "trainjob",
+                    "good",
+                    "-n",
+                    "default",
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type=='Complete')].status}",
+                ).stdout
+                == "True"
+            ),
+            timeout=120,
+            what="the TrainJob Complete",
+        )
+        pods = cluster.kubectl(
+            "get",
+            "pods",
+            "-n",
+            "default",
+            "-l",
+            "jobset.sigs.k8s.io/jobset-name=good",
+            "-o",
+            "jsonpath={.items[*].spec.nodeName}",
+        ).stdout.split()
         assert pods == ["kwok-cpu-0"], pods
     finally:
-        down = subprocess.run([*cli, "down", "--state-dir", str(state)], env=env,
-                              capture_output=True, text=True, timeout=120)
+        down = subprocess.run(
+            [*cli, "down", "--state-dir", str(state)], env=env, capture_output=True, text=True, timeout=120
+        )
     assert down.returncode == 0, down.stderr
     assert recs and not any(is_running(r) for r in recs.values())
     assert not (state / "trainer-v2" / "pids.json").exists()

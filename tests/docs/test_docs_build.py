@@ -12,9 +12,23 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_mkdocs_build_strict(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
-                        str(ROOT / "mkdocs.yml"), "--site-dir", str(tmp_path / "site")],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(ROOT / "mkdocs.yml"),
+            "--site-dir",
+            str(tmp_path / "site"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert (tmp_path / "site" / "index.html").is_file()
     assert (tmp_path / "site" / "reference" / "api" / "index.html").is_file()
@@ -42,6 +56,8 @@ def test_readme_is_a_short_front_door_whose_links_resolve():
         path = ROOT / target
         assert path.is_file(), target
         if anchor:
-            slugs = {re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
-                     for h in re.findall(r"^#+ (.*)$", path.read_text(), re.M)}
+            slugs = {
+                re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
+                for h in re.findall(r"^#+ (.*)$", path.read_text(), re.M)
+            }
             assert anchor in slugs, (target, anchor)

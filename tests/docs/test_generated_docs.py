@@ -37,10 +37,20 @@ def test_api_reference_lists_every_spec_field():
     from llmtrain import spec
 
     text = (ROOT / "docs" / "reference" / "api.md").read_text()
-    models = [m for m in vars(spec).values() if isinstance(m, type) and issubclass(m, BaseModel)
-              and m.__module__ == spec.__name__ and not m.__name__.startswith("_")]
-    missing = [f"{m.__name__}.{f.alias or n}" for m in models for n, f in m.model_fields.items()
-               if f"| `{f.alias or n}` |" not in text]
+    models = [
+        m
+        for m in vars(spec).values()
+        if isinstance(m, type)
+        and issubclass(m, BaseModel)
+        and m.__module__ == spec.__name__
+        and not m.__name__.startswith("_")
+    ]
+    missing = [
+        f"{m.__name__}.{f.alias or n}"
+        for m in models
+        for n, f in m.model_fields.items()
+        if f"| `{f.alias or n}` |" not in text
+    ]
     assert not missing, missing
 
 

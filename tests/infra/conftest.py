@@ -19,8 +19,9 @@ from infra_hcl import ROOT
 
 
 def _tool(script: str) -> Path:
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / script)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / script)], cwd=ROOT, capture_output=True, text=True, timeout=900
+    )
     if proc.returncode != 0:
         pytest.fail(f"scripts/{script} failed (rc={proc.returncode}):\n{proc.stderr[-4000:]}")
     path = Path(proc.stdout.strip().splitlines()[-1])

@@ -17,8 +17,7 @@ CATALOG = ROOT / "operator" / "llmtrain" / "data" / "instances.yaml"
 def tool_env() -> dict[str, str]:
     env = dict(os.environ)
     # No user CLI config, no update check phoning home, no colour codes in the output we parse.
-    env.update(TF_CLI_CONFIG_FILE=os.devnull, CHECKPOINT_DISABLE="1", TF_IN_AUTOMATION="1",
-               NO_COLOR="1")
+    env.update(TF_CLI_CONFIG_FILE=os.devnull, CHECKPOINT_DISABLE="1", TF_IN_AUTOMATION="1", NO_COLOR="1")
     return env
 
 

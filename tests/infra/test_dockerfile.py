@@ -101,8 +101,9 @@ def expand(value: str, args: dict[str, str]) -> str:
 
 # ------------------------------------------------------------------------------------------------
 def test_hadolint_passes(hadolint_bin):
-    proc = subprocess.run([str(hadolint_bin), "--no-color", str(DOCKERFILE)], capture_output=True,
-                          text=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [str(hadolint_bin), "--no-color", str(DOCKERFILE)], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -119,8 +120,9 @@ def test_every_hadolint_ignore_is_explained():
             j -= 1
         for rule in m.group(1).split(","):
             why = [c.split(rule, 1)[1] for c in comments if rule in c]
-            assert why and len(why[0].strip(" :()#")) >= 30, \
+            assert why and len(why[0].strip(" :()#")) >= 30, (
                 f"line {i + 1}: {rule} ignored without an explanation in the comment above it"
+            )
     cfg = ROOT / ".hadolint.yaml"
     if cfg.exists():
         assert not (yaml.safe_load(cfg.read_text()) or {}).get("ignored"), ".hadolint.yaml ignores rules globally"
@@ -176,7 +178,7 @@ def test_every_pip_install_is_pinned_and_hashed(df):
                 if "pip install" not in cmd:
                     continue
                 words = shlex.split(cmd.replace('"', ""))
-                args = words[words.index("install") + 1:]
+                args = words[words.index("install") + 1 :]
                 if args[-1] == ".":
                     assert "--no-deps" in args, f"{name}: our package must not pull dependencies: `{cmd.strip()}`"
                     continue
@@ -226,14 +228,18 @@ def test_locked_requirements_are_the_constraints_pins_of_what_the_image_needs(df
 
 
 def test_extras_installed_per_target(df):
-    run = {s: " ".join(r for i, r in df["stages"][s]["lines"] if i == "RUN") for s in ("trainer-build", "operator-build")}
+    run = {
+        s: " ".join(r for i, r in df["stages"][s]["lines"] if i == "RUN") for s in ("trainer-build", "operator-build")
+    }
     assert "requirements/trainer-image.txt" in run["trainer-build"]
     assert "requirements/operator-image.txt" in run["operator-build"]
     assert "trainer-image" not in run["operator-build"], "the operator image must not pull torch"
 
 
 def test_copy_sources_exist_and_are_in_the_build_context(df):
-    ignore = [l.strip() for l in (ROOT / ".dockerignore").read_text().splitlines() if l.strip() and not l.startswith("#")]
+    ignore = [
+        l.strip() for l in (ROOT / ".dockerignore").read_text().splitlines() if l.strip() and not l.startswith("#")
+    ]
     assert ignore[0] == "*", ".dockerignore is expected to be an allow-list"
     allowed = [l[1:].rstrip("/") for l in ignore if l.startswith("!")]
     for name, st in df["stages"].items():
@@ -243,16 +249,19 @@ def test_copy_sources_exist_and_are_in_the_build_context(df):
             *srcs, _dest = shlex.split(rest)
             for src in srcs:
                 assert (ROOT / src).exists(), f"{name}: COPY {src}: not in the repository"
-                assert any(src.rstrip("/") == a or src.startswith(a + "/") for a in allowed), \
+                assert any(src.rstrip("/") == a or src.startswith(a + "/") for a in allowed), (
                     f"{name}: COPY {src} is excluded by .dockerignore"
+                )
 
 
 def rendered_worker() -> dict:
     """The worker container of a PyTorchJob rendered by the real renderer for a p5 example."""
     from llmtrain import render
     from llmtrain.validation import load_job
+
     job = load_job(ROOT / "examples/llama2-7b-p5.yaml")  # default etcd endpoint: the chart's
     from llmtrain.spec import DEFAULT_ETCD_ENDPOINT
+
     ptj = render.render_pytorchjob(job.spec, job.name, namespace="ml", default_etcd_endpoint=DEFAULT_ETCD_ENDPOINT)
     (container,) = ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
     return container
@@ -282,11 +291,13 @@ def test_rendered_command_exists_in_the_trainer_image(df, pyproject):
     # metrics port the renderer declares is exposed
     ports = re.findall(r"(\d+)(?:-(\d+))?", last(df, "trainer", "EXPOSE"))
     from llmtrain.render import METRICS_PORT
+
     assert any(int(a) <= METRICS_PORT <= int(b or a) for a, b in ports)
 
 
 def test_default_image_references_point_at_these_targets(pyproject):
     from llmtrain.spec import DEFAULT_IMAGE
+
     version = pyproject["project"]["version"]
     assert DEFAULT_IMAGE == f"public.ecr.aws/llmtrain/llmtrain-trainer:{version}"
     assert rendered_worker()["image"] == DEFAULT_IMAGE

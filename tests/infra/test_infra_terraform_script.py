@@ -41,8 +41,13 @@ def env(tmp_path) -> dict:
     go = bindir / "go"  # first on PATH, and GO for good measure: no real build can start
     go.write_text(FAKE_GO)
     go.chmod(0o755)
-    return {**os.environ, "LLMTRAIN_CACHE": str(tmp_path / "cache"), "GO": str(go),
-            "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "FAKE_GO_LOG": str(tmp_path / "go.log")}
+    return {
+        **os.environ,
+        "LLMTRAIN_CACHE": str(tmp_path / "cache"),
+        "GO": str(go),
+        "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
+        "FAKE_GO_LOG": str(tmp_path / "go.log"),
+    }
 
 
 def builds(env: dict) -> list[str]:
@@ -51,8 +56,10 @@ def builds(env: dict) -> list[str]:
 
 
 def test_concurrent_runs_build_once_and_both_get_the_binary(env):
-    procs = [subprocess.Popen(["bash", str(SCRIPT)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(["bash", str(SCRIPT)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     try:
         outs = [p.communicate(timeout=60) for p in procs]
     finally:

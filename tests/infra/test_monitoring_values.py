@@ -26,14 +26,33 @@ RULES = ROOT / "dashboards" / "rules" / "llmtrain.rules.yaml"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 # Labels Prometheus Operator gives every target of a ServiceMonitor endpoint: the exporter pod's.
-EXPORTER_TARGET = {"namespace": "monitoring", "pod": "dcgm-exporter-7xk2p", "container": "exporter",
-                   "service": "dcgm-exporter", "endpoint": "metrics", "job": "dcgm-exporter",
-                   "instance": "10.0.3.7:9400"}
+EXPORTER_TARGET = {
+    "namespace": "monitoring",
+    "pod": "dcgm-exporter-7xk2p",
+    "container": "exporter",
+    "service": "dcgm-exporter",
+    "endpoint": "metrics",
+    "job": "dcgm-exporter",
+    "instance": "10.0.3.7:9400",
+}
 # What the exporter itself exports for a GPU held by a trainer pod (Kubernetes pod mapping on).
-GPU_LABELS = {"gpu": "0", "UUID": "GPU-0", "Hostname": "node-a", "modelName": "NVIDIA H100 80GB HBM3",
-              "namespace": "team-a", "pod": "llama-a1-worker-0", "container": "pytorch"}
-TRAINER = {"namespace": "team-a", "pod": "llama-a1-worker-0", "llmtrain_job": "llama", "rank": "0",
-           "instance": "10.0.4.2:9410", "job": "team-a/llmtrain-trainer"}
+GPU_LABELS = {
+    "gpu": "0",
+    "UUID": "GPU-0",
+    "Hostname": "node-a",
+    "modelName": "NVIDIA H100 80GB HBM3",
+    "namespace": "team-a",
+    "pod": "llama-a1-worker-0",
+    "container": "pytorch",
+}
+TRAINER = {
+    "namespace": "team-a",
+    "pod": "llama-a1-worker-0",
+    "llmtrain_job": "llama",
+    "rank": "0",
+    "instance": "10.0.4.2:9410",
+    "job": "team-a/llmtrain-trainer",
+}
 
 
 def stored_labels(exported: dict, target: dict, honor_labels: bool) -> dict:
@@ -52,8 +71,15 @@ def tf_values(terraform_bin, tmp_path_factory) -> dict:
     work = tmp_path_factory.mktemp("tf-monitoring")
     shutil.copy(TF_DIR / "monitoring_values.tf", work)
     expr = "jsonencode({dcgm = local.dcgm_exporter_values, kps = local.kube_prometheus_stack_values})"
-    proc = subprocess.run([str(terraform_bin), "console"], input=expr + "\n", cwd=work, capture_output=True,
-                          text=True, env=tool_env(), timeout=120)
+    proc = subprocess.run(
+        [str(terraform_bin), "console"],
+        input=expr + "\n",
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env=tool_env(),
+        timeout=120,
+    )
     assert proc.returncode == 0 and "Error" not in proc.stderr, ANSI.sub("", proc.stderr)
     return json.loads(json.loads(ANSI.sub("", proc.stdout)))
 
@@ -87,26 +113,42 @@ def test_gpu_idle_alert_fires_on_series_labelled_as_terraform_stores_them(tf_val
     case = {
         "rule_files": [str(RULES)],
         "evaluation_interval": "1m",
-        "tests": [{
-            "interval": "1m",
-            "input_series": [
-                {"series": _series("DCGM_FI_DEV_GPU_UTIL", dcgm), "values": "97x10 0x40"},
-                {"series": _series("llmtrain_trainer_step", TRAINER), "values": "1+1x10 11x40"},
-            ],
-            "promql_expr_test": [{
-                "expr": "llmtrain_job:dcgm_gpu_util:avg", "eval_time": "5m",
-                "exp_samples": [{"labels": 'llmtrain_job:dcgm_gpu_util:avg{llmtrain_job="llama",namespace="team-a"}',
-                                 "value": 97}],
-            }, {
-                "expr": 'ALERTS{alertname="LLMTrainJobGPUsIdle",alertstate="firing"}', "eval_time": "30m",
-                "exp_samples": [{"labels": 'ALERTS{alertname="LLMTrainJobGPUsIdle",alertstate="firing",'
-                                           'llmtrain_job="llama",namespace="team-a",severity="critical"}',
-                                 "value": 1}],
-            }],
-        }],
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": _series("DCGM_FI_DEV_GPU_UTIL", dcgm), "values": "97x10 0x40"},
+                    {"series": _series("llmtrain_trainer_step", TRAINER), "values": "1+1x10 11x40"},
+                ],
+                "promql_expr_test": [
+                    {
+                        "expr": "llmtrain_job:dcgm_gpu_util:avg",
+                        "eval_time": "5m",
+                        "exp_samples": [
+                            {
+                                "labels": 'llmtrain_job:dcgm_gpu_util:avg{llmtrain_job="llama",namespace="team-a"}',
+                                "value": 97,
+                            }
+                        ],
+                    },
+                    {
+                        "expr": 'ALERTS{alertname="LLMTrainJobGPUsIdle",alertstate="firing"}',
+                        "eval_time": "30m",
+                        "exp_samples": [
+                            {
+                                "labels": 'ALERTS{alertname="LLMTrainJobGPUsIdle",alertstate="firing",'
+                                'llmtrain_job="llama",namespace="team-a",severity="critical"}',
+                                "value": 1,
+                            }
+                        ],
+                    },
+                ],
+            }
+        ],
     }
     test_file = tmp_path / "terraform-labels.test.yaml"
     test_file.write_text(yaml.safe_dump(case, sort_keys=False))
-    r = subprocess.run([str(find_tool("promtool")), "test", "rules", str(test_file)], capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [str(find_tool("promtool")), "test", "rules", str(test_file)], capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, f"with honorLabels={honor} the series are stored as {dcgm}:\n{r.stdout}{r.stderr}"

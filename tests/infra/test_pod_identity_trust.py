@@ -32,8 +32,10 @@ def mod() -> Module:
 
 # The namespaces an association's `namespace` expression takes, as expressions of the same
 # variables the trust's `namespaces` list is built from (local.training_namespaces below).
-NAMESPACE_EXPR = {("${var.training_namespace}", None): ["var.training_namespace"],
-                  ("${each.value}", "${toset(var.tenant_namespaces)}"): ["var.tenant_namespaces"]}
+NAMESPACE_EXPR = {
+    ("${var.training_namespace}", None): ["var.training_namespace"],
+    ("${each.value}", "${toset(var.tenant_namespaces)}"): ["var.tenant_namespaces"],
+}
 
 
 def _associations(mod):
@@ -42,12 +44,24 @@ def _associations(mod):
     found = []
     for name, a in mod.of_type("aws_eks_pod_identity_association").items():
         ns = NAMESPACE_EXPR.get((a["namespace"], a.get("for_each")), [a["namespace"]])
-        found.append((ROLE_ARN.fullmatch(a["role_arn"]).group(1), ns, a["service_account"],
-                      f"aws_eks_pod_identity_association.{name}"))
+        found.append(
+            (
+                ROLE_ARN.fullmatch(a["role_arn"]).group(1),
+                ns,
+                a["service_account"],
+                f"aws_eks_pod_identity_association.{name}",
+            )
+        )
     for name, addon in mod.of_type("aws_eks_addon").items():
         for a in block(addon, "pod_identity_association"):
-            found.append((ROLE_ARN.fullmatch(a["role_arn"]).group(1), [ADDON_NAMESPACE[addon["addon_name"]]],
-                          a["service_account"], f"aws_eks_addon.{name}"))
+            found.append(
+                (
+                    ROLE_ARN.fullmatch(a["role_arn"]).group(1),
+                    [ADDON_NAMESPACE[addon["addon_name"]]],
+                    a["service_account"],
+                    f"aws_eks_addon.{name}",
+                )
+            )
     return found
 
 
@@ -68,8 +82,10 @@ def test_every_pod_identity_role_takes_the_one_trust_policy(mod):
         trust = mod.resources[("aws_iam_role", role)]["assume_role_policy"]
         if not TRUST_REF.fullmatch(trust):
             lacks = [k for k in ("aws:SourceAccount", "aws:RequestTag/eks-cluster-arn") if k not in trust]
-            problems.append(f"aws_iam_role.{role}: its own trust policy, not module.pod_identity_trust"
-                            + (f" (and it lacks {', '.join(lacks)})" if lacks else ""))
+            problems.append(
+                f"aws_iam_role.{role}: its own trust policy, not module.pod_identity_trust"
+                + (f" (and it lacks {', '.join(lacks)})" if lacks else "")
+            )
     assert not problems, "\n".join(problems)
 
     trust_mod = mod.modules["pod_identity_trust"]
@@ -83,7 +99,9 @@ def test_every_pod_identity_role_takes_the_one_trust_policy(mod):
 def _trusted_namespaces(mod, expr) -> list[str]:
     """The trust's `namespaces` as the variables (or literals) they come from."""
     if expr == "${local.training_namespaces}":
-        assert mod.locals["training_namespaces"] == "${distinct(concat([var.training_namespace], var.tenant_namespaces))}"
+        assert (
+            mod.locals["training_namespaces"] == "${distinct(concat([var.training_namespace], var.tenant_namespaces))}"
+        )
         return ["var.training_namespace", "var.tenant_namespaces"]
     return expr
 
@@ -121,10 +139,24 @@ def trust_dir(tmp_path):
 
 
 def _policy(terraform_bin, trust_dir, cluster_arn=CLUSTER, namespaces=("llmtrain-jobs",), sa="llmtrain-trainer"):
-    proc = subprocess.run([str(terraform_bin), "console", "-var", f"cluster_arn={cluster_arn}",
-                           "-var", f"namespaces={json.dumps(list(namespaces))}", "-var", f"service_account={sa}"],
-                          input="jsonencode(local.policy)\n", cwd=trust_dir, capture_output=True, text=True,
-                          env=tool_env(), timeout=120)
+    proc = subprocess.run(
+        [
+            str(terraform_bin),
+            "console",
+            "-var",
+            f"cluster_arn={cluster_arn}",
+            "-var",
+            f"namespaces={json.dumps(list(namespaces))}",
+            "-var",
+            f"service_account={sa}",
+        ],
+        input="jsonencode(local.policy)\n",
+        cwd=trust_dir,
+        capture_output=True,
+        text=True,
+        env=tool_env(),
+        timeout=120,
+    )
     return proc.returncode, proc.stdout, re.sub(r"\x1b\[[0-9;]*m", "", proc.stderr)
 
 
@@ -148,11 +180,16 @@ def test_trust_policy_document(terraform_bin, trust_dir):
 
 @pytest.mark.slow
 def test_trust_policy_follows_the_cluster_partition(terraform_bin, trust_dir):
-    rc, out, err = _policy(terraform_bin, trust_dir, cluster_arn="arn:aws-us-gov:eks:us-gov-west-1:210987654321:cluster/c1")
+    rc, out, err = _policy(
+        terraform_bin, trust_dir, cluster_arn="arn:aws-us-gov:eks:us-gov-west-1:210987654321:cluster/c1"
+    )
     assert rc == 0 and "Error" not in err, err
     cond = json.loads(json.loads(out))["Statement"][0]["Condition"]
     assert cond["StringEquals"]["aws:SourceAccount"] == "210987654321"
-    assert cond["StringEquals"]["aws:RequestTag/eks-cluster-arn"] == "arn:aws-us-gov:eks:us-gov-west-1:210987654321:cluster/c1"
+    assert (
+        cond["StringEquals"]["aws:RequestTag/eks-cluster-arn"]
+        == "arn:aws-us-gov:eks:us-gov-west-1:210987654321:cluster/c1"
+    )
 
 
 @pytest.mark.slow

@@ -50,8 +50,9 @@ def test_no_second_copy_of_the_catalog_numbers(catalog):
         assert not re.search(r"gpus_per_node\s*=\s*\d", text), f"{f.name}: literal gpus_per_node"
         for name in catalog:
             # an instance type name may appear in comments/descriptions, never as a map key with numbers
-            assert not re.search(rf'"{re.escape(name)}"\s*=\s*\{{[^}}]*\d', text), \
+            assert not re.search(rf'"{re.escape(name)}"\s*=\s*\{{[^}}]*\d', text), (
                 f"{f.name}: a table of numbers keyed by {name}"
+            )
 
 
 def test_gpu_launch_templates_declare_catalog_efa_interfaces_with_placement(mod):
@@ -107,6 +108,7 @@ def test_every_gpu_node_group_has_placement_group_and_taint(mod):
 
 def test_renderer_tolerates_the_gpu_taint():
     from llmtrain import render
+
     keys = {(t["key"], t.get("effect")) for t in render.GPU_TOLERATIONS}
     assert ("nvidia.com/gpu", "NoSchedule") in keys
     # the renderer selects nodes by the kubelet's own instance-type label, which EKS sets
@@ -147,14 +149,22 @@ def test_training_role_is_scoped_to_the_bucket(mod):
     assert trust == '${module.pod_identity_trust["training"].json}'
     assoc = mod.resources[("aws_eks_pod_identity_association", "training")]
     assert assoc["service_account"] == "${local.pod_identity_service_accounts.training.service_account}"
-    assert mod.locals["pod_identity_service_accounts"]["training"]["service_account"] == "${var.training_service_account}"
+    assert (
+        mod.locals["pod_identity_service_accounts"]["training"]["service_account"] == "${var.training_service_account}"
+    )
 
 
 def test_cluster_hardening(mod):
     (cluster,) = mod.of_type("aws_eks_cluster").values()
     assert cluster["version"] == "${var.kubernetes_version}"
     assert re.fullmatch(r"1\.\d+", mod.variables["kubernetes_version"]["default"])
-    assert set(cluster["enabled_cluster_log_types"]) == {"api", "audit", "authenticator", "controllerManager", "scheduler"}
+    assert set(cluster["enabled_cluster_log_types"]) == {
+        "api",
+        "audit",
+        "authenticator",
+        "controllerManager",
+        "scheduler",
+    }
     (vpc,) = block(cluster, "vpc_config")
     assert vpc["endpoint_private_access"] is True
     assert vpc["endpoint_public_access"] == "${var.endpoint_public_access}"
@@ -187,7 +197,9 @@ def test_fsx_and_helm_releases_present(mod):
 def test_chart_values_set_by_terraform_exist_in_the_chart(mod):
     """Keys terraform passes to the llmtrain-operator chart are keys its values.yaml defines."""
     chart_values = yaml.safe_load((TF_DIR.parent / "charts/llmtrain-operator/values.yaml").read_text())
-    etcd_values = yaml.safe_load((TF_DIR.parent / "charts/llmtrain-operator/charts/llmtrain-etcd/values.yaml").read_text())
+    etcd_values = yaml.safe_load(
+        (TF_DIR.parent / "charts/llmtrain-operator/charts/llmtrain-etcd/values.yaml").read_text()
+    )
     base = mod.locals["llmtrain_base_values"]
     assert base
     for k, v in base.items():
@@ -202,8 +214,14 @@ def test_chart_values_set_by_terraform_exist_in_the_chart(mod):
 def test_variables_are_documented_and_validated(mod):
     for name, v in mod.variables.items():
         assert len(v.get("description", "")) >= 20, f"variable {name}: no useful description"
-    for name in ("gpu_node_groups", "system_node_group", "kubernetes_version", "region",
-                 "fsx_storage_capacity_gib", "endpoint_public_access_cidrs"):
+    for name in (
+        "gpu_node_groups",
+        "system_node_group",
+        "kubernetes_version",
+        "region",
+        "fsx_storage_capacity_gib",
+        "endpoint_public_access_cidrs",
+    ):
         assert block(mod.variables[name], "validation"), f"variable {name} has no validation"
     for name in ("cluster_name", "kubeconfig_command", "bucket_name", "fsx_claim_name", "training_role_arn"):
         assert name in mod.outputs, name
@@ -225,6 +243,7 @@ def test_checkov_skips_carry_a_justification():
 def test_example_tfvars_use_catalog_gpu_types(tfvars, catalog):
     import hcl2
     from infra_hcl import clean
+
     with tfvars.open() as fh:
         values = clean(hcl2.load(fh))
     groups = values["gpu_node_groups"]
@@ -235,6 +254,7 @@ def test_example_tfvars_use_catalog_gpu_types(tfvars, catalog):
 
 def test_terraform_etcd_endpoint_is_the_operator_default(mod):
     from llmtrain.spec import DEFAULT_ETCD_ENDPOINT
+
     expr = mod.locals["etcd_endpoint"].replace("${local.llmtrain_namespace}", mod.locals["llmtrain_namespace"])
     assert expr == DEFAULT_ETCD_ENDPOINT
 
@@ -243,8 +263,11 @@ def test_default_eks_version_is_supported_and_the_upgrade_policy_is_explicit(mod
     """Issue 10, defect 10: 1.33 left EKS standard support; the default is the Kubernetes minor
     llmtrain's manifests are validated against (the dev cluster's, tools/k8s/pins.env), and the
     end-of-support behaviour is chosen, not left to EKS's default (extended support, billed)."""
-    pins = dict(line.split("=", 1) for line in (ROOT / "tools/k8s/pins.env").read_text().splitlines()
-                if "=" in line and not line.startswith("#"))
+    pins = dict(
+        line.split("=", 1)
+        for line in (ROOT / "tools/k8s/pins.env").read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    )
     dev_minor = ".".join(pins["KUBERNETES_VERSION"].lstrip("v").split(".")[:2])
     assert mod.variables["kubernetes_version"]["default"] == dev_minor
     assert tuple(map(int, dev_minor.split("."))) >= (1, 35)

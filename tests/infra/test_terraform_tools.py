@@ -22,8 +22,13 @@ EVAL_FILES = ("catalog.tf", "variables.tf")
 
 
 def test_terraform_fmt(terraform_bin):
-    proc = subprocess.run([str(terraform_bin), "fmt", "-check", "-recursive", "-diff", "-no-color", str(TF_DIR)],
-                          capture_output=True, text=True, env=tool_env(), timeout=120)
+    proc = subprocess.run(
+        [str(terraform_bin), "fmt", "-check", "-recursive", "-diff", "-no-color", str(TF_DIR)],
+        capture_output=True,
+        text=True,
+        env=tool_env(),
+        timeout=120,
+    )
     assert proc.returncode == 0, f"terraform fmt would change:\n{proc.stdout}{proc.stderr}"
 
 
@@ -46,8 +51,15 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 def console(terraform_bin, eval_dir, expr: str, *args: str) -> tuple[int, str, str]:
     """(rc, stdout, stderr without colour codes). Note: `terraform console` reports invalid
     variables on stderr but may still exit 0, so callers look at stderr too."""
-    proc = subprocess.run([str(terraform_bin), "console", *args], input=expr + "\n", cwd=eval_dir,
-                          capture_output=True, text=True, env=tool_env(), timeout=120)
+    proc = subprocess.run(
+        [str(terraform_bin), "console", *args],
+        input=expr + "\n",
+        cwd=eval_dir,
+        capture_output=True,
+        text=True,
+        env=tool_env(),
+        timeout=120,
+    )
     return proc.returncode, ANSI.sub("", proc.stdout), ANSI.sub("", proc.stderr)
 
 
@@ -67,8 +79,15 @@ def test_launch_template_interfaces_equal_catalog_for_every_gpu_type(terraform_b
     types = _gpu_types()
     groups = {f"g{i}": {"instance_type": t} for i, t in enumerate(sorted(types))}
     var = "gpu_node_groups=" + json.dumps(groups).replace('":', '"=')
-    got = evaluate(terraform_bin, eval_dir, "{groups = local.gpu_groups, nics = local.efa_network_interfaces}",
-                   "-var", var, "-var", f"efa_only_secondary_interfaces={str(efa_only).lower()}")
+    got = evaluate(
+        terraform_bin,
+        eval_dir,
+        "{groups = local.gpu_groups, nics = local.efa_network_interfaces}",
+        "-var",
+        var,
+        "-var",
+        f"efa_only_secondary_interfaces={str(efa_only).lower()}",
+    )
     for g, spec in groups.items():
         cat = types[spec["instance_type"]]
         nics = got["nics"][g]
@@ -84,8 +103,12 @@ def test_launch_template_interfaces_equal_catalog_for_every_gpu_type(terraform_b
 @pytest.mark.parametrize("tfvars", sorted((TF_DIR / "examples").glob("*.tfvars")), ids=lambda p: p.name)
 def test_example_tfvars_pass_validation_and_size_efa_from_catalog(terraform_bin, eval_dir, tfvars):
     types = _gpu_types()
-    got = evaluate(terraform_bin, eval_dir, "{groups = local.gpu_groups, nics = local.efa_network_interfaces}",
-                   f"-var-file={tfvars}")
+    got = evaluate(
+        terraform_bin,
+        eval_dir,
+        "{groups = local.gpu_groups, nics = local.efa_network_interfaces}",
+        f"-var-file={tfvars}",
+    )
     assert got["groups"]
     for g, spec in got["groups"].items():
         assert spec["known"], g
@@ -93,23 +116,27 @@ def test_example_tfvars_pass_validation_and_size_efa_from_catalog(terraform_bin,
 
 
 def test_unknown_instance_type_is_flagged(terraform_bin, eval_dir):
-    got = evaluate(terraform_bin, eval_dir, "local.gpu_groups",
-                   "-var", 'gpu_node_groups={x={instance_type="g5.48xlarge"}}')
+    got = evaluate(
+        terraform_bin, eval_dir, "local.gpu_groups", "-var", 'gpu_node_groups={x={instance_type="g5.48xlarge"}}'
+    )
     assert got["x"]["known"] is False  # the launch template's precondition fails the plan on this
 
 
-@pytest.mark.parametrize("var, message", [
-    ('gpu_node_groups={p5={instance_type="p5.48xlarge", max_size=500}}', "max_size"),
-    ('gpu_node_groups={p5={instance_type="p5.48xlarge", min_size=3, desired_size=1}}', "min_size"),
-    ('gpu_node_groups={p5={instance_type="p5.48xlarge", capacity_type="SPOT"}}', "capacity_type"),
-    ('gpu_node_groups={p5={instance_type="p5.48xlarge", capacity_type="CAPACITY_BLOCK"}}', "CAPACITY_BLOCK needs"),
-    ("gpu_node_groups={}", "at least one GPU node group"),
-    ('system_node_group={min_size=0}', "system_node_group"),
-    ('kubernetes_version="2.0"', "kubernetes_version"),
-    ('endpoint_public_access_cidrs=["0.0.0.0/0"]', "not 0.0.0.0/0"),
-    ("fsx_storage_capacity_gib=3000", "multiple of 2400"),
-    ('cluster_name="LLM_train"', "cluster_name"),
-])
+@pytest.mark.parametrize(
+    "var, message",
+    [
+        ('gpu_node_groups={p5={instance_type="p5.48xlarge", max_size=500}}', "max_size"),
+        ('gpu_node_groups={p5={instance_type="p5.48xlarge", min_size=3, desired_size=1}}', "min_size"),
+        ('gpu_node_groups={p5={instance_type="p5.48xlarge", capacity_type="SPOT"}}', "capacity_type"),
+        ('gpu_node_groups={p5={instance_type="p5.48xlarge", capacity_type="CAPACITY_BLOCK"}}', "CAPACITY_BLOCK needs"),
+        ("gpu_node_groups={}", "at least one GPU node group"),
+        ("system_node_group={min_size=0}", "system_node_group"),
+        ('kubernetes_version="2.0"', "kubernetes_version"),
+        ('endpoint_public_access_cidrs=["0.0.0.0/0"]', "not 0.0.0.0/0"),
+        ("fsx_storage_capacity_gib=3000", "multiple of 2400"),
+        ('cluster_name="LLM_train"', "cluster_name"),
+    ],
+)
 def test_variable_validation_rejects(terraform_bin, eval_dir, var, message):
     rc, out, err = console(terraform_bin, eval_dir, "local.gpu_groups", "-var", var)
     flat = " ".join(err.replace("│", " ").split())
@@ -118,27 +145,37 @@ def test_variable_validation_rejects(terraform_bin, eval_dir, var, message):
 
 
 def test_checkov_has_no_failing_checks(checkov_bin):
-    proc = subprocess.run([str(checkov_bin), "-d", str(TF_DIR), "--framework", "terraform", "-o", "json",
-                           "--skip-download"],
-                          capture_output=True, text=True, env=tool_env(), timeout=600)
+    proc = subprocess.run(
+        [str(checkov_bin), "-d", str(TF_DIR), "--framework", "terraform", "-o", "json", "--skip-download"],
+        capture_output=True,
+        text=True,
+        env=tool_env(),
+        timeout=600,
+    )
     report = json.loads(proc.stdout)
     reports = report if isinstance(report, list) else [report]
     results = {"passed_checks": [], "failed_checks": [], "skipped_checks": []}
     for r in reports:
         for k in results:
             results[k] += r["results"][k]
-    failed = [f"{c['check_id']} {c['resource']} ({c['file_path']}): {c['check_name']}" for c in results["failed_checks"]]
+    failed = [
+        f"{c['check_id']} {c['resource']} ({c['file_path']}): {c['check_name']}" for c in results["failed_checks"]
+    ]
     assert not failed, "checkov failures:\n" + "\n".join(failed)
     assert proc.returncode == 0, proc.stderr[-2000:]
     # the scan really ran over the module
     passed = {c["check_id"] for c in results["passed_checks"]}
     assert len(results["passed_checks"]) > 100
-    for must in ("CKV_AWS_58",   # EKS secrets encryption
-                 "CKV_AWS_37",   # control-plane logging
-                 "CKV_AWS_39",   # public endpoint off by default
-                 "CKV_AWS_79",   # IMDSv2 on launch templates
-                 "CKV2_AWS_6",   # bucket public access block
-                 "CKV_AWS_21"):  # bucket versioning
+    for must in (
+        "CKV_AWS_58",  # EKS secrets encryption
+        "CKV_AWS_37",  # control-plane logging
+        "CKV_AWS_39",  # public endpoint off by default
+        "CKV_AWS_79",  # IMDSv2 on launch templates
+        "CKV2_AWS_6",  # bucket public access block
+        "CKV_AWS_21",
+    ):  # bucket versioning
         assert must in passed, f"{must} did not pass"
     for c in results["skipped_checks"]:
-        assert len((c["check_result"].get("suppress_comment") or "").strip()) >= 40, f"{c['check_id']} skipped without a reason"
+        assert len((c["check_result"].get("suppress_comment") or "").strip()) >= 40, (
+            f"{c['check_id']} skipped without a reason"
+        )

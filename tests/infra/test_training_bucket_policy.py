@@ -27,10 +27,28 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 def _evaluate(terraform_bin, tmp_path, shared=("datasets/", "tokens/"), checkpoint_prefix="checkpoints/") -> dict:
     d = tmp_path / "training-bucket-policy"
     shutil.copytree(POLICY_MODULE, d)
-    args = ["-var", f"bucket_arn={BUCKET}", "-var", f"kms_key_arn={KMS}", "-var", "region=us-east-2",
-            "-var", f"checkpoint_prefix={checkpoint_prefix}", "-var", f"shared_read_prefixes={json.dumps(list(shared))}"]
-    proc = subprocess.run([str(terraform_bin), "console", *args], input="jsonencode(local.policy)\n", cwd=d, check=False,
-                          capture_output=True, text=True, env=tool_env(), timeout=120)
+    args = [
+        "-var",
+        f"bucket_arn={BUCKET}",
+        "-var",
+        f"kms_key_arn={KMS}",
+        "-var",
+        "region=us-east-2",
+        "-var",
+        f"checkpoint_prefix={checkpoint_prefix}",
+        "-var",
+        f"shared_read_prefixes={json.dumps(list(shared))}",
+    ]
+    proc = subprocess.run(
+        [str(terraform_bin), "console", *args],
+        input="jsonencode(local.policy)\n",
+        cwd=d,
+        check=False,
+        capture_output=True,
+        text=True,
+        env=tool_env(),
+        timeout=120,
+    )
     err = ANSI.sub("", proc.stderr)
     assert proc.returncode == 0 and "Error" not in err, err
     return json.loads(json.loads(proc.stdout))
@@ -97,12 +115,21 @@ def test_a_namespace_reaches_its_own_checkpoints(policy, action):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("action", ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload",
-                                    "s3:ListMultipartUploadParts"])
-@pytest.mark.parametrize("key", ["checkpoints/team-b/llama/step-0000001000/a0/.metadata",  # another tenant
-                                 "checkpoints/team-ab/x",   # a namespace whose name extends ours
-                                 "checkpoints/team-a",      # not under our directory
-                                 "checkpoints/x", "other/team-a/x", "team-a/x"])
+@pytest.mark.parametrize(
+    "action",
+    ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
+)
+@pytest.mark.parametrize(
+    "key",
+    [
+        "checkpoints/team-b/llama/step-0000001000/a0/.metadata",  # another tenant
+        "checkpoints/team-ab/x",  # a namespace whose name extends ours
+        "checkpoints/team-a",  # not under our directory
+        "checkpoints/x",
+        "other/team-a/x",
+        "team-a/x",
+    ],
+)
 def test_a_namespace_cannot_touch_another_namespaces_objects(policy, action, key):
     assert not allowed(policy, action, obj(key), TEAM_A), f"team-a may {action} {key}"
 
@@ -153,6 +180,7 @@ def test_no_shared_prefixes_means_no_shared_statement(terraform_bin, tmp_path):
 
 # ---- the root module wires it for every training namespace --------------------------------------
 
+
 @pytest.fixture(scope="module")
 def mod() -> Module:
     return Module(TF_DIR)
@@ -161,16 +189,22 @@ def mod() -> Module:
 def test_the_training_role_takes_the_namespace_scoped_policy(mod):
     pol = mod.resources[("aws_iam_role_policy", "training_bucket")]
     assert pol["role"] == "${aws_iam_role.training.id}"
-    assert pol["policy"] == "${module.training_bucket_policy.json}", "the training role's S3 policy is not the scoped one"
+    assert pol["policy"] == "${module.training_bucket_policy.json}", (
+        "the training role's S3 policy is not the scoped one"
+    )
     m = mod.modules["training_bucket_policy"]
     assert m["source"] == "./modules/training-bucket-policy"
     assert m["bucket_arn"] == "${aws_s3_bucket.this.arn}" and m["kms_key_arn"] == "${aws_kms_key.this.arn}"
     assert m["checkpoint_prefix"] == "${var.checkpoint_prefix}"
     assert m["shared_read_prefixes"] == "${var.shared_read_prefixes}"
     # no other policy gives the role anything in S3
-    others = [n for (t, n), b in mod.resources.items()
-              if t in ("aws_iam_role_policy", "aws_iam_role_policy_attachment") and n != "training_bucket"
-              and "aws_iam_role.training." in json.dumps(b)]
+    others = [
+        n
+        for (t, n), b in mod.resources.items()
+        if t in ("aws_iam_role_policy", "aws_iam_role_policy_attachment")
+        and n != "training_bucket"
+        and "aws_iam_role.training." in json.dumps(b)
+    ]
     assert not others, others
 
 

@@ -40,13 +40,27 @@ class OperatorProcess:
 
     def start(self) -> None:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
-        cmd = [sys.executable, "-m", "llmtrain.controller",
-               "--bind-address", "127.0.0.1",
-               "--liveness-port", str(self.liveness_port), "--metrics-port", str(self.metrics_port),
-               "--trainer-metrics-port", str(self.trainer_metrics_port), "--progress-interval", "0.5",
-               "--default-etcd-endpoint", "etcd.test.svc:2379",
-               # the tests' jobs restart after 1 s (TINY); the product's floor is 5 s
-               "--min-restart-backoff-seconds", "1", *self.extra_args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "llmtrain.controller",
+            "--bind-address",
+            "127.0.0.1",
+            "--liveness-port",
+            str(self.liveness_port),
+            "--metrics-port",
+            str(self.metrics_port),
+            "--trainer-metrics-port",
+            str(self.trainer_metrics_port),
+            "--progress-interval",
+            "0.5",
+            "--default-etcd-endpoint",
+            "etcd.test.svc:2379",
+            # the tests' jobs restart after 1 s (TINY); the product's floor is 5 s
+            "--min-restart-backoff-seconds",
+            "1",
+            *self.extra_args,
+        ]
         self.log = open(self.log_path, "a")
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         wait_for(self.healthy, 60, f"operator health (log: {self.log_path})")
@@ -90,8 +104,9 @@ def trainer_endpoint():
 
 @pytest.fixture(scope="module")
 def operator(dev_cluster, trainer_endpoint, tmp_path_factory):
-    op = OperatorProcess(dev_cluster.kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log",
-                         trainer_endpoint[1])
+    op = OperatorProcess(
+        dev_cluster.kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log", trainer_endpoint[1]
+    )
     op.start()
     yield op
     op.stop()
@@ -122,8 +137,9 @@ class Kube:
         return self.job(namespace, name).get("status") or {}
 
     def wait_phase(self, namespace: str, name: str, phase: str, timeout: float = 30) -> dict:
-        return wait_for(lambda: (s := self.status(namespace, name)).get("phase") == phase and s,
-                        timeout, f"{name} phase {phase}")
+        return wait_for(
+            lambda: (s := self.status(namespace, name)).get("phase") == phase and s, timeout, f"{name} phase {phase}"
+        )
 
     def ptj(self, namespace: str, name: str) -> dict:
         return self.custom.get_namespaced_custom_object(*PTJ[:2], namespace, PTJ[2], name)
@@ -133,15 +149,16 @@ class Kube:
 
     def ptjs(self, namespace: str, job: str) -> list[dict]:
         return self.custom.list_namespaced_custom_object(
-            *PTJ[:2], namespace, PTJ[2], label_selector=f"llmtrain.dev/job={job}")["items"]
+            *PTJ[:2], namespace, PTJ[2], label_selector=f"llmtrain.dev/job={job}"
+        )["items"]
 
     def set_ptj_condition(self, namespace: str, name: str, ctype: str, message: str = "") -> None:
         """Write the PyTorchJob's status the way Kubeflow's training-operator does."""
         current = (self.ptj(namespace, name).get("status") or {}).get("conditions") or []
         conds = pytorchjob_conditions(current, ctype, name, message)
         self.custom.patch_namespaced_custom_object_status(
-            *PTJ[:2], namespace, PTJ[2], name, {"status": {"conditions": conds}})
+            *PTJ[:2], namespace, PTJ[2], name, {"status": {"conditions": conds}}
+        )
 
     def events(self, namespace: str, name: str) -> list:
-        return [e for e in self.core.list_namespaced_event(namespace).items
-                if e.involved_object.name == name]
+        return [e for e in self.core.list_namespaced_event(namespace).items if e.involved_object.name == name]

@@ -29,8 +29,7 @@ def later(**kw) -> str:
 
 
 def tiny(**sections) -> dict:
-    spec = {"model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu", "nodes": 1},
-            "training": {"maxSteps": 20}}
+    spec = {"model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu", "nodes": 1}, "training": {"maxSteps": 20}}
     spec.update(sections)
     return spec
 
@@ -39,65 +38,121 @@ def gpu(nodes: int = 2, **sections) -> dict:
     return tiny(cluster={"instanceType": "p5.48xlarge", "nodes": nodes}, **sections)
 
 
-def ptj(attempt: int, state: str | None = None, *, owned: bool = True, deleting: bool = False,
-        message: str = "", raw_spec: dict | None = None, name: str = "j", suspended: bool = False) -> dict:
-    meta = {"name": f"{name}-a{attempt}", "namespace": "ns", "resourceVersion": "7",
-            "labels": {JOB_LABEL: name, ATTEMPT_LABEL: str(attempt)},
-            "ownerReferences": [{"uid": UID if owned else "someone-else"}],
-            "annotations": {SPEC_HASH: spec_hash(raw_spec if raw_spec is not None else tiny())}}
+def ptj(
+    attempt: int,
+    state: str | None = None,
+    *,
+    owned: bool = True,
+    deleting: bool = False,
+    message: str = "",
+    raw_spec: dict | None = None,
+    name: str = "j",
+    suspended: bool = False,
+) -> dict:
+    meta = {
+        "name": f"{name}-a{attempt}",
+        "namespace": "ns",
+        "resourceVersion": "7",
+        "labels": {JOB_LABEL: name, ATTEMPT_LABEL: str(attempt)},
+        "ownerReferences": [{"uid": UID if owned else "someone-else"}],
+        "annotations": {SPEC_HASH: spec_hash(raw_spec if raw_spec is not None else tiny())},
+    }
     if deleting:
         meta["deletionTimestamp"] = ago(seconds=1)
     conds = []
     if state is not None:
         conds = [{"type": "Created", "status": "True", "lastTransitionTime": ago(minutes=10)}]
         if state != "Created":
-            conds.append({"type": state, "status": "True", "lastTransitionTime": ago(minutes=5),
-                          "message": message})
+            conds.append({"type": state, "status": "True", "lastTransitionTime": ago(minutes=5), "message": message})
     spec: dict = {"elasticPolicy": {"rdzvId": f"ns-j-01234567-a{attempt}"}}
     if suspended:  # as Kueue leaves a PyTorchJob it has not admitted (or took back)
         spec["runPolicy"] = {"suspend": True}
-    return {"metadata": meta, "spec": spec,
-            "status": {"conditions": conds}}
+    return {"metadata": meta, "spec": spec, "status": {"conditions": conds}}
 
 
 def running(attempt: int = 1, restarts: int = 0, **status) -> dict:
     """The status of a job whose attempt `attempt` runs (since 10 minutes, steps completing)."""
-    base = {"phase": "Running", "attempt": attempt, "restarts": restarts, "pytorchJob": f"j-a{attempt}",
-            "observedGeneration": 1, "attemptCreationTime": ago(minutes=12), "startTime": ago(hours=1),
-            "attemptStartTime": ago(minutes=10), "progress": {"heartbeatTime": ago(seconds=20), "step": 50},
-            "conditions": [{"type": "Ready", "status": "True", "reason": "Running", "message": "",
-                            "lastTransitionTime": ago(minutes=10)},
-                           {"type": "TrainingHealthy", "status": "True", "reason": "StepsCompleting",
-                            "message": "", "lastTransitionTime": ago(minutes=9)}]}
+    base = {
+        "phase": "Running",
+        "attempt": attempt,
+        "restarts": restarts,
+        "pytorchJob": f"j-a{attempt}",
+        "observedGeneration": 1,
+        "attemptCreationTime": ago(minutes=12),
+        "startTime": ago(hours=1),
+        "attemptStartTime": ago(minutes=10),
+        "progress": {"heartbeatTime": ago(seconds=20), "step": 50},
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "Running",
+                "message": "",
+                "lastTransitionTime": ago(minutes=10),
+            },
+            {
+                "type": "TrainingHealthy",
+                "status": "True",
+                "reason": "StepsCompleting",
+                "message": "",
+                "lastTransitionTime": ago(minutes=9),
+            },
+        ],
+    }
     base.update(status)
     return base
 
 
 def pending(attempt: int = 1, restarts: int = 0, **status) -> dict:
-    base = {"phase": "Pending", "attempt": attempt, "restarts": restarts, "pytorchJob": f"j-a{attempt}",
-            "observedGeneration": 1, "attemptCreationTime": ago(minutes=1)}
+    base = {
+        "phase": "Pending",
+        "attempt": attempt,
+        "restarts": restarts,
+        "pytorchJob": f"j-a{attempt}",
+        "observedGeneration": 1,
+        "attemptCreationTime": ago(minutes=1),
+    }
     base.update(status)
     return base
 
 
-def failure(node: str, reason: str = "exit 1", message: str = "", pod: str = "j-a1-worker-0",
-            exit_code: int = 1) -> dict:
+def failure(
+    node: str, reason: str = "exit 1", message: str = "", pod: str = "j-a1-worker-0", exit_code: int = 1
+) -> dict:
     return {"pod": pod, "node": node, "reason": reason, "exitCode": exit_code, "message": message}
 
 
 def preflight_failure(node: str, pod: str = "j-a1-worker-1") -> dict:
     import json
-    verdict = {"event": "healthcheck", "healthy": False, "busBandwidthGBps": 12.5,
-               "expectedBusBandwidthGBps": 400.0, "worldSize": 16,
-               "suspectNodes": [{"node": 1, "host": pod, "nodeName": node}],
-               "suspectRanks": {"8": ["links 1.0 GB/s below 50% of the median"]}}
+
+    verdict = {
+        "event": "healthcheck",
+        "healthy": False,
+        "busBandwidthGBps": 12.5,
+        "expectedBusBandwidthGBps": 400.0,
+        "worldSize": 16,
+        "suspectNodes": [{"node": 1, "host": pod, "nodeName": node}],
+        "suspectRanks": {"8": ["links 1.0 GB/s below 50% of the median"]},
+    }
     return failure(node, "preflight", json.dumps(verdict), pod, PREFLIGHT_EXIT_CODE)
 
 
-def pod(name: str = "j-a1-worker-0", *, unschedulable: str | None = None, waiting: tuple | None = None,
-        phase: str = "Pending", ip: str | None = None) -> dict:
-    return {"name": name, "index": "0", "ip": ip, "phase": phase, "unschedulable": unschedulable,
-            "waiting": [waiting] if waiting else []}
+def pod(
+    name: str = "j-a1-worker-0",
+    *,
+    unschedulable: str | None = None,
+    waiting: tuple | None = None,
+    phase: str = "Pending",
+    ip: str | None = None,
+) -> dict:
+    return {
+        "name": name,
+        "index": "0",
+        "ip": ip,
+        "phase": phase,
+        "unschedulable": unschedulable,
+        "waiting": [waiting] if waiting else [],
+    }
 
 
 _SPECS: dict = {}
@@ -105,6 +160,7 @@ _SPECS: dict = {}
 
 def resolve(raw_spec: dict, etcd: str | None = ETCD):
     import json
+
     key = (json.dumps(raw_spec, sort_keys=True), etcd)
     if key not in _SPECS:
         try:
@@ -114,15 +170,33 @@ def resolve(raw_spec: dict, etcd: str | None = ETCD):
     return _SPECS[key]
 
 
-def snap(status: dict | None = None, spec: dict | None = None, children=(), *, generation: int = 1,
-         now: dt.datetime = NOW, **facts) -> Observed:
+def snap(
+    status: dict | None = None,
+    spec: dict | None = None,
+    children=(),
+    *,
+    generation: int = 1,
+    now: dt.datetime = NOW,
+    **facts,
+) -> Observed:
     raw_spec = spec if spec is not None else tiny()
     resolved, error = resolve(raw_spec)
     raw_status = status or {}
-    return Observed(namespace="ns", name="j", uid=UID, generation=generation, resource_version="42",
-                    raw_spec=raw_spec, spec=resolved, spec_error=error, raw_status=raw_status,
-                    status=parse(raw_status), now=now, children=tuple(child_of(c, UID) for c in children),
-                    **facts)
+    return Observed(
+        namespace="ns",
+        name="j",
+        uid=UID,
+        generation=generation,
+        resource_version="42",
+        raw_spec=raw_spec,
+        spec=resolved,
+        spec_error=error,
+        raw_status=raw_status,
+        status=parse(raw_status),
+        now=now,
+        children=tuple(child_of(c, UID) for c in children),
+        **facts,
+    )
 
 
 def decide_(o: Observed, cfg: OperatorConfig = CFG):

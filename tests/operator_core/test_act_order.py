@@ -39,8 +39,11 @@ class FakeKube:
             raise ApiException(status=409, reason="Conflict")
         assert resource_version == self.job["metadata"]["resourceVersion"]
         self.rv += 1
-        self.job = {**self.job, "metadata": {**self.job["metadata"], "resourceVersion": str(self.rv)},
-                    "status": {k: v for k, v in {**(self.job.get("status") or {}), **status}.items() if v is not None}}
+        self.job = {
+            **self.job,
+            "metadata": {**self.job["metadata"], "resourceVersion": str(self.rv)},
+            "status": {k: v for k, v in {**(self.job.get("status") or {}), **status}.items() if v is not None},
+        }
         return copy.deepcopy(self.job)
 
     def get_job(self, namespace, name):
@@ -59,13 +62,17 @@ class FakeKube:
 
 
 def _job(status=None):
-    return {"metadata": {"name": "j", "namespace": "ns", "uid": UID, "generation": 1, "resourceVersion": "100"},
-            "spec": tiny(), "status": status or {}}
+    return {
+        "metadata": {"name": "j", "namespace": "ns", "uid": UID, "generation": 1, "resourceVersion": "100"},
+        "spec": tiny(),
+        "status": status or {},
+    }
 
 
 def _operator(kube):
-    return Operator(OperatorConfig(default_etcd_endpoint="etcd.test.svc:2379"),
-                    OperatorMetrics(CollectorRegistry()), kube=kube)
+    return Operator(
+        OperatorConfig(default_etcd_endpoint="etcd.test.svc:2379"), OperatorMetrics(CollectorRegistry()), kube=kube
+    )
 
 
 def test_a_new_job_is_created_then_recorded_then_announced():
@@ -90,8 +97,18 @@ def test_a_conflict_is_read_again_and_decided_again_and_nothing_is_created_twice
 
 def test_a_restart_writes_first_then_deletes_the_old_attempt_then_posts_the_event():
     created = timestamp(dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=31))
-    kube = FakeKube(_job({"phase": "Pending", "attempt": 1, "restarts": 0, "pytorchJob": "j-a1",
-                          "observedGeneration": 1, "attemptCreationTime": created}))
+    kube = FakeKube(
+        _job(
+            {
+                "phase": "Pending",
+                "attempt": 1,
+                "restarts": 0,
+                "pytorchJob": "j-a1",
+                "observedGeneration": 1,
+                "attemptCreationTime": created,
+            }
+        )
+    )
     op = _operator(kube)
     op.attempts.put(ptj(1, "Created"))
     reconcile(op, ("ns", "j"), kube.get_job("ns", "j"))
@@ -102,8 +119,19 @@ def test_a_restart_writes_first_then_deletes_the_old_attempt_then_posts_the_even
 
 def test_a_conflicting_restart_deletes_nothing_until_its_write_applied():
     created = timestamp(dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=31))
-    kube = FakeKube(_job({"phase": "Pending", "attempt": 1, "restarts": 0, "pytorchJob": "j-a1",
-                          "observedGeneration": 1, "attemptCreationTime": created}), conflicts=1)
+    kube = FakeKube(
+        _job(
+            {
+                "phase": "Pending",
+                "attempt": 1,
+                "restarts": 0,
+                "pytorchJob": "j-a1",
+                "observedGeneration": 1,
+                "attemptCreationTime": created,
+            }
+        ),
+        conflicts=1,
+    )
     op = _operator(kube)
     op.attempts.put(ptj(1, "Created"))
     reconcile(op, ("ns", "j"), kube.get_job("ns", "j"))

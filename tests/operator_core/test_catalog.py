@@ -15,8 +15,13 @@ PUBLISHED = {
     "p5en.48xlarge": (16, 989e12, 141),
 }
 # Published parameter counts (Llama 2 paper; Llama 3 model card).
-PUBLISHED_PARAMS = {"llama2-7b": 6.74e9, "llama2-13b": 13.0e9, "llama2-70b": 69.0e9,
-                    "llama3-8b": 8.03e9, "llama3-70b": 70.6e9}
+PUBLISHED_PARAMS = {
+    "llama2-7b": 6.74e9,
+    "llama2-13b": 13.0e9,
+    "llama2-70b": 69.0e9,
+    "llama3-8b": 8.03e9,
+    "llama3-70b": 70.6e9,
+}
 
 
 @pytest.mark.parametrize("name", PUBLISHED)

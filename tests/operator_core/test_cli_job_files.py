@@ -14,8 +14,14 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = (REPO / "examples" / "tiny-cpu.yaml").read_text()
 
 # verb -> the arguments after the file (export needs an output directory)
-VERBS = {"validate": [], "render": [], "plan": [], "local": [], "export": ["-o", "{tmp}/out"],
-         "scale-test": ["-o", "{tmp}/out"]}
+VERBS = {
+    "validate": [],
+    "render": [],
+    "plan": [],
+    "local": [],
+    "export": ["-o", "{tmp}/out"],
+    "scale-test": ["-o", "{tmp}/out"],
+}
 
 # name -> (file content, words the one line must contain besides the file name)
 FILES = {

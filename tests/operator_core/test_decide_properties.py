@@ -43,8 +43,14 @@ EVENTS = st.one_of(
 
 class World:
     def __init__(self, max_restarts: int, backoff: int):
-        self.spec = tiny(resilience={"maxRestarts": max_restarts, "restartBackoffSeconds": backoff,
-                                     "startupTimeoutMinutes": 30, "hangTimeoutMinutes": 30})
+        self.spec = tiny(
+            resilience={
+                "maxRestarts": max_restarts,
+                "restartBackoffSeconds": backoff,
+                "startupTimeoutMinutes": 30,
+                "hangTimeoutMinutes": 30,
+            }
+        )
         self.max_restarts = max_restarts
         self.generation = 1
         self.status: dict = {}
@@ -67,8 +73,14 @@ class World:
             child = self.current()
             conds = [{"type": "Created", "status": "True", "lastTransitionTime": timestamp(self.now)}]
             if arg != "Created":
-                conds.append({"type": arg, "status": "True", "lastTransitionTime": timestamp(self.now),
-                              "message": "replica worker failed" if arg == "Failed" else ""})
+                conds.append(
+                    {
+                        "type": arg,
+                        "status": "True",
+                        "lastTransitionTime": timestamp(self.now),
+                        "message": "replica worker failed" if arg == "Failed" else "",
+                    }
+                )
             child["status"] = {"conditions": conds}
         elif kind == "tick":
             self.now += dt.timedelta(seconds=arg)
@@ -83,8 +95,10 @@ class World:
         elif kind == "operator_restart":
             self.first_sight = True
         elif kind == "nan" and self.status.get("phase") == "Running":
-            self.progress = (self.status.get("attempt") or 1,
-                             Progress(step=5, nonfinite_loss_max_steps=3, nonfinite_loss_first_step=3))
+            self.progress = (
+                self.status.get("attempt") or 1,
+                Progress(step=5, nonfinite_loss_max_steps=3, nonfinite_loss_first_step=3),
+            )
         elif kind == "heartbeat" and self.status.get("phase") == "Running":
             self.status = {**self.status, "progress": {"heartbeatTime": timestamp(self.now)}}
         elif kind == "conflict":
@@ -97,9 +111,16 @@ class World:
     def observed(self, **facts):
         attempt = self.status.get("attempt") or 1
         progress = self.progress[1] if self.progress and self.progress[0] == attempt else None
-        return snap(self.status, spec=self.spec, children=list(self.children.values()),
-                    generation=self.generation, now=self.now, first_sight=self.first_sight,
-                    progress=progress if self.status.get("phase") == "Running" else None, **facts)
+        return snap(
+            self.status,
+            spec=self.spec,
+            children=list(self.children.values()),
+            generation=self.generation,
+            now=self.now,
+            first_sight=self.first_sight,
+            progress=progress if self.status.get("phase") == "Running" else None,
+            **facts,
+        )
 
     def reconcile(self) -> None:
         o = self.observed()
@@ -136,8 +157,7 @@ class World:
             return CreateResult(name, "rejected", "422 Unprocessable Entity")
         if name in self.children:
             return CreateResult(name, "adopted", rendezvous_id=obj["spec"]["elasticPolicy"]["rdzvId"])
-        assert name not in self.created or name in self.deleted_by_hand, \
-            f"{name} created twice: {self.history}"
+        assert name not in self.created or name in self.deleted_by_hand, f"{name} created twice: {self.history}"
         self.deleted_by_hand.discard(name)
         self.created[name] = self.created.get(name, 0) + 1
         attempt = int(name.rsplit("-a", 1)[1])
@@ -160,8 +180,9 @@ class World:
 
     def _delete(self, names) -> None:
         attempt = self.status.get("attempt") or 1
-        for name in list(names) + [n for n, c in self.children.items()
-                                   if int(c["metadata"]["labels"]["llmtrain.dev/attempt"]) < attempt]:
+        for name in list(names) + [
+            n for n, c in self.children.items() if int(c["metadata"]["labels"]["llmtrain.dev/attempt"]) < attempt
+        ]:
             self.children.pop(name, None)
 
     def check(self) -> None:
@@ -172,8 +193,9 @@ class World:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(max_restarts=st.integers(0, 3), backoff=st.sampled_from((0, 10)),
-       events=st.lists(EVENTS, min_size=1, max_size=40))
+@given(
+    max_restarts=st.integers(0, 3), backoff=st.sampled_from((0, 10)), events=st.lists(EVENTS, min_size=1, max_size=40)
+)
 def test_random_histories_keep_the_invariants(max_restarts, backoff, events):
     world = World(max_restarts, backoff)
     world.reconcile()
@@ -189,8 +211,9 @@ def test_random_histories_keep_the_invariants(max_restarts, backoff, events):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ticks=st.lists(st.sampled_from((1, 15, 400, 1900, 3600, 5 * 3600)), min_size=1, max_size=20),
-       preempt=st.booleans())
+@given(
+    ticks=st.lists(st.sampled_from((1, 15, 400, 1900, 3600, 5 * 3600)), min_size=1, max_size=20), preempt=st.booleans()
+)
 def test_waiting_in_kueue_never_spends_a_restart(ticks, preempt):
     """However long Kueue keeps the PyTorchJob suspended (first, or again after a preemption), the
     job stays Pending at attempt 1 with restarts 0: queued is not stuck."""

@@ -21,8 +21,21 @@ from llmtrain.controller.snapshot import CreateResult, Workload
 from llmtrain.controller.status import Progress, timestamp
 from llmtrain.status import LLMTrainingJobStatus, Reason, wire_fields
 
-from .decide_world import (NOW, ago, decide_, failure, gpu, later, pending, pod, preflight_failure, ptj,
-                           running, snap, tiny)
+from .decide_world import (
+    NOW,
+    ago,
+    decide_,
+    failure,
+    gpu,
+    later,
+    pending,
+    pod,
+    preflight_failure,
+    ptj,
+    running,
+    snap,
+    tiny,
+)
 
 ABSENT = object()
 
@@ -32,15 +45,15 @@ class Case:
     id: str
     observed: object
     situation: str
-    status: dict | None = None         # None: no status write
+    status: dict | None = None  # None: no status write
     create: str | None = None
-    delete: tuple | None = None       # None: not checked (a restart deletes the attempt it ends)
+    delete: tuple | None = None  # None: not checked (a restart deletes the attempt it ends)
     events: list = field(default_factory=list)
     need: str | None = None
     restart: Reason | None = None
     requeue: float | None = None
     outcome: str | None = None
-    check: object = None               # any further assertion on the plan
+    check: object = None  # any further assertion on the plan
 
 
 def cond(update, type_):
@@ -51,6 +64,7 @@ def ready_is(status: str, reason: str):
     def check(plan):
         c = cond(plan.status, "Ready")
         assert (c["status"], c["reason"]) == (status, reason), c
+
     return check
 
 
@@ -58,6 +72,7 @@ def healthy_is(status: str, reason: str):
     def check(plan):
         c = cond(plan.status, "TrainingHealthy")
         assert (c["status"], c["reason"]) == (status, reason), c
+
     return check
 
 
@@ -65,6 +80,7 @@ def message_has(*parts):
     def check(plan):
         for part in parts:
             assert part in plan.status["message"], (part, plan.status["message"])
+
     return check
 
 
@@ -72,358 +88,847 @@ def all_of(*checks):
     def check(plan):
         for c in checks:
             c(plan)
+
     return check
 
 
 BUDGET1 = tiny(resilience={"maxRestarts": 1})
-GPU_FILE = {**gpu(checkpoint={"uri": "file:///mnt/fsx/ckpt/j/"}),
-            "cluster": {"instanceType": "p5.48xlarge", "nodes": 2,
-                        "volumes": [{"name": "fsx", "claimName": "fsx", "mountPath": "/mnt/fsx"}]}}
-NAN = Progress(step=60, heartbeat=NOW.timestamp() - 5, nonfinite_loss_steps=3, nonfinite_loss_max_steps=3,
-               nonfinite_loss_first_step=41)
+GPU_FILE = {
+    **gpu(checkpoint={"uri": "file:///mnt/fsx/ckpt/j/"}),
+    "cluster": {
+        "instanceType": "p5.48xlarge",
+        "nodes": 2,
+        "volumes": [{"name": "fsx", "claimName": "fsx", "mountPath": "/mnt/fsx"}],
+    },
+}
+NAN = Progress(
+    step=60,
+    heartbeat=NOW.timestamp() - 5,
+    nonfinite_loss_steps=3,
+    nonfinite_loss_max_steps=3,
+    nonfinite_loss_first_step=41,
+)
 SPIKE = Progress(step=300, heartbeat=NOW.timestamp() - 5, loss_spike_step=290, loss_spike_ratio=5.0)
 XID = {**failure("n1", "XID 79", "NVRM: Xid (PCI:0000:53:00): 79, GPU has fallen off the bus"), "xid": 79}
-VICTIM = failure("n2", "NCCL error", "NCCL error: remote process exited or there was a network error",
-                 pod="j-a1-worker-1")
+VICTIM = failure(
+    "n2", "NCCL error", "NCCL error: remote process exited or there was a network error", pod="j-a1-worker-1"
+)
 STUCK_POD = pod(unschedulable="0/16 nodes are available: 16 Insufficient vpc.amazonaws.com/efa.")
 PULL_POD = pod(waiting=("pytorch", "ImagePullBackOff", 'Back-off pulling image "nope:1"'))
-RESTARTING = {"phase": "Restarting", "attempt": 2, "restarts": 1, "pytorchJob": "j-a2", "observedGeneration": 1,
-              "attemptCreationTime": later(seconds=10), "nextAttemptTime": later(seconds=10)}
+RESTARTING = {
+    "phase": "Restarting",
+    "attempt": 2,
+    "restarts": 1,
+    "pytorchJob": "j-a2",
+    "observedGeneration": 1,
+    "attemptCreationTime": later(seconds=10),
+    "nextAttemptTime": later(seconds=10),
+}
 
 CASES = [
     # --- a new job ---
     Case("new job: render attempt 1 and create it", snap(), "new_job", create="j-a1"),
-    Case("new job: created → Pending, attempt 1, restarts 0",
-         snap(created=CreateResult("j-a1", "created", rendezvous_id="ns-j-01234567-a1")), "new_job",
-         status={"phase": "Pending", "attempt": 1, "restarts": 0, "pytorchJob": "j-a1",
-                 "rendezvousId": "ns-j-01234567-a1", "observedGeneration": 1, "model": "tiny",
-                 "attemptCreationTime": timestamp(NOW), "nextAttemptTime": None},
-         events=[(False, "Created")], outcome="created",
-         check=all_of(ready_is("False", "Pending"), lambda p: cond(p.status, "Validated")["status"] == "True")),
-    Case("new job: the create found it (409) → adopted, not duplicated",
-         snap(created=CreateResult("j-a1", "adopted", rendezvous_id="ns-j-01234567-a1")), "new_job",
-         status={"phase": "Pending", "attempt": 1}, events=[(False, "Adopted")], outcome="adopted"),
-    Case("new job: its PyTorchJob already in the cache → adopted without a create",
-         snap(children=[ptj(1)]), "new_job", status={"phase": "Pending", "pytorchJob": "j-a1"},
-         events=[(False, "Adopted")], outcome="adopted"),
-    Case("new job: a PyTorchJob of that name owned by another → Failed NameConflict",
-         snap(children=[ptj(1, owned=False)]), "new_job", status={"phase": "Failed", "reason": "NameConflict"},
-         events=[(True, "NameConflict")], outcome="invalid"),
-    Case("new job: the create answered a PyTorchJob owned by another → NameConflict",
-         snap(created=CreateResult("j-a1", "not-owned")), "new_job",
-         status={"phase": "Failed", "reason": "NameConflict"}, events=[(True, "NameConflict")]),
-    Case("new job: the API server refused the PyTorchJob → Failed PyTorchJobRejected",
-         snap(created=CreateResult("j-a1", "rejected", "admission webhook denied")), "new_job",
-         status={"phase": "Failed", "reason": "PyTorchJobRejected"}, events=[(True, "PyTorchJobRejected")],
-         check=message_has("refused PyTorchJob j-a1", "admission webhook denied")),
-    Case("new job: invalid spec → Failed InvalidSpec, no PyTorchJob",
-         snap(spec=tiny(model={"preset": "no-such-model"})), "new_invalid",
-         status={"phase": "Failed", "reason": "InvalidSpec", "observedGeneration": 1,
-                 "completionTime": timestamp(NOW)},
-         events=[(True, "InvalidSpec")], outcome="invalid", check=ready_is("False", "InvalidSpec")),
-    Case("new job created suspended → Suspended, attempt 1, no PyTorchJob",
-         snap(spec=tiny(suspend=True)), "new_suspended",
-         status={"phase": "Suspended", "attempt": 1, "restarts": 0, "reason": "Suspended"},
-         events=[(False, "Suspended")], outcome="suspended"),
+    Case(
+        "new job: created → Pending, attempt 1, restarts 0",
+        snap(created=CreateResult("j-a1", "created", rendezvous_id="ns-j-01234567-a1")),
+        "new_job",
+        status={
+            "phase": "Pending",
+            "attempt": 1,
+            "restarts": 0,
+            "pytorchJob": "j-a1",
+            "rendezvousId": "ns-j-01234567-a1",
+            "observedGeneration": 1,
+            "model": "tiny",
+            "attemptCreationTime": timestamp(NOW),
+            "nextAttemptTime": None,
+        },
+        events=[(False, "Created")],
+        outcome="created",
+        check=all_of(ready_is("False", "Pending"), lambda p: cond(p.status, "Validated")["status"] == "True"),
+    ),
+    Case(
+        "new job: the create found it (409) → adopted, not duplicated",
+        snap(created=CreateResult("j-a1", "adopted", rendezvous_id="ns-j-01234567-a1")),
+        "new_job",
+        status={"phase": "Pending", "attempt": 1},
+        events=[(False, "Adopted")],
+        outcome="adopted",
+    ),
+    Case(
+        "new job: its PyTorchJob already in the cache → adopted without a create",
+        snap(children=[ptj(1)]),
+        "new_job",
+        status={"phase": "Pending", "pytorchJob": "j-a1"},
+        events=[(False, "Adopted")],
+        outcome="adopted",
+    ),
+    Case(
+        "new job: a PyTorchJob of that name owned by another → Failed NameConflict",
+        snap(children=[ptj(1, owned=False)]),
+        "new_job",
+        status={"phase": "Failed", "reason": "NameConflict"},
+        events=[(True, "NameConflict")],
+        outcome="invalid",
+    ),
+    Case(
+        "new job: the create answered a PyTorchJob owned by another → NameConflict",
+        snap(created=CreateResult("j-a1", "not-owned")),
+        "new_job",
+        status={"phase": "Failed", "reason": "NameConflict"},
+        events=[(True, "NameConflict")],
+    ),
+    Case(
+        "new job: the API server refused the PyTorchJob → Failed PyTorchJobRejected",
+        snap(created=CreateResult("j-a1", "rejected", "admission webhook denied")),
+        "new_job",
+        status={"phase": "Failed", "reason": "PyTorchJobRejected"},
+        events=[(True, "PyTorchJobRejected")],
+        check=message_has("refused PyTorchJob j-a1", "admission webhook denied"),
+    ),
+    Case(
+        "new job: invalid spec → Failed InvalidSpec, no PyTorchJob",
+        snap(spec=tiny(model={"preset": "no-such-model"})),
+        "new_invalid",
+        status={"phase": "Failed", "reason": "InvalidSpec", "observedGeneration": 1, "completionTime": timestamp(NOW)},
+        events=[(True, "InvalidSpec")],
+        outcome="invalid",
+        check=ready_is("False", "InvalidSpec"),
+    ),
+    Case(
+        "new job created suspended → Suspended, attempt 1, no PyTorchJob",
+        snap(spec=tiny(suspend=True)),
+        "new_suspended",
+        status={"phase": "Suspended", "attempt": 1, "restarts": 0, "reason": "Suspended"},
+        events=[(False, "Suspended")],
+        outcome="suspended",
+    ),
     # --- terminal ---
-    Case("Succeeded stays Succeeded", snap({"phase": "Succeeded", "attempt": 1}, children=[ptj(1, "Succeeded")]),
-         "terminal"),
-    Case("Failed stays Failed, whatever its PyTorchJob does",
-         snap({"phase": "Failed", "attempt": 2}, children=[ptj(2, "Running")]), "terminal"),
-    Case("a terminal job on first sight is counted unchanged",
-         snap({"phase": "Failed", "attempt": 1}, first_sight=True), "terminal", outcome="unchanged"),
+    Case(
+        "Succeeded stays Succeeded",
+        snap({"phase": "Succeeded", "attempt": 1}, children=[ptj(1, "Succeeded")]),
+        "terminal",
+    ),
+    Case(
+        "Failed stays Failed, whatever its PyTorchJob does",
+        snap({"phase": "Failed", "attempt": 2}, children=[ptj(2, "Running")]),
+        "terminal",
+    ),
+    Case(
+        "a terminal job on first sight is counted unchanged",
+        snap({"phase": "Failed", "attempt": 1}, first_sight=True),
+        "terminal",
+        outcome="unchanged",
+    ),
     # --- following the PyTorchJob ---
-    Case("Pending while the PyTorchJob is only Created", snap(pending(), children=[ptj(1, "Created")]),
-         "steady", requeue=30.0),
-    Case("Pending → Running when the PyTorchJob runs",
-         snap(pending(), children=[ptj(1, "Running")]), "follow",
-         status={"phase": "Running", "reason": "Running", "attemptStartTime": timestamp(NOW),
-                 "startTime": timestamp(NOW)}, events=[(False, "Running")], check=ready_is("True", "Running")),
-    Case("Running → Succeeded", snap(running(), children=[ptj(1, "Succeeded")]), "follow",
-         status={"phase": "Succeeded", "completionTime": timestamp(NOW)}, events=[(False, "Succeeded")],
-         check=ready_is("True", "Succeeded")),
-    Case("Running → Restarting while the training-operator restarts a pod",
-         snap(running(), children=[ptj(1, "Restarting")]), "follow", status={"phase": "Restarting"}),
-    Case("a suspended PyTorchJob (Kueue) is Pending", snap(pending(), children=[ptj(1, "Suspended")]),
-         "steady"),
-    Case("a second Running keeps the first startTime",
-         snap(pending(attempt=2, restarts=1, startTime=ago(hours=3)), children=[ptj(2, "Running")]), "follow",
-         status={"startTime": ago(hours=3), "attemptStartTime": timestamp(NOW)}),
-    Case("Running and healthy: look again after the progress interval, scrape rank 0",
-         snap(running(), children=[ptj(1, "Running")]), "steady", requeue=30.0,
-         check=lambda p: p.monitor),
+    Case(
+        "Pending while the PyTorchJob is only Created",
+        snap(pending(), children=[ptj(1, "Created")]),
+        "steady",
+        requeue=30.0,
+    ),
+    Case(
+        "Pending → Running when the PyTorchJob runs",
+        snap(pending(), children=[ptj(1, "Running")]),
+        "follow",
+        status={
+            "phase": "Running",
+            "reason": "Running",
+            "attemptStartTime": timestamp(NOW),
+            "startTime": timestamp(NOW),
+        },
+        events=[(False, "Running")],
+        check=ready_is("True", "Running"),
+    ),
+    Case(
+        "Running → Succeeded",
+        snap(running(), children=[ptj(1, "Succeeded")]),
+        "follow",
+        status={"phase": "Succeeded", "completionTime": timestamp(NOW)},
+        events=[(False, "Succeeded")],
+        check=ready_is("True", "Succeeded"),
+    ),
+    Case(
+        "Running → Restarting while the training-operator restarts a pod",
+        snap(running(), children=[ptj(1, "Restarting")]),
+        "follow",
+        status={"phase": "Restarting"},
+    ),
+    Case("a suspended PyTorchJob (Kueue) is Pending", snap(pending(), children=[ptj(1, "Suspended")]), "steady"),
+    Case(
+        "a second Running keeps the first startTime",
+        snap(pending(attempt=2, restarts=1, startTime=ago(hours=3)), children=[ptj(2, "Running")]),
+        "follow",
+        status={"startTime": ago(hours=3), "attemptStartTime": timestamp(NOW)},
+    ),
+    Case(
+        "Running and healthy: look again after the progress interval, scrape rank 0",
+        snap(running(), children=[ptj(1, "Running")]),
+        "steady",
+        requeue=30.0,
+        check=lambda p: p.monitor,
+    ),
     # --- README: a worker process dies ---
-    Case("the attempt failed: read its pods' failures first",
-         snap(running(), children=[ptj(1, "Failed")]), "attempt_failed", need="failures"),
-    Case("a worker died → Restarting attempt 2 after 10 s, restarts 1, attempt 1 deleted",
-         snap(running(), children=[ptj(1, "Failed", message="replica worker failed")], failures=()),
-         "attempt_failed",
-         status={"phase": "Restarting", "attempt": 2, "restarts": 1, "reason": "Failed", "pytorchJob": "j-a2",
-                 "rendezvousId": "ns..j-01234567-a2", "nextAttemptTime": later(seconds=10),
-                 "attemptCreationTime": later(seconds=10)},
-         delete=("j-a1",), events=[(True, "Restarting")], restart=Reason.FAILED, outcome="restarted",
-         check=all_of(ready_is("False", "Restarting"), message_has("attempt 1 failed: replica worker failed",
-                                                                   "starting attempt 2"))),
-    Case("an OOMKilled worker names its pod and node in the message",
-         snap(running(), children=[ptj(1, "Failed", message="replica worker failed")],
-              failures=(failure("n1", "OOMKilled"),), ready_nodes_read=True, ready_nodes=frozenset({"n1", "n2"})),
-         "attempt_failed", status={"attempt": 2, "reason": "Failed"},
-         check=message_has("pod j-a1-worker-0 on node n1: OOMKilled")),
-    Case("the budget is spent → Failed RestartBudgetExhausted, the failed PyTorchJob kept",
-         snap(running(restarts=1), spec=BUDGET1, children=[ptj(1, "Failed", raw_spec=BUDGET1)], failures=()),
-         "attempt_failed",
-         status={"phase": "Failed", "reason": "RestartBudgetExhausted", "attempt": ABSENT, "restarts": ABSENT},
-         delete=(), events=[(True, "RestartBudgetExhausted")], check=message_has("1 of 1 restarts used")),
-    Case("maxRestarts 0: the first failure ends the job",
-         snap(running(), spec=tiny(resilience={"maxRestarts": 0}), failures=(),
-              children=[ptj(1, "Failed", raw_spec=tiny(resilience={"maxRestarts": 0}))]),
-         "attempt_failed", status={"phase": "Failed", "reason": "RestartBudgetExhausted"}),
+    Case(
+        "the attempt failed: read its pods' failures first",
+        snap(running(), children=[ptj(1, "Failed")]),
+        "attempt_failed",
+        need="failures",
+    ),
+    Case(
+        "a worker died → Restarting attempt 2 after 10 s, restarts 1, attempt 1 deleted",
+        snap(running(), children=[ptj(1, "Failed", message="replica worker failed")], failures=()),
+        "attempt_failed",
+        status={
+            "phase": "Restarting",
+            "attempt": 2,
+            "restarts": 1,
+            "reason": "Failed",
+            "pytorchJob": "j-a2",
+            "rendezvousId": "ns..j-01234567-a2",
+            "nextAttemptTime": later(seconds=10),
+            "attemptCreationTime": later(seconds=10),
+        },
+        delete=("j-a1",),
+        events=[(True, "Restarting")],
+        restart=Reason.FAILED,
+        outcome="restarted",
+        check=all_of(
+            ready_is("False", "Restarting"),
+            message_has("attempt 1 failed: replica worker failed", "starting attempt 2"),
+        ),
+    ),
+    Case(
+        "an OOMKilled worker names its pod and node in the message",
+        snap(
+            running(),
+            children=[ptj(1, "Failed", message="replica worker failed")],
+            failures=(failure("n1", "OOMKilled"),),
+            ready_nodes_read=True,
+            ready_nodes=frozenset({"n1", "n2"}),
+        ),
+        "attempt_failed",
+        status={"attempt": 2, "reason": "Failed"},
+        check=message_has("pod j-a1-worker-0 on node n1: OOMKilled"),
+    ),
+    Case(
+        "the budget is spent → Failed RestartBudgetExhausted, the failed PyTorchJob kept",
+        snap(running(restarts=1), spec=BUDGET1, children=[ptj(1, "Failed", raw_spec=BUDGET1)], failures=()),
+        "attempt_failed",
+        status={"phase": "Failed", "reason": "RestartBudgetExhausted", "attempt": ABSENT, "restarts": ABSENT},
+        delete=(),
+        events=[(True, "RestartBudgetExhausted")],
+        check=message_has("1 of 1 restarts used"),
+    ),
+    Case(
+        "maxRestarts 0: the first failure ends the job",
+        snap(
+            running(),
+            spec=tiny(resilience={"maxRestarts": 0}),
+            failures=(),
+            children=[ptj(1, "Failed", raw_spec=tiny(resilience={"maxRestarts": 0}))],
+        ),
+        "attempt_failed",
+        status={"phase": "Failed", "reason": "RestartBudgetExhausted"},
+    ),
     # --- README: a crash loop (restart backoff) ---
-    Case("backoff doubles per restart spent: 3rd restart waits 40 s",
-         snap(running(attempt=3, restarts=2), children=[ptj(3, "Failed")], failures=()), "attempt_failed",
-         status={"attempt": 4, "restarts": 3, "nextAttemptTime": later(seconds=40)}),
-    Case("backoff is capped at maxRestartBackoffSeconds (300)",
-         snap(running(attempt=8, restarts=7), children=[ptj(8, "Failed")], failures=()), "attempt_failed",
-         status={"attempt": 9, "restarts": 8, "nextAttemptTime": later(seconds=300)}),
-    Case("restartBackoffSeconds 0 still waits the operator's floor (--min-restart-backoff-seconds 5)",
-         snap(running(), spec=tiny(resilience={"restartBackoffSeconds": 0}), failures=(),
-              children=[ptj(1, "Failed", raw_spec=tiny(resilience={"restartBackoffSeconds": 0}))]),
-         "attempt_failed", status={"attempt": 2, "nextAttemptTime": later(seconds=5)}),
-    Case("restartBackoffSeconds 0 with the floor at 0: the next attempt starts at once",
-         snap(running(), spec=tiny(resilience={"restartBackoffSeconds": 0}), failures=(),
-              children=[ptj(1, "Failed", raw_spec=tiny(resilience={"restartBackoffSeconds": 0}))]),
-         "attempt_failed", status={"attempt": 2, "nextAttemptTime": None, "attemptCreationTime": timestamp(NOW)},
-         check=message_has("starting attempt 2 now")),
-    Case("Restarting within the backoff: nothing created, look again when it is due",
-         snap(RESTARTING), "backoff", requeue=10.05),
-    Case("Restarting, backoff passed: create attempt 2",
-         snap({**RESTARTING, "nextAttemptTime": ago(seconds=1)}), "missing_child", create="j-a2"),
-    Case("Restarting, attempt 2 created: recorded, restarts kept, phase stays Restarting",
-         snap({**RESTARTING, "nextAttemptTime": ago(seconds=1)},
-              created=CreateResult("j-a2", "created", rendezvous_id="ns-j-01234567-a2")), "missing_child",
-         status={"attempt": 2, "restarts": 1, "pytorchJob": "j-a2", "nextAttemptTime": None, "phase": ABSENT},
-         events=[(False, "Created")]),
+    Case(
+        "backoff doubles per restart spent: 3rd restart waits 40 s",
+        snap(running(attempt=3, restarts=2), children=[ptj(3, "Failed")], failures=()),
+        "attempt_failed",
+        status={"attempt": 4, "restarts": 3, "nextAttemptTime": later(seconds=40)},
+    ),
+    Case(
+        "backoff is capped at maxRestartBackoffSeconds (300)",
+        snap(running(attempt=8, restarts=7), children=[ptj(8, "Failed")], failures=()),
+        "attempt_failed",
+        status={"attempt": 9, "restarts": 8, "nextAttemptTime": later(seconds=300)},
+    ),
+    Case(
+        "restartBackoffSeconds 0 still waits the operator's floor (--min-restart-backoff-seconds 5)",
+        snap(
+            running(),
+            spec=tiny(resilience={"restartBackoffSeconds": 0}),
+            failures=(),
+            children=[ptj(1, "Failed", raw_spec=tiny(resilience={"restartBackoffSeconds": 0}))],
+        ),
+        "attempt_failed",
+        status={"attempt": 2, "nextAttemptTime": later(seconds=5)},
+    ),
+    Case(
+        "restartBackoffSeconds 0 with the floor at 0: the next attempt starts at once",
+        snap(
+            running(),
+            spec=tiny(resilience={"restartBackoffSeconds": 0}),
+            failures=(),
+            children=[ptj(1, "Failed", raw_spec=tiny(resilience={"restartBackoffSeconds": 0}))],
+        ),
+        "attempt_failed",
+        status={"attempt": 2, "nextAttemptTime": None, "attemptCreationTime": timestamp(NOW)},
+        check=message_has("starting attempt 2 now"),
+    ),
+    Case(
+        "Restarting within the backoff: nothing created, look again when it is due",
+        snap(RESTARTING),
+        "backoff",
+        requeue=10.05,
+    ),
+    Case(
+        "Restarting, backoff passed: create attempt 2",
+        snap({**RESTARTING, "nextAttemptTime": ago(seconds=1)}),
+        "missing_child",
+        create="j-a2",
+    ),
+    Case(
+        "Restarting, attempt 2 created: recorded, restarts kept, phase stays Restarting",
+        snap(
+            {**RESTARTING, "nextAttemptTime": ago(seconds=1)},
+            created=CreateResult("j-a2", "created", rendezvous_id="ns-j-01234567-a2"),
+        ),
+        "missing_child",
+        status={"attempt": 2, "restarts": 1, "pytorchJob": "j-a2", "nextAttemptTime": None, "phase": ABSENT},
+        events=[(False, "Created")],
+    ),
     # --- README: a node keeps failing (bad-node forensics) ---
-    Case("an XID failure needs the Ready nodes to plan avoidance",
-         snap(running(), spec=gpu(), children=[ptj(1, "Failed", raw_spec=gpu())], failures=(XID,)),
-         "attempt_failed", need="ready_nodes"),
-    Case("an XID failure → badNodes, attempt 2 avoids the node while enough remain",
-         snap(running(), spec=gpu(), children=[ptj(1, "Failed", raw_spec=gpu())], failures=(XID,),
-              ready_nodes_read=True, ready_nodes=frozenset({"n1", "n2", "n3"})),
-         "attempt_failed", status={"attempt": 2, "avoidNodes": ["n1"]},
-         check=all_of(lambda p: p.status["badNodes"][0]["node"] == "n1" and p.status["badNodes"][0]["xid"] == 79,
-                      lambda p: [b["node"] for b in p.blamed] == ["n1"] and [b["node"] for b in p.taint] == ["n1"],
-                      message_has("avoiding n1"))),
-    Case("an XID failure with too few Ready nodes left: the node stays in play, and the message says why",
-         snap(running(), spec=gpu(), children=[ptj(1, "Failed", raw_spec=gpu())], failures=(XID,),
-              ready_nodes_read=True, ready_nodes=frozenset({"n1", "n2"})),
-         "attempt_failed", status={"avoidNodes": []}, check=message_has("not avoiding n1")),
-    Case("nodes that cannot be counted are not avoided",
-         snap(running(), spec=gpu(), children=[ptj(1, "Failed", raw_spec=gpu())], failures=(XID,),
-              ready_nodes_read=True, ready_nodes=None),
-         "attempt_failed", status={"avoidNodes": []}, check=message_has("could not be counted")),
-    Case("peers that only lost the failed rank are not blamed",
-         snap(running(), spec=gpu(), children=[ptj(1, "Failed", raw_spec=gpu())], failures=(VICTIM, XID),
-              ready_nodes_read=True, ready_nodes=frozenset({"n1", "n2", "n3", "n4"})),
-         "attempt_failed", status={"avoidNodes": ["n1"]},
-         check=lambda p: [b["node"] for b in p.status["badNodes"]] == ["n1"]),
-    Case("a collective timeout on GPUs names the flight recorder's dumps",
-         snap(running(), spec=GPU_FILE, children=[ptj(1, "Failed", raw_spec=GPU_FILE, message="NCCL watchdog "
-                                                       "caught collective operation timeout")], failures=()),
-         "attempt_failed",
-         check=lambda p: p.status["flightRecorder"]["reason"] == "collective-timeout"
-         and p.status["flightRecorder"]["persistent"] is True),
+    Case(
+        "an XID failure needs the Ready nodes to plan avoidance",
+        snap(running(), spec=gpu(), children=[ptj(1, "Failed", raw_spec=gpu())], failures=(XID,)),
+        "attempt_failed",
+        need="ready_nodes",
+    ),
+    Case(
+        "an XID failure → badNodes, attempt 2 avoids the node while enough remain",
+        snap(
+            running(),
+            spec=gpu(),
+            children=[ptj(1, "Failed", raw_spec=gpu())],
+            failures=(XID,),
+            ready_nodes_read=True,
+            ready_nodes=frozenset({"n1", "n2", "n3"}),
+        ),
+        "attempt_failed",
+        status={"attempt": 2, "avoidNodes": ["n1"]},
+        check=all_of(
+            lambda p: p.status["badNodes"][0]["node"] == "n1" and p.status["badNodes"][0]["xid"] == 79,
+            lambda p: [b["node"] for b in p.blamed] == ["n1"] and [b["node"] for b in p.taint] == ["n1"],
+            message_has("avoiding n1"),
+        ),
+    ),
+    Case(
+        "an XID failure with too few Ready nodes left: the node stays in play, and the message says why",
+        snap(
+            running(),
+            spec=gpu(),
+            children=[ptj(1, "Failed", raw_spec=gpu())],
+            failures=(XID,),
+            ready_nodes_read=True,
+            ready_nodes=frozenset({"n1", "n2"}),
+        ),
+        "attempt_failed",
+        status={"avoidNodes": []},
+        check=message_has("not avoiding n1"),
+    ),
+    Case(
+        "nodes that cannot be counted are not avoided",
+        snap(
+            running(),
+            spec=gpu(),
+            children=[ptj(1, "Failed", raw_spec=gpu())],
+            failures=(XID,),
+            ready_nodes_read=True,
+            ready_nodes=None,
+        ),
+        "attempt_failed",
+        status={"avoidNodes": []},
+        check=message_has("could not be counted"),
+    ),
+    Case(
+        "peers that only lost the failed rank are not blamed",
+        snap(
+            running(),
+            spec=gpu(),
+            children=[ptj(1, "Failed", raw_spec=gpu())],
+            failures=(VICTIM, XID),
+            ready_nodes_read=True,
+            ready_nodes=frozenset({"n1", "n2", "n3", "n4"}),
+        ),
+        "attempt_failed",
+        status={"avoidNodes": ["n1"]},
+        check=lambda p: [b["node"] for b in p.status["badNodes"]] == ["n1"],
+    ),
+    Case(
+        "a collective timeout on GPUs names the flight recorder's dumps",
+        snap(
+            running(),
+            spec=GPU_FILE,
+            children=[ptj(1, "Failed", raw_spec=GPU_FILE, message="NCCL watchdog caught collective operation timeout")],
+            failures=(),
+        ),
+        "attempt_failed",
+        check=lambda p: (
+            p.status["flightRecorder"]["reason"] == "collective-timeout"
+            and p.status["flightRecorder"]["persistent"] is True
+        ),
+    ),
     # --- README: preflight ---
-    Case("a failed preflight → attempt 2 at once, no restart spent, the slow node avoided",
-         snap(running(), spec=gpu(), children=[ptj(1, "Failed", raw_spec=gpu())],
-              failures=(preflight_failure("n2"),), ready_nodes_read=True, ready_nodes=frozenset({"n1", "n2", "n3"})),
-         "attempt_failed",
-         status={"phase": "Restarting", "attempt": 2, "restarts": 0, "reason": "PreflightFailed",
-                 "nextAttemptTime": None, "preflightFailures": 1, "avoidNodes": ["n2"]},
-         restart=Reason.PREFLIGHT_FAILED,
-         check=lambda p: p.status["preflight"]["busBandwidthGBps"] == 12.5 and p.preflight_busbw == 12.5),
-    Case("after 3 free preflight retries the 4th spends a restart",
-         snap(running(attempt=4, preflightFailures=3), spec=gpu(), children=[ptj(4, "Failed", raw_spec=gpu())],
-              failures=(preflight_failure("n2", pod="j-a4-worker-1"),), ready_nodes_read=True,
-              ready_nodes=frozenset({"n1", "n2", "n3"})),
-         "attempt_failed", status={"attempt": 5, "restarts": 1, "preflightFailures": 4,
-                                   "nextAttemptTime": later(seconds=10)}),
-    Case("a failed preflight with the budget spent is free: it does not fail the job",
-         snap(running(restarts=1), spec={**gpu(), "resilience": {"maxRestarts": 1}},
-              children=[ptj(1, "Failed", raw_spec={**gpu(), "resilience": {"maxRestarts": 1}})],
-              failures=(preflight_failure("n2"),), ready_nodes_read=True, ready_nodes=frozenset({"n1", "n2", "n3"})),
-         "attempt_failed", status={"phase": "Restarting", "restarts": 1}),
+    Case(
+        "a failed preflight → attempt 2 at once, no restart spent, the slow node avoided",
+        snap(
+            running(),
+            spec=gpu(),
+            children=[ptj(1, "Failed", raw_spec=gpu())],
+            failures=(preflight_failure("n2"),),
+            ready_nodes_read=True,
+            ready_nodes=frozenset({"n1", "n2", "n3"}),
+        ),
+        "attempt_failed",
+        status={
+            "phase": "Restarting",
+            "attempt": 2,
+            "restarts": 0,
+            "reason": "PreflightFailed",
+            "nextAttemptTime": None,
+            "preflightFailures": 1,
+            "avoidNodes": ["n2"],
+        },
+        restart=Reason.PREFLIGHT_FAILED,
+        check=lambda p: p.status["preflight"]["busBandwidthGBps"] == 12.5 and p.preflight_busbw == 12.5,
+    ),
+    Case(
+        "after 3 free preflight retries the 4th spends a restart",
+        snap(
+            running(attempt=4, preflightFailures=3),
+            spec=gpu(),
+            children=[ptj(4, "Failed", raw_spec=gpu())],
+            failures=(preflight_failure("n2", pod="j-a4-worker-1"),),
+            ready_nodes_read=True,
+            ready_nodes=frozenset({"n1", "n2", "n3"}),
+        ),
+        "attempt_failed",
+        status={"attempt": 5, "restarts": 1, "preflightFailures": 4, "nextAttemptTime": later(seconds=10)},
+    ),
+    Case(
+        "a failed preflight with the budget spent is free: it does not fail the job",
+        snap(
+            running(restarts=1),
+            spec={**gpu(), "resilience": {"maxRestarts": 1}},
+            children=[ptj(1, "Failed", raw_spec={**gpu(), "resilience": {"maxRestarts": 1}})],
+            failures=(preflight_failure("n2"),),
+            ready_nodes_read=True,
+            ready_nodes=frozenset({"n1", "n2", "n3"}),
+        ),
+        "attempt_failed",
+        status={"phase": "Restarting", "restarts": 1},
+    ),
     # --- README: the pods never start ---
-    Case("Pending, a pod unschedulable → the scheduler's words in status and a Warning",
-         snap(pending(), children=[ptj(1, "Created")], pods=(STUCK_POD,)), "pods_stuck",
-         status={"reason": "Unschedulable",
-                 "message": "pod j-a1-worker-0: 0/16 nodes are available: 16 Insufficient vpc.amazonaws.com/efa."},
-         events=[(True, "Unschedulable")], check=ready_is("False", "Unschedulable")),
-    Case("Pending, image pull failing → the kubelet's reason",
-         snap(pending(), children=[ptj(1, "Created")], pods=(PULL_POD,)), "pods_stuck",
-         status={"reason": "ImagePullBackOff"}, events=[(True, "ImagePullBackOff")],
-         check=message_has('container pytorch: ImagePullBackOff: Back-off pulling image "nope:1"')),
-    Case("the same start-up problem already recorded: nothing to write",
-         snap(pending(reason="Unschedulable", message="pod j-a1-worker-0: 0/16 nodes are available: 16 "
-                      "Insufficient vpc.amazonaws.com/efa."), children=[ptj(1, "Created")], pods=(STUCK_POD,)),
-         "steady"),
-    Case("a pod merely creating its container is no problem",
-         snap(pending(), children=[ptj(1, "Created")], pods=(pod(waiting=("pytorch", "ContainerCreating", "")),)),
-         "steady"),
-    Case("startupTimeoutMinutes passed → Restarting StartupTimeout, restart spent, attempt 1 deleted",
-         snap(pending(attemptCreationTime=ago(minutes=31)), children=[ptj(1, "Created")]), "startup_timeout",
-         status={"phase": "Restarting", "attempt": 2, "restarts": 1, "reason": "StartupTimeout"},
-         delete=("j-a1",), restart=Reason.STARTUP_TIMEOUT,
-         check=message_has("did not start within startupTimeoutMinutes 30: no worker pod started")),
-    Case("the start-up timeout names the pods' own reason",
-         snap(pending(attemptCreationTime=ago(minutes=31)), children=[ptj(1, "Created")], pods=(STUCK_POD,)),
-         "startup_timeout", status={"reason": "StartupTimeout"}, check=message_has("Insufficient vpc.amazonaws.com/efa")),
-    Case("not yet at the start-up deadline: no restart",
-         snap(pending(attemptCreationTime=ago(minutes=29)), children=[ptj(1, "Created")]), "steady"),
-    Case("the start-up timeout with the budget spent → Failed, the stuck PyTorchJob deleted",
-         snap(pending(restarts=1, attemptCreationTime=ago(minutes=31)), spec=BUDGET1,
-              children=[ptj(1, "Created", raw_spec=BUDGET1)]), "startup_timeout",
-         status={"phase": "Failed", "reason": "RestartBudgetExhausted"}, delete=("j-a1",)),
-    Case("a start-up timeout of a GPU job names the flight recorder (beside a file:// checkpoint)",
-         snap(pending(attemptCreationTime=ago(minutes=31)), spec=GPU_FILE, children=[ptj(1, "Created", raw_spec=GPU_FILE)]),
-         "startup_timeout",
-         check=lambda p: p.status["flightRecorder"] == {
-             "attempt": 1, "reason": "startup-timeout", "persistent": True, "note": "beside the checkpoints",
-             "path": "/mnt/fsx/ckpt/j/flight-recorder/attempt-1/rank_<rank>"}),
-    Case("a stuck attempt with bad nodes plans avoidance again (needs the Ready nodes)",
-         snap(pending(attempt=2, restarts=1, attemptCreationTime=ago(minutes=31),
-                      badNodes=[{"node": "n1", "reason": "XID 79", "attempt": 1}], avoidNodes=["n1"]),
-              spec=gpu(), children=[ptj(2, "Created", raw_spec=gpu())]), "startup_timeout", need="ready_nodes"),
-    Case("...and gives the avoided node back when too few are Ready",
-         snap(pending(attempt=2, restarts=1, attemptCreationTime=ago(minutes=31),
-                      badNodes=[{"node": "n1", "reason": "XID 79", "attempt": 1}], avoidNodes=["n1"]),
-              spec=gpu(), children=[ptj(2, "Created", raw_spec=gpu())], ready_nodes_read=True,
-              ready_nodes=frozenset({"n1", "n2"})), "startup_timeout", status={"attempt": 3, "avoidNodes": []}),
+    Case(
+        "Pending, a pod unschedulable → the scheduler's words in status and a Warning",
+        snap(pending(), children=[ptj(1, "Created")], pods=(STUCK_POD,)),
+        "pods_stuck",
+        status={
+            "reason": "Unschedulable",
+            "message": "pod j-a1-worker-0: 0/16 nodes are available: 16 Insufficient vpc.amazonaws.com/efa.",
+        },
+        events=[(True, "Unschedulable")],
+        check=ready_is("False", "Unschedulable"),
+    ),
+    Case(
+        "Pending, image pull failing → the kubelet's reason",
+        snap(pending(), children=[ptj(1, "Created")], pods=(PULL_POD,)),
+        "pods_stuck",
+        status={"reason": "ImagePullBackOff"},
+        events=[(True, "ImagePullBackOff")],
+        check=message_has('container pytorch: ImagePullBackOff: Back-off pulling image "nope:1"'),
+    ),
+    Case(
+        "the same start-up problem already recorded: nothing to write",
+        snap(
+            pending(
+                reason="Unschedulable",
+                message="pod j-a1-worker-0: 0/16 nodes are available: 16 Insufficient vpc.amazonaws.com/efa.",
+            ),
+            children=[ptj(1, "Created")],
+            pods=(STUCK_POD,),
+        ),
+        "steady",
+    ),
+    Case(
+        "a pod merely creating its container is no problem",
+        snap(pending(), children=[ptj(1, "Created")], pods=(pod(waiting=("pytorch", "ContainerCreating", "")),)),
+        "steady",
+    ),
+    Case(
+        "startupTimeoutMinutes passed → Restarting StartupTimeout, restart spent, attempt 1 deleted",
+        snap(pending(attemptCreationTime=ago(minutes=31)), children=[ptj(1, "Created")]),
+        "startup_timeout",
+        status={"phase": "Restarting", "attempt": 2, "restarts": 1, "reason": "StartupTimeout"},
+        delete=("j-a1",),
+        restart=Reason.STARTUP_TIMEOUT,
+        check=message_has("did not start within startupTimeoutMinutes 30: no worker pod started"),
+    ),
+    Case(
+        "the start-up timeout names the pods' own reason",
+        snap(pending(attemptCreationTime=ago(minutes=31)), children=[ptj(1, "Created")], pods=(STUCK_POD,)),
+        "startup_timeout",
+        status={"reason": "StartupTimeout"},
+        check=message_has("Insufficient vpc.amazonaws.com/efa"),
+    ),
+    Case(
+        "not yet at the start-up deadline: no restart",
+        snap(pending(attemptCreationTime=ago(minutes=29)), children=[ptj(1, "Created")]),
+        "steady",
+    ),
+    Case(
+        "the start-up timeout with the budget spent → Failed, the stuck PyTorchJob deleted",
+        snap(
+            pending(restarts=1, attemptCreationTime=ago(minutes=31)),
+            spec=BUDGET1,
+            children=[ptj(1, "Created", raw_spec=BUDGET1)],
+        ),
+        "startup_timeout",
+        status={"phase": "Failed", "reason": "RestartBudgetExhausted"},
+        delete=("j-a1",),
+    ),
+    Case(
+        "a start-up timeout of a GPU job names the flight recorder (beside a file:// checkpoint)",
+        snap(
+            pending(attemptCreationTime=ago(minutes=31)), spec=GPU_FILE, children=[ptj(1, "Created", raw_spec=GPU_FILE)]
+        ),
+        "startup_timeout",
+        check=lambda p: (
+            p.status["flightRecorder"]
+            == {
+                "attempt": 1,
+                "reason": "startup-timeout",
+                "persistent": True,
+                "note": "beside the checkpoints",
+                "path": "/mnt/fsx/ckpt/j/flight-recorder/attempt-1/rank_<rank>",
+            }
+        ),
+    ),
+    Case(
+        "a stuck attempt with bad nodes plans avoidance again (needs the Ready nodes)",
+        snap(
+            pending(
+                attempt=2,
+                restarts=1,
+                attemptCreationTime=ago(minutes=31),
+                badNodes=[{"node": "n1", "reason": "XID 79", "attempt": 1}],
+                avoidNodes=["n1"],
+            ),
+            spec=gpu(),
+            children=[ptj(2, "Created", raw_spec=gpu())],
+        ),
+        "startup_timeout",
+        need="ready_nodes",
+    ),
+    Case(
+        "...and gives the avoided node back when too few are Ready",
+        snap(
+            pending(
+                attempt=2,
+                restarts=1,
+                attemptCreationTime=ago(minutes=31),
+                badNodes=[{"node": "n1", "reason": "XID 79", "attempt": 1}],
+                avoidNodes=["n1"],
+            ),
+            spec=gpu(),
+            children=[ptj(2, "Created", raw_spec=gpu())],
+            ready_nodes_read=True,
+            ready_nodes=frozenset({"n1", "n2"}),
+        ),
+        "startup_timeout",
+        status={"attempt": 3, "avoidNodes": []},
+    ),
     # --- README: the job hangs ---
-    Case("no step for hangTimeoutMinutes → Restarting Hang, TrainingHealthy False",
-         snap(running(attemptStartTime=ago(minutes=40), progress={"heartbeatTime": ago(minutes=31), "step": 50}),
-              children=[ptj(1, "Running")]),
-         "unhealthy", status={"phase": "Restarting", "attempt": 2, "restarts": 1, "reason": "Hang"},
-         delete=("j-a1",), restart=Reason.HANG,
-         check=all_of(healthy_is("False", "Hang"), message_has("no training step completed"))),
-    Case("a step 29 minutes ago is no hang (hangTimeoutMinutes 30)",
-         snap(running(progress={"heartbeatTime": ago(minutes=29), "step": 50}), children=[ptj(1, "Running")]),
-         "steady"),
-    Case("a hang with the budget spent → Failed, the hung PyTorchJob deleted",
-         snap(running(restarts=1, attemptStartTime=ago(minutes=40), progress={"heartbeatTime": ago(minutes=31)}),
-              spec=BUDGET1,
-              children=[ptj(1, "Running", raw_spec=BUDGET1)]),
-         "unhealthy", status={"phase": "Failed", "reason": "RestartBudgetExhausted"}, delete=("j-a1",),
-         check=healthy_is("False", "Hang")),
-    Case("a hang of a GPU job names where the NCCL flight recorder dumped",
-         snap(running(attemptStartTime=ago(minutes=40), progress={"heartbeatTime": ago(minutes=31)}), spec=GPU_FILE,
-              children=[ptj(1, "Running", raw_spec=GPU_FILE)]),
-         "unhealthy", check=lambda p: p.status["flightRecorder"]["reason"] == "hang"
-         and "flight-recorder/attempt-1" in p.status["message"]),
-    Case("no first step within firstStepTimeoutMinutes → NoFirstStep",
-         snap(running(attemptStartTime=ago(minutes=46), progress={}),
-              spec=tiny(resilience={"firstStepTimeoutMinutes": 45}),
-              children=[ptj(1, "Running", raw_spec=tiny(resilience={"firstStepTimeoutMinutes": 45}))]),
-         "unhealthy", status={"reason": "NoFirstStep", "attempt": 2}, restart=Reason.NO_FIRST_STEP,
-         check=healthy_is("False", "NoFirstStep")),
+    Case(
+        "no step for hangTimeoutMinutes → Restarting Hang, TrainingHealthy False",
+        snap(
+            running(attemptStartTime=ago(minutes=40), progress={"heartbeatTime": ago(minutes=31), "step": 50}),
+            children=[ptj(1, "Running")],
+        ),
+        "unhealthy",
+        status={"phase": "Restarting", "attempt": 2, "restarts": 1, "reason": "Hang"},
+        delete=("j-a1",),
+        restart=Reason.HANG,
+        check=all_of(healthy_is("False", "Hang"), message_has("no training step completed")),
+    ),
+    Case(
+        "a step 29 minutes ago is no hang (hangTimeoutMinutes 30)",
+        snap(running(progress={"heartbeatTime": ago(minutes=29), "step": 50}), children=[ptj(1, "Running")]),
+        "steady",
+    ),
+    Case(
+        "a hang with the budget spent → Failed, the hung PyTorchJob deleted",
+        snap(
+            running(restarts=1, attemptStartTime=ago(minutes=40), progress={"heartbeatTime": ago(minutes=31)}),
+            spec=BUDGET1,
+            children=[ptj(1, "Running", raw_spec=BUDGET1)],
+        ),
+        "unhealthy",
+        status={"phase": "Failed", "reason": "RestartBudgetExhausted"},
+        delete=("j-a1",),
+        check=healthy_is("False", "Hang"),
+    ),
+    Case(
+        "a hang of a GPU job names where the NCCL flight recorder dumped",
+        snap(
+            running(attemptStartTime=ago(minutes=40), progress={"heartbeatTime": ago(minutes=31)}),
+            spec=GPU_FILE,
+            children=[ptj(1, "Running", raw_spec=GPU_FILE)],
+        ),
+        "unhealthy",
+        check=lambda p: (
+            p.status["flightRecorder"]["reason"] == "hang" and "flight-recorder/attempt-1" in p.status["message"]
+        ),
+    ),
+    Case(
+        "no first step within firstStepTimeoutMinutes → NoFirstStep",
+        snap(
+            running(attemptStartTime=ago(minutes=46), progress={}),
+            spec=tiny(resilience={"firstStepTimeoutMinutes": 45}),
+            children=[ptj(1, "Running", raw_spec=tiny(resilience={"firstStepTimeoutMinutes": 45}))],
+        ),
+        "unhealthy",
+        status={"reason": "NoFirstStep", "attempt": 2},
+        restart=Reason.NO_FIRST_STEP,
+        check=healthy_is("False", "NoFirstStep"),
+    ),
     # --- README: loss NaN/Inf, loss spike, stale checkpoint ---
-    Case("3 NaN losses in a row → NonFiniteLoss, resume before the first bad step",
-         snap(running(), children=[ptj(1, "Running")], progress=NAN), "unhealthy",
-         status={"reason": "NonFiniteLoss", "attempt": 2, "resumeBeforeStep": 41}, restart=Reason.NON_FINITE_LOSS,
-         check=healthy_is("False", "NonFiniteLoss")),
-    Case("NaN losses with the budget spent → Failed, nothing left to roll back",
-         snap(running(restarts=1), spec=BUDGET1, children=[ptj(1, "Running", raw_spec=BUDGET1)], progress=NAN),
-         "unhealthy", status={"phase": "Failed", "resumeBeforeStep": ABSENT}, delete=("j-a1",)),
-    Case("a loss spike is ignored while lossSpikeFactor is unset (the default)",
-         snap(running(), children=[ptj(1, "Running")], progress=SPIKE), "steady"),
-    Case("a loss spike with lossSpikeFactor → LossSpike, roll back before the spike",
-         snap(running(), spec=tiny(resilience={"lossSpikeFactor": 3.0}, checkpoint={"uri": "file:///ck/"}),
-              children=[ptj(1, "Running", raw_spec=tiny(resilience={"lossSpikeFactor": 3.0},
-                                                         checkpoint={"uri": "file:///ck/"}))], progress=SPIKE),
-         "unhealthy", status={"reason": "LossSpike", "resumeBeforeStep": 290}, restart=Reason.LOSS_SPIKE),
-    Case("no checkpoint for 2 × intervalMinutes → CheckpointStale and a Warning, no restart",
-         snap(running(attemptStartTime=ago(minutes=11), progress={"heartbeatTime": ago(seconds=5)}),
-              spec=tiny(checkpoint={"uri": "file:///ck/", "intervalMinutes": 5}),
-              children=[ptj(1, "Running", raw_spec=tiny(checkpoint={"uri": "file:///ck/", "intervalMinutes": 5}))],
-              progress=Progress(step=9, heartbeat=NOW.timestamp() - 5)),
-         "health_conditions", events=[(True, "NoRecentCheckpoint")],
-         check=lambda p: cond(p.status, "CheckpointStale")["status"] == "True" and "phase" not in p.status),
-    Case("the attempt applied the rollback → resumeBeforeStep cleared, RolledBack event",
-         snap(running(attempt=2, restarts=1, resumeBeforeStep=41,
-                      conditions=[{"type": "TrainingHealthy", "status": "True", "reason": "StepsCompleting"}]),
-              children=[ptj(2, "Running")], progress=Progress(step=45, heartbeat=NOW.timestamp() - 5,
-                                                             resumed_before_step=41)),
-         "health_conditions", status={"resumeBeforeStep": None}, events=[(False, "RolledBack")]),
-    Case("steps completing again after a NaN restart → TrainingHealthy True",
-         snap(running(attempt=2, restarts=1, conditions=[
-             {"type": "TrainingHealthy", "status": "False", "reason": "NonFiniteLoss"}]),
-             children=[ptj(2, "Running")]), "health_conditions", check=healthy_is("True", "StepsCompleting")),
+    Case(
+        "3 NaN losses in a row → NonFiniteLoss, resume before the first bad step",
+        snap(running(), children=[ptj(1, "Running")], progress=NAN),
+        "unhealthy",
+        status={"reason": "NonFiniteLoss", "attempt": 2, "resumeBeforeStep": 41},
+        restart=Reason.NON_FINITE_LOSS,
+        check=healthy_is("False", "NonFiniteLoss"),
+    ),
+    Case(
+        "NaN losses with the budget spent → Failed, nothing left to roll back",
+        snap(running(restarts=1), spec=BUDGET1, children=[ptj(1, "Running", raw_spec=BUDGET1)], progress=NAN),
+        "unhealthy",
+        status={"phase": "Failed", "resumeBeforeStep": ABSENT},
+        delete=("j-a1",),
+    ),
+    Case(
+        "a loss spike is ignored while lossSpikeFactor is unset (the default)",
+        snap(running(), children=[ptj(1, "Running")], progress=SPIKE),
+        "steady",
+    ),
+    Case(
+        "a loss spike with lossSpikeFactor → LossSpike, roll back before the spike",
+        snap(
+            running(),
+            spec=tiny(resilience={"lossSpikeFactor": 3.0}, checkpoint={"uri": "file:///ck/"}),
+            children=[
+                ptj(1, "Running", raw_spec=tiny(resilience={"lossSpikeFactor": 3.0}, checkpoint={"uri": "file:///ck/"}))
+            ],
+            progress=SPIKE,
+        ),
+        "unhealthy",
+        status={"reason": "LossSpike", "resumeBeforeStep": 290},
+        restart=Reason.LOSS_SPIKE,
+    ),
+    Case(
+        "no checkpoint for 2 × intervalMinutes → CheckpointStale and a Warning, no restart",
+        snap(
+            running(attemptStartTime=ago(minutes=11), progress={"heartbeatTime": ago(seconds=5)}),
+            spec=tiny(checkpoint={"uri": "file:///ck/", "intervalMinutes": 5}),
+            children=[ptj(1, "Running", raw_spec=tiny(checkpoint={"uri": "file:///ck/", "intervalMinutes": 5}))],
+            progress=Progress(step=9, heartbeat=NOW.timestamp() - 5),
+        ),
+        "health_conditions",
+        events=[(True, "NoRecentCheckpoint")],
+        check=lambda p: cond(p.status, "CheckpointStale")["status"] == "True" and "phase" not in p.status,
+    ),
+    Case(
+        "the attempt applied the rollback → resumeBeforeStep cleared, RolledBack event",
+        snap(
+            running(
+                attempt=2,
+                restarts=1,
+                resumeBeforeStep=41,
+                conditions=[{"type": "TrainingHealthy", "status": "True", "reason": "StepsCompleting"}],
+            ),
+            children=[ptj(2, "Running")],
+            progress=Progress(step=45, heartbeat=NOW.timestamp() - 5, resumed_before_step=41),
+        ),
+        "health_conditions",
+        status={"resumeBeforeStep": None},
+        events=[(False, "RolledBack")],
+    ),
+    Case(
+        "steps completing again after a NaN restart → TrainingHealthy True",
+        snap(
+            running(
+                attempt=2,
+                restarts=1,
+                conditions=[{"type": "TrainingHealthy", "status": "False", "reason": "NonFiniteLoss"}],
+            ),
+            children=[ptj(2, "Running")],
+        ),
+        "health_conditions",
+        check=healthy_is("True", "StepsCompleting"),
+    ),
     # --- README: you need the GPUs back (suspend) ---
-    Case("suspend while Running → Suspended, the PyTorchJob deleted, budget kept",
-         snap(running(restarts=3), spec=tiny(suspend=True), children=[ptj(1, "Running")]), "suspend",
-         status={"phase": "Suspended", "reason": "Suspended", "nextAttemptTime": None, "restarts": ABSENT},
-         delete=("j-a1",), events=[(False, "Suspended")], outcome="suspended"),
-    Case("suspend during a restart backoff → Suspended, nothing to delete",
-         snap(RESTARTING, spec=tiny(suspend=True)), "suspend", status={"phase": "Suspended", "nextAttemptTime": None}),
-    Case("Suspended and still suspended: a PyTorchJob left over is deleted",
-         snap({"phase": "Suspended", "attempt": 1, "pytorchJob": "j-a1", "observedGeneration": 1}, spec=tiny(suspend=True),
-              children=[ptj(1, "Running")]), "suspended", delete=("j-a1",)),
-    Case("resume → Restarting attempt+1 at once, no restart spent",
-         snap({"phase": "Suspended", "attempt": 1, "restarts": 2, "pytorchJob": "j-a1", "observedGeneration": 1}), "resumed",
-         status={"phase": "Restarting", "attempt": 2, "restarts": 2, "reason": "Resumed", "nextAttemptTime": None},
-         restart=Reason.RESUMED, outcome="resumed"),
-    Case("resume with the budget spent still resumes (a resume is free)",
-         snap({"phase": "Suspended", "attempt": 1, "restarts": 1, "pytorchJob": "j-a1", "observedGeneration": 1}, spec=BUDGET1),
-         "resumed", status={"phase": "Restarting", "attempt": 2, "restarts": 1}),
-    Case("resume of a job created suspended → Pending, attempt 1 is yet to start",
-         snap({"phase": "Suspended", "attempt": 1, "restarts": 0, "observedGeneration": 1}), "resumed",
-         status={"phase": "Pending", "reason": "Resumed", "attempt": ABSENT}, outcome="resumed"),
+    Case(
+        "suspend while Running → Suspended, the PyTorchJob deleted, budget kept",
+        snap(running(restarts=3), spec=tiny(suspend=True), children=[ptj(1, "Running")]),
+        "suspend",
+        status={"phase": "Suspended", "reason": "Suspended", "nextAttemptTime": None, "restarts": ABSENT},
+        delete=("j-a1",),
+        events=[(False, "Suspended")],
+        outcome="suspended",
+    ),
+    Case(
+        "suspend during a restart backoff → Suspended, nothing to delete",
+        snap(RESTARTING, spec=tiny(suspend=True)),
+        "suspend",
+        status={"phase": "Suspended", "nextAttemptTime": None},
+    ),
+    Case(
+        "Suspended and still suspended: a PyTorchJob left over is deleted",
+        snap(
+            {"phase": "Suspended", "attempt": 1, "pytorchJob": "j-a1", "observedGeneration": 1},
+            spec=tiny(suspend=True),
+            children=[ptj(1, "Running")],
+        ),
+        "suspended",
+        delete=("j-a1",),
+    ),
+    Case(
+        "resume → Restarting attempt+1 at once, no restart spent",
+        snap({"phase": "Suspended", "attempt": 1, "restarts": 2, "pytorchJob": "j-a1", "observedGeneration": 1}),
+        "resumed",
+        status={"phase": "Restarting", "attempt": 2, "restarts": 2, "reason": "Resumed", "nextAttemptTime": None},
+        restart=Reason.RESUMED,
+        outcome="resumed",
+    ),
+    Case(
+        "resume with the budget spent still resumes (a resume is free)",
+        snap(
+            {"phase": "Suspended", "attempt": 1, "restarts": 1, "pytorchJob": "j-a1", "observedGeneration": 1},
+            spec=BUDGET1,
+        ),
+        "resumed",
+        status={"phase": "Restarting", "attempt": 2, "restarts": 1},
+    ),
+    Case(
+        "resume of a job created suspended → Pending, attempt 1 is yet to start",
+        snap({"phase": "Suspended", "attempt": 1, "restarts": 0, "observedGeneration": 1}),
+        "resumed",
+        status={"phase": "Pending", "reason": "Resumed", "attempt": ABSENT},
+        outcome="resumed",
+    ),
     # --- spec changes ---
-    Case("a mutable field changed → SpecAccepted True, observedGeneration moves",
-         snap(running(), spec=tiny(resilience={"maxRestarts": 3}), generation=2,
-              children=[ptj(1, "Running")]), "spec_changed", status={"observedGeneration": 2},
-         events=[(False, "SpecUpdated")], outcome="updated",
-         check=lambda p: cond(p.status, "SpecAccepted")["reason"] == "Applied"),
-    Case("an immutable field changed (no CEL) → refused, observedGeneration stays",
-         snap(running(), spec=tiny(training={"maxSteps": 99}), generation=2, children=[ptj(1, "Running")]),
-         "spec_changed", status={"observedGeneration": ABSENT}, events=[(True, "SpecChangeRejected")],
-         outcome="invalid", check=lambda p: cond(p.status, "SpecAccepted")["reason"] == "ImmutableFieldChanged"),
-    Case("a mutable change that makes the spec invalid → refused InvalidSpec",
-         snap(running(), spec=tiny(resilience={"maxRestarts": -1}), generation=2,
-              children=[ptj(1, "Running", raw_spec=tiny(resilience={"maxRestarts": -1}))]),
-         "spec_changed", check=lambda p: cond(p.status, "SpecAccepted")["reason"] == "InvalidSpec"),
-    Case("a refused generation is not judged again",
-         snap(running(conditions=[{"type": "SpecAccepted", "status": "False", "reason": "ImmutableFieldChanged",
-                                   "observedGeneration": 2},
-                                  {"type": "TrainingHealthy", "status": "True", "reason": "StepsCompleting"}]), spec=tiny(training={"maxSteps": 99}), generation=2,
-              children=[ptj(1, "Running")]), "steady"),
+    Case(
+        "a mutable field changed → SpecAccepted True, observedGeneration moves",
+        snap(running(), spec=tiny(resilience={"maxRestarts": 3}), generation=2, children=[ptj(1, "Running")]),
+        "spec_changed",
+        status={"observedGeneration": 2},
+        events=[(False, "SpecUpdated")],
+        outcome="updated",
+        check=lambda p: cond(p.status, "SpecAccepted")["reason"] == "Applied",
+    ),
+    Case(
+        "an immutable field changed (no CEL) → refused, observedGeneration stays",
+        snap(running(), spec=tiny(training={"maxSteps": 99}), generation=2, children=[ptj(1, "Running")]),
+        "spec_changed",
+        status={"observedGeneration": ABSENT},
+        events=[(True, "SpecChangeRejected")],
+        outcome="invalid",
+        check=lambda p: cond(p.status, "SpecAccepted")["reason"] == "ImmutableFieldChanged",
+    ),
+    Case(
+        "a mutable change that makes the spec invalid → refused InvalidSpec",
+        snap(
+            running(),
+            spec=tiny(resilience={"maxRestarts": -1}),
+            generation=2,
+            children=[ptj(1, "Running", raw_spec=tiny(resilience={"maxRestarts": -1}))],
+        ),
+        "spec_changed",
+        check=lambda p: cond(p.status, "SpecAccepted")["reason"] == "InvalidSpec",
+    ),
+    Case(
+        "a refused generation is not judged again",
+        snap(
+            running(
+                conditions=[
+                    {
+                        "type": "SpecAccepted",
+                        "status": "False",
+                        "reason": "ImmutableFieldChanged",
+                        "observedGeneration": 2,
+                    },
+                    {"type": "TrainingHealthy", "status": "True", "reason": "StepsCompleting"},
+                ]
+            ),
+            spec=tiny(training={"maxSteps": 99}),
+            generation=2,
+            children=[ptj(1, "Running")],
+        ),
+        "steady",
+    ),
     # --- README: the operator dies (restart, failover): nothing twice, nothing back ---
-    Case("first sight after an operator restart: adopt, say so once, write nothing",
-         snap(running(), children=[ptj(1, "Running")], first_sight=True), "steady",
-         events=[(False, "Adopted")], outcome="adopted"),
-    Case("right after the start, a recorded PyTorchJob not seen yet is waited for, not created",
-         snap(running(), first_sight=True, awaiting_watch=True), "awaiting_watch", requeue=1.0,
-         check=lambda p: p.waiting),
-    Case("the recorded PyTorchJob is really gone (deleted by hand): attempt N is created again",
-         snap(running(attempt=2, restarts=1)), "missing_child", create="j-a2"),
-    Case("its PyTorchJob is being deleted: wait for the DELETED event",
-         snap(running(), children=[ptj(1, "Running", deleting=True)]), "child_deleting"),
-    Case("an older attempt's failure is not this attempt's",
-         snap(pending(attempt=2, restarts=1), children=[ptj(1, "Failed"), ptj(2, "Created")]), "steady"),
-    Case("a PyTorchJob of the current name owned by another is not ours to follow",
-         snap(running(), children=[ptj(1, "Failed", owned=False)]), "missing_child",
-         status={"phase": "Failed", "reason": "NameConflict"}),
-    Case("the render cannot handle the operator's default etcd endpoint → Failed RenderFailed",
-         snap(), "new_job", status={"phase": "Failed", "reason": "RenderFailed"}, events=[(True, "RenderFailed")],
-         check=message_has("cannot render the PyTorchJob of attempt 1")),
+    Case(
+        "first sight after an operator restart: adopt, say so once, write nothing",
+        snap(running(), children=[ptj(1, "Running")], first_sight=True),
+        "steady",
+        events=[(False, "Adopted")],
+        outcome="adopted",
+    ),
+    Case(
+        "right after the start, a recorded PyTorchJob not seen yet is waited for, not created",
+        snap(running(), first_sight=True, awaiting_watch=True),
+        "awaiting_watch",
+        requeue=1.0,
+        check=lambda p: p.waiting,
+    ),
+    Case(
+        "the recorded PyTorchJob is really gone (deleted by hand): attempt N is created again",
+        snap(running(attempt=2, restarts=1)),
+        "missing_child",
+        create="j-a2",
+    ),
+    Case(
+        "its PyTorchJob is being deleted: wait for the DELETED event",
+        snap(running(), children=[ptj(1, "Running", deleting=True)]),
+        "child_deleting",
+    ),
+    Case(
+        "an older attempt's failure is not this attempt's",
+        snap(pending(attempt=2, restarts=1), children=[ptj(1, "Failed"), ptj(2, "Created")]),
+        "steady",
+    ),
+    Case(
+        "a PyTorchJob of the current name owned by another is not ours to follow",
+        snap(running(), children=[ptj(1, "Failed", owned=False)]),
+        "missing_child",
+        status={"phase": "Failed", "reason": "NameConflict"},
+    ),
+    Case(
+        "the render cannot handle the operator's default etcd endpoint → Failed RenderFailed",
+        snap(),
+        "new_job",
+        status={"phase": "Failed", "reason": "RenderFailed"},
+        events=[(True, "RenderFailed")],
+        check=message_has("cannot render the PyTorchJob of attempt 1"),
+    ),
 ]
 
 # --- Kueue (controller/kueue.py): a queued PyTorchJob waits suspended; queued is not stuck ---
 QUEUED_SPEC = tiny(cluster={"instanceType": "cpu", "nodes": 1, "queueName": "team-a"})
-NO_QUOTA = Workload("pytorchjob-j-a1-1a2b3", message="couldn't assign flavors to pod set worker: "
-                    "insufficient unused quota for nvidia.com/gpu in flavor p5-48xlarge, 8 more needed")
-EVICTED = Workload("pytorchjob-j-a1-1a2b3", evicted="Preempted", evicted_message=(
-    "Preempted to accommodate a workload (UID: 42) due to prioritization in the ClusterQueue"))
+NO_QUOTA = Workload(
+    "pytorchjob-j-a1-1a2b3",
+    message="couldn't assign flavors to pod set worker: "
+    "insufficient unused quota for nvidia.com/gpu in flavor p5-48xlarge, 8 more needed",
+)
+EVICTED = Workload(
+    "pytorchjob-j-a1-1a2b3",
+    evicted="Preempted",
+    evicted_message=("Preempted to accommodate a workload (UID: 42) due to prioritization in the ClusterQueue"),
+)
 
 
 def queued_ptj(attempt: int = 1, state: str | None = None, suspended: bool = True):
@@ -431,70 +936,179 @@ def queued_ptj(attempt: int = 1, state: str | None = None, suspended: bool = Tru
 
 
 KUEUE_CASES = [
-    Case("a suspended PyTorchJob (Kueue has not admitted it): read its Workload first",
-         snap(pending(), spec=QUEUED_SPEC, children=[queued_ptj()]), "queued", need="workload"),
-    Case("not admitted → Pending, reason Queued, Kueue's own words in the message and an event",
-         snap(pending(), spec=QUEUED_SPEC, children=[queued_ptj()], workload=NO_QUOTA, workload_read=True),
-         "queued", status={"phase": "Pending", "reason": "Queued", "restarts": ABSENT, "attempt": ABSENT},
-         events=[(False, "Queued")],
-         check=all_of(ready_is("False", "Queued"),
-                      message_has("LocalQueue team-a", "insufficient unused quota for nvidia.com/gpu"))),
-    Case("queued with no Workload to read (no Kueue here): still Queued, saying so",
-         snap(pending(), spec=QUEUED_SPEC, children=[queued_ptj()], workload_read=True), "queued",
-         status={"phase": "Pending", "reason": "Queued"}, check=message_has("no Kueue Workload")),
-    Case("THE DEFECT: queued two hours with startupTimeoutMinutes 30 → Queued, no StartupTimeout restart",
-         snap(pending(attemptCreationTime=ago(hours=2)), spec=QUEUED_SPEC, children=[queued_ptj()],
-              workload=NO_QUOTA, workload_read=True), "queued",
-         status={"reason": "Queued", "restarts": ABSENT, "attempt": ABSENT}, delete=()),
-    Case("still queued, Kueue's words unchanged: nothing to write, no deadline",
-         snap(pending(attemptCreationTime=ago(hours=2), reason="Queued",
-                      message="waiting in LocalQueue team-a for Kueue to admit Workload pytorchjob-j-a1-1a2b3: "
-                              + NO_QUOTA.message),
-              spec=QUEUED_SPEC, children=[queued_ptj()], workload=NO_QUOTA, workload_read=True), "steady"),
-    Case("the next attempt's PyTorchJob waits in the queue too → Pending Queued, restarts kept",
-         snap({**RESTARTING, "nextAttemptTime": None, "attemptCreationTime": ago(minutes=1)}, spec=QUEUED_SPEC,
-              children=[queued_ptj(2)], workload=NO_QUOTA, workload_read=True), "queued",
-         status={"phase": "Pending", "reason": "Queued", "restarts": ABSENT}),
-    Case("Kueue admitted it (unsuspended): Admitted, and the start-up deadline counts from now",
-         snap(pending(attemptCreationTime=ago(hours=2), reason="Queued"), spec=QUEUED_SPEC,
-              children=[queued_ptj(suspended=False)]), "admitted",
-         status={"reason": "Admitted", "admissionTime": timestamp(NOW), "phase": ABSENT},
-         events=[(False, "Admitted")], check=ready_is("False", "Admitted")),
-    Case("admitted 5 minutes ago, created 2 hours ago: within startupTimeoutMinutes 30, no restart",
-         snap(pending(attemptCreationTime=ago(hours=2), admissionTime=ago(minutes=5), reason="Admitted"),
-              spec=QUEUED_SPEC, children=[queued_ptj(state="Created", suspended=False)]), "steady"),
-    Case("admitted 31 minutes ago and the pods still not started → StartupTimeout",
-         snap(pending(attemptCreationTime=ago(hours=2), admissionTime=ago(minutes=31), reason="Admitted"),
-              spec=QUEUED_SPEC, children=[queued_ptj(state="Created", suspended=False)]), "startup_timeout",
-         status={"phase": "Restarting", "reason": "StartupTimeout", "restarts": 1, "admissionTime": None}),
-    Case("Kueue suspended the running attempt: read its Workload first",
-         snap(running(), spec=QUEUED_SPEC, children=[queued_ptj(state="Running")]), "preempted", need="workload"),
-    Case("preempted → Pending, reason Preempted in Kueue's words, no restart spent, queued again",
-         snap(running(), spec=QUEUED_SPEC, children=[queued_ptj(state="Running")], workload=EVICTED,
-              workload_read=True), "preempted",
-         status={"phase": "Pending", "reason": "Preempted", "restarts": ABSENT, "attempt": ABSENT,
-                 "pytorchJob": ABSENT, "admissionTime": None}, delete=(), events=[(True, "Preempted")],
-         outcome="preempted",
-         check=all_of(ready_is("False", "Queued"), message_has("Preempted to accommodate", "no restart spent"))),
-    Case("preempted, waiting to be admitted again: Preempted stays, with Kueue's queue words",
-         snap(pending(reason="Preempted", message="attempt 1 preempted by Kueue"), spec=QUEUED_SPEC,
-              children=[queued_ptj(state="Suspended")], workload=NO_QUOTA, workload_read=True), "queued",
-         status={"phase": "Pending", "reason": "Preempted"}, delete=(),
-         check=message_has("was preempted", "insufficient unused quota")),
-    Case("re-admitted after preemption: the same PyTorchJob runs again (from the newest checkpoint)",
-         snap(pending(reason="Preempted"), spec=QUEUED_SPEC, children=[queued_ptj(state="Suspended", suspended=False)]),
-         "admitted", status={"reason": "Admitted", "admissionTime": timestamp(NOW)}, create=None, delete=()),
-    Case("no Workload and a priority class set: the message names the field to check",
-         snap(pending(), spec=tiny(cluster={"instanceType": "cpu", "nodes": 1, "queueName": "team-a",
-                                            "workloadPriorityClass": "nope"}),
-              children=[queued_ptj()], workload_read=True), "queued",
-         status={"reason": "Queued"}, check=message_has("spec.cluster.workloadPriorityClass 'nope'")),
-    Case("a LocalQueue that does not exist: Kueue's words, and the field",
-         snap(pending(), spec=QUEUED_SPEC, children=[queued_ptj()], workload_read=True,
-              workload=Workload("w", message="LocalQueue team-a doesn't exist")), "queued",
-         status={"reason": "Queued"}, check=message_has("LocalQueue team-a doesn't exist", "spec.cluster.queueName")),
-    Case("a job without a queue whose PyTorchJob runs is never 'admitted'",
-         snap(pending(), children=[ptj(1, "Created")]), "steady"),
+    Case(
+        "a suspended PyTorchJob (Kueue has not admitted it): read its Workload first",
+        snap(pending(), spec=QUEUED_SPEC, children=[queued_ptj()]),
+        "queued",
+        need="workload",
+    ),
+    Case(
+        "not admitted → Pending, reason Queued, Kueue's own words in the message and an event",
+        snap(pending(), spec=QUEUED_SPEC, children=[queued_ptj()], workload=NO_QUOTA, workload_read=True),
+        "queued",
+        status={"phase": "Pending", "reason": "Queued", "restarts": ABSENT, "attempt": ABSENT},
+        events=[(False, "Queued")],
+        check=all_of(
+            ready_is("False", "Queued"),
+            message_has("LocalQueue team-a", "insufficient unused quota for nvidia.com/gpu"),
+        ),
+    ),
+    Case(
+        "queued with no Workload to read (no Kueue here): still Queued, saying so",
+        snap(pending(), spec=QUEUED_SPEC, children=[queued_ptj()], workload_read=True),
+        "queued",
+        status={"phase": "Pending", "reason": "Queued"},
+        check=message_has("no Kueue Workload"),
+    ),
+    Case(
+        "THE DEFECT: queued two hours with startupTimeoutMinutes 30 → Queued, no StartupTimeout restart",
+        snap(
+            pending(attemptCreationTime=ago(hours=2)),
+            spec=QUEUED_SPEC,
+            children=[queued_ptj()],
+            workload=NO_QUOTA,
+            workload_read=True,
+        ),
+        "queued",
+        status={"reason": "Queued", "restarts": ABSENT, "attempt": ABSENT},
+        delete=(),
+    ),
+    Case(
+        "still queued, Kueue's words unchanged: nothing to write, no deadline",
+        snap(
+            pending(
+                attemptCreationTime=ago(hours=2),
+                reason="Queued",
+                message="waiting in LocalQueue team-a for Kueue to admit Workload pytorchjob-j-a1-1a2b3: "
+                + NO_QUOTA.message,
+            ),
+            spec=QUEUED_SPEC,
+            children=[queued_ptj()],
+            workload=NO_QUOTA,
+            workload_read=True,
+        ),
+        "steady",
+    ),
+    Case(
+        "the next attempt's PyTorchJob waits in the queue too → Pending Queued, restarts kept",
+        snap(
+            {**RESTARTING, "nextAttemptTime": None, "attemptCreationTime": ago(minutes=1)},
+            spec=QUEUED_SPEC,
+            children=[queued_ptj(2)],
+            workload=NO_QUOTA,
+            workload_read=True,
+        ),
+        "queued",
+        status={"phase": "Pending", "reason": "Queued", "restarts": ABSENT},
+    ),
+    Case(
+        "Kueue admitted it (unsuspended): Admitted, and the start-up deadline counts from now",
+        snap(
+            pending(attemptCreationTime=ago(hours=2), reason="Queued"),
+            spec=QUEUED_SPEC,
+            children=[queued_ptj(suspended=False)],
+        ),
+        "admitted",
+        status={"reason": "Admitted", "admissionTime": timestamp(NOW), "phase": ABSENT},
+        events=[(False, "Admitted")],
+        check=ready_is("False", "Admitted"),
+    ),
+    Case(
+        "admitted 5 minutes ago, created 2 hours ago: within startupTimeoutMinutes 30, no restart",
+        snap(
+            pending(attemptCreationTime=ago(hours=2), admissionTime=ago(minutes=5), reason="Admitted"),
+            spec=QUEUED_SPEC,
+            children=[queued_ptj(state="Created", suspended=False)],
+        ),
+        "steady",
+    ),
+    Case(
+        "admitted 31 minutes ago and the pods still not started → StartupTimeout",
+        snap(
+            pending(attemptCreationTime=ago(hours=2), admissionTime=ago(minutes=31), reason="Admitted"),
+            spec=QUEUED_SPEC,
+            children=[queued_ptj(state="Created", suspended=False)],
+        ),
+        "startup_timeout",
+        status={"phase": "Restarting", "reason": "StartupTimeout", "restarts": 1, "admissionTime": None},
+    ),
+    Case(
+        "Kueue suspended the running attempt: read its Workload first",
+        snap(running(), spec=QUEUED_SPEC, children=[queued_ptj(state="Running")]),
+        "preempted",
+        need="workload",
+    ),
+    Case(
+        "preempted → Pending, reason Preempted in Kueue's words, no restart spent, queued again",
+        snap(running(), spec=QUEUED_SPEC, children=[queued_ptj(state="Running")], workload=EVICTED, workload_read=True),
+        "preempted",
+        status={
+            "phase": "Pending",
+            "reason": "Preempted",
+            "restarts": ABSENT,
+            "attempt": ABSENT,
+            "pytorchJob": ABSENT,
+            "admissionTime": None,
+        },
+        delete=(),
+        events=[(True, "Preempted")],
+        outcome="preempted",
+        check=all_of(ready_is("False", "Queued"), message_has("Preempted to accommodate", "no restart spent")),
+    ),
+    Case(
+        "preempted, waiting to be admitted again: Preempted stays, with Kueue's queue words",
+        snap(
+            pending(reason="Preempted", message="attempt 1 preempted by Kueue"),
+            spec=QUEUED_SPEC,
+            children=[queued_ptj(state="Suspended")],
+            workload=NO_QUOTA,
+            workload_read=True,
+        ),
+        "queued",
+        status={"phase": "Pending", "reason": "Preempted"},
+        delete=(),
+        check=message_has("was preempted", "insufficient unused quota"),
+    ),
+    Case(
+        "re-admitted after preemption: the same PyTorchJob runs again (from the newest checkpoint)",
+        snap(pending(reason="Preempted"), spec=QUEUED_SPEC, children=[queued_ptj(state="Suspended", suspended=False)]),
+        "admitted",
+        status={"reason": "Admitted", "admissionTime": timestamp(NOW)},
+        create=None,
+        delete=(),
+    ),
+    Case(
+        "no Workload and a priority class set: the message names the field to check",
+        snap(
+            pending(),
+            spec=tiny(
+                cluster={"instanceType": "cpu", "nodes": 1, "queueName": "team-a", "workloadPriorityClass": "nope"}
+            ),
+            children=[queued_ptj()],
+            workload_read=True,
+        ),
+        "queued",
+        status={"reason": "Queued"},
+        check=message_has("spec.cluster.workloadPriorityClass 'nope'"),
+    ),
+    Case(
+        "a LocalQueue that does not exist: Kueue's words, and the field",
+        snap(
+            pending(),
+            spec=QUEUED_SPEC,
+            children=[queued_ptj()],
+            workload_read=True,
+            workload=Workload("w", message="LocalQueue team-a doesn't exist"),
+        ),
+        "queued",
+        status={"reason": "Queued"},
+        check=message_has("LocalQueue team-a doesn't exist", "spec.cluster.queueName"),
+    ),
+    Case(
+        "a job without a queue whose PyTorchJob runs is never 'admitted'",
+        snap(pending(), children=[ptj(1, "Created")]),
+        "steady",
+    ),
 ]
 CASES = CASES + KUEUE_CASES
 
@@ -502,6 +1116,7 @@ CASES = CASES + KUEUE_CASES
 def _config(case: Case):
     from .decide_world import CFG
     from dataclasses import replace
+
     if case.id.startswith("the render cannot"):
         return replace(CFG, default_etcd_endpoint="etcd:notaport")
     if "floor at 0" in case.id:
@@ -546,11 +1161,13 @@ def test_decide(case: Case):
     if plan.status is not None:  # whatever decide writes is in the typed status (the CRD prunes the rest)
         assert set(plan.status) <= wire_fields(), set(plan.status) - wire_fields()
         from llmtrain.controller.act import wire
+
         LLMTrainingJobStatus.model_validate({k: v for k, v in wire(plan.status).items() if v is not None})
 
 
 def test_the_table_covers_every_situation_and_has_60_cases():
     from llmtrain.controller.decide import SITUATIONS
+
     covered = {c.situation for c in CASES}
     named = {s.__name__ for s in SITUATIONS} | {"resumed"}
     assert named - covered == set(), named - covered
@@ -568,8 +1185,10 @@ def test_decide_reads_no_clock():
 def test_a_phase_this_version_cannot_read_is_not_a_new_job():
     """A status written by a newer operator (a phase added later) must never restart the job at
     attempt 1: the snapshot reads what it can, and no new-job situation applies."""
-    o = snap({"phase": "Queued", "attempt": 3, "restarts": 2, "pytorchJob": "j-a3", "observedGeneration": 1},
-             children=[ptj(3, "Created")])
+    o = snap(
+        {"phase": "Queued", "attempt": 3, "restarts": 2, "pytorchJob": "j-a3", "observedGeneration": 1},
+        children=[ptj(3, "Created")],
+    )
     plan = decide_(o)
     assert plan.situation not in ("new_job", "new_invalid", "new_suspended") and plan.create is None
     assert not plan.status or plan.status.get("attempt", 3) >= 3

@@ -11,8 +11,7 @@ from llmtrain.flops import flops_per_token, num_params
 from llmtrain.planner import activation_bytes, plan_for, plan_job, suggest_fit
 from llmtrain.validation import parse_spec
 
-SMALL = ModelDims(hidden_size=8, intermediate_size=16, num_layers=2, num_heads=2, num_kv_heads=1,
-                  vocab_size=10)
+SMALL = ModelDims(hidden_size=8, intermediate_size=16, num_layers=2, num_heads=2, num_kv_heads=1, vocab_size=10)
 
 
 def test_param_count_by_hand():
@@ -37,15 +36,17 @@ PSI = num_params(model_preset("llama2-7b"))
 
 # Between steps FSDP2 keeps every strategy's state sharded over its shard group; SHARD_GRAD_OP's
 # "params whole" (ZeRO-2) are gathered copies that live only from forward to backward (workspace).
-@pytest.mark.parametrize("strategy,expected", [
-    ("FULL_SHARD", (2 * PSI // 16, 2 * PSI // 16, 12 * PSI // 16)),
-    ("SHARD_GRAD_OP", (2 * PSI // 16, 2 * PSI // 16, 12 * PSI // 16)),
-    ("HYBRID_SHARD", (2 * PSI // 8, 2 * PSI // 8, 12 * PSI // 8)),
-    ("NO_SHARD", (2 * PSI, 2 * PSI, 12 * PSI)),
-])
+@pytest.mark.parametrize(
+    "strategy,expected",
+    [
+        ("FULL_SHARD", (2 * PSI // 16, 2 * PSI // 16, 12 * PSI // 16)),
+        ("SHARD_GRAD_OP", (2 * PSI // 16, 2 * PSI // 16, 12 * PSI // 16)),
+        ("HYBRID_SHARD", (2 * PSI // 8, 2 * PSI // 8, 12 * PSI // 8)),
+        ("NO_SHARD", (2 * PSI, 2 * PSI, 12 * PSI)),
+    ],
+)
 def test_model_state_follows_zero_accounting(strategy, expected):
-    plan = plan_for(model_preset("llama2-7b"), instance_type("p5.48xlarge"), 2, strategy, "bf16",
-                    "selective", 4096, 1)
+    plan = plan_for(model_preset("llama2-7b"), instance_type("p5.48xlarge"), 2, strategy, "bf16", "selective", 4096, 1)
     assert (plan.params_bytes, plan.grads_bytes, plan.optimizer_bytes) == expected
     # 16 bytes per parameter in all, whatever the split
     if strategy == "NO_SHARD":
@@ -53,8 +54,17 @@ def test_model_state_follows_zero_accounting(strategy, expected):
 
 
 def test_cpu_offload_leaves_no_model_state_on_the_gpu():
-    plan = plan_for(model_preset("llama2-7b"), instance_type("p5.48xlarge"), 1, "FULL_SHARD", "bf16",
-                    "full", 4096, 1, cpu_offload=True)
+    plan = plan_for(
+        model_preset("llama2-7b"),
+        instance_type("p5.48xlarge"),
+        1,
+        "FULL_SHARD",
+        "bf16",
+        "full",
+        4096,
+        1,
+        cpu_offload=True,
+    )
     assert plan.params_bytes == plan.grads_bytes == plan.optimizer_bytes == 0
 
 
@@ -91,9 +101,12 @@ def test_more_nodes_never_need_more_memory_under_full_shard():
 
 
 def _spec(**over):
-    raw = {"model": {"preset": "llama2-70b"}, "data": {"seqLen": 4096},
-           "cluster": {"instanceType": "p5.48xlarge", "nodes": 1},
-           "training": {"globalBatchTokens": 4096 * 8 * 16}}
+    raw = {
+        "model": {"preset": "llama2-70b"},
+        "data": {"seqLen": 4096},
+        "cluster": {"instanceType": "p5.48xlarge", "nodes": 1},
+        "training": {"globalBatchTokens": 4096 * 8 * 16},
+    }
     raw.update(over)
     return parse_spec(raw)
 
@@ -104,16 +117,23 @@ def test_suggestion_for_a_job_that_does_not_fit_really_fits():
     hint = suggest_fit(spec)
     first = hint.split("; or ")[0]
     nodes = int(first.split("spec.cluster.nodes: ")[1].split()[0])
-    fixed = spec.model_copy(update={"fsdp": spec.fsdp.model_copy(update={"activation_checkpointing": "full"})}) \
-        if "activationCheckpointing: full" in first else spec
+    fixed = (
+        spec.model_copy(update={"fsdp": spec.fsdp.model_copy(update={"activation_checkpointing": "full"})})
+        if "activationCheckpointing: full" in first
+        else spec
+    )
     assert plan_job(fixed, nodes=nodes).fits
     assert not plan_job(fixed, nodes=nodes - 1).fits  # and it is the smallest such count
 
 
 def test_expected_throughput_from_assumed_mfu():
-    plan = plan_job(_spec(cluster={"instanceType": "p5.48xlarge", "nodes": 16},
-                          fsdp={"activationCheckpointing": "full"},
-                          training={"globalBatchTokens": 4096 * 128}))
+    plan = plan_job(
+        _spec(
+            cluster={"instanceType": "p5.48xlarge", "nodes": 16},
+            fsdp={"activationCheckpointing": "full"},
+            training={"globalBatchTokens": 4096 * 128},
+        )
+    )
     assert plan.tokens_per_second_per_gpu == pytest.approx(0.40 * 989e12 / plan.flops_per_token)
     assert plan.tokens_per_second == pytest.approx(plan.tokens_per_second_per_gpu * 128)
 
@@ -121,15 +141,30 @@ def test_expected_throughput_from_assumed_mfu():
 def test_plan_json_has_the_documented_keys(tmp_path):
     job = tmp_path / "job.yaml"
     job.write_text(open("examples/llama2-7b-p5.yaml").read())
-    out = subprocess.run([sys.executable, "-m", "llmtrain.cli", "plan", str(job), "--output", "json"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "llmtrain.cli", "plan", str(job), "--output", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     plan = json.loads(out)
-    for key in ("params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "total_bytes",
-                "gpu_memory_bytes", "fits", "flops_per_token", "num_params"):
+    for key in (
+        "params_bytes",
+        "grads_bytes",
+        "optimizer_bytes",
+        "activations_bytes",
+        "total_bytes",
+        "gpu_memory_bytes",
+        "fits",
+        "flops_per_token",
+        "num_params",
+    ):
         assert key in plan
     assert plan["fits"] is True
-    assert plan["total_bytes"] >= plan["params_bytes"] + plan["grads_bytes"] + plan["optimizer_bytes"] \
-        + plan["activations_bytes"]
+    assert (
+        plan["total_bytes"]
+        >= plan["params_bytes"] + plan["grads_bytes"] + plan["optimizer_bytes"] + plan["activations_bytes"]
+    )
 
 
 def test_sharded_peak_at_end_of_backward_holds_the_roots_unsharded_gradients():

@@ -10,8 +10,16 @@ import pytest
 
 from llmtrain.controller import forensics, nodes, preflight
 from llmtrain.status import Reason
-from llmtrain.controller.nodes import (PREFLIGHT_EXIT_CODE, classify, failure_of, plan_avoidance, record,
-                                       taint_budget, taint_value, xid_of)
+from llmtrain.controller.nodes import (
+    PREFLIGHT_EXIT_CODE,
+    classify,
+    failure_of,
+    plan_avoidance,
+    record,
+    taint_budget,
+    taint_value,
+    xid_of,
+)
 
 
 PTJ_UID = "ptj-uid"
@@ -20,49 +28,80 @@ PTJ = {"metadata": {"name": "job-a1", "uid": PTJ_UID}, "status": {}}
 
 def _pod(node="n1", exit_code=1, reason="Error", message="", deleting=False, phase="Failed"):
     # controlled by the attempt's PyTorchJob, as the training-operator makes its pods
-    meta = {"name": "job-a1-worker-0", "ownerReferences": [
-        {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "job-a1", "uid": PTJ_UID, "controller": True}]}
+    meta = {
+        "name": "job-a1-worker-0",
+        "ownerReferences": [
+            {
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "PyTorchJob",
+                "name": "job-a1",
+                "uid": PTJ_UID,
+                "controller": True,
+            }
+        ],
+    }
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     term = {"exitCode": exit_code, "reason": reason, "finishedAt": "2026-01-01T00:00:01Z"}
     if message:
         term["message"] = message
-    return {"metadata": meta, "spec": {"nodeName": node},
-            "status": {"phase": phase, "containerStatuses": [{"name": "pytorch", "state": {"terminated": term}}]}}
+    return {
+        "metadata": meta,
+        "spec": {"nodeName": node},
+        "status": {"phase": phase, "containerStatuses": [{"name": "pytorch", "state": {"terminated": term}}]},
+    }
 
 
-@pytest.mark.parametrize("text,xid", [
-    ("NVRM: Xid (PCI:0000:53:00): 79, pid=1234, GPU has fallen off the bus.", 79),
-    ("kernel: NVRM: Xid (PCI:0000:b9:00): 48, pid='<unknown>', An uncorrectable double bit error", 48),
-    ("XID 94 contained ECC error", 94),
-    ("xid=63 row remapping", 63),
-    ("RuntimeError: CUDA error: an illegal memory access was encountered", None),
-    ("rapid 79 steps", None),  # 'xid' must be its own word
-    (None, None),
-])
+@pytest.mark.parametrize(
+    "text,xid",
+    [
+        ("NVRM: Xid (PCI:0000:53:00): 79, pid=1234, GPU has fallen off the bus.", 79),
+        ("kernel: NVRM: Xid (PCI:0000:b9:00): 48, pid='<unknown>', An uncorrectable double bit error", 48),
+        ("XID 94 contained ECC error", 94),
+        ("xid=63 row remapping", 63),
+        ("RuntimeError: CUDA error: an illegal memory access was encountered", None),
+        ("rapid 79 steps", None),  # 'xid' must be its own word
+        (None, None),
+    ],
+)
 def test_xid_is_read_from_the_nvidia_driver_line(text, xid):
     assert xid_of(text) == xid
 
 
-@pytest.mark.parametrize("exit_code,reason,message,expected", [
-    (137, "OOMKilled", "", "OOMKilled"),
-    (1, "Error", "NVRM: Xid (PCI:0000:53:00): 79, GPU has fallen off the bus", "XID 79"),
-    (1, "Error", "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=42, "
-                 "OpType=ALLREDUCE, Timeout(ms)=600000)", "NCCL collective timeout"),
-    (1, "Error", "NCCL WARN NET/OFI Request completed with error: fi_cq_readerr", "EFA error"),
-    (1, "Error", "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
-                 "unhandled system error", "NCCL error"),
-    (PREFLIGHT_EXIT_CODE, "Error", '{"event":"healthcheck","healthy":false}', "preflight"),
-    (139, "Error", "", "exit 139"),
-    (2, "ContainerCannotRun", "", "ContainerCannotRun (exit 2)"),
-])
+@pytest.mark.parametrize(
+    "exit_code,reason,message,expected",
+    [
+        (137, "OOMKilled", "", "OOMKilled"),
+        (1, "Error", "NVRM: Xid (PCI:0000:53:00): 79, GPU has fallen off the bus", "XID 79"),
+        (
+            1,
+            "Error",
+            "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=42, "
+            "OpType=ALLREDUCE, Timeout(ms)=600000)",
+            "NCCL collective timeout",
+        ),
+        (1, "Error", "NCCL WARN NET/OFI Request completed with error: fi_cq_readerr", "EFA error"),
+        (
+            1,
+            "Error",
+            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error",
+            "NCCL error",
+        ),
+        (PREFLIGHT_EXIT_CODE, "Error", '{"event":"healthcheck","healthy":false}', "preflight"),
+        (139, "Error", "", "exit 139"),
+        (2, "ContainerCannotRun", "", "ContainerCannotRun (exit 2)"),
+    ],
+)
 def test_failure_reason_most_specific_first(exit_code, reason, message, expected):
     assert classify(exit_code, reason, message) == expected
 
 
 def test_failure_of_names_the_node_and_keeps_the_message_and_xid():
-    f = failure_of(_pod(node="ip-10-0-1-7", exit_code=1,
-                        message="NVRM: Xid (PCI:0000:53:00): 79, pid=1, GPU has fallen off the bus"))
+    f = failure_of(
+        _pod(
+            node="ip-10-0-1-7", exit_code=1, message="NVRM: Xid (PCI:0000:53:00): 79, pid=1, GPU has fallen off the bus"
+        )
+    )
     assert f["node"] == "ip-10-0-1-7" and f["reason"] == "XID 79" and f["xid"] == 79
     assert f["exitCode"] == 1 and "fallen off the bus" in f["message"]
 
@@ -73,20 +112,28 @@ def test_bystanders_and_healthy_pods_are_not_blamed():
     unscheduled = _pod()
     unscheduled["spec"] = {}
     assert failure_of(unscheduled) is None  # never ran on a node: nothing to say about one
-    running = {"metadata": {"name": "p"}, "spec": {"nodeName": "n"},
-               "status": {"phase": "Running", "containerStatuses": [{"state": {"running": {}}}]}}
+    running = {
+        "metadata": {"name": "p"},
+        "spec": {"nodeName": "n"},
+        "status": {"phase": "Running", "containerStatuses": [{"state": {"running": {}}}]},
+    }
     assert failure_of(running) is None
 
 
 def test_an_evicted_pod_blames_its_node_with_the_eviction_reason():
-    pod = {"metadata": {**_pod()["metadata"], "name": "p"}, "spec": {"nodeName": "n9"},
-           "status": {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}}
+    pod = {
+        "metadata": {**_pod()["metadata"], "name": "p"},
+        "spec": {"nodeName": "n9"},
+        "status": {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."},
+    }
     assert failure_of(pod)["reason"] == "Evicted" and failure_of(pod)["node"] == "n9"
 
 
 def test_bad_nodes_are_recorded_once_per_node_and_attempt_and_bounded():
-    f = [{"node": "a", "pod": "p0", "reason": "exit 1", "exitCode": 1},
-         {"node": "a", "pod": "p1", "reason": "exit 1", "exitCode": 1}]
+    f = [
+        {"node": "a", "pod": "p0", "reason": "exit 1", "exitCode": 1},
+        {"node": "a", "pod": "p1", "reason": "exit 1", "exitCode": 1},
+    ]
     out = record([], f, attempt=1, when="t1")
     assert out == [{"node": "a", "reason": "exit 1", "attempt": 1, "time": "t1", "pod": "p0", "exitCode": 1}]
     out = record(out, f, attempt=2, when="t2")
@@ -113,10 +160,21 @@ def test_avoidance_never_makes_the_job_unschedulable():
     assert plan_avoidance([], ready, 1) == ([], "")
 
 
-@pytest.mark.parametrize("total,tainted,fraction,budget", [
-    (10, 0, 0.1, 1), (10, 1, 0.1, 0), (2, 0, 0.5, 1), (9, 0, 0.1, 0), (16, 1, 0.25, 3),
-    (10, 0, 0.0, 0), (0, 0, 0.5, 0), (10, 5, 0.2, 0), (3, 0, 1.0, 3), (10, 0, 0.3, 3),
-])
+@pytest.mark.parametrize(
+    "total,tainted,fraction,budget",
+    [
+        (10, 0, 0.1, 1),
+        (10, 1, 0.1, 0),
+        (2, 0, 0.5, 1),
+        (9, 0, 0.1, 0),
+        (16, 1, 0.25, 3),
+        (10, 0, 0.0, 0),
+        (0, 0, 0.5, 0),
+        (10, 5, 0.2, 0),
+        (3, 0, 1.0, 3),
+        (10, 0, 0.3, 3),
+    ],
+)
 def test_taint_budget_never_exceeds_the_fraction(total, tainted, fraction, budget):
     assert taint_budget(total, tainted, fraction) == budget
     assert tainted + taint_budget(total, tainted, fraction) <= max(tainted, fraction * total + 1e-9)
@@ -129,18 +187,26 @@ def test_taint_value_is_a_valid_label_value():
 
 
 def _verdict(**over):
-    v = {"event": "healthcheck", "healthy": False, "worldSize": 16, "busBandwidthGBps": 12.5,
-         "expectedBusBandwidthGBps": 400.0, "degraded": False,
-         "suspectRanks": {"8": ["links 1.000 and 1.100 GB/s, below 50% of the median link (40.000 GB/s)"]},
-         "suspectNodes": [{"node": 1, "host": "job-a1-worker-1", "nodeName": "ip-10-0-1-9"}]}
+    v = {
+        "event": "healthcheck",
+        "healthy": False,
+        "worldSize": 16,
+        "busBandwidthGBps": 12.5,
+        "expectedBusBandwidthGBps": 400.0,
+        "degraded": False,
+        "suspectRanks": {"8": ["links 1.000 and 1.100 GB/s, below 50% of the median link (40.000 GB/s)"]},
+        "suspectNodes": [{"node": 1, "host": "job-a1-worker-1", "nodeName": "ip-10-0-1-9"}],
+    }
     v.update(over)
     return v
 
 
 def test_preflight_verdict_is_read_from_the_termination_message_and_names_the_k8s_node():
     text = json.dumps(_verdict(), separators=(",", ":"))
-    seen = [{"pod": "job-a1-worker-0", "node": "ip-10-0-1-8", "exitCode": PREFLIGHT_EXIT_CODE, "message": text},
-            {"pod": "job-a1-worker-1", "node": "ip-10-0-1-9", "exitCode": PREFLIGHT_EXIT_CODE, "message": text}]
+    seen = [
+        {"pod": "job-a1-worker-0", "node": "ip-10-0-1-8", "exitCode": PREFLIGHT_EXIT_CODE, "message": text},
+        {"pod": "job-a1-worker-1", "node": "ip-10-0-1-9", "exitCode": PREFLIGHT_EXIT_CODE, "message": text},
+    ]
     v = preflight.preflight_verdict(seen)
     ran = {"ip-10-0-1-8", "ip-10-0-1-9"}  # the nodes the attempt's pods ran on
     assert v["busBandwidthGBps"] == 12.5
@@ -158,6 +224,7 @@ def test_preflight_verdict_is_read_from_the_termination_message_and_names_the_k8
 
 def _spec(raw):
     from llmtrain.validation import parse_spec
+
     return parse_spec(raw)
 
 
@@ -166,13 +233,28 @@ GPU2 = {"model": {"preset": "tiny"}, "cluster": {"instanceType": "p5.48xlarge", 
 
 def test_failed_preflight_amends_the_restart_with_bad_nodes_avoidance_and_bandwidth():
     text = json.dumps(_verdict(), separators=(",", ":"))
-    seen = ({"pod": "job-a1-worker-1", "node": "ip-10-0-1-9", "reason": "preflight",
-             "exitCode": PREFLIGHT_EXIT_CODE, "message": text},)
+    seen = (
+        {
+            "pod": "job-a1-worker-1",
+            "node": "ip-10-0-1-9",
+            "reason": "preflight",
+            "exitCode": PREFLIGHT_EXIT_CODE,
+            "message": text,
+        },
+    )
     failed = forensics.failed_attempt(seen, "the PyTorchJob failed", preflight_failures=0)
     assert failed.reason == Reason.PREFLIGHT_FAILED and failed.spend is False
     update = {"phase": "Restarting", "message": "attempt 1 preflight-failed"}
-    forensics.amend_failed(update, failed, spec=_spec(GPU2), attempt=1, bad_nodes=[], preflight_failures=0,
-                           ready={"ip-10-0-1-8", "ip-10-0-1-9", "ip-10-0-1-10"}, when="2026-01-01T00:00:00Z")
+    forensics.amend_failed(
+        update,
+        failed,
+        spec=_spec(GPU2),
+        attempt=1,
+        bad_nodes=[],
+        preflight_failures=0,
+        ready={"ip-10-0-1-8", "ip-10-0-1-9", "ip-10-0-1-10"},
+        when="2026-01-01T00:00:00Z",
+    )
     assert update["avoidNodes"] == ["ip-10-0-1-9"]
     assert update["badNodes"][0]["node"] == "ip-10-0-1-9" and update["badNodes"][0]["attempt"] == 1
     assert update["preflight"]["busBandwidthGBps"] == 12.5 and update["preflight"]["suspectNodes"] == ["ip-10-0-1-9"]
@@ -186,8 +268,12 @@ def test_flight_recorder_is_named_on_hang_for_gpu_jobs_only():
     update = {"phase": "Restarting", "message": "attempt 3 hang"}
     forensics.amend_stuck(update, Reason.HANG, spec=_spec(gpu), attempt=3, bad_nodes=[], ready=None)
     assert update["flightRecorder"] == {
-        "attempt": 3, "reason": "hang", "path": "/mnt/fsx/ckpt/run1/flight-recorder/attempt-3/rank_<rank>",
-        "persistent": True, "note": "beside the checkpoints"}
+        "attempt": 3,
+        "reason": "hang",
+        "path": "/mnt/fsx/ckpt/run1/flight-recorder/attempt-3/rank_<rank>",
+        "persistent": True,
+        "note": "beside the checkpoints",
+    }
     assert "flight-recorder/attempt-3" in update["message"]
     s3 = {**gpu, "checkpoint": {"uri": "s3://b/ckpt/"}}
     update = {"message": "m"}
@@ -203,21 +289,40 @@ def test_flight_recorder_is_named_on_hang_for_gpu_jobs_only():
 
 
 def test_a_collective_timeout_failure_names_the_flight_recorder():
-    seen = ({"pod": "j-a2-worker-0", "node": "n1", "reason": "NCCL collective timeout",
-             "exitCode": 1, "message": "Watchdog caught collective operation timeout"},)
+    seen = (
+        {
+            "pod": "j-a2-worker-0",
+            "node": "n1",
+            "reason": "NCCL collective timeout",
+            "exitCode": 1,
+            "message": "Watchdog caught collective operation timeout",
+        },
+    )
     failed = forensics.failed_attempt(seen, "replica worker failed", preflight_failures=0)
     assert failed.reason == Reason.FAILED and failed.spend is True
     update = {"phase": "Restarting", "message": "m"}
-    forensics.amend_failed(update, failed, spec=_spec(GPU2), attempt=2, bad_nodes=[], preflight_failures=0,
-                           ready={"n1", "n2", "n3"}, when="2026-01-01T00:00:00Z")
+    forensics.amend_failed(
+        update,
+        failed,
+        spec=_spec(GPU2),
+        attempt=2,
+        bad_nodes=[],
+        preflight_failures=0,
+        ready={"n1", "n2", "n3"},
+        when="2026-01-01T00:00:00Z",
+    )
     assert update["flightRecorder"]["attempt"] == 2 and update["flightRecorder"]["reason"] == "collective-timeout"
     assert update["avoidNodes"] == ["n1"]
 
 
 def test_ranks_that_only_lost_a_peer_are_not_blamed_beside_the_one_that_failed():
     culprit = {"node": "a", "pod": "p0", "reason": "XID 79", "message": "NVRM: Xid (PCI:0000:53:00): 79"}
-    victim = {"node": "b", "pod": "p1", "reason": "NCCL error",
-              "message": "DistBackendError: NCCL error: remote process exited or there was a network error"}
+    victim = {
+        "node": "b",
+        "pod": "p1",
+        "reason": "NCCL error",
+        "message": "DistBackendError: NCCL error: remote process exited or there was a network error",
+    }
     reset = {"node": "c", "pod": "p2", "reason": "exit 1", "message": "gloo: Connection reset by peer"}
     assert nodes.culprits([victim, culprit, reset]) == [culprit]
     # only victims: nobody else to blame, so they are what is known

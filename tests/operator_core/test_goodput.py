@@ -32,10 +32,23 @@ def test_no_attempt_yet_is_queued():
 def test_one_running_attempt():
     # created 0; PyTorchJob 10; loop 40; now 160: 120 s of steps, of which 5 s checkpoint stall
     # and 3 s data wait (the current attempt: its counters up to its last scrape, the rest steps).
-    a = Attempt(1, created=10, train_start=40, last_heartbeat=150, resume_step=0, last_step=50, steps=50,
-                step_seconds=110, checkpoint_blocking_seconds=5, data_wait_seconds=3)
-    got = check(Timeline(start=0.0, attempts=(a,)), 160.0,
-                expect(queued=10, starting=30, checkpointStall=5, dataWait=3, productive=112))
+    a = Attempt(
+        1,
+        created=10,
+        train_start=40,
+        last_heartbeat=150,
+        resume_step=0,
+        last_step=50,
+        steps=50,
+        step_seconds=110,
+        checkpoint_blocking_seconds=5,
+        data_wait_seconds=3,
+    )
+    got = check(
+        Timeline(start=0.0, attempts=(a,)),
+        160.0,
+        expect(queued=10, starting=30, checkpointStall=5, dataWait=3, productive=112),
+    )
     assert gp.ratio(got) == pytest.approx(112 / 160)
 
 
@@ -45,13 +58,40 @@ def test_hang_then_restart_with_redone_steps():
     # backoff 260..290: restarting 30
     # a2: PyTorchJob 290, loop 330, resumed from step 80, at step 200 after 120 steps of 2 s; now 600
     #     starting 40; inside 330..600 = 270: stall 10, lost work (100 - 80) × 2 s = 40, productive 220
-    a1 = Attempt(1, created=10, end=260, end_reason="Hang", train_start=40, last_heartbeat=200, resume_step=0,
-                 last_step=100, steps=100, step_seconds=150, checkpoint_blocking_seconds=6, data_wait_seconds=4)
-    a2 = Attempt(2, created=290, train_start=330, last_heartbeat=590, resume_step=80, last_step=200, steps=120,
-                 step_seconds=240, checkpoint_blocking_seconds=10, data_wait_seconds=0)
+    a1 = Attempt(
+        1,
+        created=10,
+        end=260,
+        end_reason="Hang",
+        train_start=40,
+        last_heartbeat=200,
+        resume_step=0,
+        last_step=100,
+        steps=100,
+        step_seconds=150,
+        checkpoint_blocking_seconds=6,
+        data_wait_seconds=4,
+    )
+    a2 = Attempt(
+        2,
+        created=290,
+        train_start=330,
+        last_heartbeat=590,
+        resume_step=80,
+        last_step=200,
+        steps=120,
+        step_seconds=240,
+        checkpoint_blocking_seconds=10,
+        data_wait_seconds=0,
+    )
     t = Timeline(start=0.0, attempts=(a2, a1))  # order of the records does not matter
-    got = check(t, 600.0, expect(queued=10, starting=70, hang=60, restarting=30, checkpointStall=16,
-                                 dataWait=4, lostWork=40, productive=370))
+    got = check(
+        t,
+        600.0,
+        expect(
+            queued=10, starting=70, hang=60, restarting=30, checkpointStall=16, dataWait=4, lostWork=40, productive=370
+        ),
+    )
     assert gp.ratio(got) == pytest.approx(370 / 600)
     assert gp.steps_redone(t) == 20
 
@@ -59,12 +99,35 @@ def test_hang_then_restart_with_redone_steps():
 def test_failure_tail_is_restarting_and_success_tail_is_the_final_save():
     # a1 fails: last step 100, the PyTorchJob Failed seen at 130 → tail 30 restarting; next at 150 (20 more)
     # a2 succeeds: last step 400, completion 420 → tail 20 checkpoint stall (the final save)
-    a1 = Attempt(1, created=0, end=130, end_reason="Failed", train_start=20, last_heartbeat=100, last_step=10,
-                 resume_step=0, steps=10, step_seconds=80)
-    a2 = Attempt(2, created=150, end=420, end_reason="Succeeded", train_start=160, last_heartbeat=400,
-                 resume_step=10, last_step=30, steps=20, step_seconds=240)
-    check(Timeline(start=0.0, attempts=(a1, a2)), 420.0,
-          expect(starting=30, productive=80 + 240, restarting=50, checkpointStall=20))
+    a1 = Attempt(
+        1,
+        created=0,
+        end=130,
+        end_reason="Failed",
+        train_start=20,
+        last_heartbeat=100,
+        last_step=10,
+        resume_step=0,
+        steps=10,
+        step_seconds=80,
+    )
+    a2 = Attempt(
+        2,
+        created=150,
+        end=420,
+        end_reason="Succeeded",
+        train_start=160,
+        last_heartbeat=400,
+        resume_step=10,
+        last_step=30,
+        steps=20,
+        step_seconds=240,
+    )
+    check(
+        Timeline(start=0.0, attempts=(a1, a2)),
+        420.0,
+        expect(starting=30, productive=80 + 240, restarting=50, checkpointStall=20),
+    )
 
 
 def test_attempt_that_never_began_its_loop_is_all_starting():
@@ -79,24 +142,37 @@ def test_suspended_spans_are_left_out_of_the_ratio():
     a1 = Attempt(1, created=60, end=200, end_reason="Suspended", train_start=80, last_heartbeat=190)
     a2 = Attempt(2, created=500, train_start=520)
     t = Timeline(start=0.0, attempts=(a1, a2), suspensions=((0, 50), (200, 500)))
-    got = check(t, 600.0, expect(suspended=50 + 300, queued=10, starting=20 + 20, checkpointStall=10,
-                                 productive=110 + 80))
+    got = check(
+        t, 600.0, expect(suspended=50 + 300, queued=10, starting=20 + 20, checkpointStall=10, productive=110 + 80)
+    )
     assert gp.ratio(got) == pytest.approx(190 / 250)
 
 
 def test_still_suspended_counts_to_now():
     a1 = Attempt(1, created=0, end=100, end_reason="Suspended", train_start=10, last_heartbeat=100)
-    got = check(Timeline(start=0.0, attempts=(a1,), suspensions=((100, None),)), 1000.0,
-                expect(starting=10, productive=90, suspended=900))
+    got = check(
+        Timeline(start=0.0, attempts=(a1,), suspensions=((100, None),)),
+        1000.0,
+        expect(starting=10, productive=90, suspended=900),
+    )
     assert gp.ratio(got) == pytest.approx(90 / 100)
 
 
 def test_counters_beyond_the_span_are_clamped_not_double_counted():
     # a stale or hostile scrape: more blocking + data wait than the attempt ran
-    a = Attempt(1, created=0, end=100, end_reason="Failed", train_start=10, last_heartbeat=90,
-                checkpoint_blocking_seconds=70, data_wait_seconds=70)
-    check(Timeline(start=0.0, attempts=(a,)), 100.0,
-          expect(starting=10, checkpointStall=70, dataWait=10, restarting=10))
+    a = Attempt(
+        1,
+        created=0,
+        end=100,
+        end_reason="Failed",
+        train_start=10,
+        last_heartbeat=90,
+        checkpoint_blocking_seconds=70,
+        data_wait_seconds=70,
+    )
+    check(
+        Timeline(start=0.0, attempts=(a,)), 100.0, expect(starting=10, checkpointStall=70, dataWait=10, restarting=10)
+    )
 
 
 def test_clock_skew_never_makes_negative_time():
@@ -108,6 +184,7 @@ def test_clock_skew_never_makes_negative_time():
 
 # --- the status form: what decide writes and what the report reads -------------------------------
 
+
 def _records(n: int, keep: int = gp.MAX_ATTEMPTS) -> tuple[dict, float]:
     """n attempts of 100 s each (20 s starting, 70 s steps, 10 s tail), 15 s apart, each redoing
     5 steps; the last one running."""
@@ -115,9 +192,16 @@ def _records(n: int, keep: int = gp.MAX_ATTEMPTS) -> tuple[dict, float]:
     t = 5.0
     for i in range(1, n + 1):
         g = gp.opened(g, i, t, job_created=0.0, keep=keep)
-        prog = {"attempt": i, "trainStartTime": gp.stamp(t + 20), "heartbeatTime": gp.stamp(t + 90),
-                "resumeStep": (i - 1) * 10, "step": i * 10 + 5, "attemptSteps": 15, "stepSeconds": 70.0,
-                "checkpointBlockingSeconds": 2.0}
+        prog = {
+            "attempt": i,
+            "trainStartTime": gp.stamp(t + 20),
+            "heartbeatTime": gp.stamp(t + 90),
+            "resumeStep": (i - 1) * 10,
+            "step": i * 10 + 5,
+            "attemptSteps": 15,
+            "stepSeconds": 70.0,
+            "checkpointBlockingSeconds": 2.0,
+        }
         if i < n:
             g = gp.closed(g, i, t + 100, "Failed", prog)
         t += 115
@@ -144,7 +228,8 @@ def test_status_round_trip_uses_the_current_attempts_live_counters_only():
     assert gp.buckets(t, 100.0) == pytest.approx(expect(queued=10, starting=90))
     live = {**stale, "attempt": 1}
     assert gp.buckets(gp.timeline_of(g, 0.0, live), 100.0) == pytest.approx(
-        expect(queued=10, starting=10, checkpointStall=50, productive=30))
+        expect(queued=10, starting=10, checkpointStall=50, productive=30)
+    )
     s = gp.summary(gp.timeline_of(g, 0.0, live), 100.0)
     assert s["wallSeconds"] == 100.0 and s["ratio"] == 0.3
 
@@ -162,8 +247,11 @@ def test_time_a_queue_held_the_attempt_is_queued_not_starting():
     # attempt 1 created at 10 suspended for a queue, admitted at 70, loop at 100; attempt 2 admitted at once
     a1 = Attempt(1, created=10, admitted=70, end=200, end_reason="Failed", train_start=100, last_heartbeat=200)
     a2 = Attempt(2, created=210, admitted=250, train_start=260)
-    check(Timeline(start=0.0, attempts=(a1, a2)), 300.0,
-          expect(queued=10 + 60 + 40, starting=30 + 10, productive=100 + 40, restarting=10))
+    check(
+        Timeline(start=0.0, attempts=(a1, a2)),
+        300.0,
+        expect(queued=10 + 60 + 40, starting=30 + 10, productive=100 + 40, restarting=10),
+    )
     g = gp.admitted(gp.opened({}, 1, 10.0, job_created=0.0), 1, 70.0)
     assert gp.timeline_of(g, 0.0).attempts[0].admitted == 70.0
     assert gp.admitted(g, 1, 90.0) == g  # the first admission counts

@@ -18,15 +18,45 @@ T0 = 1_772_366_400.0  # 2026-03-01T12:00:00Z
 
 def job() -> dict:
     s = lambda dt_: gp.stamp(T0 + dt_)  # noqa: E731
-    return {"apiVersion": "llmtrain.dev/v1alpha1", "kind": "LLMTrainingJob",
-            "metadata": {"name": "llama", "namespace": "team-a", "creationTimestamp": s(0)},
-            "status": {"phase": "Succeeded", "completionTime": s(1000), "goodput": {"attempts": [
-                {"attempt": 1, "createdTime": s(10), "endTime": s(400), "endReason": "Hang",
-                 "trainStartTime": s(40), "heartbeatTime": s(300), "resumeStep": 0, "step": 100,
-                 "attemptSteps": 100, "stepSeconds": 250.0, "checkpointBlockingSeconds": 10.0},
-                {"attempt": 2, "createdTime": s(420), "endTime": s(1000), "endReason": "Succeeded",
-                 "trainStartTime": s(450), "heartbeatTime": s(990), "resumeStep": 80, "step": 300,
-                 "attemptSteps": 220, "stepSeconds": 528.0, "dataWaitSeconds": 12.0}]}}}
+    return {
+        "apiVersion": "llmtrain.dev/v1alpha1",
+        "kind": "LLMTrainingJob",
+        "metadata": {"name": "llama", "namespace": "team-a", "creationTimestamp": s(0)},
+        "status": {
+            "phase": "Succeeded",
+            "completionTime": s(1000),
+            "goodput": {
+                "attempts": [
+                    {
+                        "attempt": 1,
+                        "createdTime": s(10),
+                        "endTime": s(400),
+                        "endReason": "Hang",
+                        "trainStartTime": s(40),
+                        "heartbeatTime": s(300),
+                        "resumeStep": 0,
+                        "step": 100,
+                        "attemptSteps": 100,
+                        "stepSeconds": 250.0,
+                        "checkpointBlockingSeconds": 10.0,
+                    },
+                    {
+                        "attempt": 2,
+                        "createdTime": s(420),
+                        "endTime": s(1000),
+                        "endReason": "Succeeded",
+                        "trainStartTime": s(450),
+                        "heartbeatTime": s(990),
+                        "resumeStep": 80,
+                        "step": 300,
+                        "attemptSteps": 220,
+                        "stepSeconds": 528.0,
+                        "dataWaitSeconds": 12.0,
+                    },
+                ]
+            },
+        },
+    }
 
 
 def test_goodput_report_table_and_png(tmp_path, capsys):

@@ -28,9 +28,17 @@ def test_new_attempt_opens_a_record_and_counts_the_queue():
 
 
 def test_hang_closes_the_attempt_with_the_trainers_last_counters():
-    progress = {"attempt": 1, "step": 50, "heartbeatTime": ago(minutes=40), "trainStartTime": at(minutes=55),
-                "resumeStep": 0, "attemptSteps": 50, "stepSeconds": 800.0, "checkpointBlockingSeconds": 30.0,
-                "dataWaitSeconds": 10.0}
+    progress = {
+        "attempt": 1,
+        "step": 50,
+        "heartbeatTime": ago(minutes=40),
+        "trainStartTime": at(minutes=55),
+        "resumeStep": 0,
+        "attemptSteps": 50,
+        "stepSeconds": 800.0,
+        "checkpointBlockingSeconds": 30.0,
+        "dataWaitSeconds": 10.0,
+    }
     goodput = {"attempts": [{"attempt": 1, "createdTime": at(minutes=58)}], "updateTime": at(seconds=10)}
     st = running(progress=progress, goodput=goodput, attemptStartTime=at(minutes=56))
     plan = decide_(snap(st, children=[ptj(1, "Running")], creation_time=NOW - dt.timedelta(hours=1)))
@@ -40,8 +48,17 @@ def test_hang_closes_the_attempt_with_the_trainers_last_counters():
     assert rec["endTime"] == gp.stamp(NOW.timestamp()) and rec["endReason"] == "Hang"
     assert rec["checkpointBlockingSeconds"] == 30.0 and rec["heartbeatTime"] == progress["heartbeatTime"]
     # queued 2 min, starting 3 min, steps 15 min (30 s stall, 10 s data wait), hang 40 min
-    assert g["seconds"] == pytest.approx({**gp.zero(), "queued": 120, "starting": 180, "checkpointStall": 30,
-                                          "dataWait": 10, "productive": 900 - 40, "hang": 2400})
+    assert g["seconds"] == pytest.approx(
+        {
+            **gp.zero(),
+            "queued": 120,
+            "starting": 180,
+            "checkpointStall": 30,
+            "dataWait": 10,
+            "productive": 900 - 40,
+            "hang": 2400,
+        }
+    )
     assert g["wallSeconds"] == 3600
 
 
@@ -57,8 +74,12 @@ def test_goodput_is_refreshed_only_when_due():
 
 def test_suspend_and_resume_mark_a_suspension():
     goodput = {"attempts": [{"attempt": 1, "createdTime": at(minutes=12)}]}
-    o = snap(running(goodput=goodput), spec={**snap().raw_spec, "suspend": True}, children=[ptj(1, "Running")],
-             creation_time=CREATED)
+    o = snap(
+        running(goodput=goodput),
+        spec={**snap().raw_spec, "suspend": True},
+        children=[ptj(1, "Running")],
+        creation_time=CREATED,
+    )
     plan = decide_(o)
     assert plan.situation == "suspend"
     g = plan.status["goodput"]
@@ -88,8 +109,13 @@ def test_the_scrape_decide_judges_is_the_one_recorded():
     what status.progress held before it."""
     from llmtrain.controller.status import Progress
 
-    old = {"attempt": 1, "step": 40, "attemptSteps": 40, "heartbeatTime": at(minutes=40),
-           "trainStartTime": at(minutes=55)}
+    old = {
+        "attempt": 1,
+        "step": 40,
+        "attemptSteps": 40,
+        "heartbeatTime": at(minutes=40),
+        "trainStartTime": at(minutes=55),
+    }
     goodput = {"attempts": [{"attempt": 1, "createdTime": at(minutes=58)}], "updateTime": at(seconds=10)}
     st = running(progress=old, goodput=goodput, attemptStartTime=at(minutes=56))
     scrape = Progress(step=50, heartbeat=(NOW - dt.timedelta(minutes=40)).timestamp(), step_seconds_count=50)

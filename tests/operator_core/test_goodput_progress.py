@@ -28,9 +28,15 @@ def test_the_scrape_reads_the_goodput_counters():
     assert (p.checkpoint_blocking_seconds, p.data_wait_seconds) == (7.5, 1.0)
     s = p.as_status()
     assert s["trainStartTime"] == "2026-03-01T11:50:00Z"
-    assert {k: s[k] for k in ("resumeStep", "attemptSteps", "stepSeconds", "checkpointBlockingSeconds",
-                              "dataWaitSeconds")} == {"resumeStep": 80, "attemptSteps": 4, "stepSeconds": 10.0,
-                                                      "checkpointBlockingSeconds": 7.5, "dataWaitSeconds": 1.0}
+    assert {
+        k: s[k] for k in ("resumeStep", "attemptSteps", "stepSeconds", "checkpointBlockingSeconds", "dataWaitSeconds")
+    } == {
+        "resumeStep": 80,
+        "attemptSteps": 4,
+        "stepSeconds": 10.0,
+        "checkpointBlockingSeconds": 7.5,
+        "dataWaitSeconds": 1.0,
+    }
 
 
 def test_eta_uses_the_recent_step_time_and_the_checkpoint_stall():

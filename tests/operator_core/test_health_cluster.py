@@ -71,8 +71,9 @@ def env_of(ptj: dict) -> dict:
 def set_clock(kube, namespace: str, name: str, minutes_ago: float) -> None:
     """Move the attempt's start into the past (the same clock the hang test moves)."""
     t = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - minutes_ago * 60))
-    kube.custom.patch_namespaced_custom_object_status("llmtrain.dev", "v1alpha1", namespace, "llmtrainingjobs",
-                                                      name, {"status": {"attemptStartTime": t}})
+    kube.custom.patch_namespaced_custom_object_status(
+        "llmtrain.dev", "v1alpha1", namespace, "llmtrainingjobs", name, {"status": {"attemptStartTime": t}}
+    )
 
 
 def warnings(kube, namespace: str, name: str, reason: str) -> list:
@@ -80,15 +81,23 @@ def warnings(kube, namespace: str, name: str, reason: str) -> list:
 
 
 def test_nan_losses_restart_before_the_first_bad_step_and_the_next_attempt_acknowledges(
-        health_operator, kube, namespace):
+    health_operator, kube, namespace
+):
     name, ip = "nan", "127.0.0.11"
-    kube.apply(namespace, kube.job_doc(name, tiny(resilience={"nonFiniteLossSteps": 3, "maxRestarts": 3},
-                                                  checkpoint={"uri": "s3://bucket/nan/"})))
+    kube.apply(
+        namespace,
+        kube.job_doc(
+            name, tiny(resilience={"nonFiniteLossSteps": 3, "maxRestarts": 3}, checkpoint={"uri": "s3://bucket/nan/"})
+        ),
+    )
     with rank0(health_operator, ip) as m:
         m.step.set(40)
         start_attempt(kube, namespace, name, 1, ip, m)
-        wait_for(lambda: condition(kube.status(namespace, name), "TrainingHealthy").get("status") == "True",
-                 30, "TrainingHealthy True while steps complete")
+        wait_for(
+            lambda: condition(kube.status(namespace, name), "TrainingHealthy").get("status") == "True",
+            30,
+            "TrainingHealthy True while steps complete",
+        )
         # Steps 41 and 42 were NaN, then 43, 44 (all between two scrapes): a run of 4 from step 41.
         t0 = time.monotonic()
         m.nonfinite_loss_steps.set(4)
@@ -112,25 +121,43 @@ def test_nan_losses_restart_before_the_first_bad_step_and_the_next_attempt_ackno
         m.loss.set(2.4)
         m.resumed_before_step.set(41)
         start_attempt(kube, namespace, name, 2, ip, m)
-        status = wait_for(lambda: (s := kube.status(namespace, name)).get("resumeBeforeStep") is None
-                          and condition(s, "TrainingHealthy").get("status") == "True" and s,
-                          30, "the rollback acknowledged and TrainingHealthy again")
+        status = wait_for(
+            lambda: (
+                (s := kube.status(namespace, name)).get("resumeBeforeStep") is None
+                and condition(s, "TrainingHealthy").get("status") == "True"
+                and s
+            ),
+            30,
+            "the rollback acknowledged and TrainingHealthy again",
+        )
         assert status["attempt"] == 2 and status["restarts"] == 1
-        wait_for(lambda: [e for e in kube.events(namespace, name) if e.reason == "RolledBack"], 30, "a RolledBack event")
+        wait_for(
+            lambda: [e for e in kube.events(namespace, name) if e.reason == "RolledBack"], 30, "a RolledBack event"
+        )
 
 
 def test_loss_spike_restarts_before_the_spike(health_operator, kube, namespace):
     name, ip = "spike", "127.0.0.12"
-    kube.apply(namespace, kube.job_doc(name, tiny(
-        resilience={"lossSpikeFactor": 2.5, "lossSpikeMinSteps": 100, "maxRestarts": 3},
-        checkpoint={"uri": "s3://bucket/spike/"})))
+    kube.apply(
+        namespace,
+        kube.job_doc(
+            name,
+            tiny(
+                resilience={"lossSpikeFactor": 2.5, "lossSpikeMinSteps": 100, "maxRestarts": 3},
+                checkpoint={"uri": "s3://bucket/spike/"},
+            ),
+        ),
+    )
     with rank0(health_operator, ip) as m:
         m.step.set(300)
         m.loss_spike_step.set(250)  # a spike under the factor: recorded by the trainer, not acted on
         m.loss_spike_ratio.set(2.2)
         start_attempt(kube, namespace, name, 1, ip, m)
-        wait_for(lambda: kube.status(namespace, name).get("progress", {}).get("lossSpikeStep") == 250,
-                 30, "the spike facts in status.progress")
+        wait_for(
+            lambda: kube.status(namespace, name).get("progress", {}).get("lossSpikeStep") == 250,
+            30,
+            "the spike facts in status.progress",
+        )
         m.step.set(301)
         wait_for(lambda: kube.status(namespace, name)["progress"]["step"] == 301, 30, "the next scrape")
         assert kube.status(namespace, name)["attempt"] == 1
@@ -148,15 +175,20 @@ def test_loss_spike_restarts_before_the_spike(health_operator, kube, namespace):
 
 def test_no_first_step_within_the_allowance_restarts(health_operator, kube, namespace):
     name, ip = "slowstart", "127.0.0.13"
-    kube.apply(namespace, kube.job_doc(name, tiny(resilience={"firstStepTimeoutMinutes": 20,
-                                                              "hangTimeoutMinutes": 5, "maxRestarts": 3})))
+    kube.apply(
+        namespace,
+        kube.job_doc(name, tiny(resilience={"firstStepTimeoutMinutes": 20, "hangTimeoutMinutes": 5, "maxRestarts": 3})),
+    )
     with rank0(health_operator, ip):  # serving, but no step yet: loading
         start_attempt(kube, namespace, name, 1, ip)
         set_clock(kube, namespace, name, minutes_ago=10)  # past hangTimeoutMinutes, within the allowance
         wait_for(lambda: kube.status(namespace, name).get("progress", {}).get("updateTime"), 30, "a scrape")
         time_of_scrape = kube.status(namespace, name)["progress"]["updateTime"]
-        wait_for(lambda: kube.status(namespace, name)["progress"]["updateTime"] != time_of_scrape, 30,
-                 "a scrape after the clock moved")
+        wait_for(
+            lambda: kube.status(namespace, name)["progress"]["updateTime"] != time_of_scrape,
+            30,
+            "a scrape after the clock moved",
+        )
         assert kube.status(namespace, name)["attempt"] == 1  # loading for 10 min is not a hang
         t0 = time.monotonic()
         set_clock(kube, namespace, name, minutes_ago=21)
@@ -174,20 +206,33 @@ def test_stale_checkpoint_is_a_warning_condition_without_a_restart(health_operat
     with rank0(health_operator, ip) as m:
         m.step.set(10)
         start_attempt(kube, namespace, name, 1, ip, m)
-        wait_for(lambda: condition(kube.status(namespace, name), "TrainingHealthy").get("status") == "True",
-                 30, "TrainingHealthy")
+        wait_for(
+            lambda: condition(kube.status(namespace, name), "TrainingHealthy").get("status") == "True",
+            30,
+            "TrainingHealthy",
+        )
         assert not condition(kube.status(namespace, name), "CheckpointStale")  # 0 of 10 minutes
         t0 = time.monotonic()
         set_clock(kube, namespace, name, minutes_ago=11)  # 2 × intervalMinutes without a checkpoint
-        status = wait_for(lambda: (s := kube.status(namespace, name))
-                          and condition(s, "CheckpointStale").get("status") == "True" and s, 30, "CheckpointStale")
+        status = wait_for(
+            lambda: (
+                (s := kube.status(namespace, name)) and condition(s, "CheckpointStale").get("status") == "True" and s
+            ),
+            30,
+            "CheckpointStale",
+        )
         print(f"past 2 × intervalMinutes → CheckpointStale=True: {time.monotonic() - t0:.2f} s")
         cond = condition(status, "CheckpointStale")
         assert cond["reason"] == "NoRecentCheckpoint" and "2 × checkpoint.intervalMinutes (5)" in cond["message"]
         wait_for(lambda: warnings(kube, namespace, name, "NoRecentCheckpoint"), 30, "a warning event")
         m.last_checkpoint_step.set(10)
         m.last_checkpoint_timestamp_seconds.set(time.time())
-        status = wait_for(lambda: (s := kube.status(namespace, name))
-                          and condition(s, "CheckpointStale").get("status") == "False" and s, 30, "CheckpointStale cleared")
+        status = wait_for(
+            lambda: (
+                (s := kube.status(namespace, name)) and condition(s, "CheckpointStale").get("status") == "False" and s
+            ),
+            30,
+            "CheckpointStale cleared",
+        )
         assert condition(status, "CheckpointStale")["reason"] == "CheckpointRecent"
         assert (status["attempt"], status.get("restarts", 0), status["phase"]) == (1, 0, "Running")

@@ -20,9 +20,16 @@ T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 
 
 def spec(resilience=None, checkpoint=None, **model) -> LLMTrainingJobSpec:
-    return resolve(LLMTrainingJobSpec.model_validate({
-        "model": {"preset": "tiny", **model}, "cluster": {"instanceType": "cpu"},
-        "resilience": resilience or {}, "checkpoint": checkpoint or {}}))
+    return resolve(
+        LLMTrainingJobSpec.model_validate(
+            {
+                "model": {"preset": "tiny", **model},
+                "cluster": {"instanceType": "cpu"},
+                "resilience": resilience or {},
+                "checkpoint": checkpoint or {},
+            }
+        )
+    )
 
 
 def status(minutes_running: float, heartbeat_minutes_ago: float | None = None, **extra) -> tuple[dict, dt.datetime]:
@@ -31,8 +38,7 @@ def status(minutes_running: float, heartbeat_minutes_ago: float | None = None, *
     progress = dict(extra.pop("progress", {}))
     if heartbeat_minutes_ago is not None:
         progress["heartbeatTime"] = timestamp(at - dt.timedelta(minutes=heartbeat_minutes_ago))
-    return {"phase": "Running", "attempt": 1, "attemptStartTime": timestamp(T0), "progress": progress,
-            **extra}, at
+    return {"phase": "Running", "attempt": 1, "attemptStartTime": timestamp(T0), "progress": progress, **extra}, at
 
 
 def restart_of(s, st, at, progress=None):
@@ -62,9 +68,15 @@ def test_hang_counts_from_the_last_step_once_there_was_one():
 def test_first_step_allowance_default_grows_with_what_a_node_loads():
     tiny = spec({"hangTimeoutMinutes": 30})
     assert tiny.resilience.first_step_timeout_minutes == 30 + 1  # the tiny model loads in well under a minute
-    big = resolve(LLMTrainingJobSpec.model_validate({"model": {"preset": "llama3-70b", "pretrainedUri": "s3://b/m/"},
-                                             "cluster": {"instanceType": "p5.48xlarge", "nodes": 16},
-                                             "resilience": {"hangTimeoutMinutes": 30}}))
+    big = resolve(
+        LLMTrainingJobSpec.model_validate(
+            {
+                "model": {"preset": "llama3-70b", "pretrainedUri": "s3://b/m/"},
+                "cluster": {"instanceType": "p5.48xlarge", "nodes": 16},
+                "resilience": {"hangTimeoutMinutes": 30},
+            }
+        )
+    )
     # Every node reads the whole bf16 model (2 B × ~70.6 B params ≈ 141 GB) at 100 MB/s: ~24 min.
     minutes, why = first_step_timeout_minutes(big)
     assert big.resilience.first_step_timeout_minutes == minutes and 30 + 23 <= minutes <= 30 + 25, why
@@ -78,8 +90,12 @@ def test_non_finite_losses_for_n_steps_roll_back_before_the_first_bad_one():
     r = restart_of(s, st, at, Progress(step=120, nonfinite_loss_max_steps=3, nonfinite_loss_first_step=118))
     assert (r.reason, r.condition_reason, r.resume_before_step) == (Reason.NON_FINITE_LOSS, "NonFiniteLoss", 118)
     # The streak ended between two scrapes (the loss is finite again): the trainer's longest run still counts.
-    r = restart_of(s, st, at, Progress(step=130, loss=2.0, nonfinite_loss_steps=0, nonfinite_loss_max_steps=5,
-                                       nonfinite_loss_first_step=121))
+    r = restart_of(
+        s,
+        st,
+        at,
+        Progress(step=130, loss=2.0, nonfinite_loss_steps=0, nonfinite_loss_max_steps=5, nonfinite_loss_first_step=121),
+    )
     assert r.resume_before_step == 121
     off = spec({"nonFiniteLossSteps": 0})
     assert restart_of(off, st, at, Progress(nonfinite_loss_max_steps=50, nonfinite_loss_first_step=1)) is None
@@ -123,9 +139,13 @@ def test_stale_checkpoint_is_a_warning_condition_and_clears():
     c = next(c for c in v.conditions if c.type == "CheckpointStale")
     assert (c.status, c.reason, c.warn, v.restart) == (True, "NoRecentCheckpoint", True, None)
     # A checkpoint 10 minutes ago, an hour and a half into the attempt: not stale; the True clears.
-    st, at = status(90, heartbeat_minutes_ago=0, progress={"lastCheckpointTime": timestamp(T0 + dt.timedelta(minutes=80))})
+    st, at = status(
+        90, heartbeat_minutes_ago=0, progress={"lastCheckpointTime": timestamp(T0 + dt.timedelta(minutes=80))}
+    )
     v = health.evaluate(s, st, None, at)
-    changed = health.changed_conditions([{"type": "CheckpointStale", "status": "True", "reason": "NoRecentCheckpoint"}], v)
+    changed = health.changed_conditions(
+        [{"type": "CheckpointStale", "status": "True", "reason": "NoRecentCheckpoint"}], v
+    )
     assert ("CheckpointStale", False, "CheckpointRecent") in [(c.type, c.status, c.reason) for c in changed]
     # No checkpoint location: no such condition at all.
     assert not [c for c in health.evaluate(spec(), stale, None, at).conditions if c.type == "CheckpointStale"]
@@ -133,15 +153,23 @@ def test_stale_checkpoint_is_a_warning_condition_and_clears():
 
 def test_training_healthy_and_the_applied_rollback():
     s = spec()
-    st, at = status(10, heartbeat_minutes_ago=0, resumeBeforeStep=300,
-                    conditions=[{"type": "TrainingHealthy", "status": "False", "reason": "LossSpike"}])
+    st, at = status(
+        10,
+        heartbeat_minutes_ago=0,
+        resumeBeforeStep=300,
+        conditions=[{"type": "TrainingHealthy", "status": "False", "reason": "LossSpike"}],
+    )
     v = health.evaluate(s, st, Progress(step=250, resumed_before_step=300), at)
     assert v.rollback_applied == 300 and health.needs_write(st, v)
     assert [(c.type, c.status, c.reason) for c in health.changed_conditions(st["conditions"], v)] == [
-        ("TrainingHealthy", True, "StepsCompleting")]
+        ("TrainingHealthy", True, "StepsCompleting")
+    ]
     # Nothing new: no write (and no GET) on this scrape.
-    quiet = {**st, "resumeBeforeStep": None,
-             "conditions": [{"type": "TrainingHealthy", "status": "True", "reason": "StepsCompleting"}]}
+    quiet = {
+        **st,
+        "resumeBeforeStep": None,
+        "conditions": [{"type": "TrainingHealthy", "status": "True", "reason": "StepsCompleting"}],
+    }
     assert not health.needs_write(quiet, health.evaluate(s, quiet, Progress(step=251), at))
 
 
@@ -158,7 +186,12 @@ def test_progress_reads_the_loss_facts_and_never_writes_nan():
     m.loss_spike_step.set(9)
     m.loss_spike_ratio.set(2.5)
     p = progress_from_metrics(generate_latest(m.registry).decode())
-    assert (p.nonfinite_loss_max_steps, p.nonfinite_loss_first_step, p.loss_spike_step, p.loss_spike_ratio) == (4, 17, 9, 2.5)
+    assert (p.nonfinite_loss_max_steps, p.nonfinite_loss_first_step, p.loss_spike_step, p.loss_spike_ratio) == (
+        4,
+        17,
+        9,
+        2.5,
+    )
     out = p.as_status()
     assert "loss" not in out and "lossMedian" not in out  # the API server refuses NaN/Inf in JSON
     assert (out["nonFiniteLossSteps"], out["lossSpikeStep"], out["lossSpikeRatio"]) == (4, 9, 2.5)
@@ -194,15 +227,20 @@ def test_the_renderer_passes_a_pending_rollback_to_the_trainer():
         return {e["name"]: e.get("value") for e in c["env"]}
 
     assert env(resume_before_step=290)["LLMTRAIN_RESUME_BEFORE_STEP"] == "290"
-    assert "LLMTRAIN_RESUME_BEFORE_STEP" not in env() and "LLMTRAIN_RESUME_BEFORE_STEP" not in env(resume_before_step=None)
+    assert "LLMTRAIN_RESUME_BEFORE_STEP" not in env() and "LLMTRAIN_RESUME_BEFORE_STEP" not in env(
+        resume_before_step=None
+    )
 
 
 def test_a_spike_factor_of_one_or_less_is_refused_with_the_field():
     from llmtrain.validation import InvalidJob, validate
 
     with pytest.raises(InvalidJob, match=r"spec.resilience.lossSpikeFactor: 1.0 is out of range \(accepted: > 1.0\)"):
-        validate({"model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu"},
-                  "resilience": {"lossSpikeFactor": 1.0}}, "x", "etcd:2379")
+        validate(
+            {"model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu"}, "resilience": {"lossSpikeFactor": 1.0}},
+            "x",
+            "etcd:2379",
+        )
 
 
 def test_the_trainers_loss_facts_reach_the_operator_under_the_names_it_reads():

@@ -31,8 +31,10 @@ MiB = 1024 * 1024
 
 # --- rank 0 stand-ins a tenant controls --------------------------------------------------------
 
-GOOD = (b'# TYPE llmtrain_trainer_step gauge\nllmtrain_trainer_step{llmtrain_job="x",rank="0"} 7.0\n'
-        b'llmtrain_trainer_loss{llmtrain_job="x",rank="0"} 2.5\n')
+GOOD = (
+    b'# TYPE llmtrain_trainer_step gauge\nllmtrain_trainer_step{llmtrain_job="x",rank="0"} 7.0\n'
+    b'llmtrain_trainer_loss{llmtrain_job="x",rank="0"} 2.5\n'
+)
 
 
 def _gzip_bomb(inflated: int) -> bytes:
@@ -45,6 +47,7 @@ class Hostile(http.server.BaseHTTPRequestHandler):
     """mode "stream": an endless body at loopback speed (no Content-Length; capped at 1 GiB so a
     broken operator cannot take this test process with it); "gzip": a gzip bomb; "foreign": our
     series after one malformed foreign series; "good": the trainer's own kind of body."""
+
     protocol_version = "HTTP/1.0"
     mode = "good"
     sent = 0
@@ -85,8 +88,11 @@ class Hostile(http.server.BaseHTTPRequestHandler):
 
 @contextmanager
 def hostile_server(mode: str, host: str = "127.0.0.1", port: int | None = None):
-    handler = type(f"Hostile_{mode}", (Hostile,), {"mode": mode, "sent": 0, "requests": 0,
-                                                    "bomb": _gzip_bomb(64 * MiB) if mode == "gzip" else b""})
+    handler = type(
+        f"Hostile_{mode}",
+        (Hostile,),
+        {"mode": mode, "sent": 0, "requests": 0, "bomb": _gzip_bomb(64 * MiB) if mode == "gzip" else b""},
+    )
     server = http.server.ThreadingHTTPServer((host, port or free_port()), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -127,6 +133,7 @@ def _scrape(port: int, monkeypatch):
 
 
 # --- item 1: the progress scrape ---------------------------------------------------------------
+
 
 def test_an_endless_metrics_body_is_read_only_to_the_bound(monkeypatch):
     with hostile_server("stream") as (server, handler):
@@ -183,20 +190,23 @@ def test_only_pods_of_the_attempts_own_pytorchjob_are_scraped(operator, trainer_
     assert progress["step"] == 5, progress
 
 
-
 # --- item 2: termination messages --------------------------------------------------------------
 
 PTJ_REF = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "j-a1", "uid": "ptj-uid", "controller": True}
 
 
-def _failed_pod(message: str, owned: bool = True, node: str = "n1", name: str = "j-a1-worker-0",
-                exit_code: int = 1) -> dict:
+def _failed_pod(
+    message: str, owned: bool = True, node: str = "n1", name: str = "j-a1-worker-0", exit_code: int = 1
+) -> dict:
     meta: dict = {"name": name, "labels": {"llmtrain.dev/job": "j", "llmtrain.dev/attempt": "1"}}
     if owned:
         meta["ownerReferences"] = [PTJ_REF]
     term = {"exitCode": exit_code, "reason": "Error", "message": message, "finishedAt": "2026-01-01T00:00:01Z"}
-    return {"metadata": meta, "spec": {"nodeName": node},
-            "status": {"phase": "Failed", "containerStatuses": [{"name": "pytorch", "state": {"terminated": term}}]}}
+    return {
+        "metadata": meta,
+        "spec": {"nodeName": node},
+        "status": {"phase": "Failed", "containerStatuses": [{"name": "pytorch", "state": {"terminated": term}}]},
+    }
 
 
 # Messages a tenant's container can leave (the kubelet keeps 4 KiB of it). The first took ~1.6 s
@@ -277,10 +287,29 @@ def test_an_attempts_failures_are_only_those_of_its_own_pytorchjobs_pods():
 
 def _terminated(message: str) -> dict:
     """The kubelet's report of a container that exited 1 with `message` (a status patch)."""
-    return {"status": {"phase": "Failed", "containerStatuses": [{
-        "name": "pytorch", "image": "x", "imageID": "", "ready": False, "restartCount": 0,
-        "state": {"terminated": {"exitCode": 1, "reason": "Error", "message": message,
-                                 "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:01Z"}}}]}}
+    return {
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [
+                {
+                    "name": "pytorch",
+                    "image": "x",
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {
+                        "terminated": {
+                            "exitCode": 1,
+                            "reason": "Error",
+                            "message": message,
+                            "startedAt": "2026-01-01T00:00:00Z",
+                            "finishedAt": "2026-01-01T00:00:01Z",
+                        }
+                    },
+                }
+            ],
+        }
+    }
 
 
 def _bound_pod(pod: dict, node: str) -> dict:
@@ -297,18 +326,24 @@ def test_a_hand_made_worker_pod_feeds_no_forensics(operator, kube, namespace):
     fake = _bound_pod(worker0_pod("forn", 1, "evil:latest"), "victim-node")
     fake["metadata"]["name"] = "forn-a1-worker-1"
     kube.core.create_namespaced_pod(namespace, fake)
-    kube.core.patch_namespaced_pod_status("forn-a1-worker-1", namespace,
-                                          _terminated("NVRM: Xid (PCI:0000:53:00): 79, fallen off the bus"))
-    kube.core.create_namespaced_pod(namespace, _bound_pod(worker0_pod("forn", 1, "llmtrain-trainer:dev", owner=ptj),
-                                                          "own-node"))
+    kube.core.patch_namespaced_pod_status(
+        "forn-a1-worker-1", namespace, _terminated("NVRM: Xid (PCI:0000:53:00): 79, fallen off the bus")
+    )
+    kube.core.create_namespaced_pod(
+        namespace, _bound_pod(worker0_pod("forn", 1, "llmtrain-trainer:dev", owner=ptj), "own-node")
+    )
     kube.core.patch_namespaced_pod_status("forn-a1-worker-0", namespace, _terminated("NCCL error: boom"))
-    wait_for(lambda: [e for e in kube.events(namespace, "forn-a1-worker-0") if e.reason == "PodFailedOnNode"],
-             30, "the owned pod's PodFailedOnNode event")
+    wait_for(
+        lambda: [e for e in kube.events(namespace, "forn-a1-worker-0") if e.reason == "PodFailedOnNode"],
+        30,
+        "the owned pod's PodFailedOnNode event",
+    )
     # The pod watch delivers in order; the fake pod's events came first and were dropped.
     assert not [e for e in kube.events(namespace, "forn-a1-worker-1") if e.reason == "PodFailedOnNode"]
 
 
 # --- the attack: one tenant against the operator, another tenant's new job ---------------------
+
 
 @pytest.fixture
 def other_namespace(dev_cluster):
@@ -335,8 +370,9 @@ def _rss_kib(pid: int) -> dict:
 
 @pytest.mark.cluster
 @pytest.mark.slow
-def test_the_operator_under_a_tenants_attack_keeps_serving_another_namespace(dev_cluster, kube, namespace,
-                                                                              other_namespace, tmp_path):
+def test_the_operator_under_a_tenants_attack_keeps_serving_another_namespace(
+    dev_cluster, kube, namespace, other_namespace, tmp_path
+):
     """Tenant A runs two jobs whose rank 0 is hostile (an endless /metrics body, a gzip bomb) and
     leaves a worker-labelled pod with a backtracking termination message, plus the same message from
     a pod of its own PyTorchJob. Meanwhile tenant B's new job must get its PyTorchJob within a few
@@ -352,8 +388,10 @@ def test_the_operator_under_a_tenants_attack_keeps_serving_another_namespace(dev
     op.start()
     hostile_message = "xid" + " " * 4090 + "!"
     try:
-        with hostile_server("stream", "127.0.0.31", port) as (_, stream), \
-                hostile_server("gzip", "127.0.0.32", port) as (_, bomb):
+        with (
+            hostile_server("stream", "127.0.0.31", port) as (_, stream),
+            hostile_server("gzip", "127.0.0.32", port) as (_, bomb),
+        ):
             for name, ip in (("stream", "127.0.0.31"), ("bomb", "127.0.0.32")):
                 kube.apply(namespace, kube.job_doc(name, tiny()))
                 ptj = kube.wait_ptj(namespace, f"{name}-a1")
@@ -375,8 +413,9 @@ def test_the_operator_under_a_tenants_attack_keeps_serving_another_namespace(dev
             deadline = time.monotonic() + 60
             for i in range(5):
                 started = time.monotonic()
-                kube.custom.create_namespaced_custom_object(GROUP, VERSION, other_namespace, PLURAL,
-                                                            kube.job_doc(f"victim-{i}", tiny()))
+                kube.custom.create_namespaced_custom_object(
+                    GROUP, VERSION, other_namespace, PLURAL, kube.job_doc(f"victim-{i}", tiny())
+                )
                 kube.wait_ptj(other_namespace, f"victim-{i}-a1", timeout=30)
                 latencies.append(time.monotonic() - started)
                 for _ in range(4):
@@ -395,15 +434,18 @@ def test_the_operator_under_a_tenants_attack_keeps_serving_another_namespace(dev
         op.stop()
     # A new job's PyTorchJob on an idle operator: well under a second; 5 s leaves room for the
     # shared test machine. /healthz: each answer within 1 s. RSS: an idle operator is ~100 MiB.
-    print(f"attack: new-job latencies {[round(x, 2) for x in latencies]} s, /healthz max {max(health):.3f} s, "
-          f"peak RSS {peak / 1024:.0f} MiB, stream {stream.requests} requests / {stream.sent / MiB:.1f} MiB sent, "
-          f"gzip bomb {bomb.requests} requests")
+    print(
+        f"attack: new-job latencies {[round(x, 2) for x in latencies]} s, /healthz max {max(health):.3f} s, "
+        f"peak RSS {peak / 1024:.0f} MiB, stream {stream.requests} requests / {stream.sent / MiB:.1f} MiB sent, "
+        f"gzip bomb {bomb.requests} requests"
+    )
     assert max(latencies) < 5.0, latencies
     assert max(health) < 1.0, health
     assert peak < 300 * 1024, f"peak RSS {peak / 1024:.0f} MiB"
 
 
 # --- item 5: preflight verdicts and suspect taints ---------------------------------------------
+
 
 def test_a_preflight_verdict_blames_only_nodes_the_attempts_pods_ran_on(monkeypatch):
     """suspectNodes[].nodeName is text the tenant's container wrote: a node where none of the
@@ -413,13 +455,23 @@ def test_a_preflight_verdict_blames_only_nodes_the_attempts_pods_ran_on(monkeypa
     from llmtrain.controller import forensics, nodes
     from llmtrain.render import PREFLIGHT_EXIT_CODE
 
-    verdict = {"event": "healthcheck", "healthy": False, "busBandwidthGBps": 1.0,
-               "suspectNodes": [{"node": 0, "host": "j-a1-worker-0", "nodeName": "other-tenants-node"},
-                                {"node": 1, "host": "j-a1-worker-1", "nodeName": "n2"}]}
+    verdict = {
+        "event": "healthcheck",
+        "healthy": False,
+        "busBandwidthGBps": 1.0,
+        "suspectNodes": [
+            {"node": 0, "host": "j-a1-worker-0", "nodeName": "other-tenants-node"},
+            {"node": 1, "host": "j-a1-worker-1", "nodeName": "n2"},
+        ],
+    }
     watched = nodes.PodFailures()
     for pod, node in (("j-a1-worker-0", "n1"), ("j-a1-worker-1", "n2")):  # every rank exits 86
-        watched.remember("ns", "j", "1", nodes.raw_failure(_failed_pod(json.dumps(verdict), node=node, name=pod,
-                                                                       exit_code=PREFLIGHT_EXIT_CODE)))
+        watched.remember(
+            "ns",
+            "j",
+            "1",
+            nodes.raw_failure(_failed_pod(json.dumps(verdict), node=node, name=pod, exit_code=PREFLIGHT_EXIT_CODE)),
+        )
     seen = tuple(watched.wait_for_failures("ns", "j", 1, owner="ptj-uid"))
     failed = forensics.failed_attempt(seen, "", 0, frozenset(watched.attempt_nodes("ns", "j", 1, "ptj-uid")))
     assert failed.reason == "PreflightFailed"
@@ -463,12 +515,17 @@ def test_suspect_taints_are_capped_per_namespace_and_expire(test_nodes):
     from llmtrain.controller import nodes
 
     core, itype, names = test_nodes
-    core.patch_node(names[0], {"spec": {"taints": [{"key": "team.example/keep", "value": "x", "effect": "NoSchedule"}]}})
+    core.patch_node(
+        names[0], {"spec": {"taints": [{"key": "team.example/keep", "value": "x", "effect": "NoSchedule"}]}}
+    )
     bad = [{"node": n, "reason": "XID 79"} for n in names]
 
     def suspect() -> set[str]:
-        return {n.metadata.name for n in core.list_node(label_selector=f"node.kubernetes.io/instance-type={itype}").items
-                if any(t.key == nodes.SUSPECT_TAINT for t in n.spec.taints or [])}
+        return {
+            n.metadata.name
+            for n in core.list_node(label_selector=f"node.kubernetes.io/instance-type={itype}").items
+            if any(t.key == nodes.SUSPECT_TAINT for t in n.spec.taints or [])
+        }
 
     # Every node of the group may be tainted (fraction 1), but one namespace only gets 2 of them.
     assert nodes.taint_nodes(bad, itype, True, 1.0, "team-a", "j1", 2, 3600) == names[:2]
@@ -492,6 +549,7 @@ def test_suspect_taints_are_capped_per_namespace_and_expire(test_nodes):
 
 # --- item 7: fairness and bounds ---------------------------------------------------------------
 
+
 def _over(field: str) -> dict:
     spec = tiny()
     if field == "env":
@@ -501,8 +559,7 @@ def _over(field: str) -> dict:
     elif field == "tolerations":
         spec["cluster"]["tolerations"] = [{"key": f"k{i}", "operator": "Exists"} for i in range(33)]
     elif field == "volumes":
-        spec["cluster"]["volumes"] = [{"name": f"v{i}", "claimName": f"c{i}", "mountPath": f"/m{i}"}
-                                      for i in range(17)]
+        spec["cluster"]["volumes"] = [{"name": f"v{i}", "claimName": f"c{i}", "mountPath": f"/m{i}"} for i in range(17)]
     elif field == "data.uri":
         spec["data"]["uri"] = "s3://b/" + "k" * 1020
     elif field == "checkpoint.uri":
@@ -518,7 +575,9 @@ def test_the_api_server_refuses_a_spec_over_its_bounds(field, kube, namespace):
     from kubernetes.client.exceptions import ApiException
 
     with pytest.raises(ApiException) as refused:
-        kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, kube.job_doc("big", _over(field)))
+        kube.custom.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, kube.job_doc("big", _over(field))
+        )
     assert refused.value.status == 422, refused.value.body
     assert "must have at most" in refused.value.body or "Too long" in refused.value.body, refused.value.body
 
@@ -548,9 +607,12 @@ def _reconcile_with_refused_create(monkeypatch, status: int, runs: int):
 
     from llmtrain.controller import kube as opkube
 
-    job = {"apiVersion": "llmtrain.dev/v1alpha1", "kind": "LLMTrainingJob",
-           "metadata": {"name": "big", "namespace": "ns", "uid": "job-uid", "generation": 1, "resourceVersion": "1"},
-           "spec": tiny()}
+    job = {
+        "apiVersion": "llmtrain.dev/v1alpha1",
+        "kind": "LLMTrainingJob",
+        "metadata": {"name": "big", "namespace": "ns", "uid": "job-uid", "generation": 1, "resourceVersion": "1"},
+        "spec": tiny(),
+    }
     written: list[dict] = []
 
     def refuse(obj):
@@ -569,8 +631,9 @@ def _reconcile_with_refused_create(monkeypatch, status: int, runs: int):
     monkeypatch.setattr(opkube, "create_pytorchjob", refuse)
     monkeypatch.setattr(opkube, "patch_job_status", patch_status)
     monkeypatch.setattr(opkube, "post_event", lambda *a, **k: None)
-    op = Operator(OperatorConfig(default_etcd_endpoint="etcd.test.svc:2379"), OperatorMetrics(CollectorRegistry()),
-                  kube=opkube)
+    op = Operator(
+        OperatorConfig(default_etcd_endpoint="etcd.test.svc:2379"), OperatorMetrics(CollectorRegistry()), kube=opkube
+    )
     raised = []
     for _ in range(runs):
         if written and written[-1].get("phase") == "Failed":
@@ -644,11 +707,19 @@ def test_a_deleted_jobs_metric_series_go_with_it(operator, kube, namespace):
     kube.wait_ptj(namespace, "gone-a1")
     kube.set_ptj_condition(namespace, "gone-a1", "Failed", "worker 0 exited with code 1")
     series = f'namespace="{namespace}"'
-    wait_for(lambda: any("llmtrain_operator_job_restarts" in line and series in line
-                         for line in operator.metrics().splitlines()), 30, "the restart counted")
+    wait_for(
+        lambda: any(
+            "llmtrain_operator_job_restarts" in line and series in line for line in operator.metrics().splitlines()
+        ),
+        30,
+        "the restart counted",
+    )
     kube.cluster.kubectl("delete", "llmtj", "gone", "-n", namespace, "--wait=true")
-    wait_for(lambda: not any(series in line for line in operator.metrics().splitlines()), 30,
-             "the deleted job's series removed from /metrics")
+    wait_for(
+        lambda: not any(series in line for line in operator.metrics().splitlines()),
+        30,
+        "the deleted job's series removed from /metrics",
+    )
 
 
 def test_a_malformed_preflight_verdict_is_ignored_with_a_warning_not_a_crash_loop(monkeypatch):
@@ -660,13 +731,22 @@ def test_a_malformed_preflight_verdict_is_ignored_with_a_warning_not_a_crash_loo
     from llmtrain.controller import forensics, nodes, preflight
     from llmtrain.render import PREFLIGHT_EXIT_CODE
 
-    for bad in ({"suspectNodes": ["n1", 5]}, {"suspectNodes": [{"nodeName": ["n1"]}]},
-                {"suspectNodes": {"nodeName": "n1"}}, {"busBandwidthGBps": "fast"},
-                {"suspectNodes": [{"nodeName": "n1"}] * 65}, {"healthy": "no"}):
+    for bad in (
+        {"suspectNodes": ["n1", 5]},
+        {"suspectNodes": [{"nodeName": ["n1"]}]},
+        {"suspectNodes": {"nodeName": "n1"}},
+        {"busBandwidthGBps": "fast"},
+        {"suspectNodes": [{"nodeName": "n1"}] * 65},
+        {"healthy": "no"},
+    ):
         verdict = {"event": "healthcheck", "healthy": False, **bad}
         watched = nodes.PodFailures()
-        watched.remember("ns", "j", "1", nodes.raw_failure(_failed_pod(json.dumps(verdict), node="n1",
-                                                                       exit_code=PREFLIGHT_EXIT_CODE)))
+        watched.remember(
+            "ns",
+            "j",
+            "1",
+            nodes.raw_failure(_failed_pod(json.dumps(verdict), node="n1", exit_code=PREFLIGHT_EXIT_CODE)),
+        )
         failed = forensics.failed_attempt(tuple(watched.wait_for_failures("ns", "j", 1, owner="ptj-uid")), "", 0)
         assert failed.reason == "Failed" and failed.verdict is None, bad
         assert "preflight verdict ignored (pod j-a1-worker-0: " in failed.message, (bad, failed.message)

@@ -24,16 +24,19 @@ def _imports(path: Path) -> set[str]:
     package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
     out: set[str] = set()
     tree = ast.parse(path.read_text())
-    typing_only = {id(n) for block in ast.walk(tree)
-                   if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
-                   for n in ast.walk(block)}
+    typing_only = {
+        id(n)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+        for n in ast.walk(block)
+    }
     for node in ast.walk(tree):
         if id(node) in typing_only:
             continue
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
-                base = base[:len(base) - (node.level - 1)]
+                base = base[: len(base) - (node.level - 1)]
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
@@ -51,7 +54,7 @@ def test_no_import_cycles():
 
     def visit(node: str, stack: list[str]) -> None:
         if node in stack:
-            raise AssertionError("import cycle: " + " → ".join(stack[stack.index(node):] + [node]))
+            raise AssertionError("import cycle: " + " → ".join(stack[stack.index(node) :] + [node]))
         if node in done or node not in graph:
             return
         for nxt in sorted(graph[node]):

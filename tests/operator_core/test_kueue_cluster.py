@@ -32,8 +32,9 @@ def stamp(seconds_ago: float) -> str:
 
 
 def patch_status(kube, namespace: str, name: str, status: dict) -> None:
-    kube.custom.patch_namespaced_custom_object_status("llmtrain.dev", "v1alpha1", namespace, "llmtrainingjobs",
-                                                      name, {"status": status})
+    kube.custom.patch_namespaced_custom_object_status(
+        "llmtrain.dev", "v1alpha1", namespace, "llmtrainingjobs", name, {"status": status}
+    )
 
 
 def kueue_patch(kube, namespace: str, ptj: str, patch: list) -> None:
@@ -43,12 +44,19 @@ def kueue_patch(kube, namespace: str, ptj: str, patch: list) -> None:
 
 def admit(kube, namespace: str, ptj: str) -> None:
     spec = "/spec/pytorchReplicaSpecs/Worker/template/spec"
-    tolerations = kube.ptj(namespace, ptj)["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"].get(
-        "tolerations") or []
-    kueue_patch(kube, namespace, ptj, [
-        {"op": "replace", "path": "/spec/runPolicy/suspend", "value": False},
-        {"op": "add", "path": f"{spec}/nodeSelector", "value": KUEUE_NODE_SELECTOR},
-        {"op": "add", "path": f"{spec}/tolerations", "value": [*tolerations, KUEUE_TOLERATION]}])
+    tolerations = (
+        kube.ptj(namespace, ptj)["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"].get("tolerations") or []
+    )
+    kueue_patch(
+        kube,
+        namespace,
+        ptj,
+        [
+            {"op": "replace", "path": "/spec/runPolicy/suspend", "value": False},
+            {"op": "add", "path": f"{spec}/nodeSelector", "value": KUEUE_NODE_SELECTOR},
+            {"op": "add", "path": f"{spec}/tolerations", "value": [*tolerations, KUEUE_TOLERATION]},
+        ],
+    )
 
 
 def test_a_queued_job_is_not_restarted_and_its_deadline_counts_from_admission(operator, kube, namespace):
@@ -72,16 +80,20 @@ def test_a_queued_job_is_not_restarted_and_its_deadline_counts_from_admission(op
     # The operator rewrites the message it owns once it has decided on this status: the sign it
     # looked at the two-hour-old attemptCreationTime again.
     patch_status(kube, namespace, "waits", {"attemptCreationTime": stamp(7200), "message": "scribbled"})
-    after = wait_for(lambda: (s := kube.status(namespace, "waits")).get("message") == words and s, 30,
-                     "the queued message rewritten after the two-hour-old attemptCreationTime")
+    after = wait_for(
+        lambda: (s := kube.status(namespace, "waits")).get("message") == words and s,
+        30,
+        "the queued message rewritten after the two-hour-old attemptCreationTime",
+    )
     assert (after["phase"], after["reason"], after["attempt"], after["restarts"]) == ("Pending", "Queued", 1, 0)
     assert [p["metadata"]["name"] for p in kube.ptjs(namespace, "waits")] == ["waits-a1"]
     wait_for(lambda: any(e.reason == "Queued" for e in kube.events(namespace, "waits")), 15, "a Queued event")
 
     # Kueue admits it: unsuspends it and injects its flavor's nodeSelector and tolerations.
     admit(kube, namespace, "waits-a1")
-    admitted = wait_for(lambda: (s := kube.status(namespace, "waits")).get("reason") == "Admitted" and s, 30,
-                        "reason Admitted")
+    admitted = wait_for(
+        lambda: (s := kube.status(namespace, "waits")).get("reason") == "Admitted" and s, 30, "reason Admitted"
+    )
     assert admitted["admissionTime"] and admitted["restarts"] == 0 and admitted["attempt"] == 1
     ptj = kube.ptj(namespace, "waits-a1")
     pod = ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
@@ -90,18 +102,28 @@ def test_a_queued_job_is_not_restarted_and_its_deadline_counts_from_admission(op
     # The operator never wrote the PyTorchJob's spec after creating it: generation 1 was the create,
     # 2 Kueue's admission; and the fields Kueue set are Kueue's alone.
     assert ptj["metadata"]["generation"] == 2
-    owners = {m["manager"] for m in ptj["metadata"]["managedFields"] if not m.get("subresource")
-              and "f:suspend" in json.dumps((m.get("fieldsV1") or {}).get("f:spec", {}).get("f:runPolicy", {}))}
+    owners = {
+        m["manager"]
+        for m in ptj["metadata"]["managedFields"]
+        if not m.get("subresource")
+        and "f:suspend" in json.dumps((m.get("fieldsV1") or {}).get("f:spec", {}).get("f:runPolicy", {}))
+    }
     assert owners == {"kubectl-patch"}, ptj["metadata"]["managedFields"]
 
     # The deadline now counts from admission: two minutes after it, the pods not started → restart.
     patch_status(kube, namespace, "waits", {"admissionTime": stamp(120)})
     assert kube.wait_ptj(namespace, "waits-a2")["spec"]["runPolicy"]["suspend"] is True  # a new Workload
-    restarted = wait_for(lambda: (s := kube.status(namespace, "waits")).get("reason") == "Queued" and s, 30,
-                         "attempt 2 queued")
+    restarted = wait_for(
+        lambda: (s := kube.status(namespace, "waits")).get("reason") == "Queued" and s, 30, "attempt 2 queued"
+    )
     assert (restarted["attempt"], restarted["restarts"]) == (2, 1)
-    wait_for(lambda: any(e.reason == "Restarting" and "startup-timeout" in e.message
-                         for e in kube.events(namespace, "waits")), 15, "the StartupTimeout restart's event")
+    wait_for(
+        lambda: any(
+            e.reason == "Restarting" and "startup-timeout" in e.message for e in kube.events(namespace, "waits")
+        ),
+        15,
+        "the StartupTimeout restart's event",
+    )
 
 
 def test_preempted_by_kueue_is_not_a_failure(operator, kube, namespace):
@@ -114,17 +136,24 @@ def test_preempted_by_kueue_is_not_a_failure(operator, kube, namespace):
     # Kueue preempts it: suspends the PyTorchJob again (the training-operator then deletes the pods,
     # which get their grace period; the trainer saves on SIGTERM).
     kueue_patch(kube, namespace, "preempt-a1", [{"op": "replace", "path": "/spec/runPolicy/suspend", "value": True}])
-    status = wait_for(lambda: (s := kube.status(namespace, "preempt")).get("reason") == "Preempted" and s, 30,
-                      "reason Preempted")
+    status = wait_for(
+        lambda: (s := kube.status(namespace, "preempt")).get("reason") == "Preempted" and s, 30, "reason Preempted"
+    )
     assert (status["phase"], status["attempt"], status["restarts"]) == ("Pending", 1, 0)
     assert "no restart spent" in status["message"] and not status.get("admissionTime")
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "Queued")
-    wait_for(lambda: any(e.reason == "Preempted" and e.type == "Warning" for e in kube.events(namespace, "preempt")),
-             15, "a Preempted warning event")
+    wait_for(
+        lambda: any(e.reason == "Preempted" and e.type == "Warning" for e in kube.events(namespace, "preempt")),
+        15,
+        "a Preempted warning event",
+    )
     # Re-admitted: the same PyTorchJob (the same Workload) runs again, from the newest checkpoint.
     kueue_patch(kube, namespace, "preempt-a1", [{"op": "replace", "path": "/spec/runPolicy/suspend", "value": False}])
-    back = wait_for(lambda: (s := kube.status(namespace, "preempt")).get("reason") in ("Admitted", "Running") and s,
-                    30, "re-admitted")
+    back = wait_for(
+        lambda: (s := kube.status(namespace, "preempt")).get("reason") in ("Admitted", "Running") and s,
+        30,
+        "re-admitted",
+    )
     assert (back["attempt"], back["restarts"], back["pytorchJob"]) == (1, 0, "preempt-a1")
     assert [p["metadata"]["name"] for p in kube.ptjs(namespace, "preempt")] == ["preempt-a1"]

@@ -23,14 +23,17 @@ from .invalid_cases import BASE, CASES, spec_with
 
 pytestmark = [pytest.mark.cluster]
 
-TINY = {"model": {"preset": "tiny"}, "data": {"seqLen": 64},
-        "cluster": {"instanceType": "cpu", "nodes": 1, "processesPerNode": 2, "image": "llmtrain-trainer:dev"},
-        "fsdp": {"mixedPrecision": "fp32"},
-        "training": {"maxSteps": 20, "globalBatchTokens": 64 * 2 * 2, "microBatchSize": 2, "warmupSteps": 2},
-        "rendezvous": {"backend": "c10d"},
-        # 1 s instead of the default 10 s: the restart tests need not wait; test_operator_reconciler
-        # covers the backoff itself.
-        "resilience": {"restartBackoffSeconds": 1}}
+TINY = {
+    "model": {"preset": "tiny"},
+    "data": {"seqLen": 64},
+    "cluster": {"instanceType": "cpu", "nodes": 1, "processesPerNode": 2, "image": "llmtrain-trainer:dev"},
+    "fsdp": {"mixedPrecision": "fp32"},
+    "training": {"maxSteps": 20, "globalBatchTokens": 64 * 2 * 2, "microBatchSize": 2, "warmupSteps": 2},
+    "rendezvous": {"backend": "c10d"},
+    # 1 s instead of the default 10 s: the restart tests need not wait; test_operator_reconciler
+    # covers the backoff itself.
+    "resilience": {"restartBackoffSeconds": 1},
+}
 
 
 def tiny(**over):
@@ -60,8 +63,7 @@ def test_every_example_becomes_a_pytorchjob_the_kubeflow_schema_accepts(path, op
     assert ptj["metadata"]["ownerReferences"][0]["uid"] == uid
     # And the rendered object passes Kubeflow's schema with strict field validation.
     expected["metadata"]["name"] += "-dry"
-    kube.cluster.kubectl("create", "--dry-run=server", "--validate=strict", "-f", "-",
-                         input=yaml.safe_dump(expected))
+    kube.cluster.kubectl("create", "--dry-run=server", "--validate=strict", "-f", "-", input=yaml.safe_dump(expected))
     status = kube.wait_phase(namespace, job.name, "Pending")
     assert status["pytorchJob"] == ptj["metadata"]["name"] and status["attempt"] == 1
     assert status["plan"]["fits"] is True
@@ -75,8 +77,7 @@ def test_status_follows_the_pytorchjob(operator, kube, namespace):
     kube.wait_phase(namespace, "follow", "Pending")
     kube.set_ptj_condition(namespace, "follow-a1", "Running")
     running = kube.wait_phase(namespace, "follow", "Running")
-    assert running["startTime"] and any(c["type"] == "Ready" and c["status"] == "True"
-                                        for c in running["conditions"])
+    assert running["startTime"] and any(c["type"] == "Ready" and c["status"] == "True" for c in running["conditions"])
     kube.set_ptj_condition(namespace, "follow-a1", "Succeeded")
     done = kube.wait_phase(namespace, "follow", "Succeeded")
     assert done["completionTime"]
@@ -85,8 +86,11 @@ def test_status_follows_the_pytorchjob(operator, kube, namespace):
     assert table.split("\n")[1].split()[:7] == ["follow", "Succeeded", "tiny", "cpu", "1", "1", "0"]
     assert "Succeeded" in table and "tiny" in table
     # Events are posted after the status write they report, asynchronously.
-    wait_for(lambda: {"Created", "Running", "Succeeded"} <= {e.reason for e in kube.events(namespace, "follow")},
-             15, "Created, Running and Succeeded events")
+    wait_for(
+        lambda: {"Created", "Running", "Succeeded"} <= {e.reason for e in kube.events(namespace, "follow")},
+        15,
+        "Created, Running and Succeeded events",
+    )
 
 
 def test_failure_restarts_with_a_fresh_rendezvous_until_the_budget_is_spent(operator, kube, namespace):
@@ -101,8 +105,11 @@ def test_failure_restarts_with_a_fresh_rendezvous_until_the_budget_is_spent(oper
     assert "code 137" in status["message"]
     assert second["spec"]["elasticPolicy"]["rdzvId"] != first["spec"]["elasticPolicy"]["rdzvId"]
     assert status["rendezvousId"] == second["spec"]["elasticPolicy"]["rdzvId"]
-    wait_for(lambda: [p["metadata"]["name"] for p in kube.ptjs(namespace, "flaky")] == ["flaky-a2"],
-             30, "the failed attempt's PyTorchJob to be deleted")
+    wait_for(
+        lambda: [p["metadata"]["name"] for p in kube.ptjs(namespace, "flaky")] == ["flaky-a2"],
+        30,
+        "the failed attempt's PyTorchJob to be deleted",
+    )
     kube.set_ptj_condition(namespace, "flaky-a2", "Failed", "worker 0 exited with code 1")
     failed = kube.wait_phase(namespace, "flaky", "Failed")
     assert failed["reason"] == "RestartBudgetExhausted" and "1 of 1 restarts" in failed["message"]
@@ -118,36 +125,46 @@ def test_invalid_jobs_fail_with_their_message_and_the_operator_carries_on(operat
         assert status["reason"] == "InvalidSpec"
         assert field in status["message"] and fragment in status["message"], status["message"]
         assert not kube.ptjs(namespace, name)
-    warnings = wait_for(lambda: [e for e in kube.events(namespace, CASES[0][1]) if e.type == "Warning"], 15,
-                        "a Warning event")
+    warnings = wait_for(
+        lambda: [e for e in kube.events(namespace, CASES[0][1]) if e.type == "Warning"], 15, "a Warning event"
+    )
     assert warnings[0].reason == "InvalidSpec"
     kube.apply(namespace, kube.job_doc("still-served", BASE))  # the operator is still serving
     kube.wait_ptj(namespace, "still-served-a1")
     assert operator.proc.poll() is None
 
 
-@pytest.mark.parametrize("overrides,fragment", [
-    ({"cluster": {"instanceType": "p9.48xlarge"}}, "spec.cluster.instanceType"),
-    ({"model": {"preset": "llama9"}}, "spec.model.preset"),
-    ({"cluster": {"nodes": 0}}, "spec.cluster.nodes"),
-    ({"fsdp": {"shardingStrategy": "ZERO3"}}, "spec.fsdp.shardingStrategy"),
-    ({"model": {"preset": "llama2-7b", "hfToken": "hf_secret"}}, 'unknown field "spec.model.hfToken"'),
-    ({"training": {"learningRate": 0}}, "spec.training.learningRate"),
-    # Kubernetes names and formats, refused at apply instead of at pod creation (issue 8, defects 4 and 6)
-    ({"cluster": {"queueName": "Bad Queue!"}}, "spec.cluster.queueName"),
-    ({"rendezvous": {"endpoint": "etcd:notaport"}}, "spec.rendezvous.endpoint"),
-    ({"cluster": {"image": "Bad Image!!"}}, "spec.cluster.image"),
-    ({"cluster": {"serviceAccountName": "Bad_SA"}}, "spec.cluster.serviceAccountName"),
-    ({"cluster": {"priorityClassName": "High Priority"}}, "spec.cluster.priorityClassName"),
-    ({"cluster": {"volumes": [{"name": "fsx", "claimName": "My PVC", "mountPath": "/fsx"}]}},
-     "spec.cluster.volumes[0].claimName"),
-    ({"model": {"preset": "llama2-7b", "hfTokenSecretRef": {"name": "hf token"}}},
-     "spec.model.hfTokenSecretRef.name"),
-    ({"cluster": {"nodeSelector": {"bad key!": "x"}}}, "spec.cluster.nodeSelector"),
-    ({"cluster": {"nodeSelector": {"pool": "not a label value"}}}, "spec.cluster.nodeSelector.pool"),
-    ({"cluster": {"nodeSelector": {"node.kubernetes.io/instance-type": "p4d.24xlarge"}}},
-     "set from spec.cluster.instanceType"),
-])
+@pytest.mark.parametrize(
+    "overrides,fragment",
+    [
+        ({"cluster": {"instanceType": "p9.48xlarge"}}, "spec.cluster.instanceType"),
+        ({"model": {"preset": "llama9"}}, "spec.model.preset"),
+        ({"cluster": {"nodes": 0}}, "spec.cluster.nodes"),
+        ({"fsdp": {"shardingStrategy": "ZERO3"}}, "spec.fsdp.shardingStrategy"),
+        ({"model": {"preset": "llama2-7b", "hfToken": "hf_secret"}}, 'unknown field "spec.model.hfToken"'),
+        ({"training": {"learningRate": 0}}, "spec.training.learningRate"),
+        # Kubernetes names and formats, refused at apply instead of at pod creation (issue 8, defects 4 and 6)
+        ({"cluster": {"queueName": "Bad Queue!"}}, "spec.cluster.queueName"),
+        ({"rendezvous": {"endpoint": "etcd:notaport"}}, "spec.rendezvous.endpoint"),
+        ({"cluster": {"image": "Bad Image!!"}}, "spec.cluster.image"),
+        ({"cluster": {"serviceAccountName": "Bad_SA"}}, "spec.cluster.serviceAccountName"),
+        ({"cluster": {"priorityClassName": "High Priority"}}, "spec.cluster.priorityClassName"),
+        (
+            {"cluster": {"volumes": [{"name": "fsx", "claimName": "My PVC", "mountPath": "/fsx"}]}},
+            "spec.cluster.volumes[0].claimName",
+        ),
+        (
+            {"model": {"preset": "llama2-7b", "hfTokenSecretRef": {"name": "hf token"}}},
+            "spec.model.hfTokenSecretRef.name",
+        ),
+        ({"cluster": {"nodeSelector": {"bad key!": "x"}}}, "spec.cluster.nodeSelector"),
+        ({"cluster": {"nodeSelector": {"pool": "not a label value"}}}, "spec.cluster.nodeSelector.pool"),
+        (
+            {"cluster": {"nodeSelector": {"node.kubernetes.io/instance-type": "p4d.24xlarge"}}},
+            "set from spec.cluster.instanceType",
+        ),
+    ],
+)
 def test_the_api_server_rejects_what_the_schema_can(overrides, fragment, kube, namespace):
     result = kube.apply(namespace, kube.job_doc("rejected", spec_with(overrides)), check=False)
     assert result.returncode != 0 and fragment in result.stderr, result.stderr
@@ -156,13 +173,36 @@ def test_the_api_server_rejects_what_the_schema_can(overrides, fragment, kube, n
 def test_only_resilience_and_checkpoint_cadence_may_change(operator, kube, namespace):
     kube.apply(namespace, kube.job_doc("mutable", tiny()))
     kube.wait_phase(namespace, "mutable", "Pending")
-    bad = kube.cluster.kubectl("patch", "llmtj", "mutable", "-n", namespace, "--type=merge",
-                               "-p", '{"spec":{"fsdp":{"shardingStrategy":"NO_SHARD"}}}', check=False)
+    bad = kube.cluster.kubectl(
+        "patch",
+        "llmtj",
+        "mutable",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"fsdp":{"shardingStrategy":"NO_SHARD"}}}',
+        check=False,
+    )
     assert bad.returncode != 0 and "immutable" in bad.stderr and "spec.fsdp" in bad.stderr
-    kube.cluster.kubectl("patch", "llmtj", "mutable", "-n", namespace, "--type=merge",
-                         "-p", '{"spec":{"resilience":{"maxRestarts":4},"checkpoint":{"keep":5}}}')
-    job = wait_for(lambda: (j := kube.job(namespace, "mutable"))["status"].get("observedGeneration")
-                   == j["metadata"]["generation"] and j, 30, "observedGeneration to catch up")
+    kube.cluster.kubectl(
+        "patch",
+        "llmtj",
+        "mutable",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"resilience":{"maxRestarts":4},"checkpoint":{"keep":5}}}',
+    )
+    job = wait_for(
+        lambda: (
+            (j := kube.job(namespace, "mutable"))["status"].get("observedGeneration") == j["metadata"]["generation"]
+            and j
+        ),
+        30,
+        "observedGeneration to catch up",
+    )
     assert job["metadata"]["generation"] == 2
     assert any(c["type"] == "SpecAccepted" and c["status"] == "True" for c in job["status"]["conditions"])
     assert [p["metadata"]["name"] for p in kube.ptjs(namespace, "mutable")] == ["mutable-a1"]
@@ -177,8 +217,12 @@ def test_deleting_the_job_garbage_collects_its_pytorchjob(operator, kube, namesp
 
 def test_progress_from_rank0_metrics_and_restart_on_hang(operator, trainer_endpoint, kube, namespace):
     metrics, _ = trainer_endpoint
-    kube.apply(namespace, kube.job_doc("progress", tiny(resilience={"hangTimeoutMinutes": 30, "maxRestarts": 2},
-                                                        training={"maxSteps": 100})))
+    kube.apply(
+        namespace,
+        kube.job_doc(
+            "progress", tiny(resilience={"hangTimeoutMinutes": 30, "maxRestarts": 2}, training={"maxSteps": 100})
+        ),
+    )
     ptj = kube.wait_ptj(namespace, "progress-a1")
     # The worker pod as the training-operator would create it, with its IP as the kubelet reports it.
     kube.core.create_namespaced_pod(namespace, worker0_pod("progress", 1, "llmtrain-trainer:dev", owner=ptj))
@@ -193,12 +237,22 @@ def test_progress_from_rank0_metrics_and_restart_on_hang(operator, trainer_endpo
     for _ in range(2):
         metrics.step_seconds.observe(2.0)
     kube.set_ptj_condition(namespace, "progress-a1", "Running")
-    progress = wait_for(lambda: kube.status(namespace, "progress").get("progress", {}).get("step") == 42
-                        and kube.status(namespace, "progress")["progress"], 30, "progress in status")
+    progress = wait_for(
+        lambda: (
+            kube.status(namespace, "progress").get("progress", {}).get("step") == 42
+            and kube.status(namespace, "progress")["progress"]
+        ),
+        30,
+        "progress in status",
+    )
     assert (progress["loss"], progress["tokensPerSecond"], progress["mfu"]) == (2.5, 1234.5, 0.41)
     # the goodput counters of attempt 1, and the ETA: the steps left at 2 s each
-    assert (progress["attempt"], progress["resumeStep"], progress["attemptSteps"],
-            progress["stepSeconds"]) == (1, 40, 2, 4.0)
+    assert (progress["attempt"], progress["resumeStep"], progress["attemptSteps"], progress["stepSeconds"]) == (
+        1,
+        40,
+        2,
+        4.0,
+    )
     assert progress["estimatedRemainingSeconds"] == (100 - 42) * 2 and progress["estimatedCompletionTime"]
     metrics.step.set(43)
     wait_for(lambda: kube.status(namespace, "progress")["progress"]["step"] == 43, 30, "the next scrape")
@@ -206,8 +260,14 @@ def test_progress_from_rank0_metrics_and_restart_on_hang(operator, trainer_endpo
 
     # Two hours into the attempt, the last step completed an hour ago: longer than hangTimeoutMinutes.
     two_hours_ago = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 7200))
-    kube.custom.patch_namespaced_custom_object_status("llmtrain.dev", "v1alpha1", namespace, "llmtrainingjobs",
-                                                      "progress", {"status": {"attemptStartTime": two_hours_ago}})
+    kube.custom.patch_namespaced_custom_object_status(
+        "llmtrain.dev",
+        "v1alpha1",
+        namespace,
+        "llmtrainingjobs",
+        "progress",
+        {"status": {"attemptStartTime": two_hours_ago}},
+    )
     metrics.heartbeat_timestamp_seconds.set(time.time() - 3600)
     kube.wait_ptj(namespace, "progress-a2")
     status = kube.status(namespace, "progress")
@@ -217,16 +277,23 @@ def test_progress_from_rank0_metrics_and_restart_on_hang(operator, trainer_endpo
     # the faked hour-old heartbeat predates the loop's start: the whole loop is the hang
     assert status["goodput"]["seconds"]["hang"] > 0 and status["goodput"]["seconds"]["productive"] == 0
     families = {f.name: f for f in text_string_to_metric_families(operator.metrics())}
-    hang = [s for s in families["llmtrain_operator_job_restarts"].samples
-            if s.name.endswith("_total") and s.labels.get("reason") == "Hang" and s.labels["llmtrain_job"] == "progress"]
+    hang = [
+        s
+        for s in families["llmtrain_operator_job_restarts"].samples
+        if s.name.endswith("_total") and s.labels.get("reason") == "Hang" and s.labels["llmtrain_job"] == "progress"
+    ]
     assert hang and hang[0].value == 1
 
 
 def test_operator_metrics_count_reconciles_and_phases(operator, kube, namespace):
     def created() -> float:
         fams = {f.name: f for f in text_string_to_metric_families(operator.metrics())}
-        return sum(s.value for s in fams["llmtrain_operator_reconciles"].samples
-                   if s.name.endswith("_total") and s.labels["outcome"] == "created")
+        return sum(
+            s.value
+            for s in fams["llmtrain_operator_reconciles"].samples
+            if s.name.endswith("_total") and s.labels["outcome"] == "created"
+        )
+
     before = created()
     kube.apply(namespace, kube.job_doc("counted", tiny()))
     kube.wait_ptj(namespace, "counted-a1")
@@ -249,8 +316,11 @@ def test_an_operator_restart_adopts_and_never_duplicates(operator, kube, namespa
     status = kube.wait_phase(namespace, "orphan", "Pending")
     assert status["pytorchJob"] == "orphan-a1"
     wait_for(lambda: any(e.reason == "Adopted" for e in kube.events(namespace, "orphan")), 15, "an Adopted event")
-    wait_for(lambda: any(e.reason == "Adopted" for e in kube.events(namespace, "survivor")), 30,
-             "the restarted operator to resume survivor")
+    wait_for(
+        lambda: any(e.reason == "Adopted" for e in kube.events(namespace, "survivor")),
+        30,
+        "the restarted operator to resume survivor",
+    )
     assert [p["metadata"]["name"] for p in kube.ptjs(namespace, "survivor")] == ["survivor-a1"]
     assert [p["metadata"]["name"] for p in kube.ptjs(namespace, "orphan")] == ["orphan-a1"]
 
@@ -264,8 +334,14 @@ def test_goodput_is_kept_across_attempts_and_an_operator_restart(operator, kube,
     kube.wait_phase(namespace, "gp", "Running")
     kube.set_ptj_condition(namespace, "gp-a1", "Failed", "worker 1 exited with code 137")
     kube.wait_ptj(namespace, "gp-a2")
-    g = wait_for(lambda: len((kube.status(namespace, "gp").get("goodput") or {}).get("attempts") or []) == 2
-                 and kube.status(namespace, "gp")["goodput"], 30, "attempt 2's goodput record")
+    g = wait_for(
+        lambda: (
+            len((kube.status(namespace, "gp").get("goodput") or {}).get("attempts") or []) == 2
+            and kube.status(namespace, "gp")["goodput"]
+        ),
+        30,
+        "attempt 2's goodput record",
+    )
     first = g["attempts"][0]
     assert (first["attempt"], first["endReason"]) == (1, "Failed") and first["endTime"] >= first["createdTime"]
     assert sum(g["seconds"].values()) == pytest.approx(g["wallSeconds"], abs=0.5)
@@ -283,5 +359,8 @@ def test_goodput_is_kept_across_attempts_and_an_operator_restart(operator, kube,
     assert g["seconds"]["restarting"] > 0 and g["updateTime"] == done["completionTime"]
     header = kube.cluster.kubectl("get", "llmtj", "gp", "-n", namespace).stdout.split("\n")[0].split()
     assert "GOODPUT" in header and "ETA" in header
-    wait_for(lambda: f'llmtrain_job_goodput_ratio{{llmtrain_job="gp",namespace="{namespace}"}}' in operator.metrics(),
-             15, "the goodput gauge")
+    wait_for(
+        lambda: f'llmtrain_job_goodput_ratio{{llmtrain_job="gp",namespace="{namespace}"}}' in operator.metrics(),
+        15,
+        "the goodput gauge",
+    )

@@ -36,8 +36,9 @@ class AttemptRecorder:
             pass
 
     def _record(self):
-        for event in self._watch.stream(self.custom.list_namespaced_custom_object, GROUP, VERSION,
-                                        self.namespace, PLURAL, timeout_seconds=600):
+        for event in self._watch.stream(
+            self.custom.list_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL, timeout_seconds=600
+        ):
             job = event["object"]
             status = job.get("status") or {}
             if "attempt" not in status:
@@ -62,8 +63,9 @@ def own_operator(dev_cluster, trainer_endpoint, tmp_path):
     ops = []
 
     def start(*extra_args) -> OperatorProcess:
-        op = OperatorProcess(dev_cluster.kubeconfig, tmp_path / f"operator-{len(ops)}.log", trainer_endpoint[1],
-                             extra_args)
+        op = OperatorProcess(
+            dev_cluster.kubeconfig, tmp_path / f"operator-{len(ops)}.log", trainer_endpoint[1], extra_args
+        )
         op.start()
         ops.append(op)
         return op
@@ -96,8 +98,9 @@ def test_attempts_failed_while_the_operator_was_down_go_forward_exactly_once(own
     def settled() -> bool:
         for name in names:
             status = kube.status(namespace, name)
-            live = sorted(p["metadata"]["name"] for p in kube.ptjs(namespace, name)
-                          if not p["metadata"].get("deletionTimestamp"))
+            live = sorted(
+                p["metadata"]["name"] for p in kube.ptjs(namespace, name) if not p["metadata"].get("deletionTimestamp")
+            )
             state = (status.get("attempt"), status.get("restarts"), status.get("pytorchJob"), live)
             if state != (2, 1, f"{name}-a2", [f"{name}-a2"]):
                 last[:] = [name, state, status.get("phase"), status.get("message")]
@@ -110,8 +113,18 @@ def test_attempts_failed_while_the_operator_was_down_go_forward_exactly_once(own
         raise AssertionError(f"{err}; e.g. {last}") from None
     # The resumed operator's handlers have all run (every job was re-adopted or restarted), and
     # nothing went back on the way, in any write the API server stored.
-    wait_for(lambda: all(any(e.reason in ("Adopted", "Created") for e in kube.events(namespace, n)
-                             if "attempt 2" in (e.message or "")) for n in names), 60, "attempt 2 adopted")
+    wait_for(
+        lambda: all(
+            any(
+                e.reason in ("Adopted", "Created")
+                for e in kube.events(namespace, n)
+                if "attempt 2" in (e.message or "")
+            )
+            for n in names
+        ),
+        60,
+        "attempt 2 adopted",
+    )
     assert settled()
     recorder.stop()
     assert recorder.regressions == []
@@ -126,8 +139,11 @@ def test_ready_stays_true_for_a_running_job_across_an_operator_restart(own_opera
     kube.wait_phase(namespace, "steady", "Running")
     op.stop(signal.SIGTERM)
     op.start()
-    wait_for(lambda: sum(e.reason == "Adopted" for e in kube.events(namespace, "steady")) >= 1, 30,
-             "the restarted operator to resume the job")
+    wait_for(
+        lambda: sum(e.reason == "Adopted" for e in kube.events(namespace, "steady")) >= 1,
+        30,
+        "the restarted operator to resume the job",
+    )
     kube.cluster.kubectl("wait", "--for=condition=Ready", "llmtj/steady", "-n", namespace, "--timeout=10s")
     status = kube.status(namespace, "steady")
     assert status["phase"] == "Running"
@@ -136,36 +152,66 @@ def test_ready_stays_true_for_a_running_job_across_an_operator_restart(own_opera
 
 # --- bad input ends Failed with its reason (defect 4), checkpoint.uri is fixed (defect 5) ----------
 
+
 def test_a_pytorchjob_the_api_server_refuses_fails_the_job_with_its_reason(operator, kube, namespace):
     # A cluster policy (a real ValidatingAdmissionPolicy, enforced by the API server) refuses the
     # rendered PyTorchJob: the job must end Failed with the policy's words, not retry blank forever.
     adm = client.AdmissionregistrationV1Api(kube.api)
     policy = f"no-forbidden-images-{namespace}"
-    adm.create_validating_admission_policy({
-        "metadata": {"name": policy},
-        "spec": {"failurePolicy": "Fail",
-                 "matchConstraints": {"resourceRules": [{"apiGroups": ["kubeflow.org"], "apiVersions": ["v1"],
-                                                          "operations": ["CREATE"], "resources": ["pytorchjobs"]}]},
-                 "validations": [{"expression": "object.spec.pytorchReplicaSpecs.Worker.template.spec.containers"
-                                                ".all(c, !c.image.endsWith(':forbidden'))",
-                                  "message": "images tagged :forbidden are not allowed here"}]}})
-    adm.create_validating_admission_policy_binding({
-        "metadata": {"name": policy},
-        "spec": {"policyName": policy, "validationActions": ["Deny"],
-                 "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}}})
+    adm.create_validating_admission_policy(
+        {
+            "metadata": {"name": policy},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": ["kubeflow.org"],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["pytorchjobs"],
+                        }
+                    ]
+                },
+                "validations": [
+                    {
+                        "expression": "object.spec.pytorchReplicaSpecs.Worker.template.spec.containers"
+                        ".all(c, !c.image.endsWith(':forbidden'))",
+                        "message": "images tagged :forbidden are not allowed here",
+                    }
+                ],
+            },
+        }
+    )
+    adm.create_validating_admission_policy_binding(
+        {
+            "metadata": {"name": policy},
+            "spec": {
+                "policyName": policy,
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}},
+            },
+        }
+    )
     try:
         spec = tiny(cluster={"image": "llmtrain-trainer:forbidden"})
 
         def refused() -> bool:  # the policy takes effect once the API server has loaded it
             probe = render_probe(kube, namespace, spec)
             return probe.returncode != 0 and "forbidden are not allowed" in probe.stderr
+
         wait_for(refused, 30, "the admission policy to be enforced")
         _create(kube, namespace, "refused", spec)
         status = kube.wait_phase(namespace, "refused", "Failed")
         assert status["reason"] == "PyTorchJobRejected"
         assert "images tagged :forbidden are not allowed here" in status["message"]
-        wait_for(lambda: any(e.type == "Warning" and e.reason == "PyTorchJobRejected"
-                             for e in kube.events(namespace, "refused")), 15, "a PyTorchJobRejected event")
+        wait_for(
+            lambda: any(
+                e.type == "Warning" and e.reason == "PyTorchJobRejected" for e in kube.events(namespace, "refused")
+            ),
+            15,
+            "a PyTorchJobRejected event",
+        )
         assert not kube.ptjs(namespace, "refused")
     finally:
         adm.delete_validating_admission_policy_binding(policy)
@@ -177,6 +223,7 @@ def render_probe(kube, namespace, spec):
 
     from llmtrain.render import render_pytorchjob
     from llmtrain.validation import parse_spec
+
     obj = render_pytorchjob(parse_spec(spec), "probe", namespace, 1, None, "etcd.test.svc:2379")
     return kube.cluster.kubectl("create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(obj), check=False)
 
@@ -188,10 +235,14 @@ def test_a_spec_larger_than_the_annotation_limit_still_runs_and_updates(operator
     _create(kube, namespace, "big", tiny(cluster={"env": env}))
     kube.wait_ptj(namespace, "big-a1")
     kube.wait_phase(namespace, "big", "Pending")
-    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "big",
-                                               {"spec": {"resilience": {"maxRestarts": 4}}})
-    job = wait_for(lambda: (j := kube.job(namespace, "big"))["status"].get("observedGeneration") == 2 and j,
-                   30, "the resilience update to be applied")
+    kube.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "big", {"spec": {"resilience": {"maxRestarts": 4}}}
+    )
+    job = wait_for(
+        lambda: (j := kube.job(namespace, "big"))["status"].get("observedGeneration") == 2 and j,
+        30,
+        "the resilience update to be applied",
+    )
     assert any(c["type"] == "SpecAccepted" and c["status"] == "True" for c in job["status"]["conditions"])
     annotations = job["metadata"].get("annotations") or {}
     assert sum(len(k) + len(v) for k, v in annotations.items()) < 16 * 1024
@@ -200,24 +251,62 @@ def test_a_spec_larger_than_the_annotation_limit_still_runs_and_updates(operator
 def test_checkpoint_uri_cannot_be_added_or_removed_on_a_live_job(kube, dev_cluster, namespace):
     kube.apply(namespace, kube.job_doc("no-ckpt", tiny()))
     kube.apply(namespace, kube.job_doc("with-ckpt", tiny(checkpoint={"uri": "file:///tmp/ckpt"})))
-    add = kube.cluster.kubectl("patch", "llmtj", "no-ckpt", "-n", namespace, "--type=merge",
-                               "-p", '{"spec":{"checkpoint":{"uri":"file:///tmp/other"}}}', check=False)
+    add = kube.cluster.kubectl(
+        "patch",
+        "llmtj",
+        "no-ckpt",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"checkpoint":{"uri":"file:///tmp/other"}}}',
+        check=False,
+    )
     assert add.returncode != 0 and "spec.checkpoint.uri is immutable" in add.stderr, add.stderr
-    remove = kube.cluster.kubectl("patch", "llmtj", "with-ckpt", "-n", namespace, "--type=json",
-                                  "-p", '[{"op":"remove","path":"/spec/checkpoint/uri"}]', check=False)
+    remove = kube.cluster.kubectl(
+        "patch",
+        "llmtj",
+        "with-ckpt",
+        "-n",
+        namespace,
+        "--type=json",
+        "-p",
+        '[{"op":"remove","path":"/spec/checkpoint/uri"}]',
+        check=False,
+    )
     assert remove.returncode != 0 and "spec.checkpoint.uri is immutable" in remove.stderr, remove.stderr
-    change = kube.cluster.kubectl("patch", "llmtj", "with-ckpt", "-n", namespace, "--type=merge",
-                                  "-p", '{"spec":{"checkpoint":{"uri":"file:///tmp/elsewhere"}}}', check=False)
+    change = kube.cluster.kubectl(
+        "patch",
+        "llmtj",
+        "with-ckpt",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"checkpoint":{"uri":"file:///tmp/elsewhere"}}}',
+        check=False,
+    )
     assert change.returncode != 0 and "immutable" in change.stderr
-    kube.cluster.kubectl("patch", "llmtj", "with-ckpt", "-n", namespace, "--type=merge",
-                         "-p", '{"spec":{"checkpoint":{"keep":7}}}')  # the cadence still may change
+    kube.cluster.kubectl(
+        "patch", "llmtj", "with-ckpt", "-n", namespace, "--type=merge", "-p", '{"spec":{"checkpoint":{"keep":7}}}'
+    )  # the cadence still may change
     assert kube.job(namespace, "with-ckpt")["spec"]["checkpoint"] == {
-        **kube.job(namespace, "with-ckpt")["spec"]["checkpoint"], "uri": "file:///tmp/ckpt", "keep": 7}
+        **kube.job(namespace, "with-ckpt")["spec"]["checkpoint"],
+        "uri": "file:///tmp/ckpt",
+        "keep": 7,
+    }
 
 
 def test_custom_dims_show_a_model_column(operator, kube, namespace):
-    dims = {"hiddenSize": 64, "intermediateSize": 128, "numLayers": 2, "numHeads": 4, "numKvHeads": 4,
-            "vocabSize": 256, "maxSeqLen": 64}
+    dims = {
+        "hiddenSize": 64,
+        "intermediateSize": 128,
+        "numLayers": 2,
+        "numHeads": 4,
+        "numKvHeads": 4,
+        "vocabSize": 256,
+        "maxSeqLen": 64,
+    }
     spec = tiny()
     spec["model"] = {"dims": dims}
     kube.apply(namespace, kube.job_doc("custom", spec))
@@ -228,6 +317,7 @@ def test_custom_dims_show_a_model_column(operator, kube, namespace):
 
 # --- Pending: the pods' own reasons, and a start-up deadline (defect 7) ---------------------------
 
+
 def test_a_pending_job_shows_why_its_pods_do_not_start_and_restarts_after_the_deadline(operator, kube, namespace):
     from llmtrain_devcluster.standins import worker0_pod
 
@@ -235,18 +325,37 @@ def test_a_pending_job_shows_why_its_pods_do_not_start_and_restarts_after_the_de
     ptj = kube.wait_ptj(namespace, "stuck-a1")
     kube.core.create_namespaced_pod(namespace, worker0_pod("stuck", 1, "llmtrain-trainer:dev", owner=ptj))
     why = "0/16 nodes are available: 16 Insufficient vpc.amazonaws.com/efa."
-    kube.core.patch_namespaced_pod_status("stuck-a1-worker-0", namespace, {"status": {"phase": "Pending", "conditions": [
-        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": why}]}})
-    status = wait_for(lambda: (s := kube.status(namespace, "stuck")).get("reason") == "Unschedulable" and s,
-                      30, "the scheduler's reason in status")
+    kube.core.patch_namespaced_pod_status(
+        "stuck-a1-worker-0",
+        namespace,
+        {
+            "status": {
+                "phase": "Pending",
+                "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": why}],
+            }
+        },
+    )
+    status = wait_for(
+        lambda: (s := kube.status(namespace, "stuck")).get("reason") == "Unschedulable" and s,
+        30,
+        "the scheduler's reason in status",
+    )
     assert why in status["message"] and status["phase"] == "Pending"
-    wait_for(lambda: any(e.type == "Warning" and e.reason == "Unschedulable" and why in e.message
-                         for e in kube.events(namespace, "stuck")), 30, "an Unschedulable event")
+    wait_for(
+        lambda: any(
+            e.type == "Warning" and e.reason == "Unschedulable" and why in e.message
+            for e in kube.events(namespace, "stuck")
+        ),
+        30,
+        "an Unschedulable event",
+    )
     # Eleven minutes into the attempt (the same clock the hang test moves): past startupTimeoutMinutes.
     import time
+
     long_ago = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 660))
-    kube.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "stuck",
-                                                      {"status": {"attemptCreationTime": long_ago}})
+    kube.custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, "stuck", {"status": {"attemptCreationTime": long_ago}}
+    )
     kube.wait_ptj(namespace, "stuck-a2")
     status = kube.status(namespace, "stuck")
     assert (status["attempt"], status["restarts"], status["reason"]) == (2, 1, "StartupTimeout")
@@ -254,6 +363,7 @@ def test_a_pending_job_shows_why_its_pods_do_not_start_and_restarts_after_the_de
 
 
 # --- progress scraping is off the handler threads (defect 9) -------------------------------------
+
 
 @pytest.fixture
 def slow_metrics_port():
@@ -285,8 +395,9 @@ def slow_metrics_port():
 
 
 @pytest.mark.slow
-def test_slow_metrics_endpoints_do_not_delay_a_new_jobs_pytorchjob(dev_cluster, kube, namespace, tmp_path,
-                                                                   slow_metrics_port):
+def test_slow_metrics_endpoints_do_not_delay_a_new_jobs_pytorchjob(
+    dev_cluster, kube, namespace, tmp_path, slow_metrics_port
+):
     import time
 
     from llmtrain_devcluster.standins import running_at, worker0_pod
@@ -321,6 +432,7 @@ def test_slow_metrics_endpoints_do_not_delay_a_new_jobs_pytorchjob(dev_cluster, 
 
 
 # --- leader election: exactly one replica acts, failover in seconds (defect 10) -------------------
+
 
 def _lease_holder(kube, namespace: str) -> str | None:
     try:
@@ -365,9 +477,13 @@ def test_two_replicas_one_acts_and_the_standby_takes_over_within_seconds(own_ope
     assert took_over < 3 + 3, took_over  # the lease (3 s) plus a few renewal rounds
 
     def settled() -> bool:
-        return all((kube.status(namespace, n).get("attempt"), kube.status(namespace, n).get("restarts")) == (2, 1)
-                   and [p["metadata"]["name"] for p in kube.ptjs(namespace, n)
-                        if not p["metadata"].get("deletionTimestamp")] == [f"{n}-a2"] for n in names)
+        return all(
+            (kube.status(namespace, n).get("attempt"), kube.status(namespace, n).get("restarts")) == (2, 1)
+            and [p["metadata"]["name"] for p in kube.ptjs(namespace, n) if not p["metadata"].get("deletionTimestamp")]
+            == [f"{n}-a2"]
+            for n in names
+        )
+
     wait_for(settled, 60, "every job at attempt 2 with only <job>-a2 after the failover")
     recorder.stop()
     assert recorder.regressions == []

@@ -21,8 +21,9 @@ pytestmark = [pytest.mark.cluster]
 
 
 def _live(kube, namespace: str, name: str) -> list[str]:
-    return sorted(p["metadata"]["name"] for p in kube.ptjs(namespace, name)
-                  if not p["metadata"].get("deletionTimestamp"))
+    return sorted(
+        p["metadata"]["name"] for p in kube.ptjs(namespace, name) if not p["metadata"].get("deletionTimestamp")
+    )
 
 
 def _patch_spec(kube, namespace: str, name: str, spec: dict) -> None:
@@ -41,8 +42,11 @@ def test_kopf_stores_nothing_on_the_jobs(operator, kube, namespace):
     kube.set_ptj_condition(namespace, "clean-a1", "Running")
     kube.wait_phase(namespace, "clean", "Running")
     _patch_spec(kube, namespace, "clean", {"resilience": {"maxRestarts": 5}})
-    job = wait_for(lambda: (j := kube.job(namespace, "clean"))["status"].get("observedGeneration") == 2 and j,
-                   30, "the spec update to be observed")
+    job = wait_for(
+        lambda: (j := kube.job(namespace, "clean"))["status"].get("observedGeneration") == 2 and j,
+        30,
+        "the spec update to be observed",
+    )
     assert not job["metadata"].get("annotations"), job["metadata"].get("annotations")
     assert not job["metadata"].get("finalizers"), job["metadata"].get("finalizers")
     assert "kopf" not in job["status"]
@@ -59,40 +63,62 @@ def test_a_recorded_attempt_without_its_pytorchjob_gets_it(operator, kube, names
     kube.wait_phase(namespace, "heal", "Running")
     uid = kube.job(namespace, "heal")["metadata"]["uid"]
     started = time.monotonic()
-    kube.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "heal", {"status": {
-        "phase": "Restarting", "attempt": 2, "restarts": 1, "pytorchJob": "heal-a2",
-        "rendezvousId": rendezvous_id(namespace, "heal", uid, 2)}})
+    kube.custom.patch_namespaced_custom_object_status(
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        "heal",
+        {
+            "status": {
+                "phase": "Restarting",
+                "attempt": 2,
+                "restarts": 1,
+                "pytorchJob": "heal-a2",
+                "rendezvousId": rendezvous_id(namespace, "heal", uid, 2),
+            }
+        },
+    )
     ptj = kube.wait_ptj(namespace, "heal-a2", timeout=15)
     assert time.monotonic() - started < 10
     assert ptj["spec"]["elasticPolicy"]["rdzvId"] == rendezvous_id(namespace, "heal", uid, 2)
     wait_for(lambda: _live(kube, namespace, "heal") == ["heal-a2"], 15, "the superseded heal-a1 to be deleted")
     status = kube.status(namespace, "heal")
     assert (status["attempt"], status["restarts"], status["pytorchJob"]) == (2, 1, "heal-a2")
-    wait_for(lambda: any(e.reason == "Created" and "attempt 2" in e.message for e in kube.events(namespace, "heal")),
-             15, "a Created event for attempt 2")
+    wait_for(
+        lambda: any(e.reason == "Created" and "attempt 2" in e.message for e in kube.events(namespace, "heal")),
+        15,
+        "a Created event for attempt 2",
+    )
 
 
 def test_a_character_outside_the_basic_multilingual_plane_reaches_the_workers(operator, kube, namespace):
     # Parsing the whole rendered text as YAML refused such a character (the job ended Failed,
     # RenderFailed); the values now go in as JSON (render.py), which has no such limit. The
     # RenderFailed path itself: test_render_failed.py.
-    _create(kube, namespace, "emoji", tiny(cluster={"env": {"GREETING": "hello \U0001F600"}}))
+    _create(kube, namespace, "emoji", tiny(cluster={"env": {"GREETING": "hello \U0001f600"}}))
     kube.wait_phase(namespace, "emoji", "Pending")
     (ptj,) = kube.ptjs(namespace, "emoji")
     env = ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"]
-    assert {"name": "GREETING", "value": "hello \U0001F600"} in env
+    assert {"name": "GREETING", "value": "hello \U0001f600"} in env
 
 
 @pytest.mark.slow
 def test_restart_backoff_spaces_attempts_and_survives_an_operator_restart(own_operator, kube, namespace):  # noqa: F811
     op = own_operator()
-    _create(kube, namespace, "loop", tiny(resilience={"maxRestarts": 5, "restartBackoffSeconds": 3,
-                                                      "maxRestartBackoffSeconds": 6}))
+    _create(
+        kube,
+        namespace,
+        "loop",
+        tiny(resilience={"maxRestarts": 5, "restartBackoffSeconds": 3, "maxRestartBackoffSeconds": 6}),
+    )
     kube.wait_ptj(namespace, "loop-a1")
     # Attempt 1 fails: attempt 2 after 3 s.
     failed_at = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
     kube.set_ptj_condition(namespace, "loop-a1", "Failed", "worker 0 exited with code 1")
-    waiting = wait_for(lambda: (s := kube.status(namespace, "loop")).get("attempt") == 2 and s, 15, "attempt 2 recorded")
+    waiting = wait_for(
+        lambda: (s := kube.status(namespace, "loop")).get("attempt") == 2 and s, 15, "attempt 2 recorded"
+    )
     due = _time(waiting["nextAttemptTime"])
     assert 2 <= (due - failed_at).total_seconds() <= 5, (failed_at, due)
     assert "restart backoff 3 s" in waiting["message"] and waiting["nextAttemptTime"] in waiting["message"]
@@ -105,7 +131,9 @@ def test_restart_backoff_spaces_attempts_and_survives_an_operator_restart(own_op
     # starts again must still wait for status.nextAttemptTime.
     failed_at = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
     kube.set_ptj_condition(namespace, "loop-a2", "Failed", "worker 0 exited with code 1")
-    waiting = wait_for(lambda: (s := kube.status(namespace, "loop")).get("attempt") == 3 and s, 15, "attempt 3 recorded")
+    waiting = wait_for(
+        lambda: (s := kube.status(namespace, "loop")).get("attempt") == 3 and s, 15, "attempt 3 recorded"
+    )
     op.stop(signal.SIGKILL)
     due = _time(waiting["nextAttemptTime"])
     assert 5 <= (due - failed_at).total_seconds() <= 8, (failed_at, due)
@@ -152,6 +180,7 @@ def test_a_job_created_suspended_starts_when_resumed(operator, kube, namespace):
     assert (status["attempt"], status["restarts"]) == (1, 0) and not kube.ptjs(namespace, "queued")
     _patch_spec(kube, namespace, "queued", {"suspend": False})
     kube.wait_ptj(namespace, "queued-a1")
-    status = wait_for(lambda: (s := kube.status(namespace, "queued")).get("pytorchJob") == "queued-a1" and s,
-                      15, "queued-a1 recorded")
+    status = wait_for(
+        lambda: (s := kube.status(namespace, "queued")).get("pytorchJob") == "queued-a1" and s, 15, "queued-a1 recorded"
+    )
     assert (status["attempt"], status["restarts"], status["phase"]) == (1, 0, "Pending")

@@ -16,9 +16,20 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_operator_scale_quick(dev_cluster):
-    out = subprocess.run([sys.executable, str(REPO / "bench" / "operator_scale.py"), "--quick",
-                          "--kubeconfig", str(dev_cluster.kubeconfig), "--timeout", "120"],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "operator_scale.py"),
+            "--quick",
+            "--kubeconfig",
+            str(dev_cluster.kubeconfig),
+            "--timeout",
+            "120",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["jobs"] == 20

@@ -11,8 +11,20 @@ from kubernetes.client.exceptions import ApiException
 
 CONTROLLER = Path(__file__).resolve().parents[2] / "operator" / "llmtrain" / "controller"
 # made at module level, each of these can only be state shared by everything that imports the module
-STATEFUL_CALLS = {"Lock", "RLock", "Event", "Condition", "Semaphore", "ThreadPoolExecutor", "dict", "set", "list",
-                  "defaultdict", "OrderedDict", "deque"}
+STATEFUL_CALLS = {
+    "Lock",
+    "RLock",
+    "Event",
+    "Condition",
+    "Semaphore",
+    "ThreadPoolExecutor",
+    "dict",
+    "set",
+    "list",
+    "defaultdict",
+    "OrderedDict",
+    "deque",
+}
 
 
 def _module_state(path: Path) -> list[str]:
@@ -21,11 +33,16 @@ def _module_state(path: Path) -> list[str]:
         value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
         if value is None:
             continue
-        empty = isinstance(value, (ast.Dict, ast.List, ast.Set)) and not getattr(value, "keys", None) \
-            and not getattr(value, "elts", None)  # a non-empty literal is a constant table
-        call = isinstance(value, ast.Call) and (
-            value.func.attr if isinstance(value.func, ast.Attribute) else getattr(value.func, "id", "")) \
+        empty = (
+            isinstance(value, (ast.Dict, ast.List, ast.Set))
+            and not getattr(value, "keys", None)
+            and not getattr(value, "elts", None)
+        )  # a non-empty literal is a constant table
+        call = (
+            isinstance(value, ast.Call)
+            and (value.func.attr if isinstance(value.func, ast.Attribute) else getattr(value.func, "id", ""))
             in STATEFUL_CALLS
+        )
         if empty or call:
             found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)[:80]}")
     return found
@@ -50,8 +67,14 @@ def test_two_operators_share_no_pod_failures_or_refusals():
     from llmtrain.controller import nodes
 
     a, b = _operator(), _operator()
-    failure = {"node": "n1", "pod": "j-a1-worker-0", "owner": "ptj-uid", "exitCode": 1, "k8sReason": "Error",
-               "finishedAt": None}
+    failure = {
+        "node": "n1",
+        "pod": "j-a1-worker-0",
+        "owner": "ptj-uid",
+        "exitCode": 1,
+        "k8sReason": "Error",
+        "finishedAt": None,
+    }
     assert a.failures.remember("ns", "j", "1", failure)
     a.failures.saw_pod("ns", "j", "1", "n1", "ptj-uid")
     assert [f["node"] for f in a.failures.failures("ns", "j", 1, owner="ptj-uid")] == ["n1"]

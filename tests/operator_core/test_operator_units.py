@@ -35,8 +35,11 @@ def test_the_phase_gauge_is_exact_when_many_handler_threads_update_it():
         t.join()
     assert errors == []
     alive = [i for i in range(jobs_n) if i % 5]
-    expected = {"Pending": 0, "Running": sum(1 for i in alive if i % 3) * threads_n,
-                "Failed": sum(1 for i in alive if i % 3 == 0) * threads_n}
+    expected = {
+        "Pending": 0,
+        "Running": sum(1 for i in alive if i % 3) * threads_n,
+        "Failed": sum(1 for i in alive if i % 3 == 0) * threads_n,
+    }
     for phase, count in expected.items():
         assert metrics.jobs.labels(phase)._value.get() == count, phase
 
@@ -50,16 +53,25 @@ def _pod(name, conditions=(), waiting=None, phase="Pending"):
 
 def test_an_unschedulable_pod_is_reported_in_the_schedulers_words():
     msg = "0/16 nodes are available: 16 Insufficient vpc.amazonaws.com/efa."
-    pods = [_pod("j-a1-worker-1"), _pod("j-a1-worker-0", [{"type": "PodScheduled", "status": "False",
-                                                             "reason": "Unschedulable", "message": msg}])]
+    pods = [
+        _pod("j-a1-worker-1"),
+        _pod("j-a1-worker-0", [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": msg}]),
+    ]
     assert startup_problem(pods) == ("Unschedulable", f"pod j-a1-worker-0: {msg}")
 
 
 def test_an_image_pull_failure_is_reported_with_the_kubelets_reason():
-    pods = [_pod("j-a1-worker-0", [{"type": "PodScheduled", "status": "True"}],
-                 {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "nope:1"'})]
+    pods = [
+        _pod(
+            "j-a1-worker-0",
+            [{"type": "PodScheduled", "status": "True"}],
+            {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "nope:1"'},
+        )
+    ]
     assert startup_problem(pods) == (
-        "ImagePullBackOff", 'pod j-a1-worker-0: container pytorch: ImagePullBackOff: Back-off pulling image "nope:1"')
+        "ImagePullBackOff",
+        'pod j-a1-worker-0: container pytorch: ImagePullBackOff: Back-off pulling image "nope:1"',
+    )
 
 
 def test_a_pod_that_is_merely_creating_its_container_is_not_a_problem():
@@ -69,6 +81,7 @@ def test_a_pod_that_is_merely_creating_its_container_is_not_a_problem():
 
 def _ptj(rv: int) -> dict:
     from llmtrain.render import JOB_LABEL
+
     return {"metadata": {"name": "j-a1", "namespace": "ns", "resourceVersion": str(rv), "labels": {JOB_LABEL: "j"}}}
 
 
@@ -98,9 +111,11 @@ def test_kopf_builds_no_diff_base_only_while_no_handler_needs_one():
     storage = settings.persistence.diffbase_storage
     assert isinstance(storage, kopfconfig.NoDiffBase)
     assert storage.build(body=kopf.Body({"metadata": {"name": "x"}, "spec": {"a": 1}})) is None
-    for register in (lambda r: kopf.on.update("example.com", "v1", "things", registry=r),
-                     lambda r: kopf.timer("example.com", "v1", "things", interval=5, registry=r),
-                     lambda r: kopf.daemon("example.com", "v1", "things", registry=r)):
+    for register in (
+        lambda r: kopf.on.update("example.com", "v1", "things", registry=r),
+        lambda r: kopf.timer("example.com", "v1", "things", interval=5, registry=r),
+        lambda r: kopf.daemon("example.com", "v1", "things", registry=r),
+    ):
         registry = kopf.OperatorRegistry()
         register(registry)(lambda **_: None)
         settings = kopf.OperatorSettings()
@@ -117,7 +132,9 @@ def test_the_pod_cache_keeps_each_attempts_pods_until_they_are_deleted():
     pods.put("ns", "j", "1", "j-a1-worker-0", {"name": "j-a1-worker-0", "phase": "Running"})  # a later event
     pods.put("ns", "j", "2", "j-a2-worker-0", {"name": "j-a2-worker-0", "phase": "Pending"})
     assert sorted((p["name"], p["phase"]) for p in pods.of("ns", "j", 1)) == [
-        ("j-a1-worker-0", "Running"), ("j-a1-worker-1", "Pending")]  # attempt as int or label string
+        ("j-a1-worker-0", "Running"),
+        ("j-a1-worker-1", "Pending"),
+    ]  # attempt as int or label string
     assert [p["name"] for p in pods.of("ns", "j", "2")] == ["j-a2-worker-0"]
     assert pods.of("other", "j", 1) == [] and pods.of("ns", "j", 3) == []
     pods.drop("ns", "j", "1", "j-a1-worker-0")

@@ -18,11 +18,17 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 LEVELS = ("privileged", "baseline", "restricted")
 JOBS = {
-    "cpu": {"model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu", "processesPerNode": 2},
-            "fsdp": {"mixedPrecision": "fp32"}, "rendezvous": {"backend": "c10d"}},
-    "p5.48xlarge": {"model": {"preset": "llama2-7b"}, "data": {"uri": "s3://b/tokens/", "seqLen": 4096},
-                    "cluster": {"instanceType": "p5.48xlarge", "nodes": 2,
-                                "serviceAccountName": "llmtrain-trainer"}},
+    "cpu": {
+        "model": {"preset": "tiny"},
+        "cluster": {"instanceType": "cpu", "processesPerNode": 2},
+        "fsdp": {"mixedPrecision": "fp32"},
+        "rendezvous": {"backend": "c10d"},
+    },
+    "p5.48xlarge": {
+        "model": {"preset": "llama2-7b"},
+        "data": {"uri": "s3://b/tokens/", "seqLen": 4096},
+        "cluster": {"instanceType": "p5.48xlarge", "nodes": 2, "serviceAccountName": "llmtrain-trainer"},
+    },
     "p4de.24xlarge": {"model": {"preset": "llama2-7b"}, "cluster": {"instanceType": "p4de.24xlarge"}},
 }
 
@@ -34,8 +40,13 @@ def pss_namespaces(dev_cluster):
     names = {level: f"pss-{level}-{suffix}" for level in LEVELS}
     for level, ns in names.items():
         dev_cluster.kubectl("create", "namespace", ns)
-        dev_cluster.kubectl("label", "namespace", ns, f"pod-security.kubernetes.io/enforce={level}",
-                            "pod-security.kubernetes.io/enforce-version=latest")
+        dev_cluster.kubectl(
+            "label",
+            "namespace",
+            ns,
+            f"pod-security.kubernetes.io/enforce={level}",
+            "pod-security.kubernetes.io/enforce-version=latest",
+        )
         # Pods need their ServiceAccount to exist (the ServiceAccount admission plugin checks).
         for sa in ("default", "llmtrain-trainer"):
             dev_cluster.kubectl("create", "serviceaccount", sa, "-n", ns, check=False)
@@ -45,18 +56,29 @@ def pss_namespaces(dev_cluster):
 
 
 def worker_pod(job: str, namespace: str) -> dict:
-    obj = render_pytorchjob(parse_spec(JOBS[job]), f"psa-{job.split('.')[0]}", namespace,
-                            default_etcd_endpoint="etcd.llmtrain-system.svc:2379")
+    obj = render_pytorchjob(
+        parse_spec(JOBS[job]),
+        f"psa-{job.split('.')[0]}",
+        namespace,
+        default_etcd_endpoint="etcd.llmtrain-system.svc:2379",
+    )
     template = obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"{obj['metadata']['name']}-worker-0", "namespace": namespace,
-                         "labels": template["metadata"]["labels"]},
-            "spec": template["spec"]}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{obj['metadata']['name']}-worker-0",
+            "namespace": namespace,
+            "labels": template["metadata"]["labels"],
+        },
+        "spec": template["spec"],
+    }
 
 
 def dry_run(dev_cluster, pod: dict):
-    return dev_cluster.kubectl("create", "--dry-run=server", "-o", "name", "-f", "-",
-                               input=json.dumps(pod), check=False)
+    return dev_cluster.kubectl(
+        "create", "--dry-run=server", "-o", "name", "-f", "-", input=json.dumps(pod), check=False
+    )
 
 
 @pytest.mark.parametrize("job", list(JOBS))

@@ -10,9 +10,12 @@ from llmtrain.validation import load_job, parse_spec
 
 
 def _spec(**over):
-    raw = {"model": {"preset": "llama2-7b"}, "data": {"uri": "s3://b/tokens/", "seqLen": 4096},
-           "cluster": {"instanceType": "p5.48xlarge", "nodes": 4},
-           "training": {"globalBatchTokens": 4096 * 32 * 4}}
+    raw = {
+        "model": {"preset": "llama2-7b"},
+        "data": {"uri": "s3://b/tokens/", "seqLen": 4096},
+        "cluster": {"instanceType": "p5.48xlarge", "nodes": 4},
+        "training": {"globalBatchTokens": 4096 * 32 * 4},
+    }
     for k, v in over.items():
         raw[k] = {**raw.get(k, {}), **v}
     return parse_spec(raw)
@@ -66,15 +69,21 @@ def test_worker_shape_rendezvous_and_policy():
     vols = {v["name"]: v for v in worker["template"]["spec"]["volumes"]}
     assert vols[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
     # p5: tmpfs, a quarter of its 2048 GiB (see test_checkpoint_staging_is_memory_on_gpu_nodes)
-    assert vols[mounts[_env(obj)["LLMTRAIN_CHECKPOINT_STAGING"]]]["emptyDir"] == {"medium": "Memory", "sizeLimit": "512Gi"}
+    assert vols[mounts[_env(obj)["LLMTRAIN_CHECKPOINT_STAGING"]]]["emptyDir"] == {
+        "medium": "Memory",
+        "sizeLimit": "512Gi",
+    }
     assert worker["template"]["spec"]["terminationGracePeriodSeconds"] > 30  # torchrun's SIGTERM window
     base = int(_env(obj)["LLMTRAIN_METRICS_PORT"])
     assert [p["containerPort"] for p in c["ports"]] == [base + r for r in range(8)]  # one per local rank
 
 
 def test_rendezvous_id_is_unique_per_attempt_and_per_job_incarnation():
-    ids = {_render(attempt=a, uid=u)["spec"]["elasticPolicy"]["rdzvId"]
-           for a in (1, 2, 3) for u in ("aaaaaaaa-1", "bbbbbbbb-2")}
+    ids = {
+        _render(attempt=a, uid=u)["spec"]["elasticPolicy"]["rdzvId"]
+        for a in (1, 2, 3)
+        for u in ("aaaaaaaa-1", "bbbbbbbb-2")
+    }
     assert len(ids) == 6
     names = {_render(attempt=a)["metadata"]["name"] for a in (1, 2)}
     assert len(names) == 2
@@ -114,10 +123,18 @@ def test_the_hf_token_secret_is_not_sent_to_the_ranks():
 
 
 def test_scheduling_passthrough_and_owner():
-    obj = _render(_spec(cluster={"queueName": "q1", "schedulerName": "volcano", "priorityClassName": "hi",
-                                 "nodeSelector": {"pool": "a"},
-                                 "tolerations": [{"key": "k", "operator": "Equal", "value": "v"}]}),
-                  uid="uid-1")
+    obj = _render(
+        _spec(
+            cluster={
+                "queueName": "q1",
+                "schedulerName": "volcano",
+                "priorityClassName": "hi",
+                "nodeSelector": {"pool": "a"},
+                "tolerations": [{"key": "k", "operator": "Equal", "value": "v"}],
+            }
+        ),
+        uid="uid-1",
+    )
     assert obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "q1"
     assert obj["spec"]["runPolicy"]["suspend"] is True  # Kueue admits it by unsuspending
     pod = obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
@@ -138,17 +155,24 @@ def test_the_instance_type_pin_wins_over_a_user_node_selector():
 
 
 def test_volumes_mount_pvcs():
-    obj = _render(_spec(cluster={"volumes": [{"name": "fsx", "claimName": "fsx-pvc", "mountPath": "/fsx",
-                                              "readOnly": True}]}))
+    obj = _render(
+        _spec(cluster={"volumes": [{"name": "fsx", "claimName": "fsx-pvc", "mountPath": "/fsx", "readOnly": True}]})
+    )
     pod = obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
     assert {"name": "fsx", "persistentVolumeClaim": {"claimName": "fsx-pvc", "readOnly": True}} in pod["volumes"]
     assert {"name": "fsx", "mountPath": "/fsx", "readOnly": True} in _container(obj)["volumeMounts"]
 
 
 def test_cpu_jobs_request_no_accelerators():
-    obj = _render(_spec(model={"preset": "tiny"}, data={"seqLen": 128},
-                        cluster={"instanceType": "cpu", "nodes": 1, "processesPerNode": 3},
-                        training={"globalBatchTokens": 128 * 3}, fsdp={"mixedPrecision": "fp32"}))
+    obj = _render(
+        _spec(
+            model={"preset": "tiny"},
+            data={"seqLen": 128},
+            cluster={"instanceType": "cpu", "nodes": 1, "processesPerNode": 3},
+            training={"globalBatchTokens": 128 * 3},
+            fsdp={"mixedPrecision": "fp32"},
+        )
+    )
     res = _container(obj)["resources"]
     assert "nvidia.com/gpu" not in res["requests"] and "vpc.amazonaws.com/efa" not in res["requests"]
     assert obj["spec"]["nprocPerNode"] == "3"
@@ -163,6 +187,7 @@ def test_user_strings_cannot_break_the_document():
 
 def test_every_example_renders(tmp_path):
     import glob
+
     for path in glob.glob("examples/*.yaml"):
         job = load_job(path)
         obj = render_pytorchjob(job.spec, job.name, job.namespace, default_etcd_endpoint="etcd:2379")
@@ -177,8 +202,11 @@ def _pod(obj):
 @pytest.mark.parametrize("itype", ["cpu", "p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge"])
 def test_workers_run_non_root_with_runtime_default_seccomp_and_no_token(itype):
     extra = {"processesPerNode": 2} if itype == "cpu" else {}
-    spec = _spec(cluster={"instanceType": itype, "nodes": 1, **extra}, fsdp={"mixedPrecision": "fp32"},
-                 training={"globalBatchTokens": 4096 * 8})
+    spec = _spec(
+        cluster={"instanceType": itype, "nodes": 1, **extra},
+        fsdp={"mixedPrecision": "fp32"},
+        training={"globalBatchTokens": 4096 * 8},
+    )
     pod = _pod(_render(spec))
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] == 65532  # the trainer image's user (Dockerfile ARG UID)
@@ -192,9 +220,14 @@ def test_workers_run_non_root_with_runtime_default_seccomp_and_no_token(itype):
         assert sc["capabilities"]["add"] == ["IPC_LOCK"] and sc["allowPrivilegeEscalation"] is True
 
 
-@pytest.mark.parametrize("itype, medium", [("p5.48xlarge", {"medium": "Memory", "sizeLimit": "512Gi"}),
-                                           ("p4de.24xlarge", {"medium": "Memory", "sizeLimit": "288Gi"}),
-                                           ("cpu", {})])
+@pytest.mark.parametrize(
+    "itype, medium",
+    [
+        ("p5.48xlarge", {"medium": "Memory", "sizeLimit": "512Gi"}),
+        ("p4de.24xlarge", {"medium": "Memory", "sizeLimit": "288Gi"}),
+        ("cpu", {}),
+    ],
+)
 def test_checkpoint_staging_is_memory_on_gpu_nodes(itype, medium):
     # A SIGTERM save stages ~52 GB per node for the 70B example: at EBS speed (~125 MB/s) that is
     # ~400 s, past the 120 s grace period, so GPU pods stage in tmpfs, bounded to a quarter of the
@@ -208,6 +241,7 @@ def test_checkpoint_staging_is_memory_on_gpu_nodes(itype, medium):
 
 # --- bad-node avoidance, preflight, NCCL flight recorder (controller/nodes.py, forensics.py) -------
 
+
 def _pod_spec(obj):
     return obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
 
@@ -216,8 +250,15 @@ def test_avoided_nodes_become_required_hostname_anti_affinity():
     assert "affinity" not in _pod_spec(_render())  # nothing to avoid: no affinity at all
     obj = _render(avoid_nodes=["ip-10-0-1-9", "ip-10-0-1-7", "ip-10-0-1-9"])
     terms = _pod_spec(obj)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert terms == {"nodeSelectorTerms": [{"matchExpressions": [
-        {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["ip-10-0-1-7", "ip-10-0-1-9"]}]}]}
+    assert terms == {
+        "nodeSelectorTerms": [
+            {
+                "matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["ip-10-0-1-7", "ip-10-0-1-9"]}
+                ]
+            }
+        ]
+    }
     # the instance-type pin still holds (nodeSelector and affinity are ANDed)
     assert _pod_spec(obj)["nodeSelector"]["node.kubernetes.io/instance-type"] == "p5.48xlarge"
 
@@ -265,13 +306,21 @@ def test_a_lost_node_evicts_the_workers_after_a_minute_not_five():
     assert NODE_LOST_TOLERATION_SECONDS < 300
     for instance in ("p5.48xlarge", "cpu"):
         spec = parse_spec({"model": {"preset": "tiny"}, "cluster": {"instanceType": instance}})
-        pod = render_pytorchjob(spec, "j", default_etcd_endpoint="etcd:2379")["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+        pod = render_pytorchjob(spec, "j", default_etcd_endpoint="etcd:2379")["spec"]["pytorchReplicaSpecs"]["Worker"][
+            "template"
+        ]["spec"]
         for key in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"):
-            assert {"key": key, "operator": "Exists", "effect": "NoExecute",
-                    "tolerationSeconds": NODE_LOST_TOLERATION_SECONDS} in pod["tolerations"], instance
+            assert {
+                "key": key,
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": NODE_LOST_TOLERATION_SECONDS,
+            } in pod["tolerations"], instance
     mine = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"}
     spec = parse_spec({"model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu", "tolerations": [mine]}})
-    pod = render_pytorchjob(spec, "j", default_etcd_endpoint="etcd:2379")["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    pod = render_pytorchjob(spec, "j", default_etcd_endpoint="etcd:2379")["spec"]["pytorchReplicaSpecs"]["Worker"][
+        "template"
+    ]["spec"]
     assert [t for t in pod["tolerations"] if t.get("key") == mine["key"]] == [mine]
 
 
@@ -290,16 +339,44 @@ def _shapes():
     import glob
 
     yield from ((load_job(p).spec, load_job(p).name) for p in sorted(glob.glob("examples/*.yaml")))
-    tricky = {"A": 'x"\n  injected: true\n# }', "B": "yes", "C": "1e5", "D": "null", "E": "- a: b",
-              "F": "<&'>", "G": "ünï\u2028cødé \\ \t", "H": "", "I": "0x1F", "J": "2024-01-01"}
-    yield _spec(cluster={"env": tricky, "queueName": "q1", "schedulerName": "volcano", "priorityClassName": "hi",
-                         "serviceAccountName": "sa", "nodeSelector": {"pool": "yes"},
-                         "tolerations": [{"key": "k", "operator": "Equal", "value": "on", "effect": "NoSchedule"}],
-                         "volumes": [{"name": "fsx", "claimName": "fsx-pvc", "mountPath": "/fsx", "readOnly": True}]},
-                model={"hfTokenSecretRef": {"name": "hf", "key": "tok"}}), "on"
-    yield _spec(model={"preset": "tiny"}, data={"seqLen": 128}, fsdp={"mixedPrecision": "fp32"},
-                cluster={"instanceType": "cpu", "nodes": 1, "processesPerNode": 3},
-                training={"globalBatchTokens": 128 * 3}), "null"
+    tricky = {
+        "A": 'x"\n  injected: true\n# }',
+        "B": "yes",
+        "C": "1e5",
+        "D": "null",
+        "E": "- a: b",
+        "F": "<&'>",
+        "G": "ünï\u2028cødé \\ \t",
+        "H": "",
+        "I": "0x1F",
+        "J": "2024-01-01",
+    }
+    yield (
+        _spec(
+            cluster={
+                "env": tricky,
+                "queueName": "q1",
+                "schedulerName": "volcano",
+                "priorityClassName": "hi",
+                "serviceAccountName": "sa",
+                "nodeSelector": {"pool": "yes"},
+                "tolerations": [{"key": "k", "operator": "Equal", "value": "on", "effect": "NoSchedule"}],
+                "volumes": [{"name": "fsx", "claimName": "fsx-pvc", "mountPath": "/fsx", "readOnly": True}],
+            },
+            model={"hfTokenSecretRef": {"name": "hf", "key": "tok"}},
+        ),
+        "on",
+    )
+    yield (
+        _spec(
+            model={"preset": "tiny"},
+            data={"seqLen": 128},
+            fsdp={"mixedPrecision": "fp32"},
+            cluster={"instanceType": "cpu", "nodes": 1, "processesPerNode": 3},
+            training={"globalBatchTokens": 128 * 3},
+        ),
+        "null",
+    )
     yield _spec(cluster={"instanceType": "p4d.24xlarge", "nodes": 2}, rendezvous={"backend": "etcd-v2"}), "true"
 
 
@@ -309,8 +386,11 @@ def test_the_skeleton_render_builds_the_same_objects_as_parsing_the_whole_yaml(m
     render._skeleton.cache_clear()
     seen = 0
     for spec, name in _shapes():
-        for attempt, uid, extra in ((1, None, {}), (2, "0d9a6c1e-aaaa-bbbb-cccc-123456789012", {}),
-                                    (3, "uid-3", {"resume_before_step": 40, "avoid_nodes": ["n-2", "n-1"]})):
+        for attempt, uid, extra in (
+            (1, None, {}),
+            (2, "0d9a6c1e-aaaa-bbbb-cccc-123456789012", {}),
+            (3, "uid-3", {"resume_before_step": 40, "avoid_nodes": ["n-2", "n-1"]}),
+        ):
             kw = dict(default_etcd_endpoint="etcd.infra:2379", **extra)
             got = render.render_pytorchjob(spec, name, "team", attempt, uid, **kw)
             want = _reference_render(monkeypatch, spec, name, "team", attempt, uid, **kw)
@@ -335,12 +415,24 @@ def test_a_changed_spec_never_gets_the_previous_jobs_values():
     assert "mutated" not in _render(_spec(cluster={"image": "registry/b:2"}))["metadata"]["labels"]
 
 
-@pytest.mark.parametrize("mode,annotation", [("required", "kueue.x-k8s.io/podset-required-topology"),
-                                             ("preferred", "kueue.x-k8s.io/podset-preferred-topology")])
+@pytest.mark.parametrize(
+    "mode,annotation",
+    [
+        ("required", "kueue.x-k8s.io/podset-required-topology"),
+        ("preferred", "kueue.x-k8s.io/podset-preferred-topology"),
+    ],
+)
 def test_kueue_priority_and_topology_become_kueues_label_and_pod_set_annotation(mode, annotation):
     level = "topology.k8s.aws/network-node-layer-3"
-    obj = _render(_spec(cluster={"queueName": "p5-team", "workloadPriorityClass": "production",
-                                 "topology": {"mode": mode, "level": level}}))
+    obj = _render(
+        _spec(
+            cluster={
+                "queueName": "p5-team",
+                "workloadPriorityClass": "production",
+                "topology": {"mode": mode, "level": level},
+            }
+        )
+    )
     assert obj["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "production"
     assert obj["spec"]["runPolicy"]["suspend"] is True  # Kueue unsuspends it when it admits it
     annotations = obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"]

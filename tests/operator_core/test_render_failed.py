@@ -22,6 +22,9 @@ def test_a_job_the_renderer_cannot_handle_ends_failed_with_the_reason(own_operat
     assert status["reason"] == "RenderFailed"
     assert status["message"].startswith("cannot render the PyTorchJob of attempt 1:")
     assert "notaport" in status["message"]
-    wait_for(lambda: any(e.type == "Warning" and e.reason == "RenderFailed"
-                         for e in kube.events(namespace, "badrdzv")), 15, "a RenderFailed event")
+    wait_for(
+        lambda: any(e.type == "Warning" and e.reason == "RenderFailed" for e in kube.events(namespace, "badrdzv")),
+        15,
+        "a RenderFailed event",
+    )
     assert not kube.ptjs(namespace, "badrdzv")

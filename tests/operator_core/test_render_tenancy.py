@@ -19,9 +19,12 @@ from llmtrain.validation import parse_spec
 
 
 def _spec(**over):
-    raw = {"model": {"preset": "tiny"}, "data": {"uri": "synthetic", "seqLen": 32},
-           "cluster": {"instanceType": "cpu", "nodes": 2, "processesPerNode": 3},
-           "training": {"globalBatchTokens": 32 * 6 * 2, "microBatchSize": 2}}
+    raw = {
+        "model": {"preset": "tiny"},
+        "data": {"uri": "synthetic", "seqLen": 32},
+        "cluster": {"instanceType": "cpu", "nodes": 2, "processesPerNode": 3},
+        "training": {"globalBatchTokens": 32 * 6 * 2, "microBatchSize": 2},
+    }
     for k, v in over.items():
         raw[k] = {**raw.get(k, {}), **v}
     return parse_spec(raw)
@@ -37,8 +40,15 @@ def _args(obj):
 
 @pytest.mark.parametrize("backend", ["etcd-v2", "etcd"])
 def test_a_job_on_the_operators_etcd_mounts_its_attempts_credentials(backend):
-    obj = render_pytorchjob(_spec(rendezvous={"backend": backend}), "llama", "team-a", 2, "0123456789",
-                            "llmtrain-etcd.llmtrain-system.svc:2379", rendezvous_credentials=True)
+    obj = render_pytorchjob(
+        _spec(rendezvous={"backend": backend}),
+        "llama",
+        "team-a",
+        2,
+        "0123456789",
+        "llmtrain-etcd.llmtrain-system.svc:2379",
+        rendezvous_credentials=True,
+    )
     pod = _pod(obj)
     [vol] = [v for v in pod["volumes"] if "secret" in v]
     # the Secret the operator creates for this attempt (render_rendezvous_secret)
@@ -49,9 +59,12 @@ def test_a_job_on_the_operators_etcd_mounts_its_attempts_credentials(backend):
     [conf] = [a for a in _args(obj) if a.startswith("--rdzv-conf=")]
     files = {"ca.crt", "tls.crt", "tls.key"}
     # the parameter names each torch backend's _create_etcd_client reads
-    names = ({"protocol", "ca_cert", "ssl_cert", "ssl_cert_key"} if backend == "etcd-v2"
-             else {"protocol", "cacert", "cert", "key"})
-    pairs = dict(kv.split("=", 1) for kv in conf[len("--rdzv-conf="):].split(","))
+    names = (
+        {"protocol", "ca_cert", "ssl_cert", "ssl_cert_key"}
+        if backend == "etcd-v2"
+        else {"protocol", "cacert", "cert", "key"}
+    )
+    pairs = dict(kv.split("=", 1) for kv in conf[len("--rdzv-conf=") :].split(","))
     assert set(pairs) == names and pairs["protocol"] == "https"
     assert {v.rsplit("/", 1)[-1] for k, v in pairs.items() if k != "protocol"} == files
     assert all(v.startswith(mount["mountPath"] + "/") for k, v in pairs.items() if k != "protocol")
@@ -59,11 +72,20 @@ def test_a_job_on_the_operators_etcd_mounts_its_attempts_credentials(backend):
     assert "ca.key" not in str(obj)
 
 
-@pytest.mark.parametrize("rendezvous", [{"backend": "c10d"}, {"backend": "etcd-v2", "endpoint": "own-etcd.team-a:2379"}])
+@pytest.mark.parametrize(
+    "rendezvous", [{"backend": "c10d"}, {"backend": "etcd-v2", "endpoint": "own-etcd.team-a:2379"}]
+)
 def test_a_job_elsewhere_gets_no_credentials(rendezvous):
     """c10d, or the job's own etcd: the operator's identities are not for those."""
-    obj = render_pytorchjob(_spec(rendezvous=rendezvous), "llama", "team-a", 1, "0123456789",
-                            "llmtrain-etcd.llmtrain-system.svc:2379", rendezvous_credentials=True)
+    obj = render_pytorchjob(
+        _spec(rendezvous=rendezvous),
+        "llama",
+        "team-a",
+        1,
+        "0123456789",
+        "llmtrain-etcd.llmtrain-system.svc:2379",
+        rendezvous_credentials=True,
+    )
     assert not any("secret" in v for v in _pod(obj)["volumes"])
     assert not any(a.startswith("--rdzv-conf") for a in _args(obj))
 
@@ -103,7 +125,7 @@ def test_run_ids_start_with_a_prefix_no_other_namespace_shares(ns):
     assert len("torch.rendezvous." + prefix) % 3 == 0
     key = base64.b64encode(f"torch.rendezvous.{rid}.0/MASTER_ADDR".encode()).decode()
     [store_pattern] = [p for p in ra.permissions(ns)["write"] if p.startswith(ra.STORE_DIR + "/")]
-    assert key.startswith(store_pattern[len(ra.STORE_DIR) + 1:-1])
+    assert key.startswith(store_pattern[len(ra.STORE_DIR) + 1 : -1])
 
 
 def test_job_networkpolicy_admits_only_the_jobs_own_pods_but_on_the_metrics_ports():

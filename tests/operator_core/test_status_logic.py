@@ -1,14 +1,19 @@
 """The operator's pure status rules: Kubeflow conditions → phase, conditions, progress, hang."""
 
-
 from prometheus_client import CollectorRegistry, generate_latest
 
-from llmtrain.controller.status import (progress_from_metrics, pytorchjob_state, set_condition)
+from llmtrain.controller.status import progress_from_metrics, pytorchjob_state, set_condition
 
 
 def _ptj(*conds):
-    return {"status": {"conditions": [
-        {"type": t, "status": s, "lastTransitionTime": f"2026-01-01T00:00:0{i}Z"} for i, (t, s) in enumerate(conds)]}}
+    return {
+        "status": {
+            "conditions": [
+                {"type": t, "status": s, "lastTransitionTime": f"2026-01-01T00:00:0{i}Z"}
+                for i, (t, s) in enumerate(conds)
+            ]
+        }
+    }
 
 
 def test_state_is_the_latest_true_condition_and_terminal_ones_win():
@@ -44,5 +49,3 @@ def test_progress_is_read_from_the_trainers_own_exposition():
     p = progress_from_metrics(generate_latest(m.registry).decode())
     assert (p.step, p.loss, p.tokens_per_second, p.mfu, p.last_checkpoint_step) == (7, 3.25, 100.0, 0.5, 5)
     assert p.as_status()["heartbeatTime"] == "2023-11-14T22:13:20Z"
-
-

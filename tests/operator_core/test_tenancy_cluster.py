@@ -31,9 +31,18 @@ def tenancy(dev_cluster, trainer_endpoint, tmp_path_factory):
     (ca_dir / "ca.crt").write_bytes(ca.cert_pem)
     (ca_dir / "ca.key").write_bytes(ca.key_pem())
     with secured_etcd(tmp / "etcd", ca) as endpoint:
-        op = OperatorProcess(dev_cluster.kubeconfig, tmp / "operator.log", trainer_endpoint[1],
-                             extra_args=["--default-etcd-endpoint", endpoint, "--rendezvous-ca-dir", str(ca_dir),
-                                         "--job-network-policy"])
+        op = OperatorProcess(
+            dev_cluster.kubeconfig,
+            tmp / "operator.log",
+            trainer_endpoint[1],
+            extra_args=[
+                "--default-etcd-endpoint",
+                endpoint,
+                "--rendezvous-ca-dir",
+                str(ca_dir),
+                "--job-network-policy",
+            ],
+        )
         op.start()
         try:
             yield endpoint, ca
@@ -59,8 +68,14 @@ def _etcd_client(endpoint: str, secret: client.V1Secret, tmp) -> python_etcd.Cli
     for key, value in secret.data.items():
         (d / key).write_bytes(base64.b64decode(value))
     host, port = endpoint.split(":")
-    return python_etcd.Client(host, int(port), protocol="https", cert=(str(d / "tls.crt"), str(d / "tls.key")),
-                              ca_cert=str(d / "ca.crt"), read_timeout=10)
+    return python_etcd.Client(
+        host,
+        int(port),
+        protocol="https",
+        cert=(str(d / "tls.crt"), str(d / "tls.key")),
+        ca_cert=str(d / "ca.crt"),
+        read_timeout=10,
+    )
 
 
 def _start(kube, namespace: str, name: str) -> tuple[dict, client.V1Secret]:
@@ -83,13 +98,22 @@ def test_each_attempt_gets_its_namespaces_identity_and_only_that(tenancy, kube, 
     assert cert.subject.rfc4514_string() == f"CN={ra.user_name(namespace)}" and cert.issuer == ca.cert.subject
 
     pod = ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
-    assert {"name": "rendezvous-credentials", "secret": {"secretName": secret.metadata.name, "defaultMode": 0o440}} \
-        in pod["volumes"]
+    assert {
+        "name": "rendezvous-credentials",
+        "secret": {"secretName": secret.metadata.name, "defaultMode": 0o440},
+    } in pod["volumes"]
     args = pod["containers"][0]["args"]
     assert f"--rdzv-endpoint={endpoint}" in args and any(a.startswith("--rdzv-conf=protocol=https,") for a in args)
 
-    pol = kube.cluster.kubectl("get", "networkpolicy", networkpolicy_name("alpha"), "-n", namespace, "-o",
-                               "jsonpath={.metadata.ownerReferences[0].uid}").stdout
+    pol = kube.cluster.kubectl(
+        "get",
+        "networkpolicy",
+        networkpolicy_name("alpha"),
+        "-n",
+        namespace,
+        "-o",
+        "jsonpath={.metadata.ownerReferences[0].uid}",
+    ).stdout
     assert pol == job["metadata"]["uid"]
 
     # The two namespaces' identities against etcd: each writes its own rendezvous only.
@@ -109,6 +133,7 @@ def test_a_c10d_job_gets_its_networkpolicy_but_no_credentials(tenancy, kube, nam
     ptj = kube.wait_ptj(namespace, "gamma-a1")
     pod = ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
     assert not any("secret" in v for v in pod["volumes"])
-    names = kube.cluster.kubectl("get", "networkpolicy,secret", "-n", namespace, "-o",
-                                 "jsonpath={.items[*].metadata.name}").stdout.split()
+    names = kube.cluster.kubectl(
+        "get", "networkpolicy,secret", "-n", namespace, "-o", "jsonpath={.items[*].metadata.name}"
+    ).stdout.split()
     assert networkpolicy_name("gamma") in names and "gamma-a1-rendezvous" not in names

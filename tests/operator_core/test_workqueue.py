@@ -110,6 +110,7 @@ def _settling_queue(settle_at=None, fail_on=()):
         q.add(f"z{n}")
         wait(lambda: (f"z{n}", None) in seen)
         return [s for s in seen if not s[0].startswith("z")]
+
     return q, seen, after
 
 

@@ -43,8 +43,15 @@ def base_spec(**over) -> dict:
         "data": {"uri": "synthetic", "seqLen": 32},
         "cluster": {"instanceType": "cpu", "processesPerNode": 2},
         "fsdp": {"shardingStrategy": "FULL_SHARD", "mixedPrecision": "fp32", "activationCheckpointing": "none"},
-        "training": {"maxSteps": STEPS, "globalBatchTokens": 256, "microBatchSize": 2, "learningRate": 0.02,
-                     "minLearningRate": 0.002, "warmupSteps": 1, "seed": 0},
+        "training": {
+            "maxSteps": STEPS,
+            "globalBatchTokens": 256,
+            "microBatchSize": 2,
+            "learningRate": 0.02,
+            "minLearningRate": 0.002,
+            "warmupSteps": 1,
+            "seed": 0,
+        },
         "checkpoint": {"intervalMinutes": 60, "keep": 2},
         "resilience": {"collectiveTimeoutMinutes": 2},
         "rendezvous": {"backend": "c10d"},
@@ -81,28 +88,62 @@ def reference(corpus):
 class Workers:
     """A running torchrun (one "node"); `events` is filled from its stdout by a reader thread."""
 
-    def __init__(self, spec: dict, nproc: int, tmp: Path, *, rdzv: tuple[str, str] | None = None,
-                 nnodes: int = 1, env: dict | None = None, name: str = "w", rdzv_id: str | None = None,
-                 file_size_limit: int | None = None, rdzv_conf: str | None = None):
+    def __init__(
+        self,
+        spec: dict,
+        nproc: int,
+        tmp: Path,
+        *,
+        rdzv: tuple[str, str] | None = None,
+        nnodes: int = 1,
+        env: dict | None = None,
+        name: str = "w",
+        rdzv_id: str | None = None,
+        file_size_limit: int | None = None,
+        rdzv_conf: str | None = None,
+    ):
         self.spec_file = tmp / f"spec-{name}-{time.monotonic_ns()}.json"
         self.spec_file.write_text(json.dumps(spec))
         backend, endpoint = rdzv or ("c10d", f"127.0.0.1:{free_port()}")
         # The production entry point: torchrun under llmtrain_trainer.launch (a clean stop exits 0).
-        self.cmd = [PY, "-m", "llmtrain_trainer.launch", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
-                    f"--rdzv-backend={backend}", f"--rdzv-endpoint={endpoint}",
-                    f"--rdzv-id={rdzv_id or 'test-' + uuid.uuid4().hex[:12]}", "--max-restarts=0",
-                    *([f"--rdzv-conf={rdzv_conf}"] if rdzv_conf else []),
-                    "-m", "llmtrain_trainer", "--spec", str(self.spec_file)]
+        self.cmd = [
+            PY,
+            "-m",
+            "llmtrain_trainer.launch",
+            f"--nnodes={nnodes}",
+            f"--nproc-per-node={nproc}",
+            f"--rdzv-backend={backend}",
+            f"--rdzv-endpoint={endpoint}",
+            f"--rdzv-id={rdzv_id or 'test-' + uuid.uuid4().hex[:12]}",
+            "--max-restarts=0",
+            *([f"--rdzv-conf={rdzv_conf}"] if rdzv_conf else []),
+            "-m",
+            "llmtrain_trainer",
+            "--spec",
+            str(self.spec_file),
+        ]
         self.metrics_port = free_port_block(nproc)
-        full_env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
-                        LLMTRAIN_METRICS_PORT=str(self.metrics_port), LLMTRAIN_JOB_NAME="test",
-                        LLMTRAIN_CHECKPOINT_STAGING=str(tmp / "staging"))
+        full_env = dict(
+            os.environ,
+            PYTHONUNBUFFERED="1",
+            OMP_NUM_THREADS="1",
+            LLMTRAIN_METRICS_PORT=str(self.metrics_port),
+            LLMTRAIN_JOB_NAME="test",
+            LLMTRAIN_CHECKPOINT_STAGING=str(tmp / "staging"),
+        )
         full_env.update(env or {})
         self.stderr_path = tmp / f"stderr-{name}-{time.monotonic_ns()}.log"
         self._stderr = open(self.stderr_path, "w")
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
-                                     env=full_env, cwd=REPO, start_new_session=True,
-                                     preexec_fn=_limit_file_size(file_size_limit))
+        self.proc = subprocess.Popen(
+            self.cmd,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            env=full_env,
+            cwd=REPO,
+            start_new_session=True,
+            preexec_fn=_limit_file_size(file_size_limit),
+        )
         self.events: list[dict] = []
         self.lines: "queue.Queue[dict | None]" = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -126,8 +167,9 @@ class Workers:
             except queue.Empty:
                 raise AssertionError(f"timed out waiting for an event; stderr:\n{self.stderr()}")
             if e is None:
-                raise AssertionError(f"workers exited (rc={self.proc.wait()}) before the event; "
-                                     f"stderr:\n{self.stderr()}")
+                raise AssertionError(
+                    f"workers exited (rc={self.proc.wait()}) before the event; stderr:\n{self.stderr()}"
+                )
             if pred(e):
                 return e
 
@@ -176,6 +218,7 @@ def _limit_file_size(limit: int | None):
         import resource
 
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
     return apply
 
 
@@ -248,8 +291,13 @@ def s3():
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}
+    env = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1",
+    }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:

@@ -25,11 +25,11 @@ def _saved_state() -> dict:
         "bf16": torch.randn(4, 3, generator=g).bfloat16(),
         "i64": torch.arange(7) * 1_000_003,
         "scalar": torch.tensor(3.5, dtype=torch.float64),
-        "transposed": torch.randn(5, 6, generator=g).t(),     # stored with strides (1, 6)
-        "view": torch.randn(10, 4, generator=g)[3:7],          # a view at storage offset 12
+        "transposed": torch.randn(5, 6, generator=g).t(),  # stored with strides (1, 6)
+        "view": torch.randn(10, 4, generator=g)[3:7],  # a view at storage offset 12
         "flag": torch.tensor([True, False, True]),
         "empty": torch.zeros(0, 4),
-        "obj": {"a": 1, "b": [2, 3]},                          # not a tensor: DCP's own path
+        "obj": {"a": 1, "b": [2, 3]},  # not a tensor: DCP's own path
     }
 
 
@@ -59,8 +59,11 @@ def _blank(like: dict) -> dict:
 def _same(a, b) -> bool:
     if torch.is_tensor(a):
         # bytes, not values: NaN payloads and -0.0 count too
-        return (a.dtype == b.dtype and a.shape == b.shape
-                and torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)))
+        return (
+            a.dtype == b.dtype
+            and a.shape == b.shape
+            and torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+        )
     return a == b
 
 
@@ -94,10 +97,12 @@ def test_destinations_of_another_dtype_or_layout_get_what_torch_reader_gives(tmp
     path = _write(tmp_path)
 
     def dests():
-        return {**_blank(_saved_state()),
-                "f32": torch.full((6, 5), float("nan"), dtype=torch.float64),
-                "transposed": torch.full((5, 6), float("nan")).t(),   # the same strides as stored
-                "view": torch.full((4, 4), float("nan")).t()}          # strides the record lacks
+        return {
+            **_blank(_saved_state()),
+            "f32": torch.full((6, 5), float("nan"), dtype=torch.float64),
+            "transposed": torch.full((5, 6), float("nan")).t(),  # the same strides as stored
+            "view": torch.full((4, 4), float("nan")).t(),
+        }  # strides the record lacks
 
     expected, got = dests(), dests()
     dcp.load(expected, storage_reader=FileSystemReader(path), no_dist=True)
@@ -119,16 +124,19 @@ class _Planner:
         self.committed.append(req.dest_index)
 
 
-@pytest.mark.parametrize("fqn, storage_offsets, lengths", [
-    ("f32", (2, 0), (3, 5)),         # rows: a contiguous part of the record, read directly
-    ("f32", (1, 1), (4, 3)),         # a block: strided, read via a temporary
-    ("f32", (5, 4), (1, 1)),         # the last element
-    ("transposed", (0, 2), (6, 3)),  # parts of a record stored with strides (1, 6)
-    ("transposed", (3, 0), (2, 5)),
-    ("bf16", (3, 0), (1, 3)),
-    ("i64", (2,), (4,)),
-    ("view", (1, 2), (2, 2)),
-])
+@pytest.mark.parametrize(
+    "fqn, storage_offsets, lengths",
+    [
+        ("f32", (2, 0), (3, 5)),  # rows: a contiguous part of the record, read directly
+        ("f32", (1, 1), (4, 3)),  # a block: strided, read via a temporary
+        ("f32", (5, 4), (1, 1)),  # the last element
+        ("transposed", (0, 2), (6, 3)),  # parts of a record stored with strides (1, 6)
+        ("transposed", (3, 0), (2, 5)),
+        ("bf16", (3, 0), (1, 3)),
+        ("i64", (2,), (4,)),
+        ("view", (1, 2), (2, 2)),
+    ],
+)
 def test_parts_of_a_record_a_resharded_load_asks_for(tmp_path, fqn, storage_offsets, lengths):
     """Loading on another world size asks for part of a stored shard (ReadItem.storage_offsets /
     lengths): both readers, given the same plan, write the same bytes."""
@@ -142,8 +150,14 @@ def test_parts_of_a_record_a_resharded_load_asks_for(tmp_path, fqn, storage_offs
         reader.set_up_storage_reader(metadata, True)
         (index,) = [i for i in reader.storage_data if i.fqn == fqn]
         saved = _saved_state()[fqn]
-        req = ReadItem(type=LoadItemType.TENSOR, dest_index="d", dest_offsets=torch.Size([0] * len(lengths)),
-                       storage_index=index, storage_offsets=torch.Size(storage_offsets), lengths=torch.Size(lengths))
+        req = ReadItem(
+            type=LoadItemType.TENSOR,
+            dest_index="d",
+            dest_offsets=torch.Size([0] * len(lengths)),
+            storage_index=index,
+            storage_offsets=torch.Size(storage_offsets),
+            lengths=torch.Size(lengths),
+        )
         planner = _Planner({"d": torch.full(lengths, 99, dtype=saved.dtype)})
         reader.read_data(LoadPlan([req]), planner).wait()
         assert planner.committed == ["d"]
@@ -164,9 +178,20 @@ def test_a_record_it_does_not_recognise_goes_through_torchs_reader(tmp_path):
     reader.set_up_storage_reader(reader.read_metadata(), True)
     with pytest.raises(_NotPlain):
         parse_record(b"PK\x03\x04" + bytes(100), b"not a zip", 0, 200)
-    plan = LoadPlan([ReadItem(type=LoadItemType.TENSOR, dest_index="d", dest_offsets=torch.Size([0, 0]),
-                              storage_index=i, storage_offsets=torch.Size([0, 0]), lengths=torch.Size([6, 5]))
-                     for i in reader.storage_data if i.fqn == "f32"])
+    plan = LoadPlan(
+        [
+            ReadItem(
+                type=LoadItemType.TENSOR,
+                dest_index="d",
+                dest_offsets=torch.Size([0, 0]),
+                storage_index=i,
+                storage_offsets=torch.Size([0, 0]),
+                lengths=torch.Size([6, 5]),
+            )
+            for i in reader.storage_data
+            if i.fqn == "f32"
+        ]
+    )
     with open(f"{path}/__0_0.distcp", "r+b") as f:  # break the record's end-of-central-directory
         info = reader.storage_data[plan.items[0].storage_index]
         f.seek(info.offset + info.length - 22)

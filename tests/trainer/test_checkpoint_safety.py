@@ -41,8 +41,14 @@ def _state(value: float, step=None) -> dict:
 def _checkpointer(uri: str, events=None):
     from llmtrain_trainer.checkpoint import Checkpointer
 
-    return Checkpointer(uri, keep=5, interval_minutes=60, interval_steps=0, timeout_minutes=1,
-                        emit=(events.append if events is not None else None))
+    return Checkpointer(
+        uri,
+        keep=5,
+        interval_minutes=60,
+        interval_steps=0,
+        timeout_minutes=1,
+        emit=(events.append if events is not None else None),
+    )
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -80,8 +86,7 @@ def _replace_metadata(uri: str, step: int, body: bytes) -> None:
 
 
 @pytest.mark.parametrize("where", ["metadata", "record"])
-def test_resume_refuses_a_checkpoint_that_names_code_and_runs_none_of_it(store_uri, tmp_path, one_process_group,
-                                                                        where):
+def test_resume_refuses_a_checkpoint_that_names_code_and_runs_none_of_it(store_uri, tmp_path, one_process_group, where):
     """Defect: `.metadata` went through `pickle.load` and non-tensor records through
     `torch.load(weights_only=False)`: the marker was created on every rank at resume, and the
     checkpoint was then skipped (or loaded) as if it were merely corrupt."""
@@ -116,10 +121,21 @@ def test_resume_refuses_a_checkpoint_that_names_code_and_runs_none_of_it(store_u
 
 def _export_job(tmp_path, ckpt: str) -> str:
     job = tmp_path / "job.yaml"
-    job.write_text(yaml.safe_dump({"apiVersion": "llmtrain.dev/v1alpha1", "kind": "LLMTrainingJob",
-                                   "metadata": {"name": "x"}, "spec": {
-                                       "model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu"},
-                                       "data": {"seqLen": 32}, "checkpoint": {"uri": f"file://{ckpt}"}}}))
+    job.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "llmtrain.dev/v1alpha1",
+                "kind": "LLMTrainingJob",
+                "metadata": {"name": "x"},
+                "spec": {
+                    "model": {"preset": "tiny"},
+                    "cluster": {"instanceType": "cpu"},
+                    "data": {"seqLen": 32},
+                    "checkpoint": {"uri": f"file://{ckpt}"},
+                },
+            }
+        )
+    )
     return str(job)
 
 
@@ -127,8 +143,9 @@ def _tiny_weights() -> dict:
     from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
     from llmtrain_trainer.model import Llama
 
-    spec = LLMTrainingJobSpec.model_validate({"model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu"},
-                                              "data": {"seqLen": 32}})
+    spec = LLMTrainingJobSpec.model_validate(
+        {"model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu"}, "data": {"seqLen": 32}}
+    )
     torch.manual_seed(0)
     return {k: v.detach().clone() for k, v in Llama(resolve_dims(spec.model)).state_dict().items()}
 
@@ -175,8 +192,9 @@ def test_metadata_that_points_outside_the_checkpoint_is_refused(tmp_path, one_pr
         ckpt.close()
 
 
-def test_the_whole_trainer_state_written_today_loads_without_an_unrestricted_unpickler(tmp_path, one_process_group,
-                                                                                      monkeypatch):
+def test_the_whole_trainer_state_written_today_loads_without_an_unrestricted_unpickler(
+    tmp_path, one_process_group, monkeypatch
+):
     """Compatibility: a checkpoint of the trainer's state (train.py's `state()`: model, AdamW state
     and param_groups, the data position, the RNG state), written by today's writer, loads bit-exactly
     with the restricted reader, and neither `pickle.load` nor `torch.load(weights_only=False)` runs."""
@@ -186,17 +204,28 @@ def test_the_whole_trainer_state_written_today_loads_without_an_unrestricted_unp
     def build():
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 4))
-        opt = torch.optim.AdamW([{"params": [model[0].weight, model[1].weight], "weight_decay": 0.1},
-                                 {"params": [model[0].bias, model[1].bias], "weight_decay": 0.0}],
-                                lr=3e-4, betas=(0.9, 0.95))
+        opt = torch.optim.AdamW(
+            [
+                {"params": [model[0].weight, model[1].weight], "weight_decay": 0.1},
+                {"params": [model[0].bias, model[1].bias], "weight_decay": 0.0},
+            ],
+            lr=3e-4,
+            betas=(0.9, 0.95),
+        )
         return model, opt
 
     def state(model, opt, step):
         msd, osd = get_state_dict(model, opt)
-        return {"model": msd, "optim": osd,
-                "train": {"step": step, "world_size": 1,
-                          "data": {"step": step, "samples_consumed": step * 8, "global_batch_seqs": 8},
-                          "rng": torch.get_rng_state()}}
+        return {
+            "model": msd,
+            "optim": osd,
+            "train": {
+                "step": step,
+                "world_size": 1,
+                "data": {"step": step, "samples_consumed": step * 8, "global_batch_seqs": 8},
+                "rng": torch.get_rng_state(),
+            },
+        }
 
     model, opt = build()
     model(torch.randn(2, 8)).sum().backward()
@@ -208,9 +237,14 @@ def test_the_whole_trainer_state_written_today_loads_without_an_unrestricted_unp
 
     unrestricted = []
     real_torch_load, real_pickle_load = torch.load, pickle.load
-    monkeypatch.setattr(torch, "load", lambda *a, **k: (unrestricted.append("torch.load")
-                                                        if k.get("weights_only") is not True else None)
-                        or real_torch_load(*a, **k))
+    monkeypatch.setattr(
+        torch,
+        "load",
+        lambda *a, **k: (
+            (unrestricted.append("torch.load") if k.get("weights_only") is not True else None)
+            or real_torch_load(*a, **k)
+        ),
+    )
     monkeypatch.setattr(pickle, "load", lambda *a, **k: unrestricted.append("pickle.load") or real_pickle_load(*a, **k))
     fresh, fresh_opt = build()
 
@@ -222,8 +256,9 @@ def test_the_whole_trainer_state_written_today_loads_without_an_unrestricted_unp
     step, got = ckpt.resume(empty)
     ckpt.close()
     assert step == 5 and unrestricted == []
-    assert got["train"] == {**saved["train"], "rng": got["train"]["rng"]} and torch.equal(got["train"]["rng"],
-                                                                                        saved["train"]["rng"])
+    assert got["train"] == {**saved["train"], "rng": got["train"]["rng"]} and torch.equal(
+        got["train"]["rng"], saved["train"]["rng"]
+    )
     assert all(torch.equal(got["model"][k], v) for k, v in saved["model"].items())
     assert got["optim"]["param_groups"] == saved["optim"]["param_groups"]
     for name, st in saved["optim"]["state"].items():
@@ -246,8 +281,10 @@ def test_record_loader_takes_plain_values_and_refuses_anything_else():
     with pytest.raises(UnsafeCheckpoint, match=r"rec: refused global torch\._utils\._rebuild_tensor_v2"):
         load_record(_torch_saved({"t": torch.zeros(2)}), "rec")  # tensors are tensor records, never bytes
     deflated = io.BytesIO()
-    with zipfile.ZipFile(io.BytesIO(_torch_saved(plain))) as src, \
-            zipfile.ZipFile(deflated, "w", zipfile.ZIP_DEFLATED) as dst:
+    with (
+        zipfile.ZipFile(io.BytesIO(_torch_saved(plain))) as src,
+        zipfile.ZipFile(deflated, "w", zipfile.ZIP_DEFLATED) as dst,
+    ):
         for n in src.namelist():
             dst.writestr(n, src.read(n))
     with pytest.raises(UnsafeCheckpoint, match="rec: refused .*compressed"):
@@ -256,13 +293,22 @@ def test_record_loader_takes_plain_values_and_refuses_anything_else():
 
 # ---- llmtrain export copies only the dataset's own tokenizer ------------------------------------
 
+
 def _dataset_naming(tmp_path, tokenizer: str, *, symlink_to=None) -> str:
     """A dataset directory whose index.json names `tokenizer` (what a hostile or careless writer of
     the dataset can put there), beside a real checkpoint."""
     data = tmp_path / "tokens"
     data.mkdir()
-    index = {"format": "llmtrain-tokens-v1", "dtype": "uint16", "vocab_size": 256, "eos_id": 1,
-             "tokenizer": tokenizer, "shards": [], "documents": 0, "tokens": 0}
+    index = {
+        "format": "llmtrain-tokens-v1",
+        "dtype": "uint16",
+        "vocab_size": 256,
+        "eos_id": 1,
+        "tokenizer": tokenizer,
+        "shards": [],
+        "documents": 0,
+        "tokens": 0,
+    }
     (data / "index.json").write_text(json.dumps(index))
     if symlink_to is not None:
         (data / tokenizer).symlink_to(symlink_to)
@@ -277,17 +323,31 @@ def test_export_refuses_a_tokenizer_outside_the_dataset(tmp_path, capsys, case):
 
     secret = tmp_path / "secret.json"
     secret.write_text('{"aws_secret_access_key": "do-not-publish"}')
-    name = {"dotdot": "../secret.json", "absolute": str(secret), "symlink-out": "tokenizer.json",
-            "subdir-dotdot": "sub/../../secret.json"}[case]
+    name = {
+        "dotdot": "../secret.json",
+        "absolute": str(secret),
+        "symlink-out": "tokenizer.json",
+        "subdir-dotdot": "sub/../../secret.json",
+    }[case]
     data = _dataset_naming(tmp_path, name, symlink_to=secret if case == "symlink-out" else None)
     ckpt = tmp_path / "ckpt"
     dcp.save({"model": _tiny_weights()}, checkpoint_id=str(ckpt / "step-0000000001"), no_dist=True)
     job = tmp_path / "job.yaml"
-    job.write_text(yaml.safe_dump({"apiVersion": "llmtrain.dev/v1alpha1", "kind": "LLMTrainingJob",
-                                   "metadata": {"name": "x"}, "spec": {
-                                       "model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu"},
-                                       "data": {"uri": f"file://{data}", "seqLen": 32},
-                                       "checkpoint": {"uri": f"file://{ckpt}"}}}))
+    job.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "llmtrain.dev/v1alpha1",
+                "kind": "LLMTrainingJob",
+                "metadata": {"name": "x"},
+                "spec": {
+                    "model": {"preset": "tiny"},
+                    "cluster": {"instanceType": "cpu"},
+                    "data": {"uri": f"file://{data}", "seqLen": 32},
+                    "checkpoint": {"uri": f"file://{ckpt}"},
+                },
+            }
+        )
+    )
     out = tmp_path / "hf"
     rc = main(["export", str(job), "-o", str(out)])
     err = capsys.readouterr().err

@@ -22,10 +22,15 @@ from conftest import REPO, base_spec
 
 
 def _gpu_spec(itype: str, float8: bool = True):
-    return parse_spec({"model": {"preset": "llama2-7b"}, "data": {"uri": "s3://b/tokens/", "seqLen": 4096},
-                       "cluster": {"instanceType": itype, "nodes": 4},
-                       "fsdp": {"float8": float8, "activationCheckpointing": "full"},
-                       "training": {"globalBatchTokens": 4096 * 32 * 4}})
+    return parse_spec(
+        {
+            "model": {"preset": "llama2-7b"},
+            "data": {"uri": "s3://b/tokens/", "seqLen": 4096},
+            "cluster": {"instanceType": itype, "nodes": 4},
+            "fsdp": {"float8": float8, "activationCheckpointing": "full"},
+            "training": {"globalBatchTokens": 4096 * 32 * 4},
+        }
+    )
 
 
 @pytest.mark.parametrize("itype", ["p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge"])
@@ -57,8 +62,10 @@ def test_float8_is_off_by_default_and_in_the_crd():
 
 def test_render_passes_float8_to_the_trainer():
     obj = render_pytorchjob(_gpu_spec("p5.48xlarge"), "job", "team", default_etcd_endpoint="etcd.infra:2379")
-    env = {e["name"]: e.get("value") for e in obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
-           ["containers"][0]["env"]}
+    env = {
+        e["name"]: e.get("value")
+        for e in obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"]
+    }
     assert json.loads(env["LLMTRAIN_SPEC"])["fsdp"]["float8"] is True
 
 
@@ -68,10 +75,20 @@ def test_trainer_refuses_float8_on_a_cpu_worker(tmp_path):
     error naming the field, before it joins the job — not with a failed matmul later."""
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(base_spec(**{"fsdp.float8": True})))
-    env = {"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "", "LLMTRAIN_LOG_LEVEL": "WARNING",
-           "PYTHONPATH": f"{REPO / 'operator'}:{REPO / 'trainer'}"}
-    out = subprocess.run([sys.executable, "-m", "llmtrain_trainer", "--spec", str(spec)], env=env, cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "CUDA_VISIBLE_DEVICES": "",
+        "LLMTRAIN_LOG_LEVEL": "WARNING",
+        "PYTHONPATH": f"{REPO / 'operator'}:{REPO / 'trainer'}",
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "llmtrain_trainer", "--spec", str(spec)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode != 0
     assert "spec.fsdp.float8 needs a CUDA GPU" in out.stderr and "runs on cpu" in out.stderr, out.stderr[-2000:]
     assert '"event":"step"' not in out.stdout
@@ -90,12 +107,29 @@ def test_float8_converts_the_block_linears_but_not_lm_head():
     from llmtrain_trainer.model import Llama
     from llmtrain_trainer.parallel import convert_float8
 
-    spec = parse_spec(base_spec(**{"model": {"dims": {"hiddenSize": 64, "intermediateSize": 128, "numLayers": 2,
-                                                      "numHeads": 4, "numKvHeads": 2, "vocabSize": 256}}}))
+    spec = parse_spec(
+        base_spec(
+            **{
+                "model": {
+                    "dims": {
+                        "hiddenSize": 64,
+                        "intermediateSize": 128,
+                        "numLayers": 2,
+                        "numHeads": 4,
+                        "numKvHeads": 2,
+                        "vocabSize": 256,
+                    }
+                }
+            }
+        )
+    )
     with torch.device("meta"):
         model = Llama(resolve_dims(spec.model))
     n = convert_float8(model)
     assert n == 2 * 7  # q, k, v, o, gate, up, down per block
     assert type(model.lm_head).__name__ == "Linear"
-    assert all(type(m).__name__ == "Float8Linear" for name, m in model.named_modules()
-               if name.startswith("model.layers.") and name.rsplit(".", 1)[-1].endswith("_proj"))
+    assert all(
+        type(m).__name__ == "Float8Linear"
+        for name, m in model.named_modules()
+        if name.startswith("model.layers.") and name.rsplit(".", 1)[-1].endswith("_proj")
+    )

@@ -80,8 +80,14 @@ def _hand(attempts: list[dict], created: float, end: float) -> dict[str, float]:
 
 
 def test_goodput_buckets_match_the_step_log(launch, tmp_path):
-    spec = base_spec(**{"training.maxSteps": STEPS, "checkpoint.uri": f"file://{tmp_path}/ckpt",
-                        "checkpoint.intervalSteps": EVERY, "checkpoint.keep": 2})
+    spec = base_spec(
+        **{
+            "training.maxSteps": STEPS,
+            "checkpoint.uri": f"file://{tmp_path}/ckpt",
+            "checkpoint.intervalSteps": EVERY,
+            "checkpoint.keep": 2,
+        }
+    )
     created = time.time()
     g: dict = {}
     runs = []

@@ -15,9 +15,19 @@ from llmtrain_trainer.healthcheck import RankResult, judge, link_schedule, main
 
 
 def ranks(links: list[float], **problems: str) -> list[RankResult]:
-    return [RankResult(rank=i, node=i, host=f"node-{i}", devices_ok=True, compute_ok=True, memory_ok=True,
-                       link_gbps=gbps, problems=[problems[f"r{i}"]] if f"r{i}" in problems else [])
-            for i, gbps in enumerate(links)]
+    return [
+        RankResult(
+            rank=i,
+            node=i,
+            host=f"node-{i}",
+            devices_ok=True,
+            compute_ok=True,
+            memory_ok=True,
+            link_gbps=gbps,
+            problems=[problems[f"r{i}"]] if f"r{i}" in problems else [],
+        )
+        for i, gbps in enumerate(links)
+    ]
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 5, 8])
@@ -58,10 +68,27 @@ def healthcheck(nproc: int, tmp_path, fault: str | None = None) -> tuple[int, di
     env.pop("LLMTRAIN_HEALTHCHECK_FAULT", None)
     if fault:
         env["LLMTRAIN_HEALTHCHECK_FAULT"] = fault
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
-           f"--rdzv-endpoint=127.0.0.1:{free_port()}", f"--rdzv-id=hc-{uuid.uuid4().hex[:8]}",
-           "--max-restarts=0", "-m", "llmtrain_trainer", "healthcheck", "--size-mib", "2", "--iters", "4",
-           "--memory-mib", "16", "--report", str(report)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={nproc}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+        f"--rdzv-id=hc-{uuid.uuid4().hex[:8]}",
+        "--max-restarts=0",
+        "-m",
+        "llmtrain_trainer",
+        "healthcheck",
+        "--size-mib",
+        "2",
+        "--iters",
+        "4",
+        "--memory-mib",
+        "16",
+        "--report",
+        str(report),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     assert report.exists(), f"no report (rc {proc.returncode}); stderr:\n{proc.stderr[-4000:]}"
     verdict = json.loads(report.read_text())
@@ -101,15 +128,37 @@ def test_bad_threshold_is_refused_with_the_accepted_range(capsys):
 
 # --- the preflight round of llmtrain_trainer.launch (LLMTRAIN_PREFLIGHT=1) ------------------------
 
+
 def test_preflight_args_reuse_torchrun_with_an_own_rendezvous_and_the_healthcheck():
     from llmtrain_trainer.launch import preflight_args
 
-    args = ["--nnodes=2:2", "--nproc-per-node=8", "--rdzv-backend=etcd-v2", "--rdzv-endpoint=etcd:2379",
-            "--rdzv-id=ns-job-abcd1234-a3", "--max-restarts=0", "-m", "llmtrain_trainer", "--spec", "x.json"]
+    args = [
+        "--nnodes=2:2",
+        "--nproc-per-node=8",
+        "--rdzv-backend=etcd-v2",
+        "--rdzv-endpoint=etcd:2379",
+        "--rdzv-id=ns-job-abcd1234-a3",
+        "--max-restarts=0",
+        "-m",
+        "llmtrain_trainer",
+        "--spec",
+        "x.json",
+    ]
     assert preflight_args(args, "/tmp/r.json", ["--iters", "3"]) == [
-        "--nnodes=2:2", "--nproc-per-node=8", "--rdzv-backend=etcd-v2", "--rdzv-endpoint=etcd:2379",
-        "--rdzv-id=ns-job-abcd1234-a3-preflight", "--max-restarts=0", "-m", "llmtrain_trainer",
-        "healthcheck", "--report", "/tmp/r.json", "--iters", "3"]
+        "--nnodes=2:2",
+        "--nproc-per-node=8",
+        "--rdzv-backend=etcd-v2",
+        "--rdzv-endpoint=etcd:2379",
+        "--rdzv-id=ns-job-abcd1234-a3-preflight",
+        "--max-restarts=0",
+        "-m",
+        "llmtrain_trainer",
+        "healthcheck",
+        "--report",
+        "/tmp/r.json",
+        "--iters",
+        "3",
+    ]
     assert preflight_args(["--rdzv-id", "x", "-m", "m"], "r")[:1] == ["--rdzv-id=x-preflight"]
     with pytest.raises(ValueError, match="no -m MODULE"):
         preflight_args(["--nnodes=1"], "r")
@@ -123,11 +172,17 @@ def test_preflight_exit_code_has_one_definition_that_both_sides_import():
 
     root = Path(__file__).resolve().parents[2]
     defined_in = []
-    for path in sorted([*(root / "operator" / "llmtrain").rglob("*.py"),
-                        *(root / "trainer" / "llmtrain_trainer").rglob("*.py")]):
+    for path in sorted(
+        [*(root / "operator" / "llmtrain").rglob("*.py"), *(root / "trainer" / "llmtrain_trainer").rglob("*.py")]
+    ):
         for node in ast.walk(ast.parse(path.read_text())):
-            targets = node.targets if isinstance(node, ast.Assign) else \
-                [node.target] if isinstance(node, ast.AnnAssign) else []
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AnnAssign)
+                else []
+            )
             if any(isinstance(t, ast.Name) and t.id == "PREFLIGHT_EXIT_CODE" for t in targets):
                 defined_in.append(str(path.relative_to(root)))
     assert defined_in == ["operator/llmtrain/render.py"]
@@ -153,16 +208,32 @@ def launch(tmp_path, nproc: int, fault: str | None, spec: str):
     """`python -m llmtrain_trainer.launch` as the pod runs it, preflight on, on CPU with gloo."""
     term = tmp_path / "termination-log"
     term.write_text("")
-    env = dict(os.environ, OMP_NUM_THREADS="1", LLMTRAIN_PREFLIGHT="1", LLMTRAIN_TERMINATION_LOG=str(term),
-               LLMTRAIN_NODE_NAME="kwok-p5-48xlarge-7",
-               LLMTRAIN_PREFLIGHT_ARGS="--size-mib 2 --iters 4 --memory-mib 16")
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        LLMTRAIN_PREFLIGHT="1",
+        LLMTRAIN_TERMINATION_LOG=str(term),
+        LLMTRAIN_NODE_NAME="kwok-p5-48xlarge-7",
+        LLMTRAIN_PREFLIGHT_ARGS="--size-mib 2 --iters 4 --memory-mib 16",
+    )
     env.pop("LLMTRAIN_HEALTHCHECK_FAULT", None)
     env.pop("LLMTRAIN_SPEC", None)
     if fault:
         env["LLMTRAIN_HEALTHCHECK_FAULT"] = fault
-    cmd = [sys.executable, "-m", "llmtrain_trainer.launch", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
-           f"--rdzv-endpoint=127.0.0.1:{free_port()}", f"--rdzv-id=job-{uuid.uuid4().hex[:8]}-a1",
-           "--max-restarts=0", "-m", "llmtrain_trainer", "--spec", spec]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llmtrain_trainer.launch",
+        f"--nproc-per-node={nproc}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+        f"--rdzv-id=job-{uuid.uuid4().hex[:8]}-a1",
+        "--max-restarts=0",
+        "-m",
+        "llmtrain_trainer",
+        "--spec",
+        spec,
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     return proc, term.read_text()
 
@@ -184,7 +255,9 @@ def test_launch_preflight_with_a_slow_rank_exits_distinctly_and_never_trains(tmp
     assert verdict["suspectNodes"][0]["nodeName"] == "kwok-p5-48xlarge-7"
     # ... and the operator reads exactly this message as a failed preflight naming that node
     seen = [{"pod": "p", "node": "kwok-p5-48xlarge-7", "exitCode": proc.returncode, "message": term}]
-    assert [f["node"] for f in suspect_failures(preflight_verdict(seen), seen, {"kwok-p5-48xlarge-7"})] == ["kwok-p5-48xlarge-7"]
+    assert [f["node"] for f in suspect_failures(preflight_verdict(seen), seen, {"kwok-p5-48xlarge-7"})] == [
+        "kwok-p5-48xlarge-7"
+    ]
 
 
 @pytest.mark.trainer

@@ -28,8 +28,9 @@ def alive(pid: int) -> bool:
 
 
 def test_kill_tree_kills_workers_in_their_own_sessions():
-    proc = subprocess.Popen([sys.executable, "-c", TORCHRUN_LIKE], stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", TORCHRUN_LIKE], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     worker = int(proc.stdout.readline())
     try:
         assert os.getsid(worker) != os.getsid(proc.pid)  # what made killpg miss it

@@ -30,9 +30,15 @@ def corpus_bucket(s3, tmp_path):
 
     c = boto3.client("s3")
     c.create_bucket(Bucket="corpus")
-    files = [("a/000.parquet", ".parquet"), ("a/001.jsonl.zst", ".jsonl.zst"), ("b/002.jsonl", ".jsonl"),
-             ("b/003.jsonl.gz", ".jsonl.gz"), ("c/004.parquet", ".parquet"), ("c/005.jsonl", ".jsonl"),
-             ("d/006.jsonl.zst", ".jsonl.zst")]
+    files = [
+        ("a/000.parquet", ".parquet"),
+        ("a/001.jsonl.zst", ".jsonl.zst"),
+        ("b/002.jsonl", ".jsonl"),
+        ("b/003.jsonl.gz", ".jsonl.gz"),
+        ("c/004.parquet", ".parquet"),
+        ("c/005.jsonl", ".jsonl"),
+        ("d/006.jsonl.zst", ".jsonl.zst"),
+    ]
     for k, (rel, fmt) in enumerate(files):
         p = tmp_path / rel.replace("/", "_")
         _write_format(p, fmt, [f"<{k}> {d}" for d in DOCS[: 10 + 4 * k]])
@@ -45,8 +51,12 @@ def _stream(storage_uri: str, index: dict) -> np.ndarray:
 
     st = open_storage(storage_uri)
     item = np.dtype(index["dtype"]).itemsize
-    return np.concatenate([np.frombuffer(st.read_range(s["file"], 0, s["tokens"] * item), dtype="<" + index["dtype"][0] + str(item))
-                           for s in index["shards"]])
+    return np.concatenate(
+        [
+            np.frombuffer(st.read_range(s["file"], 0, s["tokens"] * item), dtype="<" + index["dtype"][0] + str(item))
+            for s in index["shards"]
+        ]
+    )
 
 
 def _keys(bucket: str, prefix: str = "") -> dict[str, str]:
@@ -64,8 +74,22 @@ def test_the_jobs_indexes_merge_to_the_single_machine_output(capsys, tmp_path, c
     boto3.client("s3").create_bucket(Bucket="tokens")
     single = prepare([corpus_bucket], "s3://tokens/single/", tokenizer=bpe, shard_tokens=600, workers=1)
 
-    rc, out, err = cli(capsys, "prepare", "--cluster", corpus_bucket, "-o", "s3://tokens/dist/", "--indexes", "3",
-                       "--tokenizer", bpe, "--shard-tokens", "600", "--cpus", "2")
+    rc, out, err = cli(
+        capsys,
+        "prepare",
+        "--cluster",
+        corpus_bucket,
+        "-o",
+        "s3://tokens/dist/",
+        "--indexes",
+        "3",
+        "--tokenizer",
+        bpe,
+        "--shard-tokens",
+        "600",
+        "--cpus",
+        "2",
+    )
     assert rc == 0, err
     job = yaml.safe_load(out)
     assert job["kind"] == "Job" and job["spec"]["completionMode"] == "Indexed" and job["spec"]["completions"] == 3
@@ -107,8 +131,9 @@ def test_the_jobs_indexes_merge_to_the_single_machine_output(capsys, tmp_path, c
         del os.environ["JOB_COMPLETION_INDEX"]
     assert rc == 0 and "already complete, skipped" in out
     after = _keys("tokens", "dist/")
-    assert {k: v for k, v in after.items() if not k.endswith("dist/index.json")} == \
-        {k: v for k, v in before.items() if not k.endswith("dist/index.json")}
+    assert {k: v for k, v in after.items() if not k.endswith("dist/index.json")} == {
+        k: v for k, v in before.items() if not k.endswith("dist/index.json")
+    }
     # An index whose part index.json is gone (a pod killed before its last write) is prepared again.
     part0 = next(k for k in before if k.endswith("/index.json") and "-00000/" in k)
     boto3.client("s3").delete_object(Bucket="tokens", Key=part0)
@@ -167,8 +192,17 @@ def test_merge_refuses_a_part_that_names_a_file_outside_the_dataset(tmp_path):
 def test_the_loader_refuses_an_index_naming_a_file_outside_the_dataset(tmp_path, name):
     from llmtrain_trainer.data import FORMAT, ShardDataset
 
-    (tmp_path / "index.json").write_text(json.dumps({"format": FORMAT, "dtype": "uint16", "vocab_size": 256,
-                                                     "eos_id": 0, "shards": [{"file": name, "tokens": 100}]}))
+    (tmp_path / "index.json").write_text(
+        json.dumps(
+            {
+                "format": FORMAT,
+                "dtype": "uint16",
+                "vocab_size": 256,
+                "eos_id": 0,
+                "shards": [{"file": name, "tokens": 100}],
+            }
+        )
+    )
     with pytest.raises(ValueError, match="not a file name inside the dataset"):
         ShardDataset(str(tmp_path), 8, 0)
 
@@ -204,19 +238,51 @@ def test_the_rendered_job_runs_on_the_cluster_and_its_status_is_reported(capsys,
     for k in range(3):
         (src / f"{k}.txt").write_text(f"document {k} " * 50)
     kc = str(dev_cluster.kubeconfig)
-    rc, out, err = cli(capsys, "prepare", "--cluster", str(src), "-o", "s3://tokens/k8s/", "--indexes", "3",
-                       "--name", "prep", "-n", namespace, "--apply", "--kubeconfig", kc)
+    rc, out, err = cli(
+        capsys,
+        "prepare",
+        "--cluster",
+        str(src),
+        "-o",
+        "s3://tokens/k8s/",
+        "--indexes",
+        "3",
+        "--name",
+        "prep",
+        "-n",
+        namespace,
+        "--apply",
+        "--kubeconfig",
+        kc,
+    )
     assert rc == 0 and f"job {namespace}/prep created" in out, err
-    rc, _, err = cli(capsys, "prepare", "--cluster", str(src), "-o", "s3://tokens/k8s/", "--indexes", "3",
-                     "--name", "prep", "-n", namespace, "--apply", "--kubeconfig", kc)
+    rc, _, err = cli(
+        capsys,
+        "prepare",
+        "--cluster",
+        str(src),
+        "-o",
+        "s3://tokens/k8s/",
+        "--indexes",
+        "3",
+        "--name",
+        "prep",
+        "-n",
+        namespace,
+        "--apply",
+        "--kubeconfig",
+        kc,
+    )
     assert rc == 1 and "exists" in err
 
     with dev_cluster.api_client() as api:
         core = client.CoreV1Api(api)
 
         def pods():
-            return {p.metadata.annotations.get("batch.kubernetes.io/job-completion-index"): p
-                    for p in core.list_namespaced_pod(namespace, label_selector="job-name=prep").items}
+            return {
+                p.metadata.annotations.get("batch.kubernetes.io/job-completion-index"): p
+                for p in core.list_namespaced_pod(namespace, label_selector="job-name=prep").items
+            }
 
         deadline = time.monotonic() + 60
         while len(pods()) < 3:
@@ -226,10 +292,25 @@ def test_the_rendered_job_runs_on_the_cluster_and_its_status_is_reported(capsys,
         assert spec.containers[0].command[:3] == ["llmtrain", "prepare", "--manifest"]
         assert spec.security_context.run_as_non_root and spec.restart_policy == "Never"
         for k in ("0", "1"):  # what the kubelet reports when the container exits 0
-            core.patch_namespaced_pod_status(pods()[k].metadata.name, namespace, {"status": {
-                "phase": "Succeeded", "containerStatuses": [{
-                    "name": "prepare", "image": spec.containers[0].image, "imageID": "", "ready": False,
-                    "restartCount": 0, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}})
+            core.patch_namespaced_pod_status(
+                pods()[k].metadata.name,
+                namespace,
+                {
+                    "status": {
+                        "phase": "Succeeded",
+                        "containerStatuses": [
+                            {
+                                "name": "prepare",
+                                "image": spec.containers[0].image,
+                                "imageID": "",
+                                "ready": False,
+                                "restartCount": 0,
+                                "state": {"terminated": {"exitCode": 0, "reason": "Completed"}},
+                            }
+                        ],
+                    }
+                },
+            )
         batch = client.BatchV1Api(api)
         deadline = time.monotonic() + 60
         while batch.read_namespaced_job("prep", namespace).status.completed_indexes != "0,1":
@@ -251,9 +332,18 @@ def test_a_manifest_in_a_bucket_cannot_make_the_pods_read_their_own_files(tmp_pa
 
     boto3.client("s3").create_bucket(Bucket="evil")
     (tmp_path / "secret.txt").write_text("pod-local secret")
-    manifest = {"format": "llmtrain-prepare-manifest/v1", "indexes": 1, "tokenizer": "byte", "eos_id": 0,
-                "tokenizer_sha256": None, "shard_tokens": 100, "text_field": "text", "max_record_bytes": 1000,
-                "sources": [{"uri": str(tmp_path / "secret.txt"), "size": 16}], "slices": [[0, 1]]}
+    manifest = {
+        "format": "llmtrain-prepare-manifest/v1",
+        "indexes": 1,
+        "tokenizer": "byte",
+        "eos_id": 0,
+        "tokenizer_sha256": None,
+        "shard_tokens": 100,
+        "text_field": "text",
+        "max_record_bytes": 1000,
+        "sources": [{"uri": str(tmp_path / "secret.txt"), "size": 16}],
+        "slices": [[0, 1]],
+    }
     boto3.client("s3").put_object(Bucket="evil", Key=f"out/{MANIFEST}", Body=json.dumps(manifest).encode())
     with pytest.raises(ValueError, match="only s3:// sources"):
         run_index("s3://evil/out/", 0, workers=1)

@@ -194,8 +194,12 @@ def test_prepare_from_an_s3_prefix_equals_the_same_files_on_disk(tmp_path, s3):
 
     local = tmp_path / "corpus"
     (local / "part").mkdir(parents=True)
-    files = {"part/0001.parquet": DOCS[:15], "part/0002.jsonl.zst": DOCS[15:30], "readme.md": [DOCS[30]],
-             "z.jsonl.gz": DOCS[31:]}
+    files = {
+        "part/0001.parquet": DOCS[:15],
+        "part/0002.jsonl.zst": DOCS[15:30],
+        "readme.md": [DOCS[30]],
+        "z.jsonl.gz": DOCS[31:],
+    }
     c = boto3.client("s3")
     c.create_bucket(Bucket="corpus")
     for rel, docs in files.items():

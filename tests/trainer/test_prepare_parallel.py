@@ -19,8 +19,12 @@ def bpe(tmp_path_factory) -> str:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(DOCS * 3, trainers.BpeTrainer(vocab_size=400, special_tokens=["<|end_of_text|>"],
-                                                          initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        DOCS * 3,
+        trainers.BpeTrainer(
+            vocab_size=400, special_tokens=["<|end_of_text|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
     tok.save(str(path))
     return str(path)
@@ -30,8 +34,14 @@ def _corpus(root):
     """Several files of every format; 4 × 40 documents."""
     (root / "b").mkdir(parents=True)
     docs = []
-    for k, (rel, fmt) in enumerate([("a.jsonl", ".jsonl"), ("b/c.parquet", ".parquet"),
-                                    ("b/d.jsonl.zst", ".jsonl.zst"), ("e.jsonl.gz", ".jsonl.gz")]):
+    for k, (rel, fmt) in enumerate(
+        [
+            ("a.jsonl", ".jsonl"),
+            ("b/c.parquet", ".parquet"),
+            ("b/d.jsonl.zst", ".jsonl.zst"),
+            ("e.jsonl.gz", ".jsonl.gz"),
+        ]
+    ):
         part = [f"[{k}] {d}" for d in DOCS]
         _write_format(root / rel, fmt, part)
         docs += part
@@ -106,8 +116,20 @@ def test_one_progress_bar_over_all_workers_and_the_final_report(capsys, tmp_path
     from llmtrain.cli import main
 
     docs = _corpus(tmp_path / "src")
-    rc = main(["prepare", str(tmp_path / "src"), "-o", str(tmp_path / "out"), "--tokenizer", bpe,
-               "--workers", "2", "--shard-tokens", "1500"])
+    rc = main(
+        [
+            "prepare",
+            str(tmp_path / "src"),
+            "-o",
+            str(tmp_path / "out"),
+            "--tokenizer",
+            bpe,
+            "--workers",
+            "2",
+            "--shard-tokens",
+            "1500",
+        ]
+    )
     out = capsys.readouterr()
     assert rc == 0, out.err
     index = json.loads((tmp_path / "out" / "index.json").read_text())

@@ -42,8 +42,14 @@ def client(endpoint: str, creds: ra.Credentials, tmp) -> python_etcd.Client:
     """python-etcd as torch's etcd-v2 backend builds it (etcd_rendezvous_backend._create_etcd_client)."""
     d = creds.write(tmp / uuid.uuid4().hex[:8])
     host, port = endpoint.split(":")
-    return python_etcd.Client(host, int(port), protocol="https", cert=(str(d / ra.CERT_KEY), str(d / ra.KEY_KEY)),
-                              ca_cert=str(d / ra.CA_KEY), read_timeout=10)
+    return python_etcd.Client(
+        host,
+        int(port),
+        protocol="https",
+        cert=(str(d / ra.CERT_KEY), str(d / ra.KEY_KEY)),
+        ca_cert=str(d / ra.CA_KEY),
+        read_timeout=10,
+    )
 
 
 def refused(fn) -> bool:
@@ -67,8 +73,9 @@ def test_another_namespace_cannot_read_or_write_a_jobs_rendezvous(secured_etcd, 
     a.write(store_a, "10.0.0.1")
 
     # What a hostile tenant would do: replace the pickle, read it, delete it, redirect rank 0.
-    assert refused(lambda: b.write(state_a, base64.b64encode(b"cos\nsystem\n(S'id'\ntR.").decode())), \
+    assert refused(lambda: b.write(state_a, base64.b64encode(b"cos\nsystem\n(S'id'\ntR.").decode())), (
         "team-b wrote team-a's rendezvous state"
+    )
     assert refused(lambda: b.read(state_a)), "team-b read team-a's rendezvous state"
     assert refused(lambda: b.delete(state_a)), "team-b deleted team-a's rendezvous state"
     assert refused(lambda: b.write(store_a, "10.6.6.6")), "team-b wrote team-a's store"
@@ -90,8 +97,11 @@ def test_another_namespace_cannot_read_or_write_a_jobs_rendezvous(secured_etcd, 
         tenant_admin = ra.EtcdAdmin.__new__(ra.EtcdAdmin)
         tenant_admin.base, tenant_admin.timeout = f"https://{endpoint}", 10
         tenant_admin._ctx = _ctx(ca.issue(ra.user_name("team-b")), tmp_path)
-        tenant_admin._call("PUT", f"/v2/auth/roles/{ra.user_name('team-b')}",
-                           {"role": ra.user_name("team-b"), "grant": {"kv": {"read": ["/*"], "write": ["/*"]}}})
+        tenant_admin._call(
+            "PUT",
+            f"/v2/auth/roles/{ra.user_name('team-b')}",
+            {"role": ra.user_name("team-b"), "grant": {"kv": {"read": ["/*"], "write": ["/*"]}}},
+        )
 
 
 def _ctx(creds: ra.Credentials, tmp) -> ssl.SSLContext:
@@ -106,9 +116,13 @@ def test_the_v3_api_and_plain_clients_are_shut_too(secured_etcd, tmp_path):
     # v3: auth is on with no user but root. Through the JSON gateway (a certificate without a
     # CommonName, as the gateway requires) an unauthenticated put is refused; over gRPC a tenant's
     # certificate names no v3 user and is refused the same way.
-    req = urllib.request.Request(f"https://{endpoint}/v3/kv/put", method="POST",
-                                 data=json.dumps({"key": base64.b64encode(b"x").decode(),
-                                                  "value": base64.b64encode(b"y" * 1000).decode()}).encode())
+    req = urllib.request.Request(
+        f"https://{endpoint}/v3/kv/put",
+        method="POST",
+        data=json.dumps(
+            {"key": base64.b64encode(b"x").decode(), "value": base64.b64encode(b"y" * 1000).decode()}
+        ).encode(),
+    )
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req, timeout=10, context=_ctx(ca.issue(""), tmp_path))
     assert e.value.code == 403 and b"permission denied" in e.value.read()
@@ -134,8 +148,10 @@ def test_a_job_trains_end_to_end_with_its_own_credentials(secured_etcd, corpus, 
     conf = ra.rdzv_conf("etcd-v2", str(creds))
     rid = rendezvous_id("team-a", "train", uuid.uuid4().hex, 1)
     spec = base_spec(**{"data.uri": corpus, "rendezvous.backend": "etcd-v2", "training.maxSteps": 2})
-    nodes = [launch(spec, nproc=1, nnodes=2, rdzv=("etcd-v2", endpoint), rdzv_id=rid, rdzv_conf=conf,
-                    name=f"node{i}") for i in range(2)]
+    nodes = [
+        launch(spec, nproc=1, nnodes=2, rdzv=("etcd-v2", endpoint), rdzv_id=rid, rdzv_conf=conf, name=f"node{i}")
+        for i in range(2)
+    ]
     for n in nodes:
         run_to_end(n)
     main = [n for n in nodes if n.of("config")]
@@ -147,8 +163,11 @@ def test_a_job_trains_end_to_end_with_its_own_credentials(secured_etcd, corpus, 
     assert a.read(ra.STATE_PREFIX + rid).value  # the state torch left behind: team-a's own
     assert refused(lambda: b.read(ra.STATE_PREFIX + rid))
     assert refused(lambda: b.write(ra.STATE_PREFIX + rid, "x"))
-    store_keys = [n.key for n in a.read(ra.STORE_DIR + "/", recursive=True).leaves
-                  if base64.b64decode(n.key[len(ra.STORE_DIR) + 1:]).startswith(f"torch.rendezvous.{rid}".encode())]
+    store_keys = [
+        n.key
+        for n in a.read(ra.STORE_DIR + "/", recursive=True).leaves
+        if base64.b64decode(n.key[len(ra.STORE_DIR) + 1 :]).startswith(f"torch.rendezvous.{rid}".encode())
+    ]
     assert store_keys, "torch wrote its store keys under the job's prefix"
     assert all(refused(lambda k=k: b.write(k, "10.6.6.6")) for k in store_keys)
 
@@ -176,7 +195,9 @@ def test_an_etcd_restarted_without_its_data_is_secured_again_before_the_next_att
         evil = ra.EtcdAdmin.__new__(ra.EtcdAdmin)
         evil.base, evil.timeout, evil._ctx = f"https://{endpoint}", 10, _ctx(ca.issue("nobody"), tmp_path)
         evil._call("PUT", "/v2/auth/users/root", {"user": "root", "password": "known"}, ok=(201,))
-        evil._call("PUT", "/v2/auth/users/evil", {"user": "evil", "password": "known", "roles": ["root"]}, ok=(200, 201))
+        evil._call(
+            "PUT", "/v2/auth/users/evil", {"user": "evil", "password": "known", "roles": ["root"]}, ok=(200, 201)
+        )
         evil._call("PUT", "/v2/keys/llmtrain/rendezvous-auth", form={"value": "planted"}, ok=(200, 201))
         evil._call("PUT", "/v2/auth/enable", ok=(200,))
 
@@ -189,8 +210,11 @@ def test_an_etcd_restarted_without_its_data_is_secured_again_before_the_next_att
         users = admin._names("/v2/auth/users", "users", "user")
         assert "evil" not in users and ra.user_name("team-a") in users
         # the password b set for root works no more
-        basic = urllib.request.Request(f"https://{endpoint}/v2/keys/torch?recursive=true", method="DELETE",
-                                       headers={"Authorization": "Basic " + base64.b64encode(b"root:known").decode()})
+        basic = urllib.request.Request(
+            f"https://{endpoint}/v2/keys/torch?recursive=true",
+            method="DELETE",
+            headers={"Authorization": "Basic " + base64.b64encode(b"root:known").decode()},
+        )
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(basic, timeout=10, context=_ctx(ca.issue("nobody"), tmp_path))
         assert e.value.code == 401

@@ -27,8 +27,15 @@ def test_failed_background_save_is_reported_and_the_next_save_retries(tmp_path, 
 
     events: list[dict] = []
     metrics = TrainerMetrics(job="j", rank=0)
-    ckpt = Checkpointer(str(tmp_path / "ckpt"), keep=3, interval_minutes=60, interval_steps=0,
-                        timeout_minutes=1, metrics=metrics, emit=events.append)
+    ckpt = Checkpointer(
+        str(tmp_path / "ckpt"),
+        keep=3,
+        interval_minutes=60,
+        interval_steps=0,
+        timeout_minutes=1,
+        metrics=metrics,
+        emit=events.append,
+    )
     real_writer = ckpt.store.writer
     calls = []
 
@@ -36,8 +43,10 @@ def test_failed_background_save_is_reported_and_the_next_save_retries(tmp_path, 
         w = real_writer(step, rank, on_commit)
         calls.append(step)
         if len(calls) == 1:  # the first save's storage fails, like a full disk
+
             def write_data(plan, planner):
                 raise OSError(28, "No space left on device")
+
             w.write_data = write_data
         return w
 
@@ -50,8 +59,9 @@ def test_failed_background_save_is_reported_and_the_next_save_retries(tmp_path, 
     assert len(failed) == 1 and failed[0]["step"] == 1 and "No space left" in failed[0]["error"]
     assert [e["step"] for e in events if e["event"] == "checkpoint"] == [2]
     assert ckpt.last_committed == 2 and ckpt.latest() == 2
-    value = metrics.registry.get_sample_value("llmtrain_trainer_checkpoint_failures_total",
-                                              {"llmtrain_job": "j", "rank": "0"})
+    value = metrics.registry.get_sample_value(
+        "llmtrain_trainer_checkpoint_failures_total", {"llmtrain_job": "j", "rank": "0"}
+    )
     assert value == 1
     assert sorted(os.listdir(tmp_path / "ckpt")) == ["step-0000000002"]  # no partial left behind
     ckpt.close()
@@ -61,8 +71,7 @@ def test_failed_background_save_is_reported_and_the_next_save_retries(tmp_path, 
 def test_full_disk_fails_each_save_but_training_runs_to_the_end(corpus, launch, tmp_path):
     """Every save fails with EFBIG (file-size limit smaller than a shard): each failure is an event,
     training still completes every step, and the exit code says the final checkpoint is missing."""
-    spec = base_spec(**{"data.uri": corpus, "checkpoint.uri": str(tmp_path / "ckpt"),
-                        "checkpoint.intervalSteps": 2})
+    spec = base_spec(**{"data.uri": corpus, "checkpoint.uri": str(tmp_path / "ckpt"), "checkpoint.intervalSteps": 2})
     w = launch(spec, file_size_limit=32 << 10)
     rc = w.wait(180)
     assert [e["step"] for e in w.of("step")] == list(range(1, STEPS + 1)), w.stderr()
@@ -91,8 +100,9 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_newest_that_loads(tmp_path,
     from llmtrain_trainer.checkpoint import Checkpointer
 
     def make(events):
-        return Checkpointer(str(tmp_path / "ckpt"), keep=3, interval_minutes=60, interval_steps=0,
-                            timeout_minutes=1, emit=events.append)
+        return Checkpointer(
+            str(tmp_path / "ckpt"), keep=3, interval_minutes=60, interval_steps=0, timeout_minutes=1, emit=events.append
+        )
 
     ckpt = make([])
     for step in (1, 2, 3):
@@ -133,9 +143,17 @@ def test_truncated_newest_shard_resumes_two_ranks_from_the_older_checkpoint(corp
     from trainer_reference import reference_losses
 
     # Constant LR: a first run of 4 steps follows the same trajectory as the full run.
-    spec = base_spec(**{"data.uri": corpus, "checkpoint.uri": str(tmp_path / "ckpt"),
-                        "checkpoint.intervalSteps": 2, "checkpoint.keep": 3, "training.lrSchedule": "constant",
-                        "training.warmupSteps": 0, "training.learningRate": 0.005})
+    spec = base_spec(
+        **{
+            "data.uri": corpus,
+            "checkpoint.uri": str(tmp_path / "ckpt"),
+            "checkpoint.intervalSteps": 2,
+            "checkpoint.keep": 3,
+            "training.lrSchedule": "constant",
+            "training.warmupSteps": 0,
+            "training.learningRate": 0.005,
+        }
+    )
     first = launch(dict(spec, training={**spec["training"], "maxSteps": 4}), name="first")
     assert first.wait(180) == 0, first.stderr()
     shard = tmp_path / "ckpt" / "step-0000000004" / "__1_0.distcp"
@@ -156,8 +174,7 @@ def test_unwritable_local_checkpoint_location_fails_at_start_up(tmp_path, one_pr
 
     (tmp_path / "file").write_text("not a directory")
     with pytest.raises(RuntimeError, match="checkpoint.uri .*file/ckpt.* is not writable") as err:
-        Checkpointer(str(tmp_path / "file" / "ckpt"), keep=1, interval_minutes=60, interval_steps=0,
-                     timeout_minutes=1)
+        Checkpointer(str(tmp_path / "file" / "ckpt"), keep=1, interval_minutes=60, interval_steps=0, timeout_minutes=1)
     assert "Not a directory" in str(err.value)
 
 
@@ -204,6 +221,7 @@ def test_s3_fencing_a_late_writer_of_an_old_attempt_cannot_commit_a_broken_check
             uploaded.set()
             assert release.wait(60)
             finish(metadata, results)
+
         w.finish = late_finish
         return w
 
@@ -228,12 +246,16 @@ def test_s3_fencing_a_late_writer_of_an_old_attempt_cannot_commit_a_broken_check
     old.close(), new.close()
 
 
-@pytest.mark.parametrize("make_optimizer", [
-    lambda groups: torch.optim.AdamW(groups, lr=3e-4, betas=(0.9, 0.95), foreach=True),  # the trainer's
-    # weight_decay 0: Adam's L2 decay adds wd * param to the zero gradient, so torch's reference
-    # step would leave non-zero moments (which the load then overwrites) — not a clean reference.
-    lambda groups: torch.optim.Adam([dict(g, weight_decay=0.0) for g in groups], lr=1e-3, amsgrad=True),
-], ids=["adamw-foreach", "adam-amsgrad"])
+@pytest.mark.parametrize(
+    "make_optimizer",
+    [
+        lambda groups: torch.optim.AdamW(groups, lr=3e-4, betas=(0.9, 0.95), foreach=True),  # the trainer's
+        # weight_decay 0: Adam's L2 decay adds wd * param to the zero gradient, so torch's reference
+        # step would leave non-zero moments (which the load then overwrites) — not a clean reference.
+        lambda groups: torch.optim.Adam([dict(g, weight_decay=0.0) for g in groups], lr=1e-3, amsgrad=True),
+    ],
+    ids=["adamw-foreach", "adam-amsgrad"],
+)
 def test_resume_creates_the_optimizer_state_without_an_optimizer_step(one_process_group, make_optimizer):
     """Defect (issue 12, checkpoint load bandwidth): before DCP can load in place, the optimizer state
     must exist; torch's get_state_dict created it with a full zero-gradient optimizer step on FSDP2's

@@ -54,8 +54,9 @@ def test_prepare_bad_tokenizer(capsys, tmp_path, content):
     tok = tmp_path / "tokenizer.json"
     if content is not None:
         tok.write_text(content)
-    rc, out = cli(capsys, "prepare", _text(tmp_path, '{"text": "hi"}\n'), "-o", str(tmp_path / "out"),
-                  "--tokenizer", str(tok))
+    rc, out = cli(
+        capsys, "prepare", _text(tmp_path, '{"text": "hi"}\n'), "-o", str(tmp_path / "out"), "--tokenizer", str(tok)
+    )
     assert rc == 1 and "tokenizer.json" in out and "Traceback" not in out
     assert "--tokenizer" in out
 
@@ -63,7 +64,6 @@ def test_prepare_bad_tokenizer(capsys, tmp_path, content):
 @pytest.mark.parametrize("eos", ["256", "-1"])
 def test_prepare_eos_id_outside_the_vocabulary(capsys, tmp_path, eos):
     """An eos id ≥ the vocabulary would index past the embedding table in training."""
-    rc, out = cli(capsys, "prepare", _text(tmp_path, '{"text": "hi"}\n'), "-o", str(tmp_path / "out"),
-                  "--eos-id", eos)
+    rc, out = cli(capsys, "prepare", _text(tmp_path, '{"text": "hi"}\n'), "-o", str(tmp_path / "out"), "--eos-id", eos)
     assert rc == 1 and "--eos-id" in out and "0..255" in out
     assert not (tmp_path / "out" / "index.json").exists()

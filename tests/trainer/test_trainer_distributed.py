@@ -22,11 +22,14 @@ def assert_matches_reference(losses: dict[int, float], reference: dict[int, floa
         assert loss == pytest.approx(reference[step], rel=RTOL), (step, losses, reference)
 
 
-@pytest.mark.parametrize("strategy,ac", [("FULL_SHARD", "selective"), ("SHARD_GRAD_OP", "full"),
-                                         ("HYBRID_SHARD", "none"), ("NO_SHARD", "none")])
+@pytest.mark.parametrize(
+    "strategy,ac",
+    [("FULL_SHARD", "selective"), ("SHARD_GRAD_OP", "full"), ("HYBRID_SHARD", "none"), ("NO_SHARD", "none")],
+)
 def test_strategy_trains_and_matches_single_process_reference(strategy, ac, corpus, reference, launch):
-    w = run_to_end(launch(base_spec(**{"data.uri": corpus, "fsdp.shardingStrategy": strategy,
-                                       "fsdp.activationCheckpointing": ac})))
+    w = run_to_end(
+        launch(base_spec(**{"data.uri": corpus, "fsdp.shardingStrategy": strategy, "fsdp.activationCheckpointing": ac}))
+    )
     losses = w.losses()
     assert sorted(losses) == list(range(1, STEPS + 1))
     assert losses[STEPS] < losses[1] - 0.5, losses  # it learns
@@ -45,6 +48,7 @@ def test_strategy_trains_and_matches_single_process_reference(strategy, ac, corp
 
     # MFU / TFLOP/s as logged = the documented formula applied to the logged throughput (cpu peak).
     from llmtrain.catalog import instance_type
+
     d, f, L, V, H, kvh = 64, 176, 2, 256, 4, 2
     q, T = d // H, 32
     n_matmul = L * (2 * d * d + 2 * d * kvh * q + 3 * d * f + 2 * d) + d + V * d
@@ -58,8 +62,13 @@ def test_strategy_trains_and_matches_single_process_reference(strategy, ac, corp
 
 def test_bf16_mixed_precision_trains_close_to_fp32(corpus, reference, launch):
     """bf16 compute with fp32 master weights and reduction: same trajectory within bf16 precision."""
-    w = run_to_end(launch(base_spec(**{"data.uri": corpus, "fsdp.mixedPrecision": "bf16",
-                                       "fsdp.activationCheckpointing": "selective"})))
+    w = run_to_end(
+        launch(
+            base_spec(
+                **{"data.uri": corpus, "fsdp.mixedPrecision": "bf16", "fsdp.activationCheckpointing": "selective"}
+            )
+        )
+    )
     losses = w.losses()
     assert losses[STEPS] < losses[1] - 0.5, losses
     for step, loss in losses.items():
@@ -67,8 +76,14 @@ def test_bf16_mixed_precision_trains_close_to_fp32(corpus, reference, launch):
 
 
 def test_sigkill_a_worker_then_restart_resumes_from_last_checkpoint(corpus, reference, launch, tmp_path):
-    spec = base_spec(**{"data.uri": corpus, "checkpoint.uri": str(tmp_path / "ckpt"),
-                        "checkpoint.intervalSteps": 2, "checkpoint.keep": 2})
+    spec = base_spec(
+        **{
+            "data.uri": corpus,
+            "checkpoint.uri": str(tmp_path / "ckpt"),
+            "checkpoint.intervalSteps": 2,
+            "checkpoint.keep": 2,
+        }
+    )
     first = launch(spec, name="first")
     first.wait_for(lambda e: e.get("event") == "step" and e["step"] == 5)
     # Rank 0's /metrics (what the operator scrapes) is live and labelled.
@@ -103,11 +118,11 @@ def test_sigkill_a_worker_then_restart_resumes_from_last_checkpoint(corpus, refe
     resume = second.of("resume")[0]
     assert resume["step"] == last and resume["from_world_size"] == 2
     steps = second.of("step")
-    assert [e["step"] for e in steps] == list(range(last + 1, STEPS + 1))   # same step count
+    assert [e["step"] for e in steps] == list(range(last + 1, STEPS + 1))  # same step count
     assert [e["sample_start"] for e in steps] == [(s - 1) * 8 for s in range(last + 1, STEPS + 1)]
-    assert_matches_reference(first.losses(), reference)                    # continuous loss:
-    assert_matches_reference(second.losses(), reference)                   # as if never killed
-    for s in set(first.losses()) & set(second.losses()):                   # re-done steps repeat exactly
+    assert_matches_reference(first.losses(), reference)  # continuous loss:
+    assert_matches_reference(second.losses(), reference)  # as if never killed
+    for s in set(first.losses()) & set(second.losses()):  # re-done steps repeat exactly
         assert second.losses()[s] == pytest.approx(first.losses()[s], rel=1e-5)
 
 
@@ -115,8 +130,7 @@ def test_sigterm_checkpoints_and_exits_cleanly_then_resumes_on_one_process(corpu
     # Micro-batches of 1: 4 per rank and step, so the stop usually lands inside a step and is taken
     # at the next micro-batch boundary (the partial step is dropped); a stop at the step boundary
     # must give the same outcome. Micro-batch size does not change the trajectory (equal-size means).
-    spec = base_spec(**{"data.uri": corpus, "checkpoint.uri": f"file://{tmp_path}/ckpt",
-                        "training.microBatchSize": 1})
+    spec = base_spec(**{"data.uri": corpus, "checkpoint.uri": f"file://{tmp_path}/ckpt", "training.microBatchSize": 1})
     two = launch(spec, name="two")
     two.wait_for(lambda e: e.get("event") == "step" and e["step"] == 3)
     import os
@@ -145,11 +159,16 @@ def test_two_torchrun_nodes_meet_through_real_etcd(corpus, reference, launch, et
     """HYBRID_SHARD over 2 "nodes" × 1 process: mesh (replicate=2, shard=1)."""
     import uuid
 
-    spec = base_spec(**{"data.uri": corpus, "fsdp.shardingStrategy": "HYBRID_SHARD",
-                        "rendezvous.backend": "etcd-v2", "training.maxSteps": 4})
+    spec = base_spec(
+        **{
+            "data.uri": corpus,
+            "fsdp.shardingStrategy": "HYBRID_SHARD",
+            "rendezvous.backend": "etcd-v2",
+            "training.maxSteps": 4,
+        }
+    )
     rid = f"etcd-test-{uuid.uuid4().hex[:8]}"
-    nodes = [launch(spec, nproc=1, nnodes=2, rdzv=("etcd-v2", etcd), rdzv_id=rid, name=f"node{i}")
-             for i in range(2)]
+    nodes = [launch(spec, nproc=1, nnodes=2, rdzv=("etcd-v2", etcd), rdzv_id=rid, name=f"node{i}") for i in range(2)]
     for n in nodes:
         run_to_end(n)
     main = [n for n in nodes if n.of("config")]
@@ -173,23 +192,38 @@ def test_s3_checkpoint_round_trip(corpus, launch, s3, tmp_path):
     c = boto3.client("s3")
     c.create_bucket(Bucket="ckpt")
     # Constant LR, so that stopping at 4 and continuing to 8 follows the same trajectory as 8 in one go.
-    spec = base_spec(**{"data.uri": corpus, "checkpoint.uri": "s3://ckpt/runs/a/", "checkpoint.intervalSteps": 2,
-                        "checkpoint.keep": 1, "training.lrSchedule": "constant", "training.warmupSteps": 0,
-                        "training.learningRate": 0.005})
+    spec = base_spec(
+        **{
+            "data.uri": corpus,
+            "checkpoint.uri": "s3://ckpt/runs/a/",
+            "checkpoint.intervalSteps": 2,
+            "checkpoint.keep": 1,
+            "training.lrSchedule": "constant",
+            "training.warmupSteps": 0,
+            "training.learningRate": 0.005,
+        }
+    )
     expected = reference_losses(spec)
     first = run_to_end(launch(dict(spec, training={**spec["training"], "maxSteps": 4}), env=s3, name="s3-first"))
     assert [e["step"] for e in first.of("checkpoint")] == [2, 4]
     keys = sorted(o["Key"] for o in c.list_objects_v2(Bucket="ckpt", Prefix="runs/a/")["Contents"])
     # keep=1: step 2 pruned; step 4 complete, in attempt 0's directory: both ranks' shards, the
     # metadata and the commit marker that lists them.
-    assert keys == ["runs/a/step-0000000004/a0/.metadata", "runs/a/step-0000000004/a0/_COMPLETE",
-                    "runs/a/step-0000000004/a0/__0_0.distcp", "runs/a/step-0000000004/a0/__1_0.distcp"]
+    assert keys == [
+        "runs/a/step-0000000004/a0/.metadata",
+        "runs/a/step-0000000004/a0/_COMPLETE",
+        "runs/a/step-0000000004/a0/__0_0.distcp",
+        "runs/a/step-0000000004/a0/__1_0.distcp",
+    ]
     import json
 
     marker = json.loads(c.get_object(Bucket="ckpt", Key=keys[1])["Body"].read())
     assert marker["attempt"] == 0 and marker["step"] == 4
-    sizes = {k.rsplit("/", 1)[1]: o["Size"] for o in c.list_objects_v2(Bucket="ckpt", Prefix="runs/a/")["Contents"]
-             for k in [o["Key"]]}
+    sizes = {
+        k.rsplit("/", 1)[1]: o["Size"]
+        for o in c.list_objects_v2(Bucket="ckpt", Prefix="runs/a/")["Contents"]
+        for k in [o["Key"]]
+    }
     assert marker["files"] == {n: sizes[n] for n in (".metadata", "__0_0.distcp", "__1_0.distcp")}
 
     # `llmtrain export` reassembles the two ranks' FSDP shards from S3 into a model transformers

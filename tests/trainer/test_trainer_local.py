@@ -30,16 +30,42 @@ def _processes_mentioning(text: str) -> list[int]:
 def test_local_sigterm_checkpoints_and_rerun_resumes(tmp_path, corpus):
     """SIGTERM (`kill`, a container stop) behaves as Ctrl-C does: the workers checkpoint and stop,
     `llmtrain local` exits 0 and leaves no torchrun behind."""
-    spec = base_spec(**{"data.uri": f"file://{corpus}", "rendezvous.backend": "etcd-v2", "training.maxSteps": 40,
-                        "checkpoint.uri": f"file://{tmp_path}/ckpt", "checkpoint.intervalSteps": 1,
-                        "checkpoint.keep": 1})
+    spec = base_spec(
+        **{
+            "data.uri": f"file://{corpus}",
+            "rendezvous.backend": "etcd-v2",
+            "training.maxSteps": 40,
+            "checkpoint.uri": f"file://{tmp_path}/ckpt",
+            "checkpoint.intervalSteps": 1,
+            "checkpoint.keep": 1,
+        }
+    )
     job = tmp_path / "job.yaml"
-    job.write_text(yaml.safe_dump({"apiVersion": "llmtrain.dev/v1alpha1", "kind": "LLMTrainingJob",
-                                   "metadata": {"name": "local-test"}, "spec": spec}))
-    cmd = [sys.executable, "-m", "llmtrain.cli", "local", str(job), "--workdir", str(tmp_path / "work"),
-           "--metrics-port", str(free_port_block(2))]
+    job.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "llmtrain.dev/v1alpha1",
+                "kind": "LLMTrainingJob",
+                "metadata": {"name": "local-test"},
+                "spec": spec,
+            }
+        )
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "llmtrain.cli",
+        "local",
+        str(job),
+        "--workdir",
+        str(tmp_path / "work"),
+        "--metrics-port",
+        str(free_port_block(2)),
+    ]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(tmp_path / "stderr", "w"), text=True, env=env, cwd=REPO)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=open(tmp_path / "stderr", "w"), text=True, env=env, cwd=REPO
+    )
     try:
         out = []
         for line in proc.stdout:
@@ -61,8 +87,9 @@ def test_local_sigterm_checkpoints_and_rerun_resumes(tmp_path, corpus):
     assert 2 <= stopped_at < 40
     assert f"step-{stopped_at:010d}" in text  # the stop wrote a checkpoint
 
-    rerun = subprocess.run(cmd + ["--max-steps", str(stopped_at + 2)], capture_output=True, text=True,
-                           env=env, cwd=REPO, timeout=180)
+    rerun = subprocess.run(
+        cmd + ["--max-steps", str(stopped_at + 2)], capture_output=True, text=True, env=env, cwd=REPO, timeout=180
+    )
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert f"resumed from checkpoint at step {stopped_at}" in rerun.stdout
     assert f"steps            {stopped_at} → {stopped_at + 2} of {stopped_at + 2}" in rerun.stdout
@@ -72,11 +99,33 @@ def test_local_prints_the_workers_error(tmp_path):
     """Defect: a failing worker showed only "exit code 1"; now the error itself is printed."""
     spec = base_spec(**{"data.uri": f"file://{tmp_path}/no-such-data"})
     job = tmp_path / "job.yaml"
-    job.write_text(yaml.safe_dump({"apiVersion": "llmtrain.dev/v1alpha1", "kind": "LLMTrainingJob",
-                                   "metadata": {"name": "broken"}, "spec": spec}))
-    r = subprocess.run([sys.executable, "-m", "llmtrain.cli", "local", str(job), "--workdir", str(tmp_path / "w"),
-                        "--metrics-port", str(free_port_block(2))],
-                       capture_output=True, text=True, cwd=REPO, timeout=180)
+    job.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "llmtrain.dev/v1alpha1",
+                "kind": "LLMTrainingJob",
+                "metadata": {"name": "broken"},
+                "spec": spec,
+            }
+        )
+    )
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmtrain.cli",
+            "local",
+            str(job),
+            "--workdir",
+            str(tmp_path / "w"),
+            "--metrics-port",
+            str(free_port_block(2)),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=180,
+    )
     assert r.returncode != 0
     assert "error (rank 0): FileNotFoundError:" in r.stdout, r.stdout + r.stderr
     assert "no-such-data/index.json" in r.stdout

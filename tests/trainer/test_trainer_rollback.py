@@ -17,9 +17,17 @@ pytestmark = pytest.mark.trainer
 def test_resume_before_step_rolls_back_and_quarantines_the_later_checkpoints(corpus, launch, tmp_path):
     ckpt = tmp_path / "ckpt"
     # Constant LR: a resumed run follows the same trajectory as one uninterrupted run.
-    spec = base_spec(**{"data.uri": corpus, "checkpoint.uri": str(ckpt), "checkpoint.intervalSteps": 2,
-                        "checkpoint.keep": STEPS, "training.lrSchedule": "constant",
-                        "training.warmupSteps": 0, "training.learningRate": 0.005})
+    spec = base_spec(
+        **{
+            "data.uri": corpus,
+            "checkpoint.uri": str(ckpt),
+            "checkpoint.intervalSteps": 2,
+            "checkpoint.keep": STEPS,
+            "training.lrSchedule": "constant",
+            "training.warmupSteps": 0,
+            "training.learningRate": 0.005,
+        }
+    )
     first = launch(spec, name="first")
     assert first.wait(180) == 0, first.stderr()
     assert sorted(p.name for p in ckpt.glob("step-*")) == [f"step-{s:010d}" for s in (2, 4, 6, 8)]
@@ -27,9 +35,17 @@ def test_resume_before_step_rolls_back_and_quarantines_the_later_checkpoints(cor
 
     # The operator saw a spike at step 5: the next attempt resumes before it. keep 2 on the second
     # run: retention then prunes the top level, and must leave the quarantined checkpoints alone.
-    second_spec = base_spec(**{"data.uri": corpus, "checkpoint.uri": str(ckpt), "checkpoint.intervalSteps": 2, "checkpoint.keep": 2,
-                               "training.lrSchedule": "constant", "training.warmupSteps": 0,
-                               "training.learningRate": 0.005})
+    second_spec = base_spec(
+        **{
+            "data.uri": corpus,
+            "checkpoint.uri": str(ckpt),
+            "checkpoint.intervalSteps": 2,
+            "checkpoint.keep": 2,
+            "training.lrSchedule": "constant",
+            "training.warmupSteps": 0,
+            "training.learningRate": 0.005,
+        }
+    )
     second = launch(second_spec, name="second", env={"LLMTRAIN_RESUME_BEFORE_STEP": "5", "LLMTRAIN_ATTEMPT": "2"})
     assert second.wait(180) == 0, second.stderr()
     rollback = second.of("rollback")
@@ -54,7 +70,8 @@ def _state(value: float) -> dict:
 
 @pytest.mark.parametrize("where", ["local", "s3"])
 def test_quarantine_sets_aside_every_checkpoint_from_the_step_on_and_retention_ignores_it(
-        where, tmp_path, one_process_group, request):
+    where, tmp_path, one_process_group, request
+):
     from llmtrain_trainer.checkpoint import Checkpointer
 
     if where == "s3":
@@ -87,7 +104,9 @@ def test_quarantine_sets_aside_every_checkpoint_from_the_step_on_and_retention_i
     if where == "s3":
         import boto3
 
-        keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket="roll", Prefix="run/quarantine/")["Contents"]]
+        keys = [
+            o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket="roll", Prefix="run/quarantine/")["Contents"]
+        ]
         for name in ("step-0000000004/a1/", "step-0000000006/a1/", "step-0000000004.2/a2/"):
             assert f"run/quarantine/{name}_COMPLETE" in keys and f"run/quarantine/{name}.metadata" in keys
     else:
@@ -106,10 +125,20 @@ def test_a_diverging_run_never_checkpoints_a_nan_state(corpus, launch, tmp_path)
     final one, so the newest checkpoint is always one a NaN rollback can use."""
     ckpt = tmp_path / "ckpt"
     max_steps = 16
-    spec = base_spec(**{"data.uri": corpus, "checkpoint.uri": str(ckpt), "checkpoint.intervalSteps": 2,
-                        "checkpoint.keep": 20, "training.maxSteps": max_steps, "training.learningRate": 1.0,
-                        "training.gradClip": 0, "training.warmupSteps": 0, "training.lrSchedule": "constant",
-                        "fsdp.mixedPrecision": "fp16"})
+    spec = base_spec(
+        **{
+            "data.uri": corpus,
+            "checkpoint.uri": str(ckpt),
+            "checkpoint.intervalSteps": 2,
+            "checkpoint.keep": 20,
+            "training.maxSteps": max_steps,
+            "training.learningRate": 1.0,
+            "training.gradClip": 0,
+            "training.warmupSteps": 0,
+            "training.lrSchedule": "constant",
+            "fsdp.mixedPrecision": "fp16",
+        }
+    )
     w = launch(spec, name="diverge")
     assert w.wait(240) == 0, w.stderr()
     losses = w.losses()

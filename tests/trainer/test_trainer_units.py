@@ -32,10 +32,10 @@ def test_flops_per_token_and_mfu_match_documented_formula_by_hand():
 
     d, f, L, V, H, T = 4096, 11008, 32, 32000, 32, 4096
     q = d // H
-    block = 4 * d * d + 3 * d * f + 2 * d          # Wq, Wk, Wv, Wo (MHA: kv = d) + SwiGLU + 2 norms
+    block = 4 * d * d + 3 * d * f + 2 * d  # Wq, Wk, Wv, Wo (MHA: kv = d) + SwiGLU + 2 norms
     n_total = 2 * V * d + L * block + d
-    assert n_total == 6_738_415_616                 # the published 6.74 B
-    n_matmul = n_total - V * d                      # the input embedding is a lookup
+    assert n_total == 6_738_415_616  # the published 6.74 B
+    n_matmul = n_total - V * d  # the input embedding is a lookup
     fpt = 6 * n_matmul + 12 * L * H * q * T
     dims = model_preset("llama2-7b")
     assert flops.flops_per_token(dims, T) == fpt
@@ -100,7 +100,8 @@ def test_prepare_byte_level_format(tmp_path):
     assert index["documents"] == 35 and index["eos_id"] == 0
     texts = [p.read_text() for p in src.glob("*.txt")]
     expected_tokens = sum(len(t.encode()) + 1 for t in texts) + sum(
-        len(f"line {i} héllo".encode()) + 1 for i in range(5))
+        len(f"line {i} héllo".encode()) + 1 for i in range(5)
+    )
     assert index["tokens"] == expected_tokens
     assert all(s["tokens"] == 1000 for s in index["shards"][:-1])
     tokens = np.concatenate([np.fromfile(out / s["file"], dtype="<u2") for s in index["shards"]])
@@ -155,7 +156,7 @@ def test_order_is_a_permutation_per_epoch_and_deterministic(shards):
     # A sample is T+1 consecutive tokens at k·T of its shard.
     sh, first, _ = ds.segments(7, 1)[0]
     raw = np.fromfile(f"{shards}/{ds.shards[sh]['file']}", dtype="<u2")
-    assert np.array_equal(ds.read_segment(sh, first, 1)[0], raw[first * 16:first * 16 + 17])
+    assert np.array_equal(ds.read_segment(sh, first, 1)[0], raw[first * 16 : first * 16 + 17])
 
 
 def test_a_batch_draws_samples_from_across_the_shards(shards):
@@ -188,13 +189,19 @@ def test_rank_parts_tile_the_global_batch_at_any_world_size(shards, dp):
         expected = np.concatenate([ref.read_segment(*s) for s in ref.segments(step * g, g)])
         got = []
         for r in range(dp):
-            loader = DataLoader(ShardDataset(shards, seq_len=16, seed=0), global_batch_seqs=g, dp_rank=r,
-                                dp_size=dp, micro_batch=mb, device=torch.device("cpu"), start_step=step)
+            loader = DataLoader(
+                ShardDataset(shards, seq_len=16, seed=0),
+                global_batch_seqs=g,
+                dp_rank=r,
+                dp_size=dp,
+                micro_batch=mb,
+                device=torch.device("cpu"),
+                start_step=step,
+            )
             micro = loader.next()
             assert len(micro) == g // dp // mb
             got += [torch.cat([x, y[:, -1:]], dim=1) for x, y in micro]
-            assert loader.state_dict() == {"step": step + 1, "samples_consumed": (step + 1) * g,
-                                           "global_batch_seqs": g}
+            assert loader.state_dict() == {"step": step + 1, "samples_consumed": (step + 1) * g, "global_batch_seqs": g}
             loader.close()
         assert np.array_equal(torch.cat(got).numpy(), expected)
 
@@ -203,8 +210,14 @@ def test_loader_resumes_at_its_position(shards):
     from llmtrain_trainer.data import DataLoader, ShardDataset
 
     def make():
-        return DataLoader(ShardDataset(shards, seq_len=16, seed=0), global_batch_seqs=4, dp_rank=0, dp_size=1,
-                          micro_batch=2, device=torch.device("cpu"))
+        return DataLoader(
+            ShardDataset(shards, seq_len=16, seed=0),
+            global_batch_seqs=4,
+            dp_rank=0,
+            dp_size=1,
+            micro_batch=2,
+            device=torch.device("cpu"),
+        )
 
     a = make()
     batches = [a.next() for _ in range(5)]
@@ -244,19 +257,37 @@ def test_s3_reader_reads_the_same_samples(shards, s3):
 
 
 EXPECTED_METRICS = {
-    "llmtrain_trainer_step": "gauge", "llmtrain_trainer_loss": "gauge",
-    "llmtrain_trainer_tokens_per_second": "gauge", "llmtrain_trainer_tokens": "counter",
-    "llmtrain_trainer_tflops_per_device": "gauge", "llmtrain_trainer_mfu": "gauge",
-    "llmtrain_trainer_step_seconds": "histogram", "llmtrain_trainer_data_wait_seconds": "histogram",
-    "llmtrain_trainer_memory_allocated_bytes": "gauge", "llmtrain_trainer_memory_reserved_bytes": "gauge",
-    "llmtrain_trainer_last_checkpoint_step": "gauge", "llmtrain_trainer_last_checkpoint_timestamp_seconds": "gauge",
-    "llmtrain_trainer_checkpoint_duration_seconds": "histogram", "llmtrain_trainer_checkpoint_failures": "counter",
-    "llmtrain_trainer_checkpoint_interval_seconds": "gauge", "llmtrain_trainer_hang_timeout_seconds": "gauge",
+    "llmtrain_trainer_step": "gauge",
+    "llmtrain_trainer_loss": "gauge",
+    "llmtrain_trainer_tokens_per_second": "gauge",
+    "llmtrain_trainer_tokens": "counter",
+    "llmtrain_trainer_tflops_per_device": "gauge",
+    "llmtrain_trainer_mfu": "gauge",
+    "llmtrain_trainer_step_seconds": "histogram",
+    "llmtrain_trainer_data_wait_seconds": "histogram",
+    "llmtrain_trainer_memory_allocated_bytes": "gauge",
+    "llmtrain_trainer_memory_reserved_bytes": "gauge",
+    "llmtrain_trainer_last_checkpoint_step": "gauge",
+    "llmtrain_trainer_last_checkpoint_timestamp_seconds": "gauge",
+    "llmtrain_trainer_checkpoint_duration_seconds": "histogram",
+    "llmtrain_trainer_checkpoint_failures": "counter",
+    "llmtrain_trainer_checkpoint_interval_seconds": "gauge",
+    "llmtrain_trainer_hang_timeout_seconds": "gauge",
     "llmtrain_trainer_heartbeat_timestamp_seconds": "gauge",
     # per-step loss facts for the operator's health rules (losswatch.py)
-    **{f"llmtrain_trainer_{n}": "gauge" for n in (
-        "nonfinite_loss_steps", "nonfinite_loss_max_steps", "nonfinite_loss_first_step", "loss_median",
-        "loss_ratio_to_median", "loss_spike_step", "loss_spike_ratio", "resumed_before_step")},
+    **{
+        f"llmtrain_trainer_{n}": "gauge"
+        for n in (
+            "nonfinite_loss_steps",
+            "nonfinite_loss_max_steps",
+            "nonfinite_loss_first_step",
+            "loss_median",
+            "loss_ratio_to_median",
+            "loss_spike_step",
+            "loss_spike_ratio",
+            "resumed_before_step",
+        )
+    },
     # goodput (llmtrain/goodput.py)
     "llmtrain_trainer_checkpoint_blocking_seconds": "counter",
     "llmtrain_trainer_train_start_timestamp_seconds": "gauge",
@@ -296,8 +327,10 @@ def test_spec_from_env_wire_json_or_whole_document(tmp_path, monkeypatch):
     monkeypatch.setenv("LLMTRAIN_SPEC", json.dumps(wire))
     assert load_spec(None).data.seq_len == 64
     doc = tmp_path / "job.yaml"
-    doc.write_text("apiVersion: llmtrain.dev/v1alpha1\nkind: LLMTrainingJob\nmetadata: {name: x}\n"
-                   "spec:\n  model: {preset: tiny}\n  cluster: {instanceType: cpu}\n  data: {seqLen: 32}\n")
+    doc.write_text(
+        "apiVersion: llmtrain.dev/v1alpha1\nkind: LLMTrainingJob\nmetadata: {name: x}\n"
+        "spec:\n  model: {preset: tiny}\n  cluster: {instanceType: cpu}\n  data: {seqLen: 32}\n"
+    )
     assert load_spec(str(doc)).data.seq_len == 32  # --spec wins over the env
     monkeypatch.setenv("LLMTRAIN_JOB_NAME", "j")
     monkeypatch.setenv("LLMTRAIN_JOB_NAMESPACE", "ns")

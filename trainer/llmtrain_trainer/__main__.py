@@ -24,13 +24,16 @@ def main(argv: list[str] | None = None) -> int:
         from .healthcheck import main as healthcheck
 
         return healthcheck(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m llmtrain_trainer", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m llmtrain_trainer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--spec", help="job spec file (JSON or YAML); default: $LLMTRAIN_SPEC")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=os.environ.get("LLMTRAIN_LOG_LEVEL", "INFO"),
-                        format=f"%(asctime)s rank={os.environ.get('RANK', '0')} %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(
+        level=os.environ.get("LLMTRAIN_LOG_LEVEL", "INFO"),
+        format=f"%(asctime)s rank={os.environ.get('RANK', '0')} %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
     from .checkpoint import SAVE_ERRORS, _short
     from .config import JobIdentity, load_spec
     from .train import emit, run

@@ -106,6 +106,7 @@ def _free_name(path: str, exists: Callable[[str], bool]) -> str:
 # ----------------------------------------------------------------------------------------------
 # Local / FSx store.
 
+
 class _LocalWriter(FileSystemWriter):
     def __init__(self, partial: str, final: str, on_commit: Callable[[], None]):
         super().__init__(partial, single_file_per_rank=True, sync_files=True)
@@ -179,13 +180,17 @@ class LocalStore:
     def list_complete(self) -> list[int]:
         if not os.path.isdir(self.root):
             return []
-        return sorted(int(m.group(1)) for n in os.listdir(self.root) if (m := STEP_RE.match(n))
-                      and os.path.exists(os.path.join(self.root, n, METADATA)))
+        return sorted(
+            int(m.group(1))
+            for n in os.listdir(self.root)
+            if (m := STEP_RE.match(n)) and os.path.exists(os.path.join(self.root, n, METADATA))
+        )
 
     def writer(self, step: int, rank: int, on_commit: Callable[[], None]):
         os.makedirs(self.root, exist_ok=True)
-        return _LocalWriter(os.path.join(self.root, f".partial-{step_name(step)}"),
-                            os.path.join(self.root, step_name(step)), on_commit)
+        return _LocalWriter(
+            os.path.join(self.root, f".partial-{step_name(step)}"), os.path.join(self.root, step_name(step)), on_commit
+        )
 
     def reader(self, step: int, rank: int):
         return _LocalReader(os.path.join(self.root, step_name(step)))
@@ -224,6 +229,7 @@ class LocalStore:
 
 # ----------------------------------------------------------------------------------------------
 # S3 store.
+
 
 def _staging_root() -> str:
     return os.environ.get("LLMTRAIN_CHECKPOINT_STAGING", os.path.join(tempfile.gettempdir(), "llmtrain-ckpt"))
@@ -351,8 +357,9 @@ class S3Store:
     def get_range(self, step: int, attempt: int, name: str, offset: int, length: int) -> bytes:
         if length == 0:
             return b""
-        r = self.client.get_object(Bucket=self.bucket, Key=self._key(step, attempt, name),
-                                   Range=f"bytes={offset}-{offset + length - 1}")
+        r = self.client.get_object(
+            Bucket=self.bucket, Key=self._key(step, attempt, name), Range=f"bytes={offset}-{offset + length - 1}"
+        )
         return r["Body"].read()
 
     def _objects(self) -> dict[tuple[int, int], dict[str, int]]:
@@ -360,7 +367,7 @@ class S3Store:
         out: dict[tuple[int, int], dict[str, int]] = {}
         for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix):
             for o in page.get("Contents", []):
-                parts = o["Key"][len(self.prefix):].split("/", 2)
+                parts = o["Key"][len(self.prefix) :].split("/", 2)
                 if len(parts) == 3 and (m := STEP_RE.match(parts[0])) and (a := ATTEMPT_RE.match(parts[1])):
                     out.setdefault((int(m.group(1)), int(a.group(1))), {})[parts[2]] = o["Size"]
         return out
@@ -379,8 +386,13 @@ class S3Store:
             return False
         missing = [f for f, size in files.items() if names.get(f, -1) < size]
         if missing:
-            log.warning("%s: commit marker of attempt %d lists objects that are missing or short (%s): "
-                        "not a complete checkpoint", self._dir(step, attempt), attempt, ", ".join(missing[:4]))
+            log.warning(
+                "%s: commit marker of attempt %d lists objects that are missing or short (%s): "
+                "not a complete checkpoint",
+                self._dir(step, attempt),
+                attempt,
+                ", ".join(missing[:4]),
+            )
             return False
         return True
 
@@ -436,8 +448,12 @@ class S3Store:
         dest = _free_name(f"{self.prefix}{QUARANTINE}/{step_name(step)}", exists) + "/"
         for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=src):
             for o in page.get("Contents", []):
-                self.client.copy({"Bucket": self.bucket, "Key": o["Key"]}, self.bucket,
-                                 dest + o["Key"][len(src):], Config=self._transfer)
+                self.client.copy(
+                    {"Bucket": self.bucket, "Key": o["Key"]},
+                    self.bucket,
+                    dest + o["Key"][len(src) :],
+                    Config=self._transfer,
+                )
         self._delete_prefix(src)
         return f"s3://{self.bucket}/{dest}"
 
@@ -479,8 +495,11 @@ def init_optimizer_state(optimizer) -> None:
                 continue
             st = optimizer.state[p]
             # Adam._init_group: `step` lives on the host unless capturable/fused.
-            st["step"] = (torch.zeros((), dtype=_get_scalar_dtype(is_fused=group["fused"]), device=p.device)
-                          if on_device else torch.tensor(0.0, dtype=_get_scalar_dtype(), device="cpu"))
+            st["step"] = (
+                torch.zeros((), dtype=_get_scalar_dtype(is_fused=group["fused"]), device=p.device)
+                if on_device
+                else torch.tensor(0.0, dtype=_get_scalar_dtype(), device="cpu")
+            )
             st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
             st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
             if group["amsgrad"]:
@@ -511,12 +530,22 @@ def open_store(uri: str, attempt: int = 0):
 
 # ----------------------------------------------------------------------------------------------
 
+
 class Checkpointer:
     """Decides when to save (collectively), saves asynchronously, commits, prunes, resumes."""
 
-    def __init__(self, uri: str | None, *, keep: int, interval_minutes: float, interval_steps: int,
-                 timeout_minutes: float, metrics=None, emit: Callable[[dict], None] | None = None,
-                 attempt: int = 0):
+    def __init__(
+        self,
+        uri: str | None,
+        *,
+        keep: int,
+        interval_minutes: float,
+        interval_steps: int,
+        timeout_minutes: float,
+        metrics=None,
+        emit: Callable[[dict], None] | None = None,
+        attempt: int = 0,
+    ):
         self.store = open_store(uri, attempt) if uri else None
         self.keep = keep
         self.interval_s = interval_minutes * 60
@@ -633,8 +662,9 @@ class Checkpointer:
                 raise
             except SAVE_ERRORS as err:
                 msg = _short(err)
-                log.warning("checkpoint %s does not load, skipped (trying the next older one): %s",
-                            self.uri_of(step), msg)
+                log.warning(
+                    "checkpoint %s does not load, skipped (trying the next older one): %s", self.uri_of(step), msg
+                )
                 self.emit({"event": "checkpoint_skipped", "step": step, "uri": self.uri_of(step), "error": msg})
                 errors.append(f"{self.uri_of(step)}: {msg}")
                 continue
@@ -665,12 +695,14 @@ class Checkpointer:
 
     def _committer(self, step: int, t0: float) -> Callable[[], None]:
         def commit() -> None:  # rank 0, inside DCP's finish: the checkpoint is whole and visible
-            self.emit({"event": "checkpoint", "step": step, "seconds": round(time.time() - t0, 3),
-                       "uri": self.uri_of(step)})
+            self.emit(
+                {"event": "checkpoint", "step": step, "seconds": round(time.time() - t0, 3), "uri": self.uri_of(step)}
+            )
             assert self.store is not None  # only saves commit
             complete = self.store.list_complete()
-            for old in complete[:-self.keep]:
+            for old in complete[: -self.keep]:
                 self.store.delete(old)
+
         return commit
 
     def _failed(self, step: int, err: BaseException) -> None:

@@ -65,12 +65,17 @@ _LOCAL_HEADER = b"PK\x03\x04"
 # own reader (slower, same result). docs/trainer/checkpointing.md has the torch-upgrade checklist.
 try:
     _STORAGE_DTYPES: dict[str, torch.dtype] | None = {
-        name: dtype for dtype, name in torch.storage._dtype_to_storage_type_map().items()}
+        name: dtype for dtype, name in torch.storage._dtype_to_storage_type_map().items()
+    }
 except (AttributeError, TypeError) as _err:
     _STORAGE_DTYPES = None
-    warnings.warn(f"llmtrain checkpoint reader: torch {torch.__version__} lacks "
-                  f"torch.storage._dtype_to_storage_type_map ({_err}); checkpoints load through DCP's "
-                  "own FileSystemReader instead of the direct reader", RuntimeWarning, stacklevel=2)
+    warnings.warn(
+        f"llmtrain checkpoint reader: torch {torch.__version__} lacks "
+        f"torch.storage._dtype_to_storage_type_map ({_err}); checkpoints load through DCP's "
+        "own FileSystemReader instead of the direct reader",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 DIRECT_READS = _STORAGE_DTYPES is not None
 
 
@@ -85,13 +90,12 @@ class _Stored:
     dtype: torch.dtype
     size: tuple[int, ...]
     stride: tuple[int, ...]
-    offset: int      # storage offset, elements
-    data_pos: int    # absolute file position of the storage's first byte
-    data_len: int    # bytes of storage in the record
+    offset: int  # storage offset, elements
+    data_pos: int  # absolute file position of the storage's first byte
+    data_len: int  # bytes of storage in the record
 
 
-def _rebuild_tensor(storage, storage_offset, size, stride, requires_grad=False, backward_hooks=None,
-                    metadata=None):
+def _rebuild_tensor(storage, storage_offset, size, stride, requires_grad=False, backward_hooks=None, metadata=None):
     if backward_hooks or metadata:
         raise _NotPlain("tensor with hooks or metadata")
     return _PickledTensor(storage, int(storage_offset), tuple(int(s) for s in size), tuple(int(s) for s in stride))
@@ -139,10 +143,10 @@ def _zip_entries(tail: bytes, length: int) -> dict[str, tuple[int, int]]:
     count, cd_size, cd_off = struct.unpack_from("<HII", tail, eocd + 10)
     if 0xFFFFFFFF in (cd_size, cd_off) or count == 0xFFFF:  # zip64: a storage over 4 GiB
         loc = eocd - 20
-        if loc < 0 or tail[loc:loc + 4] != b"PK\x06\x07":
+        if loc < 0 or tail[loc : loc + 4] != b"PK\x06\x07":
             raise _NotPlain("zip64 locator missing")
         z64 = struct.unpack_from("<Q", tail, loc + 8)[0] - (length - len(tail))
-        if z64 < 0 or tail[z64:z64 + 4] != b"PK\x06\x06":
+        if z64 < 0 or tail[z64 : z64 + 4] != b"PK\x06\x06":
             raise _NotPlain("zip64 end record outside the tail read")
         count, cd_size, cd_off = struct.unpack_from("<QQQ", tail, z64 + 32)
     pos = cd_off - (length - len(tail))
@@ -150,13 +154,13 @@ def _zip_entries(tail: bytes, length: int) -> dict[str, tuple[int, int]]:
         raise _NotPlain("central directory outside the tail read")
     entries = {}
     for _ in range(count):
-        if tail[pos:pos + 4] != b"PK\x01\x02":
+        if tail[pos : pos + 4] != b"PK\x01\x02":
             raise _NotPlain("bad central directory entry")
         flags, method = struct.unpack_from("<HH", tail, pos + 8)
         csize, usize, nlen, xlen, clen = struct.unpack_from("<IIHHH", tail, pos + 20)
         local = struct.unpack_from("<I", tail, pos + 42)[0]
-        name = tail[pos + 46:pos + 46 + nlen].decode("utf-8", "replace")
-        extra = tail[pos + 46 + nlen:pos + 46 + nlen + xlen]
+        name = tail[pos + 46 : pos + 46 + nlen].decode("utf-8", "replace")
+        extra = tail[pos + 46 + nlen : pos + 46 + nlen + xlen]
         if method != 0 or flags & 0x1 or csize != usize:
             raise _NotPlain(f"compressed or encrypted zip entry {name!r}")
         if 0xFFFFFFFF in (usize, local):
@@ -170,7 +174,7 @@ def _entry_data(head: bytes, entries: dict[str, tuple[int, int]], name: str) -> 
     """(data start, data length) of entry `name`: its local header (in `head`) says where its
     data starts (its extra field pads the data to torch's alignment)."""
     local, size = entries[name]
-    if local + 30 > len(head) or head[local:local + 4] != _LOCAL_HEADER:
+    if local + 30 > len(head) or head[local : local + 4] != _LOCAL_HEADER:
         raise _NotPlain(f"local header of {name!r} outside the head read")
     nlen, xlen = struct.unpack_from("<HH", head, local + 26)
     return local + 30 + nlen + xlen, size
@@ -200,12 +204,12 @@ def parse_record(head: bytes, tail: bytes, record_pos: int, length: int) -> _Sto
     pkl_name = next((n for n in entries if n.rpartition("/")[2] == "data.pkl"), None)
     if pkl_name is None:
         raise _NotPlain("no data.pkl")
-    prefix = pkl_name[:-len("data.pkl")]
+    prefix = pkl_name[: -len("data.pkl")]
     start, size = _entry_data(head, entries, pkl_name)
     if start + size > len(head):
         raise _NotPlain("pickle beyond the head read")
     try:
-        t = _MetaUnpickler(io.BytesIO(head[start:start + size])).load()
+        t = _MetaUnpickler(io.BytesIO(head[start : start + size])).load()
     except (_NotPlain, pickle.UnpicklingError, ValueError, TypeError, EOFError) as err:
         raise _NotPlain(f"not a plain tensor pickle: {err}") from None
     if not isinstance(t, _PickledTensor):
@@ -215,7 +219,7 @@ def parse_record(head: bytes, tail: bytes, record_pos: int, length: int) -> _Sto
         raise _NotPlain("the tensor's storage is not in the record")
     if prefix + "byteorder" in entries:
         bstart, bsize = _entry_data(head, entries, prefix + "byteorder")
-        if head[bstart:bstart + bsize] != b"little":
+        if head[bstart : bstart + bsize] != b"little":
             raise _NotPlain("big-endian data")
     if sys.byteorder != "little":
         raise _NotPlain("big-endian host")
@@ -278,8 +282,10 @@ class DirectFileReader(FileSystemReader):
         return metadata
 
     def _record_name(self, req, info) -> str:
-        return (f"{self.source}/{info.relative_path} (record {req.storage_index.fqn}, bytes "
-                f"{info.offset}-{info.offset + info.length})")
+        return (
+            f"{self.source}/{info.relative_path} (record {req.storage_index.fqn}, bytes "
+            f"{info.offset}-{info.offset + info.length})"
+        )
 
     def _read_record(self, req, info, planner) -> None:
         """A non-tensor record: decoded by `load_record`; the planner gets a re-encoding of the value."""
@@ -304,8 +310,9 @@ class DirectFileReader(FileSystemReader):
             except pickle.UnpicklingError as err:
                 found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
                 what = f"global {found.group(1)}" if found else "a pickle torch's weights-only loader refuses"
-                raise self._refuse(UnsafeCheckpoint(self._record_name(req, self.storage_data[req.storage_index]),
-                                                    what)) from None
+                raise self._refuse(
+                    UnsafeCheckpoint(self._record_name(req, self.storage_data[req.storage_index]), what)
+                ) from None
 
     def read_data(self, plan, planner):
         if not DIRECT_READS:  # this torch lacks what the direct reads rely on (see above)
@@ -384,12 +391,18 @@ class DirectFileReader(FileSystemReader):
             raise AssertionError(f"req {req.storage_index} mismatch sizes {tuple(target.size())} vs {size}")
         pos = stored.data_pos + offset * itemsize
 
-        if (target.device.type == "cpu" and target.dtype == stored.dtype and target.is_contiguous()
-                and _contiguous(size, stride)):
+        if (
+            target.device.type == "cpu"
+            and target.dtype == stored.dtype
+            and target.is_contiguous()
+            and _contiguous(size, stride)
+        ):
+
             def direct():
                 if numel:
                     _pread_into(fd, _byte_view(target), pos, path)
                 return target
+
             return direct
 
         def via_temporary():
@@ -398,4 +411,5 @@ class DirectFileReader(FileSystemReader):
                 _pread_into(fd, _byte_view(tmp), pos, path)
             target.copy_(tmp.as_strided(size, stride, 0))
             return target
+
         return via_temporary

@@ -46,9 +46,19 @@ DOCS = "docs/trainer/checkpoint-safety.md"
 SHARD_FILE = re.compile(r"^__\d+_\d+\.distcp$")
 
 METADATA_GLOBALS: dict[tuple[str, str], Any] = {
-    **{("torch.distributed.checkpoint.metadata", c.__name__): c for c in (
-        _md.Metadata, _md.StorageMeta, _md.MetadataIndex, _md.TensorStorageMetadata, _md.BytesStorageMetadata,
-        _md.ChunkStorageMetadata, _md.TensorProperties, _md._MEM_FORMAT_ENCODING)},
+    **{
+        ("torch.distributed.checkpoint.metadata", c.__name__): c
+        for c in (
+            _md.Metadata,
+            _md.StorageMeta,
+            _md.MetadataIndex,
+            _md.TensorStorageMetadata,
+            _md.BytesStorageMetadata,
+            _md.ChunkStorageMetadata,
+            _md.TensorProperties,
+            _md._MEM_FORMAT_ENCODING,
+        )
+    },
     ("torch.distributed.checkpoint.filesystem", "_StorageInfo"): _StorageInfo,
     ("torch", "Size"): torch.Size,
     ("torch.serialization", "_get_layout"): torch.serialization._get_layout,
@@ -63,9 +73,11 @@ class UnsafeCheckpoint(ValueError):
 
     def __init__(self, where: str, what: str):
         self.where, self.what = where, what
-        super().__init__(f"{where}: refused {what}: not something llmtrain writes into a checkpoint, so the "
-                         f"checkpoint is not loaded (nothing in it was run). If you did not write it, someone "
-                         f"else wrote into this location; see {DOCS}")
+        super().__init__(
+            f"{where}: refused {what}: not something llmtrain writes into a checkpoint, so the "
+            f"checkpoint is not loaded (nothing in it was run). If you did not write it, someone "
+            f"else wrote into this location; see {DOCS}"
+        )
 
     def __reduce__(self):  # DCP gathers every rank's failure to every rank as a pickle
         return UnsafeCheckpoint, (self.where, self.what)
@@ -99,8 +111,11 @@ def load_metadata(data: bytes, where: str) -> _md.Metadata:
             raise UnsafeCheckpoint(where, f"a {type(info).__name__} as the storage of {getattr(index, 'fqn', index)!r}")
         rel = info.relative_path
         if not (isinstance(rel, str) and SHARD_FILE.match(rel)):
-            raise UnsafeCheckpoint(where, f"record file {rel!r} (of {getattr(index, 'fqn', index)!r}): records "
-                                          "must lie in the checkpoint's own __<rank>_<n>.distcp files")
+            raise UnsafeCheckpoint(
+                where,
+                f"record file {rel!r} (of {getattr(index, 'fqn', index)!r}): records "
+                "must lie in the checkpoint's own __<rank>_<n>.distcp files",
+            )
         if not all(type(v) is int and v >= 0 for v in (info.offset, info.length)):
             raise UnsafeCheckpoint(where, f"offset/length {info.offset!r}/{info.length!r} of a record in {rel}")
     return md
@@ -198,8 +213,9 @@ def check_directory(path: str) -> dict[str, int]:
                 torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
             except pickle.UnpicklingError as err:
                 found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
-                raise UnsafeCheckpoint(name, f"global {found.group(1)}" if found else "a pickle torch's "
-                                       "weights-only loader refuses") from None
+                raise UnsafeCheckpoint(
+                    name, f"global {found.group(1)}" if found else "a pickle torch's weights-only loader refuses"
+                ) from None
             counts["tensor records read by torch's weights-only loader"] += 1
     return counts
 
@@ -212,11 +228,14 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     dirs = []
-    for d in (sys.argv[1:] if argv is None else argv):
+    for d in sys.argv[1:] if argv is None else argv:
         dirs += [d] if os.path.exists(os.path.join(d, ".metadata")) else sorted(glob.glob(os.path.join(d, "step-*")))
     if not dirs:
-        print("usage: python -m llmtrain_trainer.checkpoint_safety CHECKPOINT_DIR... (a step-N directory "
-              "or the directory holding them)", file=sys.stderr)
+        print(
+            "usage: python -m llmtrain_trainer.checkpoint_safety CHECKPOINT_DIR... (a step-N directory "
+            "or the directory holding them)",
+            file=sys.stderr,
+        )
         return 2
     bad = 0
     for d in dirs:

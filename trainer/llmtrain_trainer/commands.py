@@ -38,8 +38,15 @@ def cmd_local(args: argparse.Namespace) -> int:
 
 
 def _run_local(args: argparse.Namespace, run_local) -> int:
-    return run_local(args.file, nproc=args.nproc, max_steps=args.max_steps, checkpoint_uri=args.checkpoint_uri,
-                     metrics_port=args.metrics_port, workdir=args.workdir, quiet=args.quiet)
+    return run_local(
+        args.file,
+        nproc=args.nproc,
+        max_steps=args.max_steps,
+        checkpoint_uri=args.checkpoint_uri,
+        metrics_port=args.metrics_port,
+        workdir=args.workdir,
+        quiet=args.quiet,
+    )
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
@@ -51,25 +58,33 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     if args.status or args.cluster or args.manifest:
         return _prepare_cluster(args)
     if not args.inputs or not args.output:
-        print("llmtrain prepare: give the inputs (files, directories or s3:// prefixes) and --output",
-              file=sys.stderr)
+        print("llmtrain prepare: give the inputs (files, directories or s3:// prefixes) and --output", file=sys.stderr)
         return 1
     try:
-        result = run_prepare(args.inputs, args.output, tokenizer=args.tokenizer, eos_id=args.eos_id,
-                             shard_tokens=args.shard_tokens, extensions=tuple(args.extensions.split(",")),
-                             text_field=args.text_field, max_record_bytes=args.max_document_bytes,
-                             workers=args.workers, progress=not args.quiet)
+        result = run_prepare(
+            args.inputs,
+            args.output,
+            tokenizer=args.tokenizer,
+            eos_id=args.eos_id,
+            shard_tokens=args.shard_tokens,
+            extensions=tuple(args.extensions.split(",")),
+            text_field=args.text_field,
+            max_record_bytes=args.max_document_bytes,
+            workers=args.workers,
+            progress=not args.quiet,
+        )
     except (OSError, ValueError) as err:
         print(f"llmtrain prepare: {err}", file=sys.stderr)
         return 1
     except BrokenExecutor as err:  # a worker process killed (out of memory: lower --workers)
-        print(f"llmtrain prepare: a tokenizer worker died ({err}); out of memory? try fewer --workers",
-              file=sys.stderr)
+        print(f"llmtrain prepare: a tokenizer worker died ({err}); out of memory? try fewer --workers", file=sys.stderr)
         return 1
     index = result.index
-    print(f"{args.output}: {index['documents']} documents, {index['tokens']:,} tokens in "
-          f"{len(index['shards'])} shard(s), {index['dtype']}, vocabulary {index['vocab_size']} "
-          f"({index['tokenizer']})")
+    print(
+        f"{args.output}: {index['documents']} documents, {index['tokens']:,} tokens in "
+        f"{len(index['shards'])} shard(s), {index['dtype']}, vocabulary {index['vocab_size']} "
+        f"({index['tokenizer']})"
+    )
     for line in result.report.lines():
         print(line, file=sys.stderr)
     return 0
@@ -112,16 +127,24 @@ def _prepare_cluster(args: argparse.Namespace) -> int:
                 if merged is None:
                     print(f"llmtrain prepare --merge: {output}: parts are missing; nothing merged", file=sys.stderr)
                     return 1
-                print(f"{output}{pc.INDEX}: {merged['documents']:,} documents, {merged['tokens']:,} tokens "
-                      f"in {len(merged['shards'])} shards from {merged['parts']} parts")
+                print(
+                    f"{output}{pc.INDEX}: {merged['documents']:,} documents, {merged['tokens']:,} tokens "
+                    f"in {len(merged['shards'])} shards from {merged['parts']} parts"
+                )
                 return 0
             k = args.index if args.index is not None else os.environ.get("JOB_COMPLETION_INDEX")
             if k is None:
                 print("llmtrain prepare --manifest: no --index and no JOB_COMPLETION_INDEX", file=sys.stderr)
                 return 1
             r = pc.run_index(output, int(k), workers=args.workers, progress=not args.quiet)
-            print(f"index {r['index']}: " + ("already complete, skipped" if r["skipped"] else
-                                             f"{r['part']['documents']:,} documents, {r['part']['tokens']:,} tokens"))
+            print(
+                f"index {r['index']}: "
+                + (
+                    "already complete, skipped"
+                    if r["skipped"]
+                    else f"{r['part']['documents']:,} documents, {r['part']['tokens']:,} tokens"
+                )
+            )
             if r["report"] is not None:
                 for line in r["report"].lines():
                     print(line, file=sys.stderr)
@@ -135,12 +158,29 @@ def _prepare_cluster(args: argparse.Namespace) -> int:
             print("llmtrain prepare --cluster: --output must be an s3:// prefix every pod can write", file=sys.stderr)
             return 1
         env = dict(e.split("=", 1) for e in args.env or [])
-        pc.plan(args.inputs, args.output, indexes=args.indexes, tokenizer=args.tokenizer, eos_id=args.eos_id,
-                shard_tokens=args.shard_tokens, extensions=tuple(args.extensions.split(",")),
-                text_field=args.text_field, max_record_bytes=args.max_document_bytes)
-        job = pc.render_job(args.output, args.indexes, name=args.name, namespace=args.namespace,
-                            parallelism=args.parallelism, image=args.image, cpus=args.cpus,
-                            memory_gib=args.memory_gib, service_account=args.service_account, env=env)
+        pc.plan(
+            args.inputs,
+            args.output,
+            indexes=args.indexes,
+            tokenizer=args.tokenizer,
+            eos_id=args.eos_id,
+            shard_tokens=args.shard_tokens,
+            extensions=tuple(args.extensions.split(",")),
+            text_field=args.text_field,
+            max_record_bytes=args.max_document_bytes,
+        )
+        job = pc.render_job(
+            args.output,
+            args.indexes,
+            name=args.name,
+            namespace=args.namespace,
+            parallelism=args.parallelism,
+            image=args.image,
+            cpus=args.cpus,
+            memory_gib=args.memory_gib,
+            service_account=args.service_account,
+            env=env,
+        )
         if not args.apply:
             print(yaml.safe_dump(job, sort_keys=False), end="")
             return 0
@@ -152,13 +192,20 @@ def _prepare_cluster(args: argparse.Namespace) -> int:
         try:
             BatchV1Api(_api(args.kubeconfig)).create_namespaced_job(args.namespace, job)
         except ApiException as err:
-            hint = (" (it exists: `kubectl delete job` it to re-run; completed indexes are skipped)"
-                    if err.status == 409 else "")
-            print(f"llmtrain prepare --cluster: job {args.namespace}/{job['metadata']['name']}: {err.reason}{hint}",
-                  file=sys.stderr)
+            hint = (
+                " (it exists: `kubectl delete job` it to re-run; completed indexes are skipped)"
+                if err.status == 409
+                else ""
+            )
+            print(
+                f"llmtrain prepare --cluster: job {args.namespace}/{job['metadata']['name']}: {err.reason}{hint}",
+                file=sys.stderr,
+            )
             return 1
-        print(f"job {args.namespace}/{job['metadata']['name']} created: {args.indexes} indexes; "
-              f"llmtrain prepare --status {job['metadata']['name']} -n {args.namespace}")
+        print(
+            f"job {args.namespace}/{job['metadata']['name']} created: {args.indexes} indexes; "
+            f"llmtrain prepare --status {job['metadata']['name']} -n {args.namespace}"
+        )
         return 0
     except ValueError as err:
         print(f"llmtrain prepare: {err}", file=sys.stderr)
@@ -176,13 +223,21 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     try:
         _, spec = load_job_file(args.file)
-        out = export(spec, args.output, checkpoint_uri=args.checkpoint_uri, step=args.step, dtype=args.dtype,
-                     max_shard_gb=args.max_shard_gb)
+        out = export(
+            spec,
+            args.output,
+            checkpoint_uri=args.checkpoint_uri,
+            step=args.step,
+            dtype=args.dtype,
+            max_shard_gb=args.max_shard_gb,
+        )
     except (OSError, ValueError) as err:
         print(f"llmtrain export: {err}", file=sys.stderr)
         return 1
-    print(f"{args.output}: {out['parameters']:,} parameters from {out['checkpoint']} as {out['dtype']} in "
-          f"{len(out['files'])} file(s)" + (f", tokenizer {out['tokenizer']}" if out["tokenizer"] else ""))
+    print(
+        f"{args.output}: {out['parameters']:,} parameters from {out['checkpoint']} as {out['dtype']} in "
+        f"{len(out['files'])} file(s)" + (f", tokenizer {out['tokenizer']}" if out["tokenizer"] else "")
+    )
     return 0
 
 
@@ -201,12 +256,27 @@ def cmd_scale_test(args: argparse.Namespace) -> int:
     try:
         sizes = parse_sizes(args.sizes)
         if args.cluster or args.kubeconfig:
-            result = run_cluster_scale_test(args.file, sizes, kubeconfig=args.kubeconfig, namespace=args.namespace,
-                                            max_steps=args.max_steps, samples=args.samples, warmup=args.warmup,
-                                            output=args.output, timeout=args.timeout, poll=args.poll)
+            result = run_cluster_scale_test(
+                args.file,
+                sizes,
+                kubeconfig=args.kubeconfig,
+                namespace=args.namespace,
+                max_steps=args.max_steps,
+                samples=args.samples,
+                warmup=args.warmup,
+                output=args.output,
+                timeout=args.timeout,
+                poll=args.poll,
+            )
         else:
-            result = run_scale_test(args.file, sizes, max_steps=args.max_steps, warmup=args.warmup,
-                                    output=args.output, metrics_port=args.metrics_port)
+            result = run_scale_test(
+                args.file,
+                sizes,
+                max_steps=args.max_steps,
+                warmup=args.warmup,
+                output=args.output,
+                metrics_port=args.metrics_port,
+            )
     except (OSError, ValueError, RuntimeError) as err:
         print(f"llmtrain scale-test: {err}", file=sys.stderr)
         return 1
@@ -216,13 +286,19 @@ def cmd_scale_test(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("local", help="run a job on this machine (CPU processes or local GPUs)",
-                              description="Run an LLMTrainingJob locally through torchrun, with the job's "
-                              "rendezvous backend (a local etcd for etcd jobs). Ctrl-C checkpoints and "
-                              "stops; running again resumes.")
+    p = subparsers.add_parser(
+        "local",
+        help="run a job on this machine (CPU processes or local GPUs)",
+        description="Run an LLMTrainingJob locally through torchrun, with the job's "
+        "rendezvous backend (a local etcd for etcd jobs). Ctrl-C checkpoints and "
+        "stops; running again resumes.",
+    )
     p.add_argument("file", help="LLMTrainingJob YAML file")
-    p.add_argument("--nproc", type=int, help="worker processes (default: local GPUs, or "
-                   "cluster.processesPerNode / the catalog default on CPU)")
+    p.add_argument(
+        "--nproc",
+        type=int,
+        help="worker processes (default: local GPUs, or cluster.processesPerNode / the catalog default on CPU)",
+    )
     p.add_argument("--max-steps", type=int, help="override training.maxSteps")
     p.add_argument("--checkpoint-uri", help="override checkpoint.uri (a directory or s3://...)")
     p.add_argument("--metrics-port", type=int, help="base port of the workers' /metrics (default 9410)")
@@ -232,28 +308,43 @@ def register(subparsers) -> None:
 
     from .sources import DEFAULT_MAX_RECORD_BYTES, FORMATS
 
-    q = subparsers.add_parser("prepare", help="tokenize text files into training shards",
-                              description="Turn .txt/.md, .jsonl(.gz/.zst) and parquet files (local or "
-                              "s3://) into llmtrain-tokens/v1 shards (byte-level, or a `tokenizers` "
-                              "tokenizer file), on every core; the output does not depend on --workers.")
+    q = subparsers.add_parser(
+        "prepare",
+        help="tokenize text files into training shards",
+        description="Turn .txt/.md, .jsonl(.gz/.zst) and parquet files (local or "
+        "s3://) into llmtrain-tokens/v1 shards (byte-level, or a `tokenizers` "
+        "tokenizer file), on every core; the output does not depend on --workers.",
+    )
     q.add_argument("inputs", nargs="*", help="files, directories or s3://bucket/prefix/ (sorted, recursive)")
     q.add_argument("--output", "-o", help="output directory or s3://bucket/prefix/")
     q.add_argument("--tokenizer", help="a tokenizers JSON file (default: byte-level, vocabulary 256)")
     q.add_argument("--eos-id", type=int, help="end-of-document token id (default: from the tokenizer)")
     q.add_argument("--shard-tokens", type=_positive_int, default=1 << 26, help="tokens per shard (default 2^26)")
     q.add_argument("--quiet", action="store_true", help="no progress bar")
-    q.add_argument("--extensions", default=",".join(FORMATS),
-                   help="formats to take from directories and prefixes (default: %(default)s)")
-    q.add_argument("--text-field", default="text",
-                   help="the .jsonl field / parquet column holding the text (default: %(default)s)")
+    q.add_argument(
+        "--extensions",
+        default=",".join(FORMATS),
+        help="formats to take from directories and prefixes (default: %(default)s)",
+    )
+    q.add_argument(
+        "--text-field", default="text", help="the .jsonl field / parquet column holding the text (default: %(default)s)"
+    )
     q.add_argument("--workers", type=_positive_int, help="tokenizer processes (default: every core)")
-    q.add_argument("--max-document-bytes", type=_positive_int, default=DEFAULT_MAX_RECORD_BYTES,
-                   help="refuse a document (file, line or row) longer than this (default: %(default)s)")
+    q.add_argument(
+        "--max-document-bytes",
+        type=_positive_int,
+        default=DEFAULT_MAX_RECORD_BYTES,
+        help="refuse a document (file, line or row) longer than this (default: %(default)s)",
+    )
     c = q.add_argument_group("on the cluster (an Indexed Job; see llmtrain_trainer/prepare_cluster.py)")
-    c.add_argument("--cluster", action="store_true", help="list the inputs, write the manifest and the tokenizer "
-                   "to --output, print the Job (or --apply it)")
-    c.add_argument("--indexes", type=_positive_int, default=8,
-                   help="Job completions: slices of the corpus (default %(default)s)")
+    c.add_argument(
+        "--cluster",
+        action="store_true",
+        help="list the inputs, write the manifest and the tokenizer to --output, print the Job (or --apply it)",
+    )
+    c.add_argument(
+        "--indexes", type=_positive_int, default=8, help="Job completions: slices of the corpus (default %(default)s)"
+    )
     c.add_argument("--parallelism", type=_positive_int, help="pods at once (default: all indexes)")
     c.add_argument("--image", help="the trainer image (default: the release's)")
     c.add_argument("--name", help="Job name (default: prepare-<hash of the output>)")
@@ -271,9 +362,12 @@ def register(subparsers) -> None:
     c.add_argument("--merge", action="store_true", help="with --manifest: merge the parts' indexes now")
     q.set_defaults(func=cmd_prepare)
 
-    e = subparsers.add_parser("export", help="a checkpoint as a Hugging Face model (safetensors + config.json)",
-                              description="Write a job's newest complete checkpoint (or --step) as a Hugging "
-                              "Face model directory that transformers, vLLM and the Hub load as is.")
+    e = subparsers.add_parser(
+        "export",
+        help="a checkpoint as a Hugging Face model (safetensors + config.json)",
+        description="Write a job's newest complete checkpoint (or --step) as a Hugging "
+        "Face model directory that transformers, vLLM and the Hub load as is.",
+    )
     e.add_argument("file", help="the LLMTrainingJob YAML file the checkpoint belongs to")
     e.add_argument("--output", "-o", required=True, help="output directory")
     e.add_argument("--checkpoint-uri", help="override checkpoint.uri (a directory or s3://...)")
@@ -281,26 +375,34 @@ def register(subparsers) -> None:
     e.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16", help="weight dtype (default bf16)")
     e.add_argument("--max-shard-gb", type=float, default=5.0, help="safetensors file size limit (default 5)")
     e.set_defaults(func=cmd_export)
-    t = subparsers.add_parser("scale-test",
-                              help="run a job at several sizes; throughput per worker and scaling efficiency",
-                              description="Run the same job locally with each number of worker processes in "
-                              "--sizes (same global batch: strong scaling) and write a table, scale-test.json "
-                              "and scale-test.png (tokens/s per worker and efficiency vs the smallest size).")
+    t = subparsers.add_parser(
+        "scale-test",
+        help="run a job at several sizes; throughput per worker and scaling efficiency",
+        description="Run the same job locally with each number of worker processes in "
+        "--sizes (same global batch: strong scaling) and write a table, scale-test.json "
+        "and scale-test.png (tokens/s per worker and efficiency vs the smallest size).",
+    )
     t.add_argument("file", help="LLMTrainingJob YAML file")
     t.add_argument("--sizes", default="1,2,4", help="worker counts, comma-separated (default: %(default)s)")
     t.add_argument("--max-steps", type=int, help="steps per size (default: training.maxSteps)")
     t.add_argument("--warmup", type=int, default=2, help="first steps left out of the medians (default: %(default)s)")
     t.add_argument("--output", "-o", help="output directory (default .llmtrain/<job name>-scale-test)")
     t.add_argument("--metrics-port", type=int, help="base port of the workers' /metrics (default 9410)")
-    t.add_argument("--cluster", action="store_true",
-                   help="sizes are NODE counts: create the job through the operator at each size, read tokens/s "
-                   "and MFU from status.progress, delete it (current kubeconfig context, or --kubeconfig)")
+    t.add_argument(
+        "--cluster",
+        action="store_true",
+        help="sizes are NODE counts: create the job through the operator at each size, read tokens/s "
+        "and MFU from status.progress, delete it (current kubeconfig context, or --kubeconfig)",
+    )
     t.add_argument("--kubeconfig", help="kubeconfig of the cluster (implies --cluster)")
-    t.add_argument("--namespace", "-n", default="default",
-                   help="namespace of the jobs (--cluster; default: %(default)s)")
-    t.add_argument("--samples", type=int, default=5,
-                   help="steps read from status per size (--cluster; default: %(default)s)")
+    t.add_argument(
+        "--namespace", "-n", default="default", help="namespace of the jobs (--cluster; default: %(default)s)"
+    )
+    t.add_argument(
+        "--samples", type=int, default=5, help="steps read from status per size (--cluster; default: %(default)s)"
+    )
     t.add_argument("--timeout", type=float, default=1800, help="seconds per size (--cluster; default: %(default)s)")
-    t.add_argument("--poll", type=float, default=5.0,
-                   help="seconds between status reads (--cluster; default: %(default)s)")
+    t.add_argument(
+        "--poll", type=float, default=5.0, help="seconds between status reads (--cluster; default: %(default)s)"
+    )
     t.set_defaults(func=cmd_scale_test)

@@ -58,9 +58,11 @@ class JobIdentity:
 
     @classmethod
     def from_env(cls) -> JobIdentity:
-        return cls(os.environ.get("LLMTRAIN_JOB_NAME", "local"),
-                   os.environ.get("LLMTRAIN_JOB_NAMESPACE", "default"),
-                   int(os.environ.get("LLMTRAIN_ATTEMPT", "0")))
+        return cls(
+            os.environ.get("LLMTRAIN_JOB_NAME", "local"),
+            os.environ.get("LLMTRAIN_JOB_NAMESPACE", "default"),
+            int(os.environ.get("LLMTRAIN_ATTEMPT", "0")),
+        )
 
 
 def global_batch_seqs(spec: LLMTrainingJobSpec) -> int:
@@ -92,7 +94,7 @@ def lr_at(step: int, t: TrainingSpec) -> float:
 def local_path(uri: str) -> str:
     """Filesystem path of `file:///abs`, `file://rel/ative` (relative to the working directory) or a
     plain path."""
-    return uri[len("file://"):] if uri.startswith("file://") else uri
+    return uri[len("file://") :] if uri.startswith("file://") else uri
 
 
 def dumps(obj) -> str:

@@ -62,13 +62,16 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}(/[A-Za-z0-9_][A-Za-z0-9._
 def check_name(name, where: str) -> str:
     """`name` if it is a safe file name inside a dataset, else ValueError naming `where`."""
     if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name.split("/"):
-        raise ValueError(f"{where}: {name!r} is not a file name inside the dataset (expected a relative "
-                         "path of letters, digits, '.', '_', '-', at most 4 levels, no '..')")
+        raise ValueError(
+            f"{where}: {name!r} is not a file name inside the dataset (expected a relative "
+            "path of letters, digits, '.', '_', '-', at most 4 levels, no '..')"
+        )
     return name
 
 
 # ----------------------------------------------------------------------------------------------
 # Storage: read byte ranges of shard files.
+
 
 class LocalStorage:
     """Files under a local / FSx / PVC directory, read with pread (no shared file offset: thread-safe)."""
@@ -118,8 +121,9 @@ class S3Storage:
         return self.client.get_object(Bucket=self.bucket, Key=self._key(name))["Body"].read().decode()
 
     def read_range(self, name: str, offset: int, length: int) -> bytes:
-        r = self.client.get_object(Bucket=self.bucket, Key=self._key(name),
-                                   Range=f"bytes={offset}-{offset + length - 1}")
+        r = self.client.get_object(
+            Bucket=self.bucket, Key=self._key(name), Range=f"bytes={offset}-{offset + length - 1}"
+        )
         data = r["Body"].read()
         if len(data) != length:
             raise EOFError(f"s3://{self.bucket}/{self._key(name)}: got {len(data)} of {length} bytes")
@@ -139,6 +143,7 @@ def open_storage(uri: str):
 
 # ----------------------------------------------------------------------------------------------
 # Datasets: global sample index → tokens.
+
 
 class ShardDataset:
     """Pre-tokenized shards in the `llmtrain-tokens/v1` format, in a sample-level shuffled order."""
@@ -189,8 +194,7 @@ class ShardDataset:
         raw = self.storage.read_range(self.shards[shard]["file"], first * t * item, (count * t + 1) * item)
         flat = np.frombuffer(raw, dtype=self.dtype)
         # Windows of T+1 overlapping by one token: sample k = flat[k·T : k·T + T + 1].
-        return np.lib.stride_tricks.as_strided(flat, shape=(count, t + 1),
-                                               strides=(t * item, item)).astype(np.int64)
+        return np.lib.stride_tricks.as_strided(flat, shape=(count, t + 1), strides=(t * item, item)).astype(np.int64)
 
     def close(self) -> None:
         self.storage.close()
@@ -268,15 +272,29 @@ def open_dataset(uri: str, seq_len: int, seed: int, vocab_size: int):
 # ----------------------------------------------------------------------------------------------
 # The loader: this rank's micro-batches for each step, prefetched.
 
+
 class DataLoader:
     """Yields, for each step, this rank's list of micro-batches (inputs, targets), each of shape
     (micro_batch, T). Position = next step; `state_dict()` is part of the checkpoint."""
 
-    def __init__(self, dataset, *, global_batch_seqs: int, dp_rank: int, dp_size: int, micro_batch: int,
-                 device: torch.device, prefetch: int = 2, workers: int = 4, start_step: int = 0):
+    def __init__(
+        self,
+        dataset,
+        *,
+        global_batch_seqs: int,
+        dp_rank: int,
+        dp_size: int,
+        micro_batch: int,
+        device: torch.device,
+        prefetch: int = 2,
+        workers: int = 4,
+        start_step: int = 0,
+    ):
         if global_batch_seqs % (dp_size * micro_batch):
-            raise ValueError(f"global batch of {global_batch_seqs} sequences is not divisible by "
-                             f"{dp_size} ranks × microBatchSize {micro_batch}")
+            raise ValueError(
+                f"global batch of {global_batch_seqs} sequences is not divisible by "
+                f"{dp_size} ranks × microBatchSize {micro_batch}"
+            )
         self.ds = dataset
         self.g, self.rank, self.dp = global_batch_seqs, dp_rank, dp_size
         self.per_rank = global_batch_seqs // dp_size
@@ -326,8 +344,10 @@ class DataLoader:
 
     def load_state_dict(self, sd: dict) -> None:
         if int(sd["global_batch_seqs"]) != self.g:
-            raise ValueError(f"checkpoint was written with {sd['global_batch_seqs']} sequences per step, "
-                             f"this run uses {self.g}: the data position would not line up")
+            raise ValueError(
+                f"checkpoint was written with {sd['global_batch_seqs']} sequences per step, "
+                f"this run uses {self.g}: the data position would not line up"
+            )
         for f in self._pending.values():
             f.cancel()
         self._pending.clear()

@@ -27,8 +27,7 @@ from .checkpoint import open_store, step_name
 from .hf import hf_config
 from .model import Llama
 
-DTYPES = {"bf16": (torch.bfloat16, "bfloat16"), "fp16": (torch.float16, "float16"),
-          "fp32": (torch.float32, "float32")}
+DTYPES = {"bf16": (torch.bfloat16, "bfloat16"), "fp16": (torch.float16, "float16"), "fp32": (torch.float32, "float32")}
 
 
 def _data_index(uri: str) -> tuple[dict | None, Any]:
@@ -55,16 +54,20 @@ def tokenizer_path(data_uri: str, storage, name) -> str:
     Local: the resolved path; S3: the object name under the dataset prefix."""
     where = f"{data_uri.rstrip('/')}/index.json"
     if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
-        raise ValueError(f"{where}: tokenizer {name!r} is not a file name in the dataset directory (llmtrain "
-                         "prepare writes the tokenizer's file name, e.g. \"tokenizer.json\", beside the shards); "
-                         "not exported")
+        raise ValueError(
+            f"{where}: tokenizer {name!r} is not a file name in the dataset directory (llmtrain "
+            'prepare writes the tokenizer\'s file name, e.g. "tokenizer.json", beside the shards); '
+            "not exported"
+        )
     if not hasattr(storage, "root"):
         return name
     root = os.path.realpath(storage.root)
     path = os.path.realpath(os.path.join(root, name))
     if os.path.dirname(path) != root or not os.path.isfile(path):
-        raise ValueError(f"{where}: tokenizer {name!r} resolves to {path}, which is not a file in the dataset "
-                         f"directory {root} (a symlink out of it?); not exported")
+        raise ValueError(
+            f"{where}: tokenizer {name!r} resolves to {path}, which is not a file in the dataset "
+            f"directory {root} (a symlink out of it?); not exported"
+        )
     return path
 
 
@@ -84,8 +87,7 @@ def load_weights(checkpoint_uri: str, dims, step: int | None = None) -> tuple[in
     if step is None:
         step = steps[-1]
     elif step not in steps:
-        raise FileNotFoundError(f"{checkpoint_uri}: no complete {step_name(step)} (have "
-                                f"{', '.join(map(str, steps))})")
+        raise FileNotFoundError(f"{checkpoint_uri}: no complete {step_name(step)} (have {', '.join(map(str, steps))})")
     with torch.device("meta"):
         model = Llama(dims)
     weights = {name: torch.empty(p.shape, dtype=torch.float32) for name, p in model.named_parameters()}
@@ -101,8 +103,15 @@ def load_weights(checkpoint_uri: str, dims, step: int | None = None) -> tuple[in
     return step, weights
 
 
-def export(spec: LLMTrainingJobSpec, output: str, *, checkpoint_uri: str | None = None, step: int | None = None,
-           dtype: str = "bf16", max_shard_gb: float = 5.0) -> dict:
+def export(
+    spec: LLMTrainingJobSpec,
+    output: str,
+    *,
+    checkpoint_uri: str | None = None,
+    step: int | None = None,
+    dtype: str = "bf16",
+    max_shard_gb: float = 5.0,
+) -> dict:
     from safetensors.torch import save_file
 
     uri = checkpoint_uri or spec.checkpoint.uri
@@ -140,8 +149,10 @@ def export(spec: LLMTrainingJobSpec, output: str, *, checkpoint_uri: str | None 
     for name, shard in zip(files, shards, strict=True):
         save_file(shard, os.path.join(output, name), metadata=meta)
     if len(shards) > 1:
-        weight_map = {"metadata": {"total_size": sum(t.numel() * t.element_size() for s in shards for t in s.values())},
-                      "weight_map": {k: f for f, s in zip(files, shards, strict=True) for k in s}}
+        weight_map = {
+            "metadata": {"total_size": sum(t.numel() * t.element_size() for s in shards for t in s.values())},
+            "weight_map": {k: f for f, s in zip(files, shards, strict=True) for k in s},
+        }
         with open(os.path.join(output, "model.safetensors.index.json"), "w") as f:
             json.dump(weight_map, f, indent=2)
 
@@ -158,5 +169,11 @@ def export(spec: LLMTrainingJobSpec, output: str, *, checkpoint_uri: str | None 
         else:
             with open(dest, "w") as f:
                 f.write(storage.read_text(source))
-    return {"step": step, "checkpoint": meta["llmtrain_checkpoint"], "files": files, "dtype": dtype_name,
-            "tokenizer": tokenizer, "parameters": sum(t.numel() for t in weights.values())}
+    return {
+        "step": step,
+        "checkpoint": meta["llmtrain_checkpoint"],
+        "files": files,
+        "dtype": dtype_name,
+        "tokenizer": tokenizer,
+        "parameters": sum(t.numel() for t in weights.values()),
+    }

@@ -158,8 +158,7 @@ def link_bandwidths(buf: torch.Tensor, recv: torch.Tensor, iters: int) -> float:
 
         def once(peer: int = peer) -> float:
             start = time.perf_counter()
-            for req in dist.batch_isend_irecv([dist.P2POp(dist.isend, buf, peer),
-                                               dist.P2POp(dist.irecv, recv, peer)]):
+            for req in dist.batch_isend_irecv([dist.P2POp(dist.isend, buf, peer), dist.P2POp(dist.irecv, recv, peer)]):
                 req.wait()
             _sync(buf.device)
             return time.perf_counter() - start
@@ -176,8 +175,7 @@ def link_bandwidths(buf: torch.Tensor, recv: torch.Tensor, iters: int) -> float:
     return mine
 
 
-def judge(results: list[RankResult], busbw: float, expected_busbw: float | None,
-          min_fraction: float) -> dict:
+def judge(results: list[RankResult], busbw: float, expected_busbw: float | None, min_fraction: float) -> dict:
     """Turn every rank's measurements into the attempt's verdict (pure: unit-tested on its own).
 
     `link_gbps` of rank r is the link (r, r+1). A rank is slow when both of its links (to r-1 and to
@@ -197,7 +195,8 @@ def judge(results: list[RankResult], busbw: float, expected_busbw: float | None,
             if r.link_gbps < min_fraction * median and left < min_fraction * median:
                 suspects.setdefault(r.rank, []).append(
                     f"links {left:.3f} and {r.link_gbps:.3f} GB/s, below {min_fraction:.0%} of the "
-                    f"median link ({median:.3f} GB/s)")
+                    f"median link ({median:.3f} GB/s)"
+                )
     degraded = expected_busbw is not None and busbw < min_fraction * expected_busbw
     nodes: dict[tuple, dict] = {}
     for k in sorted(suspects):
@@ -256,8 +255,9 @@ def _instance_type_from_spec() -> str | None:
     return load_spec(None).cluster.instance_type
 
 
-def run(size_mib: int = 16, iters: int = 5, memory_mib: int = 256, min_fraction: float = 0.5,
-        report: str | None = None) -> int:
+def run(
+    size_mib: int = 16, iters: int = 5, memory_mib: int = 256, min_fraction: float = 0.5, report: str | None = None
+) -> int:
     from .parallel import device_for_rank, init_distributed
 
     device = device_for_rank()
@@ -265,12 +265,20 @@ def run(size_mib: int = 16, iters: int = 5, memory_mib: int = 256, min_fraction:
     rank, n = dist.get_rank(), dist.get_world_size()
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     node = int(os.environ.get("GROUP_RANK", str(rank // max(local_world, 1))))
-    result = RankResult(rank=rank, node=node, host=os.environ.get("HOSTNAME") or os.uname().nodename,
-                        devices_ok=True, compute_ok=True, memory_ok=True,
-                        node_name=os.environ.get("LLMTRAIN_NODE_NAME") or None)
-    for attr, check in (("devices_ok", lambda: check_devices(device, rank)),
-                        ("compute_ok", lambda: check_compute(device)),
-                        ("memory_ok", lambda: check_memory(device, memory_mib))):
+    result = RankResult(
+        rank=rank,
+        node=node,
+        host=os.environ.get("HOSTNAME") or os.uname().nodename,
+        devices_ok=True,
+        compute_ok=True,
+        memory_ok=True,
+        node_name=os.environ.get("LLMTRAIN_NODE_NAME") or None,
+    )
+    for attr, check in (
+        ("devices_ok", lambda: check_devices(device, rank)),
+        ("compute_ok", lambda: check_compute(device)),
+        ("memory_ok", lambda: check_memory(device, memory_mib)),
+    ):
         ok, problem = check()
         setattr(result, attr, ok)
         if problem:
@@ -286,9 +294,12 @@ def run(size_mib: int = 16, iters: int = 5, memory_mib: int = 256, min_fraction:
     dist.all_gather_object(gathered, asdict(result))
     verdicts: list[dict | None] = [None]
     if rank == 0:
-        verdicts[0] = judge([RankResult(**g) for g in gathered], busbw,
-                            expected_bus_bandwidth(_instance_type_from_spec(), device, n // max(local_world, 1)),
-                            min_fraction)
+        verdicts[0] = judge(
+            [RankResult(**g) for g in gathered],
+            busbw,
+            expected_bus_bandwidth(_instance_type_from_spec(), device, n // max(local_world, 1)),
+            min_fraction,
+        )
         print(json.dumps(verdicts[0], separators=(",", ":")), flush=True)
     # every node gets the verdict: each pod reports it (the operator may see any one of them first)
     dist.broadcast_object_list(verdicts, src=0)
@@ -307,14 +318,21 @@ def run(size_mib: int = 16, iters: int = 5, memory_mib: int = 256, min_fraction:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m llmtrain_trainer healthcheck",
-                                description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m llmtrain_trainer healthcheck",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--size-mib", type=int, default=64, help="all-reduce and link-test buffer (default 64 MiB)")
     p.add_argument("--iters", type=int, default=5, help="timed repetitions of each transfer")
     p.add_argument("--memory-mib", type=int, default=1024, help="memory test allocation per rank")
-    p.add_argument("--min-fraction", type=float, default=0.5,
-                   help="a rank below this fraction of the median link, or an all-reduce below this "
-                        "fraction of the catalog's EFA bandwidth, is unhealthy (default 0.5)")
+    p.add_argument(
+        "--min-fraction",
+        type=float,
+        default=0.5,
+        help="a rank below this fraction of the median link, or an all-reduce below this "
+        "fraction of the catalog's EFA bandwidth, is unhealthy (default 0.5)",
+    )
     p.add_argument("--report", help="also write rank 0's JSON verdict to this file")
     a = p.parse_args(argv)
     if not 0 < a.min_fraction <= 1:

@@ -17,19 +17,35 @@ from llmtrain.catalog import ModelDims, RopeScaling
 LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
-def hf_config(dims: ModelDims, *, torch_dtype: str = "float32", tie_word_embeddings: bool = False,
-              bos_token_id: int | None = None, eos_token_id: int | None = None) -> dict:
+def hf_config(
+    dims: ModelDims,
+    *,
+    torch_dtype: str = "float32",
+    tie_word_embeddings: bool = False,
+    bos_token_id: int | None = None,
+    eos_token_id: int | None = None,
+) -> dict:
     cfg = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "hidden_size": dims.hidden_size, "intermediate_size": dims.intermediate_size,
-        "num_hidden_layers": dims.num_layers, "num_attention_heads": dims.num_heads,
-        "num_key_value_heads": dims.num_kv_heads, "head_dim": dims.head_dim, "vocab_size": dims.vocab_size,
-        "max_position_embeddings": dims.max_seq_len, "rope_theta": dims.rope_theta,
-        "rms_norm_eps": dims.norm_eps, "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
-        "tie_word_embeddings": tie_word_embeddings, "torch_dtype": torch_dtype,
-        "rope_scaling": None if dims.rope_scaling is None else {
-            "rope_type": dims.rope_scaling.rope_type,
-            **{k: getattr(dims.rope_scaling, k) for k in LLAMA3_KEYS}},
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": dims.hidden_size,
+        "intermediate_size": dims.intermediate_size,
+        "num_hidden_layers": dims.num_layers,
+        "num_attention_heads": dims.num_heads,
+        "num_key_value_heads": dims.num_kv_heads,
+        "head_dim": dims.head_dim,
+        "vocab_size": dims.vocab_size,
+        "max_position_embeddings": dims.max_seq_len,
+        "rope_theta": dims.rope_theta,
+        "rms_norm_eps": dims.norm_eps,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": tie_word_embeddings,
+        "torch_dtype": torch_dtype,
+        "rope_scaling": None
+        if dims.rope_scaling is None
+        else {"rope_type": dims.rope_scaling.rope_type, **{k: getattr(dims.rope_scaling, k) for k in LLAMA3_KEYS}},
     }
     if bos_token_id is not None:
         cfg["bos_token_id"] = bos_token_id
@@ -82,12 +98,20 @@ def config_mismatches(cfg: dict, dims: ModelDims) -> list[str]:
     if kind not in ("default", "llama3"):
         out.append(f"rope scaling type {kind!r} is not supported (supported: none, llama3)")
     elif scaling != dims.rope_scaling:
-        want = "none" if scaling is None else (f"{{ropeType: llama3, factor: {scaling.factor:g}, "
-                                               f"lowFreqFactor: {scaling.low_freq_factor:g}, highFreqFactor: "
-                                               f"{scaling.high_freq_factor:g}, originalMaxPositionEmbeddings: "
-                                               f"{scaling.original_max_position_embeddings}}}")
-        out.append(f"rope_scaling: checkpoint {want}, spec {dims.rope_scaling or 'none'} "
-                   "(model.dims.ropeScaling, or a llama3.1-* preset)")
+        want = (
+            "none"
+            if scaling is None
+            else (
+                f"{{ropeType: llama3, factor: {scaling.factor:g}, "
+                f"lowFreqFactor: {scaling.low_freq_factor:g}, highFreqFactor: "
+                f"{scaling.high_freq_factor:g}, originalMaxPositionEmbeddings: "
+                f"{scaling.original_max_position_embeddings}}}"
+            )
+        )
+        out.append(
+            f"rope_scaling: checkpoint {want}, spec {dims.rope_scaling or 'none'} "
+            "(model.dims.ropeScaling, or a llama3.1-* preset)"
+        )
     for key, ok in (("hidden_act", "silu"), ("attention_bias", False), ("mlp_bias", False)):
         if key in cfg and cfg[key] != ok:
             out.append(f"{key}: checkpoint {cfg[key]!r}, this trainer's Llama has {ok!r}")

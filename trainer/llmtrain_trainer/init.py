@@ -62,7 +62,7 @@ def fill_normal_(param: torch.Tensor, std: float, name: str, seed: int) -> None:
         g = torch.Generator().manual_seed(_block_seed(seed, name, b))
         block = torch.randn((b_rows, *rest), generator=g, dtype=torch.float32).mul_(std)
         lo, hi = max(row0, b_start), min(row0 + nrows, b_start + b_rows)
-        local[lo - row0:hi - row0].copy_(block[lo - b_start:hi - b_start])
+        local[lo - row0 : hi - row0].copy_(block[lo - b_start : hi - b_start])
 
 
 @torch.no_grad()

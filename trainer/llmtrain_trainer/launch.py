@@ -108,8 +108,12 @@ class Launcher:
         if self.proc is None:
             return
         if self.signals == 1:
-            print(f"llmtrain launch: {signal.Signals(signum).name}: stopping the workers (checkpoint, then "
-                  "exit); a second signal kills them", file=sys.stderr, flush=True)
+            print(
+                f"llmtrain launch: {signal.Signals(signum).name}: stopping the workers (checkpoint, then "
+                "exit); a second signal kills them",
+                file=sys.stderr,
+                flush=True,
+            )
             stop_workers(self.proc)
         else:
             kill_tree(self.proc)
@@ -155,12 +159,10 @@ class Launcher:
                     f.write(text)
             except OSError:
                 pass  # not in a pod
-            print(f"llmtrain launch: preflight health check failed, not training: {text}", file=sys.stderr,
-                  flush=True)
+            print(f"llmtrain launch: preflight health check failed, not training: {text}", file=sys.stderr, flush=True)
             return PREFLIGHT_EXIT_CODE
         if rc != 0:
-            print(f"llmtrain launch: preflight health check exited {rc} without a verdict", file=sys.stderr,
-                  flush=True)
+            print(f"llmtrain launch: preflight health check exited {rc} without a verdict", file=sys.stderr, flush=True)
             return rc
         print("llmtrain launch: preflight health check passed", file=sys.stderr, flush=True)
         return 0

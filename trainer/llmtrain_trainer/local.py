@@ -37,7 +37,9 @@ def _etcd_binary() -> str:
     the trainer runs where the dev cluster's package is not installed."""
     tools = os.environ.get("LLMTRAIN_TOOLS_DIR") or os.path.join(
         os.environ.get("LLMTRAIN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "llmtrain"),
-        "tools", "current")
+        "tools",
+        "current",
+    )
     pinned = os.path.join(tools, "bin", "etcd")
     if os.access(pinned, os.X_OK):
         return pinned
@@ -87,10 +89,18 @@ def local_etcd(data_dir: str):
     os.makedirs(data_dir, mode=0o700, exist_ok=True)
     cport, pport = free_port(), free_port()
     curl, purl = f"http://127.0.0.1:{cport}", f"http://127.0.0.1:{pport}"
-    argv = [_etcd_binary(), "--name=default", f"--data-dir={data_dir}",
-            f"--listen-client-urls={curl}", f"--advertise-client-urls={curl}",
-            f"--listen-peer-urls={purl}", f"--initial-advertise-peer-urls={purl}",
-            f"--initial-cluster=default={purl}", "--enable-v2=true", "--log-level=warn"]
+    argv = [
+        _etcd_binary(),
+        "--name=default",
+        f"--data-dir={data_dir}",
+        f"--listen-client-urls={curl}",
+        f"--advertise-client-urls={curl}",
+        f"--listen-peer-urls={purl}",
+        f"--initial-advertise-peer-urls={purl}",
+        f"--initial-cluster=default={purl}",
+        "--enable-v2=true",
+        "--log-level=warn",
+    ]
     with etcd_process(argv, f"{curl}/health", os.path.join(os.path.dirname(data_dir), "etcd.log")):
         yield f"127.0.0.1:{cport}"
 
@@ -141,8 +151,9 @@ class _Progress:
             self._step(event)
         elif kind == "resume":
             self.resumed_from = event["step"]
-            self._write(f"resumed from checkpoint at step {event['step']} "
-                        f"(written by {event['from_world_size']} processes)")
+            self._write(
+                f"resumed from checkpoint at step {event['step']} (written by {event['from_world_size']} processes)"
+            )
         elif kind == "checkpoint":
             self.checkpoints.append(event)
             self._write(f"checkpoint step {event['step']} → {event['uri']} ({event['seconds']} s)")
@@ -173,8 +184,9 @@ class _Progress:
         self.tps.append(e["tokens_per_second"])
         self.mfu.append(e["mfu"])
         if self.bar is not None:
-            self.bar.set_postfix_str(f"loss={e['loss']:.4f} tok/s={e['tokens_per_second']:,.0f} "
-                                     f"mfu={e['mfu']:.1%}", refresh=False)
+            self.bar.set_postfix_str(
+                f"loss={e['loss']:.4f} tok/s={e['tokens_per_second']:,.0f} mfu={e['mfu']:.1%}", refresh=False
+            )
             self.bar.update(e["step"] - self.bar.n)
 
     def close(self) -> None:
@@ -185,15 +197,17 @@ class _Progress:
         steady = self.tps[1:] or self.tps  # the first step includes warm-up
         mfu = self.mfu[1:] or self.mfu
         last = self.last
-        lines = [f"exit code        {rc}",
-                 f"steps            {self.first_step if self.first_step is not None else '-'} → "
-                 f"{last.get('step', '-')} of {self.max_steps}",
-                 f"final loss       {last.get('loss', '-')}",
-                 f"tokens/s (mean)  {sum(steady) / len(steady):,.0f}" if steady else "tokens/s         -",
-                 f"MFU (mean)       {sum(mfu) / len(mfu):.2%}" if mfu else "MFU              -",
-                 f"checkpoints      {len(self.checkpoints)}"
-                 + (f", last {self.checkpoints[-1]['uri']}" if self.checkpoints else ""),
-                 f"wall time        {wall:.1f} s"]
+        lines = [
+            f"exit code        {rc}",
+            f"steps            {self.first_step if self.first_step is not None else '-'} → "
+            f"{last.get('step', '-')} of {self.max_steps}",
+            f"final loss       {last.get('loss', '-')}",
+            f"tokens/s (mean)  {sum(steady) / len(steady):,.0f}" if steady else "tokens/s         -",
+            f"MFU (mean)       {sum(mfu) / len(mfu):.2%}" if mfu else "MFU              -",
+            f"checkpoints      {len(self.checkpoints)}"
+            + (f", last {self.checkpoints[-1]['uri']}" if self.checkpoints else ""),
+            f"wall time        {wall:.1f} s",
+        ]
         return "\n".join(lines + self.error_lines())
 
     def error_lines(self) -> list[str]:
@@ -208,9 +222,16 @@ class _Progress:
         return out[:4]
 
 
-def run_local(file: str, *, nproc: int | None = None, max_steps: int | None = None,
-              checkpoint_uri: str | None = None, metrics_port: int | None = None,
-              workdir: str | None = None, quiet: bool = False) -> int:
+def run_local(
+    file: str,
+    *,
+    nproc: int | None = None,
+    max_steps: int | None = None,
+    checkpoint_uri: str | None = None,
+    metrics_port: int | None = None,
+    workdir: str | None = None,
+    quiet: bool = False,
+) -> int:
     doc, spec = load_job_file(file)
     meta = doc.get("metadata") or {}
     name = meta.get("name") or Path(file).stem
@@ -224,13 +245,22 @@ def run_local(file: str, *, nproc: int | None = None, max_steps: int | None = No
     spec_file = work / "spec.json"
     spec_file.write_text(dumps(spec.wire()))
     if not spec.checkpoint.uri and not quiet:
-        print("note: spec.checkpoint.uri is unset: no checkpoints, Ctrl-C stops without saving "
-              "and a re-run starts over (set it, or pass --checkpoint-uri)", flush=True)
+        print(
+            "note: spec.checkpoint.uri is unset: no checkpoints, Ctrl-C stops without saving "
+            "and a re-run starts over (set it, or pass --checkpoint-uri)",
+            flush=True,
+        )
 
     env = dict(os.environ)
     env.update(spec.cluster.env)
-    env.update({"LLMTRAIN_JOB_NAME": name, "LLMTRAIN_JOB_NAMESPACE": meta.get("namespace") or "local",
-                "LLMTRAIN_ATTEMPT": env.get("LLMTRAIN_ATTEMPT", "0"), "PYTHONUNBUFFERED": "1"})
+    env.update(
+        {
+            "LLMTRAIN_JOB_NAME": name,
+            "LLMTRAIN_JOB_NAMESPACE": meta.get("namespace") or "local",
+            "LLMTRAIN_ATTEMPT": env.get("LLMTRAIN_ATTEMPT", "0"),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     if metrics_port is not None:
         env["LLMTRAIN_METRICS_PORT"] = str(metrics_port)
 
@@ -243,12 +273,27 @@ def run_local(file: str, *, nproc: int | None = None, max_steps: int | None = No
         else:
             endpoint = f"127.0.0.1:{free_port()}"
         rdzv_id = f"{name}-{uuid.uuid4().hex[:8]}"
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={nproc}",
-               f"--rdzv-backend={backend}", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}",
-               "--max-restarts=0", "-m", "llmtrain_trainer", "--spec", str(spec_file)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=1",
+            f"--nproc-per-node={nproc}",
+            f"--rdzv-backend={backend}",
+            f"--rdzv-endpoint={endpoint}",
+            f"--rdzv-id={rdzv_id}",
+            "--max-restarts=0",
+            "-m",
+            "llmtrain_trainer",
+            "--spec",
+            str(spec_file),
+        ]
         if not quiet:
-            print(f"llmtrain local: {name}: {nproc} worker(s), rendezvous {backend} at {endpoint} "
-                  f"(id {rdzv_id}); logs in {work / 'worker.log'}", flush=True)
+            print(
+                f"llmtrain local: {name}: {nproc} worker(s), rendezvous {backend} at {endpoint} "
+                f"(id {rdzv_id}); logs in {work / 'worker.log'}",
+                flush=True,
+            )
         return _supervise(cmd, env, work, spec.training.max_steps, quiet)
 
 
@@ -258,8 +303,9 @@ def _supervise(cmd: list[str], env: dict, work: Path, max_steps: int, quiet: boo
     progress = _Progress(max_steps, quiet)
     t0 = time.monotonic()
     log = open(work / "worker.log", "a")
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
-                            start_new_session=True)  # our Ctrl-C must not reach the workers directly
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1, start_new_session=True
+    )  # our Ctrl-C must not reach the workers directly
 
     def on_sigterm(signum, frame):  # `kill`, a container stop, a CI timeout: the same as Ctrl-C
         raise KeyboardInterrupt
@@ -276,8 +322,7 @@ def _supervise(cmd: list[str], env: dict, work: Path, max_steps: int, quiet: boo
             except KeyboardInterrupt:
                 interrupts += 1
                 if interrupts == 1:
-                    progress._write("stopping: workers finish the step and write a checkpoint "
-                                    "(Ctrl-C again to kill)")
+                    progress._write("stopping: workers finish the step and write a checkpoint (Ctrl-C again to kill)")
                     stop_workers(proc)
                 else:
                     kill_tree(proc)

@@ -49,8 +49,7 @@ class LossWatch:
         if len(self.recent) == self.recent.maxlen:
             self.median = statistics.median(self.recent)
             self.ratio = loss / self.median if self.median > 0 else None
-            if (self.ratio is not None and self.ratio > self.factor and step >= self.min_steps
-                    and not self.spike_step):
+            if self.ratio is not None and self.ratio > self.factor and step >= self.min_steps and not self.spike_step:
                 self.spike_step, self.spike_ratio = step, self.ratio
         self.recent.append(loss)
 

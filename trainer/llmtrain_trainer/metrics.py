@@ -44,67 +44,98 @@ class TrainerMetrics:
 
         self.step = gauge("llmtrain_trainer_step", "Last completed optimizer step")
         self.loss = gauge("llmtrain_trainer_loss", "Training loss of the last step (mean over the global batch)")
-        self.tokens_per_second = gauge("llmtrain_trainer_tokens_per_second",
-                                       "Training throughput of the whole job, tokens per second")
-        self.tokens_total = Counter("llmtrain_trainer_tokens_total",
-                                    "Tokens trained on by this rank (sum over ranks = the job's tokens)",
-                                    LABELS, registry=r).labels(*lv)
-        self.tflops_per_device = gauge("llmtrain_trainer_tflops_per_device",
-                                       "Achieved model TFLOP/s per device (6N + 12LHQT FLOPs per token)")
+        self.tokens_per_second = gauge(
+            "llmtrain_trainer_tokens_per_second", "Training throughput of the whole job, tokens per second"
+        )
+        self.tokens_total = Counter(
+            "llmtrain_trainer_tokens_total",
+            "Tokens trained on by this rank (sum over ranks = the job's tokens)",
+            LABELS,
+            registry=r,
+        ).labels(*lv)
+        self.tflops_per_device = gauge(
+            "llmtrain_trainer_tflops_per_device", "Achieved model TFLOP/s per device (6N + 12LHQT FLOPs per token)"
+        )
         self.mfu = gauge("llmtrain_trainer_mfu", "Model FLOPs utilisation, 0..1, against the catalog peak")
         self.step_seconds = hist("llmtrain_trainer_step_seconds", "Wall time of one optimizer step", STEP_BUCKETS)
-        self.data_wait_seconds = hist("llmtrain_trainer_data_wait_seconds",
-                                      "Time a step waited for its input batch", WAIT_BUCKETS)
-        self.memory_allocated_bytes = gauge("llmtrain_trainer_memory_allocated_bytes",
-                                            "Device memory allocated by tensors (process RSS on CPU)")
-        self.memory_reserved_bytes = gauge("llmtrain_trainer_memory_reserved_bytes",
-                                           "Device memory reserved by the caching allocator (process RSS on CPU)")
-        self.last_checkpoint_step = gauge("llmtrain_trainer_last_checkpoint_step",
-                                          "Step of the newest complete checkpoint")
-        self.last_checkpoint_timestamp_seconds = gauge("llmtrain_trainer_last_checkpoint_timestamp_seconds",
-                                                       "Unix time the newest checkpoint became complete")
-        self.checkpoint_duration_seconds = hist("llmtrain_trainer_checkpoint_duration_seconds",
-                                                "Time from starting a checkpoint to it being complete", CKPT_BUCKETS)
-        self.checkpoint_failures_total = Counter("llmtrain_trainer_checkpoint_failures",
-                                                 "Checkpoint saves that failed "
-                                                 "(training went on; the next save retries)",
-                                                 LABELS, registry=r).labels(*lv)
+        self.data_wait_seconds = hist(
+            "llmtrain_trainer_data_wait_seconds", "Time a step waited for its input batch", WAIT_BUCKETS
+        )
+        self.memory_allocated_bytes = gauge(
+            "llmtrain_trainer_memory_allocated_bytes", "Device memory allocated by tensors (process RSS on CPU)"
+        )
+        self.memory_reserved_bytes = gauge(
+            "llmtrain_trainer_memory_reserved_bytes",
+            "Device memory reserved by the caching allocator (process RSS on CPU)",
+        )
+        self.last_checkpoint_step = gauge(
+            "llmtrain_trainer_last_checkpoint_step", "Step of the newest complete checkpoint"
+        )
+        self.last_checkpoint_timestamp_seconds = gauge(
+            "llmtrain_trainer_last_checkpoint_timestamp_seconds", "Unix time the newest checkpoint became complete"
+        )
+        self.checkpoint_duration_seconds = hist(
+            "llmtrain_trainer_checkpoint_duration_seconds",
+            "Time from starting a checkpoint to it being complete",
+            CKPT_BUCKETS,
+        )
+        self.checkpoint_failures_total = Counter(
+            "llmtrain_trainer_checkpoint_failures",
+            "Checkpoint saves that failed (training went on; the next save retries)",
+            LABELS,
+            registry=r,
+        ).labels(*lv)
         # goodput (the operator's status.goodput): where this attempt's time went
         self.checkpoint_blocking_seconds = Counter(
             "llmtrain_trainer_checkpoint_blocking_seconds",
             "Seconds the checkpoint saves between steps blocked training (the staging; the upload runs behind)",
-            LABELS, registry=r).labels(*lv)
-        self.train_start_timestamp_seconds = gauge("llmtrain_trainer_train_start_timestamp_seconds",
-                                                   "Unix time this attempt's training loop began (model built, "
-                                                   "checkpoint loaded)")
-        self.resume_step = gauge("llmtrain_trainer_resume_step",
-                                 "The step this attempt resumed from (0: from scratch)")
-        self.checkpoint_interval_seconds = gauge("llmtrain_trainer_checkpoint_interval_seconds",
-                                                 "Configured checkpoint interval (spec.checkpoint.intervalMinutes)")
-        self.hang_timeout_seconds = gauge("llmtrain_trainer_hang_timeout_seconds",
-                                          "Configured hang timeout (spec.resilience.hangTimeoutMinutes)")
-        self.heartbeat_timestamp_seconds = gauge("llmtrain_trainer_heartbeat_timestamp_seconds",
-                                                 "Unix time the last optimizer step completed")
+            LABELS,
+            registry=r,
+        ).labels(*lv)
+        self.train_start_timestamp_seconds = gauge(
+            "llmtrain_trainer_train_start_timestamp_seconds",
+            "Unix time this attempt's training loop began (model built, checkpoint loaded)",
+        )
+        self.resume_step = gauge("llmtrain_trainer_resume_step", "The step this attempt resumed from (0: from scratch)")
+        self.checkpoint_interval_seconds = gauge(
+            "llmtrain_trainer_checkpoint_interval_seconds",
+            "Configured checkpoint interval (spec.checkpoint.intervalMinutes)",
+        )
+        self.hang_timeout_seconds = gauge(
+            "llmtrain_trainer_hang_timeout_seconds", "Configured hang timeout (spec.resilience.hangTimeoutMinutes)"
+        )
+        self.heartbeat_timestamp_seconds = gauge(
+            "llmtrain_trainer_heartbeat_timestamp_seconds", "Unix time the last optimizer step completed"
+        )
 
         # Per-step loss facts (losswatch.py) for the operator's NaN / loss-spike rules and the alerts.
-        self.nonfinite_loss_steps = gauge("llmtrain_trainer_nonfinite_loss_steps",
-                                          "Consecutive steps, up to the last one, whose loss was NaN or Inf")
-        self.nonfinite_loss_max_steps = gauge("llmtrain_trainer_nonfinite_loss_max_steps",
-                                              "Longest run of consecutive NaN/Inf losses in this attempt")
-        self.nonfinite_loss_first_step = gauge("llmtrain_trainer_nonfinite_loss_first_step",
-                                               "First step of that longest run (0: none)")
-        self.loss_median = gauge("llmtrain_trainer_loss_median",
-                                 "Median loss of the previous resilience.lossSpikeWindow finite steps")
-        self.loss_ratio_to_median = gauge("llmtrain_trainer_loss_ratio_to_median",
-                                          "The last step's loss / llmtrain_trainer_loss_median")
-        self.loss_spike_step = gauge("llmtrain_trainer_loss_spike_step",
-                                     "First step of this attempt whose loss exceeded the spike factor × the median "
-                                     "(0: none)")
-        self.loss_spike_ratio = gauge("llmtrain_trainer_loss_spike_ratio",
-                                      "Loss / median at llmtrain_trainer_loss_spike_step")
-        self.resumed_before_step = gauge("llmtrain_trainer_resumed_before_step",
-                                         "The rollback this attempt applied: it resumed from the newest checkpoint "
-                                         "before this step (LLMTRAIN_RESUME_BEFORE_STEP; 0: none)")
+        self.nonfinite_loss_steps = gauge(
+            "llmtrain_trainer_nonfinite_loss_steps", "Consecutive steps, up to the last one, whose loss was NaN or Inf"
+        )
+        self.nonfinite_loss_max_steps = gauge(
+            "llmtrain_trainer_nonfinite_loss_max_steps", "Longest run of consecutive NaN/Inf losses in this attempt"
+        )
+        self.nonfinite_loss_first_step = gauge(
+            "llmtrain_trainer_nonfinite_loss_first_step", "First step of that longest run (0: none)"
+        )
+        self.loss_median = gauge(
+            "llmtrain_trainer_loss_median", "Median loss of the previous resilience.lossSpikeWindow finite steps"
+        )
+        self.loss_ratio_to_median = gauge(
+            "llmtrain_trainer_loss_ratio_to_median", "The last step's loss / llmtrain_trainer_loss_median"
+        )
+        self.loss_spike_step = gauge(
+            "llmtrain_trainer_loss_spike_step",
+            "First step of this attempt whose loss exceeded the spike factor × the median (0: none)",
+        )
+        self.loss_spike_ratio = gauge(
+            "llmtrain_trainer_loss_spike_ratio", "Loss / median at llmtrain_trainer_loss_spike_step"
+        )
+        self.resumed_before_step = gauge(
+            "llmtrain_trainer_resumed_before_step",
+            "The rollback this attempt applied: it resumed from the newest checkpoint "
+            "before this step (LLMTRAIN_RESUME_BEFORE_STEP; 0: none)",
+        )
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> bool:
         """Start the /metrics HTTP server; a busy port is logged, never fatal to training."""

@@ -65,13 +65,16 @@ def llama3_scaled_frequencies(inv_freq: torch.Tensor, scaling) -> torch.Tensor:
     L = scaling.original_max_position_embeddings  # noqa: N806 - the L of the docstring and the paper
     wavelen = 2 * math.pi / inv_freq
     s = ((L / wavelen - lo) / (hi - lo)).clamp(0.0, 1.0)
-    return torch.where(wavelen < L / hi, inv_freq,
-                       torch.where(wavelen > L / lo, inv_freq / scaling.factor,
-                                   (1 - s) * inv_freq / scaling.factor + s * inv_freq))
+    return torch.where(
+        wavelen < L / hi,
+        inv_freq,
+        torch.where(wavelen > L / lo, inv_freq / scaling.factor, (1 - s) * inv_freq / scaling.factor + s * inv_freq),
+    )
 
 
-def rope_cos_sin(head_dim: int, seq_len: int, theta: float, device=None,
-                 scaling=None) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_cos_sin(
+    head_dim: int, seq_len: int, theta: float, device=None, scaling=None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin tables of shape (seq_len, head_dim), rotate-half layout (each angle appears twice)."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
     if scaling is not None:
@@ -112,8 +115,7 @@ class Attention(nn.Module):
         k = self.k_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                             enable_gqa=self.n_kv_heads != self.n_heads)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -167,8 +169,9 @@ class Llama(nn.Module):
         self.register_buffer("rope_sin", torch.empty(0), persistent=False)
 
     def init_rope(self, device: torch.device | str) -> None:
-        cos, sin = rope_cos_sin(self.dims.head_dim, self.dims.max_seq_len, self.dims.rope_theta, device,
-                                self.dims.rope_scaling)
+        cos, sin = rope_cos_sin(
+            self.dims.head_dim, self.dims.max_seq_len, self.dims.rope_theta, device, self.dims.rope_scaling
+        )
         self.rope_cos, self.rope_sin = cos, sin
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:

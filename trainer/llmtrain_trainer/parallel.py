@@ -67,10 +67,12 @@ def build_mesh(strategy: str, device_type: str, world_size: int, local_world_siz
         return init_device_mesh(device_type, (world_size,), mesh_dim_names=("shard",))
     if strategy == "HYBRID_SHARD":
         if world_size % local_world_size:
-            raise ValueError(f"HYBRID_SHARD needs equal processes per node: world {world_size}, "
-                             f"local {local_world_size}")
-        return init_device_mesh(device_type, (world_size // local_world_size, local_world_size),
-                                mesh_dim_names=("replicate", "shard"))
+            raise ValueError(
+                f"HYBRID_SHARD needs equal processes per node: world {world_size}, local {local_world_size}"
+            )
+        return init_device_mesh(
+            device_type, (world_size // local_world_size, local_world_size), mesh_dim_names=("replicate", "shard")
+        )
     if strategy == "NO_SHARD":
         return init_device_mesh(device_type, (world_size, 1), mesh_dim_names=("replicate", "shard"))
     raise ValueError(f"unknown sharding strategy {strategy!r}")
@@ -92,8 +94,12 @@ def mixed_precision_policy(precision: str):
 # et al. count, while recomputing them costs almost no FLOPs.
 def _save_list() -> set:
     ops = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
-    for name in ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-                 "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu"):
+    for name in (
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
+    ):
         op = getattr(torch.ops.aten, name, None)
         if op is not None:
             ops.add(op.default)
@@ -131,20 +137,28 @@ FLOAT8_MIN_CAPABILITY = (8, 9)
 def check_float8_device(device: torch.device) -> None:
     """`spec.fsdp.float8` on a device without float8 tensor cores: refuse before building anything."""
     if device.type != "cuda":
-        raise RuntimeError(f"spec.fsdp.float8 needs a CUDA GPU with float8 tensor cores (H100/H200, compute "
-                           f"capability ≥ 8.9); this worker runs on {device.type}. Set spec.fsdp.float8: false")
+        raise RuntimeError(
+            f"spec.fsdp.float8 needs a CUDA GPU with float8 tensor cores (H100/H200, compute "
+            f"capability ≥ 8.9); this worker runs on {device.type}. Set spec.fsdp.float8: false"
+        )
     cap = torch.cuda.get_device_capability(device)
     if cap < FLOAT8_MIN_CAPABILITY:
-        raise RuntimeError(f"spec.fsdp.float8 needs compute capability ≥ 8.9 (H100/H200); "
-                           f"{torch.cuda.get_device_name(device)} has {cap[0]}.{cap[1]}. Set spec.fsdp.float8: false")
+        raise RuntimeError(
+            f"spec.fsdp.float8 needs compute capability ≥ 8.9 (H100/H200); "
+            f"{torch.cuda.get_device_name(device)} has {cap[0]}.{cap[1]}. Set spec.fsdp.float8: false"
+        )
 
 
 def float8_filter(module: nn.Module, fqn: str) -> bool:
     """Which Linear layers train in float8: those of the transformer blocks whose both dimensions are
     multiples of 16 (float8 GEMMs need them); not `lm_head`, whose logits need the precision
     (torchtitan keeps its output layer in bf16 too)."""
-    return (isinstance(module, nn.Linear) and ".layers." in f".{fqn}" and module.in_features % 16 == 0
-            and module.out_features % 16 == 0)
+    return (
+        isinstance(module, nn.Linear)
+        and ".layers." in f".{fqn}"
+        and module.in_features % 16 == 0
+        and module.out_features % 16 == 0
+    )
 
 
 def convert_float8(model: nn.Module) -> int:

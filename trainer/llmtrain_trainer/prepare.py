@@ -76,8 +76,9 @@ class Tokenizer:
         if not path:
             return cls("byte", 256, 0 if eos_id is None else eos_id)._checked()
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"--tokenizer {path}: no such file (expected a `tokenizers` "
-                                    "JSON file such as a model's tokenizer.json)")
+            raise FileNotFoundError(
+                f"--tokenizer {path}: no such file (expected a `tokenizers` JSON file such as a model's tokenizer.json)"
+            )
         with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read()
         return cls.from_json(text, os.path.basename(path), eos_id, f"--tokenizer {path}")
@@ -97,8 +98,9 @@ class Tokenizer:
 
     def _checked(self) -> Tokenizer:
         if not 0 <= self.eos_id < self.vocab_size:  # would index past the embedding table in training
-            raise ValueError(f"--eos-id {self.eos_id} is outside the vocabulary of {self.name} "
-                             f"(ids 0..{self.vocab_size - 1})")
+            raise ValueError(
+                f"--eos-id {self.eos_id} is outside the vocabulary of {self.name} (ids 0..{self.vocab_size - 1})"
+            )
         return self
 
     @property
@@ -118,8 +120,10 @@ def _hf_tokenizer(text: str, what: str):
     except (ValueError, AttributeError):
         dropout = None
     if dropout:  # BPE dropout draws a random segmentation per call: the output would differ per run
-        raise ValueError(f"{what}: BPE dropout {dropout} makes tokenization random; save the tokenizer "
-                         "with dropout null for preparing data")
+        raise ValueError(
+            f"{what}: BPE dropout {dropout} makes tokenization random; save the tokenizer "
+            "with dropout null for preparing data"
+        )
     # A document's ids must not depend on the batch it is encoded in.
     hf.no_padding()
     hf.no_truncation()
@@ -136,17 +140,21 @@ def _init_worker(tok_json: str | None, eos_id: int, dtype: str, text_field: str,
     if single_threaded:  # before tokenizers starts its Rayon pool in this process
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         os.environ["RAYON_NUM_THREADS"] = "1"
-    _WORKER.update(tok=_hf_tokenizer(tok_json, "tokenizer") if tok_json else None, eos=eos_id,
-                   dtype=np.dtype(dtype), text_field=text_field)
+    _WORKER.update(
+        tok=_hf_tokenizer(tok_json, "tokenizer") if tok_json else None,
+        eos=eos_id,
+        dtype=np.dtype(dtype),
+        text_field=text_field,
+    )
 
 
 @dataclass
 class Encoded:
     ids: np.ndarray
     documents: int
-    text_bytes: int     # UTF-8 bytes of the documents' text (for bytes per token)
-    seconds: float      # worker time: parse + tokenize
-    in_bytes: int       # input bytes this batch accounts for (progress)
+    text_bytes: int  # UTF-8 bytes of the documents' text (for bytes per token)
+    seconds: float  # worker time: parse + tokenize
+    in_bytes: int  # input bytes this batch accounts for (progress)
 
 
 def _encode(batch: Batch) -> Encoded:
@@ -172,7 +180,7 @@ def _encode(batch: Batch) -> Encoded:
         ends = np.cumsum(lens)
         pos = 0
         for e, end in zip(encs, ends.tolist(), strict=True):
-            ids[pos:end - 1] = e.ids
+            ids[pos : end - 1] = e.ids
             ids[end - 1] = eos
             pos = end
     return Encoded(ids, len(docs), nbytes, time.perf_counter() - t0, batch.in_bytes)
@@ -204,8 +212,12 @@ def _pool(workers: int, pool: str, init_args: tuple):
         _init_worker(tok_json, eos_id, dtype, text_field, single_threaded=False)  # one tokenizer shared; Rayon inside
         return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llmtrain-prepare")
     # spawn: fork would copy this process's threads (tqdm's monitor, boto3's, a test's servers) mid-state
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_init_worker, initargs=(*init_args[:4], True))
+    return ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_init_worker,
+        initargs=(*init_args[:4], True),
+    )
 
 
 def default_workers() -> int:
@@ -217,6 +229,7 @@ def default_workers() -> int:
 
 # ----------------------------------------------------------------------------------------------
 # Shards.
+
 
 class _ShardWriter:
     """Tokens → fixed-size shard files through one preallocated buffer of `shard_tokens`; a full
@@ -235,7 +248,7 @@ class _ShardWriter:
         ids = np.asarray(ids, dtype=self.dtype)
         while len(ids):
             take = min(len(ids), len(self.buf) - self.fill)
-            self.buf[self.fill:self.fill + take] = ids[:take]
+            self.buf[self.fill : self.fill + take] = ids[:take]
             self.fill += take
             ids = ids[take:]
             if self.fill == len(self.buf):
@@ -244,7 +257,7 @@ class _ShardWriter:
     def flush(self) -> None:
         if self.fill:
             name = f"shard-{len(self.shards):05d}.bin"
-            self.buf[:self.fill].tofile(os.path.join(self.out_dir, name))
+            self.buf[: self.fill].tofile(os.path.join(self.out_dir, name))
             self.shards.append({"file": self.prefix + name, "tokens": int(self.fill)})
             self.fill = 0
             if self._uploads is not None:
@@ -267,6 +280,7 @@ class _ShardWriter:
 # ----------------------------------------------------------------------------------------------
 # The run.
 
+
 @dataclass
 class Report:
     documents: int = 0
@@ -287,11 +301,16 @@ class Report:
         s = self.stages
         wall = s.get("total", 0.0) or 1e-9
         return [
-            (f"{self.documents:,} documents, {self.tokens:,} tokens in {self.shards} shard(s) from {self.files} "
-             f"file(s), {self.input_bytes / 1e6:,.1f} MB; {self.bytes_per_token:.2f} bytes per token"),
-            (f"{self.text_bytes / 1e6 / wall:,.2f} MB/s of text, {self.tokens / wall:,.0f} tokens/s on "
-             f"{self.workers} worker(s)"),
-            "time: " + ", ".join(f"{k} {v:.2f} s" for k, v in s.items())
+            (
+                f"{self.documents:,} documents, {self.tokens:,} tokens in {self.shards} shard(s) from {self.files} "
+                f"file(s), {self.input_bytes / 1e6:,.1f} MB; {self.bytes_per_token:.2f} bytes per token"
+            ),
+            (
+                f"{self.text_bytes / 1e6 / wall:,.2f} MB/s of text, {self.tokens / wall:,.0f} tokens/s on "
+                f"{self.workers} worker(s)"
+            ),
+            "time: "
+            + ", ".join(f"{k} {v:.2f} s" for k, v in s.items())
             + " (tokenize: summed over the workers; the other stages: this process)",
         ]
 
@@ -307,12 +326,26 @@ def prepare(inputs: list[str], output: str, **kw) -> dict:
     return run_prepare(inputs, output, **kw).index
 
 
-def run_prepare(inputs: list[str] | None, output: str, *, tokenizer: str | None = None, eos_id: int | None = None,
-                shard_tokens: int = DEFAULT_SHARD_TOKENS, extensions: tuple[str, ...] = DEFAULT_EXTENSIONS,
-                text_field: str = DEFAULT_TEXT_FIELD, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-                workers: int | None = None, pool: str = "process", batch_bytes: int = DEFAULT_BATCH_BYTES,
-                progress: bool = False, sources: list[Source] | None = None, tok: Tokenizer | None = None,
-                shard_prefix: str = "", copy_tokenizer: bool = True, extra: dict | None = None) -> Result:
+def run_prepare(
+    inputs: list[str] | None,
+    output: str,
+    *,
+    tokenizer: str | None = None,
+    eos_id: int | None = None,
+    shard_tokens: int = DEFAULT_SHARD_TOKENS,
+    extensions: tuple[str, ...] = DEFAULT_EXTENSIONS,
+    text_field: str = DEFAULT_TEXT_FIELD,
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    workers: int | None = None,
+    pool: str = "process",
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
+    progress: bool = False,
+    sources: list[Source] | None = None,
+    tok: Tokenizer | None = None,
+    shard_prefix: str = "",
+    copy_tokenizer: bool = True,
+    extra: dict | None = None,
+) -> Result:
     """Streaming: memory is bounded by the batches in flight and one shard buffer (2^26 tokens = 128
     MiB of uint16 by default) whatever the corpus size. Documents are written in input order; the
     reader shuffles at sample level across all shards (see `data.py`).
@@ -349,9 +382,11 @@ def run_prepare(inputs: list[str] | None, output: str, *, tokenizer: str | None 
         c = s3.client()
 
         def upload(name: str, key: str | None = None) -> None:
-            c.upload_file(os.path.join(out_dir, name), bucket, prefix + (key or shard_prefix + name),
-                          Config=s3.transfer_config())
+            c.upload_file(
+                os.path.join(out_dir, name), bucket, prefix + (key or shard_prefix + name), Config=s3.transfer_config()
+            )
             os.remove(os.path.join(out_dir, name))
+
     writer = _ShardWriter(out_dir, shard_tokens, dtype, on_shard=upload, prefix=shard_prefix)
     from tqdm import tqdm
 
@@ -359,8 +394,15 @@ def run_prepare(inputs: list[str] | None, output: str, *, tokenizer: str | None 
     read_s = wait_s = write_s = tokenize_s = 0.0
     executor = _pool(workers, pool, (tok.json, tok.eos_id, dtype.str, text_field))
     in_flight: collections.deque[Future] = collections.deque()
-    bar = tqdm(total=rep.input_bytes, unit="B", unit_scale=True, desc="tokenizing", disable=not progress,
-               dynamic_ncols=True, smoothing=0.1)
+    bar = tqdm(
+        total=rep.input_bytes,
+        unit="B",
+        unit_scale=True,
+        desc="tokenizing",
+        disable=not progress,
+        dynamic_ncols=True,
+        smoothing=0.1,
+    )
 
     def take() -> None:
         nonlocal wait_s, write_s, tokenize_s
@@ -376,8 +418,7 @@ def run_prepare(inputs: list[str] | None, output: str, *, tokenizer: str | None 
         rep.tokens += len(enc.ids)
         bar.update(enc.in_bytes)
         elapsed = time.perf_counter() - t_start
-        bar.set_postfix_str(f"{rep.tokens / max(elapsed, 1e-9):,.0f} tokens/s, {rep.documents:,} docs",
-                            refresh=False)
+        bar.set_postfix_str(f"{rep.tokens / max(elapsed, 1e-9):,.0f} tokens/s, {rep.documents:,} docs", refresh=False)
 
     try:
         stream = batches(sources, text_field=text_field, max_record_bytes=max_record_bytes, batch_bytes=batch_bytes)
@@ -408,9 +449,17 @@ def run_prepare(inputs: list[str] | None, output: str, *, tokenizer: str | None 
         executor.shutdown(wait=True, cancel_futures=True)
 
     shards = writer.shards
-    index = {"format": FORMAT, "dtype": dtype.name.replace("<", ""), "vocab_size": tok.vocab_size,
-             "eos_id": tok.eos_id, "tokenizer": tok.name, "documents": rep.documents,
-             "tokens": sum(s["tokens"] for s in shards), "shards": shards, **(extra or {})}
+    index = {
+        "format": FORMAT,
+        "dtype": dtype.name.replace("<", ""),
+        "vocab_size": tok.vocab_size,
+        "eos_id": tok.eos_id,
+        "tokenizer": tok.name,
+        "documents": rep.documents,
+        "tokens": sum(s["tokens"] for s in shards),
+        "shards": shards,
+        **(extra or {}),
+    }
     t = time.perf_counter()
     index_dir = local_path(output) if not to_s3 else out_dir
     if tokenizer and copy_tokenizer:
@@ -428,7 +477,13 @@ def run_prepare(inputs: list[str] | None, output: str, *, tokenizer: str | None 
         with open(os.path.join(local_path(output), index_name), "w") as out:
             json.dump(index, out, indent=1)
     rep.shards = len(shards)
-    rep.stages = {"list": stages["list"], "read": read_s, "tokenize": tokenize_s, "wait": wait_s,
-                  "write": write_s + time.perf_counter() - t, "upload-wait": writer.upload_wait,
-                  "total": time.perf_counter() - t_start}
+    rep.stages = {
+        "list": stages["list"],
+        "read": read_s,
+        "tokenize": tokenize_s,
+        "wait": wait_s,
+        "write": write_s + time.perf_counter() - t,
+        "upload-wait": writer.upload_wait,
+        "total": time.perf_counter() - t_start,
+    }
     return Result(index, rep)

@@ -53,7 +53,7 @@ MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "llmtrain-prepare-manifest/v1"
 MAX_MANIFEST_BYTES = 256 << 20
 MAX_INDEXES = 10000  # Kubernetes' limit on an Indexed Job with backoffLimitPerIndex is 10^5; bounded lower
-EXIT_BAD_INPUT = 3   # the pod failure policy fails the index at once: a bad record does not get better
+EXIT_BAD_INPUT = 3  # the pod failure policy fails the index at once: a bad record does not get better
 
 
 def part_dir(k: int) -> str:
@@ -74,6 +74,7 @@ def slices(sizes: list[int], k: int) -> list[tuple[int, int]]:
 
 # ----------------------------------------------------------------------------------------------
 # Storage of small JSON/text objects in the output (a directory or an S3 prefix).
+
 
 def _join(output: str, name: str) -> str:
     if output.startswith("s3://"):
@@ -138,9 +139,19 @@ def parse_json(data: bytes, where: str) -> dict:
 # ----------------------------------------------------------------------------------------------
 # Plan, per-index run, merge.
 
-def plan(inputs: list[str], output: str, *, indexes: int, tokenizer: str | None = None, eos_id: int | None = None,
-         shard_tokens: int, extensions=DEFAULT_EXTENSIONS, text_field: str = DEFAULT_TEXT_FIELD,
-         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> dict:
+
+def plan(
+    inputs: list[str],
+    output: str,
+    *,
+    indexes: int,
+    tokenizer: str | None = None,
+    eos_id: int | None = None,
+    shard_tokens: int,
+    extensions=DEFAULT_EXTENSIONS,
+    text_field: str = DEFAULT_TEXT_FIELD,
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+) -> dict:
     """List the corpus once and write manifest.json (and the tokenizer) to `output`; the manifest.
     Every index reads this one listing, so the slices cannot drift if the bucket changes."""
     from .prepare import Tokenizer
@@ -152,11 +163,18 @@ def plan(inputs: list[str], output: str, *, indexes: int, tokenizer: str | None 
     tok = Tokenizer.load(tokenizer, eos_id)
     sources = list_sources(inputs, extensions)
     cuts = slices([s.size for s in sources], indexes)
-    manifest = {"format": MANIFEST_FORMAT, "indexes": indexes, "tokenizer": tok.name, "eos_id": tok.eos_id,
-                "tokenizer_sha256": hashlib.sha256(tok.json.encode()).hexdigest() if tok.json else None,
-                "shard_tokens": shard_tokens, "text_field": text_field, "max_record_bytes": max_record_bytes,
-                "sources": [{"uri": s.uri, "size": s.size} for s in sources],
-                "slices": [list(c) for c in cuts]}
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "indexes": indexes,
+        "tokenizer": tok.name,
+        "eos_id": tok.eos_id,
+        "tokenizer_sha256": hashlib.sha256(tok.json.encode()).hexdigest() if tok.json else None,
+        "shard_tokens": shard_tokens,
+        "text_field": text_field,
+        "max_record_bytes": max_record_bytes,
+        "sources": [{"uri": s.uri, "size": s.size} for s in sources],
+        "slices": [list(c) for c in cuts],
+    }
     if tok.json:
         write_object(output, tok.name, tok.json.encode())
     write_object(output, MANIFEST, json.dumps(manifest, indent=1).encode())
@@ -211,8 +229,9 @@ class Manifest:
         data = read_object(output, name)
         if data is None or hashlib.sha256(data).hexdigest() != self.doc["tokenizer_sha256"]:
             raise ValueError(f"{_join(output, name)}: missing, or not the tokenizer the manifest was planned with")
-        return Tokenizer.from_json(data.decode("utf-8", errors="replace"), name, int(self.doc["eos_id"]),
-                                   _join(output, name))
+        return Tokenizer.from_json(
+            data.decode("utf-8", errors="replace"), name, int(self.doc["eos_id"]), _join(output, name)
+        )
 
 
 def part_index(output: str, k: int) -> dict | None:
@@ -232,11 +251,19 @@ def run_index(output: str, k: int, *, workers: int | None = None, progress: bool
     skipped = bool(done and (done.get("part") or {}).get("manifest") == m.digest)
     report = None
     if not skipped:
-        result = run_prepare(None, _join(output, part_dir(k)), tok=m.tokenizer(output), sources=m.slice(k),
-                             shard_tokens=int(m.doc["shard_tokens"]), text_field=m.doc["text_field"],
-                             max_record_bytes=int(m.doc["max_record_bytes"]), workers=workers,
-                             progress=progress, copy_tokenizer=False,
-                             extra={"part": {"index": k, "of": m.indexes, "manifest": m.digest}})
+        result = run_prepare(
+            None,
+            _join(output, part_dir(k)),
+            tok=m.tokenizer(output),
+            sources=m.slice(k),
+            shard_tokens=int(m.doc["shard_tokens"]),
+            text_field=m.doc["text_field"],
+            max_record_bytes=int(m.doc["max_record_bytes"]),
+            workers=workers,
+            progress=progress,
+            copy_tokenizer=False,
+            extra={"part": {"index": k, "of": m.indexes, "manifest": m.digest}},
+        )
         done, report = result.index, result.report
     return {"index": k, "skipped": skipped, "part": done, "report": report, "merged": merge(output, m)}
 
@@ -256,8 +283,12 @@ def merge(output: str, m: Manifest | None = None) -> dict | None:
     documents = 0
     for k, part in enumerate(parts):
         where = _join(output, part_dir(k) + INDEX)
-        if part.get("format") != FORMAT or part.get("tokenizer") != m.doc["tokenizer"] or \
-                part.get("eos_id") != m.doc["eos_id"] or part.get("dtype") != parts[0].get("dtype"):
+        if (
+            part.get("format") != FORMAT
+            or part.get("tokenizer") != m.doc["tokenizer"]
+            or part.get("eos_id") != m.doc["eos_id"]
+            or part.get("dtype") != parts[0].get("dtype")
+        ):
             raise ValueError(f"{where}: not a part of this manifest's dataset (format, tokenizer, eos or dtype differ)")
         for j, sh in enumerate(part.get("shards") or []):
             name = check_name(sh.get("file") if isinstance(sh, dict) else None, f"{where}: shards[{j}].file")
@@ -267,9 +298,17 @@ def merge(output: str, m: Manifest | None = None) -> dict | None:
             shards.append({"file": part_dir(k) + name, "tokens": tokens})
         documents += int(part.get("documents") or 0)
     first = parts[0]
-    index = {"format": FORMAT, "dtype": first["dtype"], "vocab_size": first["vocab_size"], "eos_id": first["eos_id"],
-             "tokenizer": first["tokenizer"], "documents": documents, "tokens": sum(s["tokens"] for s in shards),
-             "shards": shards, "parts": m.indexes}
+    index = {
+        "format": FORMAT,
+        "dtype": first["dtype"],
+        "vocab_size": first["vocab_size"],
+        "eos_id": first["eos_id"],
+        "tokenizer": first["tokenizer"],
+        "documents": documents,
+        "tokens": sum(s["tokens"] for s in shards),
+        "shards": shards,
+        "parts": m.indexes,
+    }
     write_object(output, INDEX, json.dumps(index, indent=1).encode())
     return index
 
@@ -286,46 +325,73 @@ def job_name(output: str) -> str:
     return "prepare-" + hashlib.sha256(output.encode()).hexdigest()[:10]
 
 
-def render_job(output: str, indexes: int, *, name: str | None = None, namespace: str = "default",
-               parallelism: int | None = None, image: str | None = None, cpus: int = 16, memory_gib: int = 32,
-               service_account: str | None = None, env: dict[str, str] | None = None,
-               backoff_per_index: int = 3) -> dict:
+def render_job(
+    output: str,
+    indexes: int,
+    *,
+    name: str | None = None,
+    namespace: str = "default",
+    parallelism: int | None = None,
+    image: str | None = None,
+    cpus: int = 16,
+    memory_gib: int = 32,
+    service_account: str | None = None,
+    env: dict[str, str] | None = None,
+    backoff_per_index: int = 3,
+) -> dict:
     """The Indexed Job: pod k runs index k of the manifest in `output` (the trainer image's CLI)."""
     from llmtrain.catalog import instance_type
     from llmtrain.render import container_security_context, pod_security_context
     from llmtrain.spec import DEFAULT_IMAGE
 
     name = name or job_name(output)
-    labels = {"app.kubernetes.io/name": "llmtrain-prepare", "app.kubernetes.io/managed-by": "llmtrain",
-              JOB_LABEL: name}
+    labels = {"app.kubernetes.io/name": "llmtrain-prepare", "app.kubernetes.io/managed-by": "llmtrain", JOB_LABEL: name}
     container = {
-        "name": CONTAINER, "image": image or DEFAULT_IMAGE,
+        "name": CONTAINER,
+        "image": image or DEFAULT_IMAGE,
         "command": ["llmtrain", "prepare", "--manifest", _join(output, MANIFEST), "--workers", str(cpus)],
         "env": [{"name": k, "value": v} for k, v in sorted((env or {}).items())],
-        "resources": {"requests": {"cpu": str(cpus), "memory": f"{memory_gib}Gi"},
-                      "limits": {"memory": f"{memory_gib}Gi"}},
+        "resources": {
+            "requests": {"cpu": str(cpus), "memory": f"{memory_gib}Gi"},
+            "limits": {"memory": f"{memory_gib}Gi"},
+        },
         # /tmp holds at most two shards on their way to S3 (2 × 2^26 tokens × 4 bytes at most)
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
         "securityContext": {**container_security_context(instance_type("cpu")), "readOnlyRootFilesystem": True},
     }
     if not container["env"]:
         del container["env"]
-    pod = {"restartPolicy": "Never", "securityContext": pod_security_context(), "containers": [container],
-           "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}],
-           "automountServiceAccountToken": False}
+    pod = {
+        "restartPolicy": "Never",
+        "securityContext": pod_security_context(),
+        "containers": [container],
+        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}],
+        "automountServiceAccountToken": False,
+    }
     if service_account:  # IRSA / Pod Identity: the S3 role comes with the ServiceAccount
         pod["serviceAccountName"] = service_account
     return {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels,
-                     "annotations": {OUTPUT_ANNOTATION: output}},
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {OUTPUT_ANNOTATION: output},
+        },
         "spec": {
-            "completionMode": "Indexed", "completions": indexes,
+            "completionMode": "Indexed",
+            "completions": indexes,
             "parallelism": min(indexes, parallelism or indexes),
             "backoffLimitPerIndex": backoff_per_index,
-            "podFailurePolicy": {"rules": [
-                {"action": "FailIndex", "onExitCodes": {"containerName": CONTAINER, "operator": "In",
-                                                        "values": [EXIT_BAD_INPUT]}}]},
+            "podFailurePolicy": {
+                "rules": [
+                    {
+                        "action": "FailIndex",
+                        "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": [EXIT_BAD_INPUT]},
+                    }
+                ]
+            },
             "template": {"metadata": {"labels": labels}, "spec": pod},
         },
     }
@@ -349,25 +415,38 @@ def job_status(job: dict) -> dict:
     failed, failed_ix = _ranges_count(st.get("failedIndexes"))
     conds = {c["type"]: c for c in st.get("conditions") or [] if c.get("status") == "True"}
     phase = "Complete" if "Complete" in conds else "Failed" if "Failed" in conds else "Running"
-    return {"name": job["metadata"]["name"], "indexes": spec.get("completions"), "succeeded": done,
-            "succeeded_indexes": done_ix, "failed": failed, "failed_indexes": failed_ix,
-            "active": st.get("active", 0), "phase": phase,
-            "output": (job["metadata"].get("annotations") or {}).get(OUTPUT_ANNOTATION),
-            "reason": (conds.get("Failed") or {}).get("message")}
+    return {
+        "name": job["metadata"]["name"],
+        "indexes": spec.get("completions"),
+        "succeeded": done,
+        "succeeded_indexes": done_ix,
+        "failed": failed,
+        "failed_indexes": failed_ix,
+        "active": st.get("active", 0),
+        "phase": phase,
+        "output": (job["metadata"].get("annotations") or {}).get(OUTPUT_ANNOTATION),
+        "reason": (conds.get("Failed") or {}).get("message"),
+    }
 
 
 def status_lines(st: dict, merged: dict | str | None) -> list[str]:
     def ranges(ix: list[int]) -> str:
         return ",".join(str(i) for i in ix) if len(ix) <= 20 else f"{ix[0]}..{ix[-1]}"
-    lines = [f"{st['name']}: {st['phase']}, {st['succeeded']} of {st['indexes']} indexes succeeded"
-             + (f" ({ranges(st['succeeded_indexes'])})" if st["succeeded_indexes"] else "")
-             + f", {st['failed']} failed" + (f" ({ranges(st['failed_indexes'])})" if st["failed_indexes"] else "")
-             + f", {st['active']} running"]
+
+    lines = [
+        f"{st['name']}: {st['phase']}, {st['succeeded']} of {st['indexes']} indexes succeeded"
+        + (f" ({ranges(st['succeeded_indexes'])})" if st["succeeded_indexes"] else "")
+        + f", {st['failed']} failed"
+        + (f" ({ranges(st['failed_indexes'])})" if st["failed_indexes"] else "")
+        + f", {st['active']} running"
+    ]
     if st.get("reason"):
         lines.append(f"  {st['reason']}")
     if isinstance(merged, dict):
-        lines.append(f"  merged {_join(st['output'], INDEX)}: {merged['documents']:,} documents, "
-                     f"{merged['tokens']:,} tokens in {len(merged['shards'])} shards")
+        lines.append(
+            f"  merged {_join(st['output'], INDEX)}: {merged['documents']:,} documents, "
+            f"{merged['tokens']:,} tokens in {len(merged['shards'])} shards"
+        )
     elif merged is None:
         lines.append(f"  {_join(st['output'] or '?', INDEX)}: not merged yet")
     else:

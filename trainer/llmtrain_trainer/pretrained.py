@@ -32,9 +32,13 @@ def _download_s3(uri: str) -> str:
     from . import s3
 
     bucket, prefix = s3.split_uri(uri)
-    key_or_prefix = uri[5 + len(bucket) + 1:]
-    cache = os.path.join(os.environ.get("LLMTRAIN_CACHE_DIR", tempfile.gettempdir()), "llmtrain-pretrained",
-                         bucket, key_or_prefix.strip("/"))
+    key_or_prefix = uri[5 + len(bucket) + 1 :]
+    cache = os.path.join(
+        os.environ.get("LLMTRAIN_CACHE_DIR", tempfile.gettempdir()),
+        "llmtrain-pretrained",
+        bucket,
+        key_or_prefix.strip("/"),
+    )
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
         c = s3.client()
         if key_or_prefix.endswith(".safetensors"):
@@ -45,8 +49,12 @@ def _download_s3(uri: str) -> str:
             for page in c.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
                 for o in page.get("Contents", []):
                     if o["Key"].endswith((".safetensors", "/config.json")):
-                        c.download_file(bucket, o["Key"], os.path.join(cache, os.path.basename(o["Key"])),
-                                        Config=s3.transfer_config())
+                        c.download_file(
+                            bucket,
+                            o["Key"],
+                            os.path.join(cache, os.path.basename(o["Key"])),
+                            Config=s3.transfer_config(),
+                        )
     if dist.is_initialized():
         dist.barrier()
     return cache
@@ -73,15 +81,19 @@ def check_config(files: list[str], uri: str, dims) -> dict | None:
 
     path = os.path.join(os.path.dirname(files[0]), "config.json")
     if not os.path.isfile(path):
-        log.warning("%s: no config.json beside the weights: only tensor shapes can be checked, not "
-                    "rope_theta, RoPE scaling or rms_norm_eps", uri)
+        log.warning(
+            "%s: no config.json beside the weights: only tensor shapes can be checked, not "
+            "rope_theta, RoPE scaling or rms_norm_eps",
+            uri,
+        )
         return None
     with open(path) as f:
         cfg = json.load(f)
     problems = config_mismatches(cfg, dims)
     if problems:
-        raise ValueError(f"model.pretrainedUri {uri}: its config.json does not match spec.model:\n  "
-                         + "\n  ".join(problems))
+        raise ValueError(
+            f"model.pretrainedUri {uri}: its config.json does not match spec.model:\n  " + "\n  ".join(problems)
+        )
     return cfg
 
 
@@ -107,6 +119,6 @@ def load_pretrained(model: nn.Module, uri: str) -> int:
             raise ValueError(f"{key}: checkpoint shape {shape} != model shape {tuple(p.shape)}")
         local, row0, n = local_rows(p)
         if local.numel():
-            local.copy_(sl[row0:row0 + n].to(local.dtype))
+            local.copy_(sl[row0 : row0 + n].to(local.dtype))
         loaded += 1
     return loaded

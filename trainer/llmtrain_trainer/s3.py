@@ -47,5 +47,6 @@ def transfer_config(concurrency: int = 8):
     from boto3.s3.transfer import TransferConfig
 
     # 64 MiB parts: few large PUTs per checkpoint file; bounded concurrency per process.
-    return TransferConfig(multipart_threshold=64 << 20, multipart_chunksize=64 << 20,
-                          max_concurrency=concurrency, use_threads=True)
+    return TransferConfig(
+        multipart_threshold=64 << 20, multipart_chunksize=64 << 20, max_concurrency=concurrency, use_threads=True
+    )

@@ -47,9 +47,11 @@ def check_divisible(spec, sizes: list[int]) -> None:
     g, mb = global_batch_seqs(spec), spec.training.micro_batch_size
     bad = [n for n in sizes if g % (n * mb)]
     if bad:
-        raise ValueError(f"training.globalBatchTokens: {g} sequences per step do not split over "
-                         f"{', '.join(map(str, bad))} worker(s) × microBatchSize {mb}; use sizes that divide "
-                         f"{g // mb}, or a global batch that is a multiple of {max(sizes) * mb} sequences")
+        raise ValueError(
+            f"training.globalBatchTokens: {g} sequences per step do not split over "
+            f"{', '.join(map(str, bad))} worker(s) × microBatchSize {mb}; use sizes that divide "
+            f"{g // mb}, or a global batch that is a multiple of {max(sizes) * mb} sequences"
+        )
 
 
 def step_events(worker_log: Path) -> list[dict]:
@@ -71,11 +73,15 @@ def summarize(size: int, events: list[dict], warmup: int) -> dict:
         raise RuntimeError(f"size {size}: the run produced no step lines")
     tps = statistics.median(e["tokens_per_second"] for e in steady)
     q = statistics.quantiles([e["tokens_per_second"] for e in steady], n=4) if len(steady) > 1 else [tps, tps, tps]
-    return {"size": size, "steps": len(steady), "tokens_per_second": round(tps, 2),
-            "tokens_per_second_per_worker": round(tps / size, 2),
-            "tokens_per_second_iqr": [round(q[0], 2), round(q[2], 2)],
-            "mfu": round(statistics.median(e["mfu"] for e in steady), 5),
-            "step_seconds": round(statistics.median(e["step_seconds"] for e in steady), 5)}
+    return {
+        "size": size,
+        "steps": len(steady),
+        "tokens_per_second": round(tps, 2),
+        "tokens_per_second_per_worker": round(tps / size, 2),
+        "tokens_per_second_iqr": [round(q[0], 2), round(q[2], 2)],
+        "mfu": round(statistics.median(e["mfu"] for e in steady), 5),
+        "step_seconds": round(statistics.median(e["step_seconds"] for e in steady), 5),
+    }
 
 
 def add_efficiency(rows: list[dict]) -> list[dict]:
@@ -88,8 +94,10 @@ def add_efficiency(rows: list[dict]) -> list[dict]:
 def table(rows: list[dict]) -> str:
     out = [f"{'workers':>7} {'tokens/s':>12} {'tokens/s/worker':>16} {'efficiency':>10} {'MFU':>8} {'step s':>8}"]
     for r in rows:
-        out.append(f"{r['size']:>7} {r['tokens_per_second']:>12,.0f} {r['tokens_per_second_per_worker']:>16,.0f} "
-                   f"{r['scaling_efficiency']:>10.1%} {r['mfu']:>8.2%} {r['step_seconds']:>8.3f}")
+        out.append(
+            f"{r['size']:>7} {r['tokens_per_second']:>12,.0f} {r['tokens_per_second_per_worker']:>16,.0f} "
+            f"{r['scaling_efficiency']:>10.1%} {r['mfu']:>8.2%} {r['step_seconds']:>8.3f}"
+        )
     return "\n".join(out)
 
 
@@ -106,8 +114,12 @@ def chart(rows: list[dict], title: str, path: Path) -> None:
     ax1.set_ylim(bottom=0)
     ax2.plot(sizes, [100 * r["scaling_efficiency"] for r in rows], "o-", color="tab:green")
     ax2.axhline(100, color="grey", linewidth=0.8, linestyle="--")
-    ax2.set(xlabel="workers", ylabel="% of the smallest size's per-worker throughput",
-            title="scaling efficiency", xticks=sizes)
+    ax2.set(
+        xlabel="workers",
+        ylabel="% of the smallest size's per-worker throughput",
+        title="scaling efficiency",
+        xticks=sizes,
+    )
     ax2.set_ylim(0, 110)
     fig.suptitle(title)
     fig.tight_layout()
@@ -115,8 +127,15 @@ def chart(rows: list[dict], title: str, path: Path) -> None:
     plt.close(fig)
 
 
-def run_scale_test(file: str, sizes: list[int], *, max_steps: int | None = None, warmup: int = 2,
-                   output: str | None = None, metrics_port: int | None = None) -> dict:
+def run_scale_test(
+    file: str,
+    sizes: list[int],
+    *,
+    max_steps: int | None = None,
+    warmup: int = 2,
+    output: str | None = None,
+    metrics_port: int | None = None,
+) -> dict:
     from .config import load_job_file
     from .local import run_local
 
@@ -139,30 +158,43 @@ def run_scale_test(file: str, sizes: list[int], *, max_steps: int | None = None,
         if (work / "worker.log").exists():
             (work / "worker.log").unlink()  # a fresh log per run: run_local appends
         print(f"scale-test: {name}: {n} worker(s), {steps} steps", flush=True)
-        rc = run_local(file, nproc=n, max_steps=steps, checkpoint_uri="", metrics_port=metrics_port,
-                       workdir=str(work), quiet=True)
+        rc = run_local(
+            file, nproc=n, max_steps=steps, checkpoint_uri="", metrics_port=metrics_port, workdir=str(work), quiet=True
+        )
         if rc:
             raise RuntimeError(f"size {n}: the run exited with {rc}; see {work / 'worker.log'}")
         rows.append(summarize(n, step_events(work / "worker.log"), warmup))
     add_efficiency(rows)
-    result = {"job": name, "file": str(file), "sizes": sizes, "steps": steps, "warmup": warmup,
-              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpus": os.cpu_count(),
-              "instance_type": spec.cluster.instance_type, "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-              "loadavg": [round(x, 2) for x in os.getloadavg()],
-              "global_batch_tokens": spec.training.global_batch_tokens,
-              "rows": rows}
+    result = {
+        "job": name,
+        "file": str(file),
+        "sizes": sizes,
+        "steps": steps,
+        "warmup": warmup,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cpus": os.cpu_count(),
+        "instance_type": spec.cluster.instance_type,
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "global_batch_tokens": spec.training.global_batch_tokens,
+        "rows": rows,
+    }
     (out / "scale-test.json").write_text(json.dumps(result, indent=1) + "\n")
     result["table"] = table(rows)
     result["json_path"], result["png_path"] = str(out / "scale-test.json"), str(out / "scale-test.png")
     try:
-        chart(rows, f"{name}: {spec.cluster.instance_type}, global batch {spec.training.global_batch_tokens:,} tokens",
-              out / "scale-test.png")
+        chart(
+            rows,
+            f"{name}: {spec.cluster.instance_type}, global batch {spec.training.global_batch_tokens:,} tokens",
+            out / "scale-test.png",
+        )
     except ImportError:  # the trainer image carries no matplotlib; the table and JSON are still written
         result["png_path"] = "no PNG (matplotlib is not installed: pip install matplotlib)"
     return result
 
 
 # -- cluster mode: node counts through the operator ------------------------------------------------
+
 
 def scale_job_document(doc: dict, name: str, nodes: int, max_steps: int | None) -> dict:
     """The job at one size: same spec, `nodes` nodes, no checkpoint (each size starts from scratch)."""
@@ -185,7 +217,7 @@ def scale_job_name(base: str, nodes: int) -> str:
     from llmtrain.validation import MAX_NAME_LENGTH
 
     suffix = f"-scale-{nodes}"
-    return base[:MAX_NAME_LENGTH - len(suffix)].rstrip("-") + suffix
+    return base[: MAX_NAME_LENGTH - len(suffix)].rstrip("-") + suffix
 
 
 def _api(kubeconfig: str | None):
@@ -200,8 +232,9 @@ def _api(kubeconfig: str | None):
     return client.ApiClient()
 
 
-def sample_progress(get_status, warmup: int, samples: int, tokens_per_step: int, deadline: float,
-                    poll: float, what: str) -> list[dict]:
+def sample_progress(
+    get_status, warmup: int, samples: int, tokens_per_step: int, deadline: float, poll: float, what: str
+) -> list[dict]:
     """Read `status.progress` until `samples` distinct steps after `warmup` are seen (or the job
     ends); each becomes a step event like the trainer's own lines. Raises on Failed or timeout."""
     seen: dict[int, dict] = {}
@@ -212,8 +245,12 @@ def sample_progress(get_status, warmup: int, samples: int, tokens_per_step: int,
         prog = status.get("progress") or {}
         step, tps = prog.get("step"), prog.get("tokensPerSecond")
         if phase == "Running" and step is not None and step > warmup and tps and step not in seen:
-            seen[step] = {"step": step, "tokens_per_second": float(tps), "mfu": float(prog.get("mfu") or 0.0),
-                          "step_seconds": tokens_per_step / float(tps)}
+            seen[step] = {
+                "step": step,
+                "tokens_per_second": float(tps),
+                "mfu": float(prog.get("mfu") or 0.0),
+                "step_seconds": tokens_per_step / float(tps),
+            }
         if len(seen) >= samples:
             break
         if phase == "Failed":
@@ -223,16 +260,27 @@ def sample_progress(get_status, warmup: int, samples: int, tokens_per_step: int,
                 break
             raise RuntimeError(f"{what} finished before step {warmup + 1} was seen; raise --max-steps")
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{what}: {len(seen)} of {samples} steps after step {warmup} seen within the "
-                               f"timeout (phase {phase}, progress {prog or 'none yet'})")
+            raise RuntimeError(
+                f"{what}: {len(seen)} of {samples} steps after step {warmup} seen within the "
+                f"timeout (phase {phase}, progress {prog or 'none yet'})"
+            )
         time.sleep(poll)
     return [seen[k] for k in sorted(seen)]
 
 
-def run_cluster_scale_test(file: str, sizes: list[int], *, kubeconfig: str | None = None,
-                           namespace: str = "default", max_steps: int | None = None, samples: int = 5,
-                           warmup: int = 2, output: str | None = None, timeout: float = 1800.0,
-                           poll: float = 5.0) -> dict:
+def run_cluster_scale_test(
+    file: str,
+    sizes: list[int],
+    *,
+    kubeconfig: str | None = None,
+    namespace: str = "default",
+    max_steps: int | None = None,
+    samples: int = 5,
+    warmup: int = 2,
+    output: str | None = None,
+    timeout: float = 1800.0,
+    poll: float = 5.0,
+) -> dict:
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
@@ -266,11 +314,19 @@ def run_cluster_scale_test(file: str, sizes: list[int], *, kubeconfig: str | Non
             print(f"scale-test: {namespace}/{name}: {n} node(s) × {per_node} worker(s)", flush=True)
             if status(name) is not None:
                 raise RuntimeError(f"{namespace}/{name} already exists (a scale test in progress?); delete it first")
-            co.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
-                                               scale_job_document(doc, name, n, max_steps))
+            co.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, scale_job_document(doc, name, n, max_steps)
+            )
             try:
-                events = sample_progress(lambda name=name: status(name), warmup, samples, tokens_per_step,
-                                         time.monotonic() + timeout, poll, f"{namespace}/{name}")
+                events = sample_progress(
+                    lambda name=name: status(name),
+                    warmup,
+                    samples,
+                    tokens_per_step,
+                    time.monotonic() + timeout,
+                    poll,
+                    f"{namespace}/{name}",
+                )
             finally:
                 try:
                     co.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
@@ -285,16 +341,30 @@ def run_cluster_scale_test(file: str, sizes: list[int], *, kubeconfig: str | Non
             row["nodes"] = n
             rows.append(row)
     add_efficiency(rows)
-    result = {"job": base, "file": str(file), "mode": "cluster", "namespace": namespace, "sizes": sizes,
-              "workers_per_node": per_node, "samples": samples, "warmup": warmup,
-              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "instance_type": spec.cluster.instance_type, "global_batch_tokens": tokens_per_step, "rows": rows}
+    result = {
+        "job": base,
+        "file": str(file),
+        "mode": "cluster",
+        "namespace": namespace,
+        "sizes": sizes,
+        "workers_per_node": per_node,
+        "samples": samples,
+        "warmup": warmup,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "instance_type": spec.cluster.instance_type,
+        "global_batch_tokens": tokens_per_step,
+        "rows": rows,
+    }
     (out / "scale-test.json").write_text(json.dumps(result, indent=1) + "\n")
     result["table"] = table(rows)
     result["json_path"], result["png_path"] = str(out / "scale-test.json"), str(out / "scale-test.png")
     try:
-        chart(rows, f"{base}: {spec.cluster.instance_type} × nodes {','.join(map(str, sizes))}, global batch "
-              f"{tokens_per_step:,} tokens", out / "scale-test.png")
+        chart(
+            rows,
+            f"{base}: {spec.cluster.instance_type} × nodes {','.join(map(str, sizes))}, global batch "
+            f"{tokens_per_step:,} tokens",
+            out / "scale-test.png",
+        )
     except ImportError:
         result["png_path"] = "no PNG (matplotlib is not installed: pip install matplotlib)"
     return result

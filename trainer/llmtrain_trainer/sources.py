@@ -29,8 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-FORMATS = {".txt": "text", ".md": "text", ".jsonl": "jsonl", ".jsonl.gz": "jsonl", ".jsonl.zst": "jsonl",
-           ".parquet": "parquet"}
+FORMATS = {
+    ".txt": "text",
+    ".md": "text",
+    ".jsonl": "jsonl",
+    ".jsonl.gz": "jsonl",
+    ".jsonl.zst": "jsonl",
+    ".parquet": "parquet",
+}
 DEFAULT_EXTENSIONS = tuple(FORMATS)
 DEFAULT_TEXT_FIELD = "text"
 DEFAULT_MAX_RECORD_BYTES = 64 << 20
@@ -49,8 +55,8 @@ def suffix_of(name: str) -> str:
 
 @dataclass(frozen=True)
 class Source:
-    uri: str    # a local path or s3://bucket/key
-    size: int   # bytes as stored (compressed for .gz/.zst)
+    uri: str  # a local path or s3://bucket/key
+    size: int  # bytes as stored (compressed for .gz/.zst)
 
     @property
     def suffix(self) -> str:
@@ -65,8 +71,9 @@ def check_extensions(extensions) -> tuple[str, ...]:
     exts = tuple(e.lower() if e.startswith(".") else "." + e.lower() for e in extensions if e)
     unknown = [e for e in exts if e not in FORMATS]
     if unknown or not exts:
-        raise ValueError(f"--extensions {','.join(unknown) or '(none)'}: unknown format; accepted: "
-                         f"{', '.join(FORMATS)}")
+        raise ValueError(
+            f"--extensions {','.join(unknown) or '(none)'}: unknown format; accepted: {', '.join(FORMATS)}"
+        )
     return exts
 
 
@@ -90,15 +97,15 @@ def list_sources(inputs: list[str], extensions=DEFAULT_EXTENSIONS) -> list[Sourc
 
 def _refuse_unknown(name: str, exts) -> None:
     if suffix_of(name) not in exts:  # a parquet or binary file read as text is noise, silently
-        raise ValueError(f"{name}: unknown input format {suffix_of(name) or '(no suffix)'!r}; accepted: "
-                         f"{', '.join(exts)}")
+        raise ValueError(
+            f"{name}: unknown input format {suffix_of(name) or '(no suffix)'!r}; accepted: {', '.join(exts)}"
+        )
 
 
 def _list_local(inp: str, exts) -> list[Source]:
     p = Path(inp)
     if p.is_dir():
-        files = [(q.relative_to(p).as_posix(), q) for q in p.rglob("*")
-                 if q.is_file() and suffix_of(q.name) in exts]
+        files = [(q.relative_to(p).as_posix(), q) for q in p.rglob("*") if q.is_file() and suffix_of(q.name) in exts]
         return [Source(str(q), q.stat().st_size) for _, q in sorted(files)]
     if p.is_file():
         _refuse_unknown(inp, exts)
@@ -162,9 +169,10 @@ class S3RangeReader(io.RawIOBase):
         n = min(len(buf), self.size - self.pos)
         if n <= 0:
             return 0
-        body = self.client.get_object(Bucket=self.bucket, Key=self.key,
-                                      Range=f"bytes={self.pos}-{self.pos + n - 1}")["Body"].read()
-        buf[:len(body)] = body
+        body = self.client.get_object(Bucket=self.bucket, Key=self.key, Range=f"bytes={self.pos}-{self.pos + n - 1}")[
+            "Body"
+        ].read()
+        buf[: len(body)] = body
         self.pos += len(body)
         return len(body)
 
@@ -179,30 +187,36 @@ def open_binary(src: Source):
 class Batch:
     """Records of one source for a tokenizer worker: raw bytes (text, jsonl lines) or a pyarrow
     string array (parquet), each with its line/row number for error messages."""
-    source: int                 # index into the source list
-    name: str                   # the source's uri, for messages
-    kind: str                   # "text" | "jsonl" | "parquet"
-    records: Any                # list[bytes] | pyarrow.Array
+
+    source: int  # index into the source list
+    name: str  # the source's uri, for messages
+    kind: str  # "text" | "jsonl" | "parquet"
+    records: Any  # list[bytes] | pyarrow.Array
     numbers: list[int] = field(default_factory=list)  # line (jsonl, 1-based) / row (parquet, 0-based) of each record
-    first_row: int = 0          # parquet: row number of records[0]
-    in_bytes: int = 0           # input bytes (as stored) this batch accounts for, for progress
+    first_row: int = 0  # parquet: row number of records[0]
+    in_bytes: int = 0  # input bytes (as stored) this batch accounts for, for progress
 
 
-def batches(sources: list[Source], *, text_field: str = DEFAULT_TEXT_FIELD,
-            max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-            batch_bytes: int = DEFAULT_BATCH_BYTES) -> Iterator[Batch]:
+def batches(
+    sources: list[Source],
+    *,
+    text_field: str = DEFAULT_TEXT_FIELD,
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
+) -> Iterator[Batch]:
     """The corpus as batches of raw records, in document order, never more than one batch (plus
     one parquet row batch or one read buffer) in memory."""
     for i, src in enumerate(sources):
         reader = {"text": _text_batches, "jsonl": _jsonl_batches, "parquet": _parquet_batches}[src.format]
-        yield from reader(i, src, text_field=text_field, max_record_bytes=max_record_bytes,
-                          batch_bytes=batch_bytes)
+        yield from reader(i, src, text_field=text_field, max_record_bytes=max_record_bytes, batch_bytes=batch_bytes)
 
 
 def _text_batches(i, src, *, max_record_bytes, **_):
     if src.size > max_record_bytes:
-        raise ValueError(f"{src.uri}: {src.size:,} bytes, longer than the {max_record_bytes:,}-byte bound on one "
-                         "document (--max-document-bytes); split it, or raise the bound")
+        raise ValueError(
+            f"{src.uri}: {src.size:,} bytes, longer than the {max_record_bytes:,}-byte bound on one "
+            "document (--max-document-bytes); split it, or raise the bound"
+        )
     with open_binary(src) as f:
         raw = f.read(max_record_bytes + 1)
     if len(raw) > max_record_bytes:  # grew since it was listed
@@ -219,8 +233,9 @@ def _decompressed(src: Source, raw):
         import zstandard
 
         # read_across_frames: files written by several `zstd` calls concatenated are one stream
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True),
-                                 buffer_size=1 << 20)
+        return io.BufferedReader(
+            zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True), buffer_size=1 << 20
+        )
     return raw
 
 
@@ -244,8 +259,10 @@ def _jsonl_batches(i, src, *, max_record_bytes, batch_bytes, **_):
                     break
                 n += 1
                 if len(line) > max_record_bytes:
-                    raise ValueError(f"{src.uri}:{n}: a line longer than the {max_record_bytes:,}-byte bound on one "
-                                     "document (--max-document-bytes)")
+                    raise ValueError(
+                        f"{src.uri}:{n}: a line longer than the {max_record_bytes:,}-byte bound on one "
+                        "document (--max-document-bytes)"
+                    )
                 if not line.strip():
                     continue
                 records.append(line)
@@ -272,8 +289,9 @@ def _parquet_batches(i, src, *, text_field, max_record_bytes, batch_bytes, **_):
             raise ValueError(f"{src.uri}: not a parquet file ({err})") from None
         schema = pf.schema_arrow
         if text_field not in schema.names:
-            raise ValueError(f"{src.uri}: no column {text_field!r} (columns: {', '.join(schema.names)}); "
-                             "pass --text-field")
+            raise ValueError(
+                f"{src.uri}: no column {text_field!r} (columns: {', '.join(schema.names)}); pass --text-field"
+            )
         typ = schema.field(text_field).type
         if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
             raise ValueError(f"{src.uri}: column {text_field!r} is {typ}, not a string column")
@@ -292,8 +310,10 @@ def _parquet_batches(i, src, *, text_field, max_record_bytes, batch_bytes, **_):
                 longest = pc.max(pc.binary_length(col)).as_py() or 0
                 if longest > max_record_bytes:
                     bad = row + pc.index(pc.greater(pc.binary_length(col), max_record_bytes), True).as_py()
-                    raise ValueError(f"{src.uri}: row {bad}: a text longer than the {max_record_bytes:,}-byte bound "
-                                     "on one document (--max-document-bytes)")
+                    raise ValueError(
+                        f"{src.uri}: row {bad}: a text longer than the {max_record_bytes:,}-byte bound "
+                        "on one document (--max-document-bytes)"
+                    )
                 done = int(src.size * (row + len(col)) / rows_total)
                 yield Batch(i, src.uri, "parquet", col, first_row=row, in_bytes=done - reported)
                 row, reported = row + len(col), done
@@ -303,6 +323,7 @@ def _parquet_batches(i, src, *, text_field, max_record_bytes, batch_bytes, **_):
 
 # ----------------------------------------------------------------------------------------------
 # Records → document texts (in the tokenizer workers).
+
 
 def utf8(raw: bytes, where: str) -> str:
     try:
@@ -318,8 +339,10 @@ def texts(batch: Batch, text_field: str = DEFAULT_TEXT_FIELD) -> list[str]:
     if batch.kind == "text":
         return [utf8(batch.records[0], batch.name)]
     if batch.kind == "jsonl":
-        return [_jsonl_text(raw, f"{batch.name}:{n}", text_field)
-                for raw, n in zip(batch.records, batch.numbers, strict=False)]
+        return [
+            _jsonl_text(raw, f"{batch.name}:{n}", text_field)
+            for raw, n in zip(batch.records, batch.numbers, strict=False)
+        ]
     try:
         out = batch.records.to_pylist()  # arrow validates the UTF-8 here
     except Exception:  # find the row for the message

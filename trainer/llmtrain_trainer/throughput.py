@@ -24,8 +24,9 @@ class Throughput:
     mfu: float
 
 
-def step_throughput(tokens: int, seconds: float, devices: int, dims: ModelDims, seq_len: int,
-                    peak_flops_per_device: float) -> Throughput:
+def step_throughput(
+    tokens: int, seconds: float, devices: int, dims: ModelDims, seq_len: int, peak_flops_per_device: float
+) -> Throughput:
     tps = tokens / seconds if seconds > 0 else 0.0
     fpt = _flops_per_token(dims, seq_len)
     per_device = tps / devices

@@ -23,8 +23,9 @@ from llmtrain.render import METRICS_PORT, _env
 from llmtrain.validation import load_job
 
 
-def llmtrain(job_file: str, attempt: int = 1, metrics_port: int = METRICS_PORT, rdzv_port: int = 29500,
-             name: str = "") -> specs.AppDef:
+def llmtrain(
+    job_file: str, attempt: int = 1, metrics_port: int = METRICS_PORT, rdzv_port: int = 29500, name: str = ""
+) -> specs.AppDef:
     """Run an LLMTrainingJob's trainer.
 
     Args:

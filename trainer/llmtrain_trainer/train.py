@@ -95,8 +95,7 @@ def build_optimizer(model: torch.nn.Module, spec: LLMTrainingJobSpec) -> torch.o
     no_decay: list[torch.nn.Parameter] = []
     for p in model.parameters():
         (decay if p.dim() >= 2 else no_decay).append(p)
-    groups = [{"params": decay, "weight_decay": spec.training.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
+    groups = [{"params": decay, "weight_decay": spec.training.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=spec.training.learning_rate, betas=(0.9, 0.95), eps=1e-8, foreach=True)
 
 
@@ -135,13 +134,27 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
     metrics.hang_timeout_seconds.set(spec.resilience.hang_timeout_minutes * 60)
 
     if is_main:
-        print(f"master_addr={os.environ.get('MASTER_ADDR', socket.gethostname())} "
-              f"master_port={os.environ.get('MASTER_PORT', '')} world_size={world} "
-              f"local_world_size={local_world} backend={dist.get_backend()} device={device.type} "
-              f"job={job.label} attempt={job.attempt}", flush=True)
-        emit({"event": "config", "job": job.label, "attempt": job.attempt, "world_size": world,
-              "device": device.type, "global_batch_seqs": g, "tokens_per_step": tokens_per_step,
-              "grad_accum": g // (world * t.micro_batch_size), "dims": dims.__dict__, "spec": spec.wire()})
+        print(
+            f"master_addr={os.environ.get('MASTER_ADDR', socket.gethostname())} "
+            f"master_port={os.environ.get('MASTER_PORT', '')} world_size={world} "
+            f"local_world_size={local_world} backend={dist.get_backend()} device={device.type} "
+            f"job={job.label} attempt={job.attempt}",
+            flush=True,
+        )
+        emit(
+            {
+                "event": "config",
+                "job": job.label,
+                "attempt": job.attempt,
+                "world_size": world,
+                "device": device.type,
+                "global_batch_seqs": g,
+                "tokens_per_step": tokens_per_step,
+                "grad_accum": g // (world * t.micro_batch_size),
+                "dims": dims.__dict__,
+                "spec": spec.wire(),
+            }
+        )
     else:
         log.info("rank=%d pid=%d started", rank, os.getpid())
 
@@ -155,21 +168,29 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
     optimizer = build_optimizer(model, spec)
 
     dataset = open_dataset(spec.data.uri, seq_len, t.seed, dims.vocab_size)
-    loader = DataLoader(dataset, global_batch_seqs=g, dp_rank=rank, dp_size=world,
-                        micro_batch=t.micro_batch_size, device=device)
-    ckpt = Checkpointer(spec.checkpoint.uri, keep=spec.checkpoint.keep,
-                        interval_minutes=spec.checkpoint.interval_minutes,
-                        interval_steps=spec.checkpoint.interval_steps,
-                        timeout_minutes=spec.resilience.collective_timeout_minutes,
-                        metrics=metrics, emit=emit if is_main else None, attempt=job.attempt)
+    loader = DataLoader(
+        dataset, global_batch_seqs=g, dp_rank=rank, dp_size=world, micro_batch=t.micro_batch_size, device=device
+    )
+    ckpt = Checkpointer(
+        spec.checkpoint.uri,
+        keep=spec.checkpoint.keep,
+        interval_minutes=spec.checkpoint.interval_minutes,
+        interval_steps=spec.checkpoint.interval_steps,
+        timeout_minutes=spec.resilience.collective_timeout_minutes,
+        metrics=metrics,
+        emit=emit if is_main else None,
+        attempt=job.attempt,
+    )
 
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     def state(step: int) -> dict:
         msd, osd = get_state_dict(model, optimizer)
-        return {"model": msd, "optim": osd,
-                "train": {"step": step, "world_size": world, "data": loader.state_dict(),
-                          "rng": torch.get_rng_state()}}
+        return {
+            "model": msd,
+            "optim": osd,
+            "train": {"step": step, "world_size": world, "data": loader.state_dict(), "rng": torch.get_rng_state()},
+        }
 
     step = resumed_step = 0
     t0 = time.time()
@@ -181,6 +202,7 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
         metrics.resumed_before_step.set(before)
         if is_main:
             emit({"event": "rollback", "before_step": before, "quarantined": moved})
+
     def empty_state() -> dict:
         # The optimizer state DCP loads into, created directly rather than by get_state_dict's
         # zero-gradient optimizer step (most of a resume's time before: init_optimizer_state).
@@ -198,8 +220,15 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
             raise RuntimeError(f"checkpoint {latest}: data position {loader.step} != step {step}")
         metrics.last_checkpoint_step.set(step)
         if is_main:
-            emit({"event": "resume", "step": step, "from_world_size": int(sd["train"]["world_size"]),
-                  "world_size": world, "seconds": round(time.time() - t0, 3)})
+            emit(
+                {
+                    "event": "resume",
+                    "step": step,
+                    "from_world_size": int(sd["train"]["world_size"]),
+                    "world_size": world,
+                    "seconds": round(time.time() - t0, 3),
+                }
+            )
     elif spec.model.pretrained_uri:
         # Initial weights only when there is no checkpoint to resume: at 70B, re-reading them on
         # every restart before the checkpoint overwrites them costs ~138 GB of reads per node.
@@ -260,14 +289,22 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
                 loader.rewind()
                 reason = "signal"
                 if is_main:
-                    emit({"event": "stop", "step": step, "reason": "signal",
-                          "signal": signal.Signals(stop.signal).name if stop.signal else "peer",
-                          "dropped_micro_batches": dropped, "of": accum})
+                    emit(
+                        {
+                            "event": "stop",
+                            "step": step,
+                            "reason": "signal",
+                            "signal": signal.Signals(stop.signal).name if stop.signal else "peer",
+                            "dropped_micro_batches": dropped,
+                            "of": accum,
+                        }
+                    )
                 break
             if scaler:
                 scaler.unscale_(optimizer)
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, t.grad_clip if t.grad_clip > 0 else float("inf"),
-                                                       foreach=True)
+            grad_norm = torch.nn.utils.clip_grad_norm_(
+                params, t.grad_clip if t.grad_clip > 0 else float("inf"), foreach=True
+            )
             if scaler:
                 scaler.step(optimizer)
                 scaler.update()
@@ -301,19 +338,38 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
             metrics.heartbeat_timestamp_seconds.set(now)
             if is_main:
                 gn = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-                emit({"event": "step", "step": step, "loss": round(loss_v, 6), "lr": lr,
-                      "grad_norm": round(float(gn), 6), "tokens_per_second": round(tp.tokens_per_second, 2),
-                      "tflops_per_device": tp.tflops_per_device, "mfu": tp.mfu,
-                      "step_seconds": round(dt_, 6), "data_wait_seconds": round(loader.last_wait, 6),
-                      **({"allreduce_bytes": allreduce.take()} if allreduce else {}),
-                      "sample_start": (step - 1) * g, "samples": g, "tokens": tokens_per_step,
-                      "max_steps": t.max_steps, "time": round(now, 6)})
+                emit(
+                    {
+                        "event": "step",
+                        "step": step,
+                        "loss": round(loss_v, 6),
+                        "lr": lr,
+                        "grad_norm": round(float(gn), 6),
+                        "tokens_per_second": round(tp.tokens_per_second, 2),
+                        "tflops_per_device": tp.tflops_per_device,
+                        "mfu": tp.mfu,
+                        "step_seconds": round(dt_, 6),
+                        "data_wait_seconds": round(loader.last_wait, 6),
+                        **({"allreduce_bytes": allreduce.take()} if allreduce else {}),
+                        "sample_start": (step - 1) * g,
+                        "samples": g,
+                        "tokens": tokens_per_step,
+                        "max_steps": t.max_steps,
+                        "time": round(now, 6),
+                    }
+                )
 
             if stop_v > 0:
                 reason = "signal"
                 if is_main:
-                    emit({"event": "stop", "step": step, "reason": "signal",
-                          "signal": signal.Signals(stop.signal).name if stop.signal else "peer"})
+                    emit(
+                        {
+                            "event": "stop",
+                            "step": step,
+                            "reason": "signal",
+                            "signal": signal.Signals(stop.signal).name if stop.signal else "peer",
+                        }
+                    )
                 break
             # Never checkpoint a NaN/Inf state (every rank sees the same all-reduced loss, so all
             # skip together): a restart must find a checkpoint from before the loss went bad.
@@ -323,8 +379,11 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
                 metrics.checkpoint_blocking_seconds.inc(time.perf_counter() - blocked)
         ckpt.wait()
         if watch.streak:
-            log.error("the loss of the final step %d is not finite: no final checkpoint (the newest "
-                      "is %s)", step, ckpt.last_committed)
+            log.error(
+                "the loss of the final step %d is not finite: no final checkpoint (the newest is %s)",
+                step,
+                ckpt.last_committed,
+            )
         if ckpt.enabled and ckpt.last_committed != step and not watch.streak:
             # End of training or a stop request: save synchronously, it's the last thing we do
             # (also when the background save of this very step failed).
@@ -337,7 +396,6 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
     ckpt.close()
     dist.destroy_process_group()
     if ckpt.enabled and ckpt.last_committed != step and not watch.streak:
-        log.error("the checkpoint of the final step %d failed; the newest checkpoint is %s", step,
-                  ckpt.last_committed)
+        log.error("the checkpoint of the final step %d failed; the newest checkpoint is %s", step, ckpt.last_committed)
         return 1
     return 0

@@ -21,54 +21,101 @@ from .config import OperatorConfig
 
 DEFAULTS = OperatorConfig()
 
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="llmtrain-operator", description=__doc__.splitlines()[0])
-    p.add_argument("--namespace", action="append", default=[],
-                   help="watch only this namespace (repeatable; default: all namespaces)")
+    p.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        help="watch only this namespace (repeatable; default: all namespaces)",
+    )
     p.add_argument("--liveness-port", type=int, default=8080, help="kopf /healthz port (0: off)")
     p.add_argument("--metrics-port", type=int, default=8000, help="Prometheus /metrics port (0: off)")
     p.add_argument("--bind-address", default="0.0.0.0", help="address for the health and metrics servers")
-    p.add_argument("--default-etcd-endpoint", default=os.environ.get("LLMTRAIN_DEFAULT_ETCD_ENDPOINT",
-                                                                     DEFAULT_ETCD_ENDPOINT))
-    p.add_argument("--trainer-metrics-port", type=int, default=DEFAULTS.trainer_metrics_port,
-                   help="port of rank 0's trainer metrics in the worker pod")
-    p.add_argument("--progress-interval", type=float, default=DEFAULTS.progress_interval,
-                   help="seconds between progress scrapes / hang checks per running job")
-    p.add_argument("--leader-elect", action="store_true",
-                   help="run only while holding a coordination.k8s.io Lease (for several replicas)")
+    p.add_argument(
+        "--default-etcd-endpoint", default=os.environ.get("LLMTRAIN_DEFAULT_ETCD_ENDPOINT", DEFAULT_ETCD_ENDPOINT)
+    )
+    p.add_argument(
+        "--trainer-metrics-port",
+        type=int,
+        default=DEFAULTS.trainer_metrics_port,
+        help="port of rank 0's trainer metrics in the worker pod",
+    )
+    p.add_argument(
+        "--progress-interval",
+        type=float,
+        default=DEFAULTS.progress_interval,
+        help="seconds between progress scrapes / hang checks per running job",
+    )
+    p.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="run only while holding a coordination.k8s.io Lease (for several replicas)",
+    )
     p.add_argument("--leader-election-namespace", default=os.environ.get("POD_NAMESPACE", "default"))
     p.add_argument("--leader-election-name", default="llmtrain-operator")
-    p.add_argument("--leader-lease-seconds", type=float, default=10.0,
-                   help="a dead leader is replaced this long after its last renewal")
-    p.add_argument("--workers", type=int, default=DEFAULTS.workers,
-                   help="reconciler worker threads: jobs reconciled at once (each makes blocking API calls)")
-    p.add_argument("--suspect-taint-fraction", type=float, default=DEFAULTS.suspect_taint_fraction,
-                   help="taint nodes blamed for a failed attempt llmtrain.dev/suspect=<reason>:NoSchedule, "
-                        "at most this fraction of the nodes of their instance type (default 0: never; "
-                        "needs RBAC to patch nodes)")
-    p.add_argument("--job-network-policy", action="store_true",
-                   help="create a NetworkPolicy per job: its pods accept only its own pods, except on the "
-                        "trainer metrics ports (needs RBAC to create networkpolicies)")
-    p.add_argument("--rendezvous-ca-dir", default=None,
-                   help="directory with the rendezvous CA (ca.crt, ca.key): the default etcd requires "
-                        "client certificates, issued per namespace (needs RBAC to create secrets)")
-    p.add_argument("--suspect-taint-max-per-namespace", type=int, default=DEFAULTS.suspect_taint_max_per_namespace,
-                   help="at most this many nodes carry a suspect taint for one namespace's jobs at once "
-                        f"(default {DEFAULTS.suspect_taint_max_per_namespace})")
-    p.add_argument("--suspect-taint-ttl-hours", type=float, default=DEFAULTS.suspect_taint_ttl / 3600,
-                   help="a suspect taint is removed this long after it was set "
-                        f"(default {DEFAULTS.suspect_taint_ttl / 3600:g})")
-    p.add_argument("--min-restart-backoff-seconds", type=float, default=DEFAULTS.min_restart_backoff,
-                   help="the least wait before a restart, whatever a job's restartBackoffSeconds says "
-                        f"(default {DEFAULTS.min_restart_backoff:g})")
+    p.add_argument(
+        "--leader-lease-seconds",
+        type=float,
+        default=10.0,
+        help="a dead leader is replaced this long after its last renewal",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=DEFAULTS.workers,
+        help="reconciler worker threads: jobs reconciled at once (each makes blocking API calls)",
+    )
+    p.add_argument(
+        "--suspect-taint-fraction",
+        type=float,
+        default=DEFAULTS.suspect_taint_fraction,
+        help="taint nodes blamed for a failed attempt llmtrain.dev/suspect=<reason>:NoSchedule, "
+        "at most this fraction of the nodes of their instance type (default 0: never; "
+        "needs RBAC to patch nodes)",
+    )
+    p.add_argument(
+        "--job-network-policy",
+        action="store_true",
+        help="create a NetworkPolicy per job: its pods accept only its own pods, except on the "
+        "trainer metrics ports (needs RBAC to create networkpolicies)",
+    )
+    p.add_argument(
+        "--rendezvous-ca-dir",
+        default=None,
+        help="directory with the rendezvous CA (ca.crt, ca.key): the default etcd requires "
+        "client certificates, issued per namespace (needs RBAC to create secrets)",
+    )
+    p.add_argument(
+        "--suspect-taint-max-per-namespace",
+        type=int,
+        default=DEFAULTS.suspect_taint_max_per_namespace,
+        help="at most this many nodes carry a suspect taint for one namespace's jobs at once "
+        f"(default {DEFAULTS.suspect_taint_max_per_namespace})",
+    )
+    p.add_argument(
+        "--suspect-taint-ttl-hours",
+        type=float,
+        default=DEFAULTS.suspect_taint_ttl / 3600,
+        help=f"a suspect taint is removed this long after it was set (default {DEFAULTS.suspect_taint_ttl / 3600:g})",
+    )
+    p.add_argument(
+        "--min-restart-backoff-seconds",
+        type=float,
+        default=DEFAULTS.min_restart_backoff,
+        help="the least wait before a restart, whatever a job's restartBackoffSeconds says "
+        f"(default {DEFAULTS.min_restart_backoff:g})",
+    )
     p.add_argument("--verbose", action="store_true")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     if not args.verbose:  # kopf logs every handler and timer run of every object at INFO
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     if not 0 <= args.suspect_taint_fraction <= 1:
@@ -79,15 +126,18 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--min-restart-backoff-seconds must be ≥ 0")
     if args.rendezvous_ca_dir and not args.default_etcd_endpoint:
         raise SystemExit("--rendezvous-ca-dir needs --default-etcd-endpoint (the etcd it secures)")
-    config = OperatorConfig(default_etcd_endpoint=args.default_etcd_endpoint or None,
-                            trainer_metrics_port=args.trainer_metrics_port,
-                            progress_interval=args.progress_interval, workers=args.workers,
-                            suspect_taint_fraction=args.suspect_taint_fraction,
-                            suspect_taint_max_per_namespace=args.suspect_taint_max_per_namespace,
-                            suspect_taint_ttl=args.suspect_taint_ttl_hours * 3600,
-                            min_restart_backoff=args.min_restart_backoff_seconds,
-                            job_network_policy=args.job_network_policy,
-                            rendezvous_ca_dir=args.rendezvous_ca_dir)
+    config = OperatorConfig(
+        default_etcd_endpoint=args.default_etcd_endpoint or None,
+        trainer_metrics_port=args.trainer_metrics_port,
+        progress_interval=args.progress_interval,
+        workers=args.workers,
+        suspect_taint_fraction=args.suspect_taint_fraction,
+        suspect_taint_max_per_namespace=args.suspect_taint_max_per_namespace,
+        suspect_taint_ttl=args.suspect_taint_ttl_hours * 3600,
+        min_restart_backoff=args.min_restart_backoff_seconds,
+        job_network_policy=args.job_network_policy,
+        rendezvous_ca_dir=args.rendezvous_ca_dir,
+    )
     from . import watch
     from .operator import Operator
 
@@ -118,9 +168,16 @@ def _become_leader(args):
 
     identity = os.environ.get("POD_NAME") or f"{os.uname().nodename}-{os.getpid()}"
     lease = args.leader_lease_seconds
-    elector = LeaderElector(LeaseConfig(name=args.leader_election_name, namespace=args.leader_election_namespace,
-                                        identity=identity, lease_seconds=lease,
-                                        renew_deadline=lease * 0.6, retry=max(0.2, lease / 10)))
+    elector = LeaderElector(
+        LeaseConfig(
+            name=args.leader_election_name,
+            namespace=args.leader_election_namespace,
+            identity=identity,
+            lease_seconds=lease,
+            renew_deadline=lease * 0.6,
+            retry=max(0.2, lease / 10),
+        )
+    )
     standby = _standby_health_server(args) if args.liveness_port else None
     try:
         elector.wait_until_leader()

@@ -67,8 +67,11 @@ def create(op: Operator, o: Observed, obj: dict) -> CreateResult:
     op.attempts.put(ptj)
     if not owned_by(ptj, o.uid):
         return CreateResult(name, "not-owned")
-    return CreateResult(name, "created" if was_created else "adopted",
-                        rendezvous_id=((ptj.get("spec") or {}).get("elasticPolicy") or {}).get("rdzvId"))
+    return CreateResult(
+        name,
+        "created" if was_created else "adopted",
+        rendezvous_id=((ptj.get("spec") or {}).get("elasticPolicy") or {}).get("rdzvId"),
+    )
 
 
 def write_status(op: Operator, o: Observed, update: dict) -> dict | str:
@@ -109,11 +112,24 @@ def finish(op: Operator, o: Observed, plan: Plan, job: dict) -> None:
     if plan.taint and op.config.suspect_taint_fraction > 0 and o.spec is not None:
         inst = instance_type(o.spec.cluster.instance_type)
         c = op.config
-        tainted = taints.taint_nodes(list(plan.taint), inst.name, inst.is_gpu, c.suspect_taint_fraction, o.namespace,
-                                    o.name, c.suspect_taint_max_per_namespace, c.suspect_taint_ttl)
+        tainted = taints.taint_nodes(
+            list(plan.taint),
+            inst.name,
+            inst.is_gpu,
+            c.suspect_taint_fraction,
+            o.namespace,
+            o.name,
+            c.suspect_taint_max_per_namespace,
+            c.suspect_taint_ttl,
+        )
         if tainted:
-            log.warning("tainted %s %s=...:NoSchedule (job %s/%s)", ", ".join(tainted),
-                        taints.SUSPECT_TAINT, o.namespace, o.name)
+            log.warning(
+                "tainted %s %s=...:NoSchedule (job %s/%s)",
+                ", ".join(tainted),
+                taints.SUSPECT_TAINT,
+                o.namespace,
+                o.name,
+            )
     if status.get("goodput"):
         terminal = status.get("phase") in (Phase.SUCCEEDED.value, Phase.FAILED.value)
         summary = status["goodput"] if terminal else accounting.derived(o.with_(raw_status=status), status["goodput"])

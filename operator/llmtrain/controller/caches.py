@@ -60,8 +60,9 @@ class AttemptCache:
         with self._lock:
             known = self._by_job.setdefault((meta["namespace"], job), {})
             old = known.get(meta["name"])
-            if old is not None and (old["metadata"].get("resourceVersion") == meta.get("resourceVersion")
-                                    or not newer(ptj, old)):
+            if old is not None and (
+                old["metadata"].get("resourceVersion") == meta.get("resourceVersion") or not newer(ptj, old)
+            ):
                 return False
             known[meta["name"]] = ptj
             return True
@@ -137,8 +138,9 @@ class SpecCache:
         self._lock = threading.Lock()
         self._specs: OrderedDict[tuple, tuple[LLMTrainingJobSpec | None, str | None]] = OrderedDict()
 
-    def resolve(self, uid: str, generation: int | None, name: str, raw: dict
-                ) -> tuple[LLMTrainingJobSpec | None, str | None]:
+    def resolve(
+        self, uid: str, generation: int | None, name: str, raw: dict
+    ) -> tuple[LLMTrainingJobSpec | None, str | None]:
         key = (uid, generation, name)
         with self._lock:
             if key in self._specs:

@@ -35,4 +35,3 @@ class OperatorConfig:
     min_restart_backoff: float = 5.0
     # how often a job's status.goodput figures are recomputed and written between transitions (seconds)
     goodput_interval: float = 300.0
-

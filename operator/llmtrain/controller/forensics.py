@@ -26,11 +26,18 @@ def flight_recorder_status(spec: LLMTrainingJobSpec | None, attempt: int, reason
     if spec is None or not instance_type(spec.cluster.instance_type).is_gpu:
         return None  # gloo on CPU has no flight recorder
     where, persistent = flight_recorder_location(spec, attempt)
-    return {"attempt": attempt, "reason": reason.words, "path": f"{where}/rank_<rank>",
-            "persistent": persistent,
-            "note": ("beside the checkpoints" if persistent else
-                     "on each pod's node-local staging volume: gone with the pod; the PyTorchJob of a "
-                     "hung attempt is deleted at the restart")}
+    return {
+        "attempt": attempt,
+        "reason": reason.words,
+        "path": f"{where}/rank_<rank>",
+        "persistent": persistent,
+        "note": (
+            "beside the checkpoints"
+            if persistent
+            else "on each pod's node-local staging volume: gone with the pod; the PyTorchJob of a "
+            "hung attempt is deleted at the restart"
+        ),
+    }
 
 
 @dataclass(frozen=True)
@@ -43,8 +50,9 @@ class FailedAttempt:
     collective_timeout: bool
 
 
-def failed_attempt(failures: tuple[dict, ...], ptj_message: str, preflight_failures: int,
-                   ran: frozenset[str] = frozenset()) -> FailedAttempt:
+def failed_attempt(
+    failures: tuple[dict, ...], ptj_message: str, preflight_failures: int, ran: frozenset[str] = frozenset()
+) -> FailedAttempt:
     """The restart that a failed attempt calls for, from its pods' failures (only the pods of the
     attempt's own PyTorchJob: anyone can label a pod like a worker). `ran`: the nodes the
     attempt's pods ran on, as the API says."""
@@ -64,8 +72,9 @@ def failed_attempt(failures: tuple[dict, ...], ptj_message: str, preflight_failu
             message += "; " + ", ".join(f"pod {f['pod']} on node {f['node']}: {f['reason']}" for f in seen[:3])
     if ignored:  # said in the restart's Warning event and status.message, never raised
         message += f"; preflight verdict ignored ({ignored[0]})"
-    timeout = any(nodes.is_collective_timeout(f.get("message")) for f in seen) or \
-        nodes.is_collective_timeout(ptj_message)
+    timeout = any(nodes.is_collective_timeout(f.get("message")) for f in seen) or nodes.is_collective_timeout(
+        ptj_message
+    )
     return FailedAttempt(reason, message, spend, tuple(blamed), verdict, timeout)
 
 
@@ -82,8 +91,17 @@ def _avoid(update: dict, bad: list[dict], ready, spec: LLMTrainingJobSpec | None
     return avoid
 
 
-def amend_failed(update: dict, failed: FailedAttempt, *, spec, attempt: int, bad_nodes: list[dict],
-                 preflight_failures: int, ready, when: str) -> list[str]:
+def amend_failed(
+    update: dict,
+    failed: FailedAttempt,
+    *,
+    spec,
+    attempt: int,
+    bad_nodes: list[dict],
+    preflight_failures: int,
+    ready,
+    when: str,
+) -> list[str]:
     """Add the failure's forensics to the restart `update` (in place); returns the nodes avoided."""
     bad = nodes.record(bad_nodes, list(failed.blamed), attempt, when)
     if bad:

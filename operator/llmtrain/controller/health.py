@@ -42,7 +42,7 @@ STALE_INTERVALS = 2
 
 @dataclass(frozen=True)
 class Restart:
-    reason: Reason           # status.reason of the restart, and the TrainingHealthy=False reason
+    reason: Reason  # status.reason of the restart, and the TrainingHealthy=False reason
     message: str
     resume_before_step: int | None = None
 
@@ -52,8 +52,9 @@ class Restart:
 
     def amend(self, generation: int | None, update: dict, at: dt.datetime | None = None) -> dict:
         """The verdict's condition (and rollback) in the restart's own conditional write."""
-        update["conditions"] = set_condition(update.get("conditions") or [], HEALTHY, False,
-                                             self.reason, self.message, generation, at)
+        update["conditions"] = set_condition(
+            update.get("conditions") or [], HEALTHY, False, self.reason, self.message, generation, at
+        )
         if self.resume_before_step is not None and update.get("phase") != Phase.FAILED:
             update["resumeBeforeStep"] = self.resume_before_step
         return update
@@ -99,8 +100,14 @@ def evaluate(spec: LLMTrainingJobSpec, status: dict, progress: Progress | None, 
 
     restart = _restart(spec, progress, heartbeat, running_since, at)
     if restart is None and heartbeat is not None:
-        conditions.append(Condition(HEALTHY, True, Reason.STEPS_COMPLETING,
-                                    f"attempt {status.get('attempt') or 1} is completing training steps"))
+        conditions.append(
+            Condition(
+                HEALTHY,
+                True,
+                Reason.STEPS_COMPLETING,
+                f"attempt {status.get('attempt') or 1} is completing training steps",
+            )
+        )
     return Verdict(restart, tuple(conditions), applied)
 
 
@@ -110,29 +117,37 @@ def _restart(spec, progress, heartbeat, running_since, at) -> Restart | None:
         worst = int(progress.nonfinite_loss_max_steps or 0)
         if r.non_finite_loss_steps and worst >= r.non_finite_loss_steps:
             first = int(progress.nonfinite_loss_first_step or 0) or None
-            where = (f"from step {first} (nonFiniteLossSteps {r.non_finite_loss_steps}); resuming from "
-                     f"the newest checkpoint before step {first}" if first else
-                     f"(nonFiniteLossSteps {r.non_finite_loss_steps}); resuming from the newest checkpoint")
-            return Restart(Reason.NON_FINITE_LOSS,
-                           f"the loss was NaN/Inf for {worst} consecutive steps {where}", first)
+            where = (
+                f"from step {first} (nonFiniteLossSteps {r.non_finite_loss_steps}); resuming from "
+                f"the newest checkpoint before step {first}"
+                if first
+                else f"(nonFiniteLossSteps {r.non_finite_loss_steps}); resuming from the newest checkpoint"
+            )
+            return Restart(Reason.NON_FINITE_LOSS, f"the loss was NaN/Inf for {worst} consecutive steps {where}", first)
         spike = int(progress.loss_spike_step or 0)
         ratio = progress.loss_spike_ratio or 0.0
-        if (r.loss_spike_factor and spike and spike >= r.loss_spike_min_steps
-                and ratio > r.loss_spike_factor):
-            return Restart(Reason.LOSS_SPIKE,
-                           f"the loss of step {spike} was {ratio:.2f}× the median of the previous "
-                           f"{r.loss_spike_window} steps (lossSpikeFactor {r.loss_spike_factor:g}); "
-                           f"resuming from the newest checkpoint before step {spike}, the checkpoints "
-                           f"from step {spike} on are kept under {_quarantine(spec)}", spike)
+        if r.loss_spike_factor and spike and spike >= r.loss_spike_min_steps and ratio > r.loss_spike_factor:
+            return Restart(
+                Reason.LOSS_SPIKE,
+                f"the loss of step {spike} was {ratio:.2f}× the median of the previous "
+                f"{r.loss_spike_window} steps (lossSpikeFactor {r.loss_spike_factor:g}); "
+                f"resuming from the newest checkpoint before step {spike}, the checkpoints "
+                f"from step {spike} on are kept under {_quarantine(spec)}",
+                spike,
+            )
     hang = dt.timedelta(minutes=r.hang_timeout_minutes)
     if heartbeat is not None and at - heartbeat > hang:
-        return Restart(Reason.HANG, f"no training step completed for {_minutes(at - heartbeat)} "
-                       f"(hangTimeoutMinutes {r.hang_timeout_minutes})")
+        return Restart(
+            Reason.HANG,
+            f"no training step completed for {_minutes(at - heartbeat)} (hangTimeoutMinutes {r.hang_timeout_minutes})",
+        )
     first_step = dt.timedelta(minutes=r.first_step_timeout_minutes)
     if heartbeat is None and running_since is not None and at - running_since > first_step:
-        return Restart(Reason.NO_FIRST_STEP,
-                       f"no training step completed in the {_minutes(at - running_since)} since the "
-                       f"attempt started running (firstStepTimeoutMinutes {r.first_step_timeout_minutes})")
+        return Restart(
+            Reason.NO_FIRST_STEP,
+            f"no training step completed in the {_minutes(at - running_since)} since the "
+            f"attempt started running (firstStepTimeoutMinutes {r.first_step_timeout_minutes})",
+        )
     return None
 
 
@@ -147,14 +162,26 @@ def _checkpoint_stale(spec, status, running_since, at) -> Condition | None:
     limit = dt.timedelta(minutes=STALE_INTERVALS * spec.checkpoint.interval_minutes)
     last_ckpt = parse_time((status.get("progress") or {}).get("lastCheckpointTime"))
     since = max(t for t in (last_ckpt, running_since) if t is not None)
-    what = (f"the last checkpoint completed {_minutes(at - last_ckpt)} ago" if last_ckpt and last_ckpt >= running_since
-            else f"no checkpoint completed in the {_minutes(at - running_since)} since the attempt started running")
+    what = (
+        f"the last checkpoint completed {_minutes(at - last_ckpt)} ago"
+        if last_ckpt and last_ckpt >= running_since
+        else f"no checkpoint completed in the {_minutes(at - running_since)} since the attempt started running"
+    )
     if at - since > limit:
-        return Condition(STALE, True, Reason.NO_RECENT_CHECKPOINT,
-                         f"{what}: more than {STALE_INTERVALS} × checkpoint.intervalMinutes "
-                         f"({spec.checkpoint.interval_minutes}); a restart now would lose that work", warn=True)
-    return Condition(STALE, False, Reason.CHECKPOINT_RECENT,
-                     f"a checkpoint completed within {STALE_INTERVALS} × checkpoint.intervalMinutes")
+        return Condition(
+            STALE,
+            True,
+            Reason.NO_RECENT_CHECKPOINT,
+            f"{what}: more than {STALE_INTERVALS} × checkpoint.intervalMinutes "
+            f"({spec.checkpoint.interval_minutes}); a restart now would lose that work",
+            warn=True,
+        )
+    return Condition(
+        STALE,
+        False,
+        Reason.CHECKPOINT_RECENT,
+        f"a checkpoint completed within {STALE_INTERVALS} × checkpoint.intervalMinutes",
+    )
 
 
 def changed_conditions(conditions: list[dict], verdict: Verdict) -> list[Condition]:
@@ -175,5 +202,8 @@ def changed_conditions(conditions: list[dict], verdict: Verdict) -> list[Conditi
 def needs_write(status: dict, verdict: Verdict) -> bool:
     """Whether the verdict changes anything against `status` as last seen (the write itself is
     decided again on a fresh read)."""
-    return (verdict.restart is not None or verdict.rollback_applied is not None
-            or bool(changed_conditions(status.get("conditions") or [], verdict)))
+    return (
+        verdict.restart is not None
+        or verdict.rollback_applied is not None
+        or bool(changed_conditions(status.get("conditions") or [], verdict))
+    )

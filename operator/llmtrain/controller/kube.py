@@ -46,8 +46,9 @@ def custom() -> CustomObjectsApi:
     return CustomObjectsApi(_client())
 
 
-def _request(method: str, path: str, params: dict, body: dict | None = None,
-             content_type: str = "application/json") -> dict:
+def _request(
+    method: str, path: str, params: dict, body: dict | None = None, content_type: str = "application/json"
+) -> dict:
     """One request, the response's JSON as a dict; ApiException on any non-2xx answer (its status
     and body, as the generated methods raise). The raw call: the generated CustomObjectsApi
     methods also validate every argument with pydantic and wrap the call in their legacy options,
@@ -56,8 +57,9 @@ def _request(method: str, path: str, params: dict, body: dict | None = None,
     headers = {"Accept": "application/json"}
     if body is not None:
         headers["Content-Type"] = content_type
-    request = api.param_serialize(method, path, path_params=params, body=body, header_params=headers,
-                                  auth_settings=["BearerToken"])
+    request = api.param_serialize(
+        method, path, path_params=params, body=body, header_params=headers, auth_settings=["BearerToken"]
+    )
     response = api.call_api(*request)
     response.read()
     if not 200 <= response.status < 300:
@@ -90,9 +92,13 @@ def patch_job_status(namespace: str, name: str, status: dict, resource_version: 
     body: dict = {"status": status}
     if resource_version:
         body["metadata"] = {"resourceVersion": resource_version}
-    return _request("PATCH", _OBJECTS + "/{name}/status", {"group": GROUP, "version": VERSION, "namespace": namespace,
-                                                           "plural": PLURAL, "name": name},
-                    body, "application/merge-patch+json")
+    return _request(
+        "PATCH",
+        _OBJECTS + "/{name}/status",
+        {"group": GROUP, "version": VERSION, "namespace": namespace, "plural": PLURAL, "name": name},
+        body,
+        "application/merge-patch+json",
+    )
 
 
 def get_pytorchjob(namespace: str, name: str) -> dict | None:
@@ -109,8 +115,9 @@ def create_pytorchjob(obj: dict) -> tuple[dict, bool]:
     Returns (object, created)."""
     ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
     try:
-        return _request("POST", _OBJECTS, {"group": PTJ_GROUP, "version": PTJ_VERSION, "namespace": ns,
-                                           "plural": PTJ_PLURAL}, obj), True
+        return _request(
+            "POST", _OBJECTS, {"group": PTJ_GROUP, "version": PTJ_VERSION, "namespace": ns, "plural": PTJ_PLURAL}, obj
+        ), True
     except ApiException as err:
         if err.status != 409:
             raise
@@ -123,8 +130,13 @@ def create_pytorchjob(obj: dict) -> tuple[dict, bool]:
 def delete_pytorchjob(namespace: str, name: str) -> None:
     try:
         custom().delete_namespaced_custom_object(
-            PTJ_GROUP, PTJ_VERSION, namespace, PTJ_PLURAL, name,
-            body=kubernetes.client.V1DeleteOptions(propagation_policy="Background"))
+            PTJ_GROUP,
+            PTJ_VERSION,
+            namespace,
+            PTJ_PLURAL,
+            name,
+            body=kubernetes.client.V1DeleteOptions(propagation_policy="Background"),
+        )
     except ApiException as err:
         if err.status != 404:
             raise
@@ -132,8 +144,9 @@ def delete_pytorchjob(namespace: str, name: str) -> None:
 
 def list_workloads(namespace: str, label_selector: str) -> list[dict]:
     """Kueue's Workloads in `namespace` matching the selector (controller/kueue.py)."""
-    return custom().list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOAD_PLURAL,
-                                                  label_selector=label_selector)["items"]
+    return custom().list_namespaced_custom_object(
+        KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOAD_PLURAL, label_selector=label_selector
+    )["items"]
 
 
 # The Event kopf.info/warn would post (kopf's default reporting fields: `kubectl describe` shows the
@@ -147,17 +160,27 @@ def post_event(ref: dict, warning: bool, reason: str, message: str) -> None:
     auxiliary: a failure is logged, never raised. The response is not turned into a V1Event."""
     if len(message) > MAX_EVENT_MESSAGE:
         half = (MAX_EVENT_MESSAGE - 3) // 2
-        message = f"{message[:half]}...{message[-(MAX_EVENT_MESSAGE - 3 - half):]}"
+        message = f"{message[:half]}...{message[-(MAX_EVENT_MESSAGE - 3 - half) :]}"
     at = dt.datetime.now(dt.UTC).isoformat()
-    body = {"metadata": {"namespace": ref["namespace"], "generateName": EVENT_NAME_PREFIX},
-            "action": reason, "type": "Warning" if warning else "Normal", "reason": reason, "message": message,
-            "reportingComponent": REPORTING_COMPONENT, "reportingInstance": REPORTING_INSTANCE,
-            "source": {"component": REPORTING_COMPONENT}, "involvedObject": ref,
-            "firstTimestamp": at, "lastTimestamp": at, "eventTime": at}
+    body = {
+        "metadata": {"namespace": ref["namespace"], "generateName": EVENT_NAME_PREFIX},
+        "action": reason,
+        "type": "Warning" if warning else "Normal",
+        "reason": reason,
+        "message": message,
+        "reportingComponent": REPORTING_COMPONENT,
+        "reportingInstance": REPORTING_INSTANCE,
+        "source": {"component": REPORTING_COMPONENT},
+        "involvedObject": ref,
+        "firstTimestamp": at,
+        "lastTimestamp": at,
+        "eventTime": at,
+    }
     try:
         # The raw call (`_request`): CoreV1Api.create_namespaced_event would validate the dict into
         # a CoreV1Event model (pydantic) and build another from the response, for nothing.
         _request("POST", "/api/v1/namespaces/{namespace}/events", {"namespace": ref["namespace"]}, body)
     except Exception as err:  # noqa: BLE001 — as kopf: an event never fails the handling
-        logging.getLogger("llmtrain.operator").warning("failed to post event %s %s about %s/%s: %r",
-                                                       reason, message[:80], ref["namespace"], ref["name"], err)
+        logging.getLogger("llmtrain.operator").warning(
+            "failed to post event %s %s about %s/%s: %r", reason, message[:80], ref["namespace"], ref["name"], err
+        )

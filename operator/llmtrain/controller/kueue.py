@@ -49,10 +49,13 @@ def workload_of(obj: dict) -> Workload:
         # also for a LocalQueue that does not exist; a deactivated Workload says why as well.
         reserved = conds.get("QuotaReserved") or {}
         message = reserved.get("message") or (conds.get("Admitted") or {}).get("message") or ""
-    return Workload(name=(obj.get("metadata") or {}).get("name") or "", admitted=admitted,
-                    message=str(message)[:1024],
-                    evicted=(evicted or {}).get("reason") if _true(evicted) else None,
-                    evicted_message=str((evicted or {}).get("message") or "")[:1024] if _true(evicted) else "")
+    return Workload(
+        name=(obj.get("metadata") or {}).get("name") or "",
+        admitted=admitted,
+        message=str(message)[:1024],
+        evicted=(evicted or {}).get("reason") if _true(evicted) else None,
+        evicted_message=str((evicted or {}).get("message") or "")[:1024] if _true(evicted) else "",
+    )
 
 
 def read(namespace: str, pytorchjob_uid: str) -> Workload | None:

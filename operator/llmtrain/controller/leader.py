@@ -55,9 +55,13 @@ class LeaderElector:
 
     def _record(self, transitions: int, acquire_time: dt.datetime | None) -> dict:
         c = self.config
-        return {"holderIdentity": c.identity, "leaseDurationSeconds": round(c.lease_seconds),
-                "acquireTime": acquire_time or _now(), "renewTime": _now(),
-                "leaseTransitions": transitions}
+        return {
+            "holderIdentity": c.identity,
+            "leaseDurationSeconds": round(c.lease_seconds),
+            "acquireTime": acquire_time or _now(),
+            "renewTime": _now(),
+            "leaseTransitions": transitions,
+        }
 
     def try_acquire_or_renew(self) -> bool:
         """One round: True when this replica holds the Lease afterwards."""
@@ -87,7 +91,8 @@ class LeaderElector:
             return False
         transitions = (spec.lease_transitions or 0) + (0 if holder == c.identity else 1)
         lease.spec = kubernetes.client.V1LeaseSpec(
-            **self._record(transitions, spec.acquire_time if holder == c.identity else None))
+            **self._record(transitions, spec.acquire_time if holder == c.identity else None)
+        )
         try:  # replace carries the resourceVersion read: a concurrent change makes it 409
             updated = api.replace_namespaced_lease(c.name, c.namespace, lease)
         except ApiException as err:
@@ -98,8 +103,7 @@ class LeaderElector:
         return True
 
     def wait_until_leader(self) -> None:
-        log.info("waiting to acquire lease %s/%s as %s", self.config.namespace, self.config.name,
-                 self.config.identity)
+        log.info("waiting to acquire lease %s/%s as %s", self.config.namespace, self.config.name, self.config.identity)
         while not self._stop.is_set():
             try:
                 if self.try_acquire_or_renew():
@@ -111,6 +115,7 @@ class LeaderElector:
 
     def keep_renewing(self, on_lost) -> threading.Thread:
         """Renew in a thread; call `on_lost()` when the lease was not renewed for renew_deadline."""
+
         def loop():
             last_ok = time.monotonic()
             while not self._stop.wait(self.config.retry):

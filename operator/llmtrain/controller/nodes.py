@@ -71,8 +71,13 @@ _XID = re.compile(r"\bxid\b\s*+(?:\([^)]{0,40}\)\s*+)?(?:[:=]\s*+)?(\d{1,3})\b",
 _NCCL = re.compile(r"nccl|watchdog caught collective operation timeout|ProcessGroupNCCL", re.IGNORECASE)
 _EFA = re.compile(r"\befa\b|libfabric|\bfi_[a-z_]|FI_EFA|rdma", re.IGNORECASE)
 # A rank that only lost its peer says so: blaming its node too would empty a cluster one gang at a time.
-_REMOTE = ("remote process exited", "ncclremoteerror", "connection reset by peer", "connection closed by peer",
-           "connection closed by remote peer")
+_REMOTE = (
+    "remote process exited",
+    "ncclremoteerror",
+    "connection reset by peer",
+    "connection closed by peer",
+    "connection closed by remote peer",
+)
 _TIMEOUT_MS = re.compile(r"timeout\(ms\)=\d", re.IGNORECASE)
 _TIMED_OUT = ("timeout", "time out", "timedout", "timed out")
 
@@ -83,7 +88,7 @@ def _on_one_line(text: str, first: str, then: tuple[str, ...]) -> bool:
     start = text.find(first)
     while start >= 0:
         end = text.find("\n", start)
-        rest = text[start + len(first):end if end >= 0 else len(text)]
+        rest = text[start + len(first) : end if end >= 0 else len(text)]
         if any(t in rest for t in then):
             return True
         if end < 0:
@@ -109,8 +114,12 @@ def xid_of(text: str | None) -> int | None:
 
 def is_collective_timeout(text: str | None) -> bool:
     low = _head(text).lower()
-    return ("collective operation timeout" in low or bool(_TIMEOUT_MS.search(low))
-            or _on_one_line(low, "watchdog", _TIMED_OUT) or _on_one_line(low, "nccl", ("timeout",)))
+    return (
+        "collective operation timeout" in low
+        or bool(_TIMEOUT_MS.search(low))
+        or _on_one_line(low, "watchdog", _TIMED_OUT)
+        or _on_one_line(low, "nccl", ("timeout",))
+    )
 
 
 def classify(exit_code: int | None, k8s_reason: str | None, message: str | None) -> str:
@@ -158,9 +167,14 @@ def raw_failure(pod: dict) -> dict | None:
     elif meta.get("deletionTimestamp"):
         return None  # killed by the teardown of the gang, not failed by itself
     exit_code = term.get("exitCode")
-    out = {"node": str(node)[:253], "pod": meta.get("name"), "owner": owner,
-           "exitCode": exit_code if isinstance(exit_code, int) else None,
-           "k8sReason": str(term.get("reason") or "")[:128] or None, "finishedAt": term.get("finishedAt")}
+    out = {
+        "node": str(node)[:253],
+        "pod": meta.get("name"),
+        "owner": owner,
+        "exitCode": exit_code if isinstance(exit_code, int) else None,
+        "k8sReason": str(term.get("reason") or "")[:128] or None,
+        "finishedAt": term.get("finishedAt"),
+    }
     message = _head(term.get("message") if isinstance(term.get("message"), str) else "").strip()
     if message:
         out["message"] = message
@@ -193,8 +207,9 @@ def culprits(failures: list[dict]) -> list[dict]:
     return own or list(failures)
 
 
-def record(bad_nodes: list[dict], failures: list[dict], attempt: int, when: str,
-           limit: int = MAX_BAD_NODES) -> list[dict]:
+def record(
+    bad_nodes: list[dict], failures: list[dict], attempt: int, when: str, limit: int = MAX_BAD_NODES
+) -> list[dict]:
     """status.badNodes with this attempt's failures added (one entry per node and attempt), newest
     last, at most `limit` entries."""
     out = list(bad_nodes or [])
@@ -234,8 +249,8 @@ def plan_avoidance(bad_nodes: list[dict], ready: set[str] | None, needed: int) -
     why = f"avoiding {', '.join(avoid)}" if avoid else ""
     if kept:
         why += ("; " if why else "") + (
-            f"not avoiding {', '.join(kept)}: only {len(ready)} Ready node(s) of the instance type for "
-            f"{needed} needed")
+            f"not avoiding {', '.join(kept)}: only {len(ready)} Ready node(s) of the instance type for {needed} needed"
+        )
     return sorted(avoid), why
 
 
@@ -269,8 +284,9 @@ class PodFailures:
                 self._failures.pop(next(iter(self._failures)))
             return True
 
-    def saw_pod(self, namespace: str, job: str, attempt: str, node: str | None = None,
-                owner: str | None = None) -> None:
+    def saw_pod(
+        self, namespace: str, job: str, attempt: str, node: str | None = None, owner: str | None = None
+    ) -> None:
         """A pod of the attempt (controlled by PyTorchJob `owner`) was seen, on `node` if bound."""
         with self._lock:
             ran = self._seen_pods.setdefault((namespace, job, str(attempt)), {})
@@ -301,8 +317,9 @@ class PodFailures:
             for key in [k for k in self._seen_pods if k[:2] == (namespace, job)]:
                 self._seen_pods.pop(key, None)
 
-    def wait_for_failures(self, namespace: str, job: str, attempt: int | str, timeout: float = 5.0,
-                          owner: str | None = None) -> list[dict]:
+    def wait_for_failures(
+        self, namespace: str, job: str, attempt: int | str, timeout: float = 5.0, owner: str | None = None
+    ) -> list[dict]:
         """The attempt's pod failures (of the pods PyTorchJob `owner` controls), waiting up to `timeout`
         for the first one: the PyTorchJob's Failed condition and the pod's Failed state arrive on two
         watches, in either order. If the watch saw none (the operator was restarted in between), the
@@ -329,8 +346,11 @@ class PodFailures:
             self._kube = default
         kube = self._kube
         try:
-            pods = kube.core().list_namespaced_pod(
-                namespace, label_selector=f"{JOB_LABEL}={job},{ATTEMPT_LABEL}={attempt}").items
+            pods = (
+                kube.core()
+                .list_namespaced_pod(namespace, label_selector=f"{JOB_LABEL}={job},{ATTEMPT_LABEL}={attempt}")
+                .items
+            )
         except ApiException as err:
             log.warning("cannot list the pods of %s/%s attempt %s: %s", namespace, job, attempt, err.reason)
             return []
@@ -360,15 +380,17 @@ def register(kopf, config, seen: PodFailures, registry=None) -> None:
     def start_taint_expiry(**_):
         if config.suspect_taint_fraction > 0:
             interval = max(1.0, min(300.0, config.suspect_taint_ttl / 10))
-            threading.Thread(target=expire_taints_forever, args=(interval, expiry_stop), daemon=True,
-                             name="llmtrain-taint-expiry").start()
+            threading.Thread(
+                target=expire_taints_forever, args=(interval, expiry_stop), daemon=True, name="llmtrain-taint-expiry"
+            ).start()
 
     @kopf.on.cleanup(**kw)
     def stop_taint_expiry(**_):
         expiry_stop.set()
 
-    @kopf.on.event("", "v1", "pods", labels={JOB_LABEL: kopf.PRESENT, ATTEMPT_LABEL: kopf.PRESENT},
-                   when=pod_failed, **kw)
+    @kopf.on.event(
+        "", "v1", "pods", labels={JOB_LABEL: kopf.PRESENT, ATTEMPT_LABEL: kopf.PRESENT}, when=pod_failed, **kw
+    )
     async def pod_event(event, body, namespace, labels, **_):
         # async and cheap (a dict insert): failures are caught at watch speed, before the
         # training-operator's teardown deletes the pod; only pods a PyTorchJob controls count
@@ -379,8 +401,15 @@ def register(kopf, config, seen: PodFailures, registry=None) -> None:
         if raw is None or not seen.remember(namespace, labels[JOB_LABEL], labels[ATTEMPT_LABEL], raw):
             return
         failure = await asyncio.get_running_loop().run_in_executor(pool, classified, raw)
-        log.info("%s/%s attempt %s: pod %s failed on node %s: %s", namespace, labels[JOB_LABEL],
-                 labels[ATTEMPT_LABEL], failure["pod"], failure["node"], failure["reason"])
+        log.info(
+            "%s/%s attempt %s: pod %s failed on node %s: %s",
+            namespace,
+            labels[JOB_LABEL],
+            labels[ATTEMPT_LABEL],
+            failure["pod"],
+            failure["node"],
+            failure["reason"],
+        )
         msg = f"pod {failure['pod']} failed on node {failure['node']}: {failure['reason']}"
         if failure.get("message") and failure["reason"] != "preflight":
             msg += f": {failure['message'][:MESSAGE_CHARS]}"

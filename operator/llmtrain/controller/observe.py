@@ -37,13 +37,18 @@ def owned_by(obj: dict, uid: str) -> bool:
 
 def child_of(ptj: dict, uid: str) -> Child:
     meta = ptj["metadata"]
-    return Child(name=meta["name"], attempt=attempt_of(ptj), owned=owned_by(ptj, uid),
-                 deleting=bool(meta.get("deletionTimestamp")), state=pytorchjob_state(ptj),
-                 failure_message=failure_message(ptj),
-                 spec_hash=(meta.get("annotations") or {}).get(SPEC_HASH),
-                 rendezvous_id=((ptj.get("spec") or {}).get("elasticPolicy") or {}).get("rdzvId"),
-                 uid=meta.get("uid") or "",
-                 suspended=((ptj.get("spec") or {}).get("runPolicy") or {}).get("suspend") is True)
+    return Child(
+        name=meta["name"],
+        attempt=attempt_of(ptj),
+        owned=owned_by(ptj, uid),
+        deleting=bool(meta.get("deletionTimestamp")),
+        state=pytorchjob_state(ptj),
+        failure_message=failure_message(ptj),
+        spec_hash=(meta.get("annotations") or {}).get(SPEC_HASH),
+        rendezvous_id=((ptj.get("spec") or {}).get("elasticPolicy") or {}).get("rdzvId"),
+        uid=meta.get("uid") or "",
+        suspended=((ptj.get("spec") or {}).get("runPolicy") or {}).get("suspend") is True,
+    )
 
 
 def observe(op: Operator, job: dict, first_sight: bool) -> Observed:
@@ -69,15 +74,29 @@ def observe(op: Operator, job: dict, first_sight: bool) -> Observed:
                 op.attempts.put(found)
                 ptjs[recorded] = found
     return Observed(
-        namespace=namespace, name=name, uid=uid, generation=meta.get("generation"),
-        resource_version=meta.get("resourceVersion"), raw_spec=raw_spec, spec=spec, spec_error=error,
-        raw_status=raw_status, status=status, now=now(), creation_time=parse_time(meta.get("creationTimestamp")),
-        children=tuple(child_of(p, uid) for p in ptjs.values()), first_sight=first_sight,
+        namespace=namespace,
+        name=name,
+        uid=uid,
+        generation=meta.get("generation"),
+        resource_version=meta.get("resourceVersion"),
+        raw_spec=raw_spec,
+        spec=spec,
+        spec_error=error,
+        raw_status=raw_status,
+        status=status,
+        now=now(),
+        creation_time=parse_time(meta.get("creationTimestamp")),
+        children=tuple(child_of(p, uid) for p in ptjs.values()),
+        first_sight=first_sight,
         awaiting_watch=awaiting,
         # only the pods of the attempt's own PyTorchJob: anyone can label a pod like a worker
-        pods=tuple(scrape.owned_pods(op.pods.of(namespace, name, attempt), ptjs.get(pytorchjob_name(name, attempt)),
-                                     uid)) if status.phase in (Phase.PENDING, Phase.RESTARTING) else (),
-        progress=op.progress.of(namespace, name, attempt) if status.phase == Phase.RUNNING else None)
+        pods=tuple(
+            scrape.owned_pods(op.pods.of(namespace, name, attempt), ptjs.get(pytorchjob_name(name, attempt)), uid)
+        )
+        if status.phase in (Phase.PENDING, Phase.RESTARTING)
+        else (),
+        progress=op.progress.of(namespace, name, attempt) if status.phase == Phase.RUNNING else None,
+    )
 
 
 def more(op: Operator, o: Observed, need: str) -> Observed:
@@ -85,8 +104,10 @@ def more(op: Operator, o: Observed, need: str) -> Observed:
     if need == "failures":
         current = o.child(pytorchjob_name(o.name, o.attempt))
         owner = current.uid if current is not None else ""
-        return o.with_(failures=tuple(op.failures.wait_for_failures(o.namespace, o.name, o.attempt, owner=owner)),
-                       ran_nodes=frozenset(op.failures.attempt_nodes(o.namespace, o.name, o.attempt, owner)))
+        return o.with_(
+            failures=tuple(op.failures.wait_for_failures(o.namespace, o.name, o.attempt, owner=owner)),
+            ran_nodes=frozenset(op.failures.attempt_nodes(o.namespace, o.name, o.attempt, owner)),
+        )
     if need == "ready_nodes":
         ready = None
         if o.spec is not None:
@@ -96,6 +117,5 @@ def more(op: Operator, o: Observed, need: str) -> Observed:
         return o.with_(ready_nodes=ready, ready_nodes_read=True)
     if need == "workload":
         current = o.child(pytorchjob_name(o.name, o.attempt))
-        return o.with_(workload=kueue.read(o.namespace, current.uid if current is not None else ""),
-                       workload_read=True)
+        return o.with_(workload=kueue.read(o.namespace, current.uid if current is not None else ""), workload_read=True)
     raise ValueError(f"unknown need {need!r}")

@@ -32,8 +32,10 @@ class Operator:
         self.failures = nodes.PodFailures(kube)  # what the pod watch saw fail, and where pods ran
         self.rejections = rejections.Refusals()  # refused creates per job (when one is final)
         self.monitor = Monitor(self)
-        self.queue = WorkQueue(lambda key, job: reconcile(self, key, job),  # type: ignore[arg-type]  # keys are (ns, name)
-                               workers=config.workers)
+        self.queue = WorkQueue(
+            lambda key, job: reconcile(self, key, job),  # type: ignore[arg-type]  # keys are (ns, name)
+            workers=config.workers,
+        )
         self.loop: asyncio.AbstractEventLoop | None = None
         self._watch_started = 0.0
         self._seen: set[tuple[str, str]] = set()  # jobs this process reconciled at least once

@@ -54,6 +54,7 @@ class Verdict(_Typed):
     """The fields of the trainer's verdict the operator reads (trainer/llmtrain_trainer/healthcheck.py),
     typed and bounded: the message is the tenant's container's, and a field of the wrong type used
     to raise in the restart decision, which the work queue then retried forever."""
+
     event: Literal["healthcheck"]
     healthy: bool
     degraded: bool = False
@@ -61,9 +62,10 @@ class Verdict(_Typed):
     expectedBusBandwidthGBps: float | None = Field(None, allow_inf_nan=False)
     worldSize: int | None = Field(None, ge=0)
     suspectNodes: list[SuspectNode] = Field(default_factory=list, max_length=MAX_SUSPECTS)
-    suspectRanks: dict[Annotated[str, StringConstraints(max_length=16)],
-                       Annotated[list[Annotated[str, StringConstraints(max_length=1000)]], Field(max_length=16)]] = \
-        Field(default_factory=dict, max_length=MAX_SUSPECTS)
+    suspectRanks: dict[
+        Annotated[str, StringConstraints(max_length=16)],
+        Annotated[list[Annotated[str, StringConstraints(max_length=1000)]], Field(max_length=16)],
+    ] = Field(default_factory=dict, max_length=MAX_SUSPECTS)
 
 
 def verdict_of(message: str | None) -> dict | None:
@@ -117,17 +119,26 @@ def suspect_failures(verdict: dict, failures: list[dict], ran: set[str]) -> list
         if not node or node not in ran:
             continue
         why = s.get("problem") or first_problem or "failed the health check"
-        out.append({"node": node, "pod": s.get("host"), "exitCode": PREFLIGHT_EXIT_CODE,
-                    "reason": f"preflight: {why}"[:200]})
+        out.append(
+            {"node": node, "pod": s.get("host"), "exitCode": PREFLIGHT_EXIT_CODE, "reason": f"preflight: {why}"[:200]}
+        )
     return out
 
 
 def summary(verdict: dict, attempt: int, when: str, nodes: list[str]) -> dict:
     """status.preflight for a verdict."""
-    out = {"attempt": attempt, "healthy": bool(verdict.get("healthy")), "time": when,
-           "suspectNodes": nodes, "degraded": bool(verdict.get("degraded"))}
-    for src, dst in (("busBandwidthGBps", "busBandwidthGBps"),
-                     ("expectedBusBandwidthGBps", "expectedBusBandwidthGBps"), ("worldSize", "worldSize")):
+    out = {
+        "attempt": attempt,
+        "healthy": bool(verdict.get("healthy")),
+        "time": when,
+        "suspectNodes": nodes,
+        "degraded": bool(verdict.get("degraded")),
+    }
+    for src, dst in (
+        ("busBandwidthGBps", "busBandwidthGBps"),
+        ("expectedBusBandwidthGBps", "expectedBusBandwidthGBps"),
+        ("worldSize", "worldSize"),
+    ):
         if verdict.get(src) is not None:
             out[dst] = verdict[src]
     return out

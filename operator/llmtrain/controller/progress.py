@@ -80,30 +80,48 @@ def eta(progress: dict, previous: dict, max_steps: int | None, at: dt.datetime) 
         return {}
     per_step = secs / steps
     prev_steps, prev_secs = previous.get("attemptSteps"), previous.get("stepSeconds")
-    if (previous.get("attempt") == progress.get("attempt") and isinstance(prev_steps, int)
-            and isinstance(prev_secs, (int, float)) and steps > prev_steps and secs > prev_secs):
+    if (
+        previous.get("attempt") == progress.get("attempt")
+        and isinstance(prev_steps, int)
+        and isinstance(prev_secs, (int, float))
+        and steps > prev_steps
+        and secs > prev_secs
+    ):
         per_step = (secs - prev_secs) / (steps - prev_steps)
     stall = (progress.get("checkpointBlockingSeconds") or 0.0) / steps
     left = max(0, int(max_steps) - int(step))
     remaining = round(left * (per_step + stall))
-    return {"estimatedRemainingSeconds": remaining,
-            "estimatedCompletionTime": timestamp(at + dt.timedelta(seconds=remaining))}
+    return {
+        "estimatedRemainingSeconds": remaining,
+        "estimatedCompletionTime": timestamp(at + dt.timedelta(seconds=remaining)),
+    }
 
 
-_HEALTH_STATUS = {"nonfinite_loss_steps": "nonFiniteLossSteps",
-                  "nonfinite_loss_max_steps": "nonFiniteLossMaxSteps",
-                  "nonfinite_loss_first_step": "nonFiniteLossFirstStep",
-                  "loss_median": "lossMedian", "loss_spike_step": "lossSpikeStep",
-                  "loss_spike_ratio": "lossSpikeRatio", "resumed_before_step": "resumedBeforeStep"}
+_HEALTH_STATUS = {
+    "nonfinite_loss_steps": "nonFiniteLossSteps",
+    "nonfinite_loss_max_steps": "nonFiniteLossMaxSteps",
+    "nonfinite_loss_first_step": "nonFiniteLossFirstStep",
+    "loss_median": "lossMedian",
+    "loss_spike_step": "lossSpikeStep",
+    "loss_spike_ratio": "lossSpikeRatio",
+    "resumed_before_step": "resumedBeforeStep",
+}
 
 # Progress field, status.progress key, rounding (None: an integer)
-_GOODPUT_STATUS = (("resume_step", "resumeStep", None), ("step_seconds_count", "attemptSteps", None),
-                   ("step_seconds_sum", "stepSeconds", 3),
-                   ("checkpoint_blocking_seconds", "checkpointBlockingSeconds", 3),
-                   ("data_wait_seconds", "dataWaitSeconds", 3))
+_GOODPUT_STATUS = (
+    ("resume_step", "resumeStep", None),
+    ("step_seconds_count", "attemptSteps", None),
+    ("step_seconds_sum", "stepSeconds", 3),
+    ("checkpoint_blocking_seconds", "checkpointBlockingSeconds", 3),
+    ("data_wait_seconds", "dataWaitSeconds", 3),
+)
 
-GOODPUT_KEYS = ("trainStartTime", *(key for _, key, _ in _GOODPUT_STATUS), "estimatedRemainingSeconds",
-                "estimatedCompletionTime")
+GOODPUT_KEYS = (
+    "trainStartTime",
+    *(key for _, key, _ in _GOODPUT_STATUS),
+    "estimatedRemainingSeconds",
+    "estimatedCompletionTime",
+)
 
 _PROGRESS_METRICS = {
     "llmtrain_trainer_step": "step",

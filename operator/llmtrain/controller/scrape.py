@@ -71,8 +71,13 @@ async def fetch(session: aiohttp.ClientSession, url: str, limit: int = MAX_BODY_
 
 def session(timeout: float) -> aiohttp.ClientSession:
     # Headers bounded too: an endless header section is refused at the 64th header.
-    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout), auto_decompress=False,
-                                 max_line_size=8190, max_field_size=8190, max_headers=64)
+    return aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=timeout),
+        auto_decompress=False,
+        max_line_size=8190,
+        max_field_size=8190,
+        max_headers=64,
+    )
 
 
 def parse_progress(body: bytes | str) -> Progress:
@@ -90,7 +95,7 @@ def parse_progress(body: bytes | str) -> Progress:
             end = line.rfind(b"}")
             if end < brace:
                 continue
-            name, rest = line[:brace], line[end + 1:]
+            name, rest = line[:brace], line[end + 1 :]
         else:
             name, _, rest = line.partition(b" ")
         field = _PROGRESS_METRICS.get(name.strip().decode("ascii", "replace"))

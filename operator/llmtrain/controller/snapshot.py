@@ -22,14 +22,14 @@ class Child:
 
     name: str
     attempt: int | None
-    owned: bool                 # ownerReferences name this job's uid (else: a name conflict)
-    deleting: bool = False      # deletionTimestamp set: its DELETED event will follow
-    state: str | None = None    # status.pytorchjob_state: Created/Running/Restarting/Succeeded/Failed
-    failure_message: str = ""   # its Failed condition's message
+    owned: bool  # ownerReferences name this job's uid (else: a name conflict)
+    deleting: bool = False  # deletionTimestamp set: its DELETED event will follow
+    state: str | None = None  # status.pytorchjob_state: Created/Running/Restarting/Succeeded/Failed
+    failure_message: str = ""  # its Failed condition's message
     spec_hash: str | None = None
     rendezvous_id: str | None = None
-    uid: str = ""               # its own uid: the pods it controls carry it
-    suspended: bool = False     # spec.runPolicy.suspend: Kueue has not admitted it (or took it back)
+    uid: str = ""  # its own uid: the pods it controls carry it
+    suspended: bool = False  # spec.runPolicy.suspend: Kueue has not admitted it (or took it back)
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Workload:
 
     name: str
     admitted: bool = False
-    message: str = ""           # Kueue's words: why it waits (QuotaReserved=False), or was admitted
+    message: str = ""  # Kueue's words: why it waits (QuotaReserved=False), or was admitted
     evicted: str | None = None  # the Evicted condition's reason (Preempted, PodsReadyTimeout, ...)
     evicted_message: str = ""
 
@@ -49,7 +49,7 @@ class CreateResult:
 
     name: str
     outcome: Literal["created", "adopted", "rejected", "not-owned"]
-    message: str = ""           # the API server's words for a rejection
+    message: str = ""  # the API server's words for a rejection
     rendezvous_id: str | None = None
 
 
@@ -61,22 +61,22 @@ class Observed:
     generation: int | None
     resource_version: str | None
     raw_spec: dict[str, Any]
-    spec: LLMTrainingJobSpec | None       # validated and resolved once per uid and generation
-    spec_error: str | None                # why it is invalid (spec None)
+    spec: LLMTrainingJobSpec | None  # validated and resolved once per uid and generation
+    spec_error: str | None  # why it is invalid (spec None)
     raw_status: dict[str, Any]
     status: LLMTrainingJobStatus
     now: dt.datetime
     creation_time: dt.datetime | None = None  # metadata.creationTimestamp
     children: tuple[Child, ...] = ()
-    first_sight: bool = False             # this process has not reconciled the job before
-    awaiting_watch: bool = False          # its recorded PyTorchJob may still come through the watch
-    pods: tuple[dict, ...] = ()           # the current attempt's pods (status.pod_summary)
+    first_sight: bool = False  # this process has not reconciled the job before
+    awaiting_watch: bool = False  # its recorded PyTorchJob may still come through the watch
+    pods: tuple[dict, ...] = ()  # the current attempt's pods (status.pod_summary)
     failures: tuple[dict, ...] | None = None  # the current attempt's pod failures; None: not read
     ran_nodes: frozenset[str] = frozenset()  # where the current attempt's pods ran (read with failures)
     ready_nodes: frozenset[str] | None = None  # Ready nodes of the instance type (None: unknown)
     ready_nodes_read: bool = False
-    progress: Progress | None = None      # the monitor's latest scrape of the current attempt
-    workload: Workload | None = None      # Kueue's Workload of the current PyTorchJob (None: none found)
+    progress: Progress | None = None  # the monitor's latest scrape of the current attempt
+    workload: Workload | None = None  # Kueue's Workload of the current PyTorchJob (None: none found)
     workload_read: bool = False
     created: CreateResult | None = None
 
@@ -116,17 +116,15 @@ class Plan:
     events: tuple[Event, ...] = ()
     need: Literal["failures", "ready_nodes", "workload"] | None = None
     requeue: float | None = None
-    outcome: str | None = None            # llmtrain_operator_reconciles{outcome}
-    restart: Reason | None = None         # llmtrain_operator_job_restarts{reason}
-    ended: Reason | None = None           # why the attempt ended, also when no restart follows (goodput)
-    blamed: tuple[dict, ...] = ()         # nodes blamed for the failure (llmtrain_operator_bad_nodes)
-    taint: tuple[dict, ...] = ()          # blamed nodes the next attempt avoids (--suspect-taint-fraction)
+    outcome: str | None = None  # llmtrain_operator_reconciles{outcome}
+    restart: Reason | None = None  # llmtrain_operator_job_restarts{reason}
+    ended: Reason | None = None  # why the attempt ended, also when no restart follows (goodput)
+    blamed: tuple[dict, ...] = ()  # nodes blamed for the failure (llmtrain_operator_bad_nodes)
+    taint: tuple[dict, ...] = ()  # blamed nodes the next attempt avoids (--suspect-taint-fraction)
     preflight_busbw: float | None = None  # llmtrain_operator_preflight_bus_bandwidth_gbps
-    monitor: bool = False                 # scrape rank 0 (Running)
-    waiting: bool = False                 # for the watch: not yet a sight of the job
+    monitor: bool = False  # scrape rank 0 (Running)
+    waiting: bool = False  # for the watch: not yet a sight of the job
 
     @property
     def writes(self) -> bool:
         return self.status is not None or self.create is not None
-
-

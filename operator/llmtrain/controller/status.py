@@ -14,8 +14,14 @@ from .scrape import parse_progress
 
 # Kubeflow's JobConditionType values (training-operator v1), in the order a job passes them.
 PTJ_CONDITIONS = ("Created", "Suspended", "Running", "Restarting", "Succeeded", "Failed")
-PHASE_OF = {"Created": Phase.PENDING, "Suspended": Phase.PENDING, "Running": Phase.RUNNING,
-            "Restarting": Phase.RESTARTING, "Succeeded": Phase.SUCCEEDED, "Failed": Phase.FAILED}
+PHASE_OF = {
+    "Created": Phase.PENDING,
+    "Suspended": Phase.PENDING,
+    "Running": Phase.RUNNING,
+    "Restarting": Phase.RESTARTING,
+    "Succeeded": Phase.SUCCEEDED,
+    "Failed": Phase.FAILED,
+}
 TERMINAL = ("Succeeded", "Failed")  # the PyTorchJob's terminal conditions
 
 
@@ -34,8 +40,13 @@ def pytorchjob_state(ptj: dict) -> str | None:
             return terminal
     if not conds:
         return None
-    latest = max(conds, key=lambda c: (c.get("lastTransitionTime") or "", PTJ_CONDITIONS.index(c["type"])
-                                       if c["type"] in PTJ_CONDITIONS else -1))
+    latest = max(
+        conds,
+        key=lambda c: (
+            c.get("lastTransitionTime") or "",
+            PTJ_CONDITIONS.index(c["type"]) if c["type"] in PTJ_CONDITIONS else -1,
+        ),
+    )
     return latest["type"]
 
 
@@ -46,8 +57,15 @@ def failure_message(ptj: dict) -> str:
     return "the PyTorchJob failed"
 
 
-def set_condition(conditions: list[dict], type_: str, status: bool, reason: str, message: str,
-                  generation: int | None = None, at: dt.datetime | None = None) -> list[dict]:
+def set_condition(
+    conditions: list[dict],
+    type_: str,
+    status: bool,
+    reason: str,
+    message: str,
+    generation: int | None = None,
+    at: dt.datetime | None = None,
+) -> list[dict]:
     """Return a new list with condition `type_` set; lastTransitionTime moves only on a change (to
     `at`: decide passes its snapshot's time, so it reads no clock)."""
     value = "True" if status else "False"
@@ -59,14 +77,18 @@ def set_condition(conditions: list[dict], type_: str, status: bool, reason: str,
         if c.get("type") == type_:
             found = True
             changed = c.get("status") != value
-            c = {**c, "status": value, "reason": reason, "message": message,
-                 "lastTransitionTime": when if changed else c.get("lastTransitionTime", when)}
+            c = {
+                **c,
+                "status": value,
+                "reason": reason,
+                "message": message,
+                "lastTransitionTime": when if changed else c.get("lastTransitionTime", when),
+            }
             if generation is not None:
                 c["observedGeneration"] = generation
         out.append(c)
     if not found:
-        c = {"type": type_, "status": value, "reason": reason, "message": message,
-             "lastTransitionTime": when}
+        c = {"type": type_, "status": value, "reason": reason, "message": message, "lastTransitionTime": when}
         if generation is not None:
             c["observedGeneration"] = generation
         out.append(c)
@@ -78,13 +100,19 @@ def progress_from_metrics(text: str | bytes) -> Progress:
     series only, bounded (scrape.parse_progress: the body is the tenant's)."""
     return parse_progress(text)
 
-
     return parse_progress(text)
 
 
 # Container waiting reasons that mean "this pod will not start by itself".
-STUCK_WAITING = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
-                 "CreateContainerError", "CrashLoopBackOff", "RunContainerError")
+STUCK_WAITING = (
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "CrashLoopBackOff",
+    "RunContainerError",
+)
 
 
 PYTORCHJOB_KIND = ("kubeflow.org/v1", "PyTorchJob")
@@ -102,16 +130,29 @@ def owner_uid(pod: dict) -> str | None:
 def pod_summary(pod: dict) -> dict:
     """What the operator keeps of a worker pod: enough to find rank 0 and to say why it is stuck."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-    unschedulable = next((c.get("message") or c.get("reason") or "unschedulable"
-                          for c in status.get("conditions") or []
-                          if c.get("type") == "PodScheduled" and c.get("status") == "False"), None)
-    waiting = [(c.get("name"), c["state"]["waiting"].get("reason"), c["state"]["waiting"].get("message") or "")
-               for c in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
-               if (c.get("state") or {}).get("waiting")]
-    return {"name": meta.get("name"), "index": (meta.get("labels") or {}).get(REPLICA_INDEX_LABEL),
-            "owner": owner_uid(pod), "node": (pod.get("spec") or {}).get("nodeName"),
-            "ip": status.get("podIP"), "phase": status.get("phase"),
-            "unschedulable": unschedulable, "waiting": waiting}
+    unschedulable = next(
+        (
+            c.get("message") or c.get("reason") or "unschedulable"
+            for c in status.get("conditions") or []
+            if c.get("type") == "PodScheduled" and c.get("status") == "False"
+        ),
+        None,
+    )
+    waiting = [
+        (c.get("name"), c["state"]["waiting"].get("reason"), c["state"]["waiting"].get("message") or "")
+        for c in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
+        if (c.get("state") or {}).get("waiting")
+    ]
+    return {
+        "name": meta.get("name"),
+        "index": (meta.get("labels") or {}).get(REPLICA_INDEX_LABEL),
+        "owner": owner_uid(pod),
+        "node": (pod.get("spec") or {}).get("nodeName"),
+        "ip": status.get("podIP"),
+        "phase": status.get("phase"),
+        "unschedulable": unschedulable,
+        "waiting": waiting,
+    }
 
 
 def startup_problem(pods: list[dict]) -> tuple[str, str] | None:

@@ -39,6 +39,7 @@ def taint_value(reason: str) -> str:
 
 # --- the cluster's nodes (API calls; run on handler threads) --------------------------------------
 
+
 def _node_selector(instance_type: str, is_gpu: bool) -> str | None:
     return f"{INSTANCE_TYPE_LABEL}={instance_type}" if is_gpu else None
 
@@ -68,8 +69,16 @@ def _suspect_nodes_of(api, namespace: str) -> set[str]:
     return {n.metadata.name for n in items if any(t.key == SUSPECT_TAINT for t in n.spec.taints or [])}
 
 
-def taint_nodes(bad: list[dict], instance_type: str, is_gpu: bool, fraction: float, namespace: str = "",
-                job: str = "", per_namespace: int = 2, ttl_seconds: float = 86400.0) -> list[str]:
+def taint_nodes(
+    bad: list[dict],
+    instance_type: str,
+    is_gpu: bool,
+    fraction: float,
+    namespace: str = "",
+    job: str = "",
+    per_namespace: int = 2,
+    ttl_seconds: float = 86400.0,
+) -> list[str]:
     """Taint the bad nodes `llmtrain.dev/suspect=<reason>:NoSchedule` within the caps: at most
     `fraction` of the instance type's nodes, at most `per_namespace` nodes tainted for one
     namespace's jobs at once (so one tenant's failures cannot fence off a node group), each for
@@ -104,11 +113,20 @@ def taint_nodes(bad: list[dict], instance_type: str, is_gpu: bool, fraction: flo
         taints = [{k: v for k, v in t.items() if v is not None} for t in taints]
         taints.append({"key": SUSPECT_TAINT, "value": taint_value(b["reason"]), "effect": "NoSchedule"})
         try:
-            api.patch_node(b["node"], {"metadata": {"resourceVersion": node.metadata.resource_version,
-                                                    "labels": {SUSPECT_NAMESPACE_LABEL: namespace[:63]},
-                                                    "annotations": {SUSPECT_JOB_ANNOTATION: f"{namespace}/{job}",
-                                                                    SUSPECT_EXPIRES_ANNOTATION: expires}},
-                                       "spec": {"taints": taints}})
+            api.patch_node(
+                b["node"],
+                {
+                    "metadata": {
+                        "resourceVersion": node.metadata.resource_version,
+                        "labels": {SUSPECT_NAMESPACE_LABEL: namespace[:63]},
+                        "annotations": {
+                            SUSPECT_JOB_ANNOTATION: f"{namespace}/{job}",
+                            SUSPECT_EXPIRES_ANNOTATION: expires,
+                        },
+                    },
+                    "spec": {"taints": taints},
+                },
+            )
         except ApiException as err:
             log.warning("cannot taint node %s: %s %s", b["node"], err.status, err.reason)
             continue
@@ -137,19 +155,29 @@ def untaint_expired(now=None) -> list[str]:
     for node in items:
         try:
             until = dt.datetime.fromisoformat(
-                ((node.metadata.annotations or {}).get(SUSPECT_EXPIRES_ANNOTATION) or "").replace("Z", "+00:00"))
+                ((node.metadata.annotations or {}).get(SUSPECT_EXPIRES_ANNOTATION) or "").replace("Z", "+00:00")
+            )
         except ValueError:
             until = now
         if until > now:
             continue
-        taints = [{k: v for k, v in t.to_dict().items() if v is not None}
-                  for t in node.spec.taints or [] if t.key != SUSPECT_TAINT]
+        taints = [
+            {k: v for k, v in t.to_dict().items() if v is not None}
+            for t in node.spec.taints or []
+            if t.key != SUSPECT_TAINT
+        ]
         try:
-            api.patch_node(node.metadata.name, {
-                "metadata": {"resourceVersion": node.metadata.resource_version,
-                             "labels": {SUSPECT_NAMESPACE_LABEL: None},
-                             "annotations": {SUSPECT_JOB_ANNOTATION: None, SUSPECT_EXPIRES_ANNOTATION: None}},
-                "spec": {"taints": taints}})
+            api.patch_node(
+                node.metadata.name,
+                {
+                    "metadata": {
+                        "resourceVersion": node.metadata.resource_version,
+                        "labels": {SUSPECT_NAMESPACE_LABEL: None},
+                        "annotations": {SUSPECT_JOB_ANNOTATION: None, SUSPECT_EXPIRES_ANNOTATION: None},
+                    },
+                    "spec": {"taints": taints},
+                },
+            )
         except ApiException as err:
             log.warning("cannot untaint node %s: %s %s", node.metadata.name, err.status, err.reason)
             continue

@@ -54,8 +54,9 @@ def create_secret(obj: dict) -> bool:
         return False
 
 
-def prepare_attempt(cfg: OperatorConfig, spec: LLMTrainingJobSpec, ns: str, name: str, uid: str | None,
-                    attempt: int) -> None:
+def prepare_attempt(
+    cfg: OperatorConfig, spec: LLMTrainingJobSpec, ns: str, name: str, uid: str | None, attempt: int
+) -> None:
     """Before attempt N's PyTorchJob: its NetworkPolicy (with --job-network-policy) and, when it
     meets on the operator's etcd and the operator holds the rendezvous CA, its credentials."""
     if cfg.job_network_policy:

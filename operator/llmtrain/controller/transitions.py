@@ -26,6 +26,7 @@ MUTABLE_SECTIONS = ("resilience", "checkpoint", "suspend")
 
 # --- pure helpers --------------------------------------------------------------------------------
 
+
 def spec_hash(raw_spec: dict) -> str:
     """Hash of the sections that shape the pods (everything but the mutable ones)."""
     fixed = {k: v for k, v in raw_spec.items() if k not in MUTABLE_SECTIONS}
@@ -35,9 +36,13 @@ def spec_hash(raw_spec: dict) -> str:
 
 def plan_status(spec: LLMTrainingJobSpec) -> dict:
     plan = plan_job(spec)
-    return {"memoryPerGpuGiB": round(plan.total_bytes / 1024**3, 2), "fits": plan.fits,
-            "flopsPerToken": float(plan.flops_per_token), "numParams": plan.num_params,
-            "expectedTokensPerSecond": round(plan.tokens_per_second, 1)}
+    return {
+        "memoryPerGpuGiB": round(plan.total_bytes / 1024**3, 2),
+        "fits": plan.fits,
+        "flopsPerToken": float(plan.flops_per_token),
+        "numParams": plan.num_params,
+        "expectedTokensPerSecond": round(plan.tokens_per_second, 1),
+    }
 
 
 def restart_backoff(resilience, restarts: int, floor: float = OperatorConfig.min_restart_backoff) -> float:
@@ -72,20 +77,37 @@ def cond(o: Observed, conds: list[dict], type_, ok: bool, reason: Reason | str, 
 
 def failed_update(o: Observed, reason: Reason, message: str) -> dict:
     """The status update that marks a job Failed."""
-    return {"phase": Phase.FAILED, "reason": reason, "message": message,
-            "conditions": cond(o, conds_of(o), READY, False, reason, message),
-            "completionTime": timestamp(o.now), "observedGeneration": o.generation}
+    return {
+        "phase": Phase.FAILED,
+        "reason": reason,
+        "message": message,
+        "conditions": cond(o, conds_of(o), READY, False, reason, message),
+        "completionTime": timestamp(o.now),
+        "observedGeneration": o.generation,
+    }
 
 
-def fail(o: Observed, situation_name: str, reason: Reason, message: str, outcome: str = "invalid",
-         **extra) -> Plan:
-    return Plan(situation_name, status=failed_update(o, reason, message),
-                events=(Event(True, reason, message),), outcome=outcome, **extra)
+def fail(o: Observed, situation_name: str, reason: Reason, message: str, outcome: str = "invalid", **extra) -> Plan:
+    return Plan(
+        situation_name,
+        status=failed_update(o, reason, message),
+        events=(Event(True, reason, message),),
+        outcome=outcome,
+        **extra,
+    )
 
 
-def restart(o: Observed, name: str, cause: Reason, message: str, *, spend: bool = True,
-            floor: float = OperatorConfig.min_restart_backoff,
-            amend: Callable[[dict], dict | None] | None = None, outcome: str | None = "restarted") -> Plan:
+def restart(
+    o: Observed,
+    name: str,
+    cause: Reason,
+    message: str,
+    *,
+    spend: bool = True,
+    floor: float = OperatorConfig.min_restart_backoff,
+    amend: Callable[[dict], dict | None] | None = None,
+    outcome: str | None = "restarted",
+) -> Plan:
     """The next attempt (fresh rendezvous id, resumes from the newest checkpoint), or Failed when
     the restart budget is spent. `spend=False`: the new attempt does not count against
     maxRestarts and starts at once (it never trained through no fault of the job: a failed
@@ -95,30 +117,51 @@ def restart(o: Observed, name: str, cause: Reason, message: str, *, spend: bool 
     restarts, attempt = st.restarts or 0, o.attempt
     old = st.pytorch_job
     if spend and restarts >= r.max_restarts:
-        update = failed_update(o, Reason.RESTART_BUDGET_EXHAUSTED,
-                         f"attempt {attempt} {cause.words}: {message}; {restarts} of {r.max_restarts} restarts used")
+        update = failed_update(
+            o,
+            Reason.RESTART_BUDGET_EXHAUSTED,
+            f"attempt {attempt} {cause.words}: {message}; {restarts} of {r.max_restarts} restarts used",
+        )
         extra = (amend(update) if amend else None) or {}
-        return Plan(name, status=update, delete=(old,) if old and cause in STUCK else (),
-                    events=(Event(True, Reason.RESTART_BUDGET_EXHAUSTED, update["message"]),),
-                    outcome=outcome, ended=cause, **{k: v for k, v in extra.items() if k != "taint"})
+        return Plan(
+            name,
+            status=update,
+            delete=(old,) if old and cause in STUCK else (),
+            events=(Event(True, Reason.RESTART_BUDGET_EXHAUSTED, update["message"]),),
+            outcome=outcome,
+            ended=cause,
+            **{k: v for k, v in extra.items() if k != "taint"},
+        )
     nxt = attempt + 1
     delay = restart_backoff(r, restarts, floor) if spend else 0.0
     due = o.now + dt.timedelta(seconds=delay)
     if due.microsecond:  # status times have whole seconds: round up, never start early
         due = due.replace(microsecond=0) + dt.timedelta(seconds=1)
     when = f"at {timestamp(due)} (restart backoff {delay:.0f} s)" if delay >= 1 else "now"
-    update = {"phase": Phase.RESTARTING, "attempt": nxt, "restarts": restarts + (1 if spend else 0),
-              "reason": cause, "pytorchJob": pytorchjob_name(o.name, nxt),
-              "rendezvousId": rendezvous_id(o.namespace, o.name, o.uid, nxt),
-              "attemptCreationTime": timestamp(due), "nextAttemptTime": timestamp(due) if delay >= 1 else None,
-              "admissionTime": None,
-              "message": f"attempt {attempt} {cause.words}: {message}; starting attempt {nxt} "
-                         f"{when} from the newest checkpoint",
-              "conditions": cond(o, conds_of(o), READY, False, Reason.RESTARTING, f"attempt {attempt} {cause.words}")}
+    update = {
+        "phase": Phase.RESTARTING,
+        "attempt": nxt,
+        "restarts": restarts + (1 if spend else 0),
+        "reason": cause,
+        "pytorchJob": pytorchjob_name(o.name, nxt),
+        "rendezvousId": rendezvous_id(o.namespace, o.name, o.uid, nxt),
+        "attemptCreationTime": timestamp(due),
+        "nextAttemptTime": timestamp(due) if delay >= 1 else None,
+        "admissionTime": None,
+        "message": f"attempt {attempt} {cause.words}: {message}; starting attempt {nxt} "
+        f"{when} from the newest checkpoint",
+        "conditions": cond(o, conds_of(o), READY, False, Reason.RESTARTING, f"attempt {attempt} {cause.words}"),
+    }
     extra = (amend(update) if amend else None) or {}
-    return Plan(name, status=update, delete=(old,) if old else (),
-                events=(Event(True, Reason.RESTARTING, update["message"]),), outcome=outcome,
-                restart=cause, **extra)
+    return Plan(
+        name,
+        status=update,
+        delete=(old,) if old else (),
+        events=(Event(True, Reason.RESTARTING, update["message"]),),
+        outcome=outcome,
+        restart=cause,
+        **extra,
+    )
 
 
 def needs_ready_nodes(o: Observed, blamed=()) -> bool:
@@ -127,20 +170,27 @@ def needs_ready_nodes(o: Observed, blamed=()) -> bool:
 
 def stuck_amend(o: Observed, cause: Reason, then: Callable[[dict], None] | None = None):
     def amend(update: dict) -> None:
-        forensics.amend_stuck(update, cause, spec=o.spec, attempt=o.attempt,
-                              bad_nodes=o.raw_status.get("badNodes") or [], ready=o.ready_nodes)
+        forensics.amend_stuck(
+            update,
+            cause,
+            spec=o.spec,
+            attempt=o.attempt,
+            bad_nodes=o.raw_status.get("badNodes") or [],
+            ready=o.ready_nodes,
+        )
         if then is not None:
             then(update)
+
     return amend
 
 
-def restart_stuck(o: Observed, name: str, cause: Reason, message: str, then=None, *,
-                  floor: float = OperatorConfig.min_restart_backoff) -> Plan:
+def restart_stuck(
+    o: Observed, name: str, cause: Reason, message: str, then=None, *, floor: float = OperatorConfig.min_restart_backoff
+) -> Plan:
     st, r = o.status, resilience_of(o)
     if needs_ready_nodes(o) and not ((st.restarts or 0) >= r.max_restarts):
         return Plan(name, need="ready_nodes")
     return restart(o, name, cause, message, amend=stuck_amend(o, cause, then), outcome=None, floor=floor)
-
 
 
 def validated_conditions(o: Observed, conds: list[dict]) -> list[dict]:
@@ -159,32 +209,54 @@ def create_attempt(o: Observed, cfg: OperatorConfig, attempt: int, name: str) ->
     elif created is None:
         assert o.spec is not None  # attempts start only for a valid spec
         try:
-            obj = render_pytorchjob(o.spec, o.name, o.namespace, attempt, o.uid, cfg.default_etcd_endpoint,
-                                    resume_before_step=o.status.resume_before_step,
-                                    avoid_nodes=o.status.avoid_nodes or (),  # nodes.py
-                                    rendezvous_credentials=bool(cfg.rendezvous_ca_dir))
+            obj = render_pytorchjob(
+                o.spec,
+                o.name,
+                o.namespace,
+                attempt,
+                o.uid,
+                cfg.default_etcd_endpoint,
+                resume_before_step=o.status.resume_before_step,
+                avoid_nodes=o.status.avoid_nodes or (),  # nodes.py
+                rendezvous_credentials=bool(cfg.rendezvous_ca_dir),
+            )
         except (ValueError, TypeError, yaml.YAMLError) as err:  # what validation could not foresee
             return fail(o, name, Reason.RENDER_FAILED, f"cannot render the PyTorchJob of attempt {attempt}: {err}")
         obj["metadata"]["annotations"][SPEC_HASH] = spec_hash(o.raw_spec)
         return Plan(name, create=obj)
     elif created.outcome == "rejected":
-        return fail(o, name, Reason.PYTORCHJOB_REJECTED,
-                    f"the API server refused PyTorchJob {ptj_name}: {created.message}")
+        return fail(
+            o, name, Reason.PYTORCHJOB_REJECTED, f"the API server refused PyTorchJob {ptj_name}: {created.message}"
+        )
     else:
         verb = {"created": "Created", "adopted": "Adopted"}.get(created.outcome)
         rdzv = created.rendezvous_id
     if verb is None:
-        return fail(o, name, Reason.NAME_CONFLICT,
-                    f"a PyTorchJob named {ptj_name} already exists in {o.namespace} and "
-                    "is not owned by this job; delete it or rename the job")
-    update = {"attempt": attempt, "restarts": o.status.restarts or 0, "pytorchJob": ptj_name,
-              "rendezvousId": rdzv or rendezvous_id(o.namespace, o.name, o.uid, attempt),
-              "attemptCreationTime": timestamp(o.now), "nextAttemptTime": None, "admissionTime": None}
+        return fail(
+            o,
+            name,
+            Reason.NAME_CONFLICT,
+            f"a PyTorchJob named {ptj_name} already exists in {o.namespace} and "
+            "is not owned by this job; delete it or rename the job",
+        )
+    update = {
+        "attempt": attempt,
+        "restarts": o.status.restarts or 0,
+        "pytorchJob": ptj_name,
+        "rendezvousId": rdzv or rendezvous_id(o.namespace, o.name, o.uid, attempt),
+        "attemptCreationTime": timestamp(o.now),
+        "nextAttemptTime": None,
+        "admissionTime": None,
+    }
     if o.is_new:
         assert o.spec is not None  # attempts start only for a valid spec
         conds = validated_conditions(o, conds_of(o))
-        update.update(phase=Phase.PENDING, observedGeneration=o.generation, model=model_summary(o.spec.model),
-                      plan=plan_status(o.spec),
-                      conditions=cond(o, conds, READY, False, Reason.PENDING, "waiting for the PyTorchJob to run"))
+        update.update(
+            phase=Phase.PENDING,
+            observedGeneration=o.generation,
+            model=model_summary(o.spec.model),
+            plan=plan_status(o.spec),
+            conditions=cond(o, conds, READY, False, Reason.PENDING, "waiting for the PyTorchJob to run"),
+        )
     message = f"{verb} PyTorchJob {ptj_name} (attempt {attempt})"
     return Plan(name, status=update, events=(Event(False, Reason(verb), message),), outcome=verb.lower())

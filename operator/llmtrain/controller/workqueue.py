@@ -55,9 +55,15 @@ def _namespace(key: Hashable) -> Hashable:
 
 
 class WorkQueue:
-    def __init__(self, handler: Callable[[Hashable, dict | None], float | None], workers: int,
-                 retry_base: float = 0.5, retry_cap: float = 60.0, name: str = "reconcile",
-                 tenant: Callable[[Hashable], Hashable] | None = None):
+    def __init__(
+        self,
+        handler: Callable[[Hashable, dict | None], float | None],
+        workers: int,
+        retry_base: float = 0.5,
+        retry_cap: float = 60.0,
+        name: str = "reconcile",
+        tenant: Callable[[Hashable], Hashable] | None = None,
+    ):
         self._handler, self._workers, self._name = handler, workers, name
         self._retry_base, self._retry_cap = retry_base, retry_cap
         self._tenant = tenant or _namespace
@@ -159,8 +165,7 @@ class WorkQueue:
         """One worker thread per context (a contextvars.Context each: kopf's event posting finds
         its queue through context variables, so workers run in copies of a handler's context)."""
         for i, ctx in enumerate(contexts):
-            t = threading.Thread(target=ctx.run, args=(self._work,), name=f"llmtrain-{self._name}-{i}",
-                                 daemon=True)
+            t = threading.Thread(target=ctx.run, args=(self._work,), name=f"llmtrain-{self._name}-{i}", daemon=True)
             t.start()
             self._threads.append(t)
 
@@ -216,8 +221,16 @@ class WorkQueue:
                     n = self._failures[key] = self._failures.get(key, 0) + 1
                     self._settled.pop(key, None)
                 requeue = min(self._retry_cap, self._retry_base * 2 ** (n - 1))
-                log.warning("%s %s failed (%s: %s); retry %d in %.1fs", self._name, key,
-                            type(err).__name__, err, n, requeue, exc_info=n == 1)
+                log.warning(
+                    "%s %s failed (%s: %s); retry %d in %.1fs",
+                    self._name,
+                    key,
+                    type(err).__name__,
+                    err,
+                    n,
+                    requeue,
+                    exc_info=n == 1,
+                )
             finally:
                 self._done(key)
             if requeue is not None:
