@@ -390,8 +390,20 @@ def p5_queue_under_kueue(cluster: DevCluster) -> None:
     print(f"{second}: {status(second).get('message', '')}")
 
     say(f"{first} finishes (its pods exit 0): Kueue frees the quota and admits {second}")
-    for pod in pods(first):
-        kubectl("patch", pod, "-n", P5_NAMESPACE, "--subresource=status", "--type=merge", "-p", json.dumps(exited(0)))
+    # worker 0 last: once it succeeds the training-operator marks the job Succeeded and may delete
+    # the other pods (its clean-pod policy), so a pod already gone is not an error here
+    for pod in sorted(pods(first), reverse=True):
+        kubectl(
+            "patch",
+            pod,
+            "-n",
+            P5_NAMESPACE,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps(exited(0)),
+            check=False,
+        )
     wait_for(lambda: status(first).get("phase") == "Succeeded", 120, f"{first} Succeeded")
     wait_for(lambda: status(second).get("phase") == "Running", 180, f"{second} Running")
     show_pods()

@@ -51,10 +51,18 @@ def release(helm, dev_cluster, tmp_path_factory):
     with dev_cluster.api_client() as api:
         client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
     try:
-        helm.run("install", RELEASE, helm.operator_chart, "--namespace", ns,
-                 "--set", "admission.allowedImageRegistries={public.ecr.aws/llmtrain}",
-                 "--set", "admission.allowedServiceAccounts={llmtrain-trainer}",
-                 kubeconfig=dev_cluster.kubeconfig)
+        helm.run(
+            "install",
+            RELEASE,
+            helm.operator_chart,
+            "--namespace",
+            ns,
+            "--set",
+            "admission.allowedImageRegistries={public.ecr.aws/llmtrain}",
+            "--set",
+            "admission.allowedServiceAccounts={llmtrain-trainer}",
+            kubeconfig=dev_cluster.kubeconfig,
+        )
         yield ns
     finally:
         helm.run("uninstall", RELEASE, "--namespace", ns, kubeconfig=dev_cluster.kubeconfig, check=False)
@@ -68,8 +76,9 @@ def release(helm, dev_cluster, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def deployment(release, dev_cluster) -> dict:
-    out = dev_cluster.kubectl("get", "deployment", "-n", release, "-o", "json",
-                              "-l", f"app.kubernetes.io/instance={RELEASE}").stdout
+    out = dev_cluster.kubectl(
+        "get", "deployment", "-n", release, "-o", "json", "-l", f"app.kubernetes.io/instance={RELEASE}"
+    ).stdout
     (dep,) = json.loads(out)["items"]
     return dep
 
@@ -99,15 +108,28 @@ def operator_process(deployment, sa_kubeconfig, tmp_path_factory):
     log_path = tmp_path_factory.mktemp("operator") / "operator.log"
     # The container's literal env (e.g. the admission allow-lists), then what the kubelet would fill in.
     literal = {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
-    env = {**os.environ, **literal, "KUBECONFIG": str(sa_kubeconfig), "POD_NAME": "llmtrain-operator-test-0",
-           "POD_NAMESPACE": deployment["metadata"]["namespace"]}
+    env = {
+        **os.environ,
+        **literal,
+        "KUBECONFIG": str(sa_kubeconfig),
+        "POD_NAME": "llmtrain-operator-test-0",
+        "POD_NAMESPACE": deployment["metadata"]["namespace"],
+    }
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([str(exe), *args, "--bind-address=127.0.0.1"], env=env,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [str(exe), *args, "--bind-address=127.0.0.1"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     probe = c["livenessProbe"]["httpGet"]["path"]
     try:
-        wait_for(lambda: proc.poll() is not None or http_ok(f"http://127.0.0.1:{liveness}{probe}"), 60,
-                 "the operator's health endpoint")
+        wait_for(
+            lambda: proc.poll() is not None or http_ok(f"http://127.0.0.1:{liveness}{probe}"),
+            60,
+            "the operator's health endpoint",
+        )
         assert proc.poll() is None, f"operator exited {proc.returncode}:\n{log_path.read_text()[-4000:]}"
         yield {"proc": proc, "log": log_path, "metrics": metrics, "liveness": liveness, "args": args}
     finally:
@@ -137,16 +159,22 @@ def test_release_objects_exist(release, deployment, dev_cluster):
 
 
 def test_operator_with_release_credentials_reconciles_an_example_job(
-        operator_process, release, dev_cluster, sa_kubeconfig):
+    operator_process, release, dev_cluster, sa_kubeconfig
+):
     job = yaml.safe_load(EXAMPLE.read_text())
     name = job["metadata"]["name"]
     dev_cluster.kubectl("apply", "-n", release, "-f", EXAMPLE)
 
     def ptjs():
         out = dev_cluster.kubectl("get", "pytorchjobs.kubeflow.org", "-n", release, "-o", "json").stdout
-        return [p for p in json.loads(out)["items"]
-                if any(o.get("kind") == "LLMTrainingJob" and o.get("name") == name
-                       for o in p["metadata"].get("ownerReferences") or [])]
+        return [
+            p
+            for p in json.loads(out)["items"]
+            if any(
+                o.get("kind") == "LLMTrainingJob" and o.get("name") == name
+                for o in p["metadata"].get("ownerReferences") or []
+            )
+        ]
 
     def log_tail():
         return operator_process["log"].read_text()[-4000:]
@@ -168,16 +196,16 @@ def test_operator_with_release_credentials_reconciles_an_example_job(
 
     # Events posted with the operator's identity (core/events.k8s.io create).
     def events():
-        out = dev_cluster.kubectl("get", "events", "-n", release, "-o", "json",
-                                  "--field-selector", f"involvedObject.name={name}").stdout
+        out = dev_cluster.kubectl(
+            "get", "events", "-n", release, "-o", "json", "--field-selector", f"involvedObject.name={name}"
+        ).stdout
         return json.loads(out)["items"]
 
     assert wait_for(events, 30, f"events about {name}")
 
     # The leader-election Lease (leader.py), held with the identity of this replica.
     def lease():
-        out = json.loads(dev_cluster.kubectl("get", "lease", "llmtrain-operator", "-n", release,
-                                             "-o", "json").stdout)
+        out = json.loads(dev_cluster.kubectl("get", "lease", "llmtrain-operator", "-n", release, "-o", "json").stdout)
         return (out.get("spec") or {}).get("holderIdentity") == "llmtrain-operator-test-0"
 
     assert wait_for(lease, 30, "the operator's leader-election Lease")
@@ -192,8 +220,7 @@ def test_operator_with_release_credentials_reconciles_an_example_job(
     assert operator_process["proc"].poll() is None, log_tail()
 
 
-def test_operator_with_release_credentials_takes_a_job_through_its_lifecycle(
-        operator_process, release, dev_cluster):
+def test_operator_with_release_credentials_takes_a_job_through_its_lifecycle(operator_process, release, dev_cluster):
     """Failed attempt (a worker pod failed on a node) -> restart (the failure read from the pod
     watch, the instance type's nodes listed for bad-node avoidance, the old PyTorchJob deleted,
     attempt 2 created) -> Running -> suspend (PyTorchJob deleted) -> resume (attempt 3) ->
@@ -216,38 +243,77 @@ def test_operator_with_release_credentials_takes_a_job_through_its_lifecycle(
         return out.get("status") or {}
 
     def ptj_names():
-        out = json.loads(dev_cluster.kubectl("get", "pytorchjobs.kubeflow.org", "-n", release, "-o", "json",
-                                             "-l", f"llmtrain.dev/job={name}").stdout)
+        out = json.loads(
+            dev_cluster.kubectl(
+                "get", "pytorchjobs.kubeflow.org", "-n", release, "-o", "json", "-l", f"llmtrain.dev/job={name}"
+            ).stdout
+        )
         return {p["metadata"]["name"] for p in out["items"] if not p["metadata"].get("deletionTimestamp")}
 
     try:
         wait_for(lambda: ptj_names() == {f"{name}-a1"}, 90, "attempt 1's PyTorchJob")
+
         # A worker that failed on its node, then the training-operator's verdict, written as the
         # kubelet and the training-operator would (admin credentials, status subresources).
         def set_ptj(ptj_name: str, ctype: str, message: str = ""):
             with dev_cluster.api_client() as api:
                 custom = client.CustomObjectsApi(api)
                 ptj = custom.get_namespaced_custom_object("kubeflow.org", "v1", release, "pytorchjobs", ptj_name)
-                conds = pytorchjob_conditions((ptj.get("status") or {}).get("conditions") or [], ctype,
-                                              ptj_name, message)
-                custom.patch_namespaced_custom_object_status("kubeflow.org", "v1", release, "pytorchjobs",
-                                                             ptj_name, {"status": {"conditions": conds}})
+                conds = pytorchjob_conditions(
+                    (ptj.get("status") or {}).get("conditions") or [], ctype, ptj_name, message
+                )
+                custom.patch_namespaced_custom_object_status(
+                    "kubeflow.org", "v1", release, "pytorchjobs", ptj_name, {"status": {"conditions": conds}}
+                )
 
         with dev_cluster.api_client() as api:
             core = client.CoreV1Api(api)
             pod = f"{name}-a1-worker-0"
             owner = client.CustomObjectsApi(api).get_namespaced_custom_object(
-                "kubeflow.org", "v1", release, "pytorchjobs", f"{name}-a1")["metadata"]["uid"]
+                "kubeflow.org", "v1", release, "pytorchjobs", f"{name}-a1"
+            )["metadata"]["uid"]
             # controlled by attempt 1's PyTorchJob, as the training-operator makes it (a pod that
             # only carries the labels is anyone's and feeds no forensics)
-            core.create_namespaced_pod(release, {
-                "metadata": {"name": pod, "labels": {JOB_LABEL: name, ATTEMPT_LABEL: "1"},
-                             "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-                                                  "name": f"{name}-a1", "uid": owner, "controller": True}]},
-                "spec": {"nodeName": "cpu-node-7", "containers": [{"name": "trainer", "image": "busybox"}]}})
-            core.patch_namespaced_pod_status(pod, release, {"status": {"phase": "Failed", "containerStatuses": [{
-                "name": "trainer", "image": "busybox", "imageID": "", "ready": False, "restartCount": 0,
-                "state": {"terminated": {"exitCode": 1, "reason": "Error", "message": "worker exited 1"}}}]}})
+            core.create_namespaced_pod(
+                release,
+                {
+                    "metadata": {
+                        "name": pod,
+                        "labels": {JOB_LABEL: name, ATTEMPT_LABEL: "1"},
+                        "ownerReferences": [
+                            {
+                                "apiVersion": "kubeflow.org/v1",
+                                "kind": "PyTorchJob",
+                                "name": f"{name}-a1",
+                                "uid": owner,
+                                "controller": True,
+                            }
+                        ],
+                    },
+                    "spec": {"nodeName": "cpu-node-7", "containers": [{"name": "trainer", "image": "busybox"}]},
+                },
+            )
+            core.patch_namespaced_pod_status(
+                pod,
+                release,
+                {
+                    "status": {
+                        "phase": "Failed",
+                        "containerStatuses": [
+                            {
+                                "name": "trainer",
+                                "image": "busybox",
+                                "imageID": "",
+                                "ready": False,
+                                "restartCount": 0,
+                                "state": {
+                                    "terminated": {"exitCode": 1, "reason": "Error", "message": "worker exited 1"}
+                                },
+                            }
+                        ],
+                    }
+                },
+            )
         set_ptj(f"{name}-a1", "Failed", "worker exited 1")
         wait_for(lambda: ptj_names() == {f"{name}-a2"}, 90, "attempt 2 replacing attempt 1")
         st = job_status()
@@ -257,8 +323,11 @@ def test_operator_with_release_credentials_takes_a_job_through_its_lifecycle(
         wait_for(lambda: job_status().get("phase") == "Running", 60, "phase Running")
 
         dev_cluster.kubectl("patch", "llmtj", name, "-n", release, "--type=merge", "-p", '{"spec":{"suspend":true}}')
-        wait_for(lambda: job_status().get("phase") == "Suspended" and not ptj_names(), 60,
-                 "the suspended job's PyTorchJob deleted")
+        wait_for(
+            lambda: job_status().get("phase") == "Suspended" and not ptj_names(),
+            60,
+            "the suspended job's PyTorchJob deleted",
+        )
         dev_cluster.kubectl("patch", "llmtj", name, "-n", release, "--type=merge", "-p", '{"spec":{"suspend":false}}')
         wait_for(lambda: ptj_names() == {f"{name}-a3"}, 60, "attempt 3 after the resume")
         set_ptj(f"{name}-a3", "Succeeded")
@@ -273,25 +342,29 @@ def test_operator_with_release_credentials_takes_a_job_through_its_lifecycle(
     assert operator_process["proc"].poll() is None, log_tail()
 
 
-@pytest.mark.parametrize("verb,resource,extra", [
-    ("get", "secrets", []),
-    ("list", "secrets", ["--all-namespaces"]),
-    ("create", "deployments.apps", []),
-    ("delete", "llmtrainingjobs.llmtrain.dev", []),
-    # the operator writes only the status subresource of its jobs, never the jobs themselves
-    ("patch", "llmtrainingjobs.llmtrain.dev", []),
-    ("update", "llmtrainingjobs.llmtrain.dev", []),
-    ("update", "llmtrainingjobs.llmtrain.dev", ["--subresource=status"]),
-    ("patch", "pytorchjobs.kubeflow.org", []),
-    ("get", "pods", []),
-    ("create", "events.events.k8s.io", []),
-    ("delete", "pods", []),
-    ("create", "clusterrolebindings.rbac.authorization.k8s.io", []),
-    ("patch", "nodes", []),
-])
+@pytest.mark.parametrize(
+    "verb,resource,extra",
+    [
+        ("get", "secrets", []),
+        ("list", "secrets", ["--all-namespaces"]),
+        ("create", "deployments.apps", []),
+        ("delete", "llmtrainingjobs.llmtrain.dev", []),
+        # the operator writes only the status subresource of its jobs, never the jobs themselves
+        ("patch", "llmtrainingjobs.llmtrain.dev", []),
+        ("update", "llmtrainingjobs.llmtrain.dev", []),
+        ("update", "llmtrainingjobs.llmtrain.dev", ["--subresource=status"]),
+        ("patch", "pytorchjobs.kubeflow.org", []),
+        ("get", "pods", []),
+        ("create", "events.events.k8s.io", []),
+        ("delete", "pods", []),
+        ("create", "clusterrolebindings.rbac.authorization.k8s.io", []),
+        ("patch", "nodes", []),
+    ],
+)
 def test_actions_outside_the_rbac_are_denied(release, dev_cluster, sa_kubeconfig, verb, resource, extra):
-    r = dev_cluster.kubectl("auth", "can-i", verb, resource, "-n", release, *extra,
-                            kubeconfig=sa_kubeconfig, check=False)
+    r = dev_cluster.kubectl(
+        "auth", "can-i", verb, resource, "-n", release, *extra, kubeconfig=sa_kubeconfig, check=False
+    )
     assert r.stdout.strip() == "no", (verb, resource, r.stdout, r.stderr)
 
 
@@ -299,23 +372,37 @@ def test_reading_a_secret_is_forbidden_by_the_api_server(release, dev_cluster, s
     dev_cluster.kubectl("create", "secret", "generic", "hf-token", "-n", release, "--from-literal=token=x")
     r = dev_cluster.kubectl("get", "secret", "hf-token", "-n", release, kubeconfig=sa_kubeconfig, check=False)
     assert r.returncode != 0
-    assert "Forbidden" in r.stderr and "cannot get resource \"secrets\"" in r.stderr, r.stderr
+    assert "Forbidden" in r.stderr and 'cannot get resource "secrets"' in r.stderr, r.stderr
 
 
 def test_what_the_operator_needs_is_allowed(release, dev_cluster, sa_kubeconfig):
     """Every verb of the operator's RBAC table (llmtrain/controller/rbac.py), asked of the API server."""
     from llmtrain.controller import rbac
 
-    # Status writes are asked about with --subresource=status: `can-i patch <resource>/status` reads
-    # "status" as an object NAME and answers for the main resource, so it said yes without the rule.
+    # Asked as SelfSubjectAccessReviews with the group, resource and subresource spelled out: `kubectl
+    # auth can-i` maps names through discovery, so it answers "no" for a kind whose CRD is not
+    # installed here (Kueue's Workloads), and reads `<resource>/status` as an object NAME.
     needs = [(g, r, v) for (g, r), verbs in {**rbac.JOB_RULES, **rbac.CLUSTER_RULES}.items() for v in verbs]
     for group, resource, verb in sorted(needs):
         plural, _, sub = resource.partition("/")
-        target = f"{plural}.{group}" if group else plural
-        extra = [f"--subresource={sub}"] if sub else []
-        r = dev_cluster.kubectl("auth", "can-i", verb, target, "-n", release, *extra, kubeconfig=sa_kubeconfig,
-                                check=False)
-        assert r.stdout.strip() == "yes", (verb, target, extra, r.stderr)
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {
+                "resourceAttributes": {
+                    "group": group,
+                    "resource": plural,
+                    "subresource": sub,
+                    "verb": verb,
+                    "namespace": release,
+                }
+            },
+        }
+        r = dev_cluster.kubectl(
+            "create", "-o", "json", "-f", "-", input=json.dumps(review), kubeconfig=sa_kubeconfig, check=False
+        )
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["status"].get("allowed") is True, (verb, group, resource, r.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -325,21 +412,26 @@ def users(release, dev_cluster, tmp_path_factory):
     out = {}
     for user, role in (("alice-edit", "edit"), ("bob-view", "view")):
         out[role] = dev_cluster.make_user_kubeconfig(user, path=tmp_path_factory.mktemp(user) / "kubeconfig")
-        dev_cluster.kubectl("create", "rolebinding", f"{user}-{role}", f"--clusterrole={role}", f"--user={user}",
-                            "-n", release)
+        dev_cluster.kubectl(
+            "create", "rolebinding", f"{user}-{role}", f"--clusterrole={role}", f"--user={user}", "-n", release
+        )
     return out
 
 
 def can_i(dev_cluster, kubeconfig, release, verb, resource, *extra) -> str:
-    return dev_cluster.kubectl("auth", "can-i", verb, resource, "-n", release, *extra, kubeconfig=kubeconfig,
-                               check=False).stdout.strip()
+    return dev_cluster.kubectl(
+        "auth", "can-i", verb, resource, "-n", release, *extra, kubeconfig=kubeconfig, check=False
+    ).stdout.strip()
 
 
 def test_edit_and_view_users_get_llmtrain_access_through_aggregation(release, dev_cluster, users):
     jobs = "llmtrainingjobs.llmtrain.dev"
     # The clusterrole-aggregation controller merges llmtrain-edit into `edit` asynchronously.
-    wait_for(lambda: can_i(dev_cluster, users["edit"], release, "create", jobs) == "yes", 60,
-             "`edit` to include llmtrain-edit (kubectl auth can-i create llmtrainingjobs as an edit user)")
+    wait_for(
+        lambda: can_i(dev_cluster, users["edit"], release, "create", jobs) == "yes",
+        60,
+        "`edit` to include llmtrain-edit (kubectl auth can-i create llmtrainingjobs as an edit user)",
+    )
     for verb in ("get", "list", "watch", "update", "patch", "delete"):
         assert can_i(dev_cluster, users["edit"], release, verb, jobs) == "yes", verb
     assert can_i(dev_cluster, users["edit"], release, "patch", jobs, "--subresource=status") == "no"
@@ -350,20 +442,25 @@ def test_edit_and_view_users_get_llmtrain_access_through_aggregation(release, de
     # And the API server agrees for a real object created by the edit user.
     job = yaml.safe_load(EXAMPLE.read_text())
     job["metadata"] = {"name": "by-alice"}
-    r = dev_cluster.kubectl("create", "-n", release, "-f", "-", input=json.dumps(job), kubeconfig=users["edit"],
-                            check=False)
+    r = dev_cluster.kubectl(
+        "create", "-n", release, "-f", "-", input=json.dumps(job), kubeconfig=users["edit"], check=False
+    )
     assert r.returncode == 0, r.stderr
     assert dev_cluster.kubectl("get", "llmtj", "by-alice", "-n", release, kubeconfig=users["view"]).returncode == 0
     dev_cluster.kubectl("delete", "llmtj", "by-alice", "-n", release, kubeconfig=users["edit"])
 
 
-@pytest.mark.parametrize("field,value,reason", [
-    ("image", "docker.io/someone/miner:latest", "spec.cluster.image"),
-    ("image", "public.ecr.aws/llmtrain-lookalike/trainer:1", "spec.cluster.image"),
-    ("serviceAccountName", "cluster-admin-sa", "spec.cluster.serviceAccountName"),
-])
-def test_allow_lists_from_chart_values_fail_jobs_outside_them(operator_process, release, dev_cluster, field, value,
-                                                              reason):
+@pytest.mark.parametrize(
+    "field,value,reason",
+    [
+        ("image", "docker.io/someone/miner:latest", "spec.cluster.image"),
+        ("image", "public.ecr.aws/llmtrain-lookalike/trainer:1", "spec.cluster.image"),
+        ("serviceAccountName", "cluster-admin-sa", "spec.cluster.serviceAccountName"),
+    ],
+)
+def test_allow_lists_from_chart_values_fail_jobs_outside_them(
+    operator_process, release, dev_cluster, field, value, reason
+):
     """Issue 10, defect 8: chart values admission.* → the operator's environment → validation."""
     job = yaml.safe_load(EXAMPLE.read_text())
     name = f"deny-{field.lower()[:5]}-{abs(hash(value)) % 10000}"
@@ -372,7 +469,10 @@ def test_allow_lists_from_chart_values_fail_jobs_outside_them(operator_process, 
     dev_cluster.kubectl("create", "-n", release, "-f", "-", input=json.dumps(job))
 
     def failed():
-        st = json.loads(dev_cluster.kubectl("get", "llmtj", name, "-n", release, "-o", "json").stdout).get("status") or {}
+        st = (
+            json.loads(dev_cluster.kubectl("get", "llmtj", name, "-n", release, "-o", "json").stdout).get("status")
+            or {}
+        )
         return st if st.get("phase") == "Failed" else None
 
     st = wait_for(failed, 60, f"{name} marked Failed by the allow-list")
@@ -383,8 +483,18 @@ def test_allow_lists_from_chart_values_fail_jobs_outside_them(operator_process, 
 
 
 def test_notes_show_how_to_watch_a_gpu_node_with_the_debug_tools(helm, release, dev_cluster):
-    notes = helm.run("install", "notes-check", helm.operator_chart, "--dry-run", "-n", release,
-                     "--set", "debugTools.enabled=true", "--set", "rbac.userRoles=false",
-                     kubeconfig=dev_cluster.kubeconfig).stdout
+    notes = helm.run(
+        "install",
+        "notes-check",
+        helm.operator_chart,
+        "--dry-run",
+        "-n",
+        release,
+        "--set",
+        "debugTools.enabled=true",
+        "--set",
+        "rbac.userRoles=false",
+        kubeconfig=dev_cluster.kubeconfig,
+    ).stdout
     assert f"kubectl exec -it -n {release} $POD -c nvtop -- nvtop" in notes
     assert "-l app.kubernetes.io/name=llmtrain-debug-tools,app.kubernetes.io/instance=notes-check" in notes

@@ -15,21 +15,27 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 _CHILD = r"""
 import json, os, sys
 from llmtrain_devcluster import DevCluster
 
+KEEP = os.environ.get("LLMTRAIN_TEST_KEEP") or None  # the checkout, bound back when it lives under /tmp
+
 def outside():
     found = []
     for root, dirs, files in os.walk("/tmp"):
         if root == "/tmp":
             dirs[:] = [d for d in dirs if d != "state"]
-        found += [os.path.join(root, n) for n in dirs + files]
+        dirs[:] = [d for d in dirs if os.path.join(root, d) != KEEP]
+        on_path = {os.path.join(root, d) for d in dirs if KEEP and KEEP.startswith(os.path.join(root, d) + "/")}
+        found += [os.path.join(root, n) for n in dirs + files if os.path.join(root, n) not in on_path]
     return sorted(found)
 
 os.makedirs("/tmp/state")
@@ -58,8 +64,17 @@ def test_a_chain_cluster_writes_nothing_outside_its_state_dir():
     if prefix is None:
         pytest.skip("needs a private mount namespace (unshare --mount) to give the cluster an empty /tmp")
     env = {k: v for k, v in os.environ.items() if k != "TMPDIR"}  # tempfile's default: /tmp
+    # A checkout under /tmp (CI's clean clone may be one) would vanish under the new tmpfs with the
+    # interpreter and the code: it is held open on fd 3 first and bound back at the same path.
+    script = 'mount -t tmpfs tmpfs /tmp && exec "$0" "$@"'
+    if REPO.is_relative_to("/tmp"):
+        env["LLMTRAIN_TEST_KEEP"] = str(REPO)
+        script = (
+            'exec 3<"$LLMTRAIN_TEST_KEEP" && mount -t tmpfs tmpfs /tmp && mkdir -p "$LLMTRAIN_TEST_KEEP" '
+            '&& mount --no-canonicalize --bind /proc/self/fd/3 "$LLMTRAIN_TEST_KEEP" && exec 3<&- && exec "$0" "$@"'
+        )
     r = subprocess.run(
-        [*prefix, "sh", "-c", 'mount -t tmpfs tmpfs /tmp && exec "$0" "$@"', sys.executable, "-c", _CHILD],
+        [*prefix, "sh", "-c", script, sys.executable, "-c", _CHILD],
         capture_output=True,
         text=True,
         env=env,
