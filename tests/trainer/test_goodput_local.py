@@ -110,7 +110,16 @@ def test_goodput_buckets_match_the_step_log(launch, tmp_path):
         ended = time.time()
         progress = mon.stop()
         g = gp.closed(g, attempt, ended, why, progress)
-        runs.append({"created": opened, "end": ended, "why": why, "steps": w.of("step"), "resume": w.of("resume")})
+        runs.append(
+            {
+                "created": opened,
+                "end": ended,
+                "why": why,
+                "steps": w.of("step"),
+                "resume": w.of("resume"),
+                "seen": progress,
+            }
+        )
         if attempt == 1:
             time.sleep(1.0)  # the restart backoff
     # the second attempt resumed from a checkpoint before the kill and redid the steps after it
@@ -123,9 +132,19 @@ def test_goodput_buckets_match_the_step_log(launch, tmp_path):
     hand = _hand(runs, created, end)
     wall = end - created
     assert sum(auto.values()) == pytest.approx(wall) and sum(hand.values()) == pytest.approx(wall)
-    off = {k: round(auto[k] - hand[k], 3) for k in gp.BUCKETS if abs(auto[k] - hand[k]) > 0.02 * wall}
+    # 2% of the wall time, but never under 2.5 s: the operator sees the trainer only through its
+    # scrapes, so where a span starts or ends is known to a scrape's resolution (the last heartbeat
+    # before a kill, the loop's start), a fixed ~1-2 s whatever the length; a 40 s test on a quiet
+    # machine is shorter than any real job, whose hours make that far below 2%.
+    tolerance = max(0.02 * wall, 2.5)
+    off = {k: round(auto[k] - hand[k], 3) for k in gp.BUCKETS if abs(auto[k] - hand[k]) > tolerance}
     report = {k: (round(auto[k], 3), round(hand[k], 3)) for k in gp.BUCKETS}
     print(f"wall {wall:.2f} s; bucket: (status.goodput, step log) {report}")
-    assert not off, f"buckets off by more than 2% of {wall:.1f} s: {off}; all: {report}"
+    assert not off, f"buckets off by more than {tolerance:.2f} s of {wall:.1f} s: {off}; all: {report}"
     assert auto["lostWork"] > 0 and auto["checkpointStall"] > 0 and auto["productive"] > 0
-    assert gp.steps_redone(gp.timeline_of(g, created)) == pytest.approx(runs[0]["steps"][-1]["step"] - resumed, abs=1)
+    # Steps redone: from the newest step the operator's scrape saw before the kill (the trainer may
+    # have run a few more between that scrape and the kill; a loaded CI machine showed 2), never more
+    # than the step log's.
+    redone = gp.steps_redone(gp.timeline_of(g, created))
+    assert redone == runs[0]["seen"]["step"] - resumed, (redone, runs[0]["seen"], resumed)
+    assert 0 < redone <= runs[0]["steps"][-1]["step"] - resumed
