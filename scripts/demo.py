@@ -164,17 +164,7 @@ def main() -> int:
                 120,
                 f"{pod} Running",
             )
-            kubectl(
-                "patch",
-                "pod",
-                pod,
-                "-n",
-                NAMESPACE,
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                json.dumps(running_at("127.0.0.1")),
-            )
+            patch_status(kubectl, NAMESPACE, running_at("127.0.0.1"), "pod", pod)
             print(kubectl("get", "pod", pod, "-n", NAMESPACE, "-o", "wide").stdout)
         else:
             say(
@@ -189,17 +179,7 @@ def main() -> int:
                 "-",
                 input=yaml.safe_dump(worker0_pod(name, 1, container["image"], owner=obj)),
             )
-            kubectl(
-                "patch",
-                "pod",
-                pod,
-                "-n",
-                NAMESPACE,
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                json.dumps(running_at("127.0.0.1")),
-            )
+            patch_status(kubectl, NAMESPACE, running_at("127.0.0.1"), "pod", pod)
             set_condition(kubectl, ptj, "Running")
         wait_for(lambda: "Running" in kubectl("get", "llmtj", name, "-n", NAMESPACE).stdout, 30, "Running")
 
@@ -223,17 +203,7 @@ def main() -> int:
         print(kubectl("get", "llmtj", "-n", NAMESPACE).stdout)
 
         if chain:  # the kubelet's report of the container's exit; the training-operator does the rest
-            kubectl(
-                "patch",
-                "pod",
-                pod,
-                "-n",
-                NAMESPACE,
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                json.dumps(exited(0)),
-            )
+            patch_status(kubectl, NAMESPACE, exited(0), "pod", pod)
         else:
             set_condition(kubectl, ptj, "Succeeded")
         wait_for(lambda: "Succeeded" in kubectl("get", "llmtj", name, "-n", NAMESPACE).stdout, 30, "Succeeded")
@@ -393,17 +363,7 @@ def p5_queue_under_kueue(cluster: DevCluster) -> None:
     # worker 0 last: once it succeeds the training-operator marks the job Succeeded and may delete
     # the other pods (its clean-pod policy), so a pod already gone is not an error here
     for pod in sorted(pods(first), reverse=True):
-        kubectl(
-            "patch",
-            pod,
-            "-n",
-            P5_NAMESPACE,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            json.dumps(exited(0)),
-            check=False,
-        )
+        patch_status(kubectl, P5_NAMESPACE, exited(0), pod, check=False)
     wait_for(lambda: status(first).get("phase") == "Succeeded", 120, f"{first} Succeeded")
     wait_for(lambda: status(second).get("phase") == "Running", 180, f"{second} Running")
     show_pods()
@@ -437,22 +397,20 @@ def exited(code: int) -> dict:
     }
 
 
+def patch_status(kubectl, namespace: str, body: dict, *target: str, check: bool = True) -> None:
+    """Report a status as its own controller would (the kubelet, the training-operator): a merge
+    patch of the status subresource of ``target`` ("pod", name; or "pod/name")."""
+    kubectl(
+        "patch", *target, "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(body), check=check
+    )
+
+
 def set_condition(kubectl, ptj: str, ctype: str) -> None:
     current = json.loads(
         kubectl("get", "pytorchjob", ptj, "-n", NAMESPACE, "-o", "jsonpath={.status.conditions}").stdout or "[]"
     )
     conds = pytorchjob_conditions(current, ctype, ptj)
-    kubectl(
-        "patch",
-        "pytorchjob",
-        ptj,
-        "-n",
-        NAMESPACE,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps({"status": {"conditions": conds}}),
-    )
+    patch_status(kubectl, NAMESPACE, {"status": {"conditions": conds}}, "pytorchjob", ptj)
 
 
 if __name__ == "__main__":
