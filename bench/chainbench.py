@@ -249,7 +249,52 @@ class ChainRun:
         return False
 
 
-class Recorder:
+class ResumingWatches:
+    """Watch threads that resume where they were after a watch ends (a server timeout, a dropped
+    connection) and list again after an error such as 410 Gone (``relisted`` then says so: every
+    object is seen ADDED once more). Subclasses call ``_watch(list_fn, args, handle)``; ``handle(kind,
+    obj, t)`` gets each event with its ``time.monotonic()``."""
+
+    def __init__(self) -> None:
+        self.relisted, self._stopped = False, False
+        self._watches: list = []
+
+    def _watch(self, list_fn, args, handle) -> None:
+        threading.Thread(target=self._run, args=(list_fn, args, handle), daemon=True).start()
+
+    def _run(self, list_fn, args, handle) -> None:
+        from kubernetes import watch
+
+        version = None
+        while not self._stopped:
+            w = watch.Watch()
+            self._watches.append(w)
+            try:  # a watch ends (server timeout, a dropped connection): resume it where it was
+                for ev in w.stream(list_fn, *args, timeout_seconds=300, resource_version=version):
+                    obj = ev["object"]
+                    meta = obj["metadata"] if isinstance(obj, dict) else obj.metadata
+                    version = (
+                        meta.get("resourceVersion") if isinstance(meta, dict) else meta.resource_version
+                    ) or version
+                    handle(ev["type"], obj, time.monotonic())
+            except Exception as err:  # noqa: BLE001
+                if self._stopped:
+                    return
+                print(f"watch restarted: {err!r}", file=sys.stderr)
+                # 410 Gone and friends: list again (first-seen times are kept)
+                version, self.relisted = None, True
+
+    def _mark(self, key, stage: str, t: float) -> None:
+        """The first time `key` reached `stage` (in the subclass's ``times``; callers hold its lock)."""
+        self.times.setdefault(key, {}).setdefault(stage, t)
+
+    def stop(self) -> None:
+        self._stopped = True
+        for w in self._watches:
+            w.stop()
+
+
+class Recorder(ResumingWatches):
     """Watches the pods, PyTorchJobs and LLMTrainingJobs of one namespace and records, per
     ``(job, attempt)``, the first time (``time.monotonic()``) each stage was seen:
 
@@ -272,6 +317,7 @@ class Recorder:
     )
 
     def __init__(self, api, namespace: str, nodes_per_job: int = 1):
+        super().__init__()
         from kubernetes import client
 
         from llmtrain.render import ATTEMPT_LABEL, JOB_LABEL
@@ -285,47 +331,9 @@ class Recorder:
         self._pods: dict[tuple[str, int], dict[str, tuple[str | None, str | None]]] = {}
         self.pod_nodes: dict[tuple[str, int], set[str]] = {}
         self.phase: dict[str, tuple[int, str | None]] = {}  # job -> (attempt, phase), latest seen
-        self._stopped = False
-        self._watches = []
-        self._threads = [
-            threading.Thread(target=self._run, args=(core.list_namespaced_pod, (namespace,), self._pod), daemon=True),
-            threading.Thread(
-                target=self._run,
-                args=(custom.list_namespaced_custom_object, (*PTJ[:2], namespace, PTJ[2]), self._ptj),
-                daemon=True,
-            ),
-            threading.Thread(
-                target=self._run,
-                args=(custom.list_namespaced_custom_object, (GROUP, VERSION, namespace, PLURAL), self._job),
-                daemon=True,
-            ),
-        ]
-        for t in self._threads:
-            t.start()
-
-    def _run(self, list_fn, args, handle) -> None:
-        from kubernetes import watch
-
-        version = None
-        while not self._stopped:
-            w = watch.Watch()
-            self._watches.append(w)
-            try:  # a watch ends (server timeout, a dropped connection): resume it where it was
-                for ev in w.stream(list_fn, *args, timeout_seconds=300, resource_version=version):
-                    obj = ev["object"]
-                    meta = obj["metadata"] if isinstance(obj, dict) else obj.metadata
-                    version = (
-                        meta.get("resourceVersion") if isinstance(meta, dict) else meta.resource_version
-                    ) or version
-                    handle(ev["type"], obj, time.monotonic())
-            except Exception as err:  # noqa: BLE001
-                if self._stopped:
-                    return
-                print(f"watch restarted: {err!r}", file=sys.stderr)
-                version = None  # 410 Gone and friends: list again (first-seen times are kept)
-
-    def _mark(self, key, stage: str, t: float) -> None:
-        self.times.setdefault(key, {}).setdefault(stage, t)
+        self._watch(core.list_namespaced_pod, (namespace,), self._pod)
+        self._watch(custom.list_namespaced_custom_object, (*PTJ[:2], namespace, PTJ[2]), self._ptj)
+        self._watch(custom.list_namespaced_custom_object, (GROUP, VERSION, namespace, PLURAL), self._job)
 
     def _key(self, labels) -> tuple[str, int] | None:
         labels = labels or {}
@@ -379,8 +387,3 @@ class Recorder:
     def get(self, job: str, attempt: int, stage: str) -> float | None:
         with self.lock:
             return self.times.get((job, attempt), {}).get(stage)
-
-    def stop(self) -> None:
-        self._stopped = True
-        for w in self._watches:
-            w.stop()

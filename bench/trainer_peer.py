@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import sys
 import threading
 import time
 import uuid
@@ -35,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar
 
-from chainbench import PTJ, ChainRun, Recorder, api_client, job_spec, stats, training_operator_args
+from chainbench import PTJ, ChainRun, Recorder, ResumingWatches, api_client, job_spec, stats, training_operator_args
 
 RUNTIME_NAME = "llmtrain-bench-torch"
 TRAINER_STAGE_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
@@ -93,12 +92,13 @@ def trainjob(name: str, runtime: str = RUNTIME_NAME) -> dict:
     }
 
 
-class PeerRecorder:
+class PeerRecorder(ResumingWatches):
     """Watches a namespace's JobSets and pods; per TrainJob (= JobSet name) the first time each
     stage was seen (``child_created``, ``pods_created``, ``pods_running``), how often its JobSet was
     ADDED and every pod name it ever had."""
 
     def __init__(self, api, namespace: str, nodes_per_job: int = 1):
+        super().__init__()
         from kubernetes import client
 
         from llmtrain_devcluster.trainer_v2 import JOBSET, JOBSET_NAME_LABEL
@@ -110,38 +110,8 @@ class PeerRecorder:
         self.added: dict[str, int] = {}
         self.pod_names: dict[str, set[str]] = {}
         self._pods: dict[str, dict[str, str | None]] = {}
-        self.relisted = False
-        self._stopped = False
-        self._watches: list = []
-        for fn, args, handle in (
-            (core.list_namespaced_pod, (namespace,), self._pod),
-            (custom.list_namespaced_custom_object, (*JOBSET[:2], namespace, JOBSET[2]), self._jobset),
-        ):
-            threading.Thread(target=self._run, args=(fn, args, handle), daemon=True).start()
-
-    def _run(self, list_fn, args, handle) -> None:
-        from kubernetes import watch
-
-        version = None
-        while not self._stopped:
-            w = watch.Watch()
-            self._watches.append(w)
-            try:
-                for ev in w.stream(list_fn, *args, timeout_seconds=300, resource_version=version):
-                    obj = ev["object"]
-                    meta = obj["metadata"] if isinstance(obj, dict) else obj.metadata
-                    version = (
-                        meta.get("resourceVersion") if isinstance(meta, dict) else meta.resource_version
-                    ) or version
-                    handle(ev["type"], obj, time.monotonic())
-            except Exception as err:  # noqa: BLE001
-                if self._stopped:
-                    return
-                print(f"watch restarted: {err!r}", file=sys.stderr)
-                version, self.relisted = None, True
-
-    def _mark(self, job: str, stage: str, t: float) -> None:
-        self.times.setdefault(job, {}).setdefault(stage, t)
+        self._watch(core.list_namespaced_pod, (namespace,), self._pod)
+        self._watch(custom.list_namespaced_custom_object, (*JOBSET[:2], namespace, JOBSET[2]), self._jobset)
 
     def _jobset(self, kind: str, obj: dict, t: float) -> None:
         if kind != "ADDED":
@@ -170,11 +140,6 @@ class PeerRecorder:
     def get(self, job: str, stage: str) -> float | None:
         with self.lock:
             return self.times.get(job, {}).get(stage)
-
-    def stop(self) -> None:
-        self._stopped = True
-        for w in self._watches:
-            w.stop()
 
 
 class _LLMTrainView:
