@@ -21,30 +21,63 @@ pytestmark = pytest.mark.infra
 CONTROLLER = ROOT / "operator" / "llmtrain" / "controller"
 # Every method of the official client's API classes: a call by one of these names is an API call.
 # (kubernetes.client loads its classes lazily: dir() + getattr, not vars().)
-CLIENT_METHODS = {name for cls_name in dir(kubernetes.client) if cls_name.endswith("Api")
-                  for name in vars(getattr(kubernetes.client, cls_name))
-                  if not name.startswith("_") and not name.endswith("_with_http_info")
-                  and name != "close"}  # closing a connection (scrape.py's aiohttp response) asks nothing
-CLIENT_VERB = {"read": "get", "get": "get", "list": "list", "create": "create", "patch": "patch",
-               "replace": "update", "delete": "delete"}
-METHOD = re.compile(r"^(read|get|list|create|patch|replace|delete)_(namespaced_)?(\w+?)(_status)?"
-                    r"(_for_all_namespaces)?$")
+CLIENT_METHODS = {
+    name
+    for cls_name in dir(kubernetes.client)
+    if cls_name.endswith("Api")
+    for name in vars(getattr(kubernetes.client, cls_name))
+    if not name.startswith("_") and not name.endswith("_with_http_info") and name != "close"
+}  # closing a connection (scrape.py's aiohttp response) asks nothing
+CLIENT_VERB = {
+    "read": "get",
+    "get": "get",
+    "list": "list",
+    "create": "create",
+    "patch": "patch",
+    "replace": "update",
+    "delete": "delete",
+}
+METHOD = re.compile(
+    r"^(read|get|list|create|patch|replace|delete)_(namespaced_)?(\w+?)(_status)?"
+    r"(_for_all_namespaces)?$"
+)
 # The built-in kinds the operator may touch, as (API group, plural).
-KINDS = {"pod": ("", "pods"), "node": ("", "nodes"), "event": ("", "events"),
-         "lease": ("coordination.k8s.io", "leases"), "secret": ("", "secrets"),
-         "network_policy": ("networking.k8s.io", "networkpolicies")}
-KOPF_WATCHERS = {"kopf.on.event", "kopf.index", "kopf.on.create", "kopf.on.update", "kopf.on.delete",
-                 "kopf.on.resume", "kopf.on.field", "kopf.daemon", "kopf.timer"}
+KINDS = {
+    "pod": ("", "pods"),
+    "node": ("", "nodes"),
+    "event": ("", "events"),
+    "lease": ("coordination.k8s.io", "leases"),
+    "secret": ("", "secrets"),
+    "network_policy": ("networking.k8s.io", "networkpolicies"),
+}
+KOPF_WATCHERS = {
+    "kopf.on.event",
+    "kopf.index",
+    "kopf.on.create",
+    "kopf.on.update",
+    "kopf.on.delete",
+    "kopf.on.resume",
+    "kopf.on.field",
+    "kopf.daemon",
+    "kopf.timer",
+}
 KOPF_EVENT_POSTERS = {"kopf.info", "kopf.warn", "kopf.exception", "kopf.event"}
 # Raw calls through ApiClient.param_serialize(method, path, ...): the verb from the HTTP method
 # (a GET of a collection is a list), the group and resource from the path.
 HTTP_VERB = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
-RAW_PATH = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)(?:/namespaces/\{namespace\})?"
-                      r"/(?P<plural>[a-z]+)(?P<name>/\{name\})?(?:/(?P<sub>[a-z]+))?$")
+RAW_PATH = re.compile(
+    r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)(?:/namespaces/\{namespace\})?"
+    r"/(?P<plural>[a-z]+)(?P<name>/\{name\})?(?:/(?P<sub>[a-z]+))?$"
+)
 
 
 def _raw_call(node: ast.Call, where: str) -> tuple[str, str, str, str]:
     method, path = (a.value if isinstance(a, ast.Constant) else None for a in node.args[:2])
+    return _classify(method, path, where)
+
+
+def _classify(method: str | None, path: str | None, where: str) -> tuple[str, str, str, str]:
+    """(group, resource, verb, where) of an HTTP method and an API path template."""
     m = RAW_PATH.match(path or "")
     assert method and m, f"{where}: raw API call this test cannot classify; extend it"
     verb = HTTP_VERB.get(method) or ("get" if m.group("name") else "list")
@@ -70,8 +103,7 @@ def _request_call(module, node: ast.Call, where: str) -> tuple[str, str, str, st
             path = path.replace("{" + key + "}", _value(module, params[key]))
     path = path.replace("{version}", "v")
     method = _value(module, node.args[0])
-    fake = ast.Call(func=node.func, args=[ast.Constant(method), ast.Constant(path)], keywords=[])
-    return _raw_call(fake, where)
+    return _classify(method, path, where)
 
 
 def _value(module, node: ast.expr) -> str:
@@ -140,10 +172,17 @@ def _merge(*tables) -> dict[tuple[str, str], set[str]]:
 def test_the_scan_sees_the_calls_it_must():
     """Guards the scan itself: these calls exist today, so a scan that misses them is broken."""
     seen = {(g, r, v) for g, r, v, _ in code_needs()}
-    for must in [("llmtrain.dev", "llmtrainingjobs/status", "patch"), ("llmtrain.dev", "llmtrainingjobs", "get"),
-                 ("kubeflow.org", "pytorchjobs", "create"), ("kubeflow.org", "pytorchjobs", "delete"),
-                 ("", "nodes", "list"), ("", "nodes", "patch"), ("coordination.k8s.io", "leases", "update"),
-                 ("", "pods", "watch"), ("", "events", "create")]:
+    for must in [
+        ("llmtrain.dev", "llmtrainingjobs/status", "patch"),
+        ("llmtrain.dev", "llmtrainingjobs", "get"),
+        ("kubeflow.org", "pytorchjobs", "create"),
+        ("kubeflow.org", "pytorchjobs", "delete"),
+        ("", "nodes", "list"),
+        ("", "nodes", "patch"),
+        ("coordination.k8s.io", "leases", "update"),
+        ("", "pods", "watch"),
+        ("", "events", "create"),
+    ]:
         assert must in seen, must
 
 
@@ -155,8 +194,14 @@ def test_rbac_table_is_exactly_what_the_code_uses():
         used.setdefault((group, resource), set()).add(verb)
     # kopf's own: it watches CRDs whatever handlers are registered (not visible as a call here).
     used.setdefault(("apiextensions.k8s.io", "customresourcedefinitions"), set()).update({"list", "watch"})
-    table = _merge(rbac.JOB_RULES, rbac.CLUSTER_RULES, rbac.SUSPECT_TAINT_RULES, rbac.LEADER_ELECTION_RULES,
-                   rbac.JOB_NETWORK_POLICY_RULES, rbac.RENDEZVOUS_AUTH_RULES)
+    table = _merge(
+        rbac.JOB_RULES,
+        rbac.CLUSTER_RULES,
+        rbac.SUSPECT_TAINT_RULES,
+        rbac.LEADER_ELECTION_RULES,
+        rbac.JOB_NETWORK_POLICY_RULES,
+        rbac.RENDEZVOUS_AUTH_RULES,
+    )
     assert table == used
 
 
