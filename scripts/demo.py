@@ -354,6 +354,8 @@ def p5_queue_under_kueue(cluster: DevCluster) -> None:
     wait_for(lambda: status(first).get("phase") == "Running", 120, f"{first} Running")
     apply(second)
     wait_for(lambda: status(second).get("reason") == "Queued", 90, f"{second} Queued")
+    # Kueue's words ("insufficient unused quota ...") follow the first Queued write within seconds
+    wait_for(lambda: "quota" in (status(second).get("message") or ""), 30, f"{second}'s message in Kueue's words")
     show_pods()
     say("kubectl get llmtj: one Running, one Queued (no restart spent, no start-up deadline running)")
     print(kubectl("get", "llmtj", "-n", P5_NAMESPACE).stdout)

@@ -134,8 +134,16 @@ def test_quota_for_one_the_second_waits_queued_then_runs(kueue_cluster, kueue_op
     assert selector["node.kubernetes.io/instance-type"] == "p5.48xlarge"
 
     jobs.create(p5_job("second"))
-    queued = jobs.wait("second", "Pending", "Queued")
-    assert "insufficient" in queued["message"] and "nvidia.com/gpu" in queued["message"], queued["message"]
+    jobs.wait("second", "Pending", "Queued")
+
+    # The first Queued write may come before Kueue has evaluated the Workload ("not admitted yet");
+    # the operator looks again every 2 s for a new attempt, so Kueue's words follow within seconds.
+    def in_kueues_words():
+        s = jobs.status("second")
+        return s.get("reason") == "Queued" and "insufficient" in (s.get("message") or "") and s
+
+    queued = wait_for(in_kueues_words, 20, "second's status.message in Kueue's words")
+    assert "nvidia.com/gpu" in queued["message"], queued["message"]
     assert (queued["attempt"], queued["restarts"]) == (1, 0)
     assert jobs.ptj("second-a1")["spec"]["runPolicy"]["suspend"] is True
     wait_for(

@@ -990,6 +990,55 @@ KUEUE_CASES = [
         "steady",
     ),
     Case(
+        "queued 20 s, Kueue has not said why yet (a Workload without QuotaReserved): look again in 2 s",
+        snap(
+            pending(
+                attemptCreationTime=ago(seconds=20),
+                reason="Queued",
+                message="waiting in LocalQueue team-a for Kueue to admit Workload w: not admitted yet",
+            ),
+            spec=QUEUED_SPEC,
+            children=[queued_ptj()],
+            workload=Workload("w"),
+            workload_read=True,
+        ),
+        "steady",
+        requeue=2.0,
+    ),
+    Case(
+        "queued 20 s with Kueue's words already shown: back to the progress interval",
+        snap(
+            pending(
+                attemptCreationTime=ago(seconds=20),
+                reason="Queued",
+                message="waiting in LocalQueue team-a for Kueue to admit Workload pytorchjob-j-a1-1a2b3: "
+                + NO_QUOTA.message,
+            ),
+            spec=QUEUED_SPEC,
+            children=[queued_ptj()],
+            workload=NO_QUOTA,
+            workload_read=True,
+        ),
+        "steady",
+        requeue=30.0,
+    ),
+    Case(
+        "queued 5 minutes and Kueue still silent (no Workload: a bad priority class): progress interval, "
+        "not a LIST every 2 s forever",
+        snap(
+            pending(
+                attemptCreationTime=ago(minutes=5),
+                reason="Queued",
+                message="waiting for Kueue to admit the PyTorchJob (LocalQueue team-a; no Kueue Workload for it yet)",
+            ),
+            spec=QUEUED_SPEC,
+            children=[queued_ptj()],
+            workload_read=True,
+        ),
+        "steady",
+        requeue=30.0,
+    ),
+    Case(
         "the next attempt's PyTorchJob waits in the queue too → Pending Queued, restarts kept",
         snap(
             {**RESTARTING, "nextAttemptTime": None, "attemptCreationTime": ago(minutes=1)},

@@ -48,6 +48,10 @@ from .transitions import (
 
 __all__ = ["SITUATIONS", "SPEC_HASH", "Transition", "decide", "restart_backoff", "spec_hash"]
 WATCH_WAIT = 1.0  # seconds between looks while the watch may still bring a recorded PyTorchJob
+# Kueue says why a Workload waits (QuotaReserved=False) a moment after the PyTorchJob is created,
+# and no watch tells the operator when: look again this often for KUEUE_WORDS_WINDOW seconds after
+# the attempt's creation, then at the progress interval (one Workload LIST per look).
+KUEUE_WORDS_WAIT, KUEUE_WORDS_WINDOW = 2.0, 60.0
 
 
 @dataclass(frozen=True)
@@ -344,6 +348,18 @@ def _queue_words(o: Observed) -> str:
     return words
 
 
+def _awaiting_kueue_words(o: Observed) -> bool:
+    """A new attempt's PyTorchJob waits suspended and Kueue has not said why yet (no Workload, or
+    one without a message), within KUEUE_WORDS_WINDOW of the attempt's creation."""
+    current = _current(o)
+    if current is None or not current.suspended or not o.workload_read:
+        return False
+    if o.workload is not None and o.workload.message:
+        return False
+    created = parse_time(o.status.attempt_creation_time)
+    return created is not None and (o.now - created).total_seconds() < KUEUE_WORDS_WINDOW
+
+
 @situation(Transition(("Running",), "Pending", Reason.PREEMPTED))
 def preempted(o: Observed, cfg) -> Plan | None:
     """Kueue suspended the running attempt's PyTorchJob again (preempted by a higher priority, or
@@ -572,7 +588,10 @@ def steady(o: Observed, cfg) -> Plan:
     """Nothing to change. On first sight (an operator restart) say once what was adopted."""
     phase = o.status.phase
     active = phase is not None and phase.active and _current(o) is not None
-    plan = Plan("steady", requeue=cfg.progress_interval if active else None, monitor=active and phase == Phase.RUNNING)
+    requeue = cfg.progress_interval if active else None
+    if active and _awaiting_kueue_words(o):
+        requeue = min(cfg.progress_interval, KUEUE_WORDS_WAIT)
+    plan = Plan("steady", requeue=requeue, monitor=active and phase == Phase.RUNNING)
     if not o.first_sight:
         return plan
     exists = o.child(o.status.pytorch_job) is not None
