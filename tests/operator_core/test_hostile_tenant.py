@@ -222,12 +222,14 @@ HOSTILE_MESSAGES = {
 }
 
 
-def _best_of(fn, n: int = 3) -> float:
+def _best_of(fn, n: int = 5) -> float:
+    """The least CPU time of this thread over n calls: what the work costs, which other processes
+    on a loaded machine (the whole suite runs on 2 cores) cannot inflate the way they do wall time."""
     best = float("inf")
     for _ in range(n):
-        started = time.perf_counter()
+        started = time.thread_time()
         fn()
-        best = min(best, time.perf_counter() - started)
+        best = min(best, time.thread_time() - started)
     return best
 
 
@@ -247,9 +249,8 @@ def test_classifying_a_hostile_termination_message_takes_milliseconds(kind):
 def _linear_xid() -> bool:
     from llmtrain.controller import nodes
 
-    started = time.perf_counter()
-    nodes.xid_of("xid" + " " * 300 + "!")  # ~50 ms with the cubic pattern, microseconds without
-    return time.perf_counter() - started < 0.02
+    # ~50 ms of CPU with the cubic pattern, microseconds without
+    return _best_of(lambda: nodes.xid_of("xid" + " " * 300 + "!"), n=3) < 0.02
 
 
 def test_a_termination_message_is_cut_before_any_pattern_runs():
