@@ -67,6 +67,12 @@ def print_operator_log_tail(log_path: Path, tail: int = 6000) -> None:
         print("--- operator log (tail) ---\n" + log_path.read_text()[-tail:], file=sys.stderr)
 
 
+def exit_on_sigterm() -> None:
+    """`kill` (SIGTERM) a bench like Ctrl-C: unwind through its `finally`s, so the cluster it
+    started (kube-apiserver, etcd, kwok, ...) is stopped rather than left running as orphans."""
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+
+
 def chain_cluster(state_dir: Path, p5_nodes: int, training_operator_args=()):
     """A started chain dev cluster with ``p5_nodes`` simulated p5.48xlarge nodes (nothing else)."""
     from llmtrain_devcluster import DevCluster

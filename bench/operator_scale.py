@@ -47,7 +47,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from chainbench import PTJ, REPO, OperatorProcess, percentile, print_operator_log_tail, wait_for
+from chainbench import PTJ, REPO, OperatorProcess, exit_on_sigterm, percentile, print_operator_log_tail, wait_for
 
 SPEC = {
     "model": {"preset": "tiny"},
@@ -655,4 +655,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     sys.exit(main())

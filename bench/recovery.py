@@ -505,4 +505,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from chainbench import exit_on_sigterm
+
+    exit_on_sigterm()
     sys.exit(main())
