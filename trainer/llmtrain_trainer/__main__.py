@@ -17,11 +17,11 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    from .capabilities import raise_permitted
+    from .distributed.capabilities import raise_permitted
 
     raise_permitted()  # IPC_LOCK on EFA pods (see capabilities.py); a no-op elsewhere
     if argv[:1] == ["healthcheck"]:  # the preflight check (healthcheck.py) on the same image
-        from .healthcheck import main as healthcheck
+        from .distributed.healthcheck import main as healthcheck
 
         return healthcheck(argv[1:])
     parser = argparse.ArgumentParser(
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         format=f"%(asctime)s rank={os.environ.get('RANK', '0')} %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    from .checkpoint import SAVE_ERRORS, _short
+    from .checkpoint.checkpointer import SAVE_ERRORS, _short
     from .config import JobIdentity, load_spec
     from .train import emit, run
 

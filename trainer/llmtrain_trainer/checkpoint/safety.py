@@ -188,7 +188,7 @@ def check_directory(path: str) -> dict[str, int]:
     damaged one); returns how many records of each kind it holds."""
     import os
 
-    from .checkpoint_reader import _NotPlain, parse_record
+    from .reader import _NotPlain, parse_record
 
     where = os.path.join(path, ".metadata")
     with open(where, "rb") as f:
@@ -221,7 +221,7 @@ def check_directory(path: str) -> dict[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m llmtrain_trainer.checkpoint_safety DIR...`: check checkpoints you received before
+    """`python -m llmtrain_trainer.checkpoint.safety DIR...`: check checkpoints you received before
     resuming from or exporting them. DIR is a step directory (with .metadata) or a checkpoint root."""
     import glob
     import os
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         dirs += [d] if os.path.exists(os.path.join(d, ".metadata")) else sorted(glob.glob(os.path.join(d, "step-*")))
     if not dirs:
         print(
-            "usage: python -m llmtrain_trainer.checkpoint_safety CHECKPOINT_DIR... (a step-N directory "
+            "usage: python -m llmtrain_trainer.checkpoint.safety CHECKPOINT_DIR... (a step-N directory "
             "or the directory holding them)",
             file=sys.stderr,
         )

@@ -63,8 +63,8 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
 
-from .checkpoint_reader import DirectFileReader
-from .checkpoint_safety import RecordLoadPlanner, UnsafeCheckpoint, refusal
+from .reader import DirectFileReader
+from .safety import RecordLoadPlanner, UnsafeCheckpoint, refusal
 
 # DCP reports a failed save/load as CheckpointException, which derives from BaseException (not
 # Exception): catch it explicitly, or one full disk ends the training run at the next save.
@@ -318,7 +318,7 @@ class S3Store:
     """
 
     def __init__(self, uri: str, attempt: int = 0):
-        from . import s3
+        from .. import s3
 
         self.uri = uri if uri.endswith("/") else uri + "/"
         self.bucket, self.prefix = s3.split_uri(uri)
@@ -523,7 +523,7 @@ def load_checked(state: dict[str, Any], reader, **kwargs) -> None:
 def open_store(uri: str, attempt: int = 0):
     if uri.startswith("s3://"):
         return S3Store(uri, attempt)
-    from .config import local_path
+    from ..config import local_path
 
     return LocalStore(local_path(uri))
 

@@ -23,9 +23,9 @@ import torch
 
 from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
 
-from .checkpoint import open_store, step_name
-from .hf import hf_config
-from .model import Llama
+from ..checkpoint.checkpointer import open_store, step_name
+from ..models.hf import hf_config
+from ..models.llama import Llama
 
 DTYPES = {"bf16": (torch.bfloat16, "bfloat16"), "fp16": (torch.float16, "float16"), "fp32": (torch.float32, "float32")}
 
@@ -33,7 +33,7 @@ DTYPES = {"bf16": (torch.bfloat16, "bfloat16"), "fp16": (torch.float16, "float16
 def _data_index(uri: str) -> tuple[dict | None, Any]:
     if uri == "synthetic":
         return None, None
-    from .data import INDEX, open_storage
+    from ..data.loader import INDEX, open_storage
 
     storage = open_storage(uri)
     try:
@@ -78,7 +78,7 @@ def load_weights(checkpoint_uri: str, dims, step: int | None = None) -> tuple[in
     values and tensors raises UnsafeCheckpoint (a ValueError: the CLI prints it), having run nothing."""
     from torch.distributed.checkpoint.api import CheckpointException
 
-    from .checkpoint import _short, load_checked
+    from ..checkpoint.checkpointer import _short, load_checked
 
     store = open_store(checkpoint_uri)
     steps = store.list_complete()

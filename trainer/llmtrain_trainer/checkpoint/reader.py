@@ -45,7 +45,7 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.metadata import StorageMeta
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan
 
-from .checkpoint_safety import (
+from .safety import (
     UnsafeCheckpoint,
     load_metadata,
     load_record,
