@@ -1,5 +1,5 @@
 """Worker entry point: `torchrun ... -m llmtrain_trainer [--spec FILE]`; `... -m llmtrain_trainer
-healthcheck [--help]` runs the preflight health check instead (healthcheck.py).
+healthcheck [--help]` runs the preflight health check instead (distributed/healthcheck.py).
 
 Inputs: the job spec (wire JSON/YAML, camelCase; a whole LLMTrainingJob document also works) from
 `--spec FILE`, else the env var LLMTRAIN_SPEC; job identity from LLMTRAIN_JOB_NAME,
@@ -19,8 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     from .distributed.capabilities import raise_permitted
 
-    raise_permitted()  # IPC_LOCK on EFA pods (see capabilities.py); a no-op elsewhere
-    if argv[:1] == ["healthcheck"]:  # the preflight check (healthcheck.py) on the same image
+    raise_permitted()  # IPC_LOCK on EFA pods (see distributed/capabilities.py); a no-op elsewhere
+    if argv[:1] == ["healthcheck"]:  # the preflight check (distributed/healthcheck.py) on the same image
         from .distributed.healthcheck import main as healthcheck
 
         return healthcheck(argv[1:])

@@ -195,7 +195,7 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
     step = resumed_step = 0
     t0 = time.time()
     # A loss-spike/NaN rollback decided by the operator: resume from before that step, keeping the
-    # checkpoints from it on aside for inspection (checkpoint.py, "Loss-spike rollback").
+    # checkpoints from it on aside for inspection (checkpoint/checkpointer.py, "Loss-spike rollback").
     before = int(os.environ.get("LLMTRAIN_RESUME_BEFORE_STEP") or 0)
     if before > 0:
         moved = ckpt.quarantine_from(before)

@@ -38,7 +38,7 @@ S3 loads read only what this rank needs: after planning, the reader knows the by
 items in each `__r_k.distcp` file and fetches each file's needed span with one ranged GET
 (bounded parallelism) into a sparse local file, which the file reader then reads.
 
-Both readers read tensor records straight into the state being loaded (checkpoint_reader.py),
+Both readers read tensor records straight into the state being loaded (reader.py),
 not through DCP's per-record `torch.load`; the files are the ones DCP's writer always wrote.
 """
 
@@ -610,7 +610,7 @@ class Checkpointer:
 
     def load(self, step: int, state: dict[str, Any]) -> None:
         """Load checkpoint `step` into `state`; raises UnsafeCheckpoint (on every rank) when it holds
-        something the allow-lists refuse (checkpoint_safety.py), other errors as DCP raises them."""
+        something the allow-lists refuse (safety.py), other errors as DCP raises them."""
         assert self.store is not None, "load() of a disabled checkpointer"
         try:
             load_checked(state, self.store.reader(step, self.rank))

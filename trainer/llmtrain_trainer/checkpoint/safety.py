@@ -3,7 +3,7 @@
 A checkpoint is input from whoever can write its location (any job or person with write access to
 the prefix), and loading a pickle runs whatever functions it names. DCP itself reads `.metadata`
 with `pickle.load` and non-tensor records with `torch.load(weights_only=False)`; the trainer's
-reader (checkpoint_reader.py) replaces both, for automatic resume and for `llmtrain export`:
+reader (reader.py) replaces both, for automatic resume and for `llmtrain export`:
 
 - `.metadata` may name only DCP's own metadata dataclasses, `torch.Size`, torch dtypes and
   layouts, the memory-format enum, and a path (`StorageMeta.checkpoint_id`): `METADATA_GLOBALS`.

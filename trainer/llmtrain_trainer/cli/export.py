@@ -74,7 +74,7 @@ def tokenizer_path(data_uri: str, storage, name) -> str:
 def load_weights(checkpoint_uri: str, dims, step: int | None = None) -> tuple[int, dict[str, torch.Tensor]]:
     """(step, {HF name: whole fp32 tensor}) from the newest complete checkpoint, or `step`.
 
-    Read like a resume (checkpoint_safety.py): a checkpoint holding anything but DCP metadata, plain
+    Read like a resume (checkpoint/safety.py): a checkpoint holding anything but DCP metadata, plain
     values and tensors raises UnsafeCheckpoint (a ValueError: the CLI prints it), having run nothing."""
     from torch.distributed.checkpoint.api import CheckpointException
 

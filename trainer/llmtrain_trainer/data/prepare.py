@@ -1,4 +1,4 @@
-"""`llmtrain prepare`: text corpora → token shards in the `llmtrain-tokens/v1` format (see `data.py`).
+"""`llmtrain prepare`: text corpora → token shards in the `llmtrain-tokens/v1` format (see `loader.py`).
 
 Inputs (formats, local paths and s3:// prefixes, order, bounds): see `sources.py`.
 
@@ -348,7 +348,7 @@ def run_prepare(
 ) -> Result:
     """Streaming: memory is bounded by the batches in flight and one shard buffer (2^26 tokens = 128
     MiB of uint16 by default) whatever the corpus size. Documents are written in input order; the
-    reader shuffles at sample level across all shards (see `data.py`).
+    reader shuffles at sample level across all shards (see `loader.py`).
 
     `sources`/`tok`/`shard_prefix`/`extra` are for the distributed prepare (prepare_cluster.py):
     one slice of a listed corpus, written with its shard names under a prefix."""

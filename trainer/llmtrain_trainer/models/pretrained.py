@@ -1,6 +1,6 @@
 """Initial weights from Hugging Face-format safetensors, loaded straight into the FSDP shards.
 
-Parameter names are the HF `LlamaForCausalLM` names (see `model.py`), so the mapping is the identity.
+Parameter names are the HF `LlamaForCausalLM` names (see `llama.py`), so the mapping is the identity.
 Each process reads, for every parameter, only the rows of its own shard: safetensors' `get_slice`
 memory-maps the file and `slice[row0:row0+n]` touches just those bytes. No process ever holds a whole
 parameter, let alone the whole model.
