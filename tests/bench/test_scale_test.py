@@ -126,7 +126,7 @@ def test_progress_sampling_takes_distinct_steps_after_warmup_and_reports_failure
     got = sample_progress(lambda: next(seq), warmup=2, samples=2, tokens_per_step=1000, deadline=1e18, poll=0, what="j")
     assert [(e["step"], e["tokens_per_second"], e["step_seconds"]) for e in got] == [(3, 100, 10.0), (5, 200, 5.0)]
     failed = iter([{"phase": "Failed", "message": "spec.fsdp.float8: p4d has A100 GPUs"}])
-    with pytest.raises(RuntimeError, match="j failed: spec.fsdp.float8"):
+    with pytest.raises(RuntimeError, match=r"j failed: spec.fsdp.float8"):
         sample_progress(lambda: next(failed), 2, 2, 1000, 1e18, 0, "j")
 
 

@@ -143,7 +143,7 @@ def test_a_pod_failing_on_a_node_keeps_the_next_attempt_off_it(chain, chain_ns, 
         }
 
     assert wait_for(tainted, 30, "suspect taint") == {bad: "XID-79"}
-    assert f'llmtrain_operator_bad_nodes_total{{reason="XID 79"}}' in operator.metrics()
+    assert 'llmtrain_operator_bad_nodes_total{reason="XID 79"}' in operator.metrics()
 
 
 def test_a_failed_preflight_is_retried_elsewhere_without_spending_a_restart(chain, chain_ns, operator, untaint):

@@ -15,7 +15,7 @@ from llmtrain.defaults import first_step_timeout_minutes, resolve
 from llmtrain.spec import LLMTrainingJobSpec
 from llmtrain.status import Reason
 
-T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
 def spec(resilience=None, checkpoint=None, **model) -> LLMTrainingJobSpec:

@@ -6,8 +6,8 @@
   (strategy, activation checkpointing, checkpoint location, process count) don't change the
   numerics, so all of them are compared against one single-process reference trajectory.
 - `reference` (session): that trajectory, from a plain PyTorch loop (trainer_reference.py).
-- `launch()` / `Workers`: torchrun subprocesses (under `llmtrain_trainer.launch`) whose structured stdout is parsed as it arrives;
-  every process started is stopped (process group SIGKILL) when the test ends.
+- `launch()` / `Workers`: torchrun subprocesses (under `llmtrain_trainer.launch`) whose structured
+  stdout is parsed as it arrives; every process started is stopped (process group SIGKILL) when the test ends.
 - `etcd` (session) and `s3` (session): an etcd server with the v2 API and a moto S3 server, each on
   a free loopback port, stopped at the end.
 """
@@ -147,7 +147,7 @@ class Workers:
             preexec_fn=_limit_file_size(file_size_limit),
         )
         self.events: list[dict] = []
-        self.lines: "queue.Queue[dict | None]" = queue.Queue()
+        self.lines: queue.Queue[dict | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 

@@ -198,7 +198,7 @@ def test_a_record_it_does_not_recognise_goes_through_torchs_reader(tmp_path):
         f.write(b"XXXX")
     planner = _Planner({"d": torch.zeros(6, 5)})
     # torch's zip reader refuses the broken record too: the error is its own, not a wrong tensor
-    with pytest.raises(Exception, match="(?i)zip|central|archive"):
+    with pytest.raises(Exception, match=r"(?i)zip|central|archive"):
         reader.read_data(dataclasses.replace(plan), planner).wait()
 
 

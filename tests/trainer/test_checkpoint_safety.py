@@ -288,7 +288,7 @@ def test_record_loader_takes_plain_values_and_refuses_anything_else():
     ):
         for n in src.namelist():
             dst.writestr(n, src.read(n))
-    with pytest.raises(UnsafeCheckpoint, match="rec: refused .*compressed"):
+    with pytest.raises(UnsafeCheckpoint, match=r"rec: refused .*compressed"):
         load_record(deflated.getvalue(), "rec")
 
 

@@ -96,7 +96,7 @@ def test_trainer_refuses_float8_on_a_cpu_worker(tmp_path):
 def test_check_float8_device_refuses_cpu():
     from llmtrain_trainer.distributed.parallel import check_float8_device
 
-    with pytest.raises(RuntimeError, match="spec.fsdp.float8 needs a CUDA GPU"):
+    with pytest.raises(RuntimeError, match=r"spec.fsdp.float8 needs a CUDA GPU"):
         check_float8_device(torch.device("cpu"))
 
 

@@ -62,7 +62,7 @@ def test_prepare_output_is_identical_for_one_and_several_workers(tmp_path, bpe, 
     from llmtrain_trainer.data.prepare import prepare
 
     _corpus(tmp_path / "src")
-    kw = dict(tokenizer=bpe, shard_tokens=1500, batch_bytes=700)  # many batches in flight, many shards
+    kw = {"tokenizer": bpe, "shard_tokens": 1500, "batch_bytes": 700}  # many batches in flight, many shards
     one = prepare([str(tmp_path / "src")], str(tmp_path / "one"), workers=1, **kw)
     many = prepare([str(tmp_path / "src")], str(tmp_path / "many"), workers=3, pool=pool, **kw)
     assert one == many and len(one["shards"]) > 5

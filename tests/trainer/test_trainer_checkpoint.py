@@ -174,7 +174,7 @@ def test_unwritable_local_checkpoint_location_fails_at_start_up(tmp_path, one_pr
     from llmtrain_trainer.checkpoint.checkpointer import Checkpointer
 
     (tmp_path / "file").write_text("not a directory")
-    with pytest.raises(RuntimeError, match="checkpoint.uri .*file/ckpt.* is not writable") as err:
+    with pytest.raises(RuntimeError, match=r"checkpoint.uri .*file/ckpt.* is not writable") as err:
         Checkpointer(str(tmp_path / "file" / "ckpt"), keep=1, interval_minutes=60, interval_steps=0, timeout_minutes=1)
     assert "Not a directory" in str(err.value)
 
@@ -184,7 +184,7 @@ def test_unwritable_s3_checkpoint_location_fails_at_start_up(s3, one_process_gro
 
     from llmtrain_trainer.checkpoint.checkpointer import Checkpointer
 
-    with pytest.raises(RuntimeError, match="checkpoint.uri s3://no-such-bucket/run/ is not writable") as err:
+    with pytest.raises(RuntimeError, match=r"checkpoint.uri s3://no-such-bucket/run/ is not writable") as err:
         Checkpointer("s3://no-such-bucket/run/", keep=1, interval_minutes=60, interval_steps=0, timeout_minutes=1)
     assert "NoSuchBucket" in str(err.value)
     c = boto3.client("s3")

@@ -104,7 +104,7 @@ def test_pretrained_logits_match_transformers(tmp_path, scaling, tie):
 def test_pretrained_config_mismatch_is_refused(tmp_path, change, field):
     """Defect: config.json was never read, so these loaded silently with wrong logits."""
     hf_model(dataclasses.replace(TINY, rope_scaling=LLAMA31), tmp_path)
-    with pytest.raises(ValueError, match="config.json does not match spec.model") as err:
+    with pytest.raises(ValueError, match=r"config.json does not match spec.model") as err:
         ours(dataclasses.replace(TINY, **{"rope_scaling": LLAMA31, **change}), tmp_path)
     assert field + ":" in str(err.value)
 
