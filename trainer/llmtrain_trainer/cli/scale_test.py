@@ -19,6 +19,11 @@ an LLMTrainingJob `<name>-scale-<n>` is created through the operator with `spec.
 scrapes from rank 0's /metrics: step, tokens/s of the job, MFU — is read at every new step after
 `--warmup` until `--max-steps` samples are in (or the job ends); then the job is deleted and the
 next size starts. Per-worker throughput there is per GPU (nodes × GPUs per node).
+
+It lives in `cli/` because it is a command, not training: it starts jobs (through `cli.local`, or
+the operator's API) and reads what they report. Not in the operator package, whose image has no
+torch, since the local mode runs the trainer; and nothing a worker imports reaches it
+(tests/trainer/test_package_layout.py).
 """
 
 from __future__ import annotations
