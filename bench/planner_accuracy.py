@@ -266,8 +266,8 @@ def measure(spec: dict, nproc: int, env: dict, explain: bool = False) -> dict:
 
 def predict(spec: dict, nproc: int) -> dict:
     from llmtrain.catalog import instance_type
-    from llmtrain.planner import plan_for
     from llmtrain.defaults import resolve
+    from llmtrain.planner import plan_for
     from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
 
     s = resolve(LLMTrainingJobSpec.model_validate(spec))

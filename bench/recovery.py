@@ -308,8 +308,8 @@ def control_plane(a: argparse.Namespace) -> dict:
                 wait_for(
                     lambda: all(
                         rec.phase.get(j, (0, None))[1] == "Running" and rec.get(j, attempt_of(j), "pods_running")
-                        for j in jobs
-                    ),  # noqa: B023 (waited on here)
+                        for j in jobs  # noqa: B023 - waited on here, inside the loop
+                    ),
                     a.timeout,
                     f"{count} jobs Running",
                 )
@@ -333,8 +333,8 @@ def control_plane(a: argparse.Namespace) -> dict:
                         },
                     )
                     wait_for(
-                        lambda: rec.get(job, n + 1, "pods_running"),
-                        a.timeout,  # noqa: B023 (waited on here)
+                        lambda: rec.get(job, n + 1, "pods_running"),  # noqa: B023 - waited on here
+                        a.timeout,
                         f"{job} attempt {n + 1} pods Running (operator log: {op.log_path})",
                     )
                     t = {f"{stage}_{d}": rec.get(job, n + d, stage) for _, *ends in CP_PARTS for stage, d in ends}

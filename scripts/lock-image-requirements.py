@@ -106,7 +106,9 @@ def _write(path: Path, pins: dict[str, tuple[str, str]], what: str) -> None:
 def main() -> int:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     pins = dict(
-        l.split("==", 1) for l in (ROOT / "constraints.txt").read_text().split() if "==" in l and not l.startswith("#")
+        line.split("==", 1)
+        for line in (ROOT / "constraints.txt").read_text().split()
+        if "==" in line and not line.startswith("#")
     )
     pins = {k.lower().replace("_", "-"): v for k, v in pins.items()}
     # pip and setuptools: the versions scripts/venv.sh (and the Dockerfile's ARGs) use

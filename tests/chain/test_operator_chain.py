@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 import yaml
+from kubernetes.client.exceptions import ApiException
 
 from llmtrain.render import pytorchjob_name
 from llmtrain.spec import GROUP, PLURAL, VERSION

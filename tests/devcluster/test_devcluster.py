@@ -266,7 +266,7 @@ def test_kubeflow_pytorchjob_crd_validates_server_side(dev_cluster, namespace):
 
 @pytest.mark.cluster
 def test_kubectl_error_carries_stderr(dev_cluster):
-    with pytest.raises(KubectlError, match="NotFound|not found"):
+    with pytest.raises(KubectlError, match=r"NotFound|not found"):
         dev_cluster.kubectl("get", "namespace", "does-not-exist-here")
 
 

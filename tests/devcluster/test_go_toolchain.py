@@ -76,7 +76,7 @@ class _Proxy:
         requests = self.requests
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802
+            def do_GET(self):
                 requests.append(self.path)
                 body = files_.get(self.path)
                 self.send_response(200 if body is not None else 404)

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from llmtrain_devcluster import tools
-from llmtrain_devcluster.tools import ToolNotFoundError
 from llmtrain_devcluster.trainer_v2 import (
     _JOBSET_WEBHOOK,
     _KEY_FILES,

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from infra_hcl import ROOT
 
 

@@ -7,11 +7,9 @@ import re
 import shlex
 import subprocess
 import tomllib
-from importlib import metadata
 
 import pytest
 import yaml
-
 from infra_hcl import ROOT
 
 pytestmark = pytest.mark.infra
@@ -238,10 +236,12 @@ def test_extras_installed_per_target(df):
 
 def test_copy_sources_exist_and_are_in_the_build_context(df):
     ignore = [
-        l.strip() for l in (ROOT / ".dockerignore").read_text().splitlines() if l.strip() and not l.startswith("#")
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
     ]
     assert ignore[0] == "*", ".dockerignore is expected to be an allow-list"
-    allowed = [l[1:].rstrip("/") for l in ignore if l.startswith("!")]
+    allowed = [line[1:].rstrip("/") for line in ignore if line.startswith("!")]
     for name, st in df["stages"].items():
         for instr, rest in st["lines"]:
             if instr not in ("COPY", "ADD") or rest.startswith("--from"):

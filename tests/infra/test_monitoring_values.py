@@ -16,7 +16,6 @@ import subprocess
 
 import pytest
 import yaml
-
 from infra_hcl import ROOT, TF_DIR, tool_env
 
 pytestmark = pytest.mark.infra

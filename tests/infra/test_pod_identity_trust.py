@@ -1,6 +1,6 @@
 """EKS Pod Identity roles: one trust policy definition (terraform/modules/pod-identity-trust), used
-by every role an association hands to pods, with the confused-deputy condition aws:SourceAccount and the Pod Identity session tags that pin the role to its
-cluster, namespace and ServiceAccount."""
+by every role an association hands to pods, with the confused-deputy condition aws:SourceAccount
+and the Pod Identity session tags that pin the role to its cluster, namespace and ServiceAccount."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from infra_hcl import TF_DIR, Module, block, tool_env
 
 pytestmark = pytest.mark.infra
@@ -194,7 +193,7 @@ def test_trust_policy_follows_the_cluster_partition(terraform_bin, trust_dir):
 
 @pytest.mark.slow
 def test_trust_module_rejects_an_arn_that_is_not_a_cluster(terraform_bin, trust_dir):
-    rc, out, err = _policy(terraform_bin, trust_dir, cluster_arn="arn:aws:iam::111122223333:role/llmtrain")
+    _rc, out, err = _policy(terraform_bin, trust_dir, cluster_arn="arn:aws:iam::111122223333:role/llmtrain")
     flat = " ".join(err.replace("│", " ").split())
     assert "Invalid value for variable" in flat and "cluster_arn must be an EKS cluster ARN" in flat, out + err
 

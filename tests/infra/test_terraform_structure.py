@@ -7,7 +7,6 @@ import re
 
 import pytest
 import yaml
-
 from infra_hcl import CATALOG, ROOT, TF_DIR, Module, block, dynamic
 
 pytestmark = pytest.mark.infra

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from infra_hcl import CATALOG, ROOT, TF_DIR, tool_env
 
 pytestmark = [pytest.mark.infra, pytest.mark.slow]
@@ -138,7 +137,7 @@ def test_unknown_instance_type_is_flagged(terraform_bin, eval_dir):
     ],
 )
 def test_variable_validation_rejects(terraform_bin, eval_dir, var, message):
-    rc, out, err = console(terraform_bin, eval_dir, "local.gpu_groups", "-var", var)
+    _rc, out, err = console(terraform_bin, eval_dir, "local.gpu_groups", "-var", var)
     flat = " ".join(err.replace("│", " ").split())
     assert "Error: Invalid value for variable" in flat, f"{var} was accepted:\n{out}{err}"
     assert message in flat, err

@@ -14,7 +14,7 @@ from llmtrain.render import ATTEMPT_LABEL, JOB_LABEL, PREFLIGHT_EXIT_CODE
 from llmtrain.status import parse
 from llmtrain.validation import InvalidJob, validate
 
-NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
 UID = "0123456789abcdef"
 ETCD = "etcd.test.svc:2379"
 CFG = OperatorConfig(default_etcd_endpoint=ETCD, progress_interval=30.0)

@@ -96,7 +96,7 @@ def test_a_conflict_is_read_again_and_decided_again_and_nothing_is_created_twice
 
 
 def test_a_restart_writes_first_then_deletes_the_old_attempt_then_posts_the_event():
-    created = timestamp(dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=31))
+    created = timestamp(dt.datetime.now(dt.UTC) - dt.timedelta(minutes=31))
     kube = FakeKube(
         _job(
             {
@@ -118,7 +118,7 @@ def test_a_restart_writes_first_then_deletes_the_old_attempt_then_posts_the_even
 
 
 def test_a_conflicting_restart_deletes_nothing_until_its_write_applied():
-    created = timestamp(dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=31))
+    created = timestamp(dt.datetime.now(dt.UTC) - dt.timedelta(minutes=31))
     kube = FakeKube(
         _job(
             {

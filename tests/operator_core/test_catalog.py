@@ -61,7 +61,7 @@ def test_presets_are_consistent_llama_shapes():
 
 
 def test_unknown_names_say_what_exists():
-    with pytest.raises(KeyError, match="p5.48xlarge"):
+    with pytest.raises(KeyError, match=r"p5.48xlarge"):
         instance_type("p9.huge")
     with pytest.raises(KeyError, match="llama3-8b"):
         model_preset("llama9")

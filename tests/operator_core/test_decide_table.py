@@ -1163,8 +1163,9 @@ CASES = CASES + KUEUE_CASES
 
 
 def _config(case: Case):
-    from .decide_world import CFG
     from dataclasses import replace
+
+    from .decide_world import CFG
 
     if case.id.startswith("the render cannot"):
         return replace(CFG, default_etcd_endpoint="etcd:notaport")

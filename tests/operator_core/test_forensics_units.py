@@ -9,7 +9,6 @@ import json
 import pytest
 
 from llmtrain.controller import forensics, nodes, preflight
-from llmtrain.status import Reason
 from llmtrain.controller.nodes import (
     PREFLIGHT_EXIT_CODE,
     classify,
@@ -20,7 +19,7 @@ from llmtrain.controller.nodes import (
     taint_value,
     xid_of,
 )
-
+from llmtrain.status import Reason
 
 PTJ_UID = "ptj-uid"
 PTJ = {"metadata": {"name": "job-a1", "uid": PTJ_UID}, "status": {}}

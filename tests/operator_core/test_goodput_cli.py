@@ -17,7 +17,7 @@ T0 = 1_772_366_400.0  # 2026-03-01T12:00:00Z
 
 
 def job() -> dict:
-    s = lambda dt_: gp.stamp(T0 + dt_)  # noqa: E731
+    s = lambda dt_: gp.stamp(T0 + dt_)
     return {
         "apiVersion": "llmtrain.dev/v1alpha1",
         "kind": "LLMTrainingJob",

@@ -54,7 +54,7 @@ class Hostile(http.server.BaseHTTPRequestHandler):
     requests = 0
     bomb = b""
 
-    def do_GET(self):  # noqa: N802 — http.server's naming
+    def do_GET(self):
         type(self).requests += 1
         try:
             self.send_response(200)
@@ -136,7 +136,7 @@ def _scrape(port: int, monkeypatch):
 
 
 def test_an_endless_metrics_body_is_read_only_to_the_bound(monkeypatch):
-    with hostile_server("stream") as (server, handler):
+    with hostile_server("stream") as (server, _):
         result, took, peak = _scrape(server.server_address[1], monkeypatch)
     # Refused at the bound (256 KiB): no progress from a body that never ends, in far less than the
     # 3 s scrape timeout, and the heap never held more than a few times the bound. Before the fix
@@ -148,7 +148,7 @@ def test_an_endless_metrics_body_is_read_only_to_the_bound(monkeypatch):
 
 def test_a_gzip_bomb_is_refused_unread(monkeypatch):
     with hostile_server("gzip") as (server, _):
-        result, took, peak = _scrape(server.server_address[1], monkeypatch)
+        result, _took, peak = _scrape(server.server_address[1], monkeypatch)
     # 64 KiB compressed, 64 MiB inflated. Before the fix aiohttp inflated it into memory.
     assert result is None
     assert peak < 4 * MiB, peak
@@ -536,7 +536,7 @@ def test_suspect_taints_are_capped_per_namespace_and_expire(test_nodes):
     node = core.read_node(names[2])
     assert node.metadata.labels[nodes.SUSPECT_NAMESPACE_LABEL] == "team-b"
     assert node.metadata.annotations[nodes.SUSPECT_JOB_ANNOTATION] == "team-b/j3"
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     assert nodes.untaint_expired(now) == []  # nothing expired yet
     # 2 minutes on: team-b's 60 s taints are gone, team-a's hour-long ones stay.
     assert sorted(nodes.untaint_expired(now + dt.timedelta(minutes=2))) == names[2:]

@@ -13,10 +13,10 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmtrain_devcluster.standins import running_at, worker0_pod
 from llmtrain.controller.status import parse_time
 from llmtrain.render import render_pytorchjob
 from llmtrain.validation import load_job, parse_spec
+from llmtrain_devcluster.standins import running_at, worker0_pod
 
 from .conftest import wait_for
 from .invalid_cases import BASE, CASES, spec_with

@@ -374,7 +374,7 @@ def slow_metrics_port():
     from llmtrain_devcluster.process import free_port
 
     class Slow(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             time.sleep(5)
             try:
                 self.send_response(200)

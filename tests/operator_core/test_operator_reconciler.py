@@ -114,7 +114,7 @@ def test_restart_backoff_spaces_attempts_and_survives_an_operator_restart(own_op
     )
     kube.wait_ptj(namespace, "loop-a1")
     # Attempt 1 fails: attempt 2 after 3 s.
-    failed_at = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    failed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
     kube.set_ptj_condition(namespace, "loop-a1", "Failed", "worker 0 exited with code 1")
     waiting = wait_for(
         lambda: (s := kube.status(namespace, "loop")).get("attempt") == 2 and s, 15, "attempt 2 recorded"
@@ -129,7 +129,7 @@ def test_restart_backoff_spaces_attempts_and_survives_an_operator_restart(own_op
 
     # Attempt 2 fails: 6 s (doubled). The operator dies right after recording it; the one that
     # starts again must still wait for status.nextAttemptTime.
-    failed_at = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    failed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
     kube.set_ptj_condition(namespace, "loop-a2", "Failed", "worker 0 exited with code 1")
     waiting = wait_for(
         lambda: (s := kube.status(namespace, "loop")).get("attempt") == 3 and s, 15, "attempt 3 recorded"

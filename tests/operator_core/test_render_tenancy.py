@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 
 import pytest
+
 from llmtrain import rendezvous_auth as ra
 from llmtrain.render import (
     METRICS_PORT,

@@ -11,6 +11,7 @@ import uuid
 import etcd as python_etcd
 import pytest
 from kubernetes import client
+
 from llmtrain import rendezvous_auth as ra
 from llmtrain.render import networkpolicy_name
 

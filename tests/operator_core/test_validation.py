@@ -312,6 +312,6 @@ def test_allow_lists_come_from_the_operator_environment(monkeypatch):
     assert Policy.from_env({}) == Policy()  # nothing set: no restriction
     monkeypatch.setenv(Policy.ENV_IMAGES, "public.ecr.aws/llmtrain, 1.dkr.ecr.us-east-1.amazonaws.com")
     monkeypatch.setenv(Policy.ENV_SERVICE_ACCOUNTS, "llmtrain-trainer")
-    with pytest.raises(InvalidJob, match="spec.cluster.image"):  # validate() reads the environment
+    with pytest.raises(InvalidJob, match=r"spec.cluster.image"):  # validate() reads the environment
         validate({**MINIMAL_CPU, "cluster": {"instanceType": "cpu", "image": "quay.io/x/y:1"}}, "job")
     validate(MINIMAL_CPU, "job")

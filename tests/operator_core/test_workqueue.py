@@ -115,7 +115,7 @@ def _settling_queue(settle_at=None, fail_on=()):
 
 
 def test_an_event_bringing_the_version_a_run_settled_on_does_not_run_it_again():
-    q, seen, after = _settling_queue()
+    q, _seen, after = _settling_queue()
     assert after(lambda: q.add("a", obj(5, "v5"))) == [("a", "v5")]
     # the watch's echo of the run's own write, and an older event arriving late: nothing to do
     assert after(lambda: q.add("a", obj(5, "v5")), lambda: q.add("a", obj(4, "v4"))) == [("a", "v5")]
@@ -133,7 +133,7 @@ def test_settling_keys_on_the_version_the_run_ended_with_not_the_one_it_started_
     # The run starts from v5 and writes (v7, its own status write): it settles on v7. The echo of
     # v7 queues nothing, but v6 (someone else's write the run never saw) must not be skipped
     # because the run *started* before it, nor v8 because it is close.
-    q, seen, after = _settling_queue(settle_at=lambda o: obj(7, "written"))
+    q, _seen, after = _settling_queue(settle_at=lambda o: obj(7, "written"))
     after(lambda: q.add("a", obj(5, "v5")))
     assert after(lambda: q.add("a", obj(7, "echo"))) == [("a", "v5")]
     assert after(lambda: q.add("a", obj(8, "v8"))) == [("a", "v5"), ("a", "v8")]
@@ -175,7 +175,7 @@ def test_an_echo_that_arrives_while_the_run_is_in_progress_is_dropped_a_newer_ev
 
 
 def test_a_failed_run_forgets_what_was_settled():
-    q, seen, after = _settling_queue(fail_on=("v6",))
+    q, _seen, after = _settling_queue(fail_on=("v6",))
     after(lambda: q.add("a", obj(5, "v5")))
     after(lambda: q.add("a", obj(6, "v6")))  # fails (its retry is 30 s away)
     assert after(lambda: q.add("a", obj(5, "v5-again"))) == [("a", "v5"), ("a", "v6"), ("a", "v6")]

@@ -17,6 +17,7 @@ import uuid
 
 import etcd as python_etcd
 import pytest
+
 from conftest import base_spec, run_to_end
 from llmtrain import rendezvous_auth as ra
 from llmtrain.render import rendezvous_id

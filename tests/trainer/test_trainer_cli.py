@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
-from conftest import base_spec
 
 pytestmark = pytest.mark.trainer
 

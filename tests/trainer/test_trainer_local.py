@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import yaml
+
 from conftest import REPO, base_spec, free_port_block
 
 pytestmark = [pytest.mark.trainer, pytest.mark.slow]

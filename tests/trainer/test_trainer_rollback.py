@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import STEPS, base_spec
 from test_trainer_distributed import assert_matches_reference
 from trainer_reference import reference_losses
+
+from conftest import STEPS, base_spec
 
 pytestmark = pytest.mark.trainer
 
@@ -72,7 +73,7 @@ def _state(value: float) -> dict:
 def test_quarantine_sets_aside_every_checkpoint_from_the_step_on_and_retention_ignores_it(
     where, tmp_path, one_process_group, request
 ):
-    from llmtrain_trainer.checkpoint import Checkpointer
+    from llmtrain_trainer.checkpoint.checkpointer import Checkpointer
 
     if where == "s3":
         import boto3
@@ -146,7 +147,7 @@ def test_a_diverging_run_never_checkpoints_a_nan_state(corpus, launch, tmp_path)
     assert nan_steps, f"the run did not diverge, so it shows nothing: {losses}"
     first_nan = min(nan_steps)
     assert first_nan > 2 and all(losses[s] != losses[s] for s in range(first_nan, max_steps + 1)), losses
-    good = [s for s in range(2, first_nan, 2)]
+    good = list(range(2, first_nan, 2))
     assert sorted(p.name for p in ckpt.glob("step-*")) == [f"step-{s:010d}" for s in good], losses
     assert w.of("end")[0]["last_checkpoint"] == good[-1]
     assert f"the loss of the final step {max_steps} is not finite: no final checkpoint" in w.stderr()

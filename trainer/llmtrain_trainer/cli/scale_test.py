@@ -19,6 +19,11 @@ an LLMTrainingJob `<name>-scale-<n>` is created through the operator with `spec.
 scrapes from rank 0's /metrics: step, tokens/s of the job, MFU — is read at every new step after
 `--warmup` until `--max-steps` samples are in (or the job ends); then the job is deleted and the
 next size starts. Per-worker throughput there is per GPU (nodes × GPUs per node).
+
+It lives in `cli/` because it is a command, not training: it starts jobs (through `cli.local`, or
+the operator's API) and reads what they report. Not in the operator package, whose image has no
+torch, since the local mode runs the trainer; and nothing a worker imports reaches it
+(tests/trainer/test_package_layout.py).
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ def parse_sizes(text: str) -> list[int]:
 
 def check_divisible(spec, sizes: list[int]) -> None:
     """The global batch must split evenly at every size (sequences = workers × micro-batch × accumulation)."""
-    from .config import global_batch_seqs
+    from ..config import global_batch_seqs
 
     g, mb = global_batch_seqs(spec), spec.training.micro_batch_size
     bad = [n for n in sizes if g % (n * mb)]
@@ -136,7 +141,7 @@ def run_scale_test(
     output: str | None = None,
     metrics_port: int | None = None,
 ) -> dict:
-    from .config import load_job_file
+    from ..config import load_job_file
     from .local import run_local
 
     doc, spec = load_job_file(file)
@@ -287,7 +292,7 @@ def run_cluster_scale_test(
     from llmtrain.catalog import instance_type
     from llmtrain.spec import GROUP, PLURAL, VERSION
 
-    from .config import load_job_file
+    from ..config import load_job_file
 
     doc, spec = load_job_file(file)
     base = (doc.get("metadata") or {}).get("name") or Path(file).stem
