@@ -15,7 +15,10 @@ Per phase (its own namespace; phases alternate llmtrain, trainer, llmtrain, trai
   from /proc over the phase (create → all Running), and the same less each process's idle rate
   sampled for ``--idle-sample`` s before the phase (a longer phase accrues more idle CPU);
   each controller's peak RSS;
-* lost (no child, or not all pods Running) and duplicated (a child or a pod created twice) jobs;
+* lost (no child, no pods, or fewer jobs Running than the nodes hold) and duplicated (a child or a
+  pod created twice) jobs. With ``--jobs`` above ``--nodes`` (each one-node job takes a whole p5),
+  the jobs beyond the nodes' capacity stay Pending on both paths: the Running figures are over the
+  jobs that fit, as in the bench without the peer;
 * the second stage of each path: child → pods created / Running (training-operator v1 for llmtrain,
   JobSet + job controller for Trainer v2);
 * clean-up: delete all → no child and no pod left.
@@ -176,15 +179,19 @@ def _usage(pids: dict[str, int]) -> dict[str, tuple[float, float]]:
     return {n: u for n, p in pids.items() if (u := proc_usage(p)) is not None}
 
 
-def _wait_stage(view, names: list[str], stage: str, timeout: float, settle_s: float) -> dict[str, float]:
-    """Until every job reached ``stage``, or none did for ``settle_s``, or ``timeout``: {job: time}."""
+def _wait_stage(
+    view, names: list[str], stage: str, timeout: float, settle_s: float, want: int | None = None
+) -> dict[str, float]:
+    """Until ``want`` jobs (all by default) reached ``stage``, or none did for ``settle_s``, or
+    ``timeout``: {job: time}."""
+    want = len(names) if want is None else want
     deadline = time.monotonic() + timeout
     last, last_change = -1, time.monotonic()
     while True:
         done = {n: t for n in names if (t := view.get(n, stage)) is not None}
         if len(done) != last:
             last, last_change = len(done), time.monotonic()
-        if len(done) == len(names) or time.monotonic() - last_change > settle_s or time.monotonic() > deadline:
+        if len(done) >= want or time.monotonic() - last_change > settle_s or time.monotonic() > deadline:
             return done
         time.sleep(0.2)
 
@@ -245,7 +252,8 @@ def run_phase(
         list(pool.map(create, names))
     children = _wait_stage(view, names, "child_created", a.timeout, a.settle)
     pods = _wait_stage(view, names, "pods_created", a.timeout, a.settle)
-    running = _wait_stage(view, names, "pods_running", a.timeout, a.settle)
+    fit = min(len(names), a.nodes)  # one-node jobs, one whole p5 each
+    running = _wait_stage(view, names, "pods_running", a.timeout, a.settle, want=fit)
     span = time.monotonic() - t0
     after = _usage(pids)
     res: dict = {
@@ -280,7 +288,8 @@ def run_phase(
     res["cpu_ms_per_job_above_idle_total"] = round(sum(res["cpu_ms_per_job_above_idle"].values()), 2)
     res["peak_rss_mib"] = {n: round(u[1], 1) for n, u in after.items() if n != "bench"}
     # Lost: no child, or not every pod Running. Duplicated: a child or a pod created twice.
-    res["lost"] = sum(1 for n in names if n not in children or n not in running)
+    res["capacity"] = fit
+    res["lost"] = sum(1 for n in names if n not in children or n not in pods) + max(0, fit - len(running))
     if kind == "llmtrain":
         ptjs = custom.list_namespaced_custom_object(*PTJ[:2], ns, PTJ[2])["items"]
         per_job: dict[str, int] = {}
@@ -407,14 +416,12 @@ def direct_floor(api, names: list[str], a: argparse.Namespace, tag: str) -> dict
 
 def run_peer(a: argparse.Namespace, workdir: Path) -> dict:
     """``--nodes N --peer``: alternated llmtrain / Trainer v2 phases (``--repeat`` of each) on one chain
-    cluster with N simulated p5 nodes (``--jobs`` ≤ N so that every job can run)."""
+    cluster with N simulated p5 nodes (with ``--jobs`` above N, the N that fit run)."""
     from llmtrain.render import render_pytorchjob
     from llmtrain.validation import parse_spec
     from llmtrain_devcluster.trainer_v2 import TrainerV2
     from operator_scale import log
 
-    if a.jobs > a.nodes:
-        raise SystemExit(f"--peer: --jobs {a.jobs} exceeds --nodes {a.nodes}; each one-node job needs a node")
     to_args = training_operator_args(a.training_operator_threads, a.training_operator_qps)
     out: dict = {
         "jobs_per_phase": a.jobs,
