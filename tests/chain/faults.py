@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from llmtrain.controller.status import pytorchjob_state
 from llmtrain.render import JOB_LABEL, pytorchjob_name
 from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from llmtrain.status import Reason
@@ -78,6 +79,7 @@ class Seen:
     """One watch event of an LLMTrainingJob: what its status said."""
 
     type: str
+    at: float  # when the watch delivered it (monotonic)
     rv: int
     phase: str | None
     attempt: int | None
@@ -95,6 +97,8 @@ class History:
         self.ns = ns
         self.jobs: dict[str, list[Seen]] = {}
         self.ptj_added: Counter[str] = Counter()
+        self.ptj_failed: dict[str, float] = {}  # name -> when the watch first saw it Failed (monotonic)
+        self.ptj_events: list[tuple[float, str]] = []  # (monotonic time, "ADDED name" / "DELETED name")
         self.errors: list[str] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -145,11 +149,17 @@ class History:
             if plural == PTJ[2]:
                 if type_ == "ADDED":
                     self.ptj_added[name] += 1
+                if type_ in ("ADDED", "DELETED"):
+                    self.ptj_events.append((time.monotonic(), f"  PyTorchJob {name} {type_}"))
+                conds = (obj.get("status") or {}).get("conditions") or []
+                if any(c.get("type") == "Failed" and c.get("status") == "True" for c in conds):
+                    self.ptj_failed.setdefault(f"{name} {obj['metadata']['uid'][:8]}", time.monotonic())
                 return
             st = obj.get("status") or {}
             self.jobs.setdefault(name, []).append(
                 Seen(
                     type_,
+                    time.monotonic(),
                     int(obj["metadata"]["resourceVersion"]),
                     st.get("phase"),
                     st.get("attempt"),
@@ -161,6 +171,12 @@ class History:
     def snapshot(self) -> tuple[dict[str, list[Seen]], Counter[str]]:
         with self._lock:
             return {k: list(v) for k, v in self.jobs.items()}, Counter(self.ptj_added)
+
+    def ptj_timeline(self) -> list[tuple[float, str]]:
+        """When each PyTorchJob was added, seen Failed and deleted."""
+        with self._lock:
+            failed = [(t, f"  PyTorchJob {name} Failed") for name, t in self.ptj_failed.items()]
+            return self.ptj_events + failed
 
     def caught_up(self, rvs: dict[str, int]) -> bool:
         """Every job's watched history reaches at least resourceVersion ``rvs[name]``."""
@@ -186,15 +202,16 @@ class Faults:
     api: client.ApiClient
     ns: str
     rng: random.Random
-    kill_operator: Callable[[], None]  # SIGKILL, then start it again
+    kill_operator: Callable[[float], bool]  # SIGKILL, start it again after that many s (False: still starting)
     node_index: int  # the next cpu node's number
+    t0: float = field(default_factory=time.monotonic)  # the timeline's zero
     done: Counter[str] = field(default_factory=Counter)
     hand_deleted: Counter[str] = field(default_factory=Counter)
-    log: list[str] = field(default_factory=list)
+    log: list[tuple[float, str]] = field(default_factory=list)  # (monotonic time, what)
 
     def __post_init__(self):
-        self.t0 = time.monotonic()
         self._lock = threading.Lock()
+        self.pick, self.exit_code, self.outage = 0.0, 1, 0.0
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
 
@@ -207,21 +224,30 @@ class Faults:
 
     def note(self, what: str) -> None:
         with self._lock:
-            self.log.append(f"{time.monotonic() - self.t0:6.1f}s {what}")
+            self.log.append((time.monotonic(), what))
 
-    def one(self) -> None:
+    def one(self) -> float:
+        """One fault; returns the pause before the next. Every step draws the same numbers (kind,
+        which of the candidates, exit code, outage, pause), so a seed gives the same kinds at the
+        same moments; which pod or node a pick lands on depends on what exists then."""
         kind = self.rng.choices(FAULT_KINDS, WEIGHTS)[0]
+        self.pick, self.exit_code = self.rng.random(), self.rng.choice((1, 137, 139))
+        self.outage, gap = self.rng.uniform(0, 3), self.rng.uniform(0.3, 2.5)
         what = getattr(self, kind)()
         if what:
             self.done[kind] += 1
             self.note(f"{kind} {what}")
+        return gap
+
+    def _choose(self, items: list):
+        return items[int(self.pick * len(items))]
 
     def pod_failed(self) -> str | None:
         pods = self._live_pods()
         if not pods:
             return None
-        pod = self.rng.choice(sorted(pods, key=lambda p: p.metadata.name))
-        code = self.rng.choice((1, 137, 139))
+        pod = self._choose(sorted(pods, key=lambda p: p.metadata.name))
+        code = self.exit_code
         self.core.patch_namespaced_pod(
             pod.metadata.name,
             self.ns,
@@ -233,7 +259,7 @@ class Faults:
         pods = self._live_pods()
         if not pods:
             return None
-        pod = self.rng.choice(sorted(pods, key=lambda p: p.metadata.name))
+        pod = self._choose(sorted(pods, key=lambda p: p.metadata.name))
         try:
             self.core.delete_namespaced_pod(pod.metadata.name, self.ns)
         except ApiException as err:
@@ -247,7 +273,7 @@ class Faults:
         live = sorted(p["metadata"]["name"] for p in items if not p["metadata"].get("deletionTimestamp"))
         if not live:
             return None
-        name = self.rng.choice(live)
+        name = self._choose(live)
         try:
             self.custom.delete_namespaced_custom_object(*PTJ[:2], self.ns, PTJ[2], name)
         except ApiException as err:
@@ -263,7 +289,7 @@ class Faults:
         busy = sorted({p.spec.node_name for p in self._live_pods() if p.spec.node_name})
         if not busy:
             return None
-        node = self.rng.choice(busy)
+        node = self._choose(busy)
         try:
             self.core.delete_node(node)
         except ApiException as err:
@@ -275,17 +301,14 @@ class Faults:
         self.core.create_node(replacement)
         return f"{node} (replaced by {replacement['metadata']['name']})"
 
-    def operator_killed(self) -> str:
-        self.kill_operator()
-        return "SIGKILL, started again"
+    def operator_killed(self) -> str | None:
+        return f"SIGKILL (started again after {self.outage:.1f} s)" if self.kill_operator(self.outage) else None
 
 
-def run_faults(faults: Faults, seconds: float, gap: tuple[float, float] = (0.3, 2.5)) -> None:
+def run_faults(faults: Faults, seconds: float) -> None:
     """Faults at random moments for ``seconds``."""
-    faults.t0 = time.monotonic()
     while time.monotonic() - faults.t0 < seconds:
-        faults.one()
-        time.sleep(faults.rng.uniform(*gap))
+        time.sleep(faults.one())
 
 
 # --- convergence and invariants ------------------------------------------------------------------
@@ -314,7 +337,12 @@ def settled(api: client.ApiClient, ns: str, jobs: dict[str, int]) -> dict | None
         if st.get("phase") == "Failed":
             if not st.get("reason") or not live <= {current}:
                 return None
-        elif st.get("phase") == "Running" and live == {current} and st.get("pytorchJob") == current:
+        elif (
+            st.get("phase") == "Running"
+            and live == {current}
+            and st.get("pytorchJob") == current
+            and pytorchjob_state(next(p for p in ptjs if p["metadata"]["name"] == current)) == "Running"
+        ):
             mine = [p for p in pods if (p.metadata.labels or {}).get("training.kubeflow.org/job-name") == current]
             if len(mine) != count or any(p.status.phase != "Running" for p in mine):
                 return None
@@ -322,6 +350,22 @@ def settled(api: client.ApiClient, ns: str, jobs: dict[str, int]) -> dict | None
             return None
         out[name] = st
     return out
+
+
+def timeline(
+    t0: float, faults: list[tuple[float, str]], history: dict[str, list[Seen]], ptjs: list[tuple[float, str]]
+) -> str:
+    """What happened, in order: the faults, the operator's restarts, each PyTorchJob's creation,
+    failure and deletion, and each job's changes of (phase, attempt, restarts), seconds from ``t0``."""
+    lines = list(faults) + list(ptjs)
+    for job, seen in history.items():
+        last = None
+        for s in seen:
+            key = (s.phase, s.attempt, s.restarts)
+            if s.phase is not None and key != last:
+                lines.append((s.at, f"    {job}: {s.phase} attempt {s.attempt} restarts {s.restarts} ({s.reason})"))
+                last = key
+    return "\n".join(f"{t - t0:7.1f}s {what}" for t, what in sorted(lines))
 
 
 def path(seen: list[Seen]) -> str:

@@ -57,7 +57,10 @@ def cpu_nodes(chain_cluster, chain):
 def operator(chain_cluster, chain_ns, tmp_path):
     """This test's own operator, watching only its namespace (it is SIGKILLed on purpose)."""
     op = OperatorProcess(
-        chain_cluster.kubeconfig, tmp_path / "operator.log", free_port(), extra_args=["--namespace", chain_ns]
+        chain_cluster.kubeconfig,
+        tmp_path / "operator.log",
+        free_port(),
+        extra_args=["--namespace", chain_ns, "--verbose"],
     )
     op.start()
     yield op
@@ -68,16 +71,17 @@ class Restarter:
     """SIGKILL the operator, then start it again after a random pause in the background, so the
     cluster (and the next faults) go on while it is down."""
 
-    def __init__(self, op: OperatorProcess, rng: random.Random):
-        self.op, self.rng = op, rng
+    def __init__(self, op: OperatorProcess):
+        self.op = op
         self.thread: threading.Thread | None = None
         self.note: Callable[[str], None] = lambda what: None
         self.error: BaseException | None = None
 
-    def __call__(self) -> None:
+    def __call__(self, pause: float) -> bool:
+        if self.thread is not None and self.thread.is_alive():
+            return False  # still starting from the last kill
         self.wait()
         self.op.stop(signal.SIGKILL)
-        pause = self.rng.uniform(0, 3)
 
         def start():
             try:
@@ -89,6 +93,7 @@ class Restarter:
 
         self.thread = threading.Thread(target=start, daemon=True)
         self.thread.start()
+        return True
 
     def wait(self) -> None:
         if self.thread is not None:
@@ -113,6 +118,7 @@ def test_random_faults_keep_every_invariant(chain_cluster, chain, cpu_nodes, cha
             "resourceVersion"
         ]
         history = faults.History(api, chain_ns, since)
+        chaos: faults.Faults | None = None
         try:
             for name, nodes, budget in jobs:
                 chain.custom.create_namespaced_custom_object(
@@ -122,12 +128,12 @@ def test_random_faults_keep_every_invariant(chain_cluster, chain, cpu_nodes, cha
             started = time.monotonic() - t0
 
             index = 1 + max(int(n.rsplit("-", 1)[1]) for n in cpu_nodes)
-            restarter = Restarter(operator, rng)
+            restarter = Restarter(operator)
             chaos = faults.Faults(api, chain_ns, rng, restarter, index)
             restarter.note = chaos.note
             faults.run_faults(chaos, seconds)
             restarter.wait()
-            print("\n".join(chaos.log))
+            last_fault = time.monotonic() - t0
 
             final = wait_for(
                 lambda: faults.settled(api, chain_ns, sizes),
@@ -140,8 +146,10 @@ def test_random_faults_keep_every_invariant(chain_cluster, chain, cpu_nodes, cha
             wait_for(lambda: history.caught_up(rvs), 30, "the watch caught up with the settled state")
         finally:
             history.stop()
+            seen, added = history.snapshot()
+            if chaos is not None:  # the whole story, also when the namespace never settled
+                print(faults.timeline(chaos.t0, chaos.log, seen, history.ptj_timeline()))
 
-    seen, added = history.snapshot()
     bad = history.errors + faults.violations(seen, added, chaos.hand_deleted, final, budgets)
     for name, st in sorted(final.items()):
         print(
@@ -155,7 +163,7 @@ def test_random_faults_keep_every_invariant(chain_cluster, chain, cpu_nodes, cha
         if line.startswith('llmtrain_operator_reconciles_total{outcome="error"}')
     ]
     print(
-        f"faults {dict(chaos.done)}; Running after {started:.0f} s, settled {converged - started - seconds:.0f} s "
+        f"faults {dict(chaos.done)}; Running after {started:.0f} s, settled {converged - last_fault:.0f} s "
         f"after the last fault; {errors}"
     )
     assert sum(chaos.done.values()) > 0, "no fault was applied"
