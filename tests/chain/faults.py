@@ -1,7 +1,7 @@
 """Random faults on the real chain, and the invariants the operator keeps through them.
 
 Used by ``test_random_faults.py`` (a short run in the suite) and ``bench/random_faults.py`` (a long
-soak). Three parts:
+soak), both through ``run``. Its parts:
 
 - ``History``: one WATCH per kind (LLMTrainingJobs, PyTorchJobs) in the namespace, from a
   resourceVersion taken before the first job exists, so every status the operator wrote and every
@@ -13,17 +13,21 @@ soak). Three parts:
   SIGKILLed and started again.
 - ``violations``: the invariants, over the whole watched history, as a list of sentences (empty:
   all hold).
+
+``wait`` is how the caller waits for a readiness condition (the tests' ``wait_for``, the bench's).
 """
 
 from __future__ import annotations
 
 import itertools
 import random
+import signal
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
@@ -368,18 +372,6 @@ def timeline(
     return "\n".join(f"{t - t0:7.1f}s {what}" for t, what in sorted(lines))
 
 
-def path(seen: list[Seen]) -> str:
-    """A job's watched history in short: each change of (phase, attempt, restarts)."""
-    steps: list[str] = []
-    last = None
-    for s in seen:
-        key = (s.phase, s.attempt, s.restarts)
-        if s.phase is not None and key != last:
-            steps.append(f"{s.phase} a{s.attempt} r{s.restarts}" + (f" ({s.reason})" if s.phase != "Running" else ""))
-            last = key
-    return " -> ".join(steps)
-
-
 def violations(
     history: dict[str, list[Seen]],
     ptj_added: Counter[str],
@@ -427,3 +419,146 @@ def violations(
                     f"(maxRestarts {budgets[name]}): only a spent budget may fail a job here"
                 )
     return bad
+
+
+# --- one run -------------------------------------------------------------------------------------
+
+
+class Operator(Protocol):
+    def start(self) -> Any: ...
+    def stop(self, sig: int = ...) -> None: ...
+
+
+class Restarter:
+    """SIGKILL the operator, then start it again after the drawn outage in the background, so the
+    cluster (and the next faults) go on while it is down."""
+
+    def __init__(self, op: Operator):
+        self.op = op
+        self.thread: threading.Thread | None = None
+        self.note: Callable[[str], None] = lambda what: None
+        self.error: BaseException | None = None
+
+    def __call__(self, outage: float) -> bool:
+        if self.thread is not None and self.thread.is_alive():
+            return False  # still starting from the last kill
+        self.wait()
+        self.op.stop(signal.SIGKILL)
+
+        def start():
+            try:
+                time.sleep(outage)  # the outage itself, not a readiness wait
+                self.op.start()
+                self.note("operator up again")
+            except BaseException as err:  # noqa: BLE001 - re-raised by wait() in the caller's thread
+                self.error = err
+
+        self.thread = threading.Thread(target=start, daemon=True)
+        self.thread.start()
+        return True
+
+    def wait(self) -> None:
+        if self.thread is not None:
+            self.thread.join(180)
+            self.thread = None
+        if self.error is not None:
+            raise self.error
+
+
+@dataclass
+class Result:
+    seed: int
+    jobs: list[tuple[str, int, int]]  # (name, nodes, maxRestarts)
+    done: Counter[str]
+    final: dict[str, dict]
+    history: dict[str, list[Seen]]
+    violations: list[str]
+    timeline: str
+    running_s: float  # create -> every job Running
+    faults_s: float  # the fault window, as it ran
+    settle_s: float  # last fault -> settled
+
+    def summary(self) -> dict:
+        budgets = {name: budget for name, _, budget in self.jobs}
+        return {
+            "seed": self.seed,
+            "faults": dict(self.done),
+            "jobs": {
+                name: {
+                    "phase": st.get("phase"),
+                    "reason": st.get("reason"),
+                    "attempt": st.get("attempt"),
+                    "restarts": st.get("restarts"),
+                    "maxRestarts": budgets[name],
+                    "watchedStates": len(self.history.get(name, [])),
+                }
+                for name, st in sorted(self.final.items())
+            },
+            "violations": self.violations,
+            "seconds": {
+                "allRunning": round(self.running_s, 1),
+                "faults": round(self.faults_s, 1),
+                "settledAfterLastFault": round(self.settle_s, 1),
+            },
+        }
+
+
+def run(
+    api: client.ApiClient,
+    ns: str,
+    operator: Operator,
+    node_names: list[str],
+    *,
+    seed: int,
+    jobs: int,
+    seconds: float,
+    wait: Callable[..., Any],
+    settle_timeout: float = 240,
+    say: Callable[[str], None] = print,
+) -> Result:
+    """Create ``jobs`` jobs in ``ns`` (served by ``operator``, on the cpu nodes ``node_names``), wait
+    until all run, apply faults for ``seconds``, wait until the namespace settles, check."""
+    rng = random.Random(seed)
+    drawn = draw_jobs(rng, jobs)
+    sizes = {name: nodes for name, nodes, _ in drawn}
+    custom = client.CustomObjectsApi(api)
+    t0 = time.monotonic()
+    since = custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["metadata"]["resourceVersion"]
+    history = History(api, ns, since)
+    restarter = Restarter(operator)
+    chaos = Faults(api, ns, rng, restarter, 1 + max(int(n.rsplit("-", 1)[1]) for n in node_names))
+    restarter.note = chaos.note
+    try:
+        for name, nodes, budget in drawn:
+            custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job_doc(name, nodes, budget))
+        wait(lambda: settled(api, ns, sizes), 120, f"{jobs} jobs Running before the faults")
+        running = time.monotonic() - t0
+        chaos.t0 = time.monotonic()
+        run_faults(chaos, seconds)
+        restarter.wait()
+        last_fault = time.monotonic()
+        final = wait(
+            lambda: settled(api, ns, sizes),
+            settle_timeout,
+            f"every job Running on its latest attempt or Failed (LLMTRAIN_FAULT_SEED={seed})",
+        )
+        settle = time.monotonic() - last_fault
+        # the watches have delivered everything up to the settled state
+        rvs = {
+            n: int(custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, n)["metadata"]["resourceVersion"])
+            for n in final
+        }
+        wait(lambda: history.caught_up(rvs), 30, "the watch caught up with the settled state")
+    finally:
+        history.stop()
+        seen, added = history.snapshot()
+        story = timeline(chaos.t0, chaos.log, seen, history.ptj_timeline())
+        say(story)  # the whole story, also when the namespace never settled
+    budgets = {name: budget for name, _, budget in drawn}
+    bad = history.errors + violations(seen, added, chaos.hand_deleted, final, budgets)
+    bad += [
+        f"{name}: status.pytorchJob {st.get('pytorchJob')!r} is not attempt {st.get('attempt')}'s"
+        for name, st in sorted(final.items())
+        if st.get("pytorchJob") != pytorchjob_name(name, st.get("attempt") or 1)
+    ]
+    return Result(seed, drawn, chaos.done, final, seen, bad, story, running, last_fault - chaos.t0, settle)

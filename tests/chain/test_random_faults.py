@@ -12,18 +12,13 @@ faults last, 60 by default).
 
 from __future__ import annotations
 
+import json
 import os
 import random
-import signal
-import threading
-import time
-from collections.abc import Callable
 
 import pytest
 from kubernetes import client
 
-from llmtrain.render import pytorchjob_name
-from llmtrain.spec import GROUP, PLURAL, VERSION
 from llmtrain_devcluster.process import free_port
 from operator_core.conftest import OperatorProcess
 
@@ -67,113 +62,19 @@ def operator(chain_cluster, chain_ns, tmp_path):
     op.stop()
 
 
-class Restarter:
-    """SIGKILL the operator, then start it again after a random pause in the background, so the
-    cluster (and the next faults) go on while it is down."""
-
-    def __init__(self, op: OperatorProcess):
-        self.op = op
-        self.thread: threading.Thread | None = None
-        self.note: Callable[[str], None] = lambda what: None
-        self.error: BaseException | None = None
-
-    def __call__(self, pause: float) -> bool:
-        if self.thread is not None and self.thread.is_alive():
-            return False  # still starting from the last kill
-        self.wait()
-        self.op.stop(signal.SIGKILL)
-
-        def start():
-            try:
-                time.sleep(pause)  # the outage itself, not a readiness wait
-                self.op.start()
-                self.note("operator up again")
-            except BaseException as err:  # noqa: BLE001 - re-raised by wait() in the test's thread
-                self.error = err
-
-        self.thread = threading.Thread(target=start, daemon=True)
-        self.thread.start()
-        return True
-
-    def wait(self) -> None:
-        if self.thread is not None:
-            self.thread.join(120)
-            self.thread = None
-        if self.error is not None:
-            raise self.error
-
-
-def test_random_faults_keep_every_invariant(chain_cluster, chain, cpu_nodes, chain_ns, operator):
+def test_random_faults_keep_every_invariant(chain_cluster, cpu_nodes, chain_ns, operator):
     seed = int(os.environ.get("LLMTRAIN_FAULT_SEED") or random.SystemRandom().randrange(2**32))
     seconds = float(os.environ.get("LLMTRAIN_FAULT_SECONDS", "60"))
     print(f"\nrandom faults: LLMTRAIN_FAULT_SEED={seed} for {seconds:.0f} s (operator log: {operator.log_path})")
-    rng = random.Random(seed)
-    jobs = faults.draw_jobs(rng, JOBS)
-    budgets = {name: budget for name, _, budget in jobs}
-    sizes = {name: nodes for name, nodes, _ in jobs}
-    t0 = time.monotonic()
-
     with chain_cluster.api_client() as api:
-        since = chain.custom.list_namespaced_custom_object(GROUP, VERSION, chain_ns, PLURAL)["metadata"][
-            "resourceVersion"
-        ]
-        history = faults.History(api, chain_ns, since)
-        chaos: faults.Faults | None = None
-        try:
-            for name, nodes, budget in jobs:
-                chain.custom.create_namespaced_custom_object(
-                    GROUP, VERSION, chain_ns, PLURAL, faults.job_doc(name, nodes, budget)
-                )
-            wait_for(lambda: faults.settled(api, chain_ns, sizes), 120, f"{JOBS} jobs Running before the faults")
-            started = time.monotonic() - t0
-
-            index = 1 + max(int(n.rsplit("-", 1)[1]) for n in cpu_nodes)
-            restarter = Restarter(operator)
-            chaos = faults.Faults(api, chain_ns, rng, restarter, index)
-            restarter.note = chaos.note
-            faults.run_faults(chaos, seconds)
-            restarter.wait()
-            last_fault = time.monotonic() - t0
-
-            final = wait_for(
-                lambda: faults.settled(api, chain_ns, sizes),
-                240,
-                f"every job Running on its latest attempt or Failed (seed {seed}, log: {operator.log_path})",
-            )
-            converged = time.monotonic() - t0
-            # the watches have delivered everything up to the settled state
-            rvs = {n: int(st_rv) for n, st_rv in _resource_versions(chain, chain_ns, final).items()}
-            wait_for(lambda: history.caught_up(rvs), 30, "the watch caught up with the settled state")
-        finally:
-            history.stop()
-            seen, added = history.snapshot()
-            if chaos is not None:  # the whole story, also when the namespace never settled
-                print(faults.timeline(chaos.t0, chaos.log, seen, history.ptj_timeline()))
-
-    bad = history.errors + faults.violations(seen, added, chaos.hand_deleted, final, budgets)
-    for name, st in sorted(final.items()):
-        print(
-            f"{name}: {st.get('phase')} attempt {st.get('attempt')} restarts {st.get('restarts')}/{budgets[name]}"
-            f" reason {st.get('reason')} ({len(seen.get(name, []))} watched states)"
-        )
-        print(f"  {faults.path(seen.get(name, []))}")
+        result = faults.run(api, chain_ns, operator, cpu_nodes, seed=seed, jobs=JOBS, seconds=seconds, wait=wait_for)
+    summary = result.summary()
+    print(json.dumps(summary, indent=1))
     errors = [
         line
         for line in operator.metrics().splitlines()
         if line.startswith('llmtrain_operator_reconciles_total{outcome="error"}')
     ]
-    print(
-        f"faults {dict(chaos.done)}; Running after {started:.0f} s, settled {converged - last_fault:.0f} s "
-        f"after the last fault; {errors}"
-    )
-    assert sum(chaos.done.values()) > 0, "no fault was applied"
-    assert not bad, f"LLMTRAIN_FAULT_SEED={seed}:\n" + "\n".join(bad)
-    for name, st in final.items():
-        assert st.get("pytorchJob") == pytorchjob_name(name, st.get("attempt") or 1)
-
-
-def _resource_versions(chain, ns: str, final: dict) -> dict[str, str]:
-    return {
-        name: chain.custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)["metadata"]["resourceVersion"]
-        for name in final
-    }
+    print(errors)
+    assert sum(result.done.values()) > 0, "no fault was applied"
+    assert not result.violations, f"LLMTRAIN_FAULT_SEED={seed}:\n" + "\n".join(result.violations)
