@@ -290,10 +290,12 @@ class Faults:
     def node_deleted(self) -> str | None:
         """The node under a running pod goes away (a spot reclaim, a scale-down); a replacement of
         the same shape registers, so the jobs get their capacity back."""
-        busy = sorted({p.spec.node_name for p in self._live_pods() if p.spec.node_name})
+        live = self._live_pods()
+        busy = sorted({p.spec.node_name for p in live if p.spec.node_name})
         if not busy:
             return None
         node = self._choose(busy)
+        on_it = ", ".join(sorted(p.metadata.name for p in live if p.spec.node_name == node))
         try:
             self.core.delete_node(node)
         except ApiException as err:
@@ -303,7 +305,7 @@ class Faults:
         replacement = node_manifest(CPU, self.node_index)
         self.node_index += 1
         self.core.create_node(replacement)
-        return f"{node} (replaced by {replacement['metadata']['name']})"
+        return f"{node} under {on_it} (replaced by {replacement['metadata']['name']})"
 
     def operator_killed(self) -> str | None:
         return f"SIGKILL (started again after {self.outage:.1f} s)" if self.kill_operator(self.outage) else None

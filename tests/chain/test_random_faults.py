@@ -5,7 +5,10 @@ the operator SIGKILLed and started again), then the invariants over everything t
 (tests/chain/faults.py): attempt and restarts never go back, no attempt's PyTorchJob is created
 twice, the budget is never exceeded, terminal phases stay, and every job converges.
 
-The faults come at random moments; the assertions are about invariants, never about timings.
+The faults come at random moments; the assertions are about invariants, never about timings. The
+second test pins what the random runs found: a deleted node's pods, failed by the pod GC, count as
+failures on that node.
+
 Reproduce a run: LLMTRAIN_FAULT_SEED=<the seed it printed> (LLMTRAIN_FAULT_SECONDS: how long the
 faults last, 60 by default).
 """
@@ -19,6 +22,9 @@ import random
 import pytest
 from kubernetes import client
 
+from llmtrain.render import pytorchjob_name
+from llmtrain.spec import GROUP, PLURAL, VERSION
+from llmtrain_devcluster.chain import node_manifest
 from llmtrain_devcluster.process import free_port
 from operator_core.conftest import OperatorProcess
 
@@ -78,3 +84,26 @@ def test_random_faults_keep_every_invariant(chain_cluster, cpu_nodes, chain_ns, 
     print(errors)
     assert sum(result.done.values()) > 0, "no fault was applied"
     assert not result.violations, f"LLMTRAIN_FAULT_SEED={seed}:\n" + "\n".join(result.violations)
+
+
+def test_a_deleted_node_fails_its_attempt_and_names_the_node(chain_cluster, chain, cpu_nodes, chain_ns, operator):
+    """The pod GC marks a deleted node's pods Failed with only a DisruptionTarget condition; the
+    operator counts that as a failure on the node (found by the random faults: it did not)."""
+    name = "gone-node"
+    chain.custom.create_namespaced_custom_object(GROUP, VERSION, chain_ns, PLURAL, faults.job_doc(name, 1, 3))
+    (pod,) = chain.wait_pods_running(chain_ns, f"training.kubeflow.org/job-name={pytorchjob_name(name, 1)}", 1)
+    node = pod.spec.node_name
+    chain.core.delete_node(node)
+    chain.core.create_node(node_manifest(faults.CPU, 1 + max(int(n.rsplit("-", 1)[1]) for n in cpu_nodes)))
+
+    def status():
+        return chain.custom.get_namespaced_custom_object(GROUP, VERSION, chain_ns, PLURAL, name).get("status") or {}
+
+    # the pod GC waits 40 s (its quarantine) and looks every 20 s
+    st = wait_for(lambda: (s := status()).get("attempt") == 2 and s, 120, f"attempt 2 (log: {operator.log_path})")
+    assert st["restarts"] == 1
+    (entry,) = st["badNodes"]
+    assert entry["node"] == node and entry["reason"] == "DeletionByPodGC" and entry["attempt"] == 1
+    assert "node no longer exists" in entry["message"]
+    (pod2,) = chain.wait_pods_running(chain_ns, f"training.kubeflow.org/job-name={pytorchjob_name(name, 2)}", 1)
+    assert pod2.spec.node_name != node
