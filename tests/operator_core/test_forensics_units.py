@@ -128,6 +128,36 @@ def test_an_evicted_pod_blames_its_node_with_the_eviction_reason():
     assert failure_of(pod)["reason"] == "Evicted" and failure_of(pod)["node"] == "n9"
 
 
+def test_a_pod_the_pod_gc_failed_because_its_node_was_deleted_names_the_node():
+    """Found by tests/chain/test_random_faults.py: when a node is deleted, the controller-manager's
+    pod GC marks its pods Failed with only a DisruptionTarget condition (no status.reason; the
+    containers still say running, nobody stopped them) and then deletes them. Such a pod was not a
+    failure here, so the operator waited 5 s for one that never came, and the restart did not say
+    that the node was gone."""
+    pod = {
+        "metadata": {**_pod()["metadata"], "name": "p"},
+        "spec": {"nodeName": "kwok-cpu-2"},
+        "status": {
+            "phase": "Failed",
+            "conditions": [
+                {"type": "Ready", "status": "True"},
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": "DeletionByPodGC",
+                    "message": "PodGC: node no longer exists",
+                },
+            ],
+            "containerStatuses": [{"name": "pytorch", "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}],
+        },
+    }
+    f = failure_of(pod)
+    assert f["node"] == "kwok-cpu-2" and f["reason"] == "DeletionByPodGC"
+    assert f["message"] == "PodGC: node no longer exists"
+    running = {**pod, "status": {**pod["status"], "phase": "Running"}}  # a disruption not carried out yet
+    assert failure_of(running) is None
+
+
 def test_bad_nodes_are_recorded_once_per_node_and_attempt_and_bounded():
     f = [
         {"node": "a", "pod": "p0", "reason": "exit 1", "exitCode": 1},

@@ -160,10 +160,19 @@ def raw_failure(pod: dict) -> dict | None:
         if t and t.get("exitCode") not in (None, 0):
             term = t
             break
-    if term is None:
-        if status.get("phase") != "Failed" or not status.get("reason"):
+    if term is None:  # Evicted and such say why in status.reason; the pod GC (node deleted) in a condition
+        why = (
+            [status]
+            if status.get("reason")
+            else [
+                c
+                for c in status.get("conditions") or []
+                if c.get("type") == "DisruptionTarget" and c.get("status") == "True" and c.get("reason")
+            ]
+        )
+        if status.get("phase") != "Failed" or not why:
             return None
-        term = {"reason": status.get("reason"), "message": status.get("message")}  # Evicted, ...
+        term = {"reason": why[0].get("reason"), "message": why[0].get("message")}
     elif meta.get("deletionTimestamp"):
         return None  # killed by the teardown of the gang, not failed by itself
     exit_code = term.get("exitCode")

@@ -1,0 +1,566 @@
+"""Random faults on the real chain, and the invariants the operator keeps through them.
+
+Used by ``test_random_faults.py`` (a short run in the suite) and ``bench/random_faults.py`` (a long
+soak), both through ``run``. Its parts:
+
+- ``History``: one WATCH per kind (LLMTrainingJobs, PyTorchJobs) in the namespace, from a
+  resourceVersion taken before the first job exists, so every status the operator wrote and every
+  PyTorchJob it created is seen, not just what a poll happens to catch.
+- ``Faults``: a seeded schedule of what a cluster does to a job: a worker pod failing (kwok's chaos
+  stage, the exit code a kubelet reports), a pod deleted, the child PyTorchJob deleted by hand, the
+  node under a pod deleted (a replacement node registered, so capacity comes back; the pods on the
+  deleted one are left to the controller-manager's pod GC, as on a real cluster), and the operator
+  SIGKILLed and started again.
+- ``violations``: the invariants, over the whole watched history, as a list of sentences (empty:
+  all hold).
+
+``wait`` is how the caller waits for a readiness condition (the tests' ``wait_for``, the bench's).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+from llmtrain.controller.status import pytorchjob_state
+from llmtrain.render import JOB_LABEL, pytorchjob_name
+from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from llmtrain.status import Reason
+from llmtrain_devcluster.chain import FAIL_EXIT_CODE_ANNOTATION, FAIL_POD_LABEL, node_manifest
+
+PTJ = ("kubeflow.org", "v1", "pytorchjobs")
+CPU = "cpu"
+NODE_PREFIX = "kwok-cpu-"
+TERMINAL = ("Succeeded", "Failed")
+FAULT_KINDS = ("pod_failed", "pod_deleted", "pytorchjob_deleted", "node_deleted", "operator_killed")
+# how often each kind is drawn; an operator restart costs a few seconds of the window, so it is rarer
+WEIGHTS = (5, 2, 2, 1.5, 1)
+
+
+# --- the jobs ------------------------------------------------------------------------------------
+
+
+def job_doc(name: str, nodes: int, max_restarts: int) -> dict:
+    """A CPU job (one pod per simulated cpu node) that restarts after the operator's 1 s floor."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"preset": "tiny"},
+            "data": {"uri": "synthetic", "seqLen": 128},
+            "cluster": {"instanceType": CPU, "nodes": nodes, "processesPerNode": 2},
+            "fsdp": {"shardingStrategy": "FULL_SHARD", "mixedPrecision": "fp32", "activationCheckpointing": "none"},
+            "training": {"maxSteps": 1000000, "globalBatchTokens": 2048, "microBatchSize": 4},
+            "resilience": {"maxRestarts": max_restarts, "restartBackoffSeconds": 0, "maxRestartBackoffSeconds": 1},
+        },
+    }
+
+
+def draw_jobs(rng: random.Random, count: int) -> list[tuple[str, int, int]]:
+    """(name, nodes, maxRestarts): budgets from 0 (the first failure ends it) to 20 (never spent),
+    so that some jobs run out and some do not; a third of the jobs are two-node gangs."""
+    budgets = [0, 1, 2, 20] * (count // 4 + 1)
+    rng.shuffle(budgets)
+    return [(f"chaos-{i}", 2 if i % 3 == 2 else 1, budgets[i]) for i in range(count)]
+
+
+# --- the watched history -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One watch event of an LLMTrainingJob: what its status said."""
+
+    type: str
+    at: float  # when the watch delivered it (monotonic)
+    rv: int
+    phase: str | None
+    attempt: int | None
+    restarts: int | None
+    reason: str | None
+
+
+class History:
+    """Watches both kinds in ``ns`` from ``since`` (a LIST's resourceVersion) until ``stop()``;
+    a stream the API server ends is resumed from the last resourceVersion seen. A 410 (history
+    compacted) is recorded as an error: the history would have a hole, so the run cannot pass."""
+
+    def __init__(self, api: client.ApiClient, ns: str, since: str):
+        self.custom = client.CustomObjectsApi(api)
+        self.ns = ns
+        self.jobs: dict[str, list[Seen]] = {}
+        self.ptj_added: Counter[str] = Counter()
+        self.ptj_failed: dict[str, float] = {}  # name -> when the watch first saw it Failed (monotonic)
+        self.ptj_events: list[tuple[float, str]] = []  # (monotonic time, "ADDED name" / "DELETED name")
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._watches: list[watch.Watch] = []
+        self._threads = [
+            threading.Thread(target=self._run, args=(plural, group, version, since), daemon=True)
+            for group, version, plural in ((GROUP, VERSION, PLURAL), PTJ)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _run(self, plural: str, group: str, version: str, rv: str) -> None:
+        while not self._stop.is_set():
+            w = watch.Watch()
+            self._watches.append(w)
+            try:
+                for ev in w.stream(
+                    self.custom.list_namespaced_custom_object,
+                    group,
+                    version,
+                    self.ns,
+                    plural,
+                    resource_version=rv,
+                    timeout_seconds=300,
+                ):
+                    obj = ev["object"]
+                    if ev["type"] == "ERROR":
+                        self.errors.append(f"{plural} watch: {obj}")
+                        return
+                    rv = obj["metadata"]["resourceVersion"]
+                    self._record(plural, ev["type"], obj)
+            except ApiException as err:
+                if self._stop.is_set():
+                    return
+                self.errors.append(f"{plural} watch from resourceVersion {rv}: {err.status} {err.reason}")
+                return
+            except Exception as err:  # noqa: BLE001 - the connection closed under us (stop(), or the server)
+                if self._stop.is_set():
+                    return
+                time.sleep(0.2)
+                if not isinstance(err, OSError | ValueError):
+                    self.errors.append(f"{plural} watch: {err!r}")
+                    return
+
+    def _record(self, plural: str, type_: str, obj: dict) -> None:
+        name = obj["metadata"]["name"]
+        with self._lock:
+            if plural == PTJ[2]:
+                if type_ == "ADDED":
+                    self.ptj_added[name] += 1
+                if type_ in ("ADDED", "DELETED"):
+                    self.ptj_events.append((time.monotonic(), f"  PyTorchJob {name} {type_}"))
+                conds = (obj.get("status") or {}).get("conditions") or []
+                if any(c.get("type") == "Failed" and c.get("status") == "True" for c in conds):
+                    self.ptj_failed.setdefault(f"{name} {obj['metadata']['uid'][:8]}", time.monotonic())
+                return
+            st = obj.get("status") or {}
+            self.jobs.setdefault(name, []).append(
+                Seen(
+                    type_,
+                    time.monotonic(),
+                    int(obj["metadata"]["resourceVersion"]),
+                    st.get("phase"),
+                    st.get("attempt"),
+                    st.get("restarts"),
+                    st.get("reason"),
+                )
+            )
+
+    def snapshot(self) -> tuple[dict[str, list[Seen]], Counter[str]]:
+        with self._lock:
+            return {k: list(v) for k, v in self.jobs.items()}, Counter(self.ptj_added)
+
+    def ptj_timeline(self) -> list[tuple[float, str]]:
+        """When each PyTorchJob was added, seen Failed and deleted."""
+        with self._lock:
+            failed = [(t, f"  PyTorchJob {name} Failed") for name, t in self.ptj_failed.items()]
+            return self.ptj_events + failed
+
+    def caught_up(self, rvs: dict[str, int]) -> bool:
+        """Every job's watched history reaches at least resourceVersion ``rvs[name]``."""
+        with self._lock:
+            return all(self.jobs.get(n) and self.jobs[n][-1].rv >= rv for n, rv in rvs.items())
+
+    def stop(self) -> None:
+        self._stop.set()
+        for w in self._watches:
+            w.stop()
+        for t in self._threads:
+            t.join(10)
+
+
+# --- faults --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Faults:
+    """Draws and applies faults; counts what it did (``done``) and which PyTorchJobs it deleted
+    by hand (each lets its attempt's PyTorchJob be created once more)."""
+
+    api: client.ApiClient
+    ns: str
+    rng: random.Random
+    kill_operator: Callable[[float], bool]  # SIGKILL, start it again after that many s (False: still starting)
+    node_index: int  # the next cpu node's number
+    t0: float = field(default_factory=time.monotonic)  # the timeline's zero
+    done: Counter[str] = field(default_factory=Counter)
+    hand_deleted: Counter[str] = field(default_factory=Counter)
+    log: list[tuple[float, str]] = field(default_factory=list)  # (monotonic time, what)
+
+    def __post_init__(self):
+        self._lock = threading.Lock()
+        self.pick, self.exit_code, self.outage = 0.0, 1, 0.0
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+
+    def _live_pods(self) -> list:
+        return [
+            p
+            for p in self.core.list_namespaced_pod(self.ns).items
+            if p.metadata.deletion_timestamp is None and p.status.phase == "Running"
+        ]
+
+    def note(self, what: str) -> None:
+        with self._lock:
+            self.log.append((time.monotonic(), what))
+
+    def one(self) -> float:
+        """One fault; returns the pause before the next. Every step draws the same numbers (kind,
+        which of the candidates, exit code, outage, pause), so a seed gives the same kinds at the
+        same moments; which pod or node a pick lands on depends on what exists then."""
+        kind = self.rng.choices(FAULT_KINDS, WEIGHTS)[0]
+        self.pick, self.exit_code = self.rng.random(), self.rng.choice((1, 137, 139))
+        self.outage, gap = self.rng.uniform(0, 3), self.rng.uniform(0.3, 2.5)
+        what = getattr(self, kind)()
+        if what:
+            self.done[kind] += 1
+            self.note(f"{kind} {what}")
+        return gap
+
+    def _choose(self, items: list):
+        return items[int(self.pick * len(items))]
+
+    def pod_failed(self) -> str | None:
+        pods = self._live_pods()
+        if not pods:
+            return None
+        pod = self._choose(sorted(pods, key=lambda p: p.metadata.name))
+        code = self.exit_code
+        self.core.patch_namespaced_pod(
+            pod.metadata.name,
+            self.ns,
+            {"metadata": {"labels": {FAIL_POD_LABEL: "true"}, "annotations": {FAIL_EXIT_CODE_ANNOTATION: str(code)}}},
+        )
+        return f"{pod.metadata.name} exit {code}"
+
+    def pod_deleted(self) -> str | None:
+        pods = self._live_pods()
+        if not pods:
+            return None
+        pod = self._choose(sorted(pods, key=lambda p: p.metadata.name))
+        try:
+            self.core.delete_namespaced_pod(pod.metadata.name, self.ns)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return pod.metadata.name
+
+    def pytorchjob_deleted(self) -> str | None:
+        items = self.custom.list_namespaced_custom_object(*PTJ[:2], self.ns, PTJ[2])["items"]
+        live = sorted(p["metadata"]["name"] for p in items if not p["metadata"].get("deletionTimestamp"))
+        if not live:
+            return None
+        name = self._choose(live)
+        try:
+            self.custom.delete_namespaced_custom_object(*PTJ[:2], self.ns, PTJ[2], name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        self.hand_deleted[name] += 1
+        return name
+
+    def node_deleted(self) -> str | None:
+        """The node under a running pod goes away (a spot reclaim, a scale-down); a replacement of
+        the same shape registers, so the jobs get their capacity back."""
+        live = self._live_pods()
+        busy = sorted({p.spec.node_name for p in live if p.spec.node_name})
+        if not busy:
+            return None
+        node = self._choose(busy)
+        on_it = ", ".join(sorted(p.metadata.name for p in live if p.spec.node_name == node))
+        try:
+            self.core.delete_node(node)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        replacement = node_manifest(CPU, self.node_index)
+        self.node_index += 1
+        self.core.create_node(replacement)
+        return f"{node} under {on_it} (replaced by {replacement['metadata']['name']})"
+
+    def operator_killed(self) -> str | None:
+        return f"SIGKILL (started again after {self.outage:.1f} s)" if self.kill_operator(self.outage) else None
+
+
+def run_faults(faults: Faults, seconds: float) -> None:
+    """Faults at random moments for ``seconds``."""
+    while time.monotonic() - faults.t0 < seconds:
+        time.sleep(faults.one())
+
+
+# --- convergence and invariants ------------------------------------------------------------------
+
+
+def settled(api: client.ApiClient, ns: str, jobs: dict[str, int]) -> dict | None:
+    """The namespace at rest, or None: every job Running on its latest attempt with all its pods
+    Running on nodes that exist, or Failed with a reason; each job's only PyTorchJob not being
+    deleted is its current attempt's; no pod left on a deleted node (the pod GC's work) and none
+    terminating. ``jobs``: name -> nodes. Returns {name: status} when settled."""
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    nodes = {n.metadata.name for n in core.list_node(label_selector="type=kwok").items}
+    pods = core.list_namespaced_pod(ns).items
+    if any(p.metadata.deletion_timestamp or (p.spec.node_name and p.spec.node_name not in nodes) for p in pods):
+        return None
+    ptjs = custom.list_namespaced_custom_object(*PTJ[:2], ns, PTJ[2])["items"]
+    out = {}
+    for name, count in jobs.items():
+        st = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name).get("status") or {}
+        current = pytorchjob_name(name, st.get("attempt") or 1)
+        live = {
+            p["metadata"]["name"]
+            for p in ptjs
+            if p["metadata"].get("labels", {}).get(JOB_LABEL) == name and not p["metadata"].get("deletionTimestamp")
+        }
+        if st.get("phase") == "Failed":
+            if not st.get("reason") or not live <= {current}:
+                return None
+        elif (
+            st.get("phase") == "Running"
+            and live == {current}
+            and st.get("pytorchJob") == current
+            and pytorchjob_state(next(p for p in ptjs if p["metadata"]["name"] == current)) == "Running"
+        ):
+            mine = [p for p in pods if (p.metadata.labels or {}).get("training.kubeflow.org/job-name") == current]
+            if len(mine) != count or any(p.status.phase != "Running" for p in mine):
+                return None
+        else:
+            return None
+        out[name] = st
+    return out
+
+
+def timeline(
+    t0: float, faults: list[tuple[float, str]], history: dict[str, list[Seen]], ptjs: list[tuple[float, str]]
+) -> str:
+    """What happened, in order: the faults, the operator's restarts, each PyTorchJob's creation,
+    failure and deletion, and each job's changes of (phase, attempt, restarts), seconds from ``t0``."""
+    lines = list(faults) + list(ptjs)
+    for job, seen in history.items():
+        last = None
+        for s in seen:
+            key = (s.phase, s.attempt, s.restarts)
+            if s.phase is not None and key != last:
+                lines.append((s.at, f"    {job}: {s.phase} attempt {s.attempt} restarts {s.restarts} ({s.reason})"))
+                last = key
+    return "\n".join(f"{t - t0:7.1f}s {what}" for t, what in sorted(lines))
+
+
+def violations(
+    history: dict[str, list[Seen]],
+    ptj_added: Counter[str],
+    hand_deleted: Counter[str],
+    final: dict[str, dict],
+    budgets: dict[str, int],
+) -> list[str]:
+    """Every broken invariant, in words (empty: all hold)."""
+    bad: list[str] = []
+    for name, seen in sorted(history.items()):
+        states = [s for s in seen if s.type != "DELETED" and s.phase is not None]
+        if [s.rv for s in seen] != sorted(s.rv for s in seen):
+            bad.append(f"{name}: watch events out of resourceVersion order")
+        for prev, cur in itertools.pairwise(states):
+            for what in ("attempt", "restarts"):
+                a, b = getattr(prev, what) or 0, getattr(cur, what) or 0
+                if b < a:
+                    bad.append(f"{name}: {what} went back from {a} to {b} (rv {prev.rv} -> {cur.rv})")
+                elif b > a + 1:
+                    bad.append(f"{name}: {what} jumped from {a} to {b} (rv {prev.rv} -> {cur.rv})")
+            if prev.phase in TERMINAL and cur.phase != prev.phase:
+                bad.append(f"{name}: left terminal phase {prev.phase} for {cur.phase} (rv {cur.rv})")
+        for s in states:
+            if (s.restarts or 0) > budgets[name]:
+                bad.append(f"{name}: restarts {s.restarts} over maxRestarts {budgets[name]} (rv {s.rv})")
+            if (s.restarts or 0) > (s.attempt or 1) - 1:
+                bad.append(f"{name}: restarts {s.restarts} with only attempt {s.attempt} (rv {s.rv})")
+    for ptj, n in sorted(ptj_added.items()):
+        if n > 1 + hand_deleted[ptj]:
+            bad.append(f"PyTorchJob {ptj} created {n} times (deleted by hand {hand_deleted[ptj]} times)")
+    for name, st in sorted(final.items()):
+        attempt = st.get("attempt") or 1
+        for k in range(1, attempt + 1):
+            if not ptj_added[pytorchjob_name(name, k)]:
+                bad.append(f"{name}: attempt {k} never had a PyTorchJob")
+        prefix = pytorchjob_name(name, 0)[:-1]
+        for ptj in ptj_added:
+            suffix = ptj[len(prefix) :]
+            if ptj.startswith(prefix) and suffix.isdigit() and not 1 <= int(suffix) <= attempt:
+                bad.append(f"{name}: PyTorchJob {ptj} for an attempt it never reached (status.attempt {attempt})")
+        if st.get("phase") == "Failed":
+            if st.get("reason") != Reason.RESTART_BUDGET_EXHAUSTED.value or st.get("restarts") != budgets[name]:
+                bad.append(
+                    f"{name}: Failed with reason {st.get('reason')!r} and restarts {st.get('restarts')} "
+                    f"(maxRestarts {budgets[name]}): only a spent budget may fail a job here"
+                )
+    return bad
+
+
+# --- one run -------------------------------------------------------------------------------------
+
+
+class Operator(Protocol):
+    def start(self) -> Any: ...
+    def stop(self, sig: int = ...) -> None: ...
+
+
+class Restarter:
+    """SIGKILL the operator, then start it again after the drawn outage in the background, so the
+    cluster (and the next faults) go on while it is down."""
+
+    def __init__(self, op: Operator):
+        self.op = op
+        self.thread: threading.Thread | None = None
+        self.note: Callable[[str], None] = lambda what: None
+        self.error: BaseException | None = None
+
+    def __call__(self, outage: float) -> bool:
+        if self.thread is not None and self.thread.is_alive():
+            return False  # still starting from the last kill
+        self.wait()
+        self.op.stop(signal.SIGKILL)
+
+        def start():
+            try:
+                time.sleep(outage)  # the outage itself, not a readiness wait
+                self.op.start()
+                self.note("operator up again")
+            except BaseException as err:  # noqa: BLE001 - re-raised by wait() in the caller's thread
+                self.error = err
+
+        self.thread = threading.Thread(target=start, daemon=True)
+        self.thread.start()
+        return True
+
+    def wait(self) -> None:
+        if self.thread is not None:
+            self.thread.join(180)
+            self.thread = None
+        if self.error is not None:
+            raise self.error
+
+
+@dataclass
+class Result:
+    seed: int
+    jobs: list[tuple[str, int, int]]  # (name, nodes, maxRestarts)
+    done: Counter[str]
+    final: dict[str, dict]
+    history: dict[str, list[Seen]]
+    violations: list[str]
+    timeline: str
+    running_s: float  # create -> every job Running
+    faults_s: float  # the fault window, as it ran
+    settle_s: float  # last fault -> settled
+
+    def summary(self) -> dict:
+        budgets = {name: budget for name, _, budget in self.jobs}
+        return {
+            "seed": self.seed,
+            "faults": dict(self.done),
+            "jobs": {
+                name: {
+                    "phase": st.get("phase"),
+                    "reason": st.get("reason"),
+                    "attempt": st.get("attempt"),
+                    "restarts": st.get("restarts"),
+                    "maxRestarts": budgets[name],
+                    "watchedStates": len(self.history.get(name, [])),
+                }
+                for name, st in sorted(self.final.items())
+            },
+            "violations": self.violations,
+            "seconds": {
+                "allRunning": round(self.running_s, 1),
+                "faults": round(self.faults_s, 1),
+                "settledAfterLastFault": round(self.settle_s, 1),
+            },
+        }
+
+
+def run(
+    api: client.ApiClient,
+    ns: str,
+    operator: Operator,
+    node_names: list[str],
+    *,
+    seed: int,
+    jobs: int,
+    seconds: float,
+    wait: Callable[..., Any],
+    settle_timeout: float = 240,
+    say: Callable[[str], None] = print,
+) -> Result:
+    """Create ``jobs`` jobs in ``ns`` (served by ``operator``, on the cpu nodes ``node_names``), wait
+    until all run, apply faults for ``seconds``, wait until the namespace settles, check."""
+    rng = random.Random(seed)
+    drawn = draw_jobs(rng, jobs)
+    sizes = {name: nodes for name, nodes, _ in drawn}
+    custom = client.CustomObjectsApi(api)
+    t0 = time.monotonic()
+    since = custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["metadata"]["resourceVersion"]
+    history = History(api, ns, since)
+    restarter = Restarter(operator)
+    chaos = Faults(api, ns, rng, restarter, 1 + max(int(n.rsplit("-", 1)[1]) for n in node_names))
+    restarter.note = chaos.note
+    try:
+        for name, nodes, budget in drawn:
+            custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job_doc(name, nodes, budget))
+        wait(lambda: settled(api, ns, sizes), 120, f"{jobs} jobs Running before the faults")
+        running = time.monotonic() - t0
+        chaos.t0 = time.monotonic()
+        run_faults(chaos, seconds)
+        restarter.wait()
+        last_fault = time.monotonic()
+        final = wait(
+            lambda: settled(api, ns, sizes),
+            settle_timeout,
+            f"every job Running on its latest attempt or Failed (LLMTRAIN_FAULT_SEED={seed})",
+        )
+        settle = time.monotonic() - last_fault
+        # the watches have delivered everything up to the settled state
+        rvs = {
+            n: int(custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, n)["metadata"]["resourceVersion"])
+            for n in final
+        }
+        wait(lambda: history.caught_up(rvs), 30, "the watch caught up with the settled state")
+    finally:
+        history.stop()
+        seen, added = history.snapshot()
+        story = timeline(chaos.t0, chaos.log, seen, history.ptj_timeline())
+        say(story)  # the whole story, also when the namespace never settled
+    budgets = {name: budget for name, _, budget in drawn}
+    bad = history.errors + violations(seen, added, chaos.hand_deleted, final, budgets)
+    bad += [
+        f"{name}: status.pytorchJob {st.get('pytorchJob')!r} is not attempt {st.get('attempt')}'s"
+        for name, st in sorted(final.items())
+        if st.get("pytorchJob") != pytorchjob_name(name, st.get("attempt") or 1)
+    ]
+    return Result(seed, drawn, chaos.done, final, seen, bad, story, running, last_fault - chaos.t0, settle)

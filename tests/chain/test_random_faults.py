@@ -1,0 +1,109 @@
+"""Random faults on the real chain (kube-apiserver + etcd + kube-scheduler + kwok nodes + the Kubeflow
+training-operator + the operator as a process): six jobs, a minute of faults drawn from a seed
+(worker pods failing, pods deleted, child PyTorchJobs deleted by hand, nodes deleted and replaced,
+the operator SIGKILLed and started again), then the invariants over everything the two watches saw
+(tests/chain/faults.py): attempt and restarts never go back, no attempt's PyTorchJob is created
+twice, the budget is never exceeded, terminal phases stay, and every job converges.
+
+The faults come at random moments; the assertions are about invariants, never about timings. The
+second test pins what the random runs found: a deleted node's pods, failed by the pod GC, count as
+failures on that node.
+
+Reproduce a run: LLMTRAIN_FAULT_SEED=<the seed it printed> (LLMTRAIN_FAULT_SECONDS: how long the
+faults last, 60 by default).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import pytest
+from kubernetes import client
+
+from llmtrain.render import pytorchjob_name
+from llmtrain.spec import GROUP, PLURAL, VERSION
+from llmtrain_devcluster.chain import node_manifest
+from llmtrain_devcluster.process import free_port
+from operator_core.conftest import OperatorProcess
+
+from . import faults
+from .conftest import wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+JOBS = 6
+SPARE_NODES = 2  # beyond one per pod: a restart finds room while the old pods finish
+
+
+@pytest.fixture
+def cpu_nodes(chain_cluster, chain):
+    """Simulated cpu nodes for this test only (the session's cluster keeps its GPU shape for the
+    other chain tests). Requested before chain_ns, so they go after its pods are gone; the
+    replacements the faults register go too."""
+    pods = sum(nodes for _, nodes, _ in faults.draw_jobs(random.Random(0), JOBS))
+    names = chain_cluster.add_nodes({faults.CPU: pods + SPARE_NODES})
+    yield names
+    for node in chain.core.list_node(label_selector="type=kwok").items:
+        if node.metadata.name.startswith(faults.NODE_PREFIX):
+            try:
+                chain.core.delete_node(node.metadata.name)
+            except client.ApiException as err:
+                if err.status != 404:
+                    raise
+
+
+@pytest.fixture
+def operator(chain_cluster, chain_ns, tmp_path):
+    """This test's own operator, watching only its namespace (it is SIGKILLed on purpose)."""
+    op = OperatorProcess(
+        chain_cluster.kubeconfig,
+        tmp_path / "operator.log",
+        free_port(),
+        extra_args=["--namespace", chain_ns, "--verbose"],
+    )
+    op.start()
+    yield op
+    op.stop()
+
+
+def test_random_faults_keep_every_invariant(chain_cluster, cpu_nodes, chain_ns, operator):
+    seed = int(os.environ.get("LLMTRAIN_FAULT_SEED") or random.SystemRandom().randrange(2**32))
+    seconds = float(os.environ.get("LLMTRAIN_FAULT_SECONDS", "60"))
+    print(f"\nrandom faults: LLMTRAIN_FAULT_SEED={seed} for {seconds:.0f} s (operator log: {operator.log_path})")
+    with chain_cluster.api_client() as api:
+        result = faults.run(api, chain_ns, operator, cpu_nodes, seed=seed, jobs=JOBS, seconds=seconds, wait=wait_for)
+    summary = result.summary()
+    print(json.dumps(summary, indent=1))
+    errors = [
+        line
+        for line in operator.metrics().splitlines()
+        if line.startswith('llmtrain_operator_reconciles_total{outcome="error"}')
+    ]
+    print(errors)
+    assert sum(result.done.values()) > 0, "no fault was applied"
+    assert not result.violations, f"LLMTRAIN_FAULT_SEED={seed}:\n" + "\n".join(result.violations)
+
+
+def test_a_deleted_node_fails_its_attempt_and_names_the_node(chain_cluster, chain, cpu_nodes, chain_ns, operator):
+    """The pod GC marks a deleted node's pods Failed with only a DisruptionTarget condition; the
+    operator counts that as a failure on the node (found by the random faults: it did not)."""
+    name = "gone-node"
+    chain.custom.create_namespaced_custom_object(GROUP, VERSION, chain_ns, PLURAL, faults.job_doc(name, 1, 3))
+    (pod,) = chain.wait_pods_running(chain_ns, f"training.kubeflow.org/job-name={pytorchjob_name(name, 1)}", 1)
+    node = pod.spec.node_name
+    chain.core.delete_node(node)
+    chain.core.create_node(node_manifest(faults.CPU, 1 + max(int(n.rsplit("-", 1)[1]) for n in cpu_nodes)))
+
+    def status():
+        return chain.custom.get_namespaced_custom_object(GROUP, VERSION, chain_ns, PLURAL, name).get("status") or {}
+
+    # the pod GC waits 40 s (its quarantine) and looks every 20 s
+    st = wait_for(lambda: (s := status()).get("attempt") == 2 and s, 120, f"attempt 2 (log: {operator.log_path})")
+    assert st["restarts"] == 1
+    (entry,) = st["badNodes"]
+    assert entry["node"] == node and entry["reason"] == "DeletionByPodGC" and entry["attempt"] == 1
+    assert "node no longer exists" in entry["message"]
+    (pod2,) = chain.wait_pods_running(chain_ns, f"training.kubeflow.org/job-name={pytorchjob_name(name, 2)}", 1)
+    assert pod2.spec.node_name != node
