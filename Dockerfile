@@ -85,7 +85,7 @@ COPY --from=trainer-build /opt/venv /opt/venv
 # IPC_LOCK for EFA pods (libfabric pins registered buffers), usable by the non-root user: a
 # permitted-only file capability on the interpreter (no effective bit, so pods that drop every
 # capability, CPU jobs, still exec it; they simply gain nothing), raised into the effective set
-# by the trainer at start-up (llmtrain_trainer.capabilities). Exec with file capabilities runs in
+# by the trainer at start-up (llmtrain_trainer.distributed.capabilities). Exec with file capabilities runs in
 # glibc's secure mode, which ignores LD_LIBRARY_PATH, so the EFA and OFI-NCCL libraries are also
 # registered with the dynamic linker.
 RUN setcap cap_ipc_lock=+p "$(readlink -f /opt/venv/bin/python)" \

@@ -187,7 +187,7 @@ def s3_speed(bucket: str, directory: str, nbytes: int, files: int) -> dict:
 
 
 def step_name(step: int) -> str:
-    from llmtrain_trainer.checkpoint import step_name as name
+    from llmtrain_trainer.checkpoint.checkpointer import step_name as name
 
     return name(step)
 
@@ -244,8 +244,8 @@ def trainer_with_resume_timers(argv: list[str]) -> None:
     import torch.distributed.checkpoint.state_dict as sd
     import torch.distributed.checkpoint.utils as du
 
-    import llmtrain_trainer.checkpoint as ck
-    import llmtrain_trainer.checkpoint_reader as cr
+    import llmtrain_trainer.checkpoint.checkpointer as ck
+    import llmtrain_trainer.checkpoint.reader as cr
     import llmtrain_trainer.train as tr
 
     t: dict[str, float] = collections.defaultdict(float)

@@ -159,10 +159,9 @@ def worker_plain(spec_path: str) -> None:
     import torch
 
     from llmtrain.defaults import resolve
-
     from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
-    from llmtrain_trainer.init import init_weights
-    from llmtrain_trainer.model import Llama
+    from llmtrain_trainer.models.init import init_weights
+    from llmtrain_trainer.models.llama import Llama
 
     raw = json.loads(Path(spec_path).read_text())
     dims = resolve_dims(resolve(LLMTrainingJobSpec.model_validate(raw)).model)

@@ -117,7 +117,7 @@ def encode_batch_seconds(tok_path: str, docs: list[str], batch: int, fast: bool)
 
 
 def prepare_seconds(src: Path, out: Path, tok_path: str, pool: str, workers: int) -> tuple[float, dict]:
-    from llmtrain_trainer.prepare import run_prepare
+    from llmtrain_trainer.data.prepare import run_prepare
 
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
@@ -149,7 +149,7 @@ def main(argv=None) -> int:
     ap.add_argument("--output", help="write the figures as JSON here")
     args = ap.parse_args(argv)
 
-    from llmtrain_trainer.prepare import default_workers
+    from llmtrain_trainer.data.prepare import default_workers
 
     cores = default_workers()
     work = Path(tempfile.mkdtemp(prefix="prepare-bench-"))

@@ -3,7 +3,7 @@
 ONE `torchrun --nproc-per-node=N` launch (default 2, gloo on CPU) per step size; inside the same worker
 processes the two loops take turns, `--repeats` times, in alternating order (B T, T B, B T, ...), each
 turn `--steps` steps of which the first `--warmup` are dropped. Both train the same Llama model
-(`llmtrain_trainer.model`) from the same initial weights on the same synthetic samples with FSDP2
+(`llmtrain_trainer.models.llama`) from the same initial weights on the same synthetic samples with FSDP2
 (`fully_shard` per block, then the root), AdamW, the LR schedule and gradient clipping:
 
 - baseline: a minimal loop — every batch is generated BEFORE its timed loop, then per step only
@@ -101,9 +101,9 @@ def baseline_turn(spec) -> dict:
 
     from llmtrain.spec import resolve_dims
     from llmtrain_trainer.config import global_batch_seqs, lr_at
-    from llmtrain_trainer.data import SyntheticDataset
-    from llmtrain_trainer.init import init_weights
-    from llmtrain_trainer.model import Llama, cross_entropy
+    from llmtrain_trainer.data.loader import SyntheticDataset
+    from llmtrain_trainer.models.init import init_weights
+    from llmtrain_trainer.models.llama import Llama, cross_entropy
     from llmtrain_trainer.train import build_optimizer
 
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -211,8 +211,8 @@ def bookkeeping(n: int = 3000) -> dict:
     from llmtrain.defaults import resolve
     from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
     from llmtrain_trainer.config import dumps
-    from llmtrain_trainer.metrics import TrainerMetrics
-    from llmtrain_trainer.throughput import step_throughput
+    from llmtrain_trainer.metrics.prometheus import TrainerMetrics
+    from llmtrain_trainer.metrics.throughput import step_throughput
 
     spec = resolve(LLMTrainingJobSpec.model_validate(job_spec(SIZES["small"], 10, 2)))
     dims = resolve_dims(spec.model)

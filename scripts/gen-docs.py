@@ -193,13 +193,13 @@ def metrics_md() -> str:
     from prometheus_client import CollectorRegistry
 
     from llmtrain.controller.metrics import OperatorMetrics
-    from llmtrain_trainer.metrics import TrainerMetrics
+    from llmtrain_trainer.metrics.prometheus import TrainerMetrics
 
     op, tr = CollectorRegistry(), CollectorRegistry()
     OperatorMetrics(op)
     TrainerMetrics(tr, job="job", rank=0)
     lines = [
-        HEADER.format(source="llmtrain.controller.metrics and llmtrain_trainer.metrics"),
+        HEADER.format(source="llmtrain.controller.metrics and llmtrain_trainer.metrics.prometheus"),
         "# Metrics",
         "",
         "Histograms are exposed as `_bucket`, `_sum` and `_count` series. Dashboards and alert rules "

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from llmtrain import rendezvous_auth as ra
 from llmtrain_devcluster.process import free_port
-from llmtrain_trainer.local import _etcd_binary, etcd_process
+from llmtrain_trainer.cli.local import _etcd_binary, etcd_process
 
 
 @contextmanager

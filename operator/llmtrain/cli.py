@@ -240,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--png", metavar="FILE", help="also draw the attempts' timeline into FILE")
     g.set_defaults(func=cmd_goodput)
     try:  # the trainer's commands need torch, which the operator image does not carry
-        from llmtrain_trainer.commands import register
+        from llmtrain_trainer.cli.commands import register
     except ImportError:
         pass
     else:

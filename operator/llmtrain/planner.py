@@ -9,7 +9,7 @@ copies: 4 + 4 + 8. Same total; ZeRO's split over-counts the start of backward, w
 gradients, by 2Ψ/N. Not changed: the CPU bench measures fp32 only.)
 
 How much of it one GPU holds between steps: the trainer builds every strategy with FSDP2
-(trainer/llmtrain_trainer/parallel.py), which keeps each parameter, its gradient and its optimizer
+(trainer/llmtrain_trainer/distributed/parallel.py), which keeps each parameter, its gradient and its optimizer
 state sharded over the shard group N, whatever the strategy:
     FULL_SHARD     params, grads, optimizer / N     (N = all GPUs)        16Ψ/N
     HYBRID_SHARD   params, grads, optimizer / N     (N = GPUs per node)   16Ψ/N

@@ -155,7 +155,7 @@ class ProgressStatus(_Status):
     last_checkpoint_time: str | None = Field(None, json_schema_extra=DATE_TIME)
     heartbeat_time: str | None = Field(None, json_schema_extra=DATE_TIME)
     update_time: str | None = Field(None, json_schema_extra=DATE_TIME)
-    # the trainer's per-step loss facts (trainer/llmtrain_trainer/losswatch.py)
+    # the trainer's per-step loss facts (trainer/llmtrain_trainer/metrics/losswatch.py)
     non_finite_loss_steps: int | None = None
     non_finite_loss_max_steps: int | None = None
     non_finite_loss_first_step: int | None = None

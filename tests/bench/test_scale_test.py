@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from llmtrain.validation import parse_spec
-from llmtrain_trainer.scale_test import add_efficiency, check_divisible, parse_sizes, summarize
+from llmtrain_trainer.cli.scale_test import add_efficiency, check_divisible, parse_sizes, summarize
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -90,7 +90,7 @@ def test_scale_test_runs_each_size_and_writes_table_json_png(tmp_path):
 
 
 def test_scale_job_document_sets_nodes_and_drops_the_checkpoint():
-    from llmtrain_trainer.scale_test import scale_job_document, scale_job_name
+    from llmtrain_trainer.cli.scale_test import scale_job_document, scale_job_name
 
     doc = {
         "apiVersion": "llmtrain.dev/v1alpha1",
@@ -111,7 +111,7 @@ def test_scale_job_document_sets_nodes_and_drops_the_checkpoint():
 
 
 def test_progress_sampling_takes_distinct_steps_after_warmup_and_reports_failure():
-    from llmtrain_trainer.scale_test import sample_progress
+    from llmtrain_trainer.cli.scale_test import sample_progress
 
     seq = iter(
         [
@@ -153,7 +153,7 @@ def test_cluster_mode_runs_each_node_count_through_the_operator(dev_cluster, nam
     from llmtrain.render import JOB_LABEL
     from llmtrain_devcluster.process import free_port
     from llmtrain_devcluster.standins import pytorchjob_conditions, running_at, worker0_pod
-    from llmtrain_trainer.metrics import TrainerMetrics
+    from llmtrain_trainer.metrics.prometheus import TrainerMetrics
     from operator_core.conftest import OperatorProcess
 
     metrics = TrainerMetrics(job="scale", rank=0)

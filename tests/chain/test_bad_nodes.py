@@ -147,8 +147,8 @@ def test_a_pod_failing_on_a_node_keeps_the_next_attempt_off_it(chain, chain_ns, 
 
 
 def test_a_failed_preflight_is_retried_elsewhere_without_spending_a_restart(chain, chain_ns, operator, untaint):
-    from llmtrain_trainer.healthcheck import RankResult, judge, termination_message
     from llmtrain.render import PREFLIGHT_EXIT_CODE
+    from llmtrain_trainer.distributed.healthcheck import RankResult, judge, termination_message
 
     name = "preflight"
     _job(chain, chain_ns, name, nodes=1, preflight=True)
@@ -247,8 +247,8 @@ def spare_p5(chain_cluster, chain):
 
 
 def test_a_gang_drops_only_the_node_its_preflight_names(chain, spare_p5, chain_ns, operator, untaint):
-    from llmtrain_trainer.healthcheck import RankResult, judge, termination_message
     from llmtrain.render import PREFLIGHT_EXIT_CODE
+    from llmtrain_trainer.distributed.healthcheck import RankResult, judge, termination_message
 
     name = "gang-preflight"
     _job(chain, chain_ns, name, nodes=2)  # preflight on by default: 2 GPU nodes

@@ -106,7 +106,7 @@ def test_every_llmtrain_render_output_is_valid(kubeconform, schemas):
 
 def test_llmtrain_prepare_cluster_job_is_valid(kubeconform, schemas):
     """The Indexed Job `llmtrain prepare --cluster` prints (prepare_cluster.render_job), with every option set."""
-    from llmtrain_trainer.prepare_cluster import render_job
+    from llmtrain_trainer.data.prepare_cluster import render_job
 
     jobs = [render_job("s3://tokens/run1/", 16),
             render_job("s3://tokens/run2/", 64, name="prep", namespace="data", parallelism=8, image="repo/img:1",

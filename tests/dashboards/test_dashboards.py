@@ -64,7 +64,7 @@ def _registered_names() -> set[str]:
     from prometheus_client import CollectorRegistry
 
     from llmtrain.controller.metrics import OperatorMetrics
-    from llmtrain_trainer.metrics import TrainerMetrics
+    from llmtrain_trainer.metrics.prometheus import TrainerMetrics
 
     op, tr = CollectorRegistry(), CollectorRegistry()
     OperatorMetrics(op)

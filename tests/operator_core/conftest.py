@@ -15,9 +15,9 @@ import yaml
 from kubernetes import client
 from prometheus_client import start_http_server
 
+from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from llmtrain_devcluster.process import free_port, log_tail, wait_until
 from llmtrain_devcluster.standins import pytorchjob_conditions
-from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
 PTJ = ("kubeflow.org", "v1", "pytorchjobs")
 
@@ -92,7 +92,7 @@ class OperatorProcess:
 @pytest.fixture(scope="module")
 def trainer_endpoint():
     """A rank-0 metrics endpoint made of the trainer's real TrainerMetrics on a free loopback port."""
-    from llmtrain_trainer.metrics import TrainerMetrics
+    from llmtrain_trainer.metrics.prometheus import TrainerMetrics
 
     metrics = TrainerMetrics(job="progress", rank=0)
     port = free_port()

@@ -9,7 +9,7 @@ from prometheus_client import generate_latest
 
 from llmtrain.controller.progress import eta
 from llmtrain.controller.scrape import parse_progress
-from llmtrain_trainer.metrics import TrainerMetrics
+from llmtrain_trainer.metrics.prometheus import TrainerMetrics
 
 AT = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
 

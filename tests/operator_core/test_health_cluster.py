@@ -35,7 +35,7 @@ def health_operator(dev_cluster, tmp_path_factory):
 
 @contextmanager
 def rank0(op: OperatorProcess, ip: str):
-    from llmtrain_trainer.metrics import TrainerMetrics
+    from llmtrain_trainer.metrics.prometheus import TrainerMetrics
 
     metrics = TrainerMetrics(job="standin", rank=0)
     server, thread = start_http_server(op.trainer_metrics_port, addr=ip, registry=metrics.registry)

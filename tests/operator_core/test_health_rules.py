@@ -1,5 +1,5 @@
 """The health rules as pure functions (controller/health.py) and the trainer's per-step loss facts
-they read (llmtrain_trainer/losswatch.py): every rule fires on its trigger and stays quiet just
+they read (llmtrain_trainer/metrics/losswatch.py): every rule fires on its trigger and stays quiet just
 below it, with the spec's thresholds."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import pytest
 
 from llmtrain.controller import health
 from llmtrain.controller.status import Progress, progress_from_metrics, timestamp
-from llmtrain.defaults import first_step_timeout_minutes
-from llmtrain.defaults import resolve
+from llmtrain.defaults import first_step_timeout_minutes, resolve
 from llmtrain.spec import LLMTrainingJobSpec
 from llmtrain.status import Reason
 
@@ -174,8 +173,9 @@ def test_training_healthy_and_the_applied_rollback():
 
 
 def test_progress_reads_the_loss_facts_and_never_writes_nan():
-    from llmtrain_trainer.metrics import TrainerMetrics
     from prometheus_client import generate_latest
+
+    from llmtrain_trainer.metrics.prometheus import TrainerMetrics
 
     m = TrainerMetrics(job="j", rank=0)
     m.loss.set(math.nan)
@@ -198,7 +198,7 @@ def test_progress_reads_the_loss_facts_and_never_writes_nan():
 
 
 def test_losswatch_records_every_step_between_scrapes():
-    from llmtrain_trainer.losswatch import LossWatch
+    from llmtrain_trainer.metrics.losswatch import LossWatch
 
     w = LossWatch(window=5, factor=2.0, min_steps=8)
     losses = {s: 3.0 - 0.1 * s for s in range(1, 8)}  # falling: step 6 median 2.7 (steps 1-5), ratios < 1
@@ -244,9 +244,10 @@ def test_a_spike_factor_of_one_or_less_is_refused_with_the_field():
 
 
 def test_the_trainers_loss_facts_reach_the_operator_under_the_names_it_reads():
-    from llmtrain_trainer.losswatch import LossWatch
-    from llmtrain_trainer.metrics import TrainerMetrics
     from prometheus_client import generate_latest
+
+    from llmtrain_trainer.metrics.losswatch import LossWatch
+    from llmtrain_trainer.metrics.prometheus import TrainerMetrics
 
     w = LossWatch(window=3, factor=2.0, min_steps=0)
     for step, loss in enumerate([2.0, 2.1, 1.9, 4.5, math.nan, math.nan], start=1):

@@ -37,7 +37,7 @@ def test_condition_transition_time_moves_only_when_status_changes():
 
 
 def test_progress_is_read_from_the_trainers_own_exposition():
-    from llmtrain_trainer.metrics import TrainerMetrics
+    from llmtrain_trainer.metrics.prometheus import TrainerMetrics
 
     m = TrainerMetrics(CollectorRegistry(), job="j", rank=0)
     m.step.set(7)

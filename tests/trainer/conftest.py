@@ -28,6 +28,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from llmtrain_devcluster.process import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,11 +68,12 @@ def base_spec(**over) -> dict:
 
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory) -> str:
-    from llmtrain_trainer.prepare import prepare
+    from llmtrain_trainer.data.prepare import prepare
 
     src = tmp_path_factory.mktemp("text")
-    for f in sorted((REPO / "trainer" / "llmtrain_trainer").glob("*.py")):
-        (src / f"{f.stem}.txt").write_text(f.read_text())
+    pkg = REPO / "trainer" / "llmtrain_trainer"
+    for f in sorted(pkg.rglob("*.py")):
+        (src / ("-".join(f.relative_to(pkg).with_suffix("").parts) + ".txt")).write_text(f.read_text())
     out = tmp_path_factory.mktemp("tokens")
     prepare([str(src)], str(out), shard_tokens=20_000)
     return str(out)
@@ -277,7 +279,7 @@ def run_to_end(w: Workers, timeout: float = 180) -> Workers:
 @pytest.fixture(scope="session")
 def etcd(tmp_path_factory):
     """host:port of a real etcd (v2 API enabled) on a free loopback port."""
-    from llmtrain_trainer.local import local_etcd
+    from llmtrain_trainer.cli.local import local_etcd
 
     with local_etcd(str(tmp_path_factory.mktemp("etcd") / "data")) as endpoint:
         yield endpoint

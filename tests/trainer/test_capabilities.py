@@ -6,7 +6,7 @@ import sys
 
 CHILD = r"""
 import ctypes
-from llmtrain_trainer.capabilities import _CAPABILITY_VERSION_3, _Data, _Header, raise_permitted
+from llmtrain_trainer.distributed.capabilities import _CAPABILITY_VERSION_3, _Data, _Header, raise_permitted
 
 def caps(name):
     line = next(l for l in open("/proc/self/status") if l.startswith(name + ":"))

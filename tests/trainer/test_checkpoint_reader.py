@@ -1,5 +1,5 @@
 """The checkpoint reader that reads tensor records straight into their destinations
-(llmtrain_trainer/checkpoint_reader.py), checked against torch's own `FileSystemReader` on the same
+(llmtrain_trainer/checkpoint/reader.py), checked against torch's own `FileSystemReader` on the same
 files: the result must be bit-identical for every layout a record can have and every part of it a
 load plan can ask for, and a checkpoint written by DCP's writer (the trainer's, unchanged) loads.
 """
@@ -36,7 +36,7 @@ def _saved_state() -> dict:
 def _write(root) -> str:
     """A checkpoint as the trainer writes it (LocalStore's writer: DCP's FileSystemWriter, one file
     per rank), the format every checkpoint before and after this reader has."""
-    from llmtrain_trainer.checkpoint import LocalStore
+    from llmtrain_trainer.checkpoint.checkpointer import LocalStore
 
     store = LocalStore(str(root))
     dcp.save(_saved_state(), storage_writer=store.writer(1, 0, on_commit=lambda: None), no_dist=True)
@@ -71,7 +71,7 @@ def test_the_trainers_reader_loads_a_dcp_checkpoint_bit_exactly_without_torch_lo
     """Defect: every tensor record went through `torch.load` (~0.5 ms of Python and a copy per
     record), so a resume ran at 0.24-0.46x the disk's read speed. Now tensor records are read into
     their destinations directly; the only torch.load calls left are the non-tensor records'."""
-    from llmtrain_trainer.checkpoint import LocalStore
+    from llmtrain_trainer.checkpoint.checkpointer import LocalStore
 
     path = _write(tmp_path)
     expected = _blank(_saved_state())
@@ -92,7 +92,7 @@ def test_the_trainers_reader_loads_a_dcp_checkpoint_bit_exactly_without_torch_lo
 
 def test_destinations_of_another_dtype_or_layout_get_what_torch_reader_gives(tmp_path):
     """Not the direct path: a float64 destination (copy_ converts), a non-contiguous destination."""
-    from llmtrain_trainer.checkpoint_reader import DirectFileReader
+    from llmtrain_trainer.checkpoint.reader import DirectFileReader
 
     path = _write(tmp_path)
 
@@ -140,7 +140,7 @@ class _Planner:
 def test_parts_of_a_record_a_resharded_load_asks_for(tmp_path, fqn, storage_offsets, lengths):
     """Loading on another world size asks for part of a stored shard (ReadItem.storage_offsets /
     lengths): both readers, given the same plan, write the same bytes."""
-    from llmtrain_trainer.checkpoint_reader import DirectFileReader
+    from llmtrain_trainer.checkpoint.reader import DirectFileReader
 
     path = _write(tmp_path)
     results = []
@@ -171,7 +171,7 @@ def test_parts_of_a_record_a_resharded_load_asks_for(tmp_path, fqn, storage_offs
 def test_a_record_it_does_not_recognise_goes_through_torchs_reader(tmp_path):
     """A tensor saved with a non-plain pickle (here: a Parameter, rebuilt by another function) is
     not guessed at: DCP's reader loads it, with the same result."""
-    from llmtrain_trainer.checkpoint_reader import DirectFileReader, _NotPlain, parse_record
+    from llmtrain_trainer.checkpoint.reader import DirectFileReader, _NotPlain, parse_record
 
     path = _write(tmp_path)
     reader = DirectFileReader(path)
@@ -209,14 +209,14 @@ def test_a_torch_without_the_storage_type_map_falls_back_to_dcps_reader(tmp_path
     import importlib.util
     import sys
 
-    import llmtrain_trainer.checkpoint_reader as installed
+    import llmtrain_trainer.checkpoint.reader as installed
 
     path = _write(tmp_path)
     expected = _blank(_saved_state())
     dcp.load(expected, storage_reader=FileSystemReader(path), no_dist=True)
 
-    # inside the package, so its relative imports (checkpoint_safety) resolve as the installed one's do
-    spec = importlib.util.spec_from_file_location("llmtrain_trainer._checkpoint_reader_without_map", installed.__file__)
+    # inside the package, so its relative imports (.safety) resolve as the installed one's do
+    spec = importlib.util.spec_from_file_location("llmtrain_trainer.checkpoint._reader_without_map", installed.__file__)
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, module)  # a module of its own: the installed one stays
     # Only our module's import sees the attribute missing (torch.save itself, which wrote the

@@ -39,7 +39,7 @@ def _state(value: float, step=None) -> dict:
 
 
 def _checkpointer(uri: str, events=None):
-    from llmtrain_trainer.checkpoint import Checkpointer
+    from llmtrain_trainer.checkpoint.checkpointer import Checkpointer
 
     return Checkpointer(
         uri,
@@ -141,7 +141,7 @@ def _export_job(tmp_path, ckpt: str) -> str:
 
 def _tiny_weights() -> dict:
     from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
-    from llmtrain_trainer.model import Llama
+    from llmtrain_trainer.models.llama import Llama
 
     spec = LLMTrainingJobSpec.model_validate(
         {"model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu"}, "data": {"seqLen": 32}}
@@ -198,8 +198,9 @@ def test_the_whole_trainer_state_written_today_loads_without_an_unrestricted_unp
     """Compatibility: a checkpoint of the trainer's state (train.py's `state()`: model, AdamW state
     and param_groups, the data position, the RNG state), written by today's writer, loads bit-exactly
     with the restricted reader, and neither `pickle.load` nor `torch.load(weights_only=False)` runs."""
-    from llmtrain_trainer.checkpoint import init_optimizer_state
     from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    from llmtrain_trainer.checkpoint.checkpointer import init_optimizer_state
 
     def build():
         torch.manual_seed(0)
@@ -272,7 +273,7 @@ def _torch_saved(obj) -> bytes:
 
 
 def test_record_loader_takes_plain_values_and_refuses_anything_else():
-    from llmtrain_trainer.checkpoint_safety import UnsafeCheckpoint, load_record
+    from llmtrain_trainer.checkpoint.safety import UnsafeCheckpoint, load_record
 
     plain = {"lr": 3e-4, "betas": (0.9, 0.95), "fused": None, "params": ["a", "b"], "n": 7, "ok": True}
     assert load_record(_torch_saved(plain), "rec") == plain
@@ -361,8 +362,8 @@ def test_export_refuses_a_tokenizer_outside_the_dataset(tmp_path, capsys, case):
 def test_export_copies_the_tokenizer_prepare_wrote(tmp_path):
     """The accepted case: a plain file name, a regular file in the dataset directory (a symlink
     that stays inside it is fine too)."""
-    from llmtrain_trainer.data import open_storage
-    from llmtrain_trainer.export import tokenizer_path
+    from llmtrain_trainer.cli.export import tokenizer_path
+    from llmtrain_trainer.data.loader import open_storage
 
     data = _dataset_naming(tmp_path, "tok.json")
     (tmp_path / "tokens" / "tok.json").write_text("{}")
@@ -375,10 +376,10 @@ def test_export_copies_the_tokenizer_prepare_wrote(tmp_path):
 
 
 def test_checking_a_received_checkpoint_reports_each_step(tmp_path, capsys, one_process_group):
-    """`python -m llmtrain_trainer.checkpoint_safety ROOT`: the documented check of a checkpoint
+    """`python -m llmtrain_trainer.checkpoint.safety ROOT`: the documented check of a checkpoint
     from someone else; a good step passes, a crafted one is named with its refused global, and
     checking it runs nothing."""
-    from llmtrain_trainer.checkpoint_safety import main
+    from llmtrain_trainer.checkpoint.safety import main
 
     marker = tmp_path / "ran-code"
     ckpt = _checkpointer(str(tmp_path / "ckpt"))

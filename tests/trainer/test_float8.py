@@ -14,11 +14,10 @@ import sys
 import pytest
 import torch
 
+from conftest import REPO, base_spec
 from llmtrain.catalog import instance_types
 from llmtrain.render import render_pytorchjob
 from llmtrain.validation import check, parse_spec
-
-from conftest import REPO, base_spec
 
 
 def _gpu_spec(itype: str, float8: bool = True):
@@ -95,7 +94,7 @@ def test_trainer_refuses_float8_on_a_cpu_worker(tmp_path):
 
 
 def test_check_float8_device_refuses_cpu():
-    from llmtrain_trainer.parallel import check_float8_device
+    from llmtrain_trainer.distributed.parallel import check_float8_device
 
     with pytest.raises(RuntimeError, match="spec.fsdp.float8 needs a CUDA GPU"):
         check_float8_device(torch.device("cpu"))
@@ -104,8 +103,8 @@ def test_check_float8_device_refuses_cpu():
 def test_float8_converts_the_block_linears_but_not_lm_head():
     """The module swap (no float8 matmul runs here): every Linear of every block, never lm_head."""
     from llmtrain.spec import resolve_dims
-    from llmtrain_trainer.model import Llama
-    from llmtrain_trainer.parallel import convert_float8
+    from llmtrain_trainer.distributed.parallel import convert_float8
+    from llmtrain_trainer.models.llama import Llama
 
     spec = parse_spec(
         base_spec(

@@ -9,9 +9,9 @@ import sys
 import uuid
 
 import pytest
-from llmtrain_devcluster.process import free_port
 
-from llmtrain_trainer.healthcheck import RankResult, judge, link_schedule, main
+from llmtrain_devcluster.process import free_port
+from llmtrain_trainer.distributed.healthcheck import RankResult, judge, link_schedule, main
 
 
 def ranks(links: list[float], **problems: str) -> list[RankResult]:
@@ -193,7 +193,7 @@ def test_preflight_exit_code_has_one_definition_that_both_sides_import():
 
 
 def test_termination_message_fits_the_kubelet_limit_and_keeps_the_suspects():
-    from llmtrain_trainer.healthcheck import termination_message
+    from llmtrain_trainer.distributed.healthcheck import termination_message
 
     verdict = judge(ranks([10.0] * 200 + [1.0, 1.0] + [10.0] * 54), 5.0, None, 0.5)
     verdict["suspectRanks"].update({str(i): ["x" * 100] for i in range(60)})  # a very sick gang

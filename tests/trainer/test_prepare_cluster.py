@@ -47,7 +47,7 @@ def corpus_bucket(s3, tmp_path):
 
 
 def _stream(storage_uri: str, index: dict) -> np.ndarray:
-    from llmtrain_trainer.data import open_storage
+    from llmtrain_trainer.data.loader import open_storage
 
     st = open_storage(storage_uri)
     item = np.dtype(index["dtype"]).itemsize
@@ -68,8 +68,9 @@ def _keys(bucket: str, prefix: str = "") -> dict[str, str]:
 
 def test_the_jobs_indexes_merge_to_the_single_machine_output(capsys, tmp_path, corpus_bucket, bpe):  # noqa: F811
     import boto3
-    from llmtrain_trainer.data import ShardDataset
-    from llmtrain_trainer.prepare import prepare
+
+    from llmtrain_trainer.data.loader import ShardDataset
+    from llmtrain_trainer.data.prepare import prepare
 
     boto3.client("s3").create_bucket(Bucket="tokens")
     single = prepare([corpus_bucket], "s3://tokens/single/", tokenizer=bpe, shard_tokens=600, workers=1)
@@ -144,7 +145,7 @@ def test_the_jobs_indexes_merge_to_the_single_machine_output(capsys, tmp_path, c
 
 
 def test_slices_are_contiguous_balanced_and_cover_every_file():
-    from llmtrain_trainer.prepare_cluster import slices
+    from llmtrain_trainer.data.prepare_cluster import slices
 
     sizes = [5, 1, 1, 1, 10, 2, 2, 2, 2, 2, 1]
     for k in range(1, 15):
@@ -158,8 +159,9 @@ def test_slices_are_contiguous_balanced_and_cover_every_file():
 
 def test_more_indexes_than_files_leaves_empty_parts_that_merge(capsys, tmp_path, corpus_bucket):
     import boto3
-    from llmtrain_trainer.prepare import prepare
-    from llmtrain_trainer.prepare_cluster import merge, plan, run_index
+
+    from llmtrain_trainer.data.prepare import prepare
+    from llmtrain_trainer.data.prepare_cluster import merge, plan, run_index
 
     boto3.client("s3").create_bucket(Bucket="tokens")
     plan([corpus_bucket + "a/"], "s3://tokens/few/", indexes=5, shard_tokens=1000)
@@ -172,7 +174,7 @@ def test_more_indexes_than_files_leaves_empty_parts_that_merge(capsys, tmp_path,
 
 def test_merge_refuses_a_part_that_names_a_file_outside_the_dataset(tmp_path):
     """Parts live in a tenant's bucket: a shard name must not reach outside the output."""
-    from llmtrain_trainer.prepare_cluster import INDEX, merge, part_dir, plan, run_index
+    from llmtrain_trainer.data.prepare_cluster import INDEX, merge, part_dir, plan, run_index
 
     src = tmp_path / "src"
     src.mkdir()
@@ -190,7 +192,7 @@ def test_merge_refuses_a_part_that_names_a_file_outside_the_dataset(tmp_path):
 
 @pytest.mark.parametrize("name", ["../secret.bin", "/etc/passwd", "a/../../b", "x\\..\\y", ""])
 def test_the_loader_refuses_an_index_naming_a_file_outside_the_dataset(tmp_path, name):
-    from llmtrain_trainer.data import FORMAT, ShardDataset
+    from llmtrain_trainer.data.loader import FORMAT, ShardDataset
 
     (tmp_path / "index.json").write_text(
         json.dumps(
@@ -209,7 +211,7 @@ def test_the_loader_refuses_an_index_naming_a_file_outside_the_dataset(tmp_path,
 
 def test_a_bad_record_fails_its_index_with_the_failure_policys_exit_code(capsys, tmp_path):
     """Exit 3 = FailIndex in the Job's podFailurePolicy: a bad record is not retried."""
-    from llmtrain_trainer.prepare_cluster import EXIT_BAD_INPUT, render_job
+    from llmtrain_trainer.data.prepare_cluster import EXIT_BAD_INPUT, render_job
 
     src = tmp_path / "src"
     src.mkdir()
@@ -328,7 +330,7 @@ def test_a_manifest_in_a_bucket_cannot_make_the_pods_read_their_own_files(tmp_pa
     """The manifest is tenant data in S3: listing /etc/hostname-like local paths must be refused."""
     import boto3
 
-    from llmtrain_trainer.prepare_cluster import MANIFEST, run_index
+    from llmtrain_trainer.data.prepare_cluster import MANIFEST, run_index
 
     boto3.client("s3").create_bucket(Bucket="evil")
     (tmp_path / "secret.txt").write_text("pod-local secret")

@@ -104,7 +104,7 @@ def _write_format(path, fmt: str, docs) -> None:
 
 @pytest.mark.parametrize("fmt", [".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet"])
 def test_prepare_reads_each_format_as_its_documents(tmp_path, fmt):
-    from llmtrain_trainer.prepare import prepare
+    from llmtrain_trainer.data.prepare import prepare
 
     src = tmp_path / f"corpus{fmt}"
     _write_format(src, fmt, DOCS)
@@ -115,7 +115,7 @@ def test_prepare_reads_each_format_as_its_documents(tmp_path, fmt):
 
 
 def test_prepare_text_files_are_one_document_each_in_sorted_path_order(tmp_path):
-    from llmtrain_trainer.prepare import prepare
+    from llmtrain_trainer.data.prepare import prepare
 
     src = tmp_path / "src"
     (src / "a").mkdir(parents=True)
@@ -190,7 +190,8 @@ def test_prepare_from_an_s3_prefix_equals_the_same_files_on_disk(tmp_path, s3):
     """A prefix expands in key order (= the local sorted path order); parquet is read through ranged
     GETs, zstd JSONL streamed."""
     import boto3
-    from llmtrain_trainer.prepare import prepare
+
+    from llmtrain_trainer.data.prepare import prepare
 
     local = tmp_path / "corpus"
     (local / "part").mkdir(parents=True)

@@ -57,8 +57,9 @@ def _files(out) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("pool", ["process", "thread"])
 def test_prepare_output_is_identical_for_one_and_several_workers(tmp_path, bpe, pool):
-    from llmtrain_trainer.prepare import prepare
     from tokenizers import Tokenizer
+
+    from llmtrain_trainer.data.prepare import prepare
 
     _corpus(tmp_path / "src")
     kw = dict(tokenizer=bpe, shard_tokens=1500, batch_bytes=700)  # many batches in flight, many shards
@@ -85,7 +86,7 @@ def test_prepare_output_is_identical_for_one_and_several_workers(tmp_path, bpe, 
 
 def test_prepare_refuses_a_tokenizer_with_bpe_dropout(tmp_path, bpe):
     """Dropout segments each call at random: the same corpus would tokenize differently per run."""
-    from llmtrain_trainer.prepare import prepare
+    from llmtrain_trainer.data.prepare import prepare
 
     doc = json.loads(open(bpe).read())
     doc["model"]["dropout"] = 0.1
@@ -97,7 +98,7 @@ def test_prepare_refuses_a_tokenizer_with_bpe_dropout(tmp_path, bpe):
 
 
 def test_a_failing_worker_stops_the_run_with_the_record_named(tmp_path):
-    from llmtrain_trainer.prepare import prepare
+    from llmtrain_trainer.data.prepare import prepare
 
     src = tmp_path / "src"
     src.mkdir()

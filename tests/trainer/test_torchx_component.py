@@ -16,13 +16,13 @@ import yaml
 from llmtrain_devcluster.process import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPONENT = ROOT / "trainer" / "llmtrain_trainer" / "torchx_component.py"
+COMPONENT = ROOT / "trainer" / "llmtrain_trainer" / "cli" / "torchx_component.py"
 
 
 def test_appdef_matches_what_the_operator_renders():
     from llmtrain.render import render_pytorchjob
     from llmtrain.validation import load_job
-    from llmtrain_trainer.torchx_component import llmtrain
+    from llmtrain_trainer.cli.torchx_component import llmtrain
 
     example = ROOT / "examples" / "llama2-7b-p5.yaml"
     app = llmtrain(str(example))

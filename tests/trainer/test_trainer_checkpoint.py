@@ -10,6 +10,7 @@ import os
 
 import pytest
 import torch
+
 from conftest import STEPS, base_spec
 
 pytestmark = pytest.mark.trainer
@@ -22,8 +23,8 @@ def _state(value: float) -> dict:
 def test_failed_background_save_is_reported_and_the_next_save_retries(tmp_path, one_process_group):
     """Defect: DCP raises CheckpointException (a BaseException) for a failed save, which escaped the
     `except Exception` at the next save and killed training."""
-    from llmtrain_trainer.checkpoint import Checkpointer
-    from llmtrain_trainer.metrics import TrainerMetrics
+    from llmtrain_trainer.checkpoint.checkpointer import Checkpointer
+    from llmtrain_trainer.metrics.prometheus import TrainerMetrics
 
     events: list[dict] = []
     metrics = TrainerMetrics(job="j", rank=0)
@@ -97,7 +98,7 @@ def _corrupt(step_dir, how: str) -> None:
 @pytest.mark.parametrize("how", ["truncated-shard", "empty-metadata", "garbage-metadata"])
 def test_corrupt_newest_checkpoint_falls_back_to_the_newest_that_loads(tmp_path, one_process_group, how):
     """Defect: a corrupt newest checkpoint blocked every resume although an older good one existed."""
-    from llmtrain_trainer.checkpoint import Checkpointer
+    from llmtrain_trainer.checkpoint.checkpointer import Checkpointer
 
     def make(events):
         return Checkpointer(
@@ -124,7 +125,7 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_newest_that_loads(tmp_path,
 
 def test_no_loadable_checkpoint_is_an_error_naming_each(tmp_path, one_process_group):
     """Never silently start over (and overwrite) when checkpoints exist but none loads."""
-    from llmtrain_trainer.checkpoint import Checkpointer
+    from llmtrain_trainer.checkpoint.checkpointer import Checkpointer
 
     ckpt = Checkpointer(str(tmp_path / "ckpt"), keep=3, interval_minutes=60, interval_steps=0, timeout_minutes=1)
     for step in (1, 2):
@@ -170,7 +171,7 @@ def test_truncated_newest_shard_resumes_two_ranks_from_the_older_checkpoint(corp
 
 def test_unwritable_local_checkpoint_location_fails_at_start_up(tmp_path, one_process_group):
     """Defect: found only at the first save, an hour in by default."""
-    from llmtrain_trainer.checkpoint import Checkpointer
+    from llmtrain_trainer.checkpoint.checkpointer import Checkpointer
 
     (tmp_path / "file").write_text("not a directory")
     with pytest.raises(RuntimeError, match="checkpoint.uri .*file/ckpt.* is not writable") as err:
@@ -181,7 +182,7 @@ def test_unwritable_local_checkpoint_location_fails_at_start_up(tmp_path, one_pr
 def test_unwritable_s3_checkpoint_location_fails_at_start_up(s3, one_process_group):
     import boto3
 
-    from llmtrain_trainer.checkpoint import Checkpointer
+    from llmtrain_trainer.checkpoint.checkpointer import Checkpointer
 
     with pytest.raises(RuntimeError, match="checkpoint.uri s3://no-such-bucket/run/ is not writable") as err:
         Checkpointer("s3://no-such-bucket/run/", keep=1, interval_minutes=60, interval_steps=0, timeout_minutes=1)
@@ -200,7 +201,7 @@ def test_s3_fencing_a_late_writer_of_an_old_attempt_cannot_commit_a_broken_check
 
     import boto3
 
-    from llmtrain_trainer.checkpoint import Checkpointer
+    from llmtrain_trainer.checkpoint.checkpointer import Checkpointer
 
     boto3.client("s3").create_bucket(Bucket="fence")
     uri = "s3://fence/run/"
@@ -265,7 +266,7 @@ def test_resume_creates_the_optimizer_state_without_an_optimizer_step(one_proces
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    from llmtrain_trainer.checkpoint import init_optimizer_state
+    from llmtrain_trainer.checkpoint.checkpointer import init_optimizer_state
 
     def build():
         torch.manual_seed(0)

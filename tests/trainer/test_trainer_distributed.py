@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 
 import pytest
+
 from conftest import STEPS, base_spec, run_to_end
 
 pytestmark = [pytest.mark.trainer, pytest.mark.slow]
@@ -232,11 +233,10 @@ def test_s3_checkpoint_round_trip(corpus, launch, s3, tmp_path):
     from transformers import AutoModelForCausalLM
 
     from llmtrain.defaults import resolve
-
     from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
-    from llmtrain_trainer.export import export
-    from llmtrain_trainer.model import Llama
-    from llmtrain_trainer.pretrained import load_pretrained
+    from llmtrain_trainer.cli.export import export
+    from llmtrain_trainer.models.llama import Llama
+    from llmtrain_trainer.models.pretrained import load_pretrained
 
     job = resolve(LLMTrainingJobSpec.model_validate(spec))
     info = export(job, str(tmp_path / "hf"), dtype="fp32")
@@ -263,7 +263,6 @@ def test_pretrained_safetensors_load_into_shards(where, corpus, launch, tmp_path
     from trainer_reference import reference_losses, reference_model
 
     from llmtrain.defaults import resolve
-
     from llmtrain.spec import LLMTrainingJobSpec
 
     spec = base_spec(**{"data.uri": corpus, "training.maxSteps": 2})

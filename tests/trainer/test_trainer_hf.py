@@ -67,8 +67,8 @@ def hf_model(dims: ModelDims, path, tie: bool = False):
 
 
 def ours(dims: ModelDims, path):
-    from llmtrain_trainer.model import Llama
-    from llmtrain_trainer.pretrained import load_pretrained
+    from llmtrain_trainer.models.llama import Llama
+    from llmtrain_trainer.models.pretrained import load_pretrained
 
     model = Llama(dims)
     model.init_rope("cpu")
@@ -150,7 +150,7 @@ def test_llama31_presets_carry_the_released_rope_scaling():
 def _prepared_with_tokenizer(tmp_path) -> str:
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    from llmtrain_trainer.prepare import prepare
+    from llmtrain_trainer.data.prepare import prepare
 
     src = tmp_path / "text"
     src.mkdir()
@@ -171,8 +171,8 @@ def test_export_checkpoint_loads_in_transformers_with_the_same_logits(tmp_path, 
 
     import torch.distributed.checkpoint as dcp
     import yaml
-    from transformers import AutoModelForCausalLM
     from trainer_reference import reference_model
+    from transformers import AutoModelForCausalLM
 
     from llmtrain.cli import main
     from llmtrain.defaults import resolve

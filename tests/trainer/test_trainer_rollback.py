@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import STEPS, base_spec
 from test_trainer_distributed import assert_matches_reference
 from trainer_reference import reference_losses
+
+from conftest import STEPS, base_spec
 
 pytestmark = pytest.mark.trainer
 
@@ -72,7 +73,7 @@ def _state(value: float) -> dict:
 def test_quarantine_sets_aside_every_checkpoint_from_the_step_on_and_retention_ignores_it(
     where, tmp_path, one_process_group, request
 ):
-    from llmtrain_trainer.checkpoint import Checkpointer
+    from llmtrain_trainer.checkpoint.checkpointer import Checkpointer
 
     if where == "s3":
         import boto3

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.trainer
 
 @pytest.mark.parametrize("preset", ["tiny", "llama2-7b", "llama3-8b", "llama2-70b"])
 def test_model_parameter_count_matches_catalog_formula(preset):
-    from llmtrain_trainer.model import Llama
+    from llmtrain_trainer.models.llama import Llama
 
     dims = model_preset(preset)
     with torch.device("meta"):
@@ -28,7 +28,7 @@ def test_model_parameter_count_matches_catalog_formula(preset):
 
 def test_flops_per_token_and_mfu_match_documented_formula_by_hand():
     """llama2-7b, T = 4096, on p5.48xlarge, computed here from the raw dimensions."""
-    from llmtrain_trainer.throughput import step_throughput
+    from llmtrain_trainer.metrics.throughput import step_throughput
 
     d, f, L, V, H, T = 4096, 11008, 32, 32000, 32, 4096
     q = d // H
@@ -53,7 +53,7 @@ def test_flops_per_token_and_mfu_match_documented_formula_by_hand():
 
 def test_init_is_independent_of_row_sharding():
     """Each shard draws only its rows, yet the shards concatenate to the unsharded tensor."""
-    from llmtrain_trainer import init
+    from llmtrain_trainer.models import init
 
     full = torch.empty(300, 7)
     init.fill_normal_(full, 0.02, "w", seed=3)
@@ -88,8 +88,8 @@ def _write_text(tmp_path, n_docs=30):
 
 
 def test_prepare_byte_level_format(tmp_path):
-    from llmtrain_trainer.data import FORMAT
-    from llmtrain_trainer.prepare import prepare
+    from llmtrain_trainer.data.loader import FORMAT
+    from llmtrain_trainer.data.prepare import prepare
 
     src = _write_text(tmp_path)
     out = tmp_path / "tok"
@@ -113,7 +113,7 @@ def test_prepare_byte_level_format(tmp_path):
 def test_prepare_with_tokenizers_file(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    from llmtrain_trainer.prepare import prepare
+    from llmtrain_trainer.data.prepare import prepare
 
     src = _write_text(tmp_path)
     tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
@@ -131,14 +131,14 @@ def test_prepare_with_tokenizers_file(tmp_path):
 
 @pytest.fixture
 def shards(tmp_path):
-    from llmtrain_trainer.prepare import prepare
+    from llmtrain_trainer.data.prepare import prepare
 
     prepare([str(_write_text(tmp_path))], str(tmp_path / "tok"), shard_tokens=700)
     return str(tmp_path / "tok")
 
 
 def test_order_is_a_permutation_per_epoch_and_deterministic(shards):
-    from llmtrain_trainer import data
+    from llmtrain_trainer.data import loader as data
 
     ds = data.ShardDataset(shards, seq_len=16, seed=5)
     n = ds.samples_per_epoch
@@ -162,7 +162,7 @@ def test_order_is_a_permutation_per_epoch_and_deterministic(shards):
 def test_a_batch_draws_samples_from_across_the_shards(shards):
     """Sample-level shuffling: 16 consecutive samples of the order come from many shards, not from
     one contiguous stretch (which is what a chunk-level order gave for data written in order)."""
-    from llmtrain_trainer import data
+    from llmtrain_trainer.data import loader as data
 
     ds = data.ShardDataset(shards, seq_len=16, seed=0)
     for start in (0, 16, ds.samples_per_epoch - 8):
@@ -172,7 +172,7 @@ def test_a_batch_draws_samples_from_across_the_shards(shards):
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 17, 1000, 4097])
 def test_permute_is_a_bijection(n):
-    from llmtrain_trainer.data import permute
+    from llmtrain_trainer.data.loader import permute
 
     p = permute(np.arange(n), n, seed=3, epoch=1)
     assert sorted(p.tolist()) == list(range(n))
@@ -181,7 +181,7 @@ def test_permute_is_a_bijection(n):
 
 @pytest.mark.parametrize("dp", [1, 2, 4])
 def test_rank_parts_tile_the_global_batch_at_any_world_size(shards, dp):
-    from llmtrain_trainer.data import DataLoader, ShardDataset
+    from llmtrain_trainer.data.loader import DataLoader, ShardDataset
 
     g, mb = 8, 2
     ref = ShardDataset(shards, seq_len=16, seed=0)
@@ -207,7 +207,7 @@ def test_rank_parts_tile_the_global_batch_at_any_world_size(shards, dp):
 
 
 def test_loader_resumes_at_its_position(shards):
-    from llmtrain_trainer.data import DataLoader, ShardDataset
+    from llmtrain_trainer.data.loader import DataLoader, ShardDataset
 
     def make():
         return DataLoader(
@@ -232,7 +232,7 @@ def test_loader_resumes_at_its_position(shards):
 
 
 def test_synthetic_samples_do_not_depend_on_the_read_split():
-    from llmtrain_trainer.data import SyntheticDataset
+    from llmtrain_trainer.data.loader import SyntheticDataset
 
     ds = SyntheticDataset(256, 16, seed=1)
     whole = ds.read_segment(0, 10, 8)
@@ -243,7 +243,7 @@ def test_synthetic_samples_do_not_depend_on_the_read_split():
 def test_s3_reader_reads_the_same_samples(shards, s3):
     import boto3
 
-    from llmtrain_trainer.data import ShardDataset
+    from llmtrain_trainer.data.loader import ShardDataset
 
     c = boto3.client("s3")
     c.create_bucket(Bucket="data")
@@ -296,7 +296,7 @@ EXPECTED_METRICS = {
 
 
 def test_metrics_names_types_and_labels():
-    from llmtrain_trainer.metrics import TrainerMetrics
+    from llmtrain_trainer.metrics.prometheus import TrainerMetrics
 
     m = TrainerMetrics(job="job", rank=3)
     m.tokens_total.inc(5)
@@ -341,7 +341,7 @@ def test_spec_from_env_wire_json_or_whole_document(tmp_path, monkeypatch):
 @pytest.mark.parametrize("shard_tokens", [0, -5])
 def test_prepare_rejects_a_shard_size_below_one_token(tmp_path, shard_tokens):
     """Defect: --shard-tokens 0 looped forever writing empty shard files."""
-    from llmtrain_trainer.prepare import prepare
+    from llmtrain_trainer.data.prepare import prepare
 
     out = tmp_path / "tok"
     with pytest.raises(ValueError, match="shard_tokens") as err:
@@ -355,7 +355,7 @@ def test_prepare_streams_with_memory_bounded_by_one_shard(tmp_path, capsys):
     numpy allocations (the whole-corpus version held every document and its token list)."""
     import tracemalloc
 
-    from llmtrain_trainer.prepare import prepare
+    from llmtrain_trainer.data.prepare import prepare
 
     src = tmp_path / "big.jsonl"
     doc = json.dumps({"text": "streaming keeps memory flat. " * 350})  # ~10 KB per document
@@ -378,8 +378,8 @@ def test_prepare_streams_with_memory_bounded_by_one_shard(tmp_path, capsys):
 def test_prepare_to_s3_uploads_shard_by_shard_and_reads_back_the_same(tmp_path, s3):
     import boto3
 
-    from llmtrain_trainer.data import ShardDataset
-    from llmtrain_trainer.prepare import prepare
+    from llmtrain_trainer.data.loader import ShardDataset
+    from llmtrain_trainer.data.prepare import prepare
 
     boto3.client("s3").create_bucket(Bucket="prep")
     src = _write_text(tmp_path)

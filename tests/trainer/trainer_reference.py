@@ -12,12 +12,11 @@ from __future__ import annotations
 import torch
 
 from llmtrain.defaults import resolve
-
 from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
 from llmtrain_trainer.config import global_batch_seqs, lr_at
-from llmtrain_trainer.data import open_dataset
-from llmtrain_trainer.init import init_weights
-from llmtrain_trainer.model import Llama, cross_entropy
+from llmtrain_trainer.data.loader import open_dataset
+from llmtrain_trainer.models.init import init_weights
+from llmtrain_trainer.models.llama import Llama, cross_entropy
 from llmtrain_trainer.train import build_optimizer
 
 

@@ -1,5 +1,5 @@
 """Worker entry point: `torchrun ... -m llmtrain_trainer [--spec FILE]`; `... -m llmtrain_trainer
-healthcheck [--help]` runs the preflight health check instead (healthcheck.py).
+healthcheck [--help]` runs the preflight health check instead (distributed/healthcheck.py).
 
 Inputs: the job spec (wire JSON/YAML, camelCase; a whole LLMTrainingJob document also works) from
 `--spec FILE`, else the env var LLMTRAIN_SPEC; job identity from LLMTRAIN_JOB_NAME,
@@ -17,11 +17,11 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    from .capabilities import raise_permitted
+    from .distributed.capabilities import raise_permitted
 
-    raise_permitted()  # IPC_LOCK on EFA pods (see capabilities.py); a no-op elsewhere
-    if argv[:1] == ["healthcheck"]:  # the preflight check (healthcheck.py) on the same image
-        from .healthcheck import main as healthcheck
+    raise_permitted()  # IPC_LOCK on EFA pods (see distributed/capabilities.py); a no-op elsewhere
+    if argv[:1] == ["healthcheck"]:  # the preflight check (distributed/healthcheck.py) on the same image
+        from .distributed.healthcheck import main as healthcheck
 
         return healthcheck(argv[1:])
     parser = argparse.ArgumentParser(
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         format=f"%(asctime)s rank={os.environ.get('RANK', '0')} %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    from .checkpoint import SAVE_ERRORS, _short
+    from .checkpoint.checkpointer import SAVE_ERRORS, _short
     from .config import JobIdentity, load_spec
     from .train import emit, run
 

@@ -151,7 +151,7 @@ class Launcher:
             # (llmtrain.render, the pod contract shared with the operator, pulls pydantic/jinja2).
             from llmtrain.render import PREFLIGHT_EXIT_CODE
 
-            from .healthcheck import termination_message
+            from .distributed.healthcheck import termination_message
 
             text = termination_message(verdict)
             try:

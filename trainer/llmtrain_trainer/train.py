@@ -23,14 +23,10 @@ import torch.distributed as dist
 from llmtrain.catalog import instance_type
 from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
 
-from .checkpoint import Checkpointer, init_optimizer_state
+from .checkpoint.checkpointer import Checkpointer, init_optimizer_state
 from .config import JobIdentity, dumps, global_batch_seqs, lr_at
-from .data import DataLoader, open_dataset
-from .init import init_weights
-from .losswatch import LossWatch
-from .metrics import TrainerMetrics
-from .model import Llama, cross_entropy
-from .parallel import (
+from .data.loader import DataLoader, open_dataset
+from .distributed.parallel import (
     AllReduceCounter,
     build_mesh,
     check_float8_device,
@@ -39,7 +35,11 @@ from .parallel import (
     init_distributed,
     parallelize,
 )
-from .throughput import step_throughput
+from .metrics.losswatch import LossWatch
+from .metrics.prometheus import TrainerMetrics
+from .metrics.throughput import step_throughput
+from .models.init import init_weights
+from .models.llama import Llama, cross_entropy
 
 log = logging.getLogger("llmtrain_trainer")
 
@@ -195,7 +195,7 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
     step = resumed_step = 0
     t0 = time.time()
     # A loss-spike/NaN rollback decided by the operator: resume from before that step, keeping the
-    # checkpoints from it on aside for inspection (checkpoint.py, "Loss-spike rollback").
+    # checkpoints from it on aside for inspection (checkpoint/checkpointer.py, "Loss-spike rollback").
     before = int(os.environ.get("LLMTRAIN_RESUME_BEFORE_STEP") or 0)
     if before > 0:
         moved = ckpt.quarantine_from(before)
@@ -232,7 +232,7 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
     elif spec.model.pretrained_uri:
         # Initial weights only when there is no checkpoint to resume: at 70B, re-reading them on
         # every restart before the checkpoint overwrites them costs ~138 GB of reads per node.
-        from .pretrained import load_pretrained
+        from .models.pretrained import load_pretrained
 
         n = load_pretrained(model, spec.model.pretrained_uri)
         if is_main:

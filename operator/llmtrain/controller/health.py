@@ -3,7 +3,7 @@
 No API calls here (decide.py turns the verdicts into the job's transitions), so every rule is
 unit-testable.
 Thresholds come from the job's CURRENT spec.resilience (mutable: a change applies at the next
-scrape); the facts come from the trainer, which keeps them for every step (losswatch.py), so a NaN
+scrape); the facts come from the trainer, which keeps them for every step (metrics/losswatch.py), so a NaN
 streak or a spike between two scrapes is not missed.
 
 Restart rules (the first that holds, in this order; each restart counts against maxRestarts):

@@ -51,7 +51,7 @@ class SuspectNode(_Typed):
 
 
 class Verdict(_Typed):
-    """The fields of the trainer's verdict the operator reads (trainer/llmtrain_trainer/healthcheck.py),
+    """The fields of the trainer's verdict the operator reads (trainer/llmtrain_trainer/distributed/healthcheck.py),
     typed and bounded: the message is the tenant's container's, and a field of the wrong type used
     to raise in the restart decision, which the work queue then retried forever."""
 

@@ -26,7 +26,7 @@ class Progress:
     last_checkpoint_step: int | None = None
     last_checkpoint_time: float | None = None
     heartbeat: float | None = None
-    # Per-step loss facts the trainer keeps for the health rules (trainer/llmtrain_trainer/losswatch.py).
+    # Per-step loss facts the trainer keeps for the health rules (trainer/llmtrain_trainer/metrics/losswatch.py).
     nonfinite_loss_steps: float | None = None
     nonfinite_loss_max_steps: float | None = None
     nonfinite_loss_first_step: float | None = None

@@ -1,7 +1,7 @@
 """A torchx component for the llmtrain trainer: any torchx scheduler launches the same workers the
 operator's PyTorchJob runs, from an LLMTrainingJob file.
 
-    torchx run -s local_cwd trainer/llmtrain_trainer/torchx_component.py:llmtrain \\
+    torchx run -s local_cwd trainer/llmtrain_trainer/cli/torchx_component.py:llmtrain \\
         --job_file examples/tiny-cpu.yaml
     torchx run -s local_cwd llmtrain.llmtrain --job_file examples/tiny-cpu.yaml   # installed entry point
 

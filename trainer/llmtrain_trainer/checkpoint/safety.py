@@ -3,7 +3,7 @@
 A checkpoint is input from whoever can write its location (any job or person with write access to
 the prefix), and loading a pickle runs whatever functions it names. DCP itself reads `.metadata`
 with `pickle.load` and non-tensor records with `torch.load(weights_only=False)`; the trainer's
-reader (checkpoint_reader.py) replaces both, for automatic resume and for `llmtrain export`:
+reader (reader.py) replaces both, for automatic resume and for `llmtrain export`:
 
 - `.metadata` may name only DCP's own metadata dataclasses, `torch.Size`, torch dtypes and
   layouts, the memory-format enum, and a path (`StorageMeta.checkpoint_id`): `METADATA_GLOBALS`.
@@ -188,7 +188,7 @@ def check_directory(path: str) -> dict[str, int]:
     damaged one); returns how many records of each kind it holds."""
     import os
 
-    from .checkpoint_reader import _NotPlain, parse_record
+    from .reader import _NotPlain, parse_record
 
     where = os.path.join(path, ".metadata")
     with open(where, "rb") as f:
@@ -221,7 +221,7 @@ def check_directory(path: str) -> dict[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m llmtrain_trainer.checkpoint_safety DIR...`: check checkpoints you received before
+    """`python -m llmtrain_trainer.checkpoint.safety DIR...`: check checkpoints you received before
     resuming from or exporting them. DIR is a step directory (with .metadata) or a checkpoint root."""
     import glob
     import os
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         dirs += [d] if os.path.exists(os.path.join(d, ".metadata")) else sorted(glob.glob(os.path.join(d, "step-*")))
     if not dirs:
         print(
-            "usage: python -m llmtrain_trainer.checkpoint_safety CHECKPOINT_DIR... (a step-N directory "
+            "usage: python -m llmtrain_trainer.checkpoint.safety CHECKPOINT_DIR... (a step-N directory "
             "or the directory holding them)",
             file=sys.stderr,
         )

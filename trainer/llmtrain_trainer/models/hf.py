@@ -2,7 +2,7 @@
 
 `pretrained.py` compares a checkpoint's config.json with the spec and refuses what differs (a
 Llama 3.1 checkpoint with `rope_scaling` loaded as plain Llama 3 gives wrong logits silently, and a
-wrong `rope_theta` or `rms_norm_eps` would too); `export.py` writes the config.json of an exported
+wrong `rope_theta` or `rms_norm_eps` would too); `cli/export.py` writes the config.json of an exported
 model. Both the legacy keys (`rope_theta`, `rope_scaling`, as in the released Llama 3.x configs) and
 transformers 5's `rope_parameters` are read; the legacy keys are written, which every transformers
 version and vLLM read.

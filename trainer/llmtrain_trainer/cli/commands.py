@@ -53,7 +53,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     import sys
     from concurrent.futures import BrokenExecutor
 
-    from .prepare import run_prepare
+    from ..data.prepare import run_prepare
 
     if args.status or args.cluster or args.manifest:
         return _prepare_cluster(args)
@@ -98,7 +98,7 @@ def _prepare_cluster(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from . import prepare_cluster as pc
+    from ..data import prepare_cluster as pc
 
     try:
         if args.status:
@@ -218,7 +218,7 @@ def _prepare_cluster(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     import sys
 
-    from .config import load_job_file
+    from ..config import load_job_file
     from .export import export
 
     try:
@@ -306,7 +306,7 @@ def register(subparsers) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     p.set_defaults(func=cmd_local)
 
-    from .sources import DEFAULT_MAX_RECORD_BYTES, FORMATS
+    from ..data.sources import DEFAULT_MAX_RECORD_BYTES, FORMATS
 
     q = subparsers.add_parser(
         "prepare",
@@ -336,7 +336,7 @@ def register(subparsers) -> None:
         default=DEFAULT_MAX_RECORD_BYTES,
         help="refuse a document (file, line or row) longer than this (default: %(default)s)",
     )
-    c = q.add_argument_group("on the cluster (an Indexed Job; see llmtrain_trainer/prepare_cluster.py)")
+    c = q.add_argument_group("on the cluster (an Indexed Job; see llmtrain_trainer/data/prepare_cluster.py)")
     c.add_argument(
         "--cluster",
         action="store_true",

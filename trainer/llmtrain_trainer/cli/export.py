@@ -23,9 +23,9 @@ import torch
 
 from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
 
-from .checkpoint import open_store, step_name
-from .hf import hf_config
-from .model import Llama
+from ..checkpoint.checkpointer import open_store, step_name
+from ..models.hf import hf_config
+from ..models.llama import Llama
 
 DTYPES = {"bf16": (torch.bfloat16, "bfloat16"), "fp16": (torch.float16, "float16"), "fp32": (torch.float32, "float32")}
 
@@ -33,7 +33,7 @@ DTYPES = {"bf16": (torch.bfloat16, "bfloat16"), "fp16": (torch.float16, "float16
 def _data_index(uri: str) -> tuple[dict | None, Any]:
     if uri == "synthetic":
         return None, None
-    from .data import INDEX, open_storage
+    from ..data.loader import INDEX, open_storage
 
     storage = open_storage(uri)
     try:
@@ -74,11 +74,11 @@ def tokenizer_path(data_uri: str, storage, name) -> str:
 def load_weights(checkpoint_uri: str, dims, step: int | None = None) -> tuple[int, dict[str, torch.Tensor]]:
     """(step, {HF name: whole fp32 tensor}) from the newest complete checkpoint, or `step`.
 
-    Read like a resume (checkpoint_safety.py): a checkpoint holding anything but DCP metadata, plain
+    Read like a resume (checkpoint/safety.py): a checkpoint holding anything but DCP metadata, plain
     values and tensors raises UnsafeCheckpoint (a ValueError: the CLI prints it), having run nothing."""
     from torch.distributed.checkpoint.api import CheckpointException
 
-    from .checkpoint import _short, load_checked
+    from ..checkpoint.checkpointer import _short, load_checked
 
     store = open_store(checkpoint_uri)
     steps = store.list_complete()

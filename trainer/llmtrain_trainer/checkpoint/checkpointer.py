@@ -38,7 +38,7 @@ S3 loads read only what this rank needs: after planning, the reader knows the by
 items in each `__r_k.distcp` file and fetches each file's needed span with one ranged GET
 (bounded parallelism) into a sparse local file, which the file reader then reads.
 
-Both readers read tensor records straight into the state being loaded (checkpoint_reader.py),
+Both readers read tensor records straight into the state being loaded (reader.py),
 not through DCP's per-record `torch.load`; the files are the ones DCP's writer always wrote.
 """
 
@@ -63,8 +63,8 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
 
-from .checkpoint_reader import DirectFileReader
-from .checkpoint_safety import RecordLoadPlanner, UnsafeCheckpoint, refusal
+from .reader import DirectFileReader
+from .safety import RecordLoadPlanner, UnsafeCheckpoint, refusal
 
 # DCP reports a failed save/load as CheckpointException, which derives from BaseException (not
 # Exception): catch it explicitly, or one full disk ends the training run at the next save.
@@ -318,7 +318,7 @@ class S3Store:
     """
 
     def __init__(self, uri: str, attempt: int = 0):
-        from . import s3
+        from .. import s3
 
         self.uri = uri if uri.endswith("/") else uri + "/"
         self.bucket, self.prefix = s3.split_uri(uri)
@@ -523,7 +523,7 @@ def load_checked(state: dict[str, Any], reader, **kwargs) -> None:
 def open_store(uri: str, attempt: int = 0):
     if uri.startswith("s3://"):
         return S3Store(uri, attempt)
-    from .config import local_path
+    from ..config import local_path
 
     return LocalStore(local_path(uri))
 
@@ -610,7 +610,7 @@ class Checkpointer:
 
     def load(self, step: int, state: dict[str, Any]) -> None:
         """Load checkpoint `step` into `state`; raises UnsafeCheckpoint (on every rank) when it holds
-        something the allow-lists refuse (checkpoint_safety.py), other errors as DCP raises them."""
+        something the allow-lists refuse (safety.py), other errors as DCP raises them."""
         assert self.store is not None, "load() of a disabled checkpointer"
         try:
             load_checked(state, self.store.reader(step, self.rank))

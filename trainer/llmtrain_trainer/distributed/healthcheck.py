@@ -250,7 +250,7 @@ def termination_message(verdict: dict, limit: int = TERMINATION_MESSAGE_BYTES) -
 def _instance_type_from_spec() -> str | None:
     if not os.environ.get("LLMTRAIN_SPEC"):
         return None
-    from .config import load_spec
+    from ..config import load_spec
 
     return load_spec(None).cluster.instance_type
 

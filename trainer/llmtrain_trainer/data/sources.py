@@ -114,7 +114,7 @@ def _list_local(inp: str, exts) -> list[Source]:
 
 
 def _list_s3(inp: str, exts) -> list[Source]:
-    from . import s3
+    from .. import s3
 
     bucket, key = inp[5:].partition("/")[::2]
     c = s3.client()
@@ -145,7 +145,7 @@ class S3RangeReader(io.RawIOBase):
     io.BufferedReader of READ_BUFFER bytes). Parquet needs the seeks (the footer is at the end)."""
 
     def __init__(self, uri: str, size: int):
-        from . import s3
+        from .. import s3
 
         self.uri, self.size, self.pos = uri, size, 0
         self.bucket, self.key = uri[5:].partition("/")[::2]

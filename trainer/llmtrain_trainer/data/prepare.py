@@ -1,4 +1,4 @@
-"""`llmtrain prepare`: text corpora → token shards in the `llmtrain-tokens/v1` format (see `data.py`).
+"""`llmtrain prepare`: text corpora → token shards in the `llmtrain-tokens/v1` format (see `loader.py`).
 
 Inputs (formats, local paths and s3:// prefixes, order, bounds): see `sources.py`.
 
@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from .data import FORMAT, INDEX
+from .loader import FORMAT, INDEX
 from .sources import (
     DEFAULT_BATCH_BYTES,
     DEFAULT_EXTENSIONS,
@@ -86,7 +86,7 @@ class Tokenizer:
     @classmethod
     def from_json(cls, text: str, name: str, eos_id: int | None, what: str) -> Tokenizer:
         """A `tokenizers` JSON document, stored under `name` beside the shards."""
-        from .data import check_name
+        from .loader import check_name
 
         check_name(name, f"{what}: the file name stored in index.json")
         hf = _hf_tokenizer(text, what)
@@ -348,7 +348,7 @@ def run_prepare(
 ) -> Result:
     """Streaming: memory is bounded by the batches in flight and one shard buffer (2^26 tokens = 128
     MiB of uint16 by default) whatever the corpus size. Documents are written in input order; the
-    reader shuffles at sample level across all shards (see `data.py`).
+    reader shuffles at sample level across all shards (see `loader.py`).
 
     `sources`/`tok`/`shard_prefix`/`extra` are for the distributed prepare (prepare_cluster.py):
     one slice of a listed corpus, written with its shard names under a prefix."""
@@ -370,13 +370,13 @@ def run_prepare(
         workers = max(1, min(default_workers(), sum(s.size for s in sources) // (4 * batch_bytes)))
 
     to_s3 = output.startswith("s3://")
-    from .config import local_path
+    from ..config import local_path
 
     out_dir = tempfile.mkdtemp(prefix="llmtrain-prepare-") if to_s3 else os.path.join(local_path(output), shard_prefix)
     os.makedirs(out_dir, exist_ok=True)
     upload = None
     if to_s3:  # each shard goes up as soon as it is full, so local disk holds at most two shards
-        from . import s3
+        from .. import s3
 
         bucket, prefix = s3.split_uri(output)
         c = s3.client()

@@ -109,7 +109,7 @@ class S3Storage:
     """Objects under s3://bucket/prefix/, read with ranged GETs (endpoint from AWS_ENDPOINT_URL)."""
 
     def __init__(self, uri: str):
-        from .s3 import client, split_uri
+        from ..s3 import client, split_uri
 
         self.bucket, self.prefix = split_uri(uri)
         self.client = client()
@@ -136,7 +136,7 @@ class S3Storage:
 def open_storage(uri: str):
     if uri.startswith("s3://"):
         return S3Storage(uri)
-    from .config import local_path
+    from ..config import local_path
 
     return LocalStorage(os.path.abspath(local_path(uri)))
 

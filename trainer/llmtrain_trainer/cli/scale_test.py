@@ -42,7 +42,7 @@ def parse_sizes(text: str) -> list[int]:
 
 def check_divisible(spec, sizes: list[int]) -> None:
     """The global batch must split evenly at every size (sequences = workers × micro-batch × accumulation)."""
-    from .config import global_batch_seqs
+    from ..config import global_batch_seqs
 
     g, mb = global_batch_seqs(spec), spec.training.micro_batch_size
     bad = [n for n in sizes if g % (n * mb)]
@@ -136,7 +136,7 @@ def run_scale_test(
     output: str | None = None,
     metrics_port: int | None = None,
 ) -> dict:
-    from .config import load_job_file
+    from ..config import load_job_file
     from .local import run_local
 
     doc, spec = load_job_file(file)
@@ -287,7 +287,7 @@ def run_cluster_scale_test(
     from llmtrain.catalog import instance_type
     from llmtrain.spec import GROUP, PLURAL, VERSION
 
-    from .config import load_job_file
+    from ..config import load_job_file
 
     doc, spec = load_job_file(file)
     base = (doc.get("metadata") or {}).get("name") or Path(file).stem

@@ -1,6 +1,6 @@
 """Initial weights from Hugging Face-format safetensors, loaded straight into the FSDP shards.
 
-Parameter names are the HF `LlamaForCausalLM` names (see `model.py`), so the mapping is the identity.
+Parameter names are the HF `LlamaForCausalLM` names (see `llama.py`), so the mapping is the identity.
 Each process reads, for every parameter, only the rows of its own shard: safetensors' `get_slice`
 memory-maps the file and `slice[row0:row0+n]` touches just those bytes. No process ever holds a whole
 parameter, let alone the whole model.
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 
 def _download_s3(uri: str) -> str:
-    from . import s3
+    from .. import s3
 
     bucket, prefix = s3.split_uri(uri)
     key_or_prefix = uri[5 + len(bucket) + 1 :]
@@ -61,7 +61,7 @@ def _download_s3(uri: str) -> str:
 
 
 def safetensors_files(uri: str) -> list[str]:
-    from .config import local_path
+    from ..config import local_path
 
     path = _download_s3(uri) if uri.startswith("s3://") else local_path(uri)
     if os.path.isdir(path):

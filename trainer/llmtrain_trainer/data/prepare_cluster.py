@@ -40,7 +40,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from .data import FORMAT, INDEX, check_name
+from .loader import FORMAT, INDEX, check_name
 from .sources import (
     DEFAULT_EXTENSIONS,
     DEFAULT_MAX_RECORD_BYTES,
@@ -79,7 +79,7 @@ def slices(sizes: list[int], k: int) -> list[tuple[int, int]]:
 def _join(output: str, name: str) -> str:
     if output.startswith("s3://"):
         return output.rstrip("/") + "/" + name
-    from .config import local_path
+    from ..config import local_path
 
     return os.path.join(local_path(output), name)
 
@@ -90,7 +90,7 @@ def read_object(output: str, name: str, limit: int = MAX_MANIFEST_BYTES) -> byte
     if uri.startswith("s3://"):
         from botocore.exceptions import ClientError
 
-        from . import s3
+        from .. import s3
 
         bucket, key = uri[5:].partition("/")[::2]
         try:
@@ -114,7 +114,7 @@ def read_object(output: str, name: str, limit: int = MAX_MANIFEST_BYTES) -> byte
 def write_object(output: str, name: str, data: bytes) -> None:
     uri = _join(output, name)
     if uri.startswith("s3://"):
-        from . import s3
+        from .. import s3
 
         bucket, key = uri[5:].partition("/")[::2]
         s3.client().put_object(Bucket=bucket, Key=key, Body=data)

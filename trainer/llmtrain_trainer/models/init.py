@@ -68,7 +68,7 @@ def fill_normal_(param: torch.Tensor, std: float, name: str, seed: int) -> None:
 @torch.no_grad()
 def init_weights(model: nn.Module, seed: int) -> None:
     """Fill every parameter of a (possibly sharded, already `to_empty`-ed) `Llama` model."""
-    from .model import init_std
+    from .llama import init_std
 
     for name, p in model.named_parameters():
         name = canonical_name(name)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from torch.distributed.elastic.utils.distributed import get_free_port as free_port
 
-from .config import dumps, load_job_file
+from ..config import dumps, load_job_file
 
 
 def _etcd_binary() -> str:
@@ -298,7 +298,7 @@ def run_local(
 
 
 def _supervise(cmd: list[str], env: dict, work: Path, max_steps: int, quiet: bool) -> int:
-    from .launch import kill_tree, stop_workers
+    from ..launch import kill_tree, stop_workers
 
     progress = _Progress(max_steps, quiet)
     t0 = time.monotonic()

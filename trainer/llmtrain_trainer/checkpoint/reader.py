@@ -18,7 +18,7 @@ temporary tensor and `copy_`s the strided view, as DCP does. Tensor records it d
 (compressed, transformed by a DCP extension, an unknown pickle) go through DCP's own reader, whose
 `torch.load` is `weights_only=True`, so nothing it cannot read exactly is ever read differently.
 `.metadata` and non-tensor records never reach DCP's unpickling (`pickle.load`,
-`torch.load(weights_only=False)`): they are read through checkpoint_safety.py's allow-lists.
+`torch.load(weights_only=False)`): they are read through safety.py's allow-lists.
 
 The reads of one rank are sorted by file offset and issued from a worker thread (`preadv`
 releases the GIL), so a read is in flight while Python resolves the next destination; the kernel
@@ -45,7 +45,7 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.metadata import StorageMeta
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan
 
-from .checkpoint_safety import (
+from .safety import (
     UnsafeCheckpoint,
     load_metadata,
     load_record,

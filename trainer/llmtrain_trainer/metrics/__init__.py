@@ -1,0 +1,1 @@
+"""What the trainer reports: its Prometheus metrics, per-step throughput and MFU, and the per-step loss facts."""
