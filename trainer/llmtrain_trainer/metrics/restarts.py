@@ -1,0 +1,160 @@
+"""The attempt's goodput counters across torchrun's in-place restarts: one ledger per worker.
+
+With `spec.resilience.inPlaceRestarts`, torchrun (`--max-restarts`) replaces failed worker
+processes inside the same pods: every pod's workers stop, meet again in a new rendezvous round
+and resume from the newest checkpoint. Each new process's Prometheus counters start at zero, as
+Prometheus expects of a new process; the operator's goodput (llmtrain/goodput.py) needs the
+attempt's, whatever happened to its processes. So each worker keeps the attempt so far in a small
+JSON file on the pod's staging volume (an emptyDir: it outlives the worker processes, not the
+pod, which is exactly an attempt), one file per local rank, rewritten (atomically) after every
+step and every checkpoint save, read by the next process of the same rendezvous run
+(TORCHELASTIC_RUN_ID) and local rank. The trainer exports the totals as the
+`llmtrain_trainer_attempt_*` and `llmtrain_trainer_inplace_*` gauges, which the operator prefers
+to the per-process series (controller/progress.py).
+
+The ledger cuts nothing twice: `mark` is the time up to which the attempt's time has been
+accounted (the end of the last step or of the last save). A new process's loop start adds
+`start - mark` to the restarting seconds (the failure, torchrun noticing, stopping the other
+ranks, the new round, the model build and the checkpoint read), held as pending until its first
+step completes, so that the restarting seconds always lie before the last heartbeat the operator
+cuts them from (a process that dies before its first step passes its pending time on). A step at
+or below the highest step an earlier process of the attempt reached is redone: its measured time,
+less its data wait (counted as data wait), is lost work.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass
+
+log = logging.getLogger(__name__)
+
+# a ledger is a few hundred bytes; anything bigger on the staging volume is not ours
+MAX_LEDGER_BYTES = 4096
+
+
+@dataclass
+class Ledger:
+    run_id: str
+    attempt: int
+    processes: int = 0  # worker processes started for this local rank in this attempt
+    train_start: float | None = None  # the first process's loop start
+    resume_step: int | None = None  # the step the first process resumed from
+    steps: int = 0
+    step_seconds: float = 0.0
+    data_wait_seconds: float = 0.0
+    checkpoint_blocking_seconds: float = 0.0
+    restart_seconds: float = 0.0
+    pending_restart_seconds: float = 0.0
+    redone_steps: int = 0
+    redone_seconds: float = 0.0
+    high_step: int = 0  # the highest step any process of the attempt completed
+    heartbeat: float | None = None  # the last step's end
+    mark: float | None = None  # accounted up to here (last step or save end, or loop start)
+
+    @property
+    def in_place_restarts(self) -> int:
+        return max(0, self.processes - 1)
+
+
+def ledger_path(staging: str, local_rank: int) -> str:
+    return os.path.join(staging, f"inplace-ledger-r{int(local_rank)}.json")
+
+
+def _read(path: str) -> dict | None:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_LEDGER_BYTES + 1)
+    except OSError:
+        return None
+    if len(raw) > MAX_LEDGER_BYTES:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _load(data: dict | None, run_id: str, attempt: int) -> Ledger:
+    """The ledger of an earlier process of this run and attempt, or a fresh one."""
+    if not data or data.get("run_id") != run_id or data.get("attempt") != attempt:
+        return Ledger(run_id=run_id, attempt=attempt)
+    fresh = Ledger(run_id=run_id, attempt=attempt)
+    kw = {}
+    for key, default in asdict(fresh).items():
+        value = data.get(key, default)
+        if key in ("run_id", "attempt"):
+            continue
+        if default is None:
+            ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+        else:
+            ok = isinstance(value, type(default)) or (isinstance(default, float) and isinstance(value, int))
+            ok = ok and not isinstance(value, bool) and value >= 0
+        if not ok:
+            return fresh  # not a ledger this code wrote: start over rather than trust part of it
+        kw[key] = value
+    return Ledger(run_id=run_id, attempt=attempt, **kw)
+
+
+class AttemptLedger:
+    """This worker's ledger: `begin` when the process starts, `loop_started`, `step` after every
+    optimizer step, `saved` after a blocking save. `path` None: no staging volume (nothing
+    persisted, the counters are this process's)."""
+
+    def __init__(self, path: str | None, run_id: str, attempt: int):
+        self.path = path
+        self.state = _load(_read(path) if path else None, run_id, attempt)
+        self.state.processes += 1
+        self._write()
+
+    @classmethod
+    def from_env(cls, local_rank: int, attempt: int) -> AttemptLedger:
+        run_id = os.environ.get("TORCHELASTIC_RUN_ID") or ""
+        staging = os.environ.get("LLMTRAIN_CHECKPOINT_STAGING")
+        path = ledger_path(staging, local_rank) if staging and run_id else None
+        return cls(path, run_id, attempt)
+
+    def loop_started(self, at: float, resume_step: int) -> None:
+        s = self.state
+        if s.train_start is None:
+            s.train_start, s.resume_step = at, resume_step
+        elif s.mark is not None and at > s.mark:
+            s.pending_restart_seconds += at - s.mark
+        s.mark = at
+        self._write()
+
+    def step(self, step: int, seconds: float, data_wait: float, end: float) -> None:
+        s = self.state
+        s.steps += 1
+        s.step_seconds += seconds
+        s.data_wait_seconds += data_wait
+        if step <= s.high_step:
+            s.redone_steps += 1
+            s.redone_seconds += max(0.0, seconds - data_wait)
+        s.high_step = max(s.high_step, step)
+        s.restart_seconds += s.pending_restart_seconds
+        s.pending_restart_seconds = 0.0
+        s.heartbeat = s.mark = end
+        self._write()
+
+    def saved(self, blocking: float, end: float) -> None:
+        s = self.state
+        s.checkpoint_blocking_seconds += blocking
+        s.mark = end
+        self._write()
+
+    def _write(self) -> None:
+        if not self.path:
+            return
+        tmp = f"{self.path}.tmp"
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            with open(tmp, "w") as f:
+                json.dump(asdict(self.state), f, separators=(",", ":"))
+            os.replace(tmp, self.path)
+        except OSError as err:  # a full or missing staging volume must not stop training
+            log.warning("in-place restart ledger %s not written: %s", self.path, err)
+            self.path = None
