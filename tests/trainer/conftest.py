@@ -109,6 +109,7 @@ class Workers:
         self.spec_file.write_text(json.dumps(spec))
         backend, endpoint = rdzv or ("c10d", f"127.0.0.1:{free_port()}")
         # The production entry point: torchrun under llmtrain_trainer.launch (a clean stop exits 0).
+        self.rdzv_id = rdzv_id or "test-" + uuid.uuid4().hex[:12]
         self.cmd = [
             PY,
             "-m",
@@ -117,7 +118,7 @@ class Workers:
             f"--nproc-per-node={nproc}",
             f"--rdzv-backend={backend}",
             f"--rdzv-endpoint={endpoint}",
-            f"--rdzv-id={rdzv_id or 'test-' + uuid.uuid4().hex[:12]}",
+            f"--rdzv-id={self.rdzv_id}",
             f"--max-restarts={max_restarts}",
             *([f"--rdzv-conf={rdzv_conf}"] if rdzv_conf else []),
             "-m",

@@ -3,14 +3,12 @@ each case would fail if a process's counters were dropped or a span counted twic
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from prometheus_client import generate_latest
 
 from llmtrain.controller.scrape import parse_progress
 from llmtrain_trainer.metrics.prometheus import TrainerMetrics
-from llmtrain_trainer.metrics.restarts import AttemptLedger, ledger_path
+from llmtrain_trainer.metrics.restarts import SLOT_BYTES, AttemptLedger, ledger_path, read_ledger
 
 
 def _process(path, run="run-a", attempt=1) -> AttemptLedger:
@@ -39,7 +37,8 @@ def test_a_restarted_process_carries_the_attempt_and_counts_its_gap_once(tmp_pat
     assert s.restart_seconds == pytest.approx(150.0 - 132.0)
     assert (s.redone_steps, s.redone_seconds) == (10, pytest.approx(10 * 1.3))  # 21..30, less data wait
     assert s.high_step == 40 and s.heartbeat == 180.0
-    assert json.loads(open(path).read())["restart_seconds"] == pytest.approx(18.0)
+    on_disk = read_ledger(path, "run-a", 1)
+    assert on_disk is not None and on_disk["restart_seconds"] == pytest.approx(18.0) and on_disk["steps"] == 50
 
 
 def test_a_process_that_dies_before_its_first_step_passes_its_time_on(tmp_path):
@@ -66,11 +65,25 @@ def test_another_attempt_or_run_or_a_garbage_file_starts_afresh(tmp_path):
     assert _process(path, attempt=2).state.processes == 1
     assert _process(path, run="run-b").state.processes == 1
     with open(path, "w") as f:
-        f.write('{"run_id": "run-a", "attempt": 1, "steps": -5}')
+        f.write('{"run_id": "run-a", "attempt": 1, "steps": -5, "seq": 9}')
     assert _process(path).state.steps == 0
     with open(path, "w") as f:
         f.write("x" * 10000)
     assert _process(path).state.processes == 1
+
+
+def test_a_write_torn_by_a_kill_leaves_the_other_slot(tmp_path):
+    path = ledger_path(str(tmp_path), 0)
+    p = _process(path)
+    p.loop_started(0.0, 0)
+    p.step(1, 1.0, 0.0, 1.0)
+    p.step(2, 1.0, 0.0, 2.0)
+    newest = read_ledger(path, "run-a", 1)
+    assert newest is not None and newest["steps"] == 2
+    with open(path, "r+b") as f:  # the newest slot half-written when the process died
+        f.seek((newest["seq"] % 2) * SLOT_BYTES)
+        f.write(b'{"run_id":"run-a","attempt":1,"steps":3,' + b"\0" * 40)
+    assert _process(path).state.steps == 1  # the slot before: one step less, nothing garbled
 
 
 def test_the_scrape_prefers_the_attempt_wide_counters(tmp_path):

@@ -11,7 +11,6 @@ attempts: the restart's gap is restarting, the steps redone after it lost work.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -21,6 +20,7 @@ from test_goodput_local import Monitor
 
 from conftest import base_spec
 from llmtrain import goodput as gp
+from llmtrain_trainer.metrics.restarts import read_ledger
 
 pytestmark = [pytest.mark.trainer, pytest.mark.slow]
 
@@ -98,7 +98,8 @@ def test_a_killed_rank_restarts_in_place_and_the_attempt_keeps_its_counters(laun
     # the count, as the operator's scrape of rank 0 sees it (status.progress.inPlaceRestarts)
     assert progress["inPlaceRestarts"] == 1
     # rank 0's ledger: the attempt's counters over both processes, exactly the step log's
-    ledger = json.loads((tmp_path / "staging" / "inplace-ledger-r0.json").read_text())
+    ledger = read_ledger(str(tmp_path / "staging" / "inplace-ledger-r0.json"), w.rdzv_id, 1)
+    assert ledger is not None
     assert ledger["processes"] == 2 and ledger["resume_step"] == 0 and ledger["high_step"] == STEPS
     assert ledger["steps"] == len(gens[0]) + len(gens[1])
     assert ledger["redone_steps"] == high - resume["step"]
@@ -122,3 +123,60 @@ def test_a_killed_rank_restarts_in_place_and_the_attempt_keeps_its_counters(laun
     # times are whole seconds: the attempt's end, written truncated, leaves up to 1 s of restarting)
     assert auto["restarting"] == pytest.approx(gap, abs=1.0) and auto["lostWork"] == pytest.approx(redone, abs=0.05)
     assert gp.steps_redone(gp.timeline_of(g, created)) == high - resume["step"]
+
+
+def _kubelet_tail(text: str) -> str:
+    """What `terminationMessagePolicy: FallbackToLogsOnError` keeps of a log: the last 80 lines,
+    at most 2048 bytes."""
+    tail = "\n".join(text.splitlines()[-80:]).encode()[-2048:]
+    return tail.decode(errors="replace")
+
+
+def test_a_rank_that_keeps_failing_in_place_fails_its_pod_and_names_its_node(launch, etcd, tmp_path):
+    """Once the pod's in-place restarts are spent, torchrun gives up: the pod's container exits
+    non-zero and its log tail (the termination message) is the last failure's, so the operator's
+    existing bad-node path (controller/nodes.py) blames the node it ran on, as for any pod failure."""
+    from llmtrain import render
+    from llmtrain.controller import nodes
+
+    spec = base_spec(
+        **{
+            "training.maxSteps": 400,
+            "checkpoint.uri": f"file://{tmp_path}/ckpt",
+            "checkpoint.intervalSteps": EVERY,
+            "rendezvous.backend": "etcd-v2",
+            "resilience.inPlaceRestarts": 1,
+        }
+    )
+    w = launch(spec, 2, rdzv=("etcd-v2", etcd), max_restarts=1)
+    w.wait_for(lambda e: e.get("event") == "step" and e["step"] >= 12)
+    os.kill(w.worker(1), signal.SIGKILL)
+    w.wait_for(lambda e: e.get("event") == "config")  # restarted in place, once
+    w.wait_for(lambda e: e.get("event") == "step")
+    os.kill(w.worker(1), signal.SIGKILL)  # again: the restart is spent
+    rc = w.wait(120)
+    assert rc not in (0, None, render.PREFLIGHT_EXIT_CODE), rc
+    assert [c["in_place_restarts"] for c in w.of("config")] == [0, 1]
+
+    message = _kubelet_tail(w.stderr_path.read_text())
+    # torchrun's summary, whose root cause is the last failure: the rank SIGKILLed the second time
+    assert "Root Cause" in message and "Signal 9 (SIGKILL)" in message, message
+    pod = {
+        "metadata": {
+            "name": "j-a1-worker-0",
+            "labels": {render.JOB_LABEL: "j", render.ATTEMPT_LABEL: "1"},
+            "ownerReferences": [
+                {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "j-a1", "uid": "u1", "controller": True}
+            ],
+        },
+        "spec": {"nodeName": "ip-10-0-0-7"},
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [{"state": {"terminated": {"exitCode": rc, "reason": "Error", "message": message}}}],
+        },
+    }
+    failure = nodes.failure_of(pod)
+    assert failure is not None and failure["node"] == "ip-10-0-0-7" and failure["exitCode"] == rc
+    assert nodes.culprits([failure]) == [failure]
+    (bad,) = nodes.record([], [failure], attempt=1, when="2026-12-01T00:00:00Z")
+    assert bad["node"] == "ip-10-0-0-7" and bad["reason"] == failure["reason"] and bad["attempt"] == 1
