@@ -341,6 +341,23 @@ def training() -> gdash.Dashboard:
                           lj + " seconds in loop")],
                         desc="Steps between the resume step and the previous attempt's last step are "
                              "redone (status.goodput.stepsRedone)."))
+    d = d.with_panel(ts("In-place restarts of the attempt",
+                        [(f"max {by} (llmtrain_trainer_inplace_restarts{{{JOB_SEL}}})", lj + " restarts in place"),
+                         (f"max {by} (llmtrain_trainer_inplace_redone_steps{{{JOB_SEL}}})", lj + " steps redone"),
+                         (f"max {by} (llmtrain_trainer_attempt_steps{{{JOB_SEL}}})", lj + " steps")],
+                        desc="torchrun restarted the worker processes in place (spec.resilience.inPlaceRestarts, "
+                             "status.progress.inPlaceRestarts); no restart spent. Steps: the attempt's, over "
+                             "its processes."))
+    d = d.with_panel(ts("Where the attempt's time went, over its in-place restarts",
+                        [(f"max {by} (llmtrain_trainer_inplace_restart_seconds{{{JOB_SEL}}})", lj + " restarting"),
+                         (f"max {by} (llmtrain_trainer_inplace_redone_seconds{{{JOB_SEL}}})", lj + " redone steps"),
+                         (f"max {by} (llmtrain_trainer_attempt_step_seconds{{{JOB_SEL}}})", lj + " steps"),
+                         (f"max {by} (llmtrain_trainer_attempt_checkpoint_blocking_seconds{{{JOB_SEL}}})",
+                          lj + " checkpoint stall"),
+                         (f"max {by} (llmtrain_trainer_attempt_data_wait_seconds{{{JOB_SEL}}})", lj + " data wait")],
+                        unit="s",
+                        desc="The trainer's attempt-wide counters (carried across its worker processes), "
+                             "which status.goodput is computed from."))
     return d
 
 

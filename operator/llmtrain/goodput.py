@@ -18,6 +18,19 @@ One attempt, from its PyTorchJob's creation to its end:
     steps), data wait (steps waiting for their batch), lost work (the steps this attempt redid,
     those at or below the highest step an earlier attempt reached, at this attempt's mean step
     time) and productive (the rest);
+  * in-place restarts (spec.resilience.inPlaceRestarts): torchrun replaces the failed worker
+    processes inside the same pods, and each new process starts its counters from zero. The
+    trainer carries the attempt's counters across its processes (trainer restarts.py: a small
+    ledger on the pod's staging volume, written every step, read by the next process), so what
+    the operator scrapes is always the whole attempt's, never one process's: steps, step seconds,
+    checkpoint stall and data wait summed over the processes; trainStart and resumeStep the first
+    process's; and two more cuts of trainStart → lastHeartbeat: restarting for the gaps between one
+    process's last step and the next process's loop (the failure, its detection, stopping the other
+    ranks, the new rendezvous round, the model build and the checkpoint read: inPlaceRestartSeconds)
+    and lost work for the steps a process redid that an earlier process of the same attempt had
+    done (inPlaceRedoneSeconds, each at its own measured time). Nothing of an earlier process can
+    be dropped or counted twice by a scrape that missed it, and an operator restart changes
+    nothing: the figures are the trainer's, cumulative;
   * the tail, lastHeartbeat → end: hang when the attempt ended as Hang (last heartbeat →
     detection); checkpoint stall when it ended Succeeded or Suspended (the final save, exit);
     restarting otherwise (the failure → its detection).
@@ -70,6 +83,10 @@ class Attempt:
     step_seconds: float | None = None  # their summed wall time
     checkpoint_blocking_seconds: float | None = None
     data_wait_seconds: float | None = None
+    in_place_restarts: int | None = None  # worker processes replaced in place (rank 0's pod)
+    in_place_restart_seconds: float | None = None  # last step of one process → loop of the next
+    in_place_redone_steps: int | None = None  # steps a later process redid within the attempt
+    in_place_redone_seconds: float | None = None  # their measured time
 
 
 @dataclass(frozen=True)
@@ -139,6 +156,8 @@ def buckets(t: Timeline, now: float) -> dict[str, float]:
                 ("checkpointStall", a.checkpoint_blocking_seconds),
                 ("dataWait", a.data_wait_seconds),
                 ("lostWork", _lost(a, high)),
+                ("lostWork", a.in_place_redone_seconds),
+                ("restarting", a.in_place_restart_seconds),
             ):
                 cut = min(max(want or 0.0, 0.0), left)
                 out[kind] += cut
@@ -171,6 +190,7 @@ def steps_redone(t: Timeline) -> int:
     for a in sorted(t.attempts, key=lambda a: a.attempt):
         if a.resume_step is not None and a.last_step is not None:
             total += max(0, min(high, a.last_step) - a.resume_step)
+        total += max(0, a.in_place_redone_steps or 0)
         if a.last_step is not None:
             high = max(high, a.last_step)
     return total
@@ -214,7 +234,12 @@ COUNTERS = {
     "stepSeconds": "step_seconds",
     "checkpointBlockingSeconds": "checkpoint_blocking_seconds",
     "dataWaitSeconds": "data_wait_seconds",
+    "inPlaceRestarts": "in_place_restarts",
+    "inPlaceRestartSeconds": "in_place_restart_seconds",
+    "inPlaceRedoneSteps": "in_place_redone_steps",
+    "inPlaceRedoneSeconds": "in_place_redone_seconds",
 }
+_INTS = ("resume_step", "last_step", "steps", "in_place_restarts", "in_place_redone_steps")
 _TIMES = ("trainStartTime", "heartbeatTime")
 
 
@@ -237,7 +262,7 @@ def attempt_from(rec: dict, progress: dict | None = None) -> Attempt | None:
     for key, attr in COUNTERS.items():
         if key in _TIMES:
             kw[attr] = _t(src.get(key))
-        elif attr in ("resume_step", "last_step", "steps"):
+        elif attr in _INTS:
             kw[attr] = _int(src, key)
         else:
             kw[attr] = _num(src, key)

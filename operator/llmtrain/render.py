@@ -8,6 +8,10 @@ This module decides the values (from the spec and the instance catalog); the tem
   reused, so a restarted attempt never meets a closed rendezvous (RendezvousClosedError).
 - Workers run `torchrun ... -m llmtrain_trainer`; the trainer reads the whole spec from the
   `LLMTRAIN_SPEC` environment variable (JSON), so the PyTorchJob is the complete, reviewable record.
+- Two tiers of restarts: torchrun restarts a failed worker process in place up to
+  `spec.resilience.inPlaceRestarts` times per pod (`--max-restarts`, and the elasticPolicy's
+  maxRestarts to match); the PyTorchJob itself never restarts (backoffLimit 0, restartPolicy Never),
+  so a pod that has spent them fails the attempt and the operator decides what comes next.
 - GPU types request every GPU and EFA interface of the node (`nvidia.com/gpu`,
   `vpc.amazonaws.com/efa` from the catalog; without EFA NCCL silently falls back to TCP), 2 MiB
   hugepages for libfabric, REQUEST_FRACTION of the node's memory and CPUs (the rest is for the
@@ -300,7 +304,10 @@ def _args(spec: LLMTrainingJobSpec, procs: int, min_nodes: int, rdzv: dict[str, 
         f"--rdzv-endpoint={rdzv['endpoint']}",
         f"--rdzv-id={rdzv['id']}",
         *conf,
-        "--max-restarts=0",
+        # torchrun's own restarts: a failed worker process restarts in place, every pod's workers
+        # meet again in a new rendezvous round and resume from the newest checkpoint, no new pods;
+        # once a pod's agent has spent them, the pod fails and the operator starts a new attempt
+        f"--max-restarts={spec.resilience.in_place_restarts}",
         "-m",
         TRAINER_MODULE,
     ]
@@ -474,6 +481,7 @@ def render_pytorchjob(
         tolerations=tolerations,
         command=COMMAND,
         args=_args(spec, procs, min_nodes, rdzv),
+        in_place_restarts=spec.resilience.in_place_restarts,
         env=_env(spec, inst, name, namespace, attempt, resume_before_step),
         resources=_resources(inst, procs),
         volume_mounts=mounts,

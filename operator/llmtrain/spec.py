@@ -106,6 +106,11 @@ MAX_URI = 1024
 MAX_ENV, MAX_ENV_NAME, MAX_ENV_VALUE = 64, 128, 2048
 MAX_TOLERATIONS = 32
 MAX_VOLUMES = 16
+# spec.resilience.inPlaceRestarts: torchrun's --max-restarts per pod and attempt. The cap: each
+# in-place round reloads the newest checkpoint on the same nodes, and a fault that survived ten of
+# them is the node's, which only a new attempt (avoiding it: status.avoidNodes) gets away from.
+DEFAULT_IN_PLACE_RESTARTS = 3
+MAX_IN_PLACE_RESTARTS = 10
 ENV_RULES: dict[str, Any] = {
     "x-kubernetes-validations": [
         {
@@ -332,6 +337,17 @@ class ResilienceSpec(_Spec):
         "(counts against maxRestarts); the pods' own reasons show in status.message",
     )
     collective_timeout_minutes: int = Field(10, ge=1, le=1440)
+    in_place_restarts: int = Field(
+        DEFAULT_IN_PLACE_RESTARTS,
+        ge=0,
+        le=MAX_IN_PLACE_RESTARTS,
+        description="times per attempt each pod's torchrun restarts its failed worker processes in place "
+        "(same pods, a new rendezvous round, resuming from the newest checkpoint) before the pod fails "
+        "and the operator starts a new attempt; they do not count against maxRestarts and show in "
+        "status.progress.inPlaceRestarts. Default 3: a crashed process (a transient NCCL error, a "
+        "killed rank) is back in seconds instead of a new attempt's minutes, and a fault that comes "
+        "back 3 times on the same pods is left to a new attempt, which avoids the node it blames. 0: off",
+    )
     restart_backoff_seconds: int = Field(
         10,
         ge=0,

@@ -175,6 +175,16 @@ class ProgressStatus(_Status):
         None, description="seconds the attempt's checkpoint saves blocked training"
     )
     data_wait_seconds: float | None = Field(None, description="seconds its steps waited for input batches")
+    in_place_restarts: int | None = Field(
+        None,
+        description="times torchrun restarted the attempt's worker processes in place, as rank 0's pod "
+        "counts them (spec.resilience.inPlaceRestarts; not counted in status.restarts)",
+    )
+    in_place_restart_seconds: float | None = Field(
+        None, description="their cost: one process's last step → the next one's training loop, summed"
+    )
+    in_place_redone_steps: int | None = Field(None, description="steps redone after them (from a checkpoint)")
+    in_place_redone_seconds: float | None = Field(None, description="those steps' measured time")
     # ETA (controller/progress.py): the recent step time × the steps left, plus the checkpoint stall
     # expected at this attempt's rate
     estimated_remaining_seconds: int | None = None
@@ -214,6 +224,10 @@ class AttemptRecord(_Status):
     step_seconds: float | None = None
     checkpoint_blocking_seconds: float | None = None
     data_wait_seconds: float | None = None
+    in_place_restarts: int | None = None
+    in_place_restart_seconds: float | None = None
+    in_place_redone_steps: int | None = None
+    in_place_redone_seconds: float | None = None
 
 
 class Suspension(_Status):

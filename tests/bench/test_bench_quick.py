@@ -100,3 +100,17 @@ def test_gpu_script_cpu_path(tmp_path):
     fp8 = res["llmtrain/compile/selective/float8"]
     assert fp8["status"] == "skipped" and "H100/H200" in fp8["reason"], fp8
     assert "llmtrain_over_plain_tokens_per_second" in r["comparisons"]
+
+
+@pytest.mark.slow
+@pytest.mark.trainer
+def test_inplace_restart_quick():
+    r = run_bench("inplace_restart.py", "--quick")
+    modes = [t["mode"] for t in r["trials"]]
+    assert sorted(modes) == ["in_place", "new_attempt"]
+    for t in r["trials"]:
+        # both resume from the checkpoint before the kill and redo the same steps
+        assert t["resumed_from"] > 0 and t["steps_redone"] >= 0
+        assert 0 < t["first_step_s"] <= t["productive_step_s"]
+        assert t["in_place_restarts"] == (1 if t["mode"] == "in_place" else 0)
+    assert r["ratio_in_place_to_new_attempt"]["productive_step_s"] > 0

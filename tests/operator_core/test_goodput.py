@@ -6,6 +6,8 @@ and counters: a bucket counted twice or left out changes one figure (and the sum
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from llmtrain import goodput as gp
@@ -127,6 +129,97 @@ def test_failure_tail_is_restarting_and_success_tail_is_the_final_save():
         Timeline(start=0.0, attempts=(a1, a2)),
         420.0,
         expect(starting=30, productive=80 + 240, restarting=50, checkpointStall=20),
+    )
+
+
+# --- in-place restarts: one attempt, several worker processes (trainer restarts.py) --------------
+
+
+def _in_place_attempt(**over) -> Attempt:
+    # PyTorchJob 0, first process's loop 20; it reached step 60 at 140 (2 s a step), then died.
+    # torchrun restarted the workers in place; the next process's loop began at 155 (a 15 s gap),
+    # resumed from the checkpoint at step 50, redid 51..60 (10 steps, 20.5 s measured) and reached
+    # step 100 at 255 (50 steps, 100 s). The trainer's attempt-wide counters: 110 steps, 220 s of
+    # step time (of which 20.5 s redone), 4 s checkpoint stall, 1 s data wait, 15 s restarting.
+    kw: dict = {
+        "created": 0,
+        "train_start": 20,
+        "last_heartbeat": 255,
+        "resume_step": 0,
+        "last_step": 100,
+        "steps": 110,
+        "step_seconds": 220,
+        "checkpoint_blocking_seconds": 4,
+        "data_wait_seconds": 1,
+        "in_place_restarts": 1,
+        "in_place_restart_seconds": 15,
+        "in_place_redone_steps": 10,
+        "in_place_redone_seconds": 20.5,
+    }
+    kw.update(over)
+    return Attempt(1, **kw)
+
+
+def test_in_place_restart_gap_is_restarting_and_redone_steps_are_lost_work():
+    # 0..20 starting; 20..255 = 235 s: stall 4, data wait 1, lost 20.5, restarting 15, productive
+    # 194.5; 255..260 of the current attempt counts as its steps go (productive)
+    t = Timeline(start=0.0, attempts=(_in_place_attempt(),))
+    got = check(
+        t, 260.0, expect(starting=20, checkpointStall=4, dataWait=1, lostWork=20.5, restarting=15, productive=199.5)
+    )
+    # dropped, the gap would pass for productive time; counted twice, productive would be 184.5
+    assert got["productive"] == pytest.approx(260 - 20 - 4 - 1 - 20.5 - 15)
+    assert gp.steps_redone(t) == 10
+
+
+def test_in_place_restarts_and_a_later_attempt_each_count_their_own_redone_steps():
+    # a1 as above but failed at 270 (its last in-place restart spent: the pod failed) → tail 15
+    # restarting; a2: PyTorchJob 300, loop 330, resumed from step 90 (a1 reached 100), 30 steps of
+    # 3 s to step 120 at 420; now 420: lost (100 - 90) × 3 = 30 s, productive 60
+    a1 = _in_place_attempt(end=270, end_reason="Failed")
+    a2 = Attempt(
+        2, created=300, train_start=330, last_heartbeat=420, resume_step=90, last_step=120, steps=30, step_seconds=90
+    )
+    t = Timeline(start=0.0, attempts=(a1, a2))
+    check(
+        t,
+        420.0,
+        expect(
+            starting=20 + 30,
+            checkpointStall=4,
+            dataWait=1,
+            lostWork=20.5 + 30,
+            restarting=15 + 15 + 30,
+            productive=194.5 + 60,
+        ),
+    )
+    assert gp.steps_redone(t) == 10 + 10
+
+
+def test_in_place_counters_go_through_status_progress_into_the_attempt_record():
+    progress = {
+        "attempt": 1,
+        "trainStartTime": gp.stamp(20),
+        "heartbeatTime": gp.stamp(255),
+        "resumeStep": 0,
+        "step": 100,
+        "attemptSteps": 110,
+        "stepSeconds": 220.0,
+        "checkpointBlockingSeconds": 4.0,
+        "dataWaitSeconds": 1.0,
+        "inPlaceRestarts": 1,
+        "inPlaceRestartSeconds": 15.0,
+        "inPlaceRedoneSteps": 10,
+        "inPlaceRedoneSeconds": 20.5,
+    }
+    g = gp.opened({}, 1, 0.0, job_created=0.0)
+    live = gp.timeline_of(g, 0.0, progress)
+    g = gp.closed(g, 1, 270.0, "Failed", progress)
+    assert g["attempts"][0]["inPlaceRestarts"] == 1 and g["attempts"][0]["inPlaceRestartSeconds"] == 15.0
+    # the record keeps exactly what the live attempt was computed from
+    assert live.attempts[0] == replace(gp.timeline_of(g, 0.0).attempts[0], end=None, end_reason=None)
+    assert gp.buckets(gp.timeline_of(g, 0.0), 270.0) == pytest.approx(
+        expect(starting=20, checkpointStall=4, dataWait=1, lostWork=20.5, restarting=15 + 15, productive=194.5)
     )
 
 

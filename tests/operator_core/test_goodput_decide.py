@@ -138,3 +138,47 @@ def test_kueues_admission_moves_the_wait_from_starting_to_queued():
     g = plan.status["goodput"]
     assert g["attempts"][0]["admittedTime"] == gp.stamp(NOW.timestamp())
     assert g["seconds"]["queued"] == pytest.approx(2 * 3600 + 60) and g["seconds"]["starting"] == 0
+
+
+def test_in_place_restarts_spend_no_restart_and_close_into_the_attempt_record():
+    """torchrun restarted the workers in place twice (the pods and the PyTorchJob kept running):
+    nothing for decide to restart, status.restarts stays; when the attempt ends anyway (here a
+    hang), its record keeps the in-place figures and the goodput counts them."""
+    from llmtrain.controller.status import Progress
+
+    live = {
+        "attempt": 1,
+        "step": 50,
+        "heartbeatTime": ago(seconds=20),
+        "trainStartTime": at(minutes=9),
+        "resumeStep": 0,
+        "attemptSteps": 60,
+        "stepSeconds": 400.0,
+        "inPlaceRestarts": 2,
+        "inPlaceRestartSeconds": 45.0,
+        "inPlaceRedoneSteps": 10,
+        "inPlaceRedoneSeconds": 60.0,
+    }
+    goodput = {"attempts": [{"attempt": 1, "createdTime": at(minutes=12)}], "updateTime": at(seconds=10)}
+    scrape = Progress(
+        step=50,
+        heartbeat=(NOW - dt.timedelta(seconds=20)).timestamp(),
+        in_place_restarts=2,
+        in_place_restart_seconds=45.0,
+    )
+    st = running(progress=live, goodput=goodput, restarts=1)
+    plan = decide_(snap(st, children=[ptj(1, "Running")], creation_time=CREATED, progress=scrape))
+    assert plan.situation == "steady" and plan.restart is None
+    assert plan.status is None or "restarts" not in plan.status
+
+    hung = {**live, "heartbeatTime": ago(minutes=40), "trainStartTime": at(minutes=55)}
+    goodput = {"attempts": [{"attempt": 1, "createdTime": at(minutes=58)}], "updateTime": at(seconds=10)}
+    st = running(progress=hung, goodput=goodput, attemptStartTime=at(minutes=56), restarts=1)
+    plan = decide_(snap(st, children=[ptj(1, "Running")], creation_time=NOW - dt.timedelta(hours=1)))
+    assert plan.status["reason"].value == "Hang" and plan.status["restarts"] == 2  # the hang's, one
+    rec = plan.status["goodput"]["attempts"][0]
+    assert (rec["inPlaceRestarts"], rec["inPlaceRestartSeconds"], rec["inPlaceRedoneSeconds"]) == (2, 45.0, 60.0)
+    s = plan.status["goodput"]["seconds"]
+    # steps 55 → 40 min ago = 900 s: restarting 45, lost work 60, productive the rest
+    assert (s["restarting"], s["lostWork"], s["productive"]) == (45.0, 60.0, 795.0)
+    assert plan.status["goodput"]["stepsRedone"] == 10

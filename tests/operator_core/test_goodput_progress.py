@@ -23,7 +23,13 @@ def test_the_scrape_reads_the_goodput_counters():
         m.data_wait_seconds.observe(0.25)
     m.checkpoint_blocking_seconds.inc(7.5)
     m.step.set(84)
-    p = parse_progress(generate_latest(m.registry))
+    # a trainer from before the attempt-wide series (metrics/restarts.py): the per-process ones count
+    body = b"".join(
+        line
+        for line in generate_latest(m.registry).splitlines(keepends=True)
+        if b"llmtrain_trainer_attempt_" not in line and b"llmtrain_trainer_inplace_" not in line
+    )
+    p = parse_progress(body)
     assert (p.resume_step, p.step_seconds_count, p.step_seconds_sum) == (80, 4, 10.0)
     assert (p.checkpoint_blocking_seconds, p.data_wait_seconds) == (7.5, 1.0)
     s = p.as_status()

@@ -447,3 +447,17 @@ def test_no_kueue_fields_no_kueue_label_or_annotation():
     template = obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]
     assert not any(k.startswith("kueue.x-k8s.io/") for k in template["annotations"])
     assert "suspend" not in obj["spec"]["runPolicy"]
+
+
+@pytest.mark.parametrize("restarts", [None, 0, 5])
+def test_torchrun_restarts_failed_workers_in_place_up_to_in_place_restarts(restarts):
+    resilience = {} if restarts is None else {"inPlaceRestarts": restarts}
+    obj = _render(_spec(resilience=resilience))
+    want = 3 if restarts is None else restarts  # the default: spec.DEFAULT_IN_PLACE_RESTARTS
+    args = _container(obj)["args"]
+    assert [a for a in args if a.startswith("--max-restarts")] == [f"--max-restarts={want}"]
+    assert args.index(f"--max-restarts={want}") < args.index("-m")  # torchrun's, not the trainer's
+    assert obj["spec"]["elasticPolicy"]["maxRestarts"] == want
+    # the pods themselves never restart: the operator is the one authority for new pods
+    assert obj["spec"]["runPolicy"]["backoffLimit"] == 0
+    assert obj["spec"]["pytorchReplicaSpecs"]["Worker"]["restartPolicy"] == "Never"

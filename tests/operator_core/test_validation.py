@@ -35,6 +35,9 @@ def test_invalid_spec_names_field_reason_and_alternative(case):
         ({"fsdp": {"shardingStrategy": "ZERO3"}}, "spec.fsdp.shardingStrategy", "not a known value"),
         ({"model": {"preset": "llama2-7b", "hfToken": "hf_abc"}}, "spec.model.hfToken", "plain text"),
         ({"training": {"learningRate": -1}}, "spec.training.learningRate", "out of range"),
+        ({"resilience": {"inPlaceRestarts": 11}}, "spec.resilience.inPlaceRestarts", "out of range"),
+        ({"resilience": {"inPlaceRestarts": -1}}, "spec.resilience.inPlaceRestarts", "out of range"),
+        ({"resilience": {"inPlaceRestarts": "many"}}, "spec.resilience.inPlaceRestarts", "integer"),
         ({"fsdp": {"sharding": "FULL_SHARD"}}, "spec.fsdp.sharding", "unknown field"),
         ({"cluster": {"queueName": "Bad Queue!"}}, "spec.cluster.queueName", "not a Kueue LocalQueue name"),
         (

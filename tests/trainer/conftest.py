@@ -103,11 +103,13 @@ class Workers:
         rdzv_id: str | None = None,
         file_size_limit: int | None = None,
         rdzv_conf: str | None = None,
+        max_restarts: int = 0,
     ):
         self.spec_file = tmp / f"spec-{name}-{time.monotonic_ns()}.json"
         self.spec_file.write_text(json.dumps(spec))
         backend, endpoint = rdzv or ("c10d", f"127.0.0.1:{free_port()}")
         # The production entry point: torchrun under llmtrain_trainer.launch (a clean stop exits 0).
+        self.rdzv_id = rdzv_id or "test-" + uuid.uuid4().hex[:12]
         self.cmd = [
             PY,
             "-m",
@@ -116,8 +118,8 @@ class Workers:
             f"--nproc-per-node={nproc}",
             f"--rdzv-backend={backend}",
             f"--rdzv-endpoint={endpoint}",
-            f"--rdzv-id={rdzv_id or 'test-' + uuid.uuid4().hex[:12]}",
-            "--max-restarts=0",
+            f"--rdzv-id={self.rdzv_id}",
+            f"--max-restarts={max_restarts}",
             *([f"--rdzv-conf={rdzv_conf}"] if rdzv_conf else []),
             "-m",
             "llmtrain_trainer",
@@ -180,6 +182,18 @@ class Workers:
         from llmtrain_trainer.launch import children
 
         return [w for torchrun in children(self.proc.pid) for w in children(torchrun)]
+
+    def worker(self, local_rank: int) -> int:
+        """The pid of the trainer process of `local_rank` (torchrun's LOCAL_RANK in its environment)."""
+        for pid in self.worker_pids():
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+            except OSError:
+                continue
+            if env.get(b"LOCAL_RANK") == str(local_rank).encode():
+                return pid
+        raise AssertionError(f"no worker of local rank {local_rank} among {self.worker_pids()}")
 
     def wait(self, timeout: float = 180) -> int:
         try:

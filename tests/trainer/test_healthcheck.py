@@ -138,7 +138,7 @@ def test_preflight_args_reuse_torchrun_with_an_own_rendezvous_and_the_healthchec
         "--rdzv-backend=etcd-v2",
         "--rdzv-endpoint=etcd:2379",
         "--rdzv-id=ns-job-abcd1234-a3",
-        "--max-restarts=0",
+        "--max-restarts=3",
         "-m",
         "llmtrain_trainer",
         "--spec",
@@ -160,6 +160,8 @@ def test_preflight_args_reuse_torchrun_with_an_own_rendezvous_and_the_healthchec
         "3",
     ]
     assert preflight_args(["--rdzv-id", "x", "-m", "m"], "r")[:1] == ["--rdzv-id=x-preflight"]
+    # the check never restarts in place (spec.resilience.inPlaceRestarts is the training's)
+    assert preflight_args(["--max-restarts", "2", "-m", "m"], "r")[:1] == ["--max-restarts=0"]
     with pytest.raises(ValueError, match="no -m MODULE"):
         preflight_args(["--nnodes=1"], "r")
 

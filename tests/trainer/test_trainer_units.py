@@ -292,6 +292,14 @@ EXPECTED_METRICS = {
     "llmtrain_trainer_checkpoint_blocking_seconds": "counter",
     "llmtrain_trainer_train_start_timestamp_seconds": "gauge",
     "llmtrain_trainer_resume_step": "gauge",
+    "llmtrain_trainer_attempt_steps": "gauge",
+    "llmtrain_trainer_attempt_step_seconds": "gauge",
+    "llmtrain_trainer_attempt_checkpoint_blocking_seconds": "gauge",
+    "llmtrain_trainer_attempt_data_wait_seconds": "gauge",
+    "llmtrain_trainer_inplace_restarts": "gauge",
+    "llmtrain_trainer_inplace_restart_seconds": "gauge",
+    "llmtrain_trainer_inplace_redone_steps": "gauge",
+    "llmtrain_trainer_inplace_redone_seconds": "gauge",
 }
 
 

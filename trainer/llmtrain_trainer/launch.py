@@ -18,7 +18,15 @@ Unhealthy (a failed device/compute/memory check, a slow node, or bus bandwidth b
 training does not start; the check's compact verdict becomes the container's termination message and
 the wrapper exits llmtrain.render.PREFLIGHT_EXIT_CODE (86), which the operator reads from the pod's terminated state
 (controller/preflight.py) to avoid the suspect node(s) and retry without spending a restart.
-LLMTRAIN_PREFLIGHT_ARGS adds healthcheck options (e.g. "--size-mib 256 --iters 10").
+LLMTRAIN_PREFLIGHT_ARGS adds healthcheck options (e.g. "--size-mib 256 --iters 10"). The preflight
+round never restarts in place (`--max-restarts=0`): its verdict is the point, not getting through.
+
+In-place restarts (`--max-restarts`, spec.resilience.inPlaceRestarts): torchrun runs with
+TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, so each rendezvous round's workers get a TCPStore of their own
+(hosted by the new rank 0 on a fresh port). With the store torchrun's agent shares across rounds
+(PyTorch's default), the restarted workers found the dead ones' gloo/NCCL addresses still in it and
+failed to connect until the stale keys happened to be overwritten: one SIGKILLed rank spent two
+in-place restarts instead of one (tests/trainer/test_inplace_restart.py).
 """
 
 from __future__ import annotations
@@ -73,6 +81,14 @@ def torchrun_command(args: list[str]) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", *args]
 
 
+def torchrun_env(env: dict | None = None) -> dict:
+    """torchrun's environment: a fresh TCPStore per rendezvous round (see the module's doc) unless
+    the environment says otherwise."""
+    out = dict(os.environ if env is None else env)
+    out.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    return out
+
+
 def preflight_args(args: list[str], report: str, extra: Sequence[str] = ()) -> list[str]:
     """The torchrun arguments of the preflight round: the training's, with the rendezvous id
     suffixed `-preflight` and the module's own arguments replaced by `healthcheck --report FILE`."""
@@ -86,6 +102,11 @@ def preflight_args(args: list[str], report: str, extra: Sequence[str] = ()) -> l
             a += "-preflight"
         elif a in ("--rdzv-id", "--rdzv_id"):
             a = f"{a}={next(it)}-preflight"
+        elif a.startswith(("--max-restarts=", "--max_restarts=")):
+            a = "--max-restarts=0"
+        elif a in ("--max-restarts", "--max_restarts"):
+            next(it)
+            a = "--max-restarts=0"
         out.append(a)
     raise ValueError("no -m MODULE in the torchrun arguments")
 
@@ -119,7 +140,7 @@ class Launcher:
             kill_tree(self.proc)
 
     def run(self, args: list[str], env: dict | None = None) -> int:
-        self.proc = proc = subprocess.Popen(torchrun_command(args), start_new_session=True, env=env)
+        self.proc = proc = subprocess.Popen(torchrun_command(args), start_new_session=True, env=torchrun_env(env))
         try:
             while True:
                 try:

@@ -37,6 +37,7 @@ from .distributed.parallel import (
 )
 from .metrics.losswatch import LossWatch
 from .metrics.prometheus import TrainerMetrics
+from .metrics.restarts import AttemptLedger
 from .metrics.throughput import step_throughput
 from .models.init import init_weights
 from .models.llama import Llama, cross_entropy
@@ -129,6 +130,16 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
 
     # The job name alone: the scrape adds `namespace`, as for the operator's own metrics.
     metrics = TrainerMetrics(job=job.name, rank=rank)
+    # The attempt so far, when torchrun restarted this worker in place (metrics/restarts.py): the
+    # attempt-wide gauges carry on from it, before the first scrape of this process can see them.
+    ledger = AttemptLedger.from_env(local_rank, job.attempt)
+    restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0)
+    metrics.export_ledger(ledger, restart_count)
+    carried = ledger.state
+    if carried.train_start is not None:  # an earlier process of this attempt trained
+        metrics.train_start_timestamp_seconds.set(carried.train_start)
+        metrics.resume_step.set(carried.resume_step or 0)
+        metrics.step.set(carried.high_step)
     metrics.serve(int(os.environ.get("LLMTRAIN_METRICS_PORT", "9410")) + local_rank)
     metrics.checkpoint_interval_seconds.set(spec.checkpoint.interval_minutes * 60)
     metrics.hang_timeout_seconds.set(spec.resilience.hang_timeout_minutes * 60)
@@ -146,6 +157,7 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
                 "event": "config",
                 "job": job.label,
                 "attempt": job.attempt,
+                "in_place_restarts": max(carried.in_place_restarts, restart_count),
                 "world_size": world,
                 "device": device.type,
                 "global_batch_seqs": g,
@@ -263,8 +275,10 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
     watch = LossWatch(r.loss_spike_window, r.loss_spike_factor, r.loss_spike_min_steps)
     memory = _Memory(device)
     reason = "finished"
-    metrics.resume_step.set(resumed_step)
-    metrics.train_start_timestamp_seconds.set(time.time())
+    ledger.loop_started(time.time(), resumed_step)
+    # the attempt's: the first process's loop start and resume step (this one's after an in-place restart)
+    metrics.resume_step.set(ledger.state.resume_step or 0)
+    metrics.train_start_timestamp_seconds.set(ledger.state.train_start or 0)
     try:
         while step < t.max_steps:
             t0 = time.perf_counter()
@@ -336,6 +350,8 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
             watch.observe(step, loss_v)
             watch.export(metrics)
             metrics.heartbeat_timestamp_seconds.set(now)
+            ledger.step(step, dt_, loader.last_wait, now)
+            metrics.export_ledger(ledger, restart_count)
             if is_main:
                 gn = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
                 emit(
@@ -376,7 +392,10 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
             if save_v > 0 and step < t.max_steps and ckpt.enabled and math.isfinite(loss_v):
                 blocked = time.perf_counter()
                 ckpt.save(step, state(step))
-                metrics.checkpoint_blocking_seconds.inc(time.perf_counter() - blocked)
+                blocking = time.perf_counter() - blocked
+                metrics.checkpoint_blocking_seconds.inc(blocking)
+                ledger.saved(blocking, time.time())
+                metrics.export_ledger(ledger, restart_count)
         ckpt.wait()
         if watch.streak:
             log.error(

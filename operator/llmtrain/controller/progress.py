@@ -41,6 +41,16 @@ class Progress:
     step_seconds_count: float | None = None
     checkpoint_blocking_seconds: float | None = None
     data_wait_seconds: float | None = None
+    # the same for the whole attempt, over its in-place restarts (the trainer carries them across
+    # its worker processes: trainer restarts.py); preferred to the process's own when present
+    attempt_steps: float | None = None
+    attempt_step_seconds: float | None = None
+    attempt_checkpoint_blocking_seconds: float | None = None
+    attempt_data_wait_seconds: float | None = None
+    in_place_restarts: float | None = None
+    in_place_restart_seconds: float | None = None
+    in_place_redone_steps: float | None = None
+    in_place_redone_seconds: float | None = None
 
     def as_status(self) -> dict:
         out: dict = {}
@@ -66,6 +76,9 @@ class Progress:
             out["trainStartTime"] = timestamp(dt.datetime.fromtimestamp(self.train_start, dt.UTC))
         for field, key, digits in _GOODPUT_STATUS:
             value = getattr(self, field)
+            attempt_field = _ATTEMPT_WIDE.get(field)
+            if attempt_field is not None and getattr(self, attempt_field) is not None:
+                value = getattr(self, attempt_field)
             if value is not None and math.isfinite(value) and value >= 0:
                 out[key] = int(value) if digits is None else round(value, digits)
         return out
@@ -114,7 +127,18 @@ _GOODPUT_STATUS = (
     ("step_seconds_sum", "stepSeconds", 3),
     ("checkpoint_blocking_seconds", "checkpointBlockingSeconds", 3),
     ("data_wait_seconds", "dataWaitSeconds", 3),
+    ("in_place_restarts", "inPlaceRestarts", None),
+    ("in_place_restart_seconds", "inPlaceRestartSeconds", 3),
+    ("in_place_redone_steps", "inPlaceRedoneSteps", None),
+    ("in_place_redone_seconds", "inPlaceRedoneSeconds", 3),
 )
+# a process's own counter → the attempt-wide one that replaces it when the trainer exports it
+_ATTEMPT_WIDE = {
+    "step_seconds_count": "attempt_steps",
+    "step_seconds_sum": "attempt_step_seconds",
+    "checkpoint_blocking_seconds": "attempt_checkpoint_blocking_seconds",
+    "data_wait_seconds": "attempt_data_wait_seconds",
+}
 
 GOODPUT_KEYS = (
     "trainStartTime",
@@ -138,4 +162,12 @@ _PROGRESS_METRICS = {
     "llmtrain_trainer_step_seconds_count": "step_seconds_count",
     "llmtrain_trainer_checkpoint_blocking_seconds_total": "checkpoint_blocking_seconds",
     "llmtrain_trainer_data_wait_seconds_sum": "data_wait_seconds",
+    "llmtrain_trainer_attempt_steps": "attempt_steps",
+    "llmtrain_trainer_attempt_step_seconds": "attempt_step_seconds",
+    "llmtrain_trainer_attempt_checkpoint_blocking_seconds": "attempt_checkpoint_blocking_seconds",
+    "llmtrain_trainer_attempt_data_wait_seconds": "attempt_data_wait_seconds",
+    "llmtrain_trainer_inplace_restarts": "in_place_restarts",
+    "llmtrain_trainer_inplace_restart_seconds": "in_place_restart_seconds",
+    "llmtrain_trainer_inplace_redone_steps": "in_place_redone_steps",
+    "llmtrain_trainer_inplace_redone_seconds": "in_place_redone_seconds",
 }

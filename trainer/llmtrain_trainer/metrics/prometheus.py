@@ -137,6 +137,52 @@ class TrainerMetrics:
             "before this step (LLMTRAIN_RESUME_BEFORE_STEP; 0: none)",
         )
 
+        # The attempt's goodput counters over its in-place restarts (metrics/restarts.py): the
+        # per-process series above start at zero in every worker process torchrun starts.
+        self.attempt_steps = gauge(
+            "llmtrain_trainer_attempt_steps", "Optimizer steps this attempt completed, over its in-place restarts"
+        )
+        self.attempt_step_seconds = gauge(
+            "llmtrain_trainer_attempt_step_seconds", "Their summed wall time, over the attempt's in-place restarts"
+        )
+        self.attempt_checkpoint_blocking_seconds = gauge(
+            "llmtrain_trainer_attempt_checkpoint_blocking_seconds",
+            "Seconds this attempt's checkpoint saves blocked training, over its in-place restarts",
+        )
+        self.attempt_data_wait_seconds = gauge(
+            "llmtrain_trainer_attempt_data_wait_seconds",
+            "Seconds this attempt's steps waited for their batch, over its in-place restarts",
+        )
+        self.inplace_restarts = gauge(
+            "llmtrain_trainer_inplace_restarts",
+            "Times torchrun restarted this rank's worker process in place in this attempt "
+            "(spec.resilience.inPlaceRestarts)",
+        )
+        self.inplace_restart_seconds = gauge(
+            "llmtrain_trainer_inplace_restart_seconds",
+            "Seconds from the last step before each in-place restart to the next process's training loop, summed",
+        )
+        self.inplace_redone_steps = gauge(
+            "llmtrain_trainer_inplace_redone_steps",
+            "Steps redone after in-place restarts (an earlier process of the attempt had completed them)",
+        )
+        self.inplace_redone_seconds = gauge(
+            "llmtrain_trainer_inplace_redone_seconds", "Their measured wall time, less their data wait"
+        )
+
+    def export_ledger(self, ledger, restart_count: int = 0) -> None:
+        """The attempt-wide gauges from this worker's ledger (metrics/restarts.py); `restart_count`:
+        torchrun's TORCHELASTIC_RESTART_COUNT, a lower bound when no ledger could be kept."""
+        s = ledger.state
+        self.attempt_steps.set(s.steps)
+        self.attempt_step_seconds.set(s.step_seconds)
+        self.attempt_checkpoint_blocking_seconds.set(s.checkpoint_blocking_seconds)
+        self.attempt_data_wait_seconds.set(s.data_wait_seconds)
+        self.inplace_restarts.set(max(s.in_place_restarts, restart_count))
+        self.inplace_restart_seconds.set(s.restart_seconds)
+        self.inplace_redone_steps.set(s.redone_steps)
+        self.inplace_redone_seconds.set(s.redone_seconds)
+
     def serve(self, port: int, addr: str = "0.0.0.0") -> bool:
         """Start the /metrics HTTP server; a busy port is logged, never fatal to training."""
         try:
