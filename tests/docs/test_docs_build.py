@@ -48,6 +48,11 @@ def test_readme_is_a_short_front_door_whose_links_resolve():
 
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) <= 200
+    # At most 8 headline figures, each linking to the page that has its method and command.
+    figures = text.split("## Headline figures", 1)[1].split("\n## ", 1)[0]
+    rows = [r for r in figures.splitlines() if r.startswith("| ") and r.strip("| ")]
+    assert 1 <= len(rows) <= 8, rows
+    assert all("](docs/performance/" in r or "](docs/trainer/" in r for r in rows), rows
     links = re.findall(r"\]\(([^)#\s]+)(?:#([^)\s]+))?\)", text)
     assert links
     for target, anchor in links:
