@@ -236,6 +236,10 @@ def test_progress_from_rank0_metrics_and_restart_on_hang(operator, trainer_endpo
     metrics.resume_step.set(40)
     for _ in range(2):
         metrics.step_seconds.observe(2.0)
+    # ... and, as the trainer's attempt ledger exports them, the attempt-wide counters the operator
+    # prefers (equal to this process's own: no in-place restart yet)
+    metrics.attempt_steps.set(2)
+    metrics.attempt_step_seconds.set(4.0)
     kube.set_ptj_condition(namespace, "progress-a1", "Running")
     progress = wait_for(
         lambda: (
