@@ -26,21 +26,18 @@ import datetime as dt
 import json
 import os
 import platform
-import queue
 import shlex
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
 
-from ports import metrics_port
+from trainer_events import REPO, TrainerEvents, trainer_env
 
-REPO = Path(__file__).resolve().parents[1]
 EVERY = 5  # steps between checkpoints
 KILL_AFTER = 2  # steps past a committed checkpoint
 
@@ -65,9 +62,8 @@ def job_spec(steps: int, ckpt: Path) -> dict:
     }
 
 
-class Pod:
-    """One `llmtrain_trainer.launch` (torchrun under the pod's wrapper); its JSON events arrive with
-    their monotonic arrival times through a queue."""
+class Pod(TrainerEvents):
+    """One `llmtrain_trainer.launch` (torchrun under the pod's wrapper), as one pod runs it."""
 
     def __init__(self, spec_file: Path, endpoint: str, max_restarts: int, workdir: Path, attempt: int):
         cmd = [
@@ -85,40 +81,11 @@ class Pod:
             "--spec",
             str(spec_file),
         ]
-        env = dict(
-            os.environ,
-            PYTHONUNBUFFERED="1",
-            OMP_NUM_THREADS="1",
-            LLMTRAIN_METRICS_PORT=metrics_port(),
+        env = trainer_env(
             LLMTRAIN_ATTEMPT=str(attempt),
             LLMTRAIN_CHECKPOINT_STAGING=str(workdir / f"staging-{uuid.uuid4().hex[:6]}"),
         )
-        self.log = open(workdir / f"pod-{uuid.uuid4().hex[:6]}.log", "w")
-        self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env, cwd=REPO, start_new_session=True
-        )
-        self.events: queue.Queue[tuple[float, dict] | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                self.events.put((time.monotonic(), json.loads(line)))
-        self.events.put(None)
-
-    def until(self, pred, timeout: float = 300) -> tuple[float, dict] | None:
-        """The first event satisfying `pred` (None: the pod's torchrun exited first)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                item = self.events.get(timeout=max(0.01, deadline - time.monotonic()))
-            except queue.Empty:
-                raise RuntimeError(f"no such event in {timeout} s; see {self.log.name}") from None
-            if item is None:
-                return None
-            if pred(item[1]):
-                return item
+        super().__init__(cmd, env, workdir / f"pod-{uuid.uuid4().hex[:6]}.log")
 
     def rank_pid(self, local_rank: int) -> int:
         from llmtrain_trainer.launch import children
@@ -149,9 +116,9 @@ def trial(mode: str, endpoint: str, workdir: Path, steps: int) -> dict:
     first = Pod(spec_file, endpoint, 1 if mode == "in_place" else 0, workdir, attempt=1)
     pods = [first]
     try:
-        saved = first.until(lambda e: e.get("event") == "checkpoint" and e["step"] >= 2 * EVERY)
+        saved = first.next_event(lambda e: e.get("event") == "checkpoint" and e["step"] >= 2 * EVERY)
         assert saved is not None, f"no checkpoint; see {first.log.name}"
-        last = first.until(lambda e: e.get("event") == "step" and e["step"] >= saved[1]["step"] + KILL_AFTER)
+        last = first.next_event(lambda e: e.get("event") == "step" and e["step"] >= saved[1]["step"] + KILL_AFTER)
         assert last is not None
         os.kill(first.rank_pid(1), signal.SIGKILL)
         killed = time.monotonic()
@@ -166,19 +133,19 @@ def trial(mode: str, endpoint: str, workdir: Path, steps: int) -> dict:
             pod = Pod(spec_file, endpoint, 0, workdir, attempt=2)  # at once: no control plane here
             pods.append(pod)
         # past the killed run's own lines still in the queue: the new workers' config, resume, steps
-        config = pod.until(lambda e: e.get("event") == "config")
+        config = pod.next_event(lambda e: e.get("event") == "config")
         assert config is not None, f"no new workers after the kill; see {pod.log.name}"
         out["in_place_restarts"] = config[1].get("in_place_restarts")
-        got = pod.until(lambda e: e.get("event") == "resume")
+        got = pod.next_event(lambda e: e.get("event") == "resume")
         assert got is not None, f"no resume after the kill; see {pod.log.name}"
         out["resumed_from"] = got[1]["step"]
-        step = pod.until(lambda e: e.get("event") == "step")
+        step = pod.next_event(lambda e: e.get("event") == "step")
         assert step is not None
         out["first_step_s"] = round(step[0] - killed, 3)
         if step[1]["step"] > reached:
             productive: tuple[float, dict] | None = step
         else:
-            productive = pod.until(lambda e: e.get("event") == "step" and e["step"] > reached)
+            productive = pod.next_event(lambda e: e.get("event") == "step" and e["step"] > reached)
         assert productive is not None
         out["productive_step_s"] = round(productive[0] - killed, 3)
         out["steps_redone"] = reached - out["resumed_from"]

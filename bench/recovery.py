@@ -42,22 +42,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import queue
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ports import metrics_port
-
-REPO = Path(__file__).resolve().parents[1]
+from trainer_events import TrainerEvents, trainer_env
 
 
 def job_spec(steps: int, interval: int, ckpt: str) -> dict:
@@ -80,8 +74,8 @@ def job_spec(steps: int, interval: int, ckpt: str) -> dict:
     }
 
 
-class Run:
-    """One torchrun; its JSON events (with arrival times) come through a queue."""
+class Run(TrainerEvents):
+    """One torchrun; `until` raises if it exits before the event."""
 
     def __init__(self, spec_file: Path, nproc: int, workdir: Path):
         from torch.distributed.elastic.utils.distributed import get_free_port
@@ -100,35 +94,18 @@ class Run:
             "--spec",
             str(spec_file),
         ]
-        env = dict(
-            os.environ,
-            PYTHONUNBUFFERED="1",
-            OMP_NUM_THREADS="1",
-            LLMTRAIN_METRICS_PORT=metrics_port(),
-            LLMTRAIN_CHECKPOINT_STAGING=str(workdir / "staging"),
-        )
         self.started = time.monotonic()
-        self.stderr = open(workdir / f"stderr-{uuid.uuid4().hex[:6]}.log", "w")
-        self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=self.stderr, text=True, env=env, cwd=REPO, start_new_session=True
+        super().__init__(
+            cmd,
+            trainer_env(LLMTRAIN_CHECKPOINT_STAGING=str(workdir / "staging")),
+            workdir / f"stderr-{uuid.uuid4().hex[:6]}.log",
         )
-        self.events: queue.Queue[tuple[float, dict] | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                self.events.put((time.monotonic(), json.loads(line)))
-        self.events.put(None)
 
     def until(self, pred, timeout: float = 300) -> tuple[float, dict]:
-        deadline = time.monotonic() + timeout
-        while True:
-            item = self.events.get(timeout=max(0.01, deadline - time.monotonic()))
-            if item is None:
-                raise RuntimeError(f"trainer exited ({self.proc.wait()}) early; see {self.stderr.name}")
-            if pred(item[1]):
-                return item
+        item = self.next_event(pred, timeout)
+        if item is None:
+            raise RuntimeError(f"trainer exited ({self.proc.wait()}) early; see {self.log.name}")
+        return item
 
     def kill(self) -> None:
         """SIGKILL torchrun and every worker at once, as a lost node would."""
