@@ -150,11 +150,13 @@ def zero_backoff() -> dict:
 
 
 class OperatorProcess:
-    """``python -m llmtrain.controller`` watching one namespace, output to a log file."""
+    """``python -m llmtrain.controller`` watching one namespace, output to a log file. ``tree``: the
+    checkout whose ``operator/`` it runs (default this one; another commit's worktree to compare
+    two operators on one cluster)."""
 
-    def __init__(self, kubeconfig: Path, namespace: str, log: Path, extra_args: list[str] = ()):
+    def __init__(self, kubeconfig: Path, namespace: str, log: Path, extra_args: list[str] = (), tree: Path = REPO):
         self.kubeconfig, self.namespace, self.log_path = kubeconfig, namespace, log
-        self.extra_args = list(extra_args)
+        self.extra_args, self.tree = list(extra_args), tree
         self.proc: subprocess.Popen | None = None
         self.metrics_port = self.liveness_port = 0
 
@@ -180,7 +182,7 @@ class OperatorProcess:
         env = {
             **os.environ,
             "KUBECONFIG": str(self.kubeconfig),
-            "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), os.environ.get("PYTHONPATH", "")]),
+            "PYTHONPATH": os.pathsep.join([str(self.tree / "operator"), os.environ.get("PYTHONPATH", "")]),
         }
         with open(self.log_path, "a") as log:
             self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -198,8 +200,12 @@ class OperatorProcess:
         return started
 
     def counter(self, outcome: str) -> float:
-        """llmtrain_operator_reconciles_total for one outcome, from the operator's /metrics."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+        """llmtrain_operator_reconciles_total for one outcome, from the operator's /metrics. Only that
+        family (``name[]``): the full page has a few series per job (goodput, badput by kind), and
+        rendering it for 1,000 jobs at the bench's poll rate cost the operator more CPU than the
+        re-adoption it timed."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics?name[]=llmtrain_operator_reconciles_total"
+        with urllib.request.urlopen(url, timeout=5) as r:
             for line in r.read().decode().splitlines():
                 if line.startswith(f'llmtrain_operator_reconciles_total{{outcome="{outcome}"}}'):
                     return float(line.split()[-1])
@@ -236,8 +242,11 @@ class ChainRun:
         self.operator_log, self.log_tail = operator_log, log_tail
         self.operator: OperatorProcess | None = None
 
-    def start_operator(self, namespace: str, extra_args: list[str] = ()) -> OperatorProcess:
-        self.operator = OperatorProcess(self.cluster.kubeconfig, namespace, self.operator_log, extra_args)
+    def start_operator(self, namespace: str, extra_args: list[str] = (), tree: Path = REPO) -> OperatorProcess:
+        """Start an operator on ``namespace`` (stopping the one this run started before, if any)."""
+        if self.operator is not None:
+            self.operator.stop()
+        self.operator = OperatorProcess(self.cluster.kubeconfig, namespace, self.operator_log, extra_args, tree)
         self.operator.start()
         return self.operator
 

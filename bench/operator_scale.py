@@ -49,6 +49,7 @@ from pathlib import Path
 
 from chainbench import PTJ, REPO, OperatorProcess, exit_on_sigterm, percentile, print_operator_log_tail, wait_for
 
+CRD_FILE = "llmtrain.dev_llmtrainingjobs.yaml"  # under charts/llmtrain-operator/crds/ of a tree
 SPEC = {
     "model": {"preset": "tiny"},
     "data": {"seqLen": 64},
@@ -231,8 +232,10 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path, pids: dict[
     log(out)
 
     # --- operator ---
+    tree = a.operator_tree.resolve() if a.operator_tree else REPO
+    out["operator_tree"] = tree_commit(tree)
     op = OperatorProcess(
-        kubeconfig, ns_op, workdir / "operator.log", ["--workers", str(a.workers)] if a.workers else []
+        kubeconfig, ns_op, workdir / "operator.log", ["--workers", str(a.workers)] if a.workers else [], tree
     )
     op.start()
     pids["operator"] = op.proc.pid
@@ -398,12 +401,36 @@ def _cleanup(
     return time.monotonic() - started
 
 
+def chain_phases(a: argparse.Namespace) -> list[tuple[str, Path | None]]:
+    """(label, operator tree) per phase: the direct baseline (no operator), then this checkout's
+    operator; with ``--baseline-tree`` that tree's and this one's alternate ``--repeat`` times,
+    ABBA-ordered (baseline, current, current, baseline, ...) so a drift in the host's speed during
+    the run weighs on both alike."""
+    phases: list[tuple[str, Path | None]] = [("direct", None)]
+    if not a.baseline_tree:
+        return [*phases, ("operator", REPO)]
+    pair = [("baseline", a.baseline_tree.resolve()), ("current", REPO)]
+    for r in range(a.repeat):
+        phases += pair if r % 2 == 0 else pair[::-1]
+    return phases
+
+
+def tree_commit(tree: Path) -> str:
+    """The tree's commit and subject, or its path when it is not a git checkout (an export)."""
+    import subprocess
+
+    got = subprocess.run(["git", "-C", str(tree), "log", "-1", "--format=%h %s"], capture_output=True, text=True)
+    return got.stdout.strip() if got.returncode == 0 and got.stdout.strip() else str(tree)
+
+
 def run_chain(a: argparse.Namespace, workdir: Path) -> dict:
     """``--nodes N``: the same creates on a chain cluster with N simulated p5.48xlarge nodes, each job
-    one node (so at most N run at once). Phases: direct (the rendered PyTorchJobs created by the bench
-    threads) and operator (LLMTrainingJobs), each: create→PyTorchJob, create→Running for the jobs that
-    reached Running (the real scheduler binds their pods to kwok nodes, kwok runs them), how many did,
-    and clean-up (delete all → no PyTorchJob, no pod)."""
+    one node (so at most N run at once). Phases (chain_phases): direct (the rendered PyTorchJobs
+    created by the bench threads) and operator (LLMTrainingJobs), each: create→PyTorchJob,
+    create→Running for the jobs that reached Running (the real scheduler binds their pods to kwok
+    nodes, kwok runs them), how many did, the operator's CPU per job from its first create to the
+    last job Running, with ``--readopt`` the time to resume every job after a SIGKILL, and clean-up
+    (delete all → no PyTorchJob, no pod). Each operator phase installs its own tree's CRD first."""
     from concurrent.futures import ThreadPoolExecutor
 
     from kubernetes import client
@@ -415,23 +442,31 @@ def run_chain(a: argparse.Namespace, workdir: Path) -> dict:
 
     to_args = training_operator_args(a.training_operator_threads, a.training_operator_qps)
     out: dict = {"jobs": a.jobs, "threads": a.threads, "p5_nodes": a.nodes, "training_operator_args": to_args}
+    phases = chain_phases(a)
+    if a.baseline_tree:
+        out["trees"] = {"baseline": tree_commit(a.baseline_tree), "current": tree_commit(REPO)}
+        out["phases"] = []
     started = time.monotonic()
     with ChainRun(workdir / "cluster", a.nodes, to_args, workdir / "operator.log") as run:
         out["cluster_start_s"] = time.monotonic() - started
         cluster = run.cluster
-        op = None
         api = api_client(cluster.kubeconfig, pool=max(32, a.threads * 2))
         custom = client.CustomObjectsApi(api)
         raw = job_spec(nodes=1)
         spec = parse_spec(raw)
         names = [f"job-{i:05d}" for i in range(a.jobs)]
         tag = uuid.uuid4().hex[:6]
-        for phase in ("direct", "operator"):
-            ns = f"bench-{phase}-{tag}"
+        for index, (phase, tree) in enumerate(phases):
+            ns = f"bench-{phase}-{index}-{tag}"
             make_namespace(api, ns)
             rec = Recorder(api, ns)
-            if phase == "operator":
-                op = run.start_operator(ns, ["--progress-interval", "3600"])
+            op = None
+            if tree is not None:
+                cluster.install_crds(
+                    [tree / "charts" / "llmtrain-operator" / "crds" / "llmtrain.dev_llmtrainingjobs.yaml"]
+                )
+                op = run.start_operator(ns, ["--progress-interval", "3600"], tree)
+                cpu_before = op.usage()[1]
                 objs = {
                     n: {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": n}, "spec": raw} for n in names
                 }
@@ -462,17 +497,55 @@ def run_chain(a: argparse.Namespace, workdir: Path) -> dict:
             running = _reached_running(rec, names, created_at, a.settle, a.timeout, a.nodes)
             res["reached_running"] = len(running)
             res["create_to_running_s"] = stats(list(running.values()))
-            if op is not None and phase == "operator":
-                res["operator_peak_rss_mib"], res["operator_cpu_s"] = op.usage()
+            if op is not None:
+                res["operator_peak_rss_mib"], cpu = op.usage()
+                res["operator_cpu_s"] = cpu - cpu_before
+                res["operator_cpu_ms_per_job"] = 1000 * (cpu - cpu_before) / a.jobs
+                if a.readopt:
+                    op.stop(signal.SIGKILL)
+                    restarted = op.start()
+                    wait_for(
+                        lambda: op.counter("adopted") + op.counter("unchanged") >= a.jobs,  # noqa: B023
+                        a.timeout,
+                        f"{phase}: re-adoption",
+                    )
+                    res["readopt_s"] = time.monotonic() - restarted
             log({phase: res})  # before the clean-up, so a failure there loses nothing measured
             res["cleanup_s"] = _cleanup(api, ns, gvp, a.timeout)
             rec.stop()
-            out[phase] = res
+            if a.baseline_tree and tree is not None:
+                out["phases"].append({"tree": phase, **res})
+            else:
+                out[phase] = res
             log(out)
+        if a.baseline_tree:
+            out["comparison"] = compare_trees(out["phases"])
+            out["operator"] = next(p for p in reversed(out["phases"]) if p["tree"] == "current")
         out["throughput_ratio"] = out["operator"]["jobs_per_s"] / out["direct"]["jobs_per_s"]
         out["running_p50_ratio"] = (
             out["operator"]["create_to_running_s"]["p50"] / out["direct"]["create_to_running_s"]["p50"]
         )
+    return out
+
+
+COMPARED = {  # figure: how to read it off a phase
+    "create_to_ptj_p99_s": lambda p: p["create_to_ptj_s"]["p99"],
+    "jobs_per_s": lambda p: p["jobs_per_s"],
+    "operator_cpu_ms_per_job": lambda p: p["operator_cpu_ms_per_job"],
+    "create_to_running_p50_s": lambda p: p["create_to_running_s"]["p50"],
+    "readopt_s": lambda p: p.get("readopt_s", float("nan")),
+}
+
+
+def compare_trees(phases: list[dict]) -> dict:
+    """Per figure: each tree's values in run order, their medians, and current / baseline."""
+    import statistics
+
+    out: dict = {}
+    for figure, read in COMPARED.items():
+        values = {t: [read(p) for p in phases if p["tree"] == t] for t in ("baseline", "current")}
+        medians = {t: statistics.median(v) for t, v in values.items()}
+        out[figure] = {**values, "median": medians, "current_over_baseline": medians["current"] / medians["baseline"]}
     return out
 
 
@@ -482,14 +555,22 @@ def print_chain(out: dict) -> None:
         f"p5.48xlarge nodes, {out['threads']} client threads; training-operator "
         f"{' '.join(out['training_operator_args']) or 'defaults'}"
     )
-    for phase in ("direct", "operator"):
-        r = out[phase]
+    rows = [("direct", out["direct"])]
+    rows += [(p["tree"], p) for p in out["phases"]] if "phases" in out else [("operator", out["operator"])]
+    for phase, r in rows:
         p, run = r["create_to_ptj_s"], r["create_to_running_s"]
+        extra = f"; CPU {r['operator_cpu_ms_per_job']:.1f} ms/job" if "operator_cpu_ms_per_job" in r else ""
+        extra += f"; re-adopt {r['readopt_s']:.1f} s" if "readopt_s" in r else ""
         print(
             f"  {phase:<9} create→PyTorchJob p50/p95/p99 {p['p50']:.2f}/{p['p95']:.2f}/{p['p99']:.2f} s, "
             f"{r['jobs_per_s']:.1f} jobs/s; Running: {r['reached_running']} of {out['jobs']}, "
             f"create→Running p50/p95/p99 {run['p50']:.2f}/{run['p95']:.2f}/{run['p99']:.2f} s; "
-            f"clean-up {r['cleanup_s']:.1f} s"
+            f"clean-up {r['cleanup_s']:.1f} s{extra}"
+        )
+    for figure, c in out.get("comparison", {}).items():
+        print(
+            f"  {figure:<24} baseline {c['median']['baseline']:.2f}, current {c['median']['current']:.2f} "
+            f"(medians): current/baseline {c['current_over_baseline']:.2f}×"
         )
     print(
         f"  operator vs direct: {out['throughput_ratio']:.2f}× jobs/s, create→Running p50 "
@@ -545,7 +626,26 @@ def main(argv=None) -> int:
         help="--nodes: alternate llmtrain and Kubeflow Trainer v2 (TrainJob → JobSet) phases on the same "
         "cluster (needs `make peer-tools`); see bench/trainer_peer.py",
     )
-    p.add_argument("--repeat", type=int, default=2, help="--peer: phases of each kind")
+    p.add_argument("--repeat", type=int, default=2, help="--peer / --baseline-tree: phases of each kind")
+    p.add_argument(
+        "--baseline-tree",
+        type=Path,
+        default=None,
+        help="--nodes: another checkout of this repo (e.g. `git worktree add /tmp/old COMMIT`) whose operator "
+        "alternates with this one's on the same cluster, each with its own CRD (ABBA order, --repeat times)",
+    )
+    p.add_argument(
+        "--operator-tree",
+        type=Path,
+        default=None,
+        help="light cluster: run another checkout's operator (and install its CRD) instead of this one's; "
+        "alternate runs with and without it to compare two commits",
+    )
+    p.add_argument(
+        "--readopt",
+        action="store_true",
+        help="--nodes: after the jobs run, SIGKILL the operator and time until it has resumed every job",
+    )
     p.add_argument(
         "--idle-sample",
         type=float,
@@ -574,6 +674,10 @@ def main(argv=None) -> int:
         print_peer(out)
         print(json.dumps(out, sort_keys=True))
         return 0
+    if a.baseline_tree and not a.nodes:
+        p.error("--baseline-tree needs --nodes N")
+    if a.operator_tree and (a.nodes or a.kubeconfig):
+        p.error("--operator-tree is for the light cluster (with --nodes: --baseline-tree)")
     if a.nodes:
         with tempfile.TemporaryDirectory(prefix="operator-scale-chain-") as tmp:
             out = run_chain(a, Path(tmp))
@@ -589,7 +693,9 @@ def main(argv=None) -> int:
             from llmtrain_devcluster import DevCluster
 
             cluster = DevCluster(workdir / "cluster")
-            cluster.up()
+            cluster.up(install_project_crd=a.operator_tree is None)
+            if a.operator_tree is not None:  # that tree's own CRD, as its users install it
+                cluster.install_crds([a.operator_tree / "charts" / "llmtrain-operator" / "crds" / CRD_FILE])
             kubeconfig = cluster.kubeconfig
         else:
             kubeconfig = a.kubeconfig
