@@ -23,7 +23,8 @@ Conditions: `TrainingHealthy` (False with the rule's reason: NonFiniteLoss, Loss
 NoFirstStep; True, reason StepsCompleting, once the attempt completes steps again) and
 `CheckpointStale` (warning only, never a restart: True, reason NoRecentCheckpoint, when
 checkpoint.uri is set and no checkpoint completed for STALE_INTERVALS × checkpoint.intervalMinutes,
-counted from the newer of the last checkpoint and the attempt's start).
+counted from the newer of the last checkpoint and the attempt's start; for intervalMinutes auto, the
+attempt's interval in status.checkpoint, or the longest auto interval before it has one).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+from .. import cadence
 from ..spec import LLMTrainingJobSpec
 from ..status import ConditionType, Phase, Reason
 from .status import Progress, parse_time, set_condition
@@ -159,7 +161,17 @@ def _quarantine(spec: LLMTrainingJobSpec) -> str:
 def _checkpoint_stale(spec, status, running_since, at) -> Condition | None:
     if not spec.checkpoint.uri or running_since is None:
         return None
-    limit = dt.timedelta(minutes=STALE_INTERVALS * spec.checkpoint.interval_minutes)
+    fixed = spec.checkpoint.fixed_interval_seconds
+    if fixed is None:  # auto: the attempt's interval as the trainer last chose it (status.checkpoint)
+        auto = status.get("checkpoint") or {}
+        seconds = auto.get("intervalSeconds")
+        fixed = cadence.MAX_INTERVAL_SECONDS
+        if auto.get("attempt") == status.get("attempt") and isinstance(seconds, (int, float)) and seconds > 0:
+            fixed = min(float(seconds), fixed)
+        interval = f"the auto interval ({_minutes(dt.timedelta(seconds=fixed))})"
+    else:
+        interval = f"checkpoint.intervalMinutes ({spec.checkpoint.interval_minutes})"
+    limit = dt.timedelta(seconds=STALE_INTERVALS * fixed)
     last_ckpt = parse_time((status.get("progress") or {}).get("lastCheckpointTime"))
     since = max(t for t in (last_ckpt, running_since) if t is not None)
     what = (
@@ -172,15 +184,14 @@ def _checkpoint_stale(spec, status, running_since, at) -> Condition | None:
             STALE,
             True,
             Reason.NO_RECENT_CHECKPOINT,
-            f"{what}: more than {STALE_INTERVALS} × checkpoint.intervalMinutes "
-            f"({spec.checkpoint.interval_minutes}); a restart now would lose that work",
+            f"{what}: more than {STALE_INTERVALS} × {interval}; a restart now would lose that work",
             warn=True,
         )
     return Condition(
         STALE,
         False,
         Reason.CHECKPOINT_RECENT,
-        f"a checkpoint completed within {STALE_INTERVALS} × checkpoint.intervalMinutes",
+        f"a checkpoint completed within {STALE_INTERVALS} × {interval.split(' (')[0]}",
     )
 
 
