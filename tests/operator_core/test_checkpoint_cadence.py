@@ -328,3 +328,19 @@ def test_checkpoint_stale_follows_the_auto_interval():
     assert stale.status and "2 × the auto interval (10 min)" in stale.message
     fresh = health._checkpoint_stale(spec, {**status, "checkpoint": None}, NOW - dt.timedelta(hours=1), NOW)
     assert not fresh.status  # no interval recorded yet: the longest auto interval (24 h) applies
+
+
+def test_checkpoint_stale_counts_the_interval_the_attempt_runs_with():
+    """A change of intervalMinutes applies from the next attempt: until then the trainer saves at
+    the interval its pods were rendered with (status.checkpoint), so staleness counts that one."""
+    from llmtrain.controller import health
+    from llmtrain.validation import validate as v
+
+    now_60 = v(gpu(16, checkpoint={"uri": "s3://b/ckpt/", "intervalMinutes": 60}), "j", "etcd:2379")
+    rendered_5 = {"attempt": 1, "intervalSource": "spec", "intervalSeconds": 300}
+    status = running(checkpoint=rendered_5, progress={"lastCheckpointTime": ago(minutes=25)})
+    stale = health._checkpoint_stale(now_60, status, NOW - dt.timedelta(hours=1), NOW)
+    assert stale.status and "2 × checkpoint.intervalMinutes (5)" in stale.message
+    # a record of an earlier attempt is not this one's: the spec's 60 minutes
+    older = {**status, "checkpoint": {**rendered_5, "attempt": 0}}
+    assert not health._checkpoint_stale(now_60, older, NOW - dt.timedelta(hours=1), NOW).status
