@@ -344,3 +344,25 @@ def test_checkpoint_stale_counts_the_interval_the_attempt_runs_with():
     # a record of an earlier attempt is not this one's: the spec's 60 minutes
     older = {**status, "checkpoint": {**rendered_5, "attempt": 0}}
     assert not health._checkpoint_stale(now_60, older, NOW - dt.timedelta(hours=1), NOW).status
+
+
+def test_observe_reads_the_mtbf_from_the_jobs_the_operator_caches():
+    """The estimate comes from the statuses the watch brought (the work queue's latest objects), so
+    a restarted operator, seeing the same statuses, starts the next attempt with the same MTBF."""
+    from prometheus_client import CollectorRegistry
+
+    from llmtrain.controller.config import OperatorConfig
+    from llmtrain.controller.metrics import OperatorMetrics
+    from llmtrain.controller.observe import more
+    from llmtrain.controller.operator import Operator
+
+    def operator_with(jobs):
+        op = Operator(OperatorConfig(default_etcd_endpoint="etcd:2379"), OperatorMetrics(CollectorRegistry()))
+        for i, job in enumerate(jobs):
+            op.queue.observe((job["metadata"]["namespace"], f"j{i}"), job)
+        return op
+
+    jobs = [_job("team-a", "p5.48xlarge", 16, 10 * H, [_bad(1, "XID 79", 79), _bad(2, "EFA error")])]
+    seen = [more(operator_with(jobs), snap(spec=AUTO), "node_mtbf").node_mtbf for _ in range(2)]
+    assert seen[0] == seen[1] and seen[0].failures == 2 and seen[0].node_hours == pytest.approx(160)
+    assert seen[0].hours == pytest.approx((2 * P5_NODE_MTBF_H + 160) / 4)
