@@ -633,18 +633,17 @@ class Checkpointer:
         all-reduce of `due` saves when any rank's interval has elapsed, so the shortest one rules."""
         if self.auto is None:
             return
-        before = self.interval_s
         self.interval_s = self.auto.observe(blocking_seconds)
         self._export_interval()
-        if round(before) != round(self.interval_s):
-            self.emit(
-                {
-                    "event": "checkpoint_interval",
-                    "seconds": round(self.interval_s, 1),
-                    "blocking_seconds": round(self.auto.blocking_seconds, 3),
-                    "mtbf_seconds": round(self.auto.mtbf_seconds),
-                }
-            )
+        self.emit(
+            {
+                "event": "checkpoint_interval",
+                "seconds": round(self.interval_s, 1),
+                "blocking_seconds": round(self.auto.blocking_seconds, 6),
+                "measured_saves": self.auto.measured_saves,
+                "mtbf_seconds": round(self.auto.mtbf_seconds),
+            }
+        )
 
     def due(self, step: int) -> bool:
         """This rank's opinion; the trainer all-reduces it so every rank saves at the same step."""
