@@ -96,3 +96,27 @@ def test_auto_inputs_come_from_the_operator_or_the_prior():
     assert local.mtbf_seconds == pytest.approx(54 * 24 * 16384 / 419 * 3600)
     assert local.blocking_seconds == checkpoint_blocking_estimate(plan_job(spec))
     assert auto_interval(parse_spec(json.dumps(base_spec())), {}) is None  # 60 minutes: no auto
+
+
+def test_an_in_place_restart_carries_the_measured_blocking_cost(tmp_path):
+    """The next worker process of the same attempt starts from the mean its predecessors measured
+    (the attempt's ledger), not from the estimate again."""
+    from llmtrain_trainer.checkpoint.checkpointer import auto_interval
+    from llmtrain_trainer.config import parse_spec
+    from llmtrain_trainer.metrics.restarts import AttemptLedger, ledger_path
+
+    path = ledger_path(str(tmp_path), 0)
+    first = AttemptLedger(path, "run-a", 1)
+    first.loop_started(0.0, 0)
+    first.saved(20.0, 30.0)
+    first.saved(40.0, 80.0)
+    carried = AttemptLedger(path, "run-a", 1).state
+    assert (carried.checkpoint_blocking_seconds, carried.saves) == (60.0, 2)
+    spec = parse_spec(json.dumps(base_spec(checkpoint={"uri": "file:///tmp/x", "intervalMinutes": "auto"})))
+    auto = auto_interval(
+        spec,
+        {"LLMTRAIN_CHECKPOINT_MTBF_SECONDS": str(M), "LLMTRAIN_CHECKPOINT_BLOCKING_SECONDS": "1"},
+        (carried.checkpoint_blocking_seconds, carried.saves),
+    )
+    assert (auto.blocking_seconds, auto.measured_saves) == (30.0, 2)
+    assert auto.seconds == pytest.approx(9295.16, abs=0.01)  # √(2 · 30 · 1,440,000)

@@ -191,7 +191,7 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
         metrics=metrics,
         emit=emit if is_main else None,
         attempt=job.attempt,
-        auto=auto_interval(spec, os.environ),
+        auto=auto_interval(spec, os.environ, (carried.checkpoint_blocking_seconds, carried.saves)),
     )
 
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict

@@ -532,11 +532,13 @@ def _positive(env: Mapping[str, str], name: str) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
-def auto_interval(spec, env: Mapping[str, str]) -> AutoInterval | None:
+def auto_interval(spec, env: Mapping[str, str], carried: tuple[float, int] = (0.0, 0)) -> AutoInterval | None:
     """intervalMinutes auto: the job's MTBF and the blocking cost to start from, as the operator
     rendered them (LLMTRAIN_CHECKPOINT_MTBF_SECONDS: from the failures it has seen on the instance
     type; LLMTRAIN_CHECKPOINT_BLOCKING_SECONDS: the previous attempt's measurement or the planner's
-    estimate), else (a local run) the Llama 3 prior and the planner's estimate. None otherwise."""
+    estimate), else (a local run) the Llama 3 prior and the planner's estimate. `carried`: the
+    blocking seconds and saves of this attempt's earlier processes (an in-place restart: the
+    ledger), whose mean is measured and replaces the estimate. None unless auto."""
     if not spec.checkpoint.auto or not spec.checkpoint.uri:
         return None
     from llmtrain.catalog import instance_type
@@ -546,6 +548,9 @@ def auto_interval(spec, env: Mapping[str, str]) -> AutoInterval | None:
     if mtbf is None or mtbf == 0:
         inst = instance_type(spec.cluster.instance_type)
         mtbf = cadence.node_mtbf(inst.name, inst.gpus_per_node).job_seconds(spec.cluster.nodes)
+    total, saves = carried
+    if saves > 0 and math.isfinite(total) and total >= 0:
+        return AutoInterval(mtbf, total / saves, measured_saves=saves)
     blocking = _positive(env, cadence.BLOCKING_ENV)
     if blocking is None:
         blocking = checkpoint_blocking_estimate(plan_job(spec))
