@@ -204,7 +204,7 @@ def test_only_resilience_and_checkpoint_cadence_may_change(operator, kube, names
         namespace,
         "--type=merge",
         "-p",
-        '{"spec":{"resilience":{"maxRestarts":4},"checkpoint":{"keep":5}}}',
+        '{"spec":{"resilience":{"maxRestarts":4},"checkpoint":{"keep":5,"intervalMinutes":"auto"}}}',
     )
     job = wait_for(
         lambda: (
@@ -214,7 +214,7 @@ def test_only_resilience_and_checkpoint_cadence_may_change(operator, kube, names
         30,
         "observedGeneration to catch up",
     )
-    assert job["metadata"]["generation"] == 2
+    assert job["metadata"]["generation"] == 2 and job["spec"]["checkpoint"]["intervalMinutes"] == "auto"
     assert any(c["type"] == "SpecAccepted" and c["status"] == "True" for c in job["status"]["conditions"])
     assert [p["metadata"]["name"] for p in kube.ptjs(namespace, "mutable")] == ["mutable-a1"]
 
