@@ -152,8 +152,8 @@ def test_invalid_jobs_fail_with_their_message_and_the_operator_carries_on(operat
         ({"fsdp": {"shardingStrategy": "ZERO3"}}, "spec.fsdp.shardingStrategy"),
         ({"model": {"preset": "llama2-7b", "hfToken": "hf_secret"}}, 'unknown field "spec.model.hfToken"'),
         ({"training": {"learningRate": 0}}, "spec.training.learningRate"),
-        ({"checkpoint": {"intervalMinutes": "fast"}}, 'spec.checkpoint.intervalMinutes: Invalid value: "string"'),
-        ({"checkpoint": {"intervalMinutes": -5}}, "or \"auto\""),
+        ({"checkpoint": {"intervalMinutes": "fast"}}, 'intervalMinutes: Invalid value: "fast": must be a whole number'),
+        ({"checkpoint": {"intervalMinutes": -5}}, 'intervalMinutes: Invalid value: -5: must be a whole number'),
         # Kubernetes names and formats, refused at apply instead of at pod creation (issue 8, defects 4 and 6)
         ({"cluster": {"queueName": "Bad Queue!"}}, "spec.cluster.queueName"),
         ({"rendezvous": {"endpoint": "etcd:notaport"}}, "spec.rendezvous.endpoint"),
