@@ -133,6 +133,11 @@ def test_goodput_buckets_match_the_step_log(launch, tmp_path):
     # √(2 × blocking × MTBF) with the prior's MTBF of one cpu node (50,677 h) in a local run
     intervals = runs[0]["intervals"] + runs[1]["intervals"]
     assert intervals, "no checkpoint_interval event"
+    last = intervals[-1]
+    print(
+        f"auto interval after {len(intervals)} saves: {last['seconds']:.0f} s from "
+        f"{last['blocking_seconds'] * 1000:.1f} ms blocking (smoothed) × {last['mtbf_seconds'] / 3600:,.0f} h MTBF"
+    )
     for e in intervals:
         assert e["mtbf_seconds"] == pytest.approx(54 * 24 * 16384 / 419 * 3600, rel=1e-6)
         expected = min(86400, max(300, (2 * e["blocking_seconds"] * e["mtbf_seconds"]) ** 0.5))
