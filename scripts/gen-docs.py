@@ -40,6 +40,8 @@ def _type_of(prop: dict, defs: dict) -> tuple[str, str | None]:
     if "$ref" in prop:
         name = prop["$ref"].rsplit("/", 1)[1]
         return ("object" if defs[name].get("type") == "object" else defs[name].get("type", "object")), name
+    if prop.get("x-kubernetes-int-or-string"):
+        return "integer or string", None
     if "anyOf" in prop:
         kinds = [p for p in prop["anyOf"] if p.get("type") != "null"]
         if len(kinds) == 1:
@@ -62,6 +64,8 @@ def _accepted(prop: dict, defs: dict) -> str:
     if "$ref" in prop and "enum" in defs[prop["$ref"].rsplit("/", 1)[1]]:
         prop = defs[prop["$ref"].rsplit("/", 1)[1]]
     out = []
+    if prop.get("x-kubernetes-int-or-string"):  # its accepted values are its CEL rule's
+        out += [v["message"].removeprefix("must be ") for v in prop.get("x-kubernetes-validations", [])]
     if "enum" in prop:
         out.append(", ".join(f"`{v}`" for v in prop["enum"]))
     bounds = {"minimum": "≥", "exclusiveMinimum": ">", "maximum": "≤", "exclusiveMaximum": "<"}

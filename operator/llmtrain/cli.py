@@ -13,7 +13,7 @@ import yaml
 
 from .crd import crd_manifest
 from .defaults import explain
-from .planner import expected_run, plan_job
+from .planner import auto_interval, expected_run, interval_seconds, plan_job
 from .render import render_pytorchjob
 from .spec import DEFAULT_ETCD_ENDPOINT
 from .validation import InvalidJob, Policy, check, load_job, parse_spec, read_job_document
@@ -108,10 +108,17 @@ def cmd_plan(args) -> int:
         return 1
     plan = plan_job(spec)
     run = expected_run(spec, plan)
+    auto_s, auto_why = auto_interval(spec, plan)
     if args.output == "json":
+        cadence = {"source": "auto" if spec.checkpoint.auto else "spec", "autoSeconds": round(auto_s), "auto": auto_why}
         print(
             json.dumps(
-                {**plan.as_dict(), "expected": run.as_dict(), "resolved": _resolved(doc.get("spec") or {}, spec)},
+                {
+                    **plan.as_dict(),
+                    "expected": run.as_dict(),
+                    "checkpointInterval": {**cadence, "seconds": round(interval_seconds(spec, plan))},
+                    "resolved": _resolved(doc.get("spec") or {}, spec),
+                },
                 indent=2,
             )
         )
@@ -151,6 +158,14 @@ def cmd_plan(args) -> int:
             f"{run.checkpoint_seconds / 60:,.1f} min; {run.restarts:.2f} expected restarts costing "
             f"{run.restart_seconds / 60:,.1f} min (docs/concepts/goodput.md)"
         )
+        if spec.checkpoint.uri:
+            if spec.checkpoint.auto:
+                print(f"  checkpoint interval: {auto_s / 60:,.0f} min to start with ({auto_why})")
+            else:
+                print(
+                    f"  checkpoint interval: {spec.checkpoint.interval_minutes} min (spec); "
+                    f"intervalMinutes: auto would start at {auto_s / 60:,.0f} min ({auto_why})"
+                )
         _print_resolved(doc.get("spec") or {}, spec)
         for p in problems:
             print(f"  {p}")

@@ -30,6 +30,7 @@ _KEEP = (
     "maxItems",
     "maxProperties",
     "format",
+    "x-kubernetes-int-or-string",  # an integer or a string, untyped (spec.checkpoint.intervalMinutes)
     "x-kubernetes-validations",
 )
 

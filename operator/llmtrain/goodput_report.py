@@ -72,6 +72,9 @@ def table(job: dict, now: float | None = None, events: list[dict] | None = None)
     for k in gp.BUCKETS:
         lines.append(f"  {LABELS[k]:<40} {_hms(b[k]):>10} {b[k] / wall if wall else 0:>7.1%}")
     lines.append(f"  {'wall time':<40} {_hms(wall):>10} {1 if wall else 0:>7.0%}")
+    why = ((job.get("status") or {}).get("checkpoint") or {}).get("reason")
+    if isinstance(why, str) and why:  # what the checkpoint stall is the price of (status.checkpoint)
+        lines += ["", f"  checkpoint interval: {why[:300]}"]
     if t.attempts:
         lines += ["", f"  {'attempt':>7}  {'created':<20} {'ended':<20} {'why':<22} {'steps':>11}"]
         for a in sorted(t.attempts, key=lambda a: a.attempt):

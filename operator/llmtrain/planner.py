@@ -72,6 +72,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from . import cadence
 from .catalog import InstanceType, ModelDims, instance_type
 from .flops import block_params, flops_per_token, num_params
 from .spec import LLMTrainingJobSpec, resolve_dims
@@ -309,8 +310,8 @@ def suggest_fit(spec: LLMTrainingJobSpec, limit: int = 3) -> str:
 
 # --- the expected run: wall time, GPU-hours, checkpoint and restart overhead ----------------------
 # Interruptions per GPU-hour: Llama 3 (Dubey et al. 2024, §3.3.4) saw 419 unexpected interruptions
-# in 54 days of pre-training on 16,384 H100s.
-FAILURES_PER_GPU_HOUR = 419 / (54 * 24 * 16384)
+# in 54 days of pre-training on 16,384 H100s (llmtrain.cadence, the prior of intervalMinutes: auto).
+FAILURES_PER_GPU_HOUR = cadence.FAILURES_PER_GPU_HOUR
 RESTART_SECONDS = 600.0  # assumed per restart: detection, backoff, new pods, rendezvous, resume
 STAGING_BYTES_PER_SECOND = 10e9  # assumed device→host copy of a rank's shard while training waits
 
@@ -332,21 +333,46 @@ class ExpectedRun:
         return asdict(self)
 
 
+def checkpoint_blocking_estimate(plan: Plan) -> float:
+    """Seconds one save blocks training, before the trainer has measured one: the staging copy of
+    a rank's parameters and optimizer state at STAGING_BYTES_PER_SECOND."""
+    return (plan.params_bytes + plan.optimizer_bytes) / STAGING_BYTES_PER_SECOND
+
+
+def auto_interval(spec: LLMTrainingJobSpec, plan: Plan, node: cadence.NodeMTBF | None = None) -> tuple[float, str]:
+    """(seconds, why) of the interval `intervalMinutes: auto` starts with: the blocking estimate
+    and the job's MTBF (`node`: what the operator has seen on the instance type; default the
+    prior alone)."""
+    inst = instance_type(spec.cluster.instance_type)
+    node = node or cadence.node_mtbf(inst.name, inst.gpus_per_node)
+    blocking = checkpoint_blocking_estimate(plan)
+    mtbf = node.job_seconds(spec.cluster.nodes)
+    why = cadence.reason(blocking, mtbf, node.words(spec.cluster.nodes), "blocking (estimated)")
+    return cadence.interval(blocking, mtbf), why
+
+
+def interval_seconds(spec: LLMTrainingJobSpec, plan: Plan) -> float:
+    """The time-based checkpoint interval the job starts with: the spec's, or auto's."""
+    fixed = spec.checkpoint.fixed_interval_seconds
+    return fixed if fixed is not None else auto_interval(spec, plan)[0]
+
+
 def expected_run(spec: LLMTrainingJobSpec, plan: Plan) -> ExpectedRun:
     """What `llmtrain plan` promises before the job starts (docs/concepts/goodput.md): the planned
-    throughput, a checkpoint every intervalMinutes (or intervalSteps) costing the staging copy of a
-    rank's parameters and optimizer state, and FAILURES_PER_GPU_HOUR interruptions."""
+    throughput, a checkpoint every intervalMinutes (auto: the interval it starts with) or every
+    intervalSteps, costing the staging copy of a rank's parameters and optimizer state, and
+    FAILURES_PER_GPU_HOUR interruptions."""
     t, seq = spec.training, spec.data.seq_len
     if seq is None:
         raise ValueError("data.seqLen is not resolved (llmtrain.defaults.resolve)")
     tokens_per_step = max(1, (t.global_batch_tokens or seq) // seq) * seq
     steps = t.max_steps
     train = steps * tokens_per_step / max(plan.tokens_per_second, 1e-9)
-    interval = spec.checkpoint.interval_minutes * 60.0
+    interval = interval_seconds(spec, plan)
     saves = int(train // interval)
     if spec.checkpoint.interval_steps:
         saves = max(saves, steps // spec.checkpoint.interval_steps)
-    per_save = (plan.params_bytes + plan.optimizer_bytes) / STAGING_BYTES_PER_SECOND
+    per_save = checkpoint_blocking_estimate(plan)
     ckpt = saves * per_save
     gpus = plan.world_size
     restarts = gpus * (train + ckpt) / 3600 * FAILURES_PER_GPU_HOUR

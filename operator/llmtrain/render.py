@@ -36,7 +36,7 @@ from typing import Any
 import jinja2
 import yaml
 
-from . import rendezvous_auth
+from . import cadence, rendezvous_auth
 from .catalog import InstanceType, instance_type
 from .rendezvous_auth import tenant_prefix
 from .spec import API_VERSION, INSTANCE_TYPE_LABEL, KIND, LLMTrainingJobSpec
@@ -223,6 +223,7 @@ def _env(
     namespace: str,
     attempt: int,
     resume_before_step: int | None = None,
+    cadence_inputs: tuple[float, float] | None = None,
 ) -> list[dict[str, Any]]:
     values: dict[str, Any] = dict(inst.nccl_env)
     values.update(
@@ -240,6 +241,11 @@ def _env(
     )
     if resume_before_step:  # the trainer resumes from the newest checkpoint before this step
         values["LLMTRAIN_RESUME_BEFORE_STEP"] = str(int(resume_before_step))
+    if cadence_inputs is not None and spec.checkpoint.auto:
+        # intervalMinutes auto: the job's MTBF and the blocking cost the trainer starts from
+        mtbf, blocking = cadence_inputs
+        values[cadence.MTBF_ENV] = f"{mtbf:.0f}"
+        values[cadence.BLOCKING_ENV] = f"{blocking:.6g}"
     if spec.resilience.preflight:
         # launch.py runs `healthcheck` on every rank (its own rendezvous id) before training
         values["LLMTRAIN_PREFLIGHT"] = "1"
@@ -404,9 +410,12 @@ def render_pytorchjob(
     resume_before_step: int | None = None,
     avoid_nodes=(),
     rendezvous_credentials: bool = False,
+    cadence_inputs: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """The PyTorchJob for one attempt, as a dict ready for the API server. `resume_before_step`:
     a loss rollback the operator decided (status.resumeBeforeStep, controller/health.py).
+    `cadence_inputs`: (job MTBF, blocking seconds to start from) for intervalMinutes auto
+    (llmtrain/cadence.py; without them the trainer uses the prior and the planner's estimate).
     `avoid_nodes`: node names this attempt's pods must not land on (status.avoidNodes).
     `rendezvous_credentials`: the operator's etcd requires client certificates; a job that uses
     it mounts the attempt's Secret (render_rendezvous_secret) and speaks HTTPS."""
@@ -482,7 +491,7 @@ def render_pytorchjob(
         command=COMMAND,
         args=_args(spec, procs, min_nodes, rdzv),
         in_place_restarts=spec.resilience.in_place_restarts,
-        env=_env(spec, inst, name, namespace, attempt, resume_before_step),
+        env=_env(spec, inst, name, namespace, attempt, resume_before_step, cadence_inputs),
         resources=_resources(inst, procs),
         volume_mounts=mounts,
         volumes=volumes,

@@ -17,8 +17,9 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 from .catalog import ModelDims, instance_types, model_preset, model_presets
 
@@ -314,6 +315,45 @@ class TrainingSpec(_Spec):
     seed: int = Field(0, ge=0)
 
 
+# spec.checkpoint.intervalMinutes: a whole number of minutes, or "auto" (llmtrain.cadence: Young/Daly's
+# √(2 × blocking cost × MTBF), from the trainer's measured saves and the failures the operator has seen).
+MIN_INTERVAL_MINUTES, MAX_INTERVAL_MINUTES = 1, 10080
+INTERVAL_AUTO = "auto"
+INTERVAL_MINUTES_ERROR = "int_or_auto"
+INTERVAL_MINUTES_ACCEPTED = (
+    f'a whole number of minutes from {MIN_INTERVAL_MINUTES} to {MAX_INTERVAL_MINUTES}, or "auto" '
+    "(Young/Daly from the measured checkpoint cost and the instance type's failure rate)"
+)
+
+
+def _interval_minutes(value: Any) -> int | str:
+    if value == INTERVAL_AUTO:
+        return INTERVAL_AUTO
+    if isinstance(value, int) and not isinstance(value, bool) and MIN_INTERVAL_MINUTES <= value <= MAX_INTERVAL_MINUTES:
+        return value
+    raise PydanticCustomError(INTERVAL_MINUTES_ERROR, "is not a number of minutes or 'auto'")
+
+
+IntervalMinutes = Annotated[
+    int | str,
+    PlainValidator(_interval_minutes),
+    WithJsonSchema(
+        {
+            # int-or-string: the API server keeps `60` an integer and `auto` a string; the rule
+            # below is the same check as _interval_minutes
+            "x-kubernetes-int-or-string": True,
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"type(self) == int ? (self >= {MIN_INTERVAL_MINUTES} && self <= {MAX_INTERVAL_MINUTES})"
+                    f" : self == '{INTERVAL_AUTO}'",
+                    "message": f"must be {INTERVAL_MINUTES_ACCEPTED}",
+                }
+            ],
+        }
+    ),
+]
+
+
 class CheckpointSpec(_Spec):
     uri: str | None = Field(
         None,
@@ -321,9 +361,25 @@ class CheckpointSpec(_Spec):
         description="s3://bucket/prefix/ or file:///mnt/fsx/ckpt; unset: no checkpoints; "
         "cannot be set, changed or removed once the job exists",
     )
-    interval_minutes: int = Field(60, ge=1, le=10080)
+    interval_minutes: IntervalMinutes = Field(
+        60,
+        description='minutes between time-based saves, or "auto": every √(2 × blocking cost × MTBF), '
+        "the blocking cost measured by the trainer on its saves, the MTBF from the failures the "
+        "operator has seen on the instance type (a prior from Llama 3's interruption rate); the "
+        "chosen interval and why: status.checkpoint",
+    )
     interval_steps: int = Field(0, ge=0, description="also save every N steps (0: by time only)")
     keep: int = Field(3, ge=1, le=1000)
+
+    @property
+    def auto(self) -> bool:
+        return self.interval_minutes == INTERVAL_AUTO
+
+    @property
+    def fixed_interval_seconds(self) -> float | None:
+        """The interval the spec sets, in seconds; None for auto."""
+        m = self.interval_minutes
+        return None if isinstance(m, str) else m * 60.0
 
 
 class ResilienceSpec(_Spec):

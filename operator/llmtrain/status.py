@@ -249,6 +249,34 @@ class GoodputStatus(_Status):
     earlier_high_step: int | None = None
 
 
+class CheckpointCadence(_Status):
+    """The checkpoint interval the current attempt uses and why (llmtrain/cadence.py). Written by
+    decide only: when the attempt's PyTorchJob is created, and for intervalMinutes auto again when
+    the trainer's choice (its gauges, scraped) changes."""
+
+    attempt: int | None = Field(None, description="the attempt this is of")
+    interval_source: str | None = Field(
+        None,
+        json_schema_extra={"enum": ["auto", "spec"]},
+        description="spec.checkpoint.intervalMinutes: auto, or a number (spec)",
+    )
+    interval_seconds: int | None = Field(None, description="seconds between time-based saves now")
+    blocking_seconds: float | None = Field(
+        None, description="auto: the blocking cost per save the interval is computed from"
+    )
+    blocking_measured_saves: int | None = Field(
+        None,
+        description="auto: the attempt's saves that blocking cost is measured over (smoothed); 0: an estimate "
+        "(the previous attempt's measurement, or the planner's)",
+    )
+    mtbf_seconds: float | None = Field(None, description="auto: the job's MTBF (one node's over the job's nodes)")
+    node_mtbf_hours: float | None = Field(None, description="auto: one node's MTBF on the instance type")
+    failures: int | None = Field(None, description="auto: node faults counted on the instance type")
+    node_hours: float | None = Field(None, description="auto: node-hours those failures were seen in")
+    reason: str | None = Field(None, description="why, in words")
+    update_time: str | None = Field(None, json_schema_extra=DATE_TIME)
+
+
 class BadNode(_Status):
     node: str
     reason: str
@@ -313,6 +341,7 @@ class LLMTrainingJobStatus(_Status):
     preflight_failures: int | None = None
     flight_recorder: FlightRecorder | None = None
     goodput: GoodputStatus | None = None
+    checkpoint: CheckpointCadence | None = None
     conditions: list[Condition] | None = None
 
     def condition(self, type_: str) -> Condition | None:

@@ -27,6 +27,8 @@ from .spec import (
     HOST_PORT,
     IMAGE_REFERENCE,
     INSTANCE_TYPE_LABEL,
+    INTERVAL_MINUTES_ACCEPTED,
+    INTERVAL_MINUTES_ERROR,
     KIND,
     LABEL_KEY,
     LABEL_VALUE,
@@ -228,6 +230,8 @@ def _pydantic_problems(err: pydantic.ValidationError) -> list[Problem]:
             )
         elif kind == "missing":
             problems.append(Problem(field, "is required", "a value"))
+        elif kind == INTERVAL_MINUTES_ERROR:
+            problems.append(Problem(field, f"{_short(e['input'])} {e['msg']}", INTERVAL_MINUTES_ACCEPTED))
         elif kind in ("literal_error", "enum"):
             expected = e.get("ctx", {}).get("expected", "")
             problems.append(Problem(field, f"{e['input']!r} is not a known value", expected))

@@ -55,6 +55,7 @@ def job() -> dict:
                     },
                 ]
             },
+            "checkpoint": {"attempt": 2, "intervalSource": "spec", "reason": "spec.checkpoint.intervalMinutes: 60"},
         },
     }
 
@@ -73,6 +74,7 @@ def test_goodput_report_table_and_png(tmp_path, capsys):
     assert rows["hang (last step → detection)"] == ["0:01:40", "10.0%"]
     assert rows["lost work (steps redone)"] == ["0:00:48", "4.8%"]
     assert rows["checkpoint stall"] == ["0:00:20", "2.0%"]
+    assert "  checkpoint interval: spec.checkpoint.intervalMinutes: 60" in text  # status.checkpoint's why
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

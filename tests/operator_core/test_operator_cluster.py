@@ -14,6 +14,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmtrain.controller.status import parse_time
+from llmtrain.planner import checkpoint_blocking_estimate, plan_job
 from llmtrain.render import render_pytorchjob
 from llmtrain.validation import load_job, parse_spec
 from llmtrain_devcluster.standins import running_at, worker0_pod
@@ -57,14 +58,22 @@ def test_every_example_becomes_a_pytorchjob_the_kubeflow_schema_accepts(path, op
     kube.cluster.kubectl("apply", "-n", namespace, "-f", path)
     ptj = kube.wait_ptj(namespace, f"{job.name}-a1")
     uid = kube.job(namespace, job.name)["metadata"]["uid"]
-    expected = render_pytorchjob(job.spec, job.name, namespace, 1, uid, "etcd.test.svc:2379")
+    status = kube.wait_phase(namespace, job.name, "Pending")
+    inputs = None
+    if job.spec.checkpoint.auto:
+        # intervalMinutes auto: the MTBF the operator estimated from the cluster's jobs (recorded in
+        # status.checkpoint) and, for attempt 1, the planner's blocking estimate go into the pods
+        ck = status["checkpoint"]
+        assert ck["intervalSource"] == "auto" and ck["attempt"] == 1 and ck["blockingMeasuredSaves"] == 0
+        assert 300 <= ck["intervalSeconds"] <= 86400 and ck["reason"].startswith("auto: √(2 × ")
+        inputs = (ck["mtbfSeconds"], checkpoint_blocking_estimate(plan_job(job.spec)))
+    expected = render_pytorchjob(job.spec, job.name, namespace, 1, uid, "etcd.test.svc:2379", cadence_inputs=inputs)
     # Nothing the renderer wrote was pruned or rewritten by the API server's structural schema.
     assert is_subset(expected["spec"], ptj["spec"])
     assert ptj["metadata"]["ownerReferences"][0]["uid"] == uid
     # And the rendered object passes Kubeflow's schema with strict field validation.
     expected["metadata"]["name"] += "-dry"
     kube.cluster.kubectl("create", "--dry-run=server", "--validate=strict", "-f", "-", input=yaml.safe_dump(expected))
-    status = kube.wait_phase(namespace, job.name, "Pending")
     assert status["pytorchJob"] == ptj["metadata"]["name"] and status["attempt"] == 1
     assert status["plan"]["fits"] is True
     wait_for(lambda: any(e.reason == "Created" for e in kube.events(namespace, job.name)), 15, "a Created event")
@@ -143,6 +152,8 @@ def test_invalid_jobs_fail_with_their_message_and_the_operator_carries_on(operat
         ({"fsdp": {"shardingStrategy": "ZERO3"}}, "spec.fsdp.shardingStrategy"),
         ({"model": {"preset": "llama2-7b", "hfToken": "hf_secret"}}, 'unknown field "spec.model.hfToken"'),
         ({"training": {"learningRate": 0}}, "spec.training.learningRate"),
+        ({"checkpoint": {"intervalMinutes": "fast"}}, 'intervalMinutes: Invalid value: "fast": must be a whole number'),
+        ({"checkpoint": {"intervalMinutes": -5}}, 'intervalMinutes: Invalid value: -5: must be a whole number'),
         # Kubernetes names and formats, refused at apply instead of at pod creation (issue 8, defects 4 and 6)
         ({"cluster": {"queueName": "Bad Queue!"}}, "spec.cluster.queueName"),
         ({"rendezvous": {"endpoint": "etcd:notaport"}}, "spec.rendezvous.endpoint"),
@@ -193,7 +204,7 @@ def test_only_resilience_and_checkpoint_cadence_may_change(operator, kube, names
         namespace,
         "--type=merge",
         "-p",
-        '{"spec":{"resilience":{"maxRestarts":4},"checkpoint":{"keep":5}}}',
+        '{"spec":{"resilience":{"maxRestarts":4},"checkpoint":{"keep":5,"intervalMinutes":"auto"}}}',
     )
     job = wait_for(
         lambda: (
@@ -203,7 +214,7 @@ def test_only_resilience_and_checkpoint_cadence_may_change(operator, kube, names
         30,
         "observedGeneration to catch up",
     )
-    assert job["metadata"]["generation"] == 2
+    assert job["metadata"]["generation"] == 2 and job["spec"]["checkpoint"]["intervalMinutes"] == "auto"
     assert any(c["type"] == "SpecAccepted" and c["status"] == "True" for c in job["status"]["conditions"])
     assert [p["metadata"]["name"] for p in kube.ptjs(namespace, "mutable")] == ["mutable-a1"]
 

@@ -86,6 +86,8 @@ def test_goodput_buckets_match_the_step_log(launch, tmp_path):
             "checkpoint.uri": f"file://{tmp_path}/ckpt",
             "checkpoint.intervalSteps": EVERY,
             "checkpoint.keep": 2,
+            # saves by step; auto's time interval (minutes at least) only follows their cost
+            "checkpoint.intervalMinutes": "auto",
         }
     )
     created = time.time()
@@ -117,6 +119,7 @@ def test_goodput_buckets_match_the_step_log(launch, tmp_path):
                 "why": why,
                 "steps": w.of("step"),
                 "resume": w.of("resume"),
+                "intervals": w.of("checkpoint_interval"),
                 "seen": progress,
             }
         )
@@ -126,6 +129,19 @@ def test_goodput_buckets_match_the_step_log(launch, tmp_path):
     resumed = runs[1]["resume"][0]["step"]
     assert resumed % EVERY == 0 and 0 < resumed < KILL_AT <= runs[0]["steps"][-1]["step"]
     assert runs[1]["steps"][-1]["step"] == STEPS
+    # intervalMinutes auto: after its saves, the interval follows their measured blocking cost,
+    # √(2 × blocking × MTBF) with the prior's MTBF of one cpu node (50,677 h) in a local run
+    intervals = runs[0]["intervals"] + runs[1]["intervals"]
+    assert intervals, "no checkpoint_interval event"
+    last = intervals[-1]
+    print(
+        f"auto interval after {len(intervals)} saves: {last['seconds']:.0f} s from "
+        f"{last['blocking_seconds'] * 1000:.1f} ms blocking (smoothed) × {last['mtbf_seconds'] / 3600:,.0f} h MTBF"
+    )
+    for e in intervals:
+        assert e["mtbf_seconds"] == pytest.approx(54 * 24 * 16384 / 419 * 3600, rel=1e-6)
+        expected = min(86400, max(300, (2 * e["blocking_seconds"] * e["mtbf_seconds"]) ** 0.5))
+        assert e["seconds"] == pytest.approx(expected, rel=0.01, abs=1), e
 
     end = runs[1]["end"]
     auto = gp.buckets(gp.timeline_of(g, created), end)

@@ -300,6 +300,10 @@ EXPECTED_METRICS = {
     "llmtrain_trainer_inplace_restart_seconds": "gauge",
     "llmtrain_trainer_inplace_redone_steps": "gauge",
     "llmtrain_trainer_inplace_redone_seconds": "gauge",
+    # checkpoint.intervalMinutes auto (llmtrain/cadence.py)
+    "llmtrain_trainer_checkpoint_blocking_estimate_seconds": "gauge",
+    "llmtrain_trainer_checkpoint_blocking_measured_saves": "gauge",
+    "llmtrain_trainer_checkpoint_mtbf_seconds": "gauge",
 }
 
 

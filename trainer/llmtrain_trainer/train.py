@@ -23,7 +23,7 @@ import torch.distributed as dist
 from llmtrain.catalog import instance_type
 from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
 
-from .checkpoint.checkpointer import Checkpointer, init_optimizer_state
+from .checkpoint.checkpointer import Checkpointer, auto_interval, init_optimizer_state
 from .config import JobIdentity, dumps, global_batch_seqs, lr_at
 from .data.loader import DataLoader, open_dataset
 from .distributed.parallel import (
@@ -141,7 +141,6 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
         metrics.resume_step.set(carried.resume_step or 0)
         metrics.step.set(carried.high_step)
     metrics.serve(int(os.environ.get("LLMTRAIN_METRICS_PORT", "9410")) + local_rank)
-    metrics.checkpoint_interval_seconds.set(spec.checkpoint.interval_minutes * 60)
     metrics.hang_timeout_seconds.set(spec.resilience.hang_timeout_minutes * 60)
 
     if is_main:
@@ -186,12 +185,13 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
     ckpt = Checkpointer(
         spec.checkpoint.uri,
         keep=spec.checkpoint.keep,
-        interval_minutes=spec.checkpoint.interval_minutes,
+        interval_minutes=(spec.checkpoint.fixed_interval_seconds or 0) / 60,
         interval_steps=spec.checkpoint.interval_steps,
         timeout_minutes=spec.resilience.collective_timeout_minutes,
         metrics=metrics,
         emit=emit if is_main else None,
         attempt=job.attempt,
+        auto=auto_interval(spec, os.environ, (carried.checkpoint_blocking_seconds, carried.saves)),
     )
 
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
@@ -394,6 +394,7 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
                 ckpt.save(step, state(step))
                 blocking = time.perf_counter() - blocked
                 metrics.checkpoint_blocking_seconds.inc(blocking)
+                ckpt.saved(blocking)  # intervalMinutes auto: the next interval follows it
                 ledger.saved(blocking, time.time())
                 metrics.export_ledger(ledger, restart_count)
         ckpt.wait()

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..render import pytorchjob_name
 from ..spec import model_summary
 from ..status import Phase, Reason
-from . import accounting, forensics, health
+from . import accounting, cadence, forensics, health
 from .config import OperatorConfig
 from .snapshot import Event, Observed, Plan
 from .status import PHASE_OF, parse_time, startup_problem, timestamp
@@ -638,5 +638,12 @@ def decide(o: Observed, cfg: OperatorConfig) -> Plan:
     for rule in SITUATIONS:
         plan = rule(o, cfg)
         if plan is not None:
-            return accounting.amend(o, plan, cfg) if plan.need is None and plan.create is None else plan
+            if plan.need is not None or plan.create is not None:
+                return plan
+            plan = accounting.amend(o, plan, cfg)
+            if plan.situation == "steady":  # intervalMinutes auto: the trainer's new choice, if any
+                status = cadence.amend(o, plan.status)
+                if status is not plan.status:
+                    plan = replace(plan, status=status)
+            return plan
     raise AssertionError("steady always applies")

@@ -23,7 +23,9 @@ Conditions: `TrainingHealthy` (False with the rule's reason: NonFiniteLoss, Loss
 NoFirstStep; True, reason StepsCompleting, once the attempt completes steps again) and
 `CheckpointStale` (warning only, never a restart: True, reason NoRecentCheckpoint, when
 checkpoint.uri is set and no checkpoint completed for STALE_INTERVALS × checkpoint.intervalMinutes,
-counted from the newer of the last checkpoint and the attempt's start).
+counted from the newer of the last checkpoint and the attempt's start; the interval is the one the
+attempt runs with, status.checkpoint's (a change of intervalMinutes applies from the next attempt),
+and for auto before the attempt has one the longest auto interval).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+from .. import cadence
 from ..spec import LLMTrainingJobSpec
 from ..status import ConditionType, Phase, Reason
 from .status import Progress, parse_time, set_condition
@@ -38,6 +41,7 @@ from .status import Progress, parse_time, set_condition
 HEALTHY = ConditionType.TRAINING_HEALTHY.value
 STALE = ConditionType.CHECKPOINT_STALE.value
 STALE_INTERVALS = 2
+MAX_RECORDED_INTERVAL = 10080 * 60.0  # the longest spec interval (status is written by decide, still bounded)
 
 
 @dataclass(frozen=True)
@@ -156,10 +160,29 @@ def _quarantine(spec: LLMTrainingJobSpec) -> str:
     return f"{uri.rstrip('/')}/quarantine/"
 
 
+def _interval_in_use(spec: LLMTrainingJobSpec, status: dict) -> tuple[float, str]:
+    """(seconds, in words) of the interval the running attempt saves at: status.checkpoint's, which
+    was recorded when its pods were rendered (and follows the trainer's auto choice), else the
+    spec's; for auto before the attempt has one, the longest auto interval."""
+    ck = status.get("checkpoint") or {}
+    raw = ck.get("intervalSeconds")
+    seconds = float(raw) if isinstance(raw, (int, float)) and not isinstance(raw, bool) else 0.0
+    recorded = ck.get("attempt") == status.get("attempt") and 0 < seconds <= MAX_RECORDED_INTERVAL
+    if recorded and ck.get("intervalSource") == cadence.AUTO:
+        return seconds, f"the auto interval ({_minutes(dt.timedelta(seconds=seconds))})"
+    if recorded:
+        return seconds, f"checkpoint.intervalMinutes ({seconds / 60:.0f})"
+    fixed = spec.checkpoint.fixed_interval_seconds
+    if fixed is None:
+        return cadence.MAX_INTERVAL_SECONDS, f"the auto interval (at most {cadence.MAX_INTERVAL_SECONDS / 3600:.0f} h)"
+    return fixed, f"checkpoint.intervalMinutes ({spec.checkpoint.interval_minutes})"
+
+
 def _checkpoint_stale(spec, status, running_since, at) -> Condition | None:
     if not spec.checkpoint.uri or running_since is None:
         return None
-    limit = dt.timedelta(minutes=STALE_INTERVALS * spec.checkpoint.interval_minutes)
+    fixed, interval = _interval_in_use(spec, status)
+    limit = dt.timedelta(seconds=STALE_INTERVALS * fixed)
     last_ckpt = parse_time((status.get("progress") or {}).get("lastCheckpointTime"))
     since = max(t for t in (last_ckpt, running_since) if t is not None)
     what = (
@@ -172,15 +195,14 @@ def _checkpoint_stale(spec, status, running_since, at) -> Condition | None:
             STALE,
             True,
             Reason.NO_RECENT_CHECKPOINT,
-            f"{what}: more than {STALE_INTERVALS} × checkpoint.intervalMinutes "
-            f"({spec.checkpoint.interval_minutes}); a restart now would lose that work",
+            f"{what}: more than {STALE_INTERVALS} × {interval}; a restart now would lose that work",
             warn=True,
         )
     return Condition(
         STALE,
         False,
         Reason.CHECKPOINT_RECENT,
-        f"a checkpoint completed within {STALE_INTERVALS} × checkpoint.intervalMinutes",
+        f"a checkpoint completed within {STALE_INTERVALS} × {interval.split(' (')[0]}",
     )
 
 

@@ -2,10 +2,11 @@
 
 The job comes from the watch (or our last write's response, or a GET after a conflict); its spec
 is resolved once per uid and generation; its PyTorchJobs, pods and the monitor's latest scrape
-come from the watch-fed caches (caches.py). Three reads are made only when a situation asks for
+come from the watch-fed caches (caches.py). Four reads are made only when a situation asks for
 them (`Plan.need`, `more`): the failed attempt's pod failures (nodes.py: they may still be on their
-way through the pod watch), the Ready nodes of the instance type (for avoidNodes) and the Kueue
-Workload of a suspended (queued or preempted) PyTorchJob (kueue.py).
+way through the pod watch), the Ready nodes of the instance type (for avoidNodes), the Kueue
+Workload of a suspended (queued or preempted) PyTorchJob (kueue.py) and, for a new attempt of a job
+with checkpoint.intervalMinutes auto, the instance type's node MTBF (reliability.py).
 """
 
 from __future__ import annotations
@@ -118,4 +119,7 @@ def more(op: Operator, o: Observed, need: str) -> Observed:
     if need == "workload":
         current = o.child(pytorchjob_name(o.name, o.attempt))
         return o.with_(workload=kueue.read(o.namespace, current.uid if current is not None else ""), workload_read=True)
+    if need == "node_mtbf":
+        node = op.reliability.of(o.spec.cluster.instance_type) if o.spec is not None else None
+        return o.with_(node_mtbf=node, node_mtbf_read=True)
     raise ValueError(f"unknown need {need!r}")

@@ -16,6 +16,7 @@ from .config import OperatorConfig
 from .metrics import OperatorMetrics
 from .monitor import Monitor
 from .reconciler import reconcile
+from .reliability import FleetReliability
 from .workqueue import WorkQueue
 
 UNSEEN_GRACE = 5.0  # seconds after the watch starts in which a recorded PyTorchJob is waited for
@@ -36,6 +37,8 @@ class Operator:
             lambda key, job: reconcile(self, key, job),  # type: ignore[arg-type]  # keys are (ns, name)
             workers=config.workers,
         )
+        # node MTBF per instance type, from the cached jobs' statuses (intervalMinutes auto)
+        self.reliability = FleetReliability(self.queue.objects)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._watch_started = 0.0
         self._seen: set[tuple[str, str]] = set()  # jobs this process reconciled at least once

@@ -51,6 +51,11 @@ class Progress:
     in_place_restart_seconds: float | None = None
     in_place_redone_steps: float | None = None
     in_place_redone_seconds: float | None = None
+    # intervalMinutes auto (llmtrain/cadence.py): the trainer's choice and its inputs, for
+    # status.checkpoint (controller/cadence.py), not status.progress
+    checkpoint_interval_seconds: float | None = None
+    checkpoint_blocking_estimate_seconds: float | None = None
+    checkpoint_blocking_measured_saves: float | None = None
 
     def as_status(self) -> dict:
         out: dict = {}
@@ -170,4 +175,7 @@ _PROGRESS_METRICS = {
     "llmtrain_trainer_inplace_restart_seconds": "in_place_restart_seconds",
     "llmtrain_trainer_inplace_redone_steps": "in_place_redone_steps",
     "llmtrain_trainer_inplace_redone_seconds": "in_place_redone_seconds",
+    "llmtrain_trainer_checkpoint_interval_seconds": "checkpoint_interval_seconds",
+    "llmtrain_trainer_checkpoint_blocking_estimate_seconds": "checkpoint_blocking_estimate_seconds",
+    "llmtrain_trainer_checkpoint_blocking_measured_saves": "checkpoint_blocking_measured_saves",
 }

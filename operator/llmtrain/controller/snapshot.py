@@ -11,6 +11,7 @@ import datetime as dt
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from ..cadence import NodeMTBF
 from ..spec import LLMTrainingJobSpec
 from ..status import LLMTrainingJobStatus, Reason
 from .status import Progress
@@ -78,6 +79,8 @@ class Observed:
     progress: Progress | None = None  # the monitor's latest scrape of the current attempt
     workload: Workload | None = None  # Kueue's Workload of the current PyTorchJob (None: none found)
     workload_read: bool = False
+    node_mtbf: NodeMTBF | None = None  # one node's MTBF on the instance type (reliability.py)
+    node_mtbf_read: bool = False
     created: CreateResult | None = None
 
     @property
@@ -114,7 +117,7 @@ class Plan:
     create: dict[str, Any] | None = None
     delete: tuple[str, ...] = ()
     events: tuple[Event, ...] = ()
-    need: Literal["failures", "ready_nodes", "workload"] | None = None
+    need: Literal["failures", "ready_nodes", "workload", "node_mtbf"] | None = None
     requeue: float | None = None
     outcome: str | None = None  # llmtrain_operator_reconciles{outcome}
     restart: Reason | None = None  # llmtrain_operator_job_restarts{reason}

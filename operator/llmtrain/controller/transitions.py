@@ -14,7 +14,7 @@ from ..planner import plan_job
 from ..render import pytorchjob_name, render_pytorchjob, rendezvous_id
 from ..spec import LLMTrainingJobSpec, ResilienceSpec, model_summary
 from ..status import STUCK, ConditionType, Phase, Reason
-from . import forensics
+from . import cadence, forensics
 from .config import OperatorConfig
 from .snapshot import Event, Observed, Plan
 from .status import set_condition, timestamp
@@ -204,6 +204,8 @@ def create_attempt(o: Observed, cfg: OperatorConfig, attempt: int, name: str) ->
     ptj_name = pytorchjob_name(o.name, attempt)
     existing = o.child(ptj_name)
     created = o.created if o.created is not None and o.created.name == ptj_name else None
+    if o.spec is not None and o.spec.checkpoint.auto and o.spec.checkpoint.uri and not o.node_mtbf_read:
+        return Plan(name, need="node_mtbf")  # the interval it starts with (controller/cadence.py)
     if created is None and existing is not None and not existing.deleting:
         verb, rdzv = ("Adopted", existing.rendezvous_id) if existing.owned else (None, None)
     elif created is None:
@@ -219,6 +221,7 @@ def create_attempt(o: Observed, cfg: OperatorConfig, attempt: int, name: str) ->
                 resume_before_step=o.status.resume_before_step,
                 avoid_nodes=o.status.avoid_nodes or (),  # nodes.py
                 rendezvous_credentials=bool(cfg.rendezvous_ca_dir),
+                cadence_inputs=cadence.render_inputs(o),
             )
         except (ValueError, TypeError, yaml.YAMLError) as err:  # what validation could not foresee
             return fail(o, name, Reason.RENDER_FAILED, f"cannot render the PyTorchJob of attempt {attempt}: {err}")
@@ -248,6 +251,9 @@ def create_attempt(o: Observed, cfg: OperatorConfig, attempt: int, name: str) ->
         "nextAttemptTime": None,
         "admissionTime": None,
     }
+    checkpoint = cadence.at_creation(o, attempt)
+    if checkpoint is not None:
+        update["checkpoint"] = checkpoint
     if o.is_new:
         assert o.spec is not None  # attempts start only for a valid spec
         conds = validated_conditions(o, conds_of(o))

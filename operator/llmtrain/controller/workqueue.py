@@ -94,6 +94,11 @@ class WorkQueue:
         with self._cv:
             return self._objects.get(key)
 
+    def objects(self) -> list[dict]:
+        """Every key's latest object (the jobs as the watch last brought them)."""
+        with self._cv:
+            return list(self._objects.values())
+
     def add(self, key: Hashable, obj: dict | None = None) -> None:
         with self._cv:
             if obj is not None and newer(obj, self._objects.get(key)):

@@ -48,13 +48,14 @@ import datetime as dt
 import gc
 import json
 import logging
+import math
 import os
 import re
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -62,6 +63,9 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
+
+from llmtrain import cadence
+from llmtrain.cadence import AutoInterval
 
 from .reader import DirectFileReader
 from .safety import RecordLoadPlanner, UnsafeCheckpoint, refusal
@@ -520,6 +524,39 @@ def load_checked(state: dict[str, Any], reader, **kwargs) -> None:
         raise
 
 
+def _positive(env: Mapping[str, str], name: str) -> float | None:
+    try:
+        value = float(env.get(name) or "")
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def auto_interval(spec, env: Mapping[str, str], carried: tuple[float, int] = (0.0, 0)) -> AutoInterval | None:
+    """intervalMinutes auto: the job's MTBF and the blocking cost to start from, as the operator
+    rendered them (LLMTRAIN_CHECKPOINT_MTBF_SECONDS: from the failures it has seen on the instance
+    type; LLMTRAIN_CHECKPOINT_BLOCKING_SECONDS: the previous attempt's measurement or the planner's
+    estimate), else (a local run) the Llama 3 prior and the planner's estimate. `carried`: the
+    blocking seconds and saves of this attempt's earlier processes (an in-place restart: the
+    ledger), whose mean is measured and replaces the estimate. None unless auto."""
+    if not spec.checkpoint.auto or not spec.checkpoint.uri:
+        return None
+    from llmtrain.catalog import instance_type
+    from llmtrain.planner import checkpoint_blocking_estimate, plan_job
+
+    mtbf = _positive(env, cadence.MTBF_ENV)
+    if mtbf is None or mtbf == 0:
+        inst = instance_type(spec.cluster.instance_type)
+        mtbf = cadence.node_mtbf(inst.name, inst.gpus_per_node).job_seconds(spec.cluster.nodes)
+    total, saves = carried
+    if saves > 0 and math.isfinite(total) and total >= 0:
+        return AutoInterval(mtbf, total / saves, measured_saves=saves)
+    blocking = _positive(env, cadence.BLOCKING_ENV)
+    if blocking is None:
+        blocking = checkpoint_blocking_estimate(plan_job(spec))
+    return AutoInterval(mtbf, blocking)
+
+
 def open_store(uri: str, attempt: int = 0):
     if uri.startswith("s3://"):
         return S3Store(uri, attempt)
@@ -545,10 +582,13 @@ class Checkpointer:
         metrics=None,
         emit: Callable[[dict], None] | None = None,
         attempt: int = 0,
+        auto: AutoInterval | None = None,
     ):
         self.store = open_store(uri, attempt) if uri else None
         self.keep = keep
-        self.interval_s = interval_minutes * 60
+        # intervalMinutes auto: the interval follows the measured blocking cost (`saved`)
+        self.auto = auto
+        self.interval_s = auto.seconds if auto is not None else interval_minutes * 60
         self.interval_steps = interval_steps
         self.metrics = metrics
         self.emit = emit or (lambda event: None)
@@ -563,6 +603,7 @@ class Checkpointer:
         # must not interleave with the training collectives on the default group. Uploads can be
         # slow, hence the generous timeout.
         self.pg = dist.new_group(backend="gloo", timeout=dt.timedelta(minutes=max(60.0, timeout_minutes)))
+        self._export_interval()
         if self.store is not None:
             # Rank 0 checks that it can write there now, not at the first save an hour in; every
             # rank raises the same error (a rank-0-only exception would leave the others waiting).
@@ -580,6 +621,34 @@ class Checkpointer:
     @property
     def enabled(self) -> bool:
         return self.store is not None
+
+    def _export_interval(self) -> None:
+        m = self.metrics
+        if m is None:
+            return
+        m.checkpoint_interval_seconds.set(self.interval_s if self.store is not None else 0)
+        if self.auto is not None:
+            m.checkpoint_blocking_estimate_seconds.set(self.auto.blocking_seconds)
+            m.checkpoint_blocking_measured_saves.set(self.auto.measured_saves)
+            m.checkpoint_mtbf_seconds.set(self.auto.mtbf_seconds)
+
+    def saved(self, blocking_seconds: float) -> None:
+        """A save blocked training for `blocking_seconds` (measured by the loop around `save`): for
+        intervalMinutes auto, the next interval follows it. Each rank measures its own; the loop's
+        all-reduce of `due` saves when any rank's interval has elapsed, so the shortest one rules."""
+        if self.auto is None:
+            return
+        self.interval_s = self.auto.observe(blocking_seconds)
+        self._export_interval()
+        self.emit(
+            {
+                "event": "checkpoint_interval",
+                "seconds": round(self.interval_s, 1),
+                "blocking_seconds": round(self.auto.blocking_seconds, 6),
+                "measured_saves": self.auto.measured_saves,
+                "mtbf_seconds": round(self.auto.mtbf_seconds),
+            }
+        )
 
     def due(self, step: int) -> bool:
         """This rank's opinion; the trainer all-reduces it so every rank saves at the same step."""

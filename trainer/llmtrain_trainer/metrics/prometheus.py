@@ -99,7 +99,20 @@ class TrainerMetrics:
         self.resume_step = gauge("llmtrain_trainer_resume_step", "The step this attempt resumed from (0: from scratch)")
         self.checkpoint_interval_seconds = gauge(
             "llmtrain_trainer_checkpoint_interval_seconds",
-            "Configured checkpoint interval (spec.checkpoint.intervalMinutes)",
+            "Checkpoint interval in effect (spec.checkpoint.intervalMinutes, or the auto interval chosen last)",
+        )
+        # intervalMinutes auto (llmtrain.cadence): what the interval is computed from, for status.checkpoint
+        self.checkpoint_blocking_estimate_seconds = gauge(
+            "llmtrain_trainer_checkpoint_blocking_estimate_seconds",
+            "Blocking cost per save the auto checkpoint interval is computed from (0: intervalMinutes is a number)",
+        )
+        self.checkpoint_blocking_measured_saves = gauge(
+            "llmtrain_trainer_checkpoint_blocking_measured_saves",
+            "Saves that blocking cost is measured over (0: still the estimate the process started with)",
+        )
+        self.checkpoint_mtbf_seconds = gauge(
+            "llmtrain_trainer_checkpoint_mtbf_seconds",
+            "The job MTBF the auto checkpoint interval is computed from (0: intervalMinutes is a number)",
         )
         self.hang_timeout_seconds = gauge(
             "llmtrain_trainer_hang_timeout_seconds", "Configured hang timeout (spec.resilience.hangTimeoutMinutes)"

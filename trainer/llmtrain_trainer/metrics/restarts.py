@@ -48,6 +48,7 @@ class Ledger:
     step_seconds: float = 0.0
     data_wait_seconds: float = 0.0
     checkpoint_blocking_seconds: float = 0.0
+    saves: int = 0  # the blocking saves those seconds are of (intervalMinutes auto carries their mean)
     restart_seconds: float = 0.0
     pending_restart_seconds: float = 0.0
     redone_steps: int = 0
@@ -162,6 +163,7 @@ class AttemptLedger:
     def saved(self, blocking: float, end: float) -> None:
         s = self.state
         s.checkpoint_blocking_seconds += blocking
+        s.saves += 1
         s.mark = end
         self._write()
 
