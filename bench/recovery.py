@@ -31,7 +31,8 @@ turning Failed to the next attempt's pods Running is recorded, split into
 and, as the baseline in the same run and at the same load, a fresh job's create → pods Running.
 Simulated delays: kwok's chaos stage waits 1–2 s between the failure label and the pod turning
 Failed (before the clock starts); every other kwok stage used has none. Restart backoff (any
-``spec.resilience`` field about backoff) is set to 0: the deliberate wait is not what is measured.
+``spec.resilience`` field about backoff, and the operator's ``--min-restart-backoff-seconds`` floor)
+is set to 0: the deliberate wait is not what is measured.
 
     .venv/bin/python bench/recovery.py --control-plane --jobs 1,200 --repeats 10 --burst 20 \
         --json bench/results/recovery_control_plane.json
@@ -195,7 +196,15 @@ def control_plane(a: argparse.Namespace) -> dict:
         "p5_nodes": nodes,
         "repeats": a.repeats,
         "restart_backoff_fields_set_to_0": zero_backoff(),
-        "operator_args": ["--progress-interval", str(a.progress_interval), *shlex.split(a.operator_args)],
+        # the deliberate wait is not what is measured: the spec's backoff is 0 (zero_backoff), and so is
+        # the operator's floor (--min-restart-backoff-seconds, 5 s by default), which otherwise raises it
+        "operator_args": [
+            "--progress-interval",
+            str(a.progress_interval),
+            "--min-restart-backoff-seconds",
+            "0",
+            *shlex.split(a.operator_args),
+        ],
         "training_operator_args": training_operator_args(a.training_operator_threads, a.training_operator_qps),
         "scenarios": {},
     }

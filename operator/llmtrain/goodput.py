@@ -87,6 +87,9 @@ class Attempt:
     in_place_restart_seconds: float | None = None  # last step of one process → loop of the next
     in_place_redone_steps: int | None = None  # steps a later process redid within the attempt
     in_place_redone_seconds: float | None = None  # their measured time
+    # the newest complete checkpoint as the attempt last reported it (the report marks it; no bucket)
+    last_checkpoint_step: int | None = None
+    last_checkpoint_time: float | None = None
 
 
 @dataclass(frozen=True)
@@ -238,9 +241,11 @@ COUNTERS = {
     "inPlaceRestartSeconds": "in_place_restart_seconds",
     "inPlaceRedoneSteps": "in_place_redone_steps",
     "inPlaceRedoneSeconds": "in_place_redone_seconds",
+    "lastCheckpointStep": "last_checkpoint_step",
+    "lastCheckpointTime": "last_checkpoint_time",
 }
-_INTS = ("resume_step", "last_step", "steps", "in_place_restarts", "in_place_redone_steps")
-_TIMES = ("trainStartTime", "heartbeatTime")
+_INTS = ("resume_step", "last_step", "steps", "in_place_restarts", "in_place_redone_steps", "last_checkpoint_step")
+_TIMES = ("trainStartTime", "heartbeatTime", "lastCheckpointTime")
 
 
 def counters_of(progress: dict | None, attempt: int) -> dict:

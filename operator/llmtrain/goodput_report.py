@@ -31,6 +31,7 @@ COLORS = {
     "dataWait": "#fdd0a2",
     "suspended": "#f0f0f0",
 }
+CHECKPOINT_COLOR = "#756bb1"
 
 
 def _created(job: dict) -> float:
@@ -83,6 +84,10 @@ def table(job: dict, now: float | None = None, events: list[dict] | None = None)
                 f"  {a.attempt:>7}  {gp.stamp(a.created) or '-':<20} {gp.stamp(a.end) or '(running)':<20} "
                 f"{(a.end_reason or '-')[:22]:<22} {steps:>11}"
             )
+    marks = checkpoints(job, now)
+    if marks:
+        known = ", ".join(f"step {'?' if step is None else step} at {gp.stamp(when)}" for when, step in marks)
+        lines += ["", f"  checkpoints known: {known}"]
     if events:
         lines += ["", "  events:"]
         for e in events[-20:]:
@@ -124,15 +129,35 @@ def spans(job: dict, now: float | None = None) -> list[tuple[int, float, float, 
     return out
 
 
-def png(job: dict, path: str, now: float | None = None) -> None:
-    """The attempts as a Gantt chart (matplotlib; the dev/report extra)."""
+def checkpoints(job: dict, now: float | None = None) -> list[tuple[float, int | None]]:
+    """(time, step) of every checkpoint the status knows of, oldest first, within the report's
+    span: the newest complete one as each ended attempt last reported it (its record) and as the
+    current attempt reports it (status.progress). The trainer saves more often than that; status
+    keeps no list of every save, so those in between are not known here."""
+    status = job.get("status") or {}
+    t, _, at = compute(job, now)
+    found: dict[float, int | None] = {}
+    progress = status.get("progress") or {}
+    current = [(gp._t(progress.get("lastCheckpointTime")), progress.get("lastCheckpointStep"))]
+    for when, step in [(a.last_checkpoint_time, a.last_checkpoint_step) for a in t.attempts] + current:
+        if when is None or not t.start <= when <= at:
+            continue
+        step = step if isinstance(step, int) and not isinstance(step, bool) else None
+        if found.get(when) is None:
+            found[when] = step
+    return sorted(found.items())
+
+
+def figure(job: dict, now: float | None = None):
+    """The attempts as a Gantt chart, every known checkpoint marked (matplotlib; the dev/report
+    extra). The caller saves and closes it (`png`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    t, b, at = compute(job, now)
+    t, b, _ = compute(job, now)
     rows = spans(job, now)
     n = max([r for r, *_ in rows] + [0])
     fig, ax = plt.subplots(figsize=(10, 1.2 + 0.45 * (n + 1)))
@@ -146,9 +171,21 @@ def png(job: dict, path: str, now: float | None = None) -> None:
             linewidth=0.3,
             hatch="//" if kind == "suspended" else None,
         )
-    ckpt = gp._t(((job.get("status") or {}).get("progress") or {}).get("lastCheckpointTime"))
-    if ckpt is not None and t.start <= ckpt <= at:
-        ax.axvline((ckpt - t.start) / 60, color="#756bb1", linestyle="--", linewidth=1)
+    marks = checkpoints(job, now)
+    for when, step in marks:
+        x = (when - t.start) / 60
+        ax.axvline(x, color=CHECKPOINT_COLOR, linestyle="--", linewidth=1, gid="checkpoint")
+        if step is not None:
+            ax.annotate(
+                f"ckpt {step}",
+                (x, 1.0),
+                xycoords=("data", "axes fraction"),
+                fontsize=7,
+                color=CHECKPOINT_COLOR,
+                rotation=90,
+                ha="right",
+                va="top",
+            )
     ax.set_yticks(range(n + 1), ["between"] + [f"attempt {i}" for i in range(1, n + 1)])
     ax.invert_yaxis()
     ax.set_xlabel("minutes since creation" if not t.folded else "minutes since the oldest record kept")
@@ -156,16 +193,30 @@ def png(job: dict, path: str, now: float | None = None) -> None:
     r = gp.ratio(b)
     ax.set_title(f"{meta.get('name', '')}: goodput {'-' if r is None else f'{r:.1%}'}")
     used = sorted({k for *_, k in rows}, key=gp.BUCKETS.index)
+    handles: list[Any] = [Patch(color=COLORS[k], label=k) for k in used]
+    if marks:
+        from matplotlib.lines import Line2D
+
+        handles.append(Line2D([], [], color=CHECKPOINT_COLOR, linestyle="--", label="checkpoint"))
     ax.legend(
-        handles=[Patch(color=COLORS[k], label=k) for k in used],
+        handles=handles,
         loc="upper center",
         bbox_to_anchor=(0.5, -0.5 if n < 3 else -0.2),
-        ncol=min(len(used), 5),
+        ncol=min(len(handles), 5),
         fontsize=8,
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
+
+
+def png(job: dict, path: str, now: float | None = None) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = figure(job, now)
+    try:
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
 
 
 def events_of(raw: list[Any]) -> list[dict]:

@@ -228,6 +228,10 @@ class AttemptRecord(_Status):
     in_place_restart_seconds: float | None = None
     in_place_redone_steps: int | None = None
     in_place_redone_seconds: float | None = None
+    last_checkpoint_step: int | None = Field(
+        None, description="the newest complete checkpoint when the attempt ended (`llmtrain goodput` marks it)"
+    )
+    last_checkpoint_time: str | None = Field(None, json_schema_extra=DATE_TIME)
 
 
 class Suspension(_Status):

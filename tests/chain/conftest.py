@@ -14,6 +14,7 @@ from kubernetes import client, watch
 
 from llmtrain_devcluster.chain import FAIL_EXIT_CODE_ANNOTATION, FAIL_POD_LABEL
 from llmtrain_devcluster.process import wait_until
+from operator_core.conftest import trainer_endpoint  # noqa: F401 - rank 0's metrics, for the chain's tests too
 
 PTJ = ("kubeflow.org", "v1", "pytorchjobs")
 

@@ -5,6 +5,7 @@ prove the same behaviour end to end."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -372,3 +373,24 @@ def test_a_stuck_attempt_plans_avoidance_again_against_the_nodes_ready_now():
     update = {"phase": "Failed", "message": "m"}
     forensics.amend_stuck(update, Reason.HANG, spec=spec, attempt=2, bad_nodes=bad, ready={"n1", "n2", "n3"})
     assert "avoidNodes" not in update
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_a_pod_whose_peer_spent_its_in_place_restarts_is_not_blamed():
+    """Two pods of one attempt, 2 ranks each, in-place restarts 1: pod A's local rank 1 SIGKILLed
+    twice. A's torchrun gives up (its summary's root cause: Signal 9) and closes the rendezvous; B's,
+    restarting in place, fails to rejoin with RendezvousClosedError. Only A's node is to blame (B's
+    was blamed too). The texts are the two pods' log tails as the kubelet keeps them (the last
+    80 lines, at most 2048 bytes) from a real run of two llmtrain_trainer.launch processes on this
+    machine (torch 2.15, gloo, the etcd-v2 rendezvous), install paths shortened to the image's."""
+    a = _pod(node="node-a", message=(DATA / "torchrun_inplace_spent_a.txt").read_text())
+    b = _pod(node="node-b", message=(DATA / "torchrun_rendezvous_closed_b.txt").read_text())
+    b["metadata"]["name"] = "job-a1-worker-1"
+    fa, fb = failure_of(a), failure_of(b)
+    assert fa is not None and fb is not None
+    assert "Signal 9 (SIGKILL)" in fa["message"] and fb["message"].endswith("RendezvousClosedError")
+    assert nodes.culprits([fb, fa]) == [fa]
+    failed = forensics.failed_attempt((fb, fa), "PyTorchJob job-a1 is failed", 0)
+    assert [f["node"] for f in failed.blamed] == ["node-a"] and failed.spend

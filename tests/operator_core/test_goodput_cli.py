@@ -90,3 +90,58 @@ def test_plan_shows_the_expected_run(capsys):
     assert e["gpu_hours"] == pytest.approx(e["wall_seconds"] / 3600 * 128)
     assert e["checkpoints"] == int(e["train_seconds"] // (90 * 60)) and e["restarts"] > 0
     assert 0 < e["goodput"] < 1
+
+
+def test_goodput_timeline_marks_every_checkpoint_the_status_knows(tmp_path):
+    """Each ended attempt's record keeps the newest checkpoint it reported, and the current attempt's
+    is in status.progress: the timeline marks all of them, once each (it marked only the last)."""
+    import matplotlib.pyplot as plt
+
+    from llmtrain import goodput_report
+
+    s = lambda dt_: gp.stamp(T0 + dt_)
+    j = job()
+    a1, a2 = j["status"]["goodput"]["attempts"]
+    a1.update(lastCheckpointStep=80, lastCheckpointTime=s(250))
+    a2.update(lastCheckpointStep=280, lastCheckpointTime=s(940))
+    # attempt 3, running: it resumed from step 280 (the same checkpoint, reported again) and saved 320
+    a2["endReason"] = "Failed"
+    j["status"].update(phase="Running", completionTime=None)
+    j["status"]["goodput"]["attempts"].append({"attempt": 3, "createdTime": s(1010), "trainStartTime": s(1030)})
+    j["status"]["progress"] = {"attempt": 3, "step": 330, "lastCheckpointStep": 320, "lastCheckpointTime": s(1100)}
+    now = T0 + 1200
+
+    assert goodput_report.checkpoints(j, now) == [(T0 + 250, 80), (T0 + 940, 280), (T0 + 1100, 320)]
+    # a record that repeats a checkpoint already known (attempt 3's resume, as its progress says)
+    j["status"]["goodput"]["attempts"][2].update(lastCheckpointStep=280, lastCheckpointTime=s(940))
+    assert len(goodput_report.checkpoints(j, now)) == 3
+    # one from before the report's span (a folded record's) is left out
+    a1["lastCheckpointTime"] = s(-5)
+    assert [step for _, step in goodput_report.checkpoints(j, now)] == [280, 320]
+    a1["lastCheckpointTime"] = s(250)
+
+    fig = goodput_report.figure(j, now)
+    try:
+        (ax,) = fig.axes
+        marks = sorted(line.get_xdata()[0] for line in ax.lines if line.get_gid() == "checkpoint")
+        labels = [t.get_text() for t in ax.texts]
+    finally:
+        plt.close(fig)
+    assert marks == [250 / 60, 940 / 60, 1100 / 60]
+    assert labels == ["ckpt 80", "ckpt 280", "ckpt 320"]
+    assert f"checkpoints known: step 80 at {s(250)}, step 280 at {s(940)}, step 320 at {s(1100)}" in (
+        goodput_report.table(j, now)
+    )
+    goodput_report.png(j, str(tmp_path / "t.png"), now)
+    assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_ended_attempt_keeps_its_newest_checkpoint():
+    """decide closes an attempt's record with the trainer's last counters (goodput.closed); the
+    newest checkpoint it reported is one of them."""
+    progress = {"attempt": 1, "step": 120, "lastCheckpointStep": 100, "lastCheckpointTime": gp.stamp(T0 + 300)}
+    g = gp.opened({}, 1, T0, job_created=T0)
+    (rec,) = gp.closed(g, 1, T0 + 400, "Failed", progress)["attempts"]
+    assert (rec["lastCheckpointStep"], rec["lastCheckpointTime"]) == (100, gp.stamp(T0 + 300))
+    (a,) = gp.timeline_of(gp.closed(g, 1, T0 + 400, "Failed", progress), T0).attempts
+    assert (a.last_checkpoint_step, a.last_checkpoint_time) == (100, T0 + 300)

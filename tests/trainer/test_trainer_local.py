@@ -121,6 +121,9 @@ def test_local_prints_the_workers_error(tmp_path):
             str(tmp_path / "w"),
             "--metrics-port",
             str(free_port_block(2)),
+            # the error is the same every time: restarting in place would only repeat it
+            "--in-place-restarts",
+            "0",
         ],
         capture_output=True,
         text=True,

@@ -71,12 +71,16 @@ _XID = re.compile(r"\bxid\b\s*+(?:\([^)]{0,40}\)\s*+)?(?:[:=]\s*+)?(\d{1,3})\b",
 _NCCL = re.compile(r"nccl|watchdog caught collective operation timeout|ProcessGroupNCCL", re.IGNORECASE)
 _EFA = re.compile(r"\befa\b|libfabric|\bfi_[a-z_]|FI_EFA|rdma", re.IGNORECASE)
 # A rank that only lost its peer says so: blaming its node too would empty a cluster one gang at a time.
+# So does a pod whose torchrun was restarting in place when another pod's torchrun, its own in-place
+# restarts spent, gave up and closed the rendezvous: its agent fails to rejoin with
+# RendezvousClosedError (llmtrain never reuses a rendezvous id, so a closed one was closed by a peer).
 _REMOTE = (
     "remote process exited",
     "ncclremoteerror",
     "connection reset by peer",
     "connection closed by peer",
     "connection closed by remote peer",
+    "rendezvousclosederror",
 )
 _TIMEOUT_MS = re.compile(r"timeout\(ms\)=\d", re.IGNORECASE)
 _TIMED_OUT = ("timeout", "time out", "timedout", "timed out")

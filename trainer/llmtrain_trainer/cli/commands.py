@@ -46,6 +46,7 @@ def _run_local(args: argparse.Namespace, run_local) -> int:
         metrics_port=args.metrics_port,
         workdir=args.workdir,
         quiet=args.quiet,
+        in_place_restarts=args.in_place_restarts,
     )
 
 
@@ -241,6 +242,17 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _in_place_restarts(text: str) -> int:
+    from llmtrain.spec import MAX_IN_PLACE_RESTARTS
+
+    n = int(text)
+    if not 0 <= n <= MAX_IN_PLACE_RESTARTS:
+        raise argparse.ArgumentTypeError(
+            f"must be 0..{MAX_IN_PLACE_RESTARTS} (spec.resilience.inPlaceRestarts), got {n}"
+        )
+    return n
+
+
 def _positive_int(text: str) -> int:
     n = int(text)
     if n < 1:
@@ -304,6 +316,13 @@ def register(subparsers) -> None:
     p.add_argument("--metrics-port", type=int, help="base port of the workers' /metrics (default 9410)")
     p.add_argument("--workdir", help="spec copy and worker log (default .llmtrain/<job name>)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+    p.add_argument(
+        "--in-place-restarts",
+        type=_in_place_restarts,
+        metavar="N",
+        help="override spec.resilience.inPlaceRestarts: times torchrun restarts a failed worker process in "
+        "place, resuming from the newest checkpoint, as on a pod (0: the first failure ends the run)",
+    )
     p.set_defaults(func=cmd_local)
 
     from ..data.sources import DEFAULT_MAX_RECORD_BYTES, FORMATS

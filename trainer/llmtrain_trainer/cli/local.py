@@ -5,6 +5,12 @@ jobs a throwaway local etcd (v2 API enabled) is started and stopped; c10d uses a
 One worker per local GPU, or `cluster.processesPerNode` (catalog default for `cpu`) CPU workers.
 Every run gets a fresh rendezvous id (reusing one is what causes RendezvousClosedError).
 
+A worker process that fails is restarted in place up to `spec.resilience.inPlaceRestarts` times, as
+on a pod (torchrun's `--max-restarts`, a TCPStore per rendezvous round: llmtrain_trainer.launch); the
+workers resume from the newest checkpoint and the attempt's counters are kept in a ledger under
+`<workdir>/staging` (`LLMTRAIN_CHECKPOINT_STAGING`, also where checkpoint shards are staged before an
+S3 upload). `--in-place-restarts N` overrides the spec (0: the first failure ends the run).
+
 The workers' structured stdout drives a progress bar (step, loss, tokens/s, ETA); everything else
 goes to `<workdir>/worker.log`. Ctrl-C sends SIGTERM to the workers, which finish the current step,
 write a checkpoint and exit 0; running the command again resumes from it. A second Ctrl-C kills.
@@ -29,6 +35,7 @@ from pathlib import Path
 from torch.distributed.elastic.utils.distributed import get_free_port as free_port
 
 from ..config import dumps, load_job_file
+from ..launch import torchrun_command, torchrun_env
 
 
 def _etcd_binary() -> str:
@@ -132,6 +139,7 @@ class _Progress:
         self.checkpoints: list[dict] = []
         self.resumed_from = None
         self.errors: list[dict] = []
+        self.in_place_restarts = 0  # worker processes torchrun restarted in place (the config events say)
 
     def line(self, text: str, log) -> None:
         event = None
@@ -149,6 +157,11 @@ class _Progress:
         kind = event.get("event")
         if kind == "step":
             self._step(event)
+        elif kind == "config":
+            restarts = event.get("in_place_restarts")
+            if isinstance(restarts, int) and restarts > self.in_place_restarts:
+                self.in_place_restarts = restarts
+                self._write(f"a worker process failed: restarted in place ({restarts} so far), resuming")
         elif kind == "resume":
             self.resumed_from = event["step"]
             self._write(
@@ -208,6 +221,8 @@ class _Progress:
             + (f", last {self.checkpoints[-1]['uri']}" if self.checkpoints else ""),
             f"wall time        {wall:.1f} s",
         ]
+        if self.in_place_restarts:
+            lines.insert(-1, f"in-place restarts {self.in_place_restarts}")
         return "\n".join(lines + self.error_lines())
 
     def error_lines(self) -> list[str]:
@@ -231,6 +246,7 @@ def run_local(
     metrics_port: int | None = None,
     workdir: str | None = None,
     quiet: bool = False,
+    in_place_restarts: int | None = None,
 ) -> int:
     doc, spec = load_job_file(file)
     meta = doc.get("metadata") or {}
@@ -239,6 +255,8 @@ def run_local(
         spec.training.max_steps = max_steps
     if checkpoint_uri is not None:
         spec.checkpoint.uri = checkpoint_uri
+    if in_place_restarts is not None:
+        spec.resilience.in_place_restarts = in_place_restarts
     nproc = nproc or default_nproc(spec)
     work = Path(workdir or os.path.join(".llmtrain", name))
     work.mkdir(parents=True, exist_ok=True)
@@ -263,6 +281,8 @@ def run_local(
     )
     if metrics_port is not None:
         env["LLMTRAIN_METRICS_PORT"] = str(metrics_port)
+    # node-local staging, as a pod's volume: the in-place restart ledger and S3 checkpoint shards
+    env.setdefault("LLMTRAIN_CHECKPOINT_STAGING", str(work / "staging"))
 
     with contextlib.ExitStack() as stack:
         backend = spec.rendezvous.backend
@@ -273,28 +293,32 @@ def run_local(
         else:
             endpoint = f"127.0.0.1:{free_port()}"
         rdzv_id = f"{name}-{uuid.uuid4().hex[:8]}"
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nnodes=1",
-            f"--nproc-per-node={nproc}",
-            f"--rdzv-backend={backend}",
-            f"--rdzv-endpoint={endpoint}",
-            f"--rdzv-id={rdzv_id}",
-            "--max-restarts=0",
-            "-m",
-            "llmtrain_trainer",
-            "--spec",
-            str(spec_file),
-        ]
+        cmd = torchrun_command(torchrun_args(spec, nproc, backend, endpoint, rdzv_id, spec_file))
         if not quiet:
             print(
                 f"llmtrain local: {name}: {nproc} worker(s), rendezvous {backend} at {endpoint} "
-                f"(id {rdzv_id}); logs in {work / 'worker.log'}",
+                f"(id {rdzv_id}); in-place restarts {spec.resilience.in_place_restarts}; "
+                f"logs in {work / 'worker.log'}",
                 flush=True,
             )
-        return _supervise(cmd, env, work, spec.training.max_steps, quiet)
+        return _supervise(cmd, torchrun_env(env), work, spec.training.max_steps, quiet)
+
+
+def torchrun_args(spec, nproc: int, backend: str, endpoint: str, rdzv_id: str, spec_file: Path) -> list[str]:
+    """torchrun's arguments for one local "node": `--max-restarts` is the spec's inPlaceRestarts,
+    as the pods' (llmtrain.render)."""
+    return [
+        "--nnodes=1",
+        f"--nproc-per-node={nproc}",
+        f"--rdzv-backend={backend}",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id={rdzv_id}",
+        f"--max-restarts={spec.resilience.in_place_restarts}",
+        "-m",
+        "llmtrain_trainer",
+        "--spec",
+        str(spec_file),
+    ]
 
 
 def _supervise(cmd: list[str], env: dict, work: Path, max_steps: int, quiet: bool) -> int:
@@ -311,16 +335,19 @@ def _supervise(cmd: list[str], env: dict, work: Path, max_steps: int, quiet: boo
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
-    interrupts = 0
+    interrupts = restarts_at_stop = 0
     try:
         while True:
             try:
                 for line in proc.stdout or ():
                     progress.line(line.rstrip("\n"), log)
+                    if interrupts and progress.in_place_restarts > restarts_at_stop:
+                        kill_tree(proc)  # asked to stop: a worker that failed meanwhile is not restarted
                 rc = proc.wait()
                 break
             except KeyboardInterrupt:
                 interrupts += 1
+                restarts_at_stop = progress.in_place_restarts
                 if interrupts == 1:
                     progress._write("stopping: workers finish the step and write a checkpoint (Ctrl-C again to kill)")
                     stop_workers(proc)
