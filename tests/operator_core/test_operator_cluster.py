@@ -153,7 +153,7 @@ def test_invalid_jobs_fail_with_their_message_and_the_operator_carries_on(operat
         ({"model": {"preset": "llama2-7b", "hfToken": "hf_secret"}}, 'unknown field "spec.model.hfToken"'),
         ({"training": {"learningRate": 0}}, "spec.training.learningRate"),
         ({"checkpoint": {"intervalMinutes": "fast"}}, 'intervalMinutes: Invalid value: "fast": must be a whole number'),
-        ({"checkpoint": {"intervalMinutes": -5}}, 'intervalMinutes: Invalid value: -5: must be a whole number'),
+        ({"checkpoint": {"intervalMinutes": -5}}, "intervalMinutes: Invalid value: -5: must be a whole number"),
         # Kubernetes names and formats, refused at apply instead of at pod creation (issue 8, defects 4 and 6)
         ({"cluster": {"queueName": "Bad Queue!"}}, "spec.cluster.queueName"),
         ({"rendezvous": {"endpoint": "etcd:notaport"}}, "spec.rendezvous.endpoint"),
