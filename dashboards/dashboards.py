@@ -310,6 +310,18 @@ def training() -> gdash.Dashboard:
                          (f"max {by} (llmtrain_trainer_hang_timeout_seconds{{{JOB_SEL}}})", lj + " hang timeout")],
                         unit="s", desc="The heartbeat moves when a step completes "
                                        "(alert LLMTrainJobNoHeartbeat)."))
+    d = d.with_panel(ts("Checkpoint interval (checkpoint.intervalMinutes: auto)",
+                        [(f"max {by} (llmtrain_trainer_checkpoint_interval_seconds{{{JOB_SEL}}} > 0)", lj + " interval"),
+                         (f"max {by} (llmtrain_trainer_checkpoint_blocking_estimate_seconds{{{JOB_SEL}}})",
+                          lj + " blocking per save"),
+                         (f"max {by} (llmtrain_trainer_checkpoint_mtbf_seconds{{{JOB_SEL}}}) / 3600",
+                          lj + " job MTBF (h)"),
+                         (f"max {by} (llmtrain_trainer_checkpoint_blocking_measured_saves{{{JOB_SEL}}})",
+                          lj + " saves measured")],
+                        desc="The interval the trainer saves at and, with auto, Young/Daly's inputs: "
+                             "sqrt(2 x blocking seconds per save x the job's MTBF), the blocking cost "
+                             "smoothed over the saves measured (the planner's estimate before the first); "
+                             "status.checkpoint.reason says the same in words.", w=24))
     d = d.with_panel(ts("Restarts by reason",
                         [(f"sum by (namespace, llmtrain_job, reason) "
                           f"(increase(llmtrain_operator_job_restarts_total{{{JOB_SEL}}}[1h]))",
