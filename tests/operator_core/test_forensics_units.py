@@ -1,5 +1,5 @@
 """Failure forensics, bad-node avoidance and preflight verdicts: the pure rules
-(controller/nodes.py, preflight.py, forensics.py). The chain tests (tests/chain/test_bad_nodes.py)
+(controller/podfailure.py, nodes.py, preflight.py, forensics.py). The chain tests (tests/chain/test_bad_nodes.py)
 prove the same behaviour end to end."""
 
 from __future__ import annotations
@@ -8,17 +8,9 @@ import json
 
 import pytest
 
-from llmtrain.controller import forensics, nodes, preflight
-from llmtrain.controller.nodes import (
-    PREFLIGHT_EXIT_CODE,
-    classify,
-    failure_of,
-    plan_avoidance,
-    record,
-    taint_budget,
-    taint_value,
-    xid_of,
-)
+from llmtrain.controller import forensics, podfailure, preflight
+from llmtrain.controller.nodes import plan_avoidance, record, taint_budget, taint_value
+from llmtrain.controller.podfailure import PREFLIGHT_EXIT_CODE, classify, failure_of, xid_of
 from llmtrain.status import Reason
 
 PTJ_UID = "ptj-uid"
@@ -353,9 +345,9 @@ def test_ranks_that_only_lost_a_peer_are_not_blamed_beside_the_one_that_failed()
         "message": "DistBackendError: NCCL error: remote process exited or there was a network error",
     }
     reset = {"node": "c", "pod": "p2", "reason": "exit 1", "message": "gloo: Connection reset by peer"}
-    assert nodes.culprits([victim, culprit, reset]) == [culprit]
+    assert podfailure.culprits([victim, culprit, reset]) == [culprit]
     # only victims: nobody else to blame, so they are what is known
-    assert nodes.culprits([victim, reset]) == [victim, reset]
+    assert podfailure.culprits([victim, reset]) == [victim, reset]
 
 
 def test_a_stuck_attempt_plans_avoidance_again_against_the_nodes_ready_now():
