@@ -302,9 +302,13 @@ class Faults:
             time.sleep(max(0.0, min([end] + [d for d, _, _ in self.later]) - now))
 
     def finish(self) -> None:
-        """Run what the faults set in motion, each at its time (the window is over)."""
-        while self.later:
-            self.pause(max(d for d, _, _ in self.later) - time.monotonic())
+        """The window is over: what the faults set in motion happens now, in its order (a NotReady
+        node's pods evicted, the node back), so the window keeps its length."""
+        for _, kind, act in sorted(self.later, key=lambda x: x[0]):
+            what = act()
+            if what:
+                self.note(f"  {kind} {what}")
+        self.later.clear()
 
     def _choose(self, items: list):
         return items[int(self.pick * len(items))]
@@ -527,7 +531,7 @@ class Faults:
 
 
 def run_faults(faults: Faults, seconds: float) -> None:
-    """Faults at random moments for ``seconds``, then what they set in motion."""
+    """Faults at random moments for ``seconds``, then what they set in motion, at once."""
     while time.monotonic() - faults.t0 < seconds:
         faults.pause(faults.one())
     faults.finish()

@@ -150,6 +150,40 @@ def test_a_pod_the_pod_gc_failed_because_its_node_was_deleted_names_the_node():
     assert failure_of(running) is None
 
 
+def test_a_pod_evicted_from_a_not_ready_node_is_a_failure_on_that_node():
+    """The taint-eviction controller (a NotReady or unreachable node's NoExecute taint) marks the pod
+    DisruptionTarget/DeletionByTaintManager while it still runs, then deletes it; the training-
+    operator fails the attempt on the deleted pod. Found by the random faults (seed 7, a NotReady
+    kwok-cpu-1): unrecognized, the operator waited 5 s for a failure that never came and named no
+    node. It counts at once, and also once its killed container reports exit 137 on the way out
+    (not a bystander of the gang's teardown: the eviction came first)."""
+    evicted = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "DeletionByTaintManager",
+        "message": "Taint manager: deleting due to NoExecute taint",
+    }
+    running = {
+        **_pod(node="kwok-cpu-1"),
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}, evicted],
+            "containerStatuses": [{"name": "pytorch", "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}],
+        },
+    }
+    f = failure_of(running)
+    assert f is not None and f["node"] == "kwok-cpu-1" and f["reason"] == "DeletionByTaintManager"
+    assert f["message"] == "Taint manager: deleting due to NoExecute taint"
+    killed = _pod(node="kwok-cpu-1", exit_code=137, deleting=True)
+    assert failure_of(killed) is None  # the gang's teardown: a bystander
+    killed["status"]["conditions"] = [evicted]
+    assert failure_of(killed)["reason"] == "DeletionByTaintManager"
+    # other disruptions of a running pod are not the node's: a preemption, a drain's eviction
+    for reason in ("PreemptionByScheduler", "EvictionByEvictionAPI"):
+        other = {**running, "status": {**running["status"], "conditions": [{**evicted, "reason": reason}]}}
+        assert failure_of(other) is None, reason
+
+
 def test_bad_nodes_are_recorded_once_per_node_and_attempt_and_bounded():
     f = [
         {"node": "a", "pod": "p0", "reason": "exit 1", "exitCode": 1},

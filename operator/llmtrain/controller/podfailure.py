@@ -98,10 +98,18 @@ def classify(exit_code: int | None, k8s_reason: str | None, message: str | None)
     return f"exit {exit_code}" if exit_code is not None else "failed"
 
 
+# The DisruptionTarget reasons that are the node's doing before the pod has ended: the taint-eviction
+# controller's, for a NoExecute taint (node.kubernetes.io/not-ready or unreachable on a node that
+# stopped being Ready). It marks the pod while it still runs, then deletes it; the pod GC's
+# DeletionByPodGC (node deleted) comes with phase Failed.
+NODE_EVICTIONS = ("DeletionByTaintManager",)
+
+
 def raw_failure(pod: dict) -> dict | None:
     """What a failed worker pod says about its node, unclassified (no pattern runs: this is what the
     pod watch does on the event loop), or None if it did not fail (or was a bystander killed by the
-    gang's teardown, or never ran on a node, or is not a pod of a PyTorchJob). Pod as the API
+    gang's teardown, or never ran on a node, or is not a pod of a PyTorchJob). A pod evicted for
+    its node (NODE_EVICTIONS) failed on that node, from the moment it is marked. Pod as the API
     returns it (camelCase)."""
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     node = spec.get("nodeName")
@@ -114,16 +122,16 @@ def raw_failure(pod: dict) -> dict | None:
         if t and t.get("exitCode") not in (None, 0):
             term = t
             break
-    if term is None:  # Evicted and such say why in status.reason; the pod GC (node deleted) in a condition
-        why = (
-            [status]
-            if status.get("reason")
-            else [
-                c
-                for c in status.get("conditions") or []
-                if c.get("type") == "DisruptionTarget" and c.get("status") == "True" and c.get("reason")
-            ]
-        )
+    disrupted = [
+        c
+        for c in status.get("conditions") or []
+        if c.get("type") == "DisruptionTarget" and c.get("status") == "True" and c.get("reason")
+    ]
+    evicted = [c for c in disrupted if c.get("reason") in NODE_EVICTIONS]
+    if evicted:  # its node's trouble took it away, whatever its containers said on the way out
+        term = {"reason": evicted[0].get("reason"), "message": evicted[0].get("message")}
+    elif term is None:  # Evicted and such say why in status.reason; the pod GC (node deleted) in a condition
+        why = [status] if status.get("reason") else disrupted
         if status.get("phase") != "Failed" or not why:
             return None
         term = {"reason": why[0].get("reason"), "message": why[0].get("message")}
