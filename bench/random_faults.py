@@ -6,8 +6,9 @@ controller-manager, kube-scheduler, kwok cpu nodes, the Kubeflow training-operat
 per pod plus two spare, then ``--minutes`` of faults drawn from ``--seed`` (worker pods failing,
 pods deleted, child PyTorchJobs deleted by hand, nodes deleted and replaced, nodes NotReady, an
 attempt's pods all exiting 0, the operator SIGKILLed and started again); once the namespace
-settles, the invariants over everything two watches saw. Prints the timeline, then one JSON object: the invariant check (``violations``,
-empty when all hold), the fault counts, each job's end state, the phases' durations.
+settles, the invariants over everything two watches saw. Prints the timeline, then one JSON
+object: the invariant check (``violations``, empty when all hold), the fault counts, each job's
+end state, the phases' durations.
 
     .venv/bin/python bench/random_faults.py --jobs 6 --minutes 1 --seed 7 \\
         --json bench/results/random_faults_chain.json
