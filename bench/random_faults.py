@@ -4,10 +4,11 @@ controller-manager, kube-scheduler, kwok cpu nodes, the Kubeflow training-operat
 
 ``--jobs`` jobs (budgets 0, 1, 2 or 20 restarts, a third of them two-node gangs), one kwok cpu node
 per pod plus two spare, then ``--minutes`` of faults drawn from ``--seed`` (worker pods failing,
-pods deleted, child PyTorchJobs deleted by hand, nodes deleted and replaced, the operator
-SIGKILLed and started again); once the namespace settles, the invariants over everything two
-watches saw. Prints the timeline, then one JSON object: the invariant check (``violations``,
-empty when all hold), the fault counts, each job's end state, the phases' durations.
+pods deleted, child PyTorchJobs deleted by hand, nodes deleted and replaced, nodes NotReady, an
+attempt's pods all exiting 0, the operator SIGKILLed and started again); once the namespace
+settles, the invariants over everything two watches saw. Prints the timeline, then one JSON
+object: the invariant check (``violations``, empty when all hold), the fault counts, each job's
+end state, the phases' durations.
 
     .venv/bin/python bench/random_faults.py --jobs 6 --minutes 1 --seed 7 \\
         --json bench/results/random_faults_chain.json

@@ -6,9 +6,14 @@ training-operator, all pinned binaries from ``make tools`` (see :mod:`.tools`).
   tolerates, and capacity ``nvidia.com/gpu``, ``vpc.amazonaws.com/efa``, ``hugepages-2Mi``, cpu and
   memory at the catalog's numbers. kwok manages them (and their pods) by annotation.
 - **kwok** runs with the stages shipped in its own module (``kustomize/stage``): node initialize
-  and heartbeat (with a Lease), pod ready / complete / delete, and the chaos stage
-  ``pod-container-running-failed``: label a Running pod ``FAIL_POD_LABEL=true`` and kwok marks its
-  container terminated (exit code from the ``.../exit-code`` annotation, default 1), pod Failed.
+  and heartbeat (with a Lease), pod ready / complete / delete, and two chaos stages. Label a
+  Running pod ``FAIL_POD_LABEL=true`` and kwok marks its container terminated (exit code from the
+  ``.../exit-code`` annotation, default 1), pod Failed (``pod-container-running-failed``); label a
+  node ``NOT_READY_NODE_LABEL=true`` and kwok reports it Ready=False, as a kubelet that lost its
+  runtime or network does, until the label goes (``node-not-ready``; node-initialize then reports
+  it Ready again). One stage is llmtrain's own (``stages/``): label a Running pod
+  ``COMPLETE_POD_LABEL=true`` and its containers exit 0, pod Succeeded, as a finished training
+  run's (kwok's pod-complete does that only for pods a batch Job owns).
 - **training-operator** v1 runs only its PyTorchJob controller. It has no switch for its webhook
   server or cert rotator, so :mod:`.training_operator` creates what they wait for first.
 """
@@ -21,11 +26,13 @@ from pathlib import Path
 import yaml
 
 __all__ = [
+    "COMPLETE_POD_LABEL",
     "DEFAULT_NODES",
     "FAIL_EXIT_CODE_ANNOTATION",
     "FAIL_POD_LABEL",
     "FAIL_REASON_ANNOTATION",
     "KWOK_NODE_ANNOTATION",
+    "NOT_READY_NODE_LABEL",
     "kwok_config",
     "node_manifest",
     "node_manifests",
@@ -37,6 +44,10 @@ KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 FAIL_POD_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
 FAIL_EXIT_CODE_ANNOTATION = f"{FAIL_POD_LABEL}/exit-code"
 FAIL_REASON_ANNOTATION = f"{FAIL_POD_LABEL}/reason"
+# kwok's chaos stage node-not-ready selects nodes by this label.
+NOT_READY_NODE_LABEL = "node-not-ready.stage.kwok.x-k8s.io"
+# llmtrain's own stage (stages/pod-container-running-completed.yaml) selects Running pods by this.
+COMPLETE_POD_LABEL = "pod-container-running-completed.stage.llmtrain.dev"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 # Pod IPs kwok hands out; must not overlap the cluster's service CIDR (10.0.0.0/24).
 POD_CIDR = "10.244.0.0/16"
@@ -55,7 +66,11 @@ STAGE_FILES = (
     "pod/fast/pod-complete.yaml",
     "pod/fast/pod-delete.yaml",
     "pod/chaos/pod-container-running-failed.yaml",
+    "node/chaos/node-not-ready.yaml",
 )
+# llmtrain's own stages, beside this module.
+OWN_STAGES_DIR = Path(__file__).parent / "stages"
+OWN_STAGE_FILES = ("pod-container-running-completed.yaml",)
 
 
 # EC2 instance topology as EKS labels it (topology.k8s.aws/network-node-layer-1..3, layer 3 the
@@ -152,9 +167,10 @@ def kwok_config(stages_dir: Path, *, server_address: str, parallelism: int = 4) 
         },
     }
     docs = [yaml.safe_dump(options, sort_keys=False)]
-    for rel in STAGE_FILES:
-        text = (Path(stages_dir) / rel).read_text()
+    files = [(Path(stages_dir), rel) for rel in STAGE_FILES] + [(OWN_STAGES_DIR, rel) for rel in OWN_STAGE_FILES]
+    for where, rel in files:
+        text = (where / rel).read_text()
         if "kind: Stage" not in text:
-            raise ValueError(f"{rel} in {stages_dir} is not a kwok Stage")
+            raise ValueError(f"{rel} in {where} is not a kwok Stage")
         docs.append(text.strip() + "\n")
     return "---\n".join(docs)

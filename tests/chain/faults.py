@@ -9,8 +9,12 @@ soak), both through ``run``. Its parts:
 - ``Faults``: a seeded schedule of what a cluster does to a job: a worker pod failing (kwok's chaos
   stage, the exit code a kubelet reports), a pod deleted, the child PyTorchJob deleted by hand, the
   node under a pod deleted (a replacement node registered, so capacity comes back; the pods on the
-  deleted one are left to the controller-manager's pod GC, as on a real cluster), and the operator
-  SIGKILLed and started again.
+  deleted one are left to the controller-manager's pod GC, as on a real cluster), the node under a
+  pod going NotReady (``Faults.node_not_ready`` says what of a real cluster's response is
+  emulated), an attempt's pods all exiting 0 (the training run finished: the training-operator
+  marks the PyTorchJob Succeeded), and the operator SIGKILLed and started again. Faults land on
+  what a finished job leaves too (its Succeeded pods, its PyTorchJob).
+- ``settled`` / ``unsettled``: the namespace at rest, or why not.
 - ``violations``: the invariants, over the whole watched history, as a list of sentences (empty:
   all hold).
 
@@ -36,15 +40,33 @@ from llmtrain.controller.status import pytorchjob_state
 from llmtrain.render import JOB_LABEL, pytorchjob_name
 from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from llmtrain.status import Reason
-from llmtrain_devcluster.chain import FAIL_EXIT_CODE_ANNOTATION, FAIL_POD_LABEL, node_manifest
+from llmtrain_devcluster.chain import (
+    COMPLETE_POD_LABEL,
+    FAIL_EXIT_CODE_ANNOTATION,
+    FAIL_POD_LABEL,
+    NOT_READY_NODE_LABEL,
+    node_manifest,
+)
 
 PTJ = ("kubeflow.org", "v1", "pytorchjobs")
 CPU = "cpu"
 NODE_PREFIX = "kwok-cpu-"
 TERMINAL = ("Succeeded", "Failed")
-FAULT_KINDS = ("pod_failed", "pod_deleted", "pytorchjob_deleted", "node_deleted", "operator_killed")
-# how often each kind is drawn; an operator restart costs a few seconds of the window, so it is rarer
-WEIGHTS = (5, 2, 2, 1.5, 1)
+PTJ_JOB_LABEL = "training.kubeflow.org/job-name"  # the training-operator's label on a PyTorchJob's pods
+FAULT_KINDS = (
+    "pod_failed",
+    "pod_deleted",
+    "pytorchjob_deleted",
+    "node_deleted",
+    "operator_killed",
+    "node_not_ready",
+    "attempt_succeeded",
+)
+# how often each kind is drawn; an operator restart costs a few seconds of the window, so it is
+# rarer; a success takes its job out of the rest of the run, so it is rarer still
+WEIGHTS = (5, 2, 2, 1.5, 1, 1.5, 0.5)
+# what the node lifecycle controller puts on a node whose Ready condition is False
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
 
 # --- the jobs ------------------------------------------------------------------------------------
@@ -102,6 +124,7 @@ class History:
         self.jobs: dict[str, list[Seen]] = {}
         self.ptj_added: Counter[str] = Counter()
         self.ptj_failed: dict[str, float] = {}  # name -> when the watch first saw it Failed (monotonic)
+        self.ptj_succeeded: dict[str, float] = {}  # name -> when the watch first saw it Succeeded
         self.ptj_events: list[tuple[float, str]] = []  # (monotonic time, "ADDED name" / "DELETED name")
         self.errors: list[str] = []
         self._lock = threading.Lock()
@@ -158,6 +181,8 @@ class History:
                 conds = (obj.get("status") or {}).get("conditions") or []
                 if any(c.get("type") == "Failed" and c.get("status") == "True" for c in conds):
                     self.ptj_failed.setdefault(f"{name} {obj['metadata']['uid'][:8]}", time.monotonic())
+                if any(c.get("type") == "Succeeded" and c.get("status") == "True" for c in conds):
+                    self.ptj_succeeded.setdefault(name, time.monotonic())
                 return
             st = obj.get("status") or {}
             self.jobs.setdefault(name, []).append(
@@ -176,11 +201,17 @@ class History:
         with self._lock:
             return {k: list(v) for k, v in self.jobs.items()}, Counter(self.ptj_added)
 
+    def succeeded(self) -> frozenset[str]:
+        """The PyTorchJobs the watch saw Succeeded."""
+        with self._lock:
+            return frozenset(self.ptj_succeeded)
+
     def ptj_timeline(self) -> list[tuple[float, str]]:
-        """When each PyTorchJob was added, seen Failed and deleted."""
+        """When each PyTorchJob was added, seen Failed or Succeeded, and deleted."""
         with self._lock:
             failed = [(t, f"  PyTorchJob {name} Failed") for name, t in self.ptj_failed.items()]
-            return self.ptj_events + failed
+            done = [(t, f"  PyTorchJob {name} Succeeded") for name, t in self.ptj_succeeded.items()]
+            return self.ptj_events + failed + done
 
     def caught_up(self, rvs: dict[str, int]) -> bool:
         """Every job's watched history reaches at least resourceVersion ``rvs[name]``."""
@@ -200,8 +231,11 @@ class History:
 
 @dataclass
 class Faults:
-    """Draws and applies faults; counts what it did (``done``) and which PyTorchJobs it deleted
-    by hand (each lets its attempt's PyTorchJob be created once more)."""
+    """Draws and applies faults; counts what it did (``done``), which PyTorchJobs it deleted by
+    hand (each lets its attempt's PyTorchJob be created once more) and which of those it deleted
+    after their job had already ended (``after_end``: those must stay deleted). What a fault sets
+    in motion for later (a NotReady node's pods evicted, the node back) is in ``later``, run by
+    ``pause`` at its time."""
 
     api: client.ApiClient
     ns: str
@@ -211,20 +245,27 @@ class Faults:
     t0: float = field(default_factory=time.monotonic)  # the timeline's zero
     done: Counter[str] = field(default_factory=Counter)
     hand_deleted: Counter[str] = field(default_factory=Counter)
+    after_end: Counter[str] = field(default_factory=Counter)
     log: list[tuple[float, str]] = field(default_factory=list)  # (monotonic time, what)
+    later: list[tuple[float, str, Callable[[], str | None]]] = field(default_factory=list)  # (due, kind, act)
 
     def __post_init__(self):
         self._lock = threading.Lock()
         self.pick, self.exit_code, self.outage = 0.0, 1, 0.0
+        self.evict_after, self.back_after, self.replace = 0.0, 0.0, False
+        self.down: set[str] = set()  # nodes NotReady now (by node_not_ready)
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
 
-    def _live_pods(self) -> list:
+    def _pods(self, *phases: str) -> list:
         return [
             p
             for p in self.core.list_namespaced_pod(self.ns).items
-            if p.metadata.deletion_timestamp is None and p.status.phase == "Running"
+            if p.metadata.deletion_timestamp is None and p.status.phase in phases
         ]
+
+    def _live_pods(self) -> list:
+        return self._pods("Running")
 
     def note(self, what: str) -> None:
         with self._lock:
@@ -232,16 +273,42 @@ class Faults:
 
     def one(self) -> float:
         """One fault; returns the pause before the next. Every step draws the same numbers (kind,
-        which of the candidates, exit code, outage, pause), so a seed gives the same kinds at the
-        same moments; which pod or node a pick lands on depends on what exists then."""
+        which of the candidates, exit code, outage, pause, a NotReady node's eviction and return),
+        so a seed gives the same kinds at the same moments; which pod or node a pick lands on
+        depends on what exists then."""
         kind = self.rng.choices(FAULT_KINDS, WEIGHTS)[0]
         self.pick, self.exit_code = self.rng.random(), self.rng.choice((1, 137, 139))
         self.outage, gap = self.rng.uniform(0, 3), self.rng.uniform(0.3, 2.5)
+        self.evict_after, self.back_after = self.rng.uniform(0.5, 4), self.rng.uniform(0.5, 8)
+        self.replace = self.rng.random() < 0.3
         what = getattr(self, kind)()
         if what:
             self.done[kind] += 1
             self.note(f"{kind} {what}")
         return gap
+
+    def pause(self, seconds: float) -> None:
+        """The drawn pause between two faults, running what falls due in it."""
+        end = time.monotonic() + seconds
+        while True:
+            now = time.monotonic()
+            for due, kind, act in sorted((x for x in self.later if x[0] <= now), key=lambda x: x[0]):
+                self.later.remove((due, kind, act))
+                what = act()
+                if what:
+                    self.note(f"  {kind} {what}")
+            if now >= end:
+                return
+            time.sleep(max(0.0, min([end] + [d for d, _, _ in self.later]) - now))
+
+    def finish(self) -> None:
+        """The window is over: what the faults set in motion happens now, in its order (a NotReady
+        node's pods evicted, the node back), so the window keeps its length."""
+        for _, kind, act in sorted(self.later, key=lambda x: x[0]):
+            what = act()
+            if what:
+                self.note(f"  {kind} {what}")
+        self.later.clear()
 
     def _choose(self, items: list):
         return items[int(self.pick * len(items))]
@@ -260,7 +327,8 @@ class Faults:
         return f"{pod.metadata.name} exit {code}"
 
     def pod_deleted(self) -> str | None:
-        pods = self._live_pods()
+        """A running pod, or one a finished attempt left (Succeeded), deleted by hand."""
+        pods = self._pods("Running", "Succeeded")
         if not pods:
             return None
         pod = self._choose(sorted(pods, key=lambda p: p.metadata.name))
@@ -270,14 +338,30 @@ class Faults:
             if err.status == 404:
                 return None
             raise
-        return pod.metadata.name
+        return pod.metadata.name + (" (Succeeded)" if pod.status.phase == "Succeeded" else "")
+
+    def _job_phase(self, job: str | None) -> str | None:
+        if not job:
+            return None
+        try:
+            obj = self.custom.get_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, job)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return (obj.get("status") or {}).get("phase")
 
     def pytorchjob_deleted(self) -> str | None:
         items = self.custom.list_namespaced_custom_object(*PTJ[:2], self.ns, PTJ[2])["items"]
-        live = sorted(p["metadata"]["name"] for p in items if not p["metadata"].get("deletionTimestamp"))
+        live = sorted(
+            (p["metadata"]["name"], (p["metadata"].get("labels") or {}).get(JOB_LABEL))
+            for p in items
+            if not p["metadata"].get("deletionTimestamp")
+        )
         if not live:
             return None
-        name = self._choose(live)
+        name, job = self._choose(live)
+        phase = self._job_phase(job)  # read before the delete: a terminal phase is so at the delete too
         try:
             self.custom.delete_namespaced_custom_object(*PTJ[:2], self.ns, PTJ[2], name)
         except ApiException as err:
@@ -285,7 +369,23 @@ class Faults:
                 return None
             raise
         self.hand_deleted[name] += 1
+        if phase in TERMINAL:
+            self.after_end[name] += 1
+            return f"{name} (its job already {phase})"
         return name
+
+    def _replace_node(self, node: str) -> str | None:
+        """Delete ``node`` and register one of the same shape; None if it was gone already."""
+        try:
+            self.core.delete_node(node)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        replacement = node_manifest(CPU, self.node_index)
+        self.node_index += 1
+        self.core.create_node(replacement)
+        return replacement["metadata"]["name"]
 
     def node_deleted(self) -> str | None:
         """The node under a running pod goes away (a spot reclaim, a scale-down); a replacement of
@@ -296,66 +396,211 @@ class Faults:
             return None
         node = self._choose(busy)
         on_it = ", ".join(sorted(p.metadata.name for p in live if p.spec.node_name == node))
+        replacement = self._replace_node(node)
+        if replacement is None:
+            return None
+        self.down.discard(node)
+        return f"{node} under {on_it} (replaced by {replacement})"
+
+    def _taint_not_ready(self, node: str, on: bool) -> None:
+        """Put on (or take off) the node lifecycle controller's not-ready taints, NoSchedule and
+        NoExecute; a write conditional on the node's resourceVersion, read again on a conflict."""
+        for _ in range(10):
+            n = self.core.read_node(node)
+            taints = [self.api.sanitize_for_serialization(t) for t in n.spec.taints or [] if t.key != NOT_READY_TAINT]
+            if on:
+                now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                taints += [
+                    {"key": NOT_READY_TAINT, "effect": "NoSchedule"},
+                    {"key": NOT_READY_TAINT, "effect": "NoExecute", "timeAdded": now},
+                ]
+            try:
+                self.core.patch_node(
+                    node, {"metadata": {"resourceVersion": n.metadata.resource_version}, "spec": {"taints": taints}}
+                )
+                return
+            except ApiException as err:
+                if err.status != 409:
+                    raise
+        raise AssertionError(f"node {node}: taints not written after 10 conflicts")
+
+    def node_not_ready(self) -> str | None:
+        """The node under a running pod reports NotReady (kwok's chaos stage node-not-ready: its
+        Ready condition False, as a kubelet that lost its container runtime or network reports).
+
+        The dev cluster runs no node lifecycle controller and no taint-eviction controller, so
+        what they do on a real cluster is emulated here, compressed in time:
+        - at once, the lifecycle controller's taints node.kubernetes.io/not-ready, NoSchedule (no
+          new pod lands there) and NoExecute;
+        - after ``evict_after`` seconds (standing in for the pods' tolerationSeconds, 300 s by
+          default), unless the node is back by then, the taint-eviction controller's eviction of
+          every pod on it: a DisruptionTarget condition (reason DeletionByTaintManager), then a
+          delete; kwok, as the node's kubelet, finishes it, and the training-operator makes the
+          pod again, elsewhere;
+        - after ``back_after`` seconds the node is Ready again (the label goes, kwok reports it
+          Ready, the taints go) or, one time in three or so, replaced (deleted, a node of the
+          same shape registered: a cloud's node auto-repair), so capacity comes back.
+        Not emulated: an unreachable node (Ready Unknown, its Lease expired), whose kubelet could
+        not finish the deletions (kwok renews every node's Lease)."""
+        live = self._live_pods()
+        busy = sorted({p.spec.node_name for p in live if p.spec.node_name and p.spec.node_name not in self.down})
+        if not busy:
+            return None
+        node = self._choose(busy)
+        on_it = ", ".join(sorted(p.metadata.name for p in live if p.spec.node_name == node))
         try:
-            self.core.delete_node(node)
+            self.core.patch_node(node, {"metadata": {"labels": {NOT_READY_NODE_LABEL: "true"}}})
+            self._taint_not_ready(node, True)
         except ApiException as err:
             if err.status == 404:
                 return None
             raise
-        replacement = node_manifest(CPU, self.node_index)
-        self.node_index += 1
-        self.core.create_node(replacement)
-        return f"{node} under {on_it} (replaced by {replacement['metadata']['name']})"
+        self.down.add(node)
+        now, replace = time.monotonic(), self.replace
+        if self.evict_after < self.back_after:
+            self.later.append((now + self.evict_after, "evicted", lambda: self._evict(node)))
+        self.later.append((now + self.back_after, "node_back", lambda: self._back(node, replace)))
+        then = "replaced" if replace else "Ready again"
+        evict = f"evicted after {self.evict_after:.1f} s, " if self.evict_after < self.back_after else ""
+        return f"{node} under {on_it} ({evict}{then} after {self.back_after:.1f} s)"
+
+    def _evict(self, node: str) -> str | None:
+        if node not in self.down:
+            return None
+        pods = [
+            p
+            for p in self.core.list_namespaced_pod(self.ns, field_selector=f"spec.nodeName={node}").items
+            if p.metadata.deletion_timestamp is None and p.status.phase in ("Pending", "Running")
+        ]
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        gone = []
+        for p in pods:
+            cond = {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "DeletionByTaintManager",
+                "message": "Taint manager: deleting due to NoExecute taint",
+                "lastTransitionTime": now,
+            }
+            try:
+                self.core.patch_namespaced_pod_status(p.metadata.name, self.ns, {"status": {"conditions": [cond]}})
+                self.core.delete_namespaced_pod(p.metadata.name, self.ns)
+            except ApiException as err:
+                if err.status == 404:
+                    continue
+                raise
+            gone.append(p.metadata.name)
+        return f"{', '.join(gone)} from NotReady {node}" if gone else None
+
+    def _back(self, node: str, replace: bool) -> str | None:
+        if node not in self.down:
+            return None  # deleted meanwhile (node_deleted registered its replacement)
+        self.down.discard(node)
+        if replace:
+            replacement = self._replace_node(node)
+            return f"{node} replaced by {replacement}" if replacement else None
+        try:
+            self.core.patch_node(node, {"metadata": {"labels": {NOT_READY_NODE_LABEL: None}}})
+            self._taint_not_ready(node, False)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return f"{node} Ready again"
+
+    def attempt_succeeded(self) -> str | None:
+        """The training run of a running attempt finishes: every running pod of its PyTorchJob
+        exits 0 (llmtrain's kwok stage pod-container-running-completed), so the training-operator
+        marks the PyTorchJob Succeeded and the operator the job."""
+        live = self._live_pods()
+        ptjs = sorted({str(ptj) for p in live if (ptj := (p.metadata.labels or {}).get(PTJ_JOB_LABEL))})
+        if not ptjs:
+            return None
+        ptj = self._choose(ptjs)
+        pods = sorted(p.metadata.name for p in live if (p.metadata.labels or {}).get(PTJ_JOB_LABEL) == ptj)
+        for pod in pods:
+            try:
+                self.core.patch_namespaced_pod(pod, self.ns, {"metadata": {"labels": {COMPLETE_POD_LABEL: "true"}}})
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+        return f"{ptj}: {', '.join(pods)} exit 0"
 
     def operator_killed(self) -> str | None:
         return f"SIGKILL (started again after {self.outage:.1f} s)" if self.kill_operator(self.outage) else None
 
 
 def run_faults(faults: Faults, seconds: float) -> None:
-    """Faults at random moments for ``seconds``."""
+    """Faults at random moments for ``seconds``, then what they set in motion, at once."""
     while time.monotonic() - faults.t0 < seconds:
-        time.sleep(faults.one())
+        faults.pause(faults.one())
+    faults.finish()
 
 
 # --- convergence and invariants ------------------------------------------------------------------
 
 
-def settled(api: client.ApiClient, ns: str, jobs: dict[str, int]) -> dict | None:
-    """The namespace at rest, or None: every job Running on its latest attempt with all its pods
-    Running on nodes that exist, or Failed with a reason; each job's only PyTorchJob not being
-    deleted is its current attempt's; no pod left on a deleted node (the pod GC's work) and none
-    terminating. ``jobs``: name -> nodes. Returns {name: status} when settled."""
+def settled(api: client.ApiClient, ns: str, jobs: dict[str, int], why: list[str] | None = None) -> dict | None:
+    """The namespace at rest (``unsettled`` over what the API says now): {name: status}, or None
+    (and, with ``why``, the reason appended to it). ``jobs``: name -> nodes."""
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    nodes = {n.metadata.name for n in core.list_node(label_selector="type=kwok").items}
-    pods = core.list_namespaced_pod(ns).items
-    if any(p.metadata.deletion_timestamp or (p.spec.node_name and p.spec.node_name not in nodes) for p in pods):
-        return None
+    nodes = {
+        n.metadata.name: any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
+        for n in core.list_node(label_selector="type=kwok").items
+    }
+    pods = [api.sanitize_for_serialization(p) for p in core.list_namespaced_pod(ns).items]
     ptjs = custom.list_namespaced_custom_object(*PTJ[:2], ns, PTJ[2])["items"]
-    out = {}
+    statuses = {
+        name: custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name).get("status") or {} for name in jobs
+    }
+    reason = unsettled(jobs, statuses, ptjs, pods, nodes)
+    if reason is not None:
+        if why is not None:
+            why.append(reason)
+        return None
+    return statuses
+
+
+def unsettled(
+    jobs: dict[str, int], statuses: dict[str, dict], ptjs: list[dict], pods: list[dict], nodes: dict[str, bool]
+) -> str | None:
+    """Why the namespace is not at rest, or None when it is: every job Running on its latest
+    attempt with all its pods Running on Ready nodes, or Succeeded, or Failed with a reason; each
+    job's only PyTorchJob not being deleted is its current attempt's (a finished job's may be gone);
+    no pod left on a deleted node (the pod GC's work) and none terminating. ``jobs``: name ->
+    nodes; ``pods`` and ``ptjs`` as the API returns them; ``nodes``: name -> Ready."""
+    for p in pods:
+        meta, node = p["metadata"], (p.get("spec") or {}).get("nodeName")
+        if meta.get("deletionTimestamp"):
+            return f"pod {meta['name']} terminating"
+        if node and node not in nodes:
+            return f"pod {meta['name']} on deleted node {node}"
     for name, count in jobs.items():
-        st = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name).get("status") or {}
-        current = pytorchjob_name(name, st.get("attempt") or 1)
+        st = statuses.get(name) or {}
+        phase, current = st.get("phase"), pytorchjob_name(name, st.get("attempt") or 1)
         live = {
             p["metadata"]["name"]
             for p in ptjs
-            if p["metadata"].get("labels", {}).get(JOB_LABEL) == name and not p["metadata"].get("deletionTimestamp")
+            if (p["metadata"].get("labels") or {}).get(JOB_LABEL) == name and not p["metadata"].get("deletionTimestamp")
         }
-        if st.get("phase") == "Failed":
-            if not st.get("reason") or not live <= {current}:
-                return None
-        elif (
-            st.get("phase") == "Running"
-            and live == {current}
-            and st.get("pytorchJob") == current
-            and pytorchjob_state(next(p for p in ptjs if p["metadata"]["name"] == current)) == "Running"
-        ):
-            mine = [p for p in pods if (p.metadata.labels or {}).get("training.kubeflow.org/job-name") == current]
-            if len(mine) != count or any(p.status.phase != "Running" for p in mine):
-                return None
-        else:
-            return None
-        out[name] = st
-    return out
+        if not live <= {current}:
+            return f"{name}: PyTorchJobs {sorted(live - {current})} besides attempt {st.get('attempt')}'s"
+        if phase in TERMINAL:
+            if not st.get("reason"):
+                return f"{name}: {phase} without a reason"
+            continue
+        if phase != "Running" or live != {current} or st.get("pytorchJob") != current:
+            return f"{name}: {phase} with PyTorchJob {st.get('pytorchJob')} (live: {sorted(live)})"
+        ptj = next(p for p in ptjs if p["metadata"]["name"] == current)
+        if pytorchjob_state(ptj) != "Running":
+            return f"{name}: PyTorchJob {current} is {pytorchjob_state(ptj)}"
+        mine = [p for p in pods if (p["metadata"].get("labels") or {}).get(PTJ_JOB_LABEL) == current]
+        if len(mine) != count or any((p.get("status") or {}).get("phase") != "Running" for p in mine):
+            return f"{name}: {len(mine)} pods of {current}, not {count} Running"
+        off = sorted(p["spec"]["nodeName"] for p in mine if not nodes.get(p["spec"].get("nodeName") or ""))
+        if off:
+            return f"{name}: pods on NotReady {', '.join(off)}"
+    return None
 
 
 def timeline(
@@ -380,9 +625,14 @@ def violations(
     hand_deleted: Counter[str],
     final: dict[str, dict],
     budgets: dict[str, int],
+    succeeded: frozenset[str] = frozenset(),
+    after_end: Counter[str] | None = None,
 ) -> list[str]:
-    """Every broken invariant, in words (empty: all hold)."""
+    """Every broken invariant, in words (empty: all hold). ``succeeded``: the PyTorchJobs seen
+    Succeeded; ``after_end``: of the PyTorchJobs deleted by hand, how many times after their job
+    had ended (no new one may follow those)."""
     bad: list[str] = []
+    after_end = after_end or Counter()
     for name, seen in sorted(history.items()):
         states = [s for s in seen if s.type != "DELETED" and s.phase is not None]
         if [s.rv for s in seen] != sorted(s.rv for s in seen):
@@ -396,14 +646,25 @@ def violations(
                     bad.append(f"{name}: {what} jumped from {a} to {b} (rv {prev.rv} -> {cur.rv})")
             if prev.phase in TERMINAL and cur.phase != prev.phase:
                 bad.append(f"{name}: left terminal phase {prev.phase} for {cur.phase} (rv {cur.rv})")
+            elif prev.phase in TERMINAL and (prev.attempt, prev.restarts) != (cur.attempt, cur.restarts):
+                bad.append(
+                    f"{name}: attempt {prev.attempt} restarts {prev.restarts} became attempt {cur.attempt} "
+                    f"restarts {cur.restarts} after it was {prev.phase} (rv {cur.rv})"
+                )
+            elif cur.phase == "Succeeded" and (prev.attempt, prev.restarts) != (cur.attempt, cur.restarts):
+                bad.append(
+                    f"{name}: success changed attempt {prev.attempt} restarts {prev.restarts} to attempt "
+                    f"{cur.attempt} restarts {cur.restarts} (rv {cur.rv})"
+                )
         for s in states:
             if (s.restarts or 0) > budgets[name]:
                 bad.append(f"{name}: restarts {s.restarts} over maxRestarts {budgets[name]} (rv {s.rv})")
             if (s.restarts or 0) > (s.attempt or 1) - 1:
                 bad.append(f"{name}: restarts {s.restarts} with only attempt {s.attempt} (rv {s.rv})")
     for ptj, n in sorted(ptj_added.items()):
-        if n > 1 + hand_deleted[ptj]:
-            bad.append(f"PyTorchJob {ptj} created {n} times (deleted by hand {hand_deleted[ptj]} times)")
+        if n > 1 + hand_deleted[ptj] - after_end[ptj]:
+            ended = f", {after_end[ptj]} of them after its job had ended" if after_end[ptj] else ""
+            bad.append(f"PyTorchJob {ptj} created {n} times (deleted by hand {hand_deleted[ptj]} times{ended})")
     for name, st in sorted(final.items()):
         attempt = st.get("attempt") or 1
         for k in range(1, attempt + 1):
@@ -414,6 +675,13 @@ def violations(
             suffix = ptj[len(prefix) :]
             if ptj.startswith(prefix) and suffix.isdigit() and not 1 <= int(suffix) <= attempt:
                 bad.append(f"{name}: PyTorchJob {ptj} for an attempt it never reached (status.attempt {attempt})")
+        if st.get("phase") == "Succeeded":
+            ptj = pytorchjob_name(name, attempt)
+            if st.get("reason") != Reason.SUCCEEDED.value or ptj not in succeeded:
+                bad.append(
+                    f"{name}: Succeeded with reason {st.get('reason')!r} on attempt {attempt}, whose PyTorchJob "
+                    f"{ptj} was {'' if ptj in succeeded else 'never '}seen Succeeded"
+                )
         if st.get("phase") == "Failed":
             if st.get("reason") != Reason.RESTART_BUDGET_EXHAUSTED.value or st.get("restarts") != budgets[name]:
                 bad.append(
@@ -530,6 +798,7 @@ def run(
     restarter = Restarter(operator)
     chaos = Faults(api, ns, rng, restarter, 1 + max(int(n.rsplit("-", 1)[1]) for n in node_names))
     restarter.note = chaos.note
+    why: list[str] = []  # why the namespace was not settled, at each look
     try:
         for name, nodes, budget in drawn:
             custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job_doc(name, nodes, budget))
@@ -540,7 +809,7 @@ def run(
         restarter.wait()
         last_fault = time.monotonic()
         final = wait(
-            lambda: settled(api, ns, sizes),
+            lambda: settled(api, ns, sizes, why),
             settle_timeout,
             f"every job Running on its latest attempt or Failed (LLMTRAIN_FAULT_SEED={seed})",
         )
@@ -556,8 +825,12 @@ def run(
         seen, added = history.snapshot()
         story = timeline(chaos.t0, chaos.log, seen, history.ptj_timeline())
         say(story)  # the whole story, also when the namespace never settled
+        if why:
+            say(f"last look before settled: {why[-1]}")
     budgets = {name: budget for name, _, budget in drawn}
-    bad = history.errors + violations(seen, added, chaos.hand_deleted, final, budgets)
+    bad = history.errors + violations(
+        seen, added, chaos.hand_deleted, final, budgets, history.succeeded(), chaos.after_end
+    )
     bad += [
         f"{name}: status.pytorchJob {st.get('pytorchJob')!r} is not attempt {st.get('attempt')}'s"
         for name, st in sorted(final.items())

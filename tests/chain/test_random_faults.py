@@ -1,13 +1,16 @@
 """Random faults on the real chain (kube-apiserver + etcd + kube-scheduler + kwok nodes + the Kubeflow
 training-operator + the operator as a process): six jobs, a minute of faults drawn from a seed
 (worker pods failing, pods deleted, child PyTorchJobs deleted by hand, nodes deleted and replaced,
-the operator SIGKILLed and started again), then the invariants over everything the two watches saw
-(tests/chain/faults.py): attempt and restarts never go back, no attempt's PyTorchJob is created
-twice, the budget is never exceeded, terminal phases stay, and every job converges.
+nodes going NotReady, an attempt's pods all exiting 0, the operator SIGKILLed and started again),
+then the invariants over everything the two watches saw (tests/chain/faults.py): attempt and
+restarts never go back, no attempt's PyTorchJob is created twice, the budget is never exceeded,
+terminal phases stay (a Succeeded job starts no attempt, whatever happens to its leftovers), and
+every job converges.
 
 The faults come at random moments; the assertions are about invariants, never about timings. The
-second test pins what the random runs found: a deleted node's pods, failed by the pod GC, count as
-failures on that node.
+other tests pin single paths the random runs may or may not draw: a deleted node's pods, failed by
+the pod GC, count as failures on that node (found by the random runs); a finished job stays
+Succeeded through what happens to its leftovers.
 
 Reproduce a run: LLMTRAIN_FAULT_SEED=<the seed it printed> (LLMTRAIN_FAULT_SECONDS: how long the
 faults last, 60 by default).
@@ -18,13 +21,14 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 
 import pytest
 from kubernetes import client
 
-from llmtrain.render import pytorchjob_name
+from llmtrain.render import JOB_LABEL, pytorchjob_name
 from llmtrain.spec import GROUP, PLURAL, VERSION
-from llmtrain_devcluster.chain import node_manifest
+from llmtrain_devcluster.chain import COMPLETE_POD_LABEL, node_manifest
 from llmtrain_devcluster.process import free_port
 from operator_core.conftest import OperatorProcess
 
@@ -107,3 +111,49 @@ def test_a_deleted_node_fails_its_attempt_and_names_the_node(chain_cluster, chai
     assert "node no longer exists" in entry["message"]
     (pod2,) = chain.wait_pods_running(chain_ns, f"training.kubeflow.org/job-name={pytorchjob_name(name, 2)}", 1)
     assert pod2.spec.node_name != node
+
+
+def test_a_finished_job_stays_succeeded_through_what_happens_to_its_leftovers(chain, cpu_nodes, chain_ns, operator):
+    """Its pods exit 0 (kwok: the training run finished): the training-operator marks the PyTorchJob
+    Succeeded, the operator the job, attempt and restarts as they were. Then its PyTorchJob is
+    deleted by hand and the operator SIGKILLed and started again: the restarted operator looks at
+    the job (the reconcile it counts as "unchanged") and writes nothing; no PyTorchJob is made
+    again."""
+    name = "finished"
+    chain.custom.create_namespaced_custom_object(GROUP, VERSION, chain_ns, PLURAL, faults.job_doc(name, 1, 3))
+    a1 = pytorchjob_name(name, 1)
+    (pod,) = chain.wait_pods_running(chain_ns, f"training.kubeflow.org/job-name={a1}", 1)
+
+    def status():
+        return chain.custom.get_namespaced_custom_object(GROUP, VERSION, chain_ns, PLURAL, name).get("status") or {}
+
+    chain.core.patch_namespaced_pod(pod.metadata.name, chain_ns, {"metadata": {"labels": {COMPLETE_POD_LABEL: "true"}}})
+    st = wait_for(
+        lambda: (s := status()).get("phase") == "Succeeded" and s, 60, f"Succeeded (log: {operator.log_path})"
+    )
+    assert (st["attempt"], st["restarts"], st["reason"]) == (1, 0, "Succeeded") and st.get("completionTime")
+    assert chain.ptj_condition(chain_ns, a1, "Succeeded")
+
+    chain.custom.delete_namespaced_custom_object(*faults.PTJ[:2], chain_ns, faults.PTJ[2], a1)
+
+    def gone():
+        try:
+            chain.ptj(chain_ns, a1)
+        except client.ApiException as err:
+            return err.status == 404
+        return False
+
+    wait_for(gone, 60, f"PyTorchJob {a1} deleted")
+    operator.stop(signal.SIGKILL)
+    operator.start()
+
+    def looked():
+        line = 'llmtrain_operator_reconciles_total{outcome="unchanged"}'
+        return any(m.startswith(line) and float(m.split()[-1]) >= 1 for m in operator.metrics().splitlines())
+
+    wait_for(looked, 60, f"the restarted operator reconciled {name} (log: {operator.log_path})")
+    assert status() == st
+    ptjs = chain.custom.list_namespaced_custom_object(
+        *faults.PTJ[:2], chain_ns, faults.PTJ[2], label_selector=f"{JOB_LABEL}={name}"
+    )["items"]
+    assert ptjs == []

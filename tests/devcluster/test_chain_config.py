@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from llmtrain_devcluster.__main__ import _nodes
-from llmtrain_devcluster.chain import STAGE_FILES, kwok_config
+from llmtrain_devcluster.chain import OWN_STAGE_FILES, STAGE_FILES, kwok_config
 from llmtrain_devcluster.tools import kwok_stages_dir
 
 
@@ -37,4 +37,5 @@ def test_kwok_config_sets_every_worker_count_and_plays_the_modules_stages():
     ):
         assert opts[key] > 0, key
     stages = [d for d in docs[1:] if d["kind"] == "Stage"]
-    assert {s["metadata"]["name"] for s in stages} == {f.rsplit("/", 1)[1].removesuffix(".yaml") for f in STAGE_FILES}
+    files = (*STAGE_FILES, *OWN_STAGE_FILES)
+    assert {s["metadata"]["name"] for s in stages} == {f.rsplit("/", 1)[-1].removesuffix(".yaml") for f in files}

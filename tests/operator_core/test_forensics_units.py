@@ -1,5 +1,5 @@
 """Failure forensics, bad-node avoidance and preflight verdicts: the pure rules
-(controller/nodes.py, preflight.py, forensics.py). The chain tests (tests/chain/test_bad_nodes.py)
+(controller/podfailure.py, nodes.py, preflight.py, forensics.py). The chain tests (tests/chain/test_bad_nodes.py)
 prove the same behaviour end to end."""
 
 from __future__ import annotations
@@ -9,17 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from llmtrain.controller import forensics, nodes, preflight
-from llmtrain.controller.nodes import (
-    PREFLIGHT_EXIT_CODE,
-    classify,
-    failure_of,
-    plan_avoidance,
-    record,
-    taint_budget,
-    taint_value,
-    xid_of,
-)
+from llmtrain.controller import forensics, podfailure, preflight
+from llmtrain.controller.nodes import plan_avoidance, record, taint_budget, taint_value
+from llmtrain.controller.podfailure import PREFLIGHT_EXIT_CODE, classify, failure_of, xid_of
 from llmtrain.status import Reason
 
 PTJ_UID = "ptj-uid"
@@ -157,6 +149,40 @@ def test_a_pod_the_pod_gc_failed_because_its_node_was_deleted_names_the_node():
     assert f["message"] == "PodGC: node no longer exists"
     running = {**pod, "status": {**pod["status"], "phase": "Running"}}  # a disruption not carried out yet
     assert failure_of(running) is None
+
+
+def test_a_pod_evicted_from_a_not_ready_node_is_a_failure_on_that_node():
+    """The taint-eviction controller (a NotReady or unreachable node's NoExecute taint) marks the pod
+    DisruptionTarget/DeletionByTaintManager while it still runs, then deletes it; the training-
+    operator fails the attempt on the deleted pod. Found by the random faults (seed 7, a NotReady
+    kwok-cpu-1): unrecognized, the operator waited 5 s for a failure that never came and named no
+    node. It counts at once, and also once its killed container reports exit 137 on the way out
+    (not a bystander of the gang's teardown: the eviction came first)."""
+    evicted = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "DeletionByTaintManager",
+        "message": "Taint manager: deleting due to NoExecute taint",
+    }
+    running = {
+        **_pod(node="kwok-cpu-1"),
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}, evicted],
+            "containerStatuses": [{"name": "pytorch", "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}],
+        },
+    }
+    f = failure_of(running)
+    assert f is not None and f["node"] == "kwok-cpu-1" and f["reason"] == "DeletionByTaintManager"
+    assert f["message"] == "Taint manager: deleting due to NoExecute taint"
+    killed = _pod(node="kwok-cpu-1", exit_code=137, deleting=True)
+    assert failure_of(killed) is None  # the gang's teardown: a bystander
+    killed["status"]["conditions"] = [evicted]
+    assert failure_of(killed)["reason"] == "DeletionByTaintManager"
+    # other disruptions of a running pod are not the node's: a preemption, a drain's eviction
+    for reason in ("PreemptionByScheduler", "EvictionByEvictionAPI"):
+        other = {**running, "status": {**running["status"], "conditions": [{**evicted, "reason": reason}]}}
+        assert failure_of(other) is None, reason
 
 
 def test_bad_nodes_are_recorded_once_per_node_and_attempt_and_bounded():
@@ -354,9 +380,9 @@ def test_ranks_that_only_lost_a_peer_are_not_blamed_beside_the_one_that_failed()
         "message": "DistBackendError: NCCL error: remote process exited or there was a network error",
     }
     reset = {"node": "c", "pod": "p2", "reason": "exit 1", "message": "gloo: Connection reset by peer"}
-    assert nodes.culprits([victim, culprit, reset]) == [culprit]
+    assert podfailure.culprits([victim, culprit, reset]) == [culprit]
     # only victims: nobody else to blame, so they are what is known
-    assert nodes.culprits([victim, reset]) == [victim, reset]
+    assert podfailure.culprits([victim, reset]) == [victim, reset]
 
 
 def test_a_stuck_attempt_plans_avoidance_again_against_the_nodes_ready_now():
@@ -391,6 +417,6 @@ def test_a_pod_whose_peer_spent_its_in_place_restarts_is_not_blamed():
     fa, fb = failure_of(a), failure_of(b)
     assert fa is not None and fb is not None
     assert "Signal 9 (SIGKILL)" in fa["message"] and fb["message"].endswith("RendezvousClosedError")
-    assert nodes.culprits([fb, fa]) == [fa]
+    assert podfailure.culprits([fb, fa]) == [fa]
     failed = forensics.failed_attempt((fb, fa), "PyTorchJob job-a1 is failed", 0)
     assert [f["node"] for f in failed.blamed] == ["node-a"] and failed.spend

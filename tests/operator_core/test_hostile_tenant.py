@@ -235,54 +235,54 @@ def _best_of(fn, n: int = 5) -> float:
 
 @pytest.mark.parametrize("kind", list(HOSTILE_MESSAGES))
 def test_classifying_a_hostile_termination_message_takes_milliseconds(kind):
-    from llmtrain.controller import nodes
+    from llmtrain.controller import podfailure
 
     message = HOSTILE_MESSAGES[kind]
     if kind == "xid spaces 4k" and not _linear_xid():
         pytest.fail("the XID pattern backtracks (minutes on this input): not run")
-    took = _best_of(lambda: nodes.failure_of(_failed_pod(message)))
+    took = _best_of(lambda: podfailure.failure_of(_failed_pod(message)))
     # Each pattern is linear: the whole classification of 4 KiB is well under a millisecond on a
     # quiet machine; 5 ms leaves room for a loaded one, and is ~1000x under what the defect took.
     assert took < 0.005, (kind, took)
 
 
 def _linear_xid() -> bool:
-    from llmtrain.controller import nodes
+    from llmtrain.controller import podfailure
 
     # ~50 ms of CPU with the cubic pattern, microseconds without
-    return _best_of(lambda: nodes.xid_of("xid" + " " * 300 + "!"), n=3) < 0.02
+    return _best_of(lambda: podfailure.xid_of("xid" + " " * 300 + "!"), n=3) < 0.02
 
 
 def test_a_termination_message_is_cut_before_any_pattern_runs():
-    from llmtrain.controller import nodes
+    from llmtrain.controller import podfailure
 
     # Through the API a pod status has no 4 KiB limit: 8 MiB of it costs the same as 4 KiB.
     huge = "NCCL " + "a" * (8 * MiB)
-    took = _best_of(lambda: nodes.failure_of(_failed_pod(huge)))
-    f = nodes.failure_of(_failed_pod(huge))
+    took = _best_of(lambda: podfailure.failure_of(_failed_pod(huge)))
+    f = podfailure.failure_of(_failed_pod(huge))
     assert len(f["message"]) <= 4096 and f["reason"] == "NCCL error"
     assert took < 0.02, took
 
 
 def test_a_pod_no_pytorchjob_controls_is_no_failure():
     """Labels are anyone's: a hand-made pod with a worker's labels names no node and no reason."""
-    from llmtrain.controller import nodes
+    from llmtrain.controller import nodes, podfailure
 
-    assert nodes.failure_of(_failed_pod("NVRM: Xid (PCI:0000:53:00): 79", owned=False)) is None
+    assert podfailure.failure_of(_failed_pod("NVRM: Xid (PCI:0000:53:00): 79", owned=False)) is None
     assert nodes.pod_failed(_failed_pod("x", owned=False)) is False
-    assert nodes.failure_of(_failed_pod("NVRM: Xid (PCI:0000:53:00): 79"))["xid"] == 79
+    assert podfailure.failure_of(_failed_pod("NVRM: Xid (PCI:0000:53:00): 79"))["xid"] == 79
 
 
 def test_an_attempts_failures_are_only_those_of_its_own_pytorchjobs_pods():
     """A PyTorchJob a tenant makes (with our labels) for pods of their own does not feed another
     attempt's forensics: failures are read by the attempt's PyTorchJob uid."""
-    from llmtrain.controller import nodes
+    from llmtrain.controller import nodes, podfailure
 
     seen = nodes.PodFailures()
     theirs = _failed_pod("boom", name="fake-pod", node="victim-node")
     theirs["metadata"]["ownerReferences"] = [{**PTJ_REF, "uid": "their-own-ptj"}]
-    seen.remember("ns", "j", "1", nodes.raw_failure(theirs))
-    seen.remember("ns", "j", "1", nodes.raw_failure(_failed_pod("boom")))
+    seen.remember("ns", "j", "1", podfailure.raw_failure(theirs))
+    seen.remember("ns", "j", "1", podfailure.raw_failure(_failed_pod("boom")))
     assert [f["node"] for f in seen.failures("ns", "j", 1, owner="ptj-uid")] == ["n1"]
 
 
@@ -453,7 +453,7 @@ def test_a_preflight_verdict_blames_only_nodes_the_attempts_pods_ran_on(monkeypa
     attempt's pods ran (another tenant's) is not blamed, avoided or tainted."""
     import json
 
-    from llmtrain.controller import forensics, nodes
+    from llmtrain.controller import forensics, nodes, podfailure
     from llmtrain.render import PREFLIGHT_EXIT_CODE
 
     verdict = {
@@ -471,7 +471,9 @@ def test_a_preflight_verdict_blames_only_nodes_the_attempts_pods_ran_on(monkeypa
             "ns",
             "j",
             "1",
-            nodes.raw_failure(_failed_pod(json.dumps(verdict), node=node, name=pod, exit_code=PREFLIGHT_EXIT_CODE)),
+            podfailure.raw_failure(
+                _failed_pod(json.dumps(verdict), node=node, name=pod, exit_code=PREFLIGHT_EXIT_CODE)
+            ),
         )
     seen = tuple(watched.wait_for_failures("ns", "j", 1, owner="ptj-uid"))
     failed = forensics.failed_attempt(seen, "", 0, frozenset(watched.attempt_nodes("ns", "j", 1, "ptj-uid")))
@@ -729,7 +731,7 @@ def test_a_malformed_preflight_verdict_is_ignored_with_a_warning_not_a_crash_loo
     the restart posts as a Warning event) and the failure is an ordinary one."""
     import json
 
-    from llmtrain.controller import forensics, nodes, preflight
+    from llmtrain.controller import forensics, nodes, podfailure, preflight
     from llmtrain.render import PREFLIGHT_EXIT_CODE
 
     for bad in (
@@ -746,7 +748,7 @@ def test_a_malformed_preflight_verdict_is_ignored_with_a_warning_not_a_crash_loo
             "ns",
             "j",
             "1",
-            nodes.raw_failure(_failed_pod(json.dumps(verdict), node="n1", exit_code=PREFLIGHT_EXIT_CODE)),
+            podfailure.raw_failure(_failed_pod(json.dumps(verdict), node="n1", exit_code=PREFLIGHT_EXIT_CODE)),
         )
         failed = forensics.failed_attempt(tuple(watched.wait_for_failures("ns", "j", 1, owner="ptj-uid")), "", 0)
         assert failed.reason == "Failed" and failed.verdict is None, bad

@@ -188,10 +188,10 @@ def test_preflight_exit_code_has_one_definition_that_both_sides_import():
             if any(isinstance(t, ast.Name) and t.id == "PREFLIGHT_EXIT_CODE" for t in targets):
                 defined_in.append(str(path.relative_to(root)))
     assert defined_in == ["operator/llmtrain/render.py"]
-    from llmtrain.controller import nodes
+    from llmtrain.controller import podfailure
     from llmtrain.render import PREFLIGHT_EXIT_CODE
 
-    assert nodes.PREFLIGHT_EXIT_CODE is PREFLIGHT_EXIT_CODE
+    assert podfailure.PREFLIGHT_EXIT_CODE is PREFLIGHT_EXIT_CODE
 
 
 def test_termination_message_fits_the_kubelet_limit_and_keeps_the_suspects():

@@ -1,5 +1,5 @@
 """What a failed or stuck attempt leaves behind, folded into the restart that follows it. Pure: the
-pod failures (nodes.py, caught by the pod watch) and the Ready nodes come in the snapshot.
+pod failures (podfailure.py, caught by the pod watch in nodes.py) and the Ready nodes come in the snapshot.
 
 - `failed_attempt`: the PyTorchJob of an attempt turned Failed. Tells a failed preflight
   (preflight.py) from a training failure: the restart's reason, message, whether it spends the
@@ -19,7 +19,7 @@ from ..catalog import instance_type
 from ..render import flight_recorder_location
 from ..spec import LLMTrainingJobSpec
 from ..status import DUMPS, Phase, Reason
-from . import nodes, preflight
+from . import nodes, podfailure, preflight
 
 
 def flight_recorder_status(spec: LLMTrainingJobSpec | None, attempt: int, reason: Reason) -> dict | None:
@@ -66,13 +66,13 @@ def failed_attempt(
         message = preflight.message(verdict, [b["node"] for b in blamed])
         spend = preflight_failures >= preflight.MAX_FREE_RETRIES
     else:
-        blamed, reason, spend = nodes.culprits(seen), Reason.FAILED, True
+        blamed, reason, spend = podfailure.culprits(seen), Reason.FAILED, True
         message = ptj_message
         if seen:
             message += "; " + ", ".join(f"pod {f['pod']} on node {f['node']}: {f['reason']}" for f in seen[:3])
     if ignored:  # said in the restart's Warning event and status.message, never raised
         message += f"; preflight verdict ignored ({ignored[0]})"
-    timeout = any(nodes.is_collective_timeout(f.get("message")) for f in seen) or nodes.is_collective_timeout(
+    timeout = any(podfailure.is_collective_timeout(f.get("message")) for f in seen) or podfailure.is_collective_timeout(
         ptj_message
     )
     return FailedAttempt(reason, message, spend, tuple(blamed), verdict, timeout)

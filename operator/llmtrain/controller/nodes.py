@@ -1,22 +1,26 @@
-"""Failure forensics and bad-node avoidance: which node a failed worker pod ran on and why, and
-which nodes the next attempt keeps away from.
+"""Bad-node avoidance from what the pod watch saw: which node each failed worker pod ran on, and
+which nodes the next attempt keeps away from. What a failed pod says (its reason, whether it
+failed by itself, whether it only lost its peer) is podfailure.py's; here are the node verdicts
+made from it and the watch that catches it.
 
-Why here and not from the PyTorchJob: Kubeflow's training-operator deletes every pod of a failed
-job at once (cleanPodPolicy), and its Failed condition only says "replica worker failed". The pod's
-own terminated state (exit code, OOMKilled, the termination message with the NCCL/EFA/XID text)
-lives for milliseconds. So a pod watch handler (`pod_event`, on the event loop) copies each failure
-into the operator's `PodFailures` the moment it is seen, and the restart that the PyTorchJob's Failed condition
-calls for (decide.attempt_failed, with forensics.py) folds them into its own conditional status
-write:
+Why from the pods and not from the PyTorchJob: Kubeflow's training-operator deletes every pod of a
+failed job at once (cleanPodPolicy), and its Failed condition only says "replica worker failed".
+The pod's own terminated state (exit code, OOMKilled, the termination message with the
+NCCL/EFA/XID text) lives for milliseconds. So a pod watch handler (`pod_event`, on the event loop)
+copies each failure into the operator's `PodFailures` the moment it is seen, and the restart that
+the PyTorchJob's Failed condition calls for (decide.attempt_failed, with forensics.py) folds them
+into its own conditional status write:
 
   status.badNodes    the last MAX_BAD_NODES failures: [{node, reason, attempt, pod, exitCode, time}]
+                     (`record`)
   status.avoidNodes  what the next attempt's pods get as required node anti-affinity
-                     (kubernetes.io/hostname NotIn [...], render.py)
+                     (kubernetes.io/hostname NotIn [...], render.py; `plan_avoidance`)
 
 Avoidance never makes a job unschedulable: a node is only avoided while enough other Ready,
 schedulable nodes of the instance type remain for the job (`plan_avoidance`); otherwise the message
 says which nodes were kept in play and why. Bystanders are not blamed: a pod that was already being
-deleted when its container ended (the training-operator killing the rest of the gang) is skipped.
+deleted when its container ended (the training-operator killing the rest of the gang) is skipped
+(podfailure.raw_failure).
 
 Optionally (operator flag --suspect-taint-fraction, chart value suspectNodeTaint) a bad node also
 gets the taint `llmtrain.dev/suspect=<reason>:NoSchedule` so other jobs avoid it too, never on more
@@ -31,13 +35,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ..render import ATTEMPT_LABEL, JOB_LABEL, PREFLIGHT_EXIT_CODE
-from .status import owner_uid
+from ..render import ATTEMPT_LABEL, JOB_LABEL
+from .podfailure import classified, raw_failure
 
 # the cluster's nodes (API calls) live in taints.py; importable from here as before
 from .taints import (  # noqa: F401 - re-exported for existing importers
@@ -55,169 +58,8 @@ from .taints import (  # noqa: F401 - re-exported for existing importers
 
 log = logging.getLogger("llmtrain.operator.nodes")
 
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 MAX_BAD_NODES = 20  # status.badNodes keeps the newest this many
 MESSAGE_CHARS = 240  # of a termination message, in status and events
-
-# Every pattern here runs on a termination message the tenant's container wrote. So each is linear
-# in its input: possessive quantifiers (`*+`) never give back whitespace to a later quantifier, and
-# every gap (`[^)]`, `[^\n]`) has a bound; the message is cut to MAX_MESSAGE_CHARS before any of
-# them runs (the kubelet's own limit is 4 KiB; a pod status written through the API has none).
-# (The old XID pattern backtracked cubically: "xid" + 4,000 spaces took minutes.)
-MAX_MESSAGE_CHARS = 4096
-# "NVRM: Xid (PCI:0000:53:00): 79, pid=1234, GPU has fallen off the bus" (the kernel log line a
-# failing GPU leaves, which torch/NCCL error text or a log-tailing entrypoint may carry) or "XID 48".
-_XID = re.compile(r"\bxid\b\s*+(?:\([^)]{0,40}\)\s*+)?(?:[:=]\s*+)?(\d{1,3})\b", re.IGNORECASE)
-_NCCL = re.compile(r"nccl|watchdog caught collective operation timeout|ProcessGroupNCCL", re.IGNORECASE)
-_EFA = re.compile(r"\befa\b|libfabric|\bfi_[a-z_]|FI_EFA|rdma", re.IGNORECASE)
-# A rank that only lost its peer says so: blaming its node too would empty a cluster one gang at a time.
-# So does a pod whose torchrun was restarting in place when another pod's torchrun, its own in-place
-# restarts spent, gave up and closed the rendezvous: its agent fails to rejoin with
-# RendezvousClosedError (llmtrain never reuses a rendezvous id, so a closed one was closed by a peer).
-_REMOTE = (
-    "remote process exited",
-    "ncclremoteerror",
-    "connection reset by peer",
-    "connection closed by peer",
-    "connection closed by remote peer",
-    "rendezvousclosederror",
-)
-_TIMEOUT_MS = re.compile(r"timeout\(ms\)=\d", re.IGNORECASE)
-_TIMED_OUT = ("timeout", "time out", "timedout", "timed out")
-
-
-def _on_one_line(text: str, first: str, then: tuple[str, ...]) -> bool:
-    """`first.*(then[0]|then[1]|...)` within one line of (lower-case) `text`, by substring search:
-    linear, where the regex's `.*` was quadratic in the number of `first`s."""
-    start = text.find(first)
-    while start >= 0:
-        end = text.find("\n", start)
-        rest = text[start + len(first) : end if end >= 0 else len(text)]
-        if any(t in rest for t in then):
-            return True
-        if end < 0:
-            return False
-        start = text.find(first, end)
-    return False
-
-
-def _is_remote(text: str) -> bool:
-    low = text.lower()
-    return any(r in low for r in _REMOTE) or _on_one_line(low, "peer ", (" closed",))
-
-
-def _head(text: str | None) -> str:
-    return (text or "")[:MAX_MESSAGE_CHARS]
-
-
-def xid_of(text: str | None) -> int | None:
-    """The NVIDIA XID error number in `text`, if it names one."""
-    m = _XID.search(_head(text))
-    return int(m.group(1)) if m else None
-
-
-def is_collective_timeout(text: str | None) -> bool:
-    low = _head(text).lower()
-    return (
-        "collective operation timeout" in low
-        or bool(_TIMEOUT_MS.search(low))
-        or _on_one_line(low, "watchdog", _TIMED_OUT)
-        or _on_one_line(low, "nccl", ("timeout",))
-    )
-
-
-def classify(exit_code: int | None, k8s_reason: str | None, message: str | None) -> str:
-    """One short reason for a failed worker container, most specific first: an XID names the GPU's
-    own fault; OOMKilled is the kernel's; NCCL/EFA text says the network path; else the exit code."""
-    message = _head(message)
-    xid = xid_of(message)
-    if xid is not None:
-        return f"XID {xid}"
-    if k8s_reason == "OOMKilled":
-        return "OOMKilled"
-    if exit_code == PREFLIGHT_EXIT_CODE:
-        return "preflight"
-    if message and is_collective_timeout(message):
-        return "NCCL collective timeout"
-    if message and _EFA.search(message):
-        return "EFA error"
-    if message and _NCCL.search(message):
-        return "NCCL error"
-    if k8s_reason and k8s_reason not in ("Error", "Completed"):
-        return k8s_reason if exit_code in (None, 0) else f"{k8s_reason} (exit {exit_code})"
-    return f"exit {exit_code}" if exit_code is not None else "failed"
-
-
-def raw_failure(pod: dict) -> dict | None:
-    """What a failed worker pod says about its node, unclassified (no pattern runs: this is what the
-    pod watch does on the event loop), or None if it did not fail (or was a bystander killed by the
-    gang's teardown, or never ran on a node, or is not a pod of a PyTorchJob). Pod as the API
-    returns it (camelCase)."""
-    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
-    node = spec.get("nodeName")
-    owner = owner_uid(pod)
-    if not node or not owner:
-        return None
-    term = None
-    for c in status.get("containerStatuses") or []:
-        t = (c.get("state") or {}).get("terminated")
-        if t and t.get("exitCode") not in (None, 0):
-            term = t
-            break
-    if term is None:  # Evicted and such say why in status.reason; the pod GC (node deleted) in a condition
-        why = (
-            [status]
-            if status.get("reason")
-            else [
-                c
-                for c in status.get("conditions") or []
-                if c.get("type") == "DisruptionTarget" and c.get("status") == "True" and c.get("reason")
-            ]
-        )
-        if status.get("phase") != "Failed" or not why:
-            return None
-        term = {"reason": why[0].get("reason"), "message": why[0].get("message")}
-    elif meta.get("deletionTimestamp"):
-        return None  # killed by the teardown of the gang, not failed by itself
-    exit_code = term.get("exitCode")
-    out = {
-        "node": str(node)[:253],
-        "pod": meta.get("name"),
-        "owner": owner,
-        "exitCode": exit_code if isinstance(exit_code, int) else None,
-        "k8sReason": str(term.get("reason") or "")[:128] or None,
-        "finishedAt": term.get("finishedAt"),
-    }
-    message = _head(term.get("message") if isinstance(term.get("message"), str) else "").strip()
-    if message:
-        out["message"] = message
-    return out
-
-
-def classified(raw: dict) -> dict:
-    """A raw failure with its reason (and XID): the patterns run here, on a handler thread."""
-    if "reason" in raw:
-        return raw
-    out = {k: v for k, v in raw.items() if k != "k8sReason"}
-    out["reason"] = classify(raw.get("exitCode"), raw.get("k8sReason"), raw.get("message"))
-    xid = xid_of(raw.get("message"))
-    if xid is not None:
-        out["xid"] = xid
-    return out
-
-
-def failure_of(pod: dict) -> dict | None:
-    """`raw_failure`, classified."""
-    raw = raw_failure(pod)
-    return classified(raw) if raw is not None else None
-
-
-def culprits(failures: list[dict]) -> list[dict]:
-    """The failures to blame nodes for: when some pods failed on their own and others only report
-    that a peer went away (NCCL 'remote process exited', 'Connection reset by peer'), the latter are
-    victims of the former and their nodes are left alone."""
-    own = [f for f in failures if not _is_remote(_head(f.get("message")))]
-    return own or list(failures)
 
 
 def record(
