@@ -187,6 +187,9 @@ def cli_md() -> str:
 def _families(registry) -> list[tuple[str, str, str, list[str]]]:
     out = []
     for collector in list(registry._collector_to_names):  # the declared metrics, children or not
+        if hasattr(collector, "families"):  # a custom collector (controller/metrics.py JobGoodput)
+            out += collector.families()
+            continue
         kind = collector._type
         suffix = {"counter": "_total"}.get(kind, "")
         out.append((collector._name + suffix, kind, collector._documentation, list(collector._labelnames)))
