@@ -36,8 +36,8 @@ class JobGoodput(Collector):
 
     A collector rather than two Gauges: a Gauge validates its label names again for every new child,
     and these are 8 per job, so the first reconcile of each job in a process (every job, after a
-    restart or failover) spent 0.6 ms of CPU in prometheus_client, 40% of re-adopting it; removing a
-    deleted job's series scanned every job's."""
+    restart or failover) spent 0.17 ms of CPU in prometheus_client, and removing a deleted job's
+    series scanned every job's: 27 s of CPU to delete 1,000 jobs. Now 7 µs and 10 µs a job."""
 
     FAMILIES = (
         (
