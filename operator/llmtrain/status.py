@@ -9,8 +9,9 @@ the two vocabularies every part of the operator shares:
   `status.flightRecorder.reason` spell a reason in words (`Reason.words`: `StartupTimeout` →
   `startup-timeout`), as they always did.
 
-Only `controller/decide.py` sets phase, attempt, restarts, reason and conditions. Reading is lenient
-(`parse`): an object written by an older operator (or with fields a newer one added) still reads.
+Only the decide step (`controller/decide.py` and its `situations_*.py`) sets phase, attempt, restarts,
+reason and conditions. Reading is lenient (`parse`): an object written by an older operator (or with
+fields a newer one added) still reads.
 """
 
 from __future__ import annotations
