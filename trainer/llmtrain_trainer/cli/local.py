@@ -283,6 +283,11 @@ def run_local(
         env["LLMTRAIN_METRICS_PORT"] = str(metrics_port)
     # node-local staging, as a pod's volume: the in-place restart ledger and S3 checkpoint shards
     env.setdefault("LLMTRAIN_CHECKPOINT_STAGING", str(work / "staging"))
+    # Each run is a new attempt, as a pod's emptyDir is: an earlier run's ledgers in the same
+    # --workdir would otherwise read as this attempt's (same job, attempt 0) and its resume as a
+    # restart in place.
+    for old in Path(env["LLMTRAIN_CHECKPOINT_STAGING"]).glob("inplace-ledger-r*.json"):
+        old.unlink(missing_ok=True)
 
     with contextlib.ExitStack() as stack:
         backend = spec.rendezvous.backend
