@@ -36,6 +36,7 @@ from torch.distributed.elastic.utils.distributed import get_free_port as free_po
 
 from ..config import dumps, load_job_file
 from ..launch import torchrun_command, torchrun_env
+from ..metrics.restarts import clear_ledgers
 
 
 def _etcd_binary() -> str:
@@ -286,8 +287,7 @@ def run_local(
     # Each run is a new attempt, as a pod's emptyDir is: an earlier run's ledgers in the same
     # --workdir would otherwise read as this attempt's (same job, attempt 0) and its resume as a
     # restart in place.
-    for old in Path(env["LLMTRAIN_CHECKPOINT_STAGING"]).glob("inplace-ledger-r*.json"):
-        old.unlink(missing_ok=True)
+    clear_ledgers(env["LLMTRAIN_CHECKPOINT_STAGING"])
 
     with contextlib.ExitStack() as stack:
         backend = spec.rendezvous.backend

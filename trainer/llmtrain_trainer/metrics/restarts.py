@@ -27,6 +27,8 @@ less its data wait (counted as data wait), is lost work.
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
 import logging
 import os
@@ -62,8 +64,19 @@ class Ledger:
         return max(0, self.processes - 1)
 
 
+LEDGER_FILE = "inplace-ledger-r{rank}.json"  # one per local rank, on the staging volume
+
+
 def ledger_path(staging: str, local_rank: int) -> str:
-    return os.path.join(staging, f"inplace-ledger-r{int(local_rank)}.json")
+    return os.path.join(staging, LEDGER_FILE.format(rank=int(local_rank)))
+
+
+def clear_ledgers(staging: str) -> None:
+    """Remove every local rank's ledger under `staging`: a new attempt on a staging directory that
+    outlived the last one (`llmtrain local`'s --workdir; a pod's emptyDir never does)."""
+    for path in glob.glob(os.path.join(glob.escape(staging), LEDGER_FILE.format(rank="*"))):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 def read_ledger(path: str, run_id: str, attempt: int) -> dict | None:
