@@ -49,7 +49,12 @@ from pathlib import Path
 
 from chainbench import PTJ, REPO, OperatorProcess, exit_on_sigterm, percentile, print_operator_log_tail, wait_for
 
-CRD_FILE = "llmtrain.dev_llmtrainingjobs.yaml"  # under charts/llmtrain-operator/crds/ of a tree
+
+def crd_path(tree: Path) -> Path:
+    """The LLMTrainingJob CRD a checkout's chart installs: each commit's operator runs on its own."""
+    return tree / "charts" / "llmtrain-operator" / "crds" / "llmtrain.dev_llmtrainingjobs.yaml"
+
+
 SPEC = {
     "model": {"preset": "tiny"},
     "data": {"seqLen": 64},
@@ -462,9 +467,7 @@ def run_chain(a: argparse.Namespace, workdir: Path) -> dict:
             rec = Recorder(api, ns)
             op = None
             if tree is not None:
-                cluster.install_crds(
-                    [tree / "charts" / "llmtrain-operator" / "crds" / "llmtrain.dev_llmtrainingjobs.yaml"]
-                )
+                cluster.install_crds([crd_path(tree)])
                 op = run.start_operator(ns, ["--progress-interval", "3600"], tree)
                 cpu_before = op.usage()[1]
                 objs = {
@@ -695,7 +698,7 @@ def main(argv=None) -> int:
             cluster = DevCluster(workdir / "cluster")
             cluster.up(install_project_crd=a.operator_tree is None)
             if a.operator_tree is not None:  # that tree's own CRD, as its users install it
-                cluster.install_crds([a.operator_tree / "charts" / "llmtrain-operator" / "crds" / CRD_FILE])
+                cluster.install_crds([crd_path(a.operator_tree)])
             kubeconfig = cluster.kubeconfig
         else:
             kubeconfig = a.kubeconfig
