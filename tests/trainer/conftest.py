@@ -1,7 +1,7 @@
 """Fixtures for the trainer tests: real torchrun workers (gloo, CPU), real etcd, a real S3 API (moto).
 
-- `corpus` (session): token shards prepared by `llmtrain prepare`'s code from this repository's
-  trainer sources (real text, byte-level), small shards so several files and chunks are involved.
+- `corpus` (session): token shards prepared by `llmtrain prepare`'s code from a fixed, seeded
+  text (`fixed_corpus_text`; byte-level), small shards so several files and chunks are involved.
 - `base_spec()`: the tiny job every multi-process test runs; the variations the tests apply
   (strategy, activation checkpointing, checkpoint location, process count) don't change the
   numerics, so all of them are compared against one single-process reference trajectory.
@@ -66,14 +66,34 @@ def base_spec(**over) -> dict:
     return copy.deepcopy(spec)
 
 
+def fixed_corpus_text(n_docs: int = 90, seed: int = 0) -> list[str]:
+    """Documents of Zipf-distributed made-up words in sentences and lines, the same on every machine
+    and every commit. The corpus must not change with the repository: the tests compare trajectories
+    (bf16 against fp32 within bf16's precision), and a corpus built from the trainer's own sources
+    made that margin move with every unrelated edit to them."""
+    import random
+
+    rng = random.Random(seed)
+    syll = "ka to ri mon el sa the an ver di lo qu is ne or pa st ing ed un re al co mi".split()
+    words = ["".join(rng.choice(syll) for _ in range(rng.randint(1, 4))) for _ in range(3000)]
+    weights = [1 / (r + 1) for r in range(len(words))]
+    docs = []
+    for _ in range(n_docs):
+        lines = []
+        for _ in range(rng.randint(20, 90)):
+            ws = rng.choices(words, weights, k=rng.randint(3, 14))
+            lines.append(" ".join(ws).capitalize() + rng.choice([".", ".", ",", ":", "?"]))
+        docs.append("\n".join(lines) + "\n")
+    return docs
+
+
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory) -> str:
     from llmtrain_trainer.data.prepare import prepare
 
     src = tmp_path_factory.mktemp("text")
-    pkg = REPO / "trainer" / "llmtrain_trainer"
-    for f in sorted(pkg.rglob("*.py")):
-        (src / ("-".join(f.relative_to(pkg).with_suffix("").parts) + ".txt")).write_text(f.read_text())
+    for i, doc in enumerate(fixed_corpus_text()):
+        (src / f"doc-{i:03d}.txt").write_text(doc)
     out = tmp_path_factory.mktemp("tokens")
     prepare([str(src)], str(out), shard_tokens=20_000)
     return str(out)
