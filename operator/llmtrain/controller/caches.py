@@ -16,7 +16,7 @@ from collections import OrderedDict
 from ..render import JOB_LABEL
 from ..spec import LLMTrainingJobSpec
 from ..status import Phase
-from ..validation import InvalidJob, validate
+from ..validation import InvalidJob, Policy, validate
 from .status import Progress
 from .workqueue import newer
 
@@ -128,35 +128,39 @@ class ProgressFacts:
 
 
 class SpecCache:
-    """Each job generation's spec, validated and resolved once (per uid and generation: a spec
-    never changes without a new generation)."""
+    """Each job's spec, validated and resolved once per generation (a spec never changes without a
+    new generation), keyed by uid: a deleted job's entry goes in O(1). The admission policy is the
+    process's (its environment, read once when the operator starts)."""
 
     LIMIT = 20000
 
-    def __init__(self, default_etcd_endpoint: str | None):
+    def __init__(self, default_etcd_endpoint: str | None, policy: Policy | None = None):
         self._etcd = default_etcd_endpoint
+        self._policy = policy if policy is not None else Policy.from_env()
         self._lock = threading.Lock()
-        self._specs: OrderedDict[tuple, tuple[LLMTrainingJobSpec | None, str | None]] = OrderedDict()
+        # uid → ((generation, name), (spec, error))
+        self._specs: OrderedDict[str, tuple[tuple, tuple[LLMTrainingJobSpec | None, str | None]]] = OrderedDict()
 
     def resolve(
         self, uid: str, generation: int | None, name: str, raw: dict
     ) -> tuple[LLMTrainingJobSpec | None, str | None]:
-        key = (uid, generation, name)
+        version = (generation, name)
         with self._lock:
-            if key in self._specs:
-                self._specs.move_to_end(key)
-                return self._specs[key]
+            hit = self._specs.get(uid)
+            if hit is not None and hit[0] == version:
+                self._specs.move_to_end(uid)
+                return hit[1]
         try:
-            found: tuple = (validate(raw, name, self._etcd), None)
+            found: tuple = (validate(raw, name, self._etcd, self._policy), None)
         except InvalidJob as err:
             found = (None, str(err))
         with self._lock:
-            self._specs[key] = found
+            self._specs[uid] = (version, found)
+            self._specs.move_to_end(uid)
             while len(self._specs) > self.LIMIT:
                 self._specs.popitem(last=False)
         return found
 
     def forget(self, uid: str | None) -> None:
         with self._lock:
-            for key in [k for k in self._specs if k[0] == uid]:
-                del self._specs[key]
+            self._specs.pop(uid or "", None)

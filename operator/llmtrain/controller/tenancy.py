@@ -4,30 +4,53 @@ Secret with its namespace's etcd credentials.
 
 Both are only ever created, never read: the operator cannot read tenants' Secrets (no `get`).
 An object already there (an operator restart, a retried attempt) is left as it is; if a tenant
-put something else under that name in its own namespace, only its own job suffers."""
+put something else under that name in its own namespace, only its own job suffers.
+
+Both features are off by default, and their client code is heavy to import (the networking API's
+generated models, cryptography: 0.3 s of CPU at every operator start). `warm(cfg)` imports what the
+configured features need at start, so the first job does not wait for it, and nothing else."""
 
 from __future__ import annotations
 
+import importlib
 from functools import cache
+from typing import TYPE_CHECKING
 
-from kubernetes.client.api.networking_v1_api import NetworkingV1Api
 from kubernetes.client.exceptions import ApiException
 
-from .. import rendezvous_auth
 from ..render import render_networkpolicy, render_rendezvous_secret, uses_operator_etcd
 from ..spec import LLMTrainingJobSpec
 from . import kube
 from .config import OperatorConfig
 
+if TYPE_CHECKING:
+    from .. import rendezvous_auth
+
+
+def warm(cfg: OperatorConfig) -> None:
+    """Import the client code of the features `cfg` turns on."""
+    if cfg.job_network_policy:
+        _networking()
+    if cfg.rendezvous_ca_dir:
+        _auth()
+
+
+def _networking():
+    return importlib.import_module("kubernetes.client.api.networking_v1_api")
+
+
+def _auth():
+    return importlib.import_module("llmtrain.rendezvous_auth")
+
 
 @cache
 def _ca(ca_dir: str) -> rendezvous_auth.CertificateAuthority:
-    return rendezvous_auth.CertificateAuthority.from_dir(ca_dir)
+    return _auth().CertificateAuthority.from_dir(ca_dir)
 
 
 @cache
 def _admin(endpoint: str, ca_dir: str) -> rendezvous_auth.EtcdAdmin:
-    admin = rendezvous_auth.EtcdAdmin(endpoint, _ca(ca_dir))
+    admin = _auth().EtcdAdmin(endpoint, _ca(ca_dir))
     admin.bootstrap()
     return admin
 
@@ -35,7 +58,8 @@ def _admin(endpoint: str, ca_dir: str) -> rendezvous_auth.EtcdAdmin:
 def create_networkpolicy(obj: dict) -> bool:
     """True if created, False if one of that name was there already."""
     try:
-        NetworkingV1Api(kube._client()).create_namespaced_network_policy(obj["metadata"]["namespace"], obj)
+        api = _networking().NetworkingV1Api(kube._client())
+        api.create_namespaced_network_policy(obj["metadata"]["namespace"], obj)
         return True
     except ApiException as err:
         if err.status != 409:
@@ -65,5 +89,5 @@ def prepare_attempt(
         admin = _admin(cfg.default_etcd_endpoint, cfg.rendezvous_ca_dir)
         admin.ensure_current()  # an etcd restarted without its data is set up (and wiped) again
         admin.ensure_namespace(ns)
-        creds = _ca(cfg.rendezvous_ca_dir).issue(rendezvous_auth.user_name(ns))
+        creds = _ca(cfg.rendezvous_ca_dir).issue(_auth().user_name(ns))
         create_secret(render_rendezvous_secret(name, ns, attempt, uid, creds))
