@@ -178,7 +178,8 @@ def raw_failure(pod: dict) -> dict | None:
         "k8sReason": str(term.get("reason") or "")[:128] or None,
         "finishedAt": term.get("finishedAt"),
     }
-    message = (term.get("message") if isinstance(term.get("message"), str) else "")[:MAX_MESSAGE_CHARS].strip()
+    text = term.get("message")
+    message = text[:MAX_MESSAGE_CHARS].strip() if isinstance(text, str) else ""
     if message:
         out["message"] = message
     return out
