@@ -82,8 +82,10 @@ class FakeConfigMaps:
         self.cm: dict | None = None
         self.rv = 0
         self.interloper: dict | None = None  # written by "someone else" right after our next read
+        self.reads = 0
 
     def get_configmap(self, namespace, name):
+        self.reads += 1
         out = json.loads(json.dumps(self.cm)) if self.cm else None
         if self.interloper is not None:
             self._store(self.interloper)
@@ -116,6 +118,9 @@ def test_writes_are_conditional_and_add_to_the_fresh_state():
     assert ledger.retire(_uid(_job("a", P5, 1, H, [_bad(1, "XID 79", 79)]), "u3"))
     assert ledger.of(P5) == {"a": (2, 2.0), "b": (0, 2.0)}
     assert not ledger.retire(_uid(_job("a", P5, 1, H, [_bad(1, "XID 79", 79)]), "u3"))  # counted already
+    # a job with nothing to add (never ran, no fault) costs no request
+    reads = api.reads
+    assert not ledger.retire(_uid(_job("a", P5, 1, 0), "u4")) and api.reads == reads
     # a restarted operator reads the same totals
     again = retired.RetiredJobs("llmtrain-system", "llmtrain-reliability", api, clock=lambda: T)
     assert again.of(P5) == {"a": (2, 2.0), "b": (0, 2.0)}

@@ -69,19 +69,28 @@ def parse(text: object) -> dict:
     return {"instances": instances, "uids": [u for u in uids if isinstance(u, str)][-MAX_UIDS:]}
 
 
-def fold(ledger: dict, job: dict, now: float) -> dict | None:
-    """`ledger` with the deleted `job`'s figures added, or None when there is nothing to add (no
-    instance type, nothing run and no fault, or its uid already counted). Pure."""
+def contribution(job: dict, now: float) -> tuple[str, str, str, int, float] | None:
+    """(uid, instance type, namespace, node faults, node-hours) of a deleted job, or None when it
+    has nothing to add (no uid or instance type, nothing run and no fault)."""
     meta, spec = job.get("metadata"), job.get("spec")
     cluster = spec.get("cluster") if isinstance(spec, dict) else None
     instance = cluster.get("instanceType") if isinstance(cluster, dict) else None
     uid = meta.get("uid") if isinstance(meta, dict) else None
-    if not isinstance(instance, str) or not isinstance(uid, str) or uid in ledger["uids"]:
+    if not isinstance(instance, str) or not isinstance(uid, str):
         return None
     rec = job_record(job, instance, now)
     if rec is None or (rec[1] == 0 and rec[2] <= 0):
         return None
-    namespace, failures, hours = rec
+    return uid, instance, *rec
+
+
+def fold(ledger: dict, job: dict, now: float) -> dict | None:
+    """`ledger` with the deleted `job`'s figures added, or None when there is nothing to add
+    (`contribution`) or its uid is counted already. Pure."""
+    got = contribution(job, now)
+    if got is None or got[0] in ledger["uids"]:
+        return None
+    uid, instance, namespace, failures, hours = got
     instances = {k: dict(v) for k, v in ledger["instances"].items()}
     per_ns = instances.setdefault(instance, {})
     if namespace not in per_ns and len(per_ns) >= MAX_NAMESPACES:
@@ -126,7 +135,10 @@ class RetiredJobs:
         return totals(ledger, instance)
 
     def retire(self, job: dict) -> bool:
-        """Add a deleted job; True if the ledger changed. Conditional writes, retried on conflict."""
+        """Add a deleted job; True if the ledger changed. Conditional writes, retried on conflict.
+        A job with nothing to add costs no request (most deleted jobs never ran on a node)."""
+        if contribution(job, self._clock()) is None:
+            return False
         for _ in range(ATTEMPTS):
             ledger, rv = self._read()
             new = fold(ledger, job, self._clock())
