@@ -83,8 +83,9 @@ def test_a_rank_that_raises_is_named_in_torchrun_s_summary_and_the_termination_m
     written = term.read_text() if term.exists() else ""
     message = written or _kubelet_tail(log)
     first = message.splitlines()[0]
-    assert first.startswith(f"{RC} rank ") and f"FileNotFoundError: {missing}" in first, message
-    assert f"FileNotFoundError: {missing}" in message.rstrip().splitlines()[-1], message  # the traceback's end
+    expected = f"FileNotFoundError: [Errno 2] No such file or directory: '{missing}/index.json'"
+    assert first.startswith(f"{RC} rank ") and first.endswith(f"): {expected}"), message
+    assert message.rstrip().splitlines()[-1] == expected, message  # the traceback's end
     assert len(message.encode()) <= TERMINATION_MESSAGE_BYTES
     failure = podfailure.failure_of(_pod(message, rc))
     assert failure is not None and failure["reason"] == "exit 1: FileNotFoundError"
