@@ -107,13 +107,18 @@ def test_the_signal_is_the_root_cause_and_a_closed_rendezvous_a_victim(tmp_path)
     victim = ProcessFailure(local_rank=0, pid=101, exitcode=1, error_file=lost)
     killed = ProcessFailure(local_rank=1, pid=102, exitcode=-9, error_file=str(tmp_path / "none.json"))
     assert victim.timestamp <= killed.timestamp
-    records = [failure_record(2, victim), failure_record(3, killed)]
+    stopped = ProcessFailure(local_rank=2, pid=103, exitcode=-15, error_file=str(tmp_path / "none.json"))
+    records = [failure_record(2, victim), failure_record(3, killed), failure_record(4, stopped)]
     a = root_cause_message(_written(tmp_path / "a.json", {"failures": records}))
     assert a is not None, a
-    assert a.splitlines()[:2] == [
+    assert a.splitlines()[:3] == [
         f"{RC} rank 3 (local 1): SIGKILL (signal 9)",
         "also rank 2 (local 0): RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer",
+        "also rank 4 (local 2): SIGTERM (signal 15)",
     ], a
+    # a rank torchrun's teardown stopped (SIGTERM) is a bystander: the rank that raised comes first
+    raised = root_cause_message(_written(tmp_path / "r.json", {"failures": [records[2], records[0]]}))
+    assert raised is not None and raised.startswith(f"{RC} rank 2 (local 0): RuntimeError"), raised
     try:
         raise RendezvousClosedError
     except RendezvousClosedError as err:
@@ -143,7 +148,8 @@ def test_the_termination_message_is_bounded_whatever_the_record_holds(tmp_path):
     assert lines[0].startswith(f"{RC} rank 0 (local 0): éé") and len(lines[0]) < 600
     assert lines[1].startswith("also rank 1 (local 1): éé") and len(lines[1]) < 230
     shown = [line for line in lines if line.startswith("also rank ")]
-    assert f"{render.ALSO_FAILED}s: {39 - len(shown)} more" in lines and message.endswith("end")  # the traceback's last line
+    assert f"{render.ALSO_FAILED}s: {39 - len(shown)} more" in lines
+    assert message.endswith("end")  # the traceback's last line
     path = tmp_path / "junk.json"
     for junk in (
         b"not json",

@@ -33,11 +33,11 @@ writes a failing rank's exception to the error file torchrun gives it; torchrun 
 llmtrain_trainer.torchrun, which on a failure writes every failed rank (exit code, signal, recorded
 exception), or its agent's own exception (such as `RendezvousClosedError`), to a file of this
 wrapper's. From it the wrapper writes the container's termination message (`root_cause_message`):
-llmtrain.render.ROOT_CAUSE and the root cause in one line, a rank killed by a signal first, the other
-failed ranks a line each, then the end of the root cause's traceback, within Kubernetes' 4 KiB.
-Without it the kubelet keeps the log's last 2 KiB (`FallbackToLogsOnError`), which with 8 ranks
-per pod is torchrun's summary alone: bare "exitcode: 1" lines that say neither which exception nor
-whether the rank only lost a peer.
+llmtrain.render.ROOT_CAUSE and the root cause in one line (a rank killed by a signal such as
+SIGKILL first, one that torchrun's teardown stopped last), the other failed ranks a line each, then
+the end of the root cause's traceback, within Kubernetes' 4 KiB. Without it the kubelet keeps the
+log's last 2 KiB (`FallbackToLogsOnError`), which with 8 ranks per pod is torchrun's summary alone:
+bare "exitcode: 1" lines that say neither which exception nor whether the rank only lost a peer.
 """
 
 from __future__ import annotations
@@ -162,6 +162,20 @@ def _what(failure: dict) -> str:
     return f"exit {code}" if isinstance(code, int) else "failed"
 
 
+# The signals torchrun's agent stops the other workers with (and the kubelet the pod): a rank they
+# killed is a bystander, never the root cause.
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+
+
+def _rank_of(exit_code: int) -> int:
+    """Which failure is the root cause, first to last: a rank killed by another signal (the kernel's
+    SIGKILL, a crash's SIGSEGV or SIGABRT: a peer's death never kills a rank so, the ranks that lost
+    it raise), then ranks that exited (an exception), then those stopped by STOP_SIGNALS."""
+    if exit_code >= 0:
+        return 1
+    return 2 if -exit_code in STOP_SIGNALS else 0
+
+
 def _failures(data: object) -> list[dict]:
     listed = data.get("failures") if isinstance(data, dict) else None
     out = []
@@ -175,9 +189,9 @@ def root_cause_message(failures_file: str, limit: int = TERMINATION_MESSAGE_BYTE
     """The termination message of a torchrun that failed, from what llmtrain_trainer.torchrun wrote:
     llmtrain.render.ROOT_CAUSE and the root cause in a line, the pod's other failed ranks a line
     each, then as much of the end of the root cause's traceback as fits in `limit` bytes (UTF-8),
-    cut at a line. The root cause is a rank killed by a signal if there is one (a peer's death
-    never kills a rank by signal: the ranks that lost it raise), else the first failure; or
-    torchrun's own exception. None without a usable record. The file carries the tenant's text
+    cut at a line. The root cause is the first failure in `_rank_of`'s order, then by time and
+    rank (torchrun's own pick is the smallest whole-second time, then rank); or torchrun's own
+    exception. None without a usable record. The file carries the tenant's text
     (exceptions): read bounded, parsed as JSON only, its shape checked."""
     try:
         with open(failures_file, "rb") as file:
@@ -191,7 +205,7 @@ def root_cause_message(failures_file: str, limit: int = TERMINATION_MESSAGE_BYTE
     failures = _failures(data)
     agent = data.get("agent") if isinstance(data, dict) else None
     if failures:
-        root = min(failures, key=lambda f: (f["exitCode"] >= 0, f["time"], f["rank"]))
+        root = min(failures, key=lambda f: (_rank_of(f["exitCode"]), f["time"], f["rank"]))
         lines = [f"{ROOT_CAUSE} rank {root['rank']} (local {root['localRank']}): {_what(root)}"]
         others = [f for f in failures if f is not root]
         shown = 0
