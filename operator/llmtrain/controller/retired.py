@@ -57,7 +57,7 @@ def parse(text: object) -> dict:
     raw = raw if isinstance(raw, dict) else {}
     instances: dict[str, dict[str, list]] = {}
     listed = raw.get("instances")
-    for instance, per_ns in (listed.items() if isinstance(listed, dict) else []):
+    for instance, per_ns in listed.items() if isinstance(listed, dict) else []:
         if isinstance(instance, str) and isinstance(per_ns, dict):
             instances[instance] = {
                 ns: [int(_number(v[0])), _number(v[1])]
