@@ -64,6 +64,14 @@ COMMAND = ["python", "-m", "llmtrain_trainer.launch"]
 # nodes.py, preflight.py). Not 1 (any error), 3 (the healthcheck worker's own "unhealthy"),
 # 137/143 (signals) or torchrun's codes.
 PREFLIGHT_EXIT_CODE = 86
+# The first line of the termination message COMMAND writes when torchrun fails with a record of what
+# failed (llmtrain_trainer.launch): ROOT_CAUSE, then "rank 3 (local 1): ValueError: boom" (a worker's
+# exception), "rank 3 (local 1): SIGKILL (signal 9)" or, torchrun's own, "RendezvousClosedError";
+# the other failed ranks (ALSO_FAILED) and the end of the traceback follow. The operator classifies
+# the pod by the root cause and its traceback, not by the other ranks' lines (controller/
+# podfailure.py). Without a record COMMAND writes none, and the kubelet keeps the log's tail instead.
+ROOT_CAUSE = "torchrun failed; root cause:"
+ALSO_FAILED = "also rank"  # starts each line about another failed rank of the pod, after ROOT_CAUSE's
 GPU_TOLERATIONS = [
     {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
     {"key": "vpc.amazonaws.com/efa", "operator": "Exists", "effect": "NoSchedule"},

@@ -382,7 +382,9 @@ def test_what_the_operator_needs_is_allowed(release, dev_cluster, sa_kubeconfig)
     # Asked as SelfSubjectAccessReviews with the group, resource and subresource spelled out: `kubectl
     # auth can-i` maps names through discovery, so it answers "no" for a kind whose CRD is not
     # installed here (Kueue's Workloads), and reads `<resource>/status` as an object NAME.
-    needs = [(g, r, v) for (g, r), verbs in {**rbac.JOB_RULES, **rbac.CLUSTER_RULES}.items() for v in verbs]
+    # (the release namespace is also the operator's own: its reliability ConfigMap lives there)
+    rules = {**rbac.JOB_RULES, **rbac.CLUSTER_RULES, **rbac.RELIABILITY_RULES}
+    needs = [(g, r, v) for (g, r), verbs in rules.items() for v in verbs]
     for group, resource, verb in sorted(needs):
         plural, _, sub = resource.partition("/")
         review = {

@@ -29,7 +29,7 @@ ETCD_AUTH_RULES = {k: set(v) for k, v in rbac.RENDEZVOUS_AUTH_RULES.items()}
 FRAMEWORK_RULES = {k: set(v) for k, v in rbac.CLUSTER_RULES.items()}
 NODE_TAINT_VERBS = set(rbac.CLUSTER_RULES[("", "nodes")] | rbac.SUSPECT_TAINT_RULES[("", "nodes")])
 LEASE_RULES = [{"apiGroups": [g], "resources": [r], "verbs": sorted(v)}
-               for (g, r), v in rbac.LEADER_ELECTION_RULES.items()]
+               for (g, r), v in {**rbac.LEADER_ELECTION_RULES, **rbac.RELIABILITY_RULES}.items()]
 
 
 def operator_role(docs: list[dict]) -> dict:
@@ -62,7 +62,8 @@ def test_default_render_is_minimal(helm):
     kinds = sorted(d["kind"] for d in docs)
     # Nothing a cluster usually already has: no monitoring objects, no etcd.
     # The operator's ClusterRole + the two user roles aggregated into view/edit/admin; the Role +
-    # RoleBinding are only for the leader-election Lease, in the release namespace.
+    # RoleBinding are only for the operator's own objects (its Lease and reliability ConfigMap), in
+    # the release namespace.
     # The tenant-isolation admission policies (job references, job env, the operator's PyTorchJobs
     # and other objects, baseline-efa pods, llmtrain-labelled PyTorchJobs), each with its binding.
     assert kinds == ["ClusterRole"] * 3 + ["ClusterRoleBinding", "Deployment", "NetworkPolicy", "Role",

@@ -199,6 +199,7 @@ def test_rbac_table_is_exactly_what_the_code_uses():
         rbac.CLUSTER_RULES,
         rbac.SUSPECT_TAINT_RULES,
         rbac.LEADER_ELECTION_RULES,
+        rbac.RELIABILITY_RULES,
         rbac.JOB_NETWORK_POLICY_RULES,
         rbac.RENDEZVOUS_AUTH_RULES,
     )

@@ -219,6 +219,9 @@ HOSTILE_MESSAGES = {
     "watchdog": "watchdog " * 455,
     "nccl": "NCCL " * 819,
     "timeout ms": "Timeout(ms)=" + "1" * 4084,
+    # the launcher's root-cause line (llmtrain.render.ROOT_CAUSE), faked
+    "root cause": "torchrun failed; root cause: rank 1 (local 1): " + "A" * 4040,
+    "root cause lines": "torchrun failed; root cause:" + "\nalso rank" * 400,
 }
 
 

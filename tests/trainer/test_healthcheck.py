@@ -265,9 +265,14 @@ def test_launch_preflight_with_a_slow_rank_exits_distinctly_and_never_trains(tmp
 @pytest.mark.trainer
 @pytest.mark.slow
 def test_launch_preflight_that_passes_goes_on_to_train(tmp_path):
+    from llmtrain.render import ROOT_CAUSE
+
     missing = tmp_path / "the-training-spec.yaml"
     proc, term = launch(tmp_path, 2, None, str(missing))
     assert "preflight health check passed" in proc.stderr, proc.stderr[-3000:]
     # training started after it: the trainer itself read --spec (and, as it is missing, failed)
     assert proc.returncode == 1 and "the-training-spec" in proc.stderr
-    assert term == ""  # a passing check leaves no verdict behind as the pod's termination message
+    # a passing check leaves no verdict behind as the pod's termination message: the message is
+    # the training's root cause (llmtrain_trainer.launch)
+    assert term.startswith(f"{ROOT_CAUSE} rank ") and "the-training-spec" in term.splitlines()[0], term
+    assert '"healthcheck"' not in term

@@ -148,7 +148,8 @@ def test_a_rank_that_keeps_failing_in_place_fails_its_pod_and_names_its_node(lau
             "resilience.inPlaceRestarts": 1,
         }
     )
-    w = launch(spec, 2, rdzv=("etcd-v2", etcd), max_restarts=1)
+    term = tmp_path / "termination-log"
+    w = launch(spec, 2, rdzv=("etcd-v2", etcd), max_restarts=1, env={"LLMTRAIN_TERMINATION_LOG": str(term)})
     w.wait_for(lambda e: e.get("event") == "step" and e["step"] >= 12)
     os.kill(w.worker(1), signal.SIGKILL)
     w.wait_for(lambda e: e.get("event") == "config")  # restarted in place, once
@@ -158,9 +159,13 @@ def test_a_rank_that_keeps_failing_in_place_fails_its_pod_and_names_its_node(lau
     assert rc not in (0, None, render.PREFLIGHT_EXIT_CODE), rc
     assert [c["in_place_restarts"] for c in w.of("config")] == [0, 1]
 
-    message = _kubelet_tail(w.stderr_path.read_text())
-    # torchrun's summary, whose root cause is the last failure: the rank SIGKILLed the second time
-    assert "Root Cause" in message and "Signal 9 (SIGKILL)" in message, message
+    log = w.stderr_path.read_text()
+    # torchrun's summary, whose failures are the last round's: the rank SIGKILLed the second time
+    assert "Root Cause" in _kubelet_tail(log) and "Signal 9 (SIGKILL)" in _kubelet_tail(log), log[-3000:]
+    # the termination message (the launcher's, else the kubelet's tail of the log) puts it first,
+    # before any rank that only lost it (llmtrain_trainer.launch.root_cause_message)
+    message = (term.read_text() if term.exists() else "") or _kubelet_tail(log)
+    assert message.startswith(f"{render.ROOT_CAUSE} rank 1 (local 1): SIGKILL (signal 9)"), message
     pod = {
         "metadata": {
             "name": "j-a1-worker-0",
@@ -177,6 +182,6 @@ def test_a_rank_that_keeps_failing_in_place_fails_its_pod_and_names_its_node(lau
     }
     failure = podfailure.failure_of(pod)
     assert failure is not None and failure["node"] == "ip-10-0-0-7" and failure["exitCode"] == rc
-    assert podfailure.culprits([failure]) == [failure]
+    assert podfailure.culprits([failure]) == [failure] and failure["reason"] == "exit 1: SIGKILL"
     (bad,) = nodes.record([], [failure], attempt=1, when="2026-12-01T00:00:00Z")
     assert bad["node"] == "ip-10-0-0-7" and bad["reason"] == failure["reason"] and bad["attempt"] == 1

@@ -5,6 +5,11 @@ Inputs: the job spec (wire JSON/YAML, camelCase; a whole LLMTrainingJob document
 `--spec FILE`, else the env var LLMTRAIN_SPEC; job identity from LLMTRAIN_JOB_NAME,
 LLMTRAIN_JOB_NAMESPACE, LLMTRAIN_ATTEMPT; metrics port base LLMTRAIN_METRICS_PORT (default 9410,
 + LOCAL_RANK). Rank/world/rendezvous come from torchrun's environment.
+
+A failure leaves the process as an exception, through torch's `@record` (on `_main`): it writes the exception
+(type, message, traceback) to the error file torchrun gives each worker (TORCHELASTIC_ERROR_FILE),
+so torchrun's failure summary, and the termination message llmtrain_trainer.launch writes from it,
+name the failing rank's exception instead of a bare exit code.
 """
 
 from __future__ import annotations
@@ -15,11 +20,19 @@ import os
 import sys
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int | None:
     argv = sys.argv[1:] if argv is None else argv
     from .distributed.capabilities import raise_permitted
 
-    raise_permitted()  # IPC_LOCK on EFA pods (see distributed/capabilities.py); a no-op elsewhere
+    # IPC_LOCK on EFA pods (see distributed/capabilities.py); a no-op elsewhere. First, before
+    # torch's import can start a thread: capset(2) sets the calling thread's capabilities only.
+    raise_permitted()
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    return record(_main)(argv)  # None for a SystemExit(0), such as --help's
+
+
+def _main(argv: list[str]) -> int:
     if argv[:1] == ["healthcheck"]:  # the preflight check (distributed/healthcheck.py) on the same image
         from .distributed.healthcheck import main as healthcheck
 
@@ -41,11 +54,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(load_spec(args.spec), JobIdentity.from_env())
     except SAVE_ERRORS as err:
-        # The traceback goes to stderr (the worker log); one structured line to stdout says what
-        # failed on which rank, for `llmtrain local`, the operator and `kubectl logs` readers.
-        logging.getLogger("llmtrain_trainer").exception("training failed")
+        # One structured line to stdout says what failed on which rank, for `llmtrain local` and
+        # `kubectl logs` readers; the exception goes on to @record (the error file) and the
+        # interpreter (its traceback on stderr, exit code 1).
         emit({"event": "error", "rank": int(os.environ.get("RANK", "0")), "error": _short(err)})
-        return 1
+        if isinstance(err, Exception):
+            raise
+        # DCP's CheckpointException is a BaseException, which @record lets pass unrecorded, and
+        # its text is every rank's traceback: _short names the root causes instead.
+        raise RuntimeError(_short(err)) from err
 
 
 if __name__ == "__main__":

@@ -27,6 +27,17 @@ TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, so each rendezvous round's workers get a T
 (PyTorch's default), the restarted workers found the dead ones' gloo/NCCL addresses still in it and
 failed to connect until the stale keys happened to be overwritten: one SIGKILLed rank spent two
 in-place restarts instead of one (tests/trainer/test_inplace_restart.py).
+
+Root cause: the workers' entry point (llmtrain_trainer.__main__) is under torch's `@record`, which
+writes a failing rank's exception to the error file torchrun gives it; torchrun runs as
+llmtrain_trainer.torchrun, which on a failure writes every failed rank (exit code, signal, recorded
+exception), or its agent's own exception (such as `RendezvousClosedError`), to a file of this
+wrapper's. From it the wrapper writes the container's termination message (`root_cause_message`):
+llmtrain.render.ROOT_CAUSE and the root cause in one line (a rank killed by a signal such as
+SIGKILL first, one that torchrun's teardown stopped last), the other failed ranks a line each, then
+the end of the root cause's traceback, within Kubernetes' 4 KiB. Without it the kubelet keeps the
+log's last 2 KiB (`FallbackToLogsOnError`), which with 8 ranks per pod is torchrun's summary alone:
+bare "exitcode: 1" lines that say neither which exception nor whether the rank only lost a peer.
 """
 
 from __future__ import annotations
@@ -39,6 +50,8 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
+
+from .torchrun import FAILURES_ENV, MAX_FAILURES
 
 
 def children(pid: int) -> list[int]:
@@ -78,7 +91,8 @@ def kill_tree(torchrun: subprocess.Popen) -> None:
 
 
 def torchrun_command(args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", *args]
+    """torchrun, as llmtrain_trainer.torchrun runs it (which also writes what failed)."""
+    return [sys.executable, "-m", "llmtrain_trainer.torchrun", *args]
 
 
 def torchrun_env(env: dict | None = None) -> dict:
@@ -111,8 +125,114 @@ def preflight_args(args: list[str], report: str, extra: Sequence[str] = ()) -> l
     raise ValueError("no -m MODULE in the torchrun arguments")
 
 
+TERMINATION_MESSAGE_BYTES = 4096  # the kubelet reads at most this much of a termination message
+MAX_FAILURES_FILE_BYTES = 1 << 20  # of what llmtrain_trainer.torchrun wrote: a larger one is not parsed
+MAX_OTHERS = 15  # failed ranks listed after the root cause (8 GPUs per node: all of them)
+ROOT_CAUSE_LINE_CHARS = 512  # of an exception's first line
+
+
 def termination_log() -> str:
     return os.environ.get("LLMTRAIN_TERMINATION_LOG", "/dev/termination-log")
+
+
+def write_termination_message(text: str) -> None:
+    """`text` as the container's termination message. Kubernetes mounts the default path into the
+    container; where it does not exist (not in a pod) nothing is created. An explicit
+    LLMTRAIN_TERMINATION_LOG is created; an empty one writes nothing."""
+    path = termination_log()
+    if not path:
+        return
+    flags = os.O_WRONLY | os.O_TRUNC | (os.O_CREAT if os.environ.get("LLMTRAIN_TERMINATION_LOG") else 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError:
+        return
+    with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
+        f.write(text)
+
+
+def _what(failure: dict) -> str:
+    """One failure in a line: its exception's first line, else the signal, else the exit code."""
+    message = failure.get("message")
+    if isinstance(message, str) and message.strip():
+        return message.strip().splitlines()[0][:ROOT_CAUSE_LINE_CHARS]
+    code = failure.get("exitCode")
+    if isinstance(failure.get("signal"), str) and isinstance(code, int):
+        return f"{failure['signal'][:16]} (signal {-code})"
+    return f"exit {code}" if isinstance(code, int) else "failed"
+
+
+# The signals torchrun's agent stops the other workers with (and the kubelet the pod): a rank they
+# killed is a bystander, never the root cause.
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+
+
+def _rank_of(exit_code: int) -> int:
+    """Which failure is the root cause, first to last: a rank killed by another signal (the kernel's
+    SIGKILL, a crash's SIGSEGV or SIGABRT: a peer's death never kills a rank so, the ranks that lost
+    it raise), then ranks that exited (an exception), then those stopped by STOP_SIGNALS."""
+    if exit_code >= 0:
+        return 1
+    return 2 if -exit_code in STOP_SIGNALS else 0
+
+
+def _failures(data: object) -> list[dict]:
+    listed = data.get("failures") if isinstance(data, dict) else None
+    out = []
+    for f in listed[:MAX_FAILURES] if isinstance(listed, list) else []:
+        if isinstance(f, dict) and all(isinstance(f.get(k), int) for k in ("rank", "localRank", "exitCode", "time")):
+            out.append(f)
+    return out
+
+
+def root_cause_message(failures_file: str, limit: int = TERMINATION_MESSAGE_BYTES) -> str | None:
+    """The termination message of a torchrun that failed, from what llmtrain_trainer.torchrun wrote:
+    llmtrain.render.ROOT_CAUSE and the root cause in a line, the pod's other failed ranks a line
+    each, then as much of the end of the root cause's traceback as fits in `limit` bytes (UTF-8),
+    cut at a line. The root cause is the first failure in `_rank_of`'s order, then by time and
+    rank (torchrun's own pick is the smallest whole-second time, then rank); or torchrun's own
+    exception. None without a usable record. The file carries the tenant's text
+    (exceptions): read bounded, parsed as JSON only, its shape checked."""
+    try:
+        with open(failures_file, "rb") as file:
+            data = json.loads(file.read(MAX_FAILURES_FILE_BYTES))
+    except (OSError, ValueError):  # absent, cut, not JSON, not UTF-8
+        return None
+    # Imported only here, on the way out of a failed run (as for the preflight's verdict): the
+    # wrapper stays stdlib-only while training runs.
+    from llmtrain.render import ALSO_FAILED, ROOT_CAUSE
+
+    failures = _failures(data)
+    agent = data.get("agent") if isinstance(data, dict) else None
+    if failures:
+        root = min(failures, key=lambda f: (_rank_of(f["exitCode"]), f["time"], f["rank"]))
+        lines = [f"{ROOT_CAUSE} rank {root['rank']} (local {root['localRank']}): {_what(root)}"]
+        others = [f for f in failures if f is not root]
+        shown = 0
+        for f in others[:MAX_OTHERS]:  # in at most half the message: the traceback gets the rest
+            line = f"{ALSO_FAILED} {f['rank']} (local {f['localRank']}): {_what(f)[:200]}"
+            if len("\n".join([*lines, line]).encode()) > limit // 2:
+                break
+            lines.append(line)
+            shown += 1
+        if len(others) > shown:
+            lines.append(f"{ALSO_FAILED}s: {len(others) - shown} more")
+    elif isinstance(agent, dict) and isinstance(agent.get("message"), str) and agent["message"].strip():
+        root = agent
+        lines = [f"{ROOT_CAUSE} {_what(agent)}"]
+    else:
+        return None
+    head = "\n".join(lines)
+    room = limit - len(head.encode()) - 1
+    stack = root.get("traceback")
+    tail = (stack if isinstance(stack, str) else "").strip().encode()
+    if room <= 0:
+        return head.encode()[:limit].decode(errors="ignore")
+    if len(tail) > room:
+        tail = tail[-room:]
+        tail = tail[tail.find(b"\n") + 1 :] if b"\n" in tail else b""
+    text = tail.decode(errors="ignore").strip()
+    return f"{head}\n{text}" if text else head
 
 
 class Launcher:
@@ -121,6 +241,7 @@ class Launcher:
     def __init__(self):
         self.proc: subprocess.Popen | None = None
         self.signals = 0
+        self.root_cause: str | None = None
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.on_signal)
 
@@ -140,7 +261,18 @@ class Launcher:
             kill_tree(self.proc)
 
     def run(self, args: list[str], env: dict | None = None) -> int:
-        self.proc = proc = subprocess.Popen(torchrun_command(args), start_new_session=True, env=torchrun_env(env))
+        """torchrun's exit code. After a failure with a recorded exception, `root_cause` is the
+        termination message that names it (`root_cause_message`), else None."""
+        self.root_cause = None
+        with tempfile.TemporaryDirectory(prefix="llmtrain-torchrun-") as tmp:
+            failures = os.path.join(tmp, "failures.json")
+            rc = self._torchrun(args, {**torchrun_env(env), FAILURES_ENV: failures})
+            if rc != 0:
+                self.root_cause = root_cause_message(failures)
+        return rc
+
+    def _torchrun(self, args: list[str], env: dict) -> int:
+        self.proc = proc = subprocess.Popen(torchrun_command(args), start_new_session=True, env=env)
         try:
             while True:
                 try:
@@ -175,18 +307,21 @@ class Launcher:
             from .distributed.healthcheck import termination_message
 
             text = termination_message(verdict)
-            try:
-                with open(termination_log(), "w") as f:
-                    f.write(text)
-            except OSError:
-                pass  # not in a pod
+            write_termination_message(text)
             print(f"llmtrain launch: preflight health check failed, not training: {text}", file=sys.stderr, flush=True)
             return PREFLIGHT_EXIT_CODE
         if rc != 0:
             print(f"llmtrain launch: preflight health check exited {rc} without a verdict", file=sys.stderr, flush=True)
+            self.report_root_cause()
             return rc
         print("llmtrain launch: preflight health check passed", file=sys.stderr, flush=True)
         return 0
+
+    def report_root_cause(self) -> None:
+        """The last run's recorded exception, if any, as the termination message and on stderr."""
+        if self.root_cause:
+            write_termination_message(self.root_cause)
+            print(f"llmtrain launch: {self.root_cause.splitlines()[0]}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,7 +331,9 @@ def main(argv: list[str] | None = None) -> int:
         code = launcher.preflight(args)
         if code != 0 or launcher.signals:  # unfit nodes, an error, or asked to stop meanwhile
             return code
-    return launcher.run(args)
+    code = launcher.run(args)
+    launcher.report_root_cause()
+    return code
 
 
 if __name__ == "__main__":

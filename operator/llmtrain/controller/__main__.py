@@ -57,6 +57,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--leader-election-namespace", default=os.environ.get("POD_NAMESPACE", "default"))
     p.add_argument("--leader-election-name", default="llmtrain-operator")
     p.add_argument(
+        "--reliability-configmap",
+        default="llmtrain-reliability",
+        help="ConfigMap in --reliability-namespace that keeps deleted jobs' node faults and node-hours "
+        "for checkpoint.intervalMinutes auto ('': forget them)",
+    )
+    p.add_argument("--reliability-namespace", default=os.environ.get("POD_NAMESPACE", "default"))
+    p.add_argument(
         "--leader-lease-seconds",
         type=float,
         default=10.0,
@@ -138,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         min_restart_backoff=args.min_restart_backoff_seconds,
         job_network_policy=args.job_network_policy,
         rendezvous_ca_dir=args.rendezvous_ca_dir,
+        reliability_configmap=(args.reliability_namespace, args.reliability_configmap)
+        if args.reliability_configmap
+        else None,
     )
     from . import tenancy, watch
     from .operator import Operator

@@ -33,5 +33,8 @@ class OperatorConfig:
     # the least restart backoff whatever spec.resilience.restartBackoffSeconds says (seconds): a job
     # that fails at once must not make the operator and the API server create attempts in a loop
     min_restart_backoff: float = 5.0
+    # the ConfigMap (namespace, name) that keeps deleted jobs' node faults and node-hours for the
+    # node MTBF of checkpoint.intervalMinutes auto (retired.py); None: deleted jobs are forgotten
+    reliability_configmap: tuple[str, str] | None = None
     # how often a job's status.goodput figures are recomputed and written between transitions (seconds)
     goodput_interval: float = 300.0

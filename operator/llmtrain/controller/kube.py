@@ -149,6 +149,43 @@ def list_workloads(namespace: str, label_selector: str) -> list[dict]:
     )["items"]
 
 
+# The operator's own ConfigMaps, in its namespace (retired.py's ledger). Replaced whole, on the
+# resourceVersion read: a write that finds it changed is a 409.
+_CONFIGMAPS = "/api/v1/namespaces/{namespace}/configmaps"
+CONFIGMAP_LABELS = {"app.kubernetes.io/managed-by": "llmtrain-operator"}
+
+
+def _configmap(namespace: str, name: str, data: dict[str, str], resource_version: str | None = None) -> dict:
+    meta: dict = {"name": name, "namespace": namespace, "labels": CONFIGMAP_LABELS}
+    if resource_version:
+        meta["resourceVersion"] = resource_version
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+
+
+def get_configmap(namespace: str, name: str) -> dict | None:
+    try:
+        return _request("GET", _CONFIGMAPS + "/{name}", {"namespace": namespace, "name": name})
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def create_configmap(namespace: str, name: str, data: dict[str, str]) -> dict:
+    """409 when it exists already."""
+    return _request("POST", _CONFIGMAPS, {"namespace": namespace}, _configmap(namespace, name, data))
+
+
+def replace_configmap(namespace: str, name: str, data: dict[str, str], resource_version: str) -> dict:
+    """409 when it changed since `resource_version` was read."""
+    return _request(
+        "PUT",
+        _CONFIGMAPS + "/{name}",
+        {"namespace": namespace, "name": name},
+        _configmap(namespace, name, data, resource_version),
+    )
+
+
 # The Event kopf.info/warn would post (kopf's default reporting fields: `kubectl describe` shows the
 # same "From"), posted here with one blocking request from the calling thread.
 EVENT_NAME_PREFIX, REPORTING_COMPONENT, REPORTING_INSTANCE = "kopf-event-", "kopf", "dev"

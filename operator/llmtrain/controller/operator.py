@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import threading
 import time
 
@@ -17,7 +18,10 @@ from .metrics import OperatorMetrics
 from .monitor import Monitor
 from .reconciler import reconcile
 from .reliability import FleetReliability
+from .retired import RetiredJobs
 from .workqueue import WorkQueue
+
+log = logging.getLogger("llmtrain.operator")
 
 UNSEEN_GRACE = 5.0  # seconds after the watch starts in which a recorded PyTorchJob is waited for
 
@@ -37,8 +41,11 @@ class Operator:
             lambda key, job: reconcile(self, key, job),  # type: ignore[arg-type]  # keys are (ns, name)
             workers=config.workers,
         )
-        # node MTBF per instance type, from the cached jobs' statuses (intervalMinutes auto)
-        self.reliability = FleetReliability(self.queue.objects)
+        # node MTBF per instance type, from the cached jobs' statuses and the deleted ones'
+        # (intervalMinutes auto)
+        where = config.reliability_configmap
+        self.retired = RetiredJobs(where[0], where[1], kube) if where else None
+        self.reliability = FleetReliability(self.queue.objects, retired=self.retired.of if self.retired else None)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._watch_started = 0.0
         self._seen: set[tuple[str, str]] = set()  # jobs this process reconciled at least once
@@ -61,6 +68,18 @@ class Operator:
     def mark_seen(self, key: tuple[str, str]) -> None:
         with self._seen_lock:
             self._seen.add(key)
+
+    def retire(self, job: dict) -> None:
+        """A deleted job's node faults and node-hours into the ledger (retired.py); on a thread."""
+        if self.retired is None:
+            return
+        try:
+            if self.retired.retire(job):
+                instance = ((job.get("spec") or {}).get("cluster") or {}).get("instanceType")
+                self.reliability.forget(instance)
+        except Exception:  # logged: the ledger is evidence, the deletion goes on
+            name = (job.get("metadata") or {}).get("name")
+            log.exception("could not add the deleted job %s to the reliability ledger", name)
 
     def forget(self, namespace: str, name: str, uid: str | None) -> None:
         """The job is gone: drop what is known of it."""

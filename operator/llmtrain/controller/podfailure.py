@@ -1,7 +1,8 @@
 """What a failed worker pod says: the pod watch's cheap read of it (`raw_failure`: which node,
 which exit code, which message, or None for a pod that did not fail by itself), the one short
 reason the patterns give it (`classify`: an XID, OOMKilled, the preflight check, an NCCL or EFA
-error, else the exit code), and which failures are a node's own (`culprits`: a rank that only lost
+error, else the exit code and the exception that llmtrain_trainer.launch names as torchrun's root
+cause: "exit 1: ValueError"), and which failures are a node's own (`culprits`: a rank that only lost
 its peer says so). Pure; the termination message is the tenant's text, so every pattern is linear
 in it. The node verdicts made from these (status.badNodes, status.avoidNodes) are nodes.py's.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ..render import PREFLIGHT_EXIT_CODE
+from ..render import ALSO_FAILED, PREFLIGHT_EXIT_CODE, ROOT_CAUSE
 from .status import owner_uid
 
 # Every pattern here runs on a termination message the tenant's container wrote. So each is linear
@@ -36,6 +37,16 @@ _REMOTE = (
     "connection closed by remote peer",
     "rendezvousclosederror",
 )
+# The first line the launcher writes for torchrun's root cause (llmtrain.render.ROOT_CAUSE):
+# "torchrun failed; root cause: rank 3 (local 1): ValueError: boom", "... rank 3 (local 1): SIGKILL
+# (signal 9)" or "... RendezvousClosedError". Only a Python identifier is taken from it, and it goes
+# after the exit code ("exit 1: ValueError"), so a tenant's text can never read as a reason that
+# means something else (a lost node's, an XID's). The pod is classified by its root cause and that
+# one's traceback (`_own`): the lines about its other failed ranks (render.ALSO_FAILED), which
+# typically only lost the root cause's rank, are left out.
+_ROOT_CAUSE_TYPE = re.compile(
+    re.escape(ROOT_CAUSE) + r"(?: rank \d{1,7} \(local \d{1,5}\):)? ([A-Za-z_]\w{0,99})(?=:| \(|\n|$)", re.ASCII
+)
 _TIMEOUT_MS = re.compile(r"timeout\(ms\)=\d", re.IGNORECASE)
 _TIMED_OUT = ("timeout", "time out", "timedout", "timed out")
 
@@ -55,19 +66,34 @@ def _on_one_line(text: str, first: str, then: tuple[str, ...]) -> bool:
     return False
 
 
+def _own(text: str) -> str:
+    """The launcher's message without its lines about the pod's other failed ranks; any other
+    text as it is."""
+    if not text.startswith(ROOT_CAUSE):
+        return text
+    return "\n".join(line for line in text.split("\n") if not line.startswith(ALSO_FAILED))
+
+
 def _is_remote(text: str) -> bool:
     low = text.lower()
     return any(r in low for r in _REMOTE) or _on_one_line(low, "peer ", (" closed",))
 
 
 def _head(text: str | None) -> str:
-    return (text or "")[:MAX_MESSAGE_CHARS]
+    """The message as the patterns read it: bounded, and only the root cause's part of the launcher's."""
+    return _own((text or "")[:MAX_MESSAGE_CHARS])
 
 
 def xid_of(text: str | None) -> int | None:
     """The NVIDIA XID error number in `text`, if it names one."""
     m = _XID.search(_head(text))
     return int(m.group(1)) if m else None
+
+
+def root_cause_type(text: str | None) -> str | None:
+    """The exception type the launcher's root-cause line names (at the message's start), if any."""
+    m = _ROOT_CAUSE_TYPE.match(_head(text))
+    return m.group(1) if m else None
 
 
 def is_collective_timeout(text: str | None) -> bool:
@@ -99,7 +125,9 @@ def classify(exit_code: int | None, k8s_reason: str | None, message: str | None)
         return "NCCL error"
     if k8s_reason and k8s_reason not in ("Error", "Completed"):
         return k8s_reason if exit_code in (None, 0) else f"{k8s_reason} (exit {exit_code})"
-    return f"exit {exit_code}" if exit_code is not None else "failed"
+    base = f"exit {exit_code}" if exit_code is not None else "failed"
+    raised = root_cause_type(message)
+    return f"{base}: {raised}" if raised else base
 
 
 # The DisruptionTarget reasons that are the node's doing before the pod has ended: the taint-eviction
@@ -150,7 +178,8 @@ def raw_failure(pod: dict) -> dict | None:
         "k8sReason": str(term.get("reason") or "")[:128] or None,
         "finishedAt": term.get("finishedAt"),
     }
-    message = _head(term.get("message") if isinstance(term.get("message"), str) else "").strip()
+    text = term.get("message")
+    message = text[:MAX_MESSAGE_CHARS].strip() if isinstance(text, str) else ""
     if message:
         out["message"] = message
     return out

@@ -61,3 +61,10 @@ RENDEZVOUS_AUTH_RULES: dict[tuple[str, str], frozenset[str]] = {("", "secrets"):
 LEADER_ELECTION_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"}),
 }
+
+# In the operator's own namespace, always (chart: the same Role as the Lease's): retired.py's ledger
+# of deleted jobs' node faults and node-hours (--reliability-configmap), read, created once, then
+# replaced on its resourceVersion (kube.get_configmap / create_configmap / replace_configmap).
+RELIABILITY_RULES: dict[tuple[str, str], frozenset[str]] = {
+    ("", "configmaps"): frozenset({"get", "create", "update"}),
+}

@@ -4,7 +4,9 @@ and the arithmetic).
 
 From the LLMTrainingJobs' own statuses, as the watch last brought them (the work queue keeps each
 job's latest object), never from a tally in memory: an operator restart reads the same statuses and
-gets the same figure. Per instance type (spec.cluster.instanceType):
+gets the same figure. Deleted jobs' figures are kept in an operator-owned ConfigMap (retired.py),
+added when the watch sees the deletion, and count with the live ones. Per instance type
+(spec.cluster.instanceType):
 
   * node-hours: per job, the time its training loop ran (status.goodput's productive, lost work,
     checkpoint stall, data wait and hang seconds; at most its wall time) × spec.cluster.nodes;
@@ -15,11 +17,11 @@ gets the same figure. Per instance type (spec.cluster.instanceType):
     13, 31 and 43) do not count: one tenant's crash loop must not shorten everyone's interval.
 
 Hostile input: a tenant writes the termination messages the reasons are read from, so it can fake
-an XID. A namespace's failures count at most NAMESPACE_CEILING × the prior's failure rate over its
-own node-hours, and at least the prior's weight (2): a tenant cannot claim more failures than it
-ran nodes for, so one namespace without node-hours to show can at most halve the MTBF the others
-start from (the interval by √2), and the interval itself stays within cadence's clamp. badNodes
-keeps a job's newest 20 failures.
+an XID. A namespace's failures (its live and deleted jobs') count at most NAMESPACE_CEILING × the
+prior's failure rate over its own node-hours, and at least the prior's weight (2): a tenant cannot
+claim more failures than it ran nodes for, so one namespace without node-hours to show can at most
+halve the MTBF the others start from (the interval by √2), and the interval itself stays within
+cadence's clamp. badNodes keeps a job's newest 20 failures.
 
 Cost: one pass over the cached jobs per instance type, at most every TTL seconds (an attempt of an
 `auto` job asks when its PyTorchJob is created: observe.more("node_mtbf")).
@@ -30,7 +32,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from .. import cadence
 from ..catalog import instance_types
@@ -92,11 +94,14 @@ def job_record(job: dict, instance: str, now: float) -> tuple[str, int, float] |
     return str(meta.get("namespace") or ""), len(attempts), ran * nodes / 3600.0
 
 
-def estimate(jobs: Iterable[dict], instance: str, now: float) -> cadence.NodeMTBF:
-    """One node's MTBF on `instance`: the prior and the failures and node-hours of `jobs`."""
+def estimate(
+    jobs: Iterable[dict], instance: str, now: float, retired: Mapping[str, tuple[int, float]] | None = None
+) -> cadence.NodeMTBF:
+    """One node's MTBF on `instance`: the prior and the failures and node-hours of `jobs` and of
+    the deleted jobs in `retired` (per namespace: failures, node-hours; retired.totals)."""
     gpus = instance_types()[instance].gpus_per_node if instance in instance_types() else 0
     prior = cadence.prior_node_mtbf_hours(gpus)
-    per_namespace: dict[str, list[float]] = {}
+    per_namespace: dict[str, list[float]] = {ns: [float(f), float(h)] for ns, (f, h) in (retired or {}).items()}
     for job in jobs:
         rec = job_record(job, instance, now) if isinstance(job, dict) else None
         if rec is not None:
@@ -112,12 +117,26 @@ def estimate(jobs: Iterable[dict], instance: str, now: float) -> cadence.NodeMTB
 
 
 class FleetReliability:
-    """`estimate` over the operator's cached jobs, per instance type, at most once per `ttl`."""
+    """`estimate` over the operator's cached jobs and the deleted ones (`retired(instance)`), per
+    instance type, at most once per `ttl`."""
 
-    def __init__(self, jobs: Callable[[], list[dict]], ttl: float = TTL, clock=time.monotonic, wall=time.time):
+    def __init__(
+        self,
+        jobs: Callable[[], list[dict]],
+        ttl: float = TTL,
+        clock=time.monotonic,
+        wall=time.time,
+        retired: Callable[[str], Mapping[str, tuple[int, float]]] | None = None,
+    ):
         self._jobs, self._ttl, self._clock, self._wall = jobs, ttl, clock, wall
+        self._retired = retired
         self._lock = threading.Lock()
         self._known: dict[str, tuple[float, cadence.NodeMTBF]] = {}
+
+    def forget(self, instance: object) -> None:
+        """The next `of(instance)` computes afresh (a deleted job's figures were just added)."""
+        with self._lock:
+            self._known.pop(instance, None)  # type: ignore[call-overload]  # any key: a miss is a no-op
 
     def of(self, instance: str) -> cadence.NodeMTBF:
         at = self._clock()
@@ -125,7 +144,8 @@ class FleetReliability:
             known = self._known.get(instance)
         if known is not None and at - known[0] < self._ttl:
             return known[1]
-        value = estimate(self._jobs(), instance, self._wall())
+        retired = self._retired(instance) if self._retired is not None else None
+        value = estimate(self._jobs(), instance, self._wall(), retired)
         with self._lock:
             self._known[instance] = (at, value)
         return value

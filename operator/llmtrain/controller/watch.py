@@ -5,6 +5,7 @@ status.kopf). Every event of a job or of one of its PyTorchJobs queues the job; 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import kopf
@@ -25,6 +26,8 @@ def register(op: Operator, registry: kopf.OperatorRegistry | None = None) -> Non
         op.start_workers()
         if event["type"] == "DELETED":
             op.forget(namespace, name, (body.get("metadata") or {}).get("uid"))
+            if op.retired is not None:  # its failures stay evidence (retired.py): written on a thread
+                await asyncio.get_running_loop().run_in_executor(None, op.retire, dict(body))
             return
         op.phases.track(namespace, name, (status or {}).get("phase"))
         op.queue.add((namespace, name), dict(body))
