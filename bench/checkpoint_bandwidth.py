@@ -449,9 +449,10 @@ class _s3_server:  # noqa: N801 — used as a function: `with _s3_server(...) as
         if not self.enabled:
             return None
         from moto.server import ThreadedMotoServer
-        from torch.distributed.elastic.utils.distributed import get_free_port
 
-        port = get_free_port()
+        from llmtrain_trainer.launch import free_port
+
+        port = free_port()
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         self.server.start()
         self.env.update(
