@@ -186,12 +186,6 @@ def s3_speed(bucket: str, directory: str, nbytes: int, files: int) -> dict:
 # -- the trainer -----------------------------------------------------------------------------------
 
 
-def step_name(step: int) -> str:
-    from llmtrain_trainer.checkpoint.checkpointer import step_name as name
-
-    return name(step)
-
-
 def run_trainer(spec: dict, work: str, env: dict, nproc: int, phases_dir: str | None = None) -> list[dict]:
     """The trainer under torchrun; with `phases_dir`, with the resume's phase timers (below), each
     rank writing its times to `phases_dir/phases.r<rank>.json`."""
@@ -375,16 +369,19 @@ def main(argv: list[str] | None = None) -> int:
         if not final:
             sys.exit(f"no final checkpoint event in {events[-3:]}")
         save_s = final[0]["seconds"]
+        # the step's directory as the trainer named it (its checkpoint event's uri): importing the
+        # checkpointer here for its step_name() cost this driver a torch import (~4 s of CPU)
+        name = final[0]["uri"].rstrip("/").rsplit("/", 1)[-1]
         if a.target == "s3":
             from llmtrain_trainer import s3
 
-            objs = s3.client().list_objects_v2(Bucket=bucket, Prefix=f"ckpt/{step_name(a.steps)}/").get("Contents", [])
+            objs = s3.client().list_objects_v2(Bucket=bucket, Prefix=f"ckpt/{name}/").get("Contents", [])
             nbytes = sum(o["Size"] for o in objs)
         else:
-            nbytes = tree_bytes(os.path.join(uri, step_name(a.steps)))
+            nbytes = tree_bytes(os.path.join(uri, name))
             evict_tree(uri)
         if not nbytes:
-            sys.exit(f"checkpoint {step_name(a.steps)} not found under {uri}")
+            sys.exit(f"checkpoint {name} not found under {uri}")
         resumed = run_trainer(
             job_spec(dims, uri, a.steps + 1, a.interval, a.nproc, a.seqs_per_rank), work, env, a.nproc, phases_dir=work
         )
@@ -449,9 +446,10 @@ class _s3_server:  # noqa: N801 — used as a function: `with _s3_server(...) as
         if not self.enabled:
             return None
         from moto.server import ThreadedMotoServer
-        from torch.distributed.elastic.utils.distributed import get_free_port
 
-        port = get_free_port()
+        from llmtrain_trainer.launch import free_port
+
+        port = free_port()
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         self.server.start()
         self.env.update(

@@ -79,7 +79,7 @@ class Run(TrainerEvents):
     """One torchrun; `until` raises if it exits before the event."""
 
     def __init__(self, spec_file: Path, nproc: int, workdir: Path):
-        from torch.distributed.elastic.utils.distributed import get_free_port
+        from llmtrain_trainer.launch import free_port
 
         cmd = [
             sys.executable,
@@ -87,7 +87,7 @@ class Run(TrainerEvents):
             "torch.distributed.run",
             f"--nproc-per-node={nproc}",
             "--rdzv-backend=c10d",
-            f"--rdzv-endpoint=127.0.0.1:{get_free_port()}",
+            f"--rdzv-endpoint=127.0.0.1:{free_port()}",
             f"--rdzv-id=rec-{uuid.uuid4().hex[:8]}",
             "--max-restarts=0",
             "-m",

@@ -6,8 +6,11 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-from llmtrain_trainer.launch import descendants, kill_tree
+from llmtrain_trainer.launch import descendants, free_port, kill_tree
+
+REPO = Path(__file__).resolve().parents[2]
 
 # A stand-in for torchrun: it starts a "worker" in a session of its own (as torch's
 # SubprocessHandler does with start_new_session=True), prints its pid and waits.
@@ -47,3 +50,28 @@ def test_kill_tree_kills_workers_in_their_own_sessions():
                 os.kill(pid, 9)
             except ProcessLookupError:
                 pass
+
+
+def test_llmtrain_local_and_the_benchmark_drivers_start_torchrun_without_importing_torch():
+    """Their own process only finds ports and starts torchrun; importing torch there (for torch's
+    get_free_port) cost each `llmtrain local`, bench/*.py run and test ~4 s of CPU before any
+    worker started."""
+    code = (
+        "import sys; sys.path.insert(0, 'bench'); "
+        "import llmtrain_trainer.cli.local, llmtrain_trainer.launch, ports, recovery, inplace_restart, gpu; "
+        "ports.metrics_port(); llmtrain_trainer.cli.local.free_port(); gpu.torch_version(); "
+        "print(len([m for m in sys.modules if m == 'torch' or m.startswith('torch.')]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "0", f"{out.stdout.strip()} torch modules imported"
+
+
+def test_free_port_is_free_on_loopback_and_on_every_address():
+    import socket
+
+    port = free_port()
+    with socket.create_server(("0.0.0.0", port)):
+        pass
+    with socket.create_server(("127.0.0.1", port)):
+        pass

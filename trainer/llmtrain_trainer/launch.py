@@ -46,12 +46,31 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
 
 from .torchrun import FAILURES_ENV, MAX_FAILURES
+
+
+def free_port() -> int:
+    """A TCP port free on every local address right now, found as torch's `get_free_port` finds it
+    (bind port 0 on the dual-stack `::`, else on `0.0.0.0`) without importing torch: `llmtrain local`
+    and the benchmarks' drivers only start torchrun, and importing torch for a port cost each of
+    them ~4 s of CPU before the workers could start."""
+    errors = []
+    for family, host in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                if family == socket.AF_INET6:
+                    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+                s.bind((host, 0))
+                return s.getsockname()[1]
+        except OSError as e:
+            errors.append(f"{host}: {e}")
+    raise RuntimeError(f"no free TCP port ({'; '.join(errors)})")
 
 
 def children(pid: int) -> list[int]:

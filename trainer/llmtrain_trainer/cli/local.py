@@ -32,10 +32,8 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
-from torch.distributed.elastic.utils.distributed import get_free_port as free_port
-
 from ..config import dumps, load_job_file
-from ..launch import torchrun_command, torchrun_env
+from ..launch import free_port, torchrun_command, torchrun_env
 from ..metrics.restarts import clear_ledgers
 
 
