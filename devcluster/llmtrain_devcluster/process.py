@@ -102,6 +102,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_port_block(n: int) -> int:
+    """A base port with ``n`` consecutive ports on 127.0.0.1 free right now (a trainer's metrics
+    port + LOCAL_RANK)."""
+    for _ in range(50):
+        base = free_port()
+        socks: list[socket.socket] = []
+        try:
+            for i in range(n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", base + i))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no block of {n} free ports on 127.0.0.1")
+
+
 def log_tail(path: Path | str, lines: int = 40) -> str:
     try:
         text = Path(path).read_text(errors="replace")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
 from prometheus_client import generate_latest
 
 from llmtrain.controller.progress import eta
@@ -55,3 +56,24 @@ def test_eta_uses_the_recent_step_time_and_the_checkpoint_stall():
     assert eta(now, {**before, "attempt": 1}, 1000, AT)["estimatedRemainingSeconds"] == 400 * 3.1
     assert eta({**now, "step": 1000}, before, 1000, AT)["estimatedRemainingSeconds"] == 0
     assert eta({"step": 5}, {}, 1000, AT) == {}  # no step timed yet
+
+
+def test_the_trainers_times_keep_their_fraction_of_a_second():
+    """trainStartTime and heartbeatTime bound an attempt's steps in status.goodput. Cut to whole
+    seconds, the loop's start moved up to 1 s earlier in every attempt, always from starting into
+    productive, and the last step likewise from productive into the tail: a bias of up to 2 s per
+    attempt that the chain's proof (tests/chain/test_goodput_chain.py), comparing with the step
+    log, cannot tell from a mis-assigned bucket."""
+    from llmtrain import goodput as gp
+
+    created = AT.timestamp() - 610
+    m = TrainerMetrics(job="j", rank=0)
+    m.train_start_timestamp_seconds.set(AT.timestamp() - 599.75)
+    m.heartbeat_timestamp_seconds.set(AT.timestamp() - 0.375)
+    m.step.set(10)
+    s = parse_progress(generate_latest(m.registry)).as_status()
+    assert (s["trainStartTime"], s["heartbeatTime"]) == ("2026-03-01T11:50:00.250Z", "2026-03-01T11:59:59.625Z")
+    g = gp.closed(gp.opened({}, 1, created, job_created=created), 1, AT.timestamp(), "PodFailed", {**s, "attempt": 1})
+    b = gp.buckets(gp.timeline_of(g, created), AT.timestamp())
+    assert b["starting"] == pytest.approx(10.25, abs=1e-3)
+    assert b["productive"] == pytest.approx(599.375, abs=1e-3) and b["restarting"] == pytest.approx(0.375, abs=1e-3)

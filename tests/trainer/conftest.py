@@ -19,7 +19,6 @@ import json
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -29,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from llmtrain_devcluster.process import free_port
+from llmtrain_devcluster.process import free_port, free_port_block
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -256,25 +255,6 @@ def _limit_file_size(limit: int | None):
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     return apply
-
-
-def free_port_block(n: int) -> int:
-    """A base port with n consecutive free ports (metrics port + LOCAL_RANK)."""
-    for _ in range(50):
-        base = free_port()
-        try:
-            socks = []
-            for i in range(n):
-                s = socket.socket()
-                s.bind(("127.0.0.1", base + i))
-                socks.append(s)
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no block of free ports")
 
 
 @pytest.fixture

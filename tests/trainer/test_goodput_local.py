@@ -4,8 +4,8 @@ of the first SIGKILLed, the second resuming from its checkpoint and running to t
 The test plays the operator's part with the operator's own code: it scrapes rank 0's /metrics
 (controller/scrape.py, as the monitor does), opens and closes the attempt records
 (llmtrain/goodput.py, as decide does) and computes the buckets. They must match a hand
-computation from the trainer's step log (each step's end time, step time and data wait) within
-2% of the wall time.
+computation from the trainer's step log (each step's end time, step time and data wait:
+tests/goodput_hand.py, which the chain's proof shares) within 2% of the wall time.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import urllib.request
 import pytest
 
 from conftest import base_spec
+from goodput_hand import generations, hand
 from llmtrain import goodput as gp
 from llmtrain.controller.scrape import parse_progress
 
@@ -51,32 +52,6 @@ class Monitor:
         self._stop.set()
         self._thread.join(5)
         return self.progress
-
-
-def _hand(attempts: list[dict], created: float, end: float) -> dict[str, float]:
-    """The buckets from the step logs alone. attempts: {created, end, why, steps: [step events]}."""
-    b = gp.zero()
-    cursor, high = created, 0
-    for i, a in enumerate(attempts):
-        b["queued" if i == 0 else "restarting"] += a["created"] - cursor
-        steps = a["steps"]
-        first_start = steps[0]["time"] - steps[0]["step_seconds"]
-        b["starting"] += first_start - a["created"]
-        in_steps = 0.0
-        for s in steps:
-            in_steps += s["step_seconds"]
-            if s["step"] <= high:
-                b["lostWork"] += s["step_seconds"]
-            else:
-                b["dataWait"] += s["data_wait_seconds"]
-                b["productive"] += s["step_seconds"] - s["data_wait_seconds"]
-        # between the steps: the checkpoint saves (and a few milliseconds of bookkeeping)
-        b["checkpointStall"] += (steps[-1]["time"] - first_start) - in_steps
-        b["checkpointStall" if a["why"] == "Succeeded" else "restarting"] += a["end"] - steps[-1]["time"]
-        high = max(high, steps[-1]["step"])
-        cursor = a["end"]
-    b["restarting"] += end - cursor
-    return b
 
 
 def test_goodput_buckets_match_the_step_log(launch, tmp_path):
@@ -118,6 +93,7 @@ def test_goodput_buckets_match_the_step_log(launch, tmp_path):
                 "end": ended,
                 "why": why,
                 "steps": w.of("step"),
+                "gens": generations(w.events),
                 "resume": w.of("resume"),
                 "intervals": w.of("checkpoint_interval"),
                 "seen": progress,
@@ -145,16 +121,16 @@ def test_goodput_buckets_match_the_step_log(launch, tmp_path):
 
     end = runs[1]["end"]
     auto = gp.buckets(gp.timeline_of(g, created), end)
-    hand = _hand(runs, created, end)
+    hand_ = hand(runs, created, end)
     wall = end - created
-    assert sum(auto.values()) == pytest.approx(wall) and sum(hand.values()) == pytest.approx(wall)
+    assert sum(auto.values()) == pytest.approx(wall) and sum(hand_.values()) == pytest.approx(wall)
     # 2% of the wall time, but never under 2.5 s: the operator sees the trainer only through its
     # scrapes, so where a span starts or ends is known to a scrape's resolution (the last heartbeat
     # before a kill, the loop's start), a fixed ~1-2 s whatever the length; a 40 s test on a quiet
     # machine is shorter than any real job, whose hours make that far below 2%.
     tolerance = max(0.02 * wall, 2.5)
-    off = {k: round(auto[k] - hand[k], 3) for k in gp.BUCKETS if abs(auto[k] - hand[k]) > tolerance}
-    report = {k: (round(auto[k], 3), round(hand[k], 3)) for k in gp.BUCKETS}
+    off = {k: round(auto[k] - hand_[k], 3) for k in gp.BUCKETS if abs(auto[k] - hand_[k]) > tolerance}
+    report = {k: (round(auto[k], 3), round(hand_[k], 3)) for k in gp.BUCKETS}
     print(f"wall {wall:.2f} s; bucket: (status.goodput, step log) {report}")
     assert not off, f"buckets off by more than {tolerance:.2f} s of {wall:.1f} s: {off}; all: {report}"
     assert auto["lostWork"] > 0 and auto["checkpointStall"] > 0 and auto["productive"] > 0

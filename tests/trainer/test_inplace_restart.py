@@ -19,46 +19,13 @@ import pytest
 from test_goodput_local import Monitor
 
 from conftest import base_spec
+from goodput_hand import generations, hand
 from llmtrain import goodput as gp
 from llmtrain_trainer.metrics.restarts import read_ledger
 
 pytestmark = [pytest.mark.trainer, pytest.mark.slow]
 
 STEPS, KILL_AT, EVERY = 60, 25, 10
-
-
-def _generations(events: list[dict]) -> list[list[dict]]:
-    """The step events of each worker process, split at each process's `config` event."""
-    gens: list[list[dict]] = []
-    for e in events:
-        if e.get("event") == "config":
-            gens.append([])
-        elif e.get("event") == "step":
-            gens[-1].append(e)
-    return gens
-
-
-def _hand(gens: list[list[dict]], created: float, end: float) -> dict[str, float]:
-    """The buckets from the step log alone: one attempt, several processes."""
-    b = gp.zero()
-    first = gens[0][0]["time"] - gens[0][0]["step_seconds"]
-    b["starting"] += first - created
-    high, previous_end = 0, None
-    for steps in gens:
-        start = steps[0]["time"] - steps[0]["step_seconds"]
-        if previous_end is not None:
-            b["restarting"] += start - previous_end  # last step of the dead process → the new one's
-        in_steps = 0.0
-        for s in steps:
-            in_steps += s["step_seconds"]
-            b["dataWait"] += s["data_wait_seconds"]
-            kind = "lostWork" if s["step"] <= high else "productive"
-            b[kind] += s["step_seconds"] - s["data_wait_seconds"]
-        b["checkpointStall"] += (steps[-1]["time"] - start) - in_steps  # the saves between steps
-        high = max(high, steps[-1]["step"])
-        previous_end = steps[-1]["time"]
-    b["checkpointStall"] += end - gens[-1][-1]["time"]  # succeeded: the final save and exit
-    return b
 
 
 def test_a_killed_rank_restarts_in_place_and_the_attempt_keeps_its_counters(launch, etcd, tmp_path):
@@ -89,7 +56,7 @@ def test_a_killed_rank_restarts_in_place_and_the_attempt_keeps_its_counters(laun
 
     configs = w.of("config")
     assert [c["in_place_restarts"] for c in configs] == [0, 1], configs
-    gens = _generations(w.events)
+    gens = generations(w.events)
     high = gens[0][-1]["step"]
     (resume,) = w.of("resume")
     assert resume["step"] % EVERY == 0 and 0 < resume["step"] < KILL_AT <= high
@@ -111,11 +78,11 @@ def test_a_killed_rank_restarts_in_place_and_the_attempt_keeps_its_counters(laun
     # the operator's accounting from its scrape, against the step log
     g = gp.closed(g, 1, ended, "Succeeded", progress)
     auto = gp.buckets(gp.timeline_of(g, created), ended)
-    hand = _hand(gens, created, ended)
+    hand_ = hand([{"created": created, "end": ended, "why": "Succeeded", "gens": gens}], created, ended)
     wall = ended - created
-    assert sum(auto.values()) == pytest.approx(wall) and sum(hand.values()) == pytest.approx(wall)
+    assert sum(auto.values()) == pytest.approx(wall) and sum(hand_.values()) == pytest.approx(wall)
     tolerance = max(0.02 * wall, 2.5)  # as test_goodput_local: a scrape's resolution at the ends
-    report = {k: (round(auto[k], 3), round(hand[k], 3)) for k in gp.BUCKETS}
+    report = {k: (round(auto[k], 3), round(hand_[k], 3)) for k in gp.BUCKETS}
     print(f"wall {wall:.2f} s; in-place gap {gap:.2f} s; bucket: (status.goodput, step log) {report}")
     off = {k: v for k, v in report.items() if abs(v[0] - v[1]) > tolerance}
     assert not off, f"buckets off by more than {tolerance:.2f} s of {wall:.1f} s: {off}; all: {report}"

@@ -17,6 +17,18 @@ def timestamp(t: dt.datetime | None = None) -> str:
     return (t or now()).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def precise_timestamp(seconds: float) -> str:
+    """Unix seconds as RFC 3339 to the millisecond (a whole second prints as `timestamp` prints it).
+    For the trainer's own times that bound an attempt's steps in status.goodput (its loop's start,
+    its last step): cut to whole seconds, each moved up to 1 s, always the same way."""
+    whole = math.floor(seconds)
+    ms = round((seconds - whole) * 1000)
+    if ms == 1000:
+        whole, ms = whole + 1, 0
+    base = dt.datetime.fromtimestamp(whole, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{base}.{ms:03d}Z" if ms else f"{base}Z"
+
+
 @dataclass(frozen=True)
 class Progress:
     step: int | None = None
@@ -76,9 +88,9 @@ class Progress:
         if self.last_checkpoint_time:
             out["lastCheckpointTime"] = timestamp(dt.datetime.fromtimestamp(self.last_checkpoint_time, dt.UTC))
         if self.heartbeat:
-            out["heartbeatTime"] = timestamp(dt.datetime.fromtimestamp(self.heartbeat, dt.UTC))
+            out["heartbeatTime"] = precise_timestamp(self.heartbeat)
         if self.train_start and math.isfinite(self.train_start):
-            out["trainStartTime"] = timestamp(dt.datetime.fromtimestamp(self.train_start, dt.UTC))
+            out["trainStartTime"] = precise_timestamp(self.train_start)
         for field, key, digits in _GOODPUT_STATUS:
             value = getattr(self, field)
             attempt_field = _ATTEMPT_WIDE.get(field)

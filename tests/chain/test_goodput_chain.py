@@ -1,0 +1,374 @@
+"""Goodput through the operator on the real chain, with a real trainer behind the job and known kills:
+status.goodput's buckets must match a hand computation from the trainer's step log within 2% of the
+wall time (issue 20's proof, the chain half; tests/trainer/test_goodput_local.py is the local one).
+
+The chain is tests/chain's (kube-apiserver + etcd + kube-scheduler + kwok nodes + the Kubeflow
+training-operator), with this test's own operator process watching only its namespace. The job is
+a tiny CPU one (2 ranks in 1 pod on a simulated cpu node, 80 steps, a checkpoint every 10 to a tmp dir).
+
+What runs where:
+- The pods are kwok's and run nothing. For each attempt, once kwok has its pod Running, the test
+  starts what the pod's container would run: the pod's own command and arguments (the training
+  operator's pod, rendered by llmtrain) and its environment (LLMTRAIN_SPEC, the job's name and
+  namespace, LLMTRAIN_ATTEMPT, the pod and node names; torchrun's rendezvous id, which is the run
+  id the in-place ledger keys on) as real torchrun processes on this machine (gloo, 2 local ranks).
+  Only what a pod has and this machine has not is replaced: the rendezvous endpoint (a loopback
+  port for the pod's `<ptj>-worker-0` service), the staging volume (a fresh tmp dir per pod, as an
+  emptyDir), the termination log, and the metrics port (the one the operator scrapes). The
+  training-operator's own variables (PET_*, MASTER_*, WORLD_SIZE, RANK) are left out: the
+  arguments say the same, and torchrun sets the workers' own.
+- Worker 0's pod IP is set to 127.0.0.1 once kwok has it Running (as a kubelet reports the IP), so
+  the operator's monitor scrapes that trainer's rank 0 (as tests/chain/test_operator_chain.py).
+
+The kills, at known steps:
+1. attempt 1, step >= KILL_AT: local rank 1 SIGKILLed; torchrun restarts both workers in place
+   (inPlaceRestarts 1), they resume from the checkpoint before it and redo the steps after it;
+2. attempt 1, the restarted process at step >= FAIL_AT (its record must show the operator saw it): the
+   pod fails, i.e. the whole torchrun tree is SIGKILLed (its container died) and kwok fails the
+   pod with exit 137. The training-operator fails the PyTorchJob; the operator starts attempt 2
+   after its 1 s backoff floor;
+3. attempt 2 resumes from the newest checkpoint in the tmp dir (lost work: the steps after it)
+   and trains to the end. When it exits 0, the test completes the pod through kwok's
+   pod-container-running-completed stage: the training-operator marks the PyTorchJob Succeeded,
+   the operator the job.
+
+The hand computation (tests/goodput_hand.py, shared with the local proof) takes the step log of
+each attempt (per worker process) and the control plane's times: the job's and each PyTorchJob's
+creationTimestamp as the API server stored them, when the test saw attempt 1's pod Failed, and the
+job's end as the operator put it (its creation + status.goodput.wallSeconds; the test checks that
+against when it saw the job Succeeded). Every bucket must be within 2% of the wall time, and the
+buckets must add up to the wall time.
+
+Run it: `.venv/bin/python -m pytest tests/chain/test_goodput_chain.py -p no:cacheprovider -s`
+(`-s` prints the buckets side by side).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from goodput_hand import compare, generations, hand
+from llmtrain import goodput as gp
+from llmtrain.render import REPLICA_INDEX_LABEL, pytorchjob_name
+from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from llmtrain_devcluster.chain import COMPLETE_POD_LABEL
+from llmtrain_devcluster.process import free_port, free_port_block
+from operator_core.conftest import OperatorProcess
+
+from .conftest import wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+STEPS, EVERY = 80, 10
+KILL_AT = 15  # attempt 1: local rank 1 SIGKILLed; the restart resumes from step 10
+FAIL_AT = 35  # attempt 1's restarted process: the pod fails; attempt 2 resumes from step 30
+PTJ_POD_LABEL = "training.kubeflow.org/job-name"
+# what the training-operator adds to the pod's environment (torchrun's arguments say the same)
+OPERATOR_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PYTHONUNBUFFERED")
+
+
+def _job_doc(name: str, ckpt: Path) -> dict:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"preset": "tiny"},
+            "data": {"uri": "synthetic", "seqLen": 32},
+            "cluster": {"instanceType": "cpu", "nodes": 1, "processesPerNode": 2},
+            "fsdp": {"shardingStrategy": "FULL_SHARD", "mixedPrecision": "fp32", "activationCheckpointing": "none"},
+            "training": {
+                "maxSteps": STEPS,
+                "globalBatchTokens": 256,
+                "microBatchSize": 2,
+                "learningRate": 0.02,
+                "minLearningRate": 0.002,
+                "warmupSteps": 1,
+                "seed": 0,
+            },
+            "checkpoint": {"uri": f"file://{ckpt}", "intervalSteps": EVERY, "intervalMinutes": 60, "keep": 2},
+            "resilience": {
+                "maxRestarts": 1,
+                "inPlaceRestarts": 1,
+                "restartBackoffSeconds": 0,
+                "maxRestartBackoffSeconds": 1,
+                "collectiveTimeoutMinutes": 2,
+                "preflight": False,
+            },
+            "rendezvous": {"backend": "c10d"},
+        },
+    }
+
+
+class PodTrainer:
+    """What the pod's container would run, run here: its command, arguments and environment, with
+    the loopback replacements the module's docstring lists. `events`: its structured stdout."""
+
+    def __init__(self, pod, metrics_port: int, tmp: Path):
+        (c,) = [c for c in pod.spec.containers if c.name == "pytorch"]
+        field = {"metadata.name": pod.metadata.name, "spec.nodeName": pod.spec.node_name}
+        env = {}
+        for e in c.env or []:
+            if e.name.startswith("PET_") or e.name in OPERATOR_ENV:
+                continue
+            if e.value is not None:
+                env[e.name] = e.value
+            elif e.value_from and e.value_from.field_ref:
+                env[e.name] = field[e.value_from.field_ref.field_path]
+        self.attempt = int(env["LLMTRAIN_ATTEMPT"])
+        work = tmp / f"pod-{pod.metadata.name}"
+        work.mkdir()
+        env.update(
+            LLMTRAIN_METRICS_PORT=str(metrics_port),
+            LLMTRAIN_CHECKPOINT_STAGING=str(work / "staging"),
+            LLMTRAIN_TERMINATION_LOG=str(work / "termination-log"),
+            PYTHONUNBUFFERED="1",
+            OMP_NUM_THREADS="1",
+        )
+        endpoint = f"127.0.0.1:{free_port()}"
+        args = [f"--rdzv-endpoint={endpoint}" if a.startswith("--rdzv-endpoint=") else a for a in c.args]
+        self.rdzv_id = next(a.split("=", 1)[1] for a in args if a.startswith("--rdzv-id="))
+        assert c.command[0] == "python", c.command
+        self.cmd = [sys.executable, *c.command[1:], *args]
+        self.stderr_path = work / "stderr.log"
+        self._stderr = open(self.stderr_path, "w")
+        self.proc = subprocess.Popen(
+            self.cmd,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            env={**os.environ, **env},
+            cwd=REPO,
+            start_new_session=True,
+        )
+        self.events: list[dict] = []
+        self._lines: queue.Queue[dict | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            line = line.strip()
+            if line.startswith("{"):
+                e = json.loads(line)
+                self.events.append(e)
+                self._lines.put(e)
+        self._lines.put(None)
+
+    def wait_for(self, pred, timeout: float = 120) -> dict:
+        """Block until an event satisfying `pred` arrives (fails if the trainer exits first)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                e = self._lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no such event in {timeout} s; stderr:\n{self.stderr()}") from None
+            if e is None:
+                raise AssertionError(f"the trainer exited ({self.proc.wait()}) first; stderr:\n{self.stderr()}")
+            if pred(e):
+                return e
+
+    def worker(self, local_rank: int) -> int:
+        """The pid of the worker process of `local_rank` (torchrun's LOCAL_RANK in its environment)."""
+        from llmtrain_trainer.launch import children
+
+        for torchrun in children(self.proc.pid):
+            for pid in children(torchrun):
+                try:
+                    with open(f"/proc/{pid}/environ", "rb") as f:
+                        env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+                except OSError:
+                    continue
+                if env.get(b"LOCAL_RANK") == str(local_rank).encode():
+                    return pid
+        raise AssertionError(f"no worker of local rank {local_rank}")
+
+    def wait(self, timeout: float) -> int:
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"the trainer did not finish in {timeout} s; stderr:\n{self.stderr()}") from None
+        self._reader.join(10)
+        return rc
+
+    def kill(self) -> None:
+        """The container dies: the whole process tree, at once."""
+        from llmtrain_trainer.launch import kill_tree
+
+        # the launcher, torchrun (in a session of its own) and the workers (each in theirs)
+        kill_tree(self.proc)
+        self.proc.wait()
+        self._reader.join(10)
+        self._stderr.close()
+
+    def stderr(self) -> str:
+        self._stderr.flush()
+        return self.stderr_path.read_text()[-6000:]
+
+    def of(self, kind: str) -> list[dict]:
+        return [e for e in self.events if e.get("event") == kind]
+
+
+@pytest.fixture
+def cpu_node(chain_cluster, chain):
+    """Two simulated cpu nodes for this test (requested before chain_ns: they go after its pods):
+    the operator keeps attempt 2 off the node attempt 1's pod failed on."""
+    names = chain_cluster.add_nodes({"cpu": 2})
+    yield names
+    for n in names:
+        try:
+            chain.core.delete_node(n)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+
+@pytest.fixture
+def scrape_port():
+    """The trainer's metrics base port (rank 0's; rank 1 serves on the next): the operator scrapes it."""
+    return free_port_block(2)
+
+
+@pytest.fixture
+def operator(chain_cluster, chain_ns, scrape_port, tmp_path):
+    op = OperatorProcess(
+        chain_cluster.kubeconfig, tmp_path / "operator.log", scrape_port, extra_args=["--namespace", chain_ns]
+    )
+    op.start()
+    yield op
+    op.stop()
+
+
+@pytest.fixture
+def trainers():
+    started: list[PodTrainer] = []
+    yield started
+    for t in started:
+        t.kill()
+
+
+def _time(stamp: str) -> float:
+    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def _serve_rank0_here(chain, ns: str, pod) -> None:
+    chain.core.patch_namespaced_pod_status(
+        pod.metadata.name,
+        ns,
+        [
+            {"op": "replace", "path": "/status/podIP", "value": "127.0.0.1"},
+            {"op": "replace", "path": "/status/podIPs", "value": [{"ip": "127.0.0.1"}]},
+        ],
+    )
+
+
+def test_goodput_on_the_chain_matches_the_step_log(
+    chain, cpu_node, chain_ns, operator, scrape_port, trainers, tmp_path
+):
+    name = f"gp-{uuid.uuid4().hex[:6]}"
+    ns = chain_ns
+
+    def status() -> dict:
+        return chain.custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name).get("status") or {}
+
+    def rank0(attempt: int):
+        pods = chain.wait_pods_running(ns, f"{PTJ_POD_LABEL}={pytorchjob_name(name, attempt)}", 1)
+        (pod,) = [p for p in pods if p.metadata.labels.get(REPLICA_INDEX_LABEL) == "0"]
+        return pod
+
+    def ptj_created(attempt: int) -> float:
+        ptj = chain.ptj(ns, pytorchjob_name(name, attempt))
+        return _time(ptj["metadata"]["creationTimestamp"])
+
+    job = chain.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, _job_doc(name, tmp_path / "ckpt"))
+    created = _time(job["metadata"]["creationTimestamp"])
+    log = f"(operator log: {operator.log_path})"
+
+    # --- attempt 1: a rank killed (in place), then the pod fails -------------------------------
+    pod1 = rank0(1)
+    a1_created = ptj_created(1)
+    t1 = PodTrainer(pod1, scrape_port, tmp_path)
+    trainers.append(t1)
+    assert t1.attempt == 1
+    _serve_rank0_here(chain, ns, pod1)
+    t1.wait_for(lambda e: e.get("event") == "step" and e["step"] >= KILL_AT)
+    os.kill(t1.worker(1), signal.SIGKILL)
+    t1.wait_for(lambda e: e.get("event") == "config")  # torchrun restarted both workers in place
+    # read as they come (no wait on anything else in between): the pod fails mid-run
+    t1.wait_for(lambda e: e.get("event") == "step" and e["step"] >= FAIL_AT)
+    assert t1.proc.poll() is None, "attempt 1 ended before its pod failed"
+    t1.kill()  # the container dies...
+    chain.fail_pod_and_watch(ns, pod1.metadata.name, exit_code=137)  # ...and kwok fails its pod
+    a1_end = time.time()
+
+    # --- attempt 2: resumes from the newest checkpoint, runs to the end ------------------------
+    wait_for(lambda: status().get("attempt") == 2, 60, f"{name} attempt 2 {log}")
+    pod2 = rank0(2)
+    a2_created = ptj_created(2)
+    t2 = PodTrainer(pod2, scrape_port, tmp_path)
+    trainers.append(t2)
+    assert t2.attempt == 2 and t2.rdzv_id != t1.rdzv_id
+    _serve_rank0_here(chain, ns, pod2)
+    rc = t2.wait(180)
+    assert rc == 0, t2.stderr()
+    # the training run finished: its pod's container exits 0 (kwok), the PyTorchJob and the job succeed
+    chain.core.patch_namespaced_pod(pod2.metadata.name, ns, {"metadata": {"labels": {COMPLETE_POD_LABEL: "true"}}})
+    wait_for(lambda: status().get("phase") == "Succeeded", 60, f"{name} Succeeded {log}")
+    seen_end = time.time()
+
+    # --- what happened, from the step logs ------------------------------------------------------
+    gens1, gens2 = generations(t1.events), generations(t2.events)
+    assert [c["in_place_restarts"] for c in t1.of("config")] == [0, 1]
+    assert len(gens1) == 2 and len(gens2) == 1
+    (resume_in_place,) = t1.of("resume")
+    (resume2,) = t2.of("resume")
+    killed_at, failed_at = gens1[0][-1]["step"], gens1[1][-1]["step"]
+    assert resume_in_place["step"] == KILL_AT // EVERY * EVERY and killed_at >= KILL_AT
+    assert resume2["step"] == failed_at // EVERY * EVERY and FAIL_AT <= failed_at < STEPS
+    assert gens2[-1][-1]["step"] == STEPS
+
+    s = status()
+    g = s["goodput"]
+    assert s["restarts"] == 1 and s["attempt"] == 2
+    recs = {r["attempt"]: r for r in g["attempts"]}
+    assert recs[1]["inPlaceRestarts"] == 1 and recs[1]["endReason"] != gp.SUCCEEDED
+    assert recs[2]["endReason"] == gp.SUCCEEDED
+
+    wall = g["wallSeconds"]
+    end = created + wall
+    # the wall the operator measured ends when it saw the job succeed: before the test saw it
+    assert gens2[-1][-1]["time"] < end <= seen_end + 1, (end, seen_end)
+    auto = g["seconds"]
+    assert sum(auto.values()) == pytest.approx(wall, abs=0.5)  # each bucket is rounded to 0.1 s
+    runs = [
+        {"created": a1_created, "end": a1_end, "why": recs[1]["endReason"], "gens": gens1},
+        {"created": a2_created, "end": end, "why": gp.SUCCEEDED, "gens": gens2},
+    ]
+    hand_ = hand(runs, created, end)
+    assert sum(hand_.values()) == pytest.approx(wall)
+    report = compare(auto, hand_, wall)
+    print(f"\nwall {wall:.1f} s; bucket: (status.goodput, step log, difference in % of the wall) {report}")
+    off = {k: v for k, v in report.items() if abs(v[2]) > 2.0}
+    assert not off, f"buckets off by more than 2% of {wall:.1f} s: {off}; all: {report}"
+    # each kill cost what it should: the in-place gap and the failure are restarting, the redone
+    # steps lost work
+    assert auto["restarting"] > 0 and auto["lostWork"] > 0 and auto["productive"] > 0 and auto["starting"] > 0
+    # in place: the steps the restarted process redid, exactly (the ledger's); attempt 2's from
+    # the newest step the operator's scrape saw before the pod failed
+    assert g["stepsRedone"] >= killed_at - resume_in_place["step"]
