@@ -364,8 +364,13 @@ def test_goodput_on_the_chain_matches_the_step_log(
     assert sum(hand_.values()) == pytest.approx(wall)
     report = compare(auto, hand_, wall)
     print(f"\nwall {wall:.1f} s; bucket: (status.goodput, step log, difference in % of the wall) {report}")
-    off = {k: v for k, v in report.items() if abs(v[2]) > 2.0}
-    assert not off, f"buckets off by more than 2% of {wall:.1f} s: {off}; all: {report}"
+    # The job's and the PyTorchJobs' creationTimestamps, on both sides, are whole seconds (the API
+    # server's, and the operator's attempt records alike): the buckets they bound (queued, starting,
+    # restarting) can each move by up to 1 s between the two without either being wrong, 1.5-2% of
+    # a 50-66 s wall by itself. Those get that second on top of the 2%; the others get 2% alone.
+    stamped = {"queued", "starting", "restarting"}
+    off = {k: v for k, v in report.items() if abs(auto[k] - hand_[k]) > 0.02 * wall + (1.0 if k in stamped else 0.0)}
+    assert not off, f"buckets off by more than 2% of {wall:.1f} s (+1 s where whole-second stamps bound them): {off}"
     # each kill cost what it should: the in-place gap and the failure are restarting, the redone
     # steps lost work
     assert auto["restarting"] > 0 and auto["lostWork"] > 0 and auto["productive"] > 0 and auto["starting"] > 0
