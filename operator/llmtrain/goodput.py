@@ -175,11 +175,13 @@ def buckets(t: Timeline, now: float) -> dict[str, float]:
 
 def _lost(a: Attempt, high: int) -> float:
     """Seconds of the steps this attempt redid: those above its resume step up to the highest
-    step any earlier attempt reached, at its mean step time."""
+    step any earlier attempt reached, at its mean step time less its mean data wait (a step's
+    wait for its batch is dataWait, whichever step it was)."""
     if a.resume_step is None or a.last_step is None or not a.steps or not a.step_seconds:
         return 0.0
     redone = max(0, min(high, a.last_step) - a.resume_step)
-    return min(redone, a.steps) * (a.step_seconds / a.steps)
+    computing = max(0.0, a.step_seconds - max(a.data_wait_seconds or 0.0, 0.0))
+    return min(redone, a.steps) * (computing / a.steps)
 
 
 def ratio(b: dict[str, float]) -> float | None:

@@ -98,6 +98,30 @@ def test_hang_then_restart_with_redone_steps():
     assert gp.steps_redone(t) == 20
 
 
+def test_redone_steps_are_priced_without_their_data_wait_which_is_data_wait_once():
+    # test_hang_then_restart's a2, but 24 s of its 240 s of steps waited for data: the 20 redone
+    # steps cost (240 - 24) / 120 = 1.8 s each of compute, 36 s of lost work; the 24 s are data
+    # wait (once); inside 330..600 = 270: stall 10, data wait 24, lost 36, productive 200
+    a2 = Attempt(
+        2,
+        created=290,
+        train_start=330,
+        last_heartbeat=590,
+        resume_step=80,
+        last_step=200,
+        steps=120,
+        step_seconds=240,
+        checkpoint_blocking_seconds=10,
+        data_wait_seconds=24,
+    )
+    a1 = Attempt(1, created=10, end=290, end_reason="Failed", train_start=40, last_heartbeat=290, last_step=100)
+    check(
+        Timeline(start=0.0, attempts=(a1, a2)),
+        600.0,
+        expect(queued=10, starting=30 + 40, productive=250 + 200, checkpointStall=10, dataWait=24, lostWork=36),
+    )
+
+
 def test_failure_tail_is_restarting_and_success_tail_is_the_final_save():
     # a1 fails: last step 100, the PyTorchJob Failed seen at 130 → tail 30 restarting; next at 150 (20 more)
     # a2 succeeds: last step 400, completion 420 → tail 20 checkpoint stall (the final save)

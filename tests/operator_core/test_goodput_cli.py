@@ -67,12 +67,13 @@ def test_goodput_report_table_and_png(tmp_path, capsys):
     assert main(["goodput", "--from-file", str(path), "--png", str(out_png)]) == 0
     text = capsys.readouterr().out
     # by hand: queued 10; starting 30 + 30; a1 steps 40..300 = 260 (stall 10, productive 250); hang 100;
-    # restarting 20; a2 steps 450..990 = 540 (data wait 12, lost (100 - 80) × 2.4 = 48, productive 480);
-    # final save 10 → productive 730 of 1000
-    assert "goodput 73.0% over 0:16:40" in text and "20 steps redone" in text
+    # restarting 20; a2 steps 450..990 = 540 (data wait 12; lost (100 - 80) × (528 - 12) / 220 = 46.9,
+    # the redone steps' compute, their data wait being in the 12; productive 481.1); final save 10
+    # → productive 731.1 of 1000
+    assert "goodput 73.1% over 0:16:40" in text and "20 steps redone" in text
     rows = {line[2:42].strip(): line[42:].split() for line in text.splitlines() if line.startswith("  ")}
     assert rows["hang (last step → detection)"] == ["0:01:40", "10.0%"]
-    assert rows["lost work (steps redone)"] == ["0:00:48", "4.8%"]
+    assert rows["lost work (steps redone)"] == ["0:00:47", "4.7%"]
     assert rows["checkpoint stall"] == ["0:00:20", "2.0%"]
     assert "  checkpoint interval: spec.checkpoint.intervalMinutes: 60" in text  # status.checkpoint's why
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
