@@ -364,13 +364,15 @@ def test_goodput_on_the_chain_matches_the_step_log(
     assert sum(hand_.values()) == pytest.approx(wall)
     report = compare(auto, hand_, wall)
     print(f"\nwall {wall:.1f} s; bucket: (status.goodput, step log, difference in % of the wall) {report}")
-    # The job's and the PyTorchJobs' creationTimestamps, on both sides, are whole seconds (the API
-    # server's, and the operator's attempt records alike): the buckets they bound (queued, starting,
-    # restarting) can each move by up to 1 s between the two without either being wrong, 1.5-2% of
-    # a 50-66 s wall by itself. Those get that second on top of the 2%; the others get 2% alone.
-    stamped = {"queued", "starting", "restarting"}
-    off = {k: v for k, v in report.items() if abs(auto[k] - hand_[k]) > 0.02 * wall + (1.0 if k in stamped else 0.0)}
-    assert not off, f"buckets off by more than 2% of {wall:.1f} s (+1 s where whole-second stamps bound them): {off}"
+    # The same allowance as the local proof (test_goodput_local.py): 2% of the wall or 2.5 s,
+    # whichever is larger. The gaps are fixed amounts, 1-2 s whatever the job's length: the
+    # attempts' creationTimestamps are whole seconds on both sides (the API server's and the
+    # operator's records), and redone steps are priced at the attempt's mean step time while the
+    # first steps after a resume are slower. At this test's 50-70 s of wall that is 2-3.5%; at a
+    # real job's hours, far under 2%.
+    allowed = max(0.02 * wall, 2.5)
+    off = {k: v for k, v in report.items() if abs(auto[k] - hand_[k]) > allowed}
+    assert not off, f"buckets off by more than {allowed:.2f} s (2% of {wall:.1f} s, or 2.5 s): {off}"
     # each kill cost what it should: the in-place gap and the failure are restarting, the redone
     # steps lost work
     assert auto["restarting"] > 0 and auto["lostWork"] > 0 and auto["productive"] > 0 and auto["starting"] > 0
