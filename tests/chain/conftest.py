@@ -109,6 +109,18 @@ class Chain:
             w.stop()
         raise AssertionError(f"pod {ns}/{name} never turned Failed within {timeout}s")
 
+    def serve_pod_here(self, ns: str, name: str) -> None:
+        """Pod ``name``'s IP as a kubelet would report it, 127.0.0.1: where the test serves what
+        the pod's trainer would (kwok's pods run nothing), so the operator scrapes it there."""
+        self.core.patch_namespaced_pod_status(
+            name,
+            ns,
+            [
+                {"op": "replace", "path": "/status/podIP", "value": "127.0.0.1"},
+                {"op": "replace", "path": "/status/podIPs", "value": [{"ip": "127.0.0.1"}]},
+            ],
+        )
+
     def ptj(self, ns: str, name: str) -> dict:
         return self.custom.get_namespaced_custom_object(*PTJ[:2], ns, PTJ[2], name)
 

@@ -45,7 +45,6 @@ Run it: `.venv/bin/python -m pytest tests/chain/test_goodput_chain.py -p no:cach
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import queue
@@ -62,6 +61,7 @@ from kubernetes.client.exceptions import ApiException
 
 from goodput_hand import compare, generations, hand
 from llmtrain import goodput as gp
+from llmtrain.controller.status import parse_time
 from llmtrain.render import REPLICA_INDEX_LABEL, pytorchjob_name
 from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from llmtrain_devcluster.chain import COMPLETE_POD_LABEL
@@ -264,18 +264,7 @@ def trainers():
 
 
 def _time(stamp: str) -> float:
-    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-
-
-def _serve_rank0_here(chain, ns: str, pod) -> None:
-    chain.core.patch_namespaced_pod_status(
-        pod.metadata.name,
-        ns,
-        [
-            {"op": "replace", "path": "/status/podIP", "value": "127.0.0.1"},
-            {"op": "replace", "path": "/status/podIPs", "value": [{"ip": "127.0.0.1"}]},
-        ],
-    )
+    return parse_time(stamp).timestamp()
 
 
 def test_goodput_on_the_chain_matches_the_step_log(
@@ -306,7 +295,7 @@ def test_goodput_on_the_chain_matches_the_step_log(
     t1 = PodTrainer(pod1, scrape_port, tmp_path)
     trainers.append(t1)
     assert t1.attempt == 1
-    _serve_rank0_here(chain, ns, pod1)
+    chain.serve_pod_here(ns, pod1.metadata.name)
     t1.wait_for(lambda e: e.get("event") == "step" and e["step"] >= KILL_AT)
     os.kill(t1.worker(1), signal.SIGKILL)
     t1.wait_for(lambda e: e.get("event") == "config")  # torchrun restarted both workers in place
@@ -324,7 +313,7 @@ def test_goodput_on_the_chain_matches_the_step_log(
     t2 = PodTrainer(pod2, scrape_port, tmp_path)
     trainers.append(t2)
     assert t2.attempt == 2 and t2.rdzv_id != t1.rdzv_id
-    _serve_rank0_here(chain, ns, pod2)
+    chain.serve_pod_here(ns, pod2.metadata.name)
     rc = t2.wait(180)
     assert rc == 0, t2.stderr()
     # the training run finished: its pod's container exits 0 (kwok), the PyTorchJob and the job succeed

@@ -80,19 +80,6 @@ def _assert_pods_carry_the_in_place_restarts(chain, ns: str, ptj_name: str, pods
         assert pet["PET_RDZV_ENDPOINT"] == flags["--rdzv-endpoint"] and pet["PET_NNODES"] == flags["--nnodes"]
 
 
-def _serve_rank0_here(chain, ns: str, pods) -> None:
-    """Worker 0's IP as a kubelet would report it, pointing at the test's trainer endpoint."""
-    (rank0,) = [p for p in pods if p.metadata.labels.get(REPLICA_INDEX_LABEL) == "0"]
-    chain.core.patch_namespaced_pod_status(
-        rank0.metadata.name,
-        ns,
-        [
-            {"op": "replace", "path": "/status/podIP", "value": "127.0.0.1"},
-            {"op": "replace", "path": "/status/podIPs", "value": [{"ip": "127.0.0.1"}]},
-        ],
-    )
-
-
 def test_in_place_restart_then_pod_failure_on_p5_nodes(
     chain_cluster, chain, chain_ns, chain_operator, trainer_endpoint
 ):
@@ -133,7 +120,8 @@ def test_in_place_restart_then_pod_failure_on_p5_nodes(
     metrics.inplace_restart_seconds.set(12.5)
     metrics.inplace_redone_steps.set(3)
     metrics.inplace_redone_seconds.set(6.0)
-    _serve_rank0_here(chain, chain_ns, pods)
+    (rank0,) = [p for p in pods if p.metadata.labels.get(REPLICA_INDEX_LABEL) == "0"]
+    chain.serve_pod_here(chain_ns, rank0.metadata.name)  # worker 0: the test's trainer endpoint
     progress = wait_for(
         lambda: (p := status().get("progress") or {}).get("inPlaceRestarts") == 1 and p,
         30,
