@@ -130,7 +130,9 @@ def finish(op: Operator, o: Observed, plan: Plan, job: dict) -> None:
                 o.namespace,
                 o.name,
             )
-    if status.get("goodput"):
+    # A run that only waits for the watch (awaiting_watch) leaves the job's series to the run its
+    # PyTorchJob's event brings; after an operator restart that is most jobs' first run.
+    if status.get("goodput") and not plan.waiting:
         terminal = status.get("phase") in (Phase.SUCCEEDED.value, Phase.FAILED.value)
         summary = status["goodput"] if terminal else accounting.derived(o.with_(raw_status=status), status["goodput"])
         m.set_goodput(o.namespace, o.name, summary)
