@@ -140,3 +140,57 @@ def test_a_conflicting_restart_deletes_nothing_until_its_write_applied():
     assert calls[1] == ("status", "101", "Restarting")  # decided again on the fresh read
     assert calls[2:4] == [("delete", "j-a1"), ("event", "Restarting")]
     assert kube.job["status"]["attempt"] == 2 and kube.job["status"]["restarts"] == 1  # spent once
+
+
+def test_a_run_that_only_waits_for_the_watch_leaves_the_goodput_series_to_the_next_run():
+    # After an operator restart a job's first run often comes before its PyTorchJob's watch event:
+    # that run waits (awaiting_watch); the goodput series are the run that adopts it's to set.
+    import time
+
+    from llmtrain import goodput as gp
+
+    created = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+    goodput = gp.opened({}, 1, created.timestamp(), created.timestamp())
+    status = {
+        "phase": "Pending",
+        "attempt": 1,
+        "restarts": 0,
+        "pytorchJob": "j-a1",
+        "observedGeneration": 1,
+        "attemptCreationTime": timestamp(created),
+        "goodput": goodput,
+    }
+    kube = FakeKube(_job(status))
+    op = _operator(kube)
+    op.loop, op._watch_started = object(), time.monotonic()  # the watch has just started
+    assert reconcile(op, ("ns", "j"), kube.get_job("ns", "j")) is not None  # look again soon
+    assert ("get-ptj", "j-a1") not in kube.calls and op.metrics.goodput._jobs == {}
+    op.attempts.put(ptj(1, "Created"))  # its watch event
+    reconcile(op, ("ns", "j"), kube.get_job("ns", "j"))
+    assert ("event", "Adopted") in kube.calls and ("ns", "j") in op.metrics.goodput._jobs
+
+
+def test_right_after_a_start_a_job_waits_for_its_recorded_pytorchjobs_event_instead_of_running_twice():
+    # After an operator restart the jobs' events come before their PyTorchJobs'. A job whose
+    # recorded PyTorchJob is not in the cache yet is kept, not run: that PyTorchJob's event queues
+    # it, and it is reconciled once, adopting it.
+    import time
+
+    status = {"phase": "Pending", "attempt": 1, "restarts": 0, "pytorchJob": "j-a1", "observedGeneration": 1}
+    kube = FakeKube(_job(status))
+    op = _operator(kube)
+    op.loop, op._watch_started = object(), time.monotonic()
+    key = ("ns", "j")
+    op.saw_job("ns", "j", kube.get_job("ns", "j"))
+    assert key not in op.queue._queued and key in op.queue._due  # kept until its child's event, or 1 s
+    assert op.queue.get(key) is not None  # what the PyTorchJob's event looks for to queue the job
+    # a job whose PyTorchJob the watch brought first runs at once
+    first = _operator(kube)
+    first.loop, first._watch_started = object(), time.monotonic()
+    first.attempts.put(ptj(1, "Created"))
+    first.saw_job("ns", "j", kube.get_job("ns", "j"))
+    assert key in first.queue._queued
+    # once the job has been reconciled, or the watch is no longer fresh, every event runs it
+    op.mark_seen(key)
+    op.saw_job("ns", "j", kube.get_job("ns", "j"))
+    assert key in op.queue._queued

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..catalog import instance_type
 from ..render import ATTEMPT_LABEL, pytorchjob_name
-from ..status import Phase, parse
+from ..status import TERMINAL, Phase, parse
 from . import kueue, scrape, taints
 from .decide import SPEC_HASH
 from .snapshot import Child, Observed
@@ -52,6 +52,24 @@ def child_of(ptj: dict, uid: str) -> Child:
     )
 
 
+# the live phases on the wire (a phase this version cannot read is not live: parse() reads it as None)
+_LIVE = frozenset(p.value for p in Phase if p not in TERMINAL)
+
+
+def unseen_child(raw_status: dict, name: str, ptjs: dict) -> str | None:
+    """The PyTorchJob a live job's status records for its current attempt, when the watch has not
+    brought it (not in `ptjs`): after an operator restart the jobs' events come before their
+    PyTorchJobs'."""
+    recorded = raw_status.get("pytorchJob")
+    if (
+        raw_status.get("phase") in _LIVE
+        and recorded == pytorchjob_name(name, raw_status.get("attempt") or 1)
+        and recorded not in ptjs
+    ):
+        return recorded
+    return None
+
+
 def observe(op: Operator, job: dict, first_sight: bool) -> Observed:
     meta = job["metadata"]
     namespace, name, uid = meta["namespace"], meta["name"], meta.get("uid") or ""
@@ -61,12 +79,9 @@ def observe(op: Operator, job: dict, first_sight: bool) -> Observed:
     ptjs = op.attempts.of(namespace, name)
     attempt = status.attempt or 1
     awaiting = False
-    recorded = status.pytorch_job
-    live = status.phase is not None and not status.phase.terminal
-    if live and recorded == pytorchjob_name(name, attempt) and recorded not in ptjs:
-        # Recorded but not (yet) seen by the watch: after an operator restart the jobs' events
-        # come before their PyTorchJobs'. Right after the start, wait a little for the watch;
-        # then one GET tells.
+    recorded = unseen_child(raw_status, name, ptjs)
+    if recorded is not None:
+        # Right after the start, wait a little for the watch; then one GET tells.
         if first_sight and op.watch_is_fresh():
             awaiting = True
         else:

@@ -16,9 +16,11 @@ from .caches import AttemptCache, PhaseGauge, PodCache, ProgressFacts, SpecCache
 from .config import OperatorConfig
 from .metrics import OperatorMetrics
 from .monitor import Monitor
+from .observe import unseen_child
 from .reconciler import reconcile
 from .reliability import FleetReliability
 from .retired import RetiredJobs
+from .situations_start import WATCH_WAIT
 from .workqueue import WorkQueue
 
 log = logging.getLogger("llmtrain.operator")
@@ -57,6 +59,20 @@ class Operator:
             self._watch_started = time.monotonic()
             self.loop = asyncio.get_running_loop()
             self.queue.start([contextvars.copy_context() for _ in range(self.config.workers)])
+
+    def saw_job(self, namespace: str, name: str, job: dict) -> None:
+        """A job's watch event: queue it. Right after the watch starts, a job whose recorded
+        PyTorchJob the watch has not brought yet is kept (not run) until that PyTorchJob's event
+        queues it, or WATCH_WAIT passes: run now, it would only find the child missing and wait
+        (awaiting_watch), and after a restart that was most jobs' first run, a second reconcile per
+        job. The run then replaces this timer with its own requeue (workqueue.py)."""
+        key = (namespace, name)
+        fresh = self.watch_is_fresh() and not self.seen(key)
+        if fresh and unseen_child(job.get("status") or {}, name, self.attempts.of(namespace, name)):
+            self.queue.observe(key, job)
+            self.queue.add_after(key, WATCH_WAIT)
+        else:
+            self.queue.add(key, job)
 
     def watch_is_fresh(self) -> bool:
         return self.loop is not None and time.monotonic() - self._watch_started < UNSEEN_GRACE

@@ -30,7 +30,7 @@ def register(op: Operator, registry: kopf.OperatorRegistry | None = None) -> Non
                 await asyncio.get_running_loop().run_in_executor(None, op.retire, dict(body))
             return
         op.phases.track(namespace, name, (status or {}).get("phase"))
-        op.queue.add((namespace, name), dict(body))
+        op.saw_job(namespace, name, dict(body))
 
     @kopf.on.event("kubeflow.org", "v1", "pytorchjobs", labels={JOB_LABEL: kopf.PRESENT}, **kw)
     async def pytorchjob_event(event, body, namespace, name, labels, **_):
