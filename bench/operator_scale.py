@@ -421,11 +421,17 @@ def chain_phases(a: argparse.Namespace) -> list[tuple[str, Path | None]]:
 
 
 def tree_commit(tree: Path) -> str:
-    """The tree's commit and subject, or its path when it is not a git checkout (an export)."""
+    """The tree's commit and subject, or its path when it is not a git checkout (an export); a
+    checkout with uncommitted changes to operator/ says so (it is not that commit's operator)."""
     import subprocess
 
     got = subprocess.run(["git", "-C", str(tree), "log", "-1", "--format=%h %s"], capture_output=True, text=True)
-    return got.stdout.strip() if got.returncode == 0 and got.stdout.strip() else str(tree)
+    if got.returncode != 0 or not got.stdout.strip():
+        return str(tree)
+    dirty = subprocess.run(
+        ["git", "-C", str(tree), "status", "--porcelain", "--", "operator"], capture_output=True, text=True
+    ).stdout.strip()
+    return ("+uncommitted " if dirty else "") + got.stdout.strip()
 
 
 def run_chain(a: argparse.Namespace, workdir: Path) -> dict:

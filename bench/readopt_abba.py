@@ -1,17 +1,20 @@
-"""Re-adopt after a SIGKILL, two commits' operators alternated on one light dev cluster.
+"""Re-adopt after a SIGKILL, several commits' operators interleaved on one light dev cluster.
 
 ``operator_scale.py --operator-tree`` compares two commits with one cluster per run, so every run
 also pays (and varies with) the create phase and a new cluster. This bench starts one cluster
-(kube-apiserver, etcd, controller-manager) and, for each tree in the order given (e.g. ABBA: A B B A),
-in a namespace of its own: starts that tree's operator with its tree's CRD, creates --jobs jobs
-and waits until each has its PyTorchJob recorded, creates one worker pod per job (labelled as its
-attempt's, as the training-operator would), then --reps times: SIGKILL the operator, start it
-again and time until it has re-adopted every job. Printed per run: seconds to /healthz, seconds
-from /healthz to every job re-adopted, the operator's CPU seconds for each part (from /proc), and
-the API requests per job; then the medians per tree and their ratio to the first tree's.
+(kube-apiserver, etcd, controller-manager) and sets up each tree once, in a namespace of its own:
+that tree's operator with its CRD creates --jobs jobs and their PyTorchJobs, and one worker pod per
+job is created (labelled as its attempt's, as the training-operator would). Then --rounds rounds,
+each one re-adoption per tree, in the given order in even rounds and reversed in odd ones (A B,
+B A, A B, ...): install the tree's CRD, start its operator, time until it has re-adopted every job,
+SIGKILL it. One tree's runs are spread over the whole session, so the cluster's drift (it grows
+with every namespace, and every re-adoption posts an event per job) falls on every tree alike,
+which back-to-back runs of one tree did not give. Printed per run: seconds to /healthz, seconds
+from /healthz to every job re-adopted, the operator's CPU seconds (from /proc) and the API
+requests per job; then the medians per tree and their ratios to the first tree's.
 
     git worktree add --detach /tmp/before <commit>
-    .venv/bin/python bench/readopt_abba.py --jobs 600 /tmp/before . . /tmp/before
+    .venv/bin/python bench/readopt_abba.py --jobs 600 --rounds 8 /tmp/before .
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ import operator_scale as osc  # noqa: E402
 from chainbench import OperatorProcess, wait_for  # noqa: E402
 
 
-def tree_runs(api, custom, cluster, tree: Path, ns: str, workdir: Path, jobs: int, reps: int) -> list[dict]:
+def set_up(api, custom, cluster, tree: Path, ns: str, workdir: Path, jobs: int) -> OperatorProcess:
+    """The tree's namespace with --jobs jobs, each with its PyTorchJob recorded and one attempt pod."""
     from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
     cluster.install_crds([osc.crd_path(tree)])
@@ -58,38 +62,38 @@ def tree_runs(api, custom, cluster, tree: Path, ns: str, workdir: Path, jobs: in
 
     wait_for(recorded, 600, "every job's PyTorchJob recorded")
     osc.make_pods(api, ns, names, 1, 8)
-    runs = []
-    for rep in range(reps):
-        op.stop(signal.SIGKILL)
-        before = osc.request_counts(api)
-        started = op.start()
-        healthy, cpu_healthy = time.monotonic(), op.usage()[1]
-        wait_for(lambda: op.counter("adopted") + op.counter("unchanged") >= jobs, 600, "re-adoption", interval=0.5)
-        done, cpu_done = time.monotonic(), op.usage()[1]
-        after = osc.request_counts(api)
-        made = {k: v - before.get(k, 0) for k, v in after.items()}
-        runs.append(
-            {
-                "tree": osc.tree_commit(tree),
-                "rep": rep,
-                "start_to_healthz_s": round(healthy - started, 2),
-                "healthz_to_readopted_s": round(done - healthy, 2),
-                "readopt_s": round(done - started, 2),
-                "cpu_start_s": cpu_healthy,
-                "cpu_readopt_s": round(cpu_done, 2),
-                "requests_per_job": {k: round(n / jobs, 2) for k, n in made.items() if n >= jobs / 20},
-            }
-        )
-        print(json.dumps(runs[-1]), flush=True)
-    op.stop()
-    return runs
+    op.stop(signal.SIGKILL)
+    return op
+
+
+def readopt(api, cluster, op: OperatorProcess, label: str, round_: int, jobs: int) -> dict:
+    """One SIGKILLed operator's successor started, timed until every job is re-adopted, killed."""
+    cluster.install_crds([osc.crd_path(op.tree)])
+    before = osc.request_counts(api)
+    started = op.start()
+    healthy, cpu_healthy = time.monotonic(), op.usage()[1]
+    wait_for(lambda: op.counter("adopted") + op.counter("unchanged") >= jobs, 600, "re-adoption", interval=0.5)
+    done, cpu_done = time.monotonic(), op.usage()[1]
+    after = osc.request_counts(api)
+    op.stop(signal.SIGKILL)
+    made = {k: v - before.get(k, 0) for k, v in after.items()}
+    return {
+        "tree": label,
+        "round": round_,
+        "start_to_healthz_s": round(healthy - started, 2),
+        "healthz_to_readopted_s": round(done - healthy, 2),
+        "readopt_s": round(done - started, 2),
+        "cpu_start_s": cpu_healthy,
+        "cpu_readopt_s": round(cpu_done, 2),
+        "requests_per_job": {k: round(n / jobs, 2) for k, n in made.items() if n >= jobs / 20},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("trees", nargs="+", type=Path, help="checkouts of this repo, in the order to run them")
+    p.add_argument("trees", nargs="+", type=Path, help="checkouts of this repo (the first is the baseline)")
     p.add_argument("--jobs", type=int, default=600)
-    p.add_argument("--reps", type=int, default=2, help="SIGKILL and re-adopt this many times per tree run")
+    p.add_argument("--rounds", type=int, default=8, help="re-adoptions per tree, interleaved (A B, B A, ...)")
     p.add_argument("--json", type=Path, help="also write every run and the summary here")
     a = p.parse_args(argv)
     from kubernetes import client, config
@@ -106,8 +110,14 @@ def main(argv: list[str] | None = None) -> int:
         cfg.connection_pool_maxsize = 16
         api = client.ApiClient(cfg)
         custom = client.CustomObjectsApi(api)
-        for k, tree in enumerate(a.trees):
-            runs += tree_runs(api, custom, cluster, tree.resolve(), f"readopt-{k}", workdir, a.jobs, a.reps)
+        trees = list(dict.fromkeys(t.resolve() for t in a.trees))
+        labels = [f"{k}: {osc.tree_commit(t)}" for k, t in enumerate(trees)]
+        ops = [set_up(api, custom, cluster, t, f"readopt-{k}", workdir, a.jobs) for k, t in enumerate(trees)]
+        for r in range(a.rounds):
+            order = list(zip(labels, ops))
+            for label, op in order if r % 2 == 0 else reversed(order):
+                runs.append(readopt(api, cluster, op, label, r, a.jobs))
+                print(json.dumps(runs[-1]), flush=True)
     finally:
         cluster.down()
         shutil.rmtree(workdir, ignore_errors=True)
