@@ -191,8 +191,13 @@ def cmd_goodput(args) -> int:
             print(f"LLMTrainingJob {args.namespace}/{args.job} not found", file=sys.stderr)
             return 1
         uid = job["metadata"].get("uid")
-        listed = kube.core().list_namespaced_event(args.namespace, field_selector=f"involvedObject.uid={uid}")
-        events = goodput_report.events_of(listed.items)
+        listed = kube._request(
+            "GET",
+            "/api/v1/namespaces/{namespace}/events",
+            {"namespace": args.namespace},
+            query={"fieldSelector": f"involvedObject.uid={uid}"},
+        )
+        events = goodput_report.events_of(listed["items"])
     if not isinstance(job, dict) or not isinstance(job.get("metadata"), dict):
         print("not an LLMTrainingJob object", file=sys.stderr)
         return 1

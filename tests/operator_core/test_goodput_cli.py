@@ -146,3 +146,35 @@ def test_an_ended_attempt_keeps_its_newest_checkpoint():
     assert (rec["lastCheckpointStep"], rec["lastCheckpointTime"]) == (100, gp.stamp(T0 + 300))
     (a,) = gp.timeline_of(gp.closed(g, 1, T0 + 400, "Failed", progress), T0).attempts
     assert (a.last_checkpoint_step, a.last_checkpoint_time) == (100, T0 + 300)
+
+
+def test_goodput_reads_a_live_job_and_its_events_from_the_api_server(kube, monkeypatch, capsys):
+    # the job and its events through the operator's own raw client calls, against a real API server
+    import uuid
+
+    from llmtrain.controller import kube as opkube
+    from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
+
+    from .decide_world import tiny
+
+    name = f"gp-{uuid.uuid4().hex[:6]}"
+    doc = job()
+    kube.apply("default", kube.job_doc(name, tiny()))
+    created = kube.job("default", name)
+    kube.custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, "default", PLURAL, name, {"status": doc["status"]}
+    )
+    monkeypatch.setattr(opkube, "_client", lambda: kube.api)
+    ref = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": name,
+        "uid": created["metadata"]["uid"],
+        "namespace": "default",
+    }
+    opkube.post_event(ref, True, "Restarting", "attempt 1 hung: no step for 100 s")
+    assert main(["goodput", name, "-n", "default"]) == 0
+    text = capsys.readouterr().out
+    assert f"default/{name}: goodput" in text and "(2 attempt record(s), 20 steps redone)" in text
+    assert "Restarting" in text and "attempt 1 hung: no step for 100 s" in text
+    kube.custom.delete_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, name)

@@ -1,8 +1,14 @@
-"""The few Kubernetes API calls the operator makes, through the official client.
+"""The few Kubernetes API calls the operator makes, through the official client's ApiClient.
 
 LLMTrainingJobs (get, patch status), PyTorchJobs (get, create, delete), Events (create), Kueue
 Workloads (list, for a queued job's message); Pods are only watched. Every permission the
 operator needs, these and the others' (nodes.py, leader.py, kopf), is listed in rbac.py.
+
+Every call is a raw request (`_request`: the response's JSON as a dict), none goes through the
+generated API classes: importing CoreV1Api builds hundreds of model classes (0.4-0.7 s of CPU, a
+quarter to a third of the operator's start, which a restart or failover pays before re-adopting
+anything), and each generated method validates its arguments with pydantic (the first call of
+each also builds that validator: 0.05 s) and returns models the operator would turn back into dicts.
 """
 
 from __future__ import annotations
@@ -13,8 +19,6 @@ import logging
 from functools import cache
 
 import kubernetes
-from kubernetes.client.api.core_v1_api import CoreV1Api
-from kubernetes.client.api.custom_objects_api import CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from ..spec import GROUP, PLURAL, VERSION
@@ -40,25 +44,32 @@ def _client() -> kubernetes.client.ApiClient:
     return kubernetes.client.ApiClient(config)
 
 
-def custom() -> CustomObjectsApi:
-    # Imported with this module too: its first use was the first job's PyTorchJob create, which
-    # then waited for the import (0.2 s of CPU on a busy machine) with every other worker behind it.
-    return CustomObjectsApi(_client())
-
-
 def _request(
-    method: str, path: str, params: dict, body: dict | None = None, content_type: str = "application/json"
+    method: str,
+    path: str,
+    params: dict,
+    body: dict | None = None,
+    content_type: str = "application/json",
+    query: dict[str, str] | None = None,
 ) -> dict:
     """One request, the response's JSON as a dict; ApiException on any non-2xx answer (its status
-    and body, as the generated methods raise). The raw call: the generated CustomObjectsApi
-    methods also validate every argument with pydantic and wrap the call in their legacy options,
-    0.1-0.2 ms more client CPU per request (1.8-1.9 ms vs 1.6-1.8 ms against a local server)."""
+    and body, as the generated methods raise). `path` is a template filled from `params`
+    (tests/charts/test_operator_rbac.py reads every call's method and path for the RBAC table). The
+    generated methods would also validate every argument with pydantic and wrap the call in their
+    legacy options: 0.1-0.2 ms more client CPU per request (1.8-1.9 ms vs 1.6-1.8 ms against a
+    local server)."""
     api = _client()
     headers = {"Accept": "application/json"}
     if body is not None:
         headers["Content-Type"] = content_type
     request = api.param_serialize(
-        method, path, path_params=params, body=body, header_params=headers, auth_settings=["BearerToken"]
+        method,
+        path,
+        path_params=params,
+        query_params=list((query or {}).items()),
+        body=body,
+        header_params=headers,
+        auth_settings=["BearerToken"],
     )
     response = api.call_api(*request)
     response.read()
@@ -70,16 +81,13 @@ def _request(
 _OBJECTS = "/apis/{group}/{version}/namespaces/{namespace}/{plural}"
 
 
-def core() -> CoreV1Api:
-    # CoreV1Api is imported with this module, not on first use: it defines hundreds of validated
-    # methods (0.4 s to import on a quiet machine, 3 s measured on a busy one), and its first use
-    # is often inside a restart decision (the pods LIST of nodes.PodFailures._listed).
-    return CoreV1Api(_client())
-
-
 def get_job(namespace: str, name: str) -> dict | None:
     try:
-        return custom().get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        return _request(
+            "GET",
+            _OBJECTS + "/{name}",
+            {"group": GROUP, "version": VERSION, "namespace": namespace, "plural": PLURAL, "name": name},
+        )
     except ApiException as err:
         if err.status == 404:
             return None
@@ -103,7 +111,11 @@ def patch_job_status(namespace: str, name: str, status: dict, resource_version: 
 
 def get_pytorchjob(namespace: str, name: str) -> dict | None:
     try:
-        return custom().get_namespaced_custom_object(PTJ_GROUP, PTJ_VERSION, namespace, PTJ_PLURAL, name)
+        return _request(
+            "GET",
+            _OBJECTS + "/{name}",
+            {"group": PTJ_GROUP, "version": PTJ_VERSION, "namespace": namespace, "plural": PTJ_PLURAL, "name": name},
+        )
     except ApiException as err:
         if err.status == 404:
             return None
@@ -129,13 +141,11 @@ def create_pytorchjob(obj: dict) -> tuple[dict, bool]:
 
 def delete_pytorchjob(namespace: str, name: str) -> None:
     try:
-        custom().delete_namespaced_custom_object(
-            PTJ_GROUP,
-            PTJ_VERSION,
-            namespace,
-            PTJ_PLURAL,
-            name,
-            body=kubernetes.client.V1DeleteOptions(propagation_policy="Background"),
+        _request(
+            "DELETE",
+            _OBJECTS + "/{name}",
+            {"group": PTJ_GROUP, "version": PTJ_VERSION, "namespace": namespace, "plural": PTJ_PLURAL, "name": name},
+            {"propagationPolicy": "Background"},
         )
     except ApiException as err:
         if err.status != 404:
@@ -144,8 +154,11 @@ def delete_pytorchjob(namespace: str, name: str) -> None:
 
 def list_workloads(namespace: str, label_selector: str) -> list[dict]:
     """Kueue's Workloads in `namespace` matching the selector (controller/kueue.py)."""
-    return custom().list_namespaced_custom_object(
-        KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOAD_PLURAL, label_selector=label_selector
+    return _request(
+        "GET",
+        _OBJECTS,
+        {"group": KUEUE_GROUP, "version": KUEUE_VERSION, "namespace": namespace, "plural": WORKLOAD_PLURAL},
+        query={"labelSelector": label_selector},
     )["items"]
 
 

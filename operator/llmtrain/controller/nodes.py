@@ -201,16 +201,16 @@ class PodFailures:
             self._kube = default
         kube = self._kube
         try:
-            pods = (
-                kube.core()
-                .list_namespaced_pod(namespace, label_selector=f"{JOB_LABEL}={job},{ATTEMPT_LABEL}={attempt}")
-                .items
-            )
+            pods = kube._request(
+                "GET",
+                "/api/v1/namespaces/{namespace}/pods",
+                {"namespace": namespace},
+                query={"labelSelector": f"{JOB_LABEL}={job},{ATTEMPT_LABEL}={attempt}"},
+            )["items"]
         except ApiException as err:
             log.warning("cannot list the pods of %s/%s attempt %s: %s", namespace, job, attempt, err.reason)
             return []
-        api = kube.core().api_client
-        found = [f for f in (raw_failure(api.sanitize_for_serialization(p)) for p in pods) if f is not None]
+        found = [f for f in map(raw_failure, pods) if f is not None]
         for f in found:
             self.remember(namespace, job, str(attempt), f)
         return self.failures(namespace, job, attempt, owner)

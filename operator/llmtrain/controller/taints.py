@@ -44,29 +44,48 @@ def _node_selector(instance_type: str, is_gpu: bool) -> str | None:
     return f"{INSTANCE_TYPE_LABEL}={instance_type}" if is_gpu else None
 
 
-def _is_ready(node) -> bool:
-    if node.spec.unschedulable:
+# Nodes as the API returns them (dicts, camelCase), listed and patched with kube._request; a patch
+# is a strategic merge patch, as the client's patch_node sends for an object (NODE_PATCH).
+NODE_PATCH = "application/strategic-merge-patch+json"
+
+
+def _is_ready(node: dict) -> bool:
+    if (node.get("spec") or {}).get("unschedulable"):
         return False
-    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _taints(node: dict) -> list[dict]:
+    return (node.get("spec") or {}).get("taints") or []
+
+
+def _name(node: dict) -> str:
+    return node["metadata"]["name"]
+
+
+def _nodes(selector: str | None) -> list[dict]:
+    """The nodes matching the label selector (all of them for None); ApiException as the API says."""
+    from . import kube
+
+    return kube._request("GET", "/api/v1/nodes", {}, query={"labelSelector": selector} if selector else None)["items"]
 
 
 def ready_nodes(instance_type: str, is_gpu: bool) -> set[str] | None:
     """Names of the Ready, schedulable nodes of the instance type; None if they cannot be listed."""
     from kubernetes.client.exceptions import ApiException
 
-    from . import kube
-
     try:
-        items = kube.core().list_node(label_selector=_node_selector(instance_type, is_gpu)).items
+        items = _nodes(_node_selector(instance_type, is_gpu))
     except ApiException as err:
         log.warning("cannot list nodes of %s: %s %s", instance_type, err.status, err.reason)
         return None
-    return {n.metadata.name for n in items if _is_ready(n)}
+    return {_name(n) for n in items if _is_ready(n)}
 
 
-def _suspect_nodes_of(api, namespace: str) -> set[str]:
-    items = api.list_node(label_selector=f"{SUSPECT_NAMESPACE_LABEL}={namespace}").items
-    return {n.metadata.name for n in items if any(t.key == SUSPECT_TAINT for t in n.spec.taints or [])}
+def _suspect_nodes_of(namespace: str) -> set[str]:
+    items = _nodes(f"{SUSPECT_NAMESPACE_LABEL}={namespace}")
+    return {_name(n) for n in items if any(t.get("key") == SUSPECT_TAINT for t in _taints(n))}
 
 
 def taint_nodes(
@@ -93,31 +112,30 @@ def taint_nodes(
 
     if fraction <= 0 or not bad or per_namespace <= 0:
         return []
-    api = kube.core()
     try:
-        group = api.list_node(label_selector=_node_selector(instance_type, is_gpu)).items
-        ours = _suspect_nodes_of(api, namespace)
+        group = _nodes(_node_selector(instance_type, is_gpu))
+        ours = _suspect_nodes_of(namespace)
     except ApiException as err:
         log.warning("cannot list nodes to taint: %s %s", err.status, err.reason)
         return []
-    tainted = {n.metadata.name for n in group if any(t.key == SUSPECT_TAINT for t in n.spec.taints or [])}
+    tainted = {_name(n) for n in group if any(t.get("key") == SUSPECT_TAINT for t in _taints(n))}
     budget = min(taint_budget(len(group), len(tainted), fraction), max(0, per_namespace - len(ours)))
     expires = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=ttl_seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
     done: list[str] = []
-    by_name = {n.metadata.name: n for n in group}
+    by_name = {_name(n): n for n in group}
     for b in bad:
         node = by_name.get(b["node"])
         if budget <= 0 or node is None or b["node"] in tainted or b["node"] in done:
             continue
-        taints = [t.to_dict() for t in node.spec.taints or []]
-        taints = [{k: v for k, v in t.items() if v is not None} for t in taints]
-        taints.append({"key": SUSPECT_TAINT, "value": taint_value(b["reason"]), "effect": "NoSchedule"})
+        taints = [*_taints(node), {"key": SUSPECT_TAINT, "value": taint_value(b["reason"]), "effect": "NoSchedule"}]
         try:
-            api.patch_node(
-                b["node"],
+            kube._request(
+                "PATCH",
+                "/api/v1/nodes/{name}",
+                {"name": b["node"]},
                 {
                     "metadata": {
-                        "resourceVersion": node.metadata.resource_version,
+                        "resourceVersion": node["metadata"].get("resourceVersion"),
                         "labels": {SUSPECT_NAMESPACE_LABEL: namespace[:63]},
                         "annotations": {
                             SUSPECT_JOB_ANNOTATION: f"{namespace}/{job}",
@@ -126,6 +144,7 @@ def taint_nodes(
                     },
                     "spec": {"taints": taints},
                 },
+                NODE_PATCH,
             )
         except ApiException as err:
             log.warning("cannot taint node %s: %s %s", b["node"], err.status, err.reason)
@@ -145,44 +164,43 @@ def untaint_expired(now=None) -> list[str]:
     from . import kube
 
     now = now or dt.datetime.now(dt.UTC)
-    api = kube.core()
     try:
-        items = api.list_node(label_selector=SUSPECT_NAMESPACE_LABEL).items
+        items = _nodes(SUSPECT_NAMESPACE_LABEL)
     except ApiException as err:
         log.warning("cannot list suspect nodes: %s %s", err.status, err.reason)
         return []
     done = []
     for node in items:
+        meta = node["metadata"]
         try:
             until = dt.datetime.fromisoformat(
-                ((node.metadata.annotations or {}).get(SUSPECT_EXPIRES_ANNOTATION) or "").replace("Z", "+00:00")
+                ((meta.get("annotations") or {}).get(SUSPECT_EXPIRES_ANNOTATION) or "").replace("Z", "+00:00")
             )
         except ValueError:
             until = now
         if until > now:
             continue
-        taints = [
-            {k: v for k, v in t.to_dict().items() if v is not None}
-            for t in node.spec.taints or []
-            if t.key != SUSPECT_TAINT
-        ]
+        taints = [t for t in _taints(node) if t.get("key") != SUSPECT_TAINT]
         try:
-            api.patch_node(
-                node.metadata.name,
+            kube._request(
+                "PATCH",
+                "/api/v1/nodes/{name}",
+                {"name": meta["name"]},
                 {
                     "metadata": {
-                        "resourceVersion": node.metadata.resource_version,
+                        "resourceVersion": meta.get("resourceVersion"),
                         "labels": {SUSPECT_NAMESPACE_LABEL: None},
                         "annotations": {SUSPECT_JOB_ANNOTATION: None, SUSPECT_EXPIRES_ANNOTATION: None},
                     },
                     "spec": {"taints": taints},
                 },
+                NODE_PATCH,
             )
         except ApiException as err:
-            log.warning("cannot untaint node %s: %s %s", node.metadata.name, err.status, err.reason)
+            log.warning("cannot untaint node %s: %s %s", meta["name"], err.status, err.reason)
             continue
-        log.info("suspect taint on node %s expired: removed", node.metadata.name)
-        done.append(node.metadata.name)
+        log.info("suspect taint on node %s expired: removed", meta["name"])
+        done.append(meta["name"])
     return done
 
 

@@ -70,7 +70,9 @@ def create_networkpolicy(obj: dict) -> bool:
 def create_secret(obj: dict) -> bool:
     """True if created, False if one of that name was there already."""
     try:
-        kube.core().create_namespaced_secret(obj["metadata"]["namespace"], obj)
+        kube._request(
+            "POST", "/api/v1/namespaces/{namespace}/secrets", {"namespace": obj["metadata"]["namespace"]}, obj
+        )
         return True
     except ApiException as err:
         if err.status != 409:
