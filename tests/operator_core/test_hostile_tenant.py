@@ -269,10 +269,10 @@ def test_a_termination_message_is_cut_before_any_pattern_runs():
 
 def test_a_pod_no_pytorchjob_controls_is_no_failure():
     """Labels are anyone's: a hand-made pod with a worker's labels names no node and no reason."""
-    from llmtrain.controller import podfailure
+    from llmtrain.controller import nodes, podfailure
 
     assert podfailure.failure_of(_failed_pod("NVRM: Xid (PCI:0000:53:00): 79", owned=False)) is None
-    assert podfailure.raw_failure(_failed_pod("x", owned=False)) is None  # what the pod watch records
+    assert nodes.pod_failed(_failed_pod("x", owned=False)) is False
     assert podfailure.failure_of(_failed_pod("NVRM: Xid (PCI:0000:53:00): 79"))["xid"] == 79
 
 

@@ -6,10 +6,10 @@ made from it and the watch that catches it.
 Why from the pods and not from the PyTorchJob: Kubeflow's training-operator deletes every pod of a
 failed job at once (cleanPodPolicy), and its Failed condition only says "replica worker failed".
 The pod's own terminated state (exit code, OOMKilled, the termination message with the
-NCCL/EFA/XID text) lives for milliseconds. So the pod watch (`register`'s recorder, awaited by the
-worker pods' one handler in watch.py, on the event loop) copies each failure into the operator's
-`PodFailures` the moment it is seen, and the restart that the PyTorchJob's Failed condition calls
-for (decide.attempt_failed, with forensics.py) folds them into its own conditional status write:
+NCCL/EFA/XID text) lives for milliseconds. So a pod watch handler (`pod_event`, on the event loop)
+copies each failure into the operator's `PodFailures` the moment it is seen, and the restart that
+the PyTorchJob's Failed condition calls for (decide.attempt_failed, with forensics.py) folds them
+into its own conditional status write:
 
   status.badNodes    the last MAX_BAD_NODES failures: [{node, reason, attempt, pod, exitCode, time}]
                      (`record`)
@@ -27,7 +27,7 @@ gets the taint `llmtrain.dev/suspect=<reason>:NoSchedule` so other jobs avoid it
 than that fraction of the nodes of its instance type (`taint_budget`); those API calls, and the
 Ready-node count, are taints.py.
 
-Everything but the recorder and `PodFailures.wait_for_failures` is pure and
+Everything but `pod_event` and `PodFailures.wait_for_failures` is pure and
 unit-tested.
 """
 
@@ -216,11 +216,15 @@ class PodFailures:
         return self.failures(namespace, job, attempt, owner)
 
 
-def register(kopf, config, seen: PodFailures, registry=None):
-    """Register the taint expiry and return the pod failure recorder, which the worker pods' watch
-    handler (watch.py) awaits for every pod it sees: one kopf handler for those pods, not a second
-    one with a `when` filter, which cost kopf a filter call (its keyword arguments built) for every
-    pod event. kopf runs only on the Lease holder (__main__), so only the leader sweeps."""
+def pod_failed(body, **_) -> bool:
+    """kopf's filter, on the event loop for every worker pod event: no pattern runs here."""
+    return raw_failure(body) is not None
+
+
+def register(kopf, config, seen: PodFailures, registry=None) -> None:
+    """Register the pod watch handler, which records failures into `seen`, and the taint expiry
+    (watch.register calls this). kopf runs only on the Lease holder (__main__), so only the leader
+    sweeps."""
     kw = {"registry": registry} if registry is not None else {}
     # Classification and the event's text, off kopf's event loop (the loop also serves /healthz and
     # every other namespace's watch events).
@@ -239,11 +243,16 @@ def register(kopf, config, seen: PodFailures, registry=None):
     def stop_taint_expiry(**_):
         expiry_stop.set()
 
-    async def record_failure(pod: dict, namespace: str, labels) -> None:
-        # cheap (no pattern runs; a dict insert): failures are caught at watch speed, before the
+    @kopf.on.event(
+        "", "v1", "pods", labels={JOB_LABEL: kopf.PRESENT, ATTEMPT_LABEL: kopf.PRESENT}, when=pod_failed, **kw
+    )
+    async def pod_event(event, body, namespace, labels, **_):
+        # async and cheap (a dict insert): failures are caught at watch speed, before the
         # training-operator's teardown deletes the pod; only pods a PyTorchJob controls count
         # (raw_failure), and whose PyTorchJob is the attempt's is checked when it is read.
-        raw = raw_failure(pod)
+        if event["type"] == "DELETED":
+            return
+        raw = raw_failure(dict(body))
         if raw is None or not seen.remember(namespace, labels[JOB_LABEL], labels[ATTEMPT_LABEL], raw):
             return
         failure = await asyncio.get_running_loop().run_in_executor(pool, classified, raw)
@@ -259,6 +268,4 @@ def register(kopf, config, seen: PodFailures, registry=None):
         msg = f"pod {failure['pod']} failed on node {failure['node']}: {failure['reason']}"
         if failure.get("message") and failure["reason"] != "preflight":
             msg += f": {failure['message'][:MESSAGE_CHARS]}"
-        kopf.warn(pod, reason="PodFailedOnNode", message=msg)
-
-    return record_failure
+        kopf.warn(dict(body), reason="PodFailedOnNode", message=msg)

@@ -3,8 +3,8 @@
 `python -m llmtrain_trainer.launch` runs `healthcheck` on every rank before training (when
 spec.resilience.preflight is on; render.py sets LLMTRAIN_PREFLIGHT). If the nodes are unfit it
 exits PREFLIGHT_EXIT_CODE with the check's compact JSON verdict as the container's termination
-message, so the verdict survives in the pod's terminated state (which the pod watch, nodes.py,
-catches before the training-operator deletes the pod) without anyone scraping logs:
+message, so the verdict survives in the pod's terminated state (which nodes.pod_event catches before
+the training-operator deletes the pod) without anyone scraping logs:
 
   {"event": "healthcheck", "healthy": false, "busBandwidthGBps": 1.2, "expectedBusBandwidthGBps": 400,
    "degraded": false, "suspectNodes": [{"node": 1, "host": "<pod>", "nodeName": "<k8s node>"}],

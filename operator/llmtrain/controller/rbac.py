@@ -23,7 +23,7 @@ JOB_RULES: dict[tuple[str, str], frozenset[str]] = {
     (GROUP, f"{PLURAL}/status"): frozenset({"patch"}),
     # kopf watches the PyTorchJobs; kube.get_pytorchjob / create_pytorchjob / delete_pytorchjob.
     ("kubeflow.org", "pytorchjobs"): frozenset({"get", "list", "watch", "create", "delete"}),
-    # watch.py watches them (kopf on.event) for caches.PodCache and nodes.py; nodes.PodFailures._listed
+    # caches.PodCache (watch.py) and nodes.py watch them (kopf on.event); nodes.PodFailures._listed
     # lists an attempt's pods.
     ("", "pods"): frozenset({"list", "watch"}),
     # kube.post_event (and kopf.info / kopf.warn) post core/v1 Events; none is ever patched, nor

@@ -43,18 +43,16 @@ def register(op: Operator, registry: kopf.OperatorRegistry | None = None) -> Non
         if op.queue.get(key) is not None:  # the job's own first event queues it otherwise
             op.queue.add(key)
 
-    # what catches a pod's failure before the pod is deleted (nodes.py)
-    record_failure = nodes.register(kopf, op.config, op.failures, registry)
-
     @kopf.on.event("", "v1", "pods", labels={JOB_LABEL: kopf.PRESENT, ATTEMPT_LABEL: kopf.PRESENT}, **kw)
     async def attempt_pod_event(event, body, namespace, name, labels, **_):
         job, attempt = labels[JOB_LABEL], labels[ATTEMPT_LABEL]
         if event["type"] == "DELETED":
             op.pods.drop(namespace, job, attempt, name)
             return
-        pod = dict(body)
-        summary = pod_summary(pod)
+        summary = pod_summary(dict(body))
         if summary["owner"]:  # a PyTorchJob's pod (nodes: a failure may follow), not a hand-made one
             op.failures.saw_pod(namespace, job, attempt, summary["node"], summary["owner"])
         op.pods.put(namespace, job, attempt, name, summary)
-        await record_failure(pod, namespace, labels)
+
+    # the pod watch that catches failures before the pods are deleted
+    nodes.register(kopf, op.config, op.failures, registry)
