@@ -11,6 +11,7 @@ import asyncio
 import contextvars
 import gzip
 import http.server
+import json
 import threading
 import time
 import tracemalloc
@@ -521,9 +522,12 @@ def test_suspect_taints_are_capped_per_namespace_and_expire(test_nodes):
     from llmtrain.controller import nodes
 
     core, itype, names = test_nodes
-    core.patch_node(
-        names[0], {"spec": {"taints": [{"key": "team.example/keep", "value": "x", "effect": "NoSchedule"}]}}
-    )
+    # the node's own taints, one with the time the API server keeps for a NoExecute taint
+    others = [
+        {"key": "team.example/keep", "value": "x", "effect": "NoSchedule"},
+        {"key": "team.example/evict", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"},
+    ]
+    core.patch_node(names[0], {"spec": {"taints": others}})
     bad = [{"node": n, "reason": "XID 79"} for n in names]
 
     def suspect() -> set[str]:
@@ -550,7 +554,8 @@ def test_suspect_taints_are_capped_per_namespace_and_expire(test_nodes):
     # ... and team-b may taint again; after the hour, everything is clean, other taints kept.
     assert sorted(nodes.untaint_expired(now + dt.timedelta(hours=2))) == names[:2]
     assert suspect() == set()
-    assert [t.key for t in core.read_node(names[0]).spec.taints] == ["team.example/keep"]
+    kept = json.loads(core.read_node(names[0], _preload_content=False).data)["spec"]["taints"]
+    assert kept == others  # through two read-modify-writes, timeAdded included
 
 
 # --- item 7: fairness and bounds ---------------------------------------------------------------
