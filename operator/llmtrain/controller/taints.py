@@ -45,7 +45,9 @@ def _node_selector(instance_type: str, is_gpu: bool) -> str | None:
 
 
 # Nodes as the API returns them (dicts, camelCase), listed and patched with kube._request; a patch
-# is a strategic merge patch, as the client's patch_node sends for an object (NODE_PATCH).
+# is a strategic merge patch, as the client's patch_node sends for an object (NODE_PATCH). The two
+# patches stay written out in taint_nodes and untaint_expired: the RBAC test allows node patches
+# only there (the chart grants them only with suspectNodeTaint on).
 NODE_PATCH = "application/strategic-merge-patch+json"
 
 

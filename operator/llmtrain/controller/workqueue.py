@@ -138,8 +138,9 @@ class WorkQueue:
         if not replace and key in self._due and self._due[key] <= when:
             return
         self._due[key] = when  # a replaced entry stays in the heap until due, then is skipped
-        heapq.heappush(self._timers, (when, next(self._seq), key))
-        if self._timers[0][2] is key and self._timers[0][0] == when:
+        entry = (when, next(self._seq), key)
+        heapq.heappush(self._timers, entry)
+        if self._timers[0] is entry:
             self._timer_cv.notify()  # the timer thread sleeps until a later time
 
     def forget(self, key: Hashable) -> None:
