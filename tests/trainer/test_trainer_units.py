@@ -390,6 +390,8 @@ def test_prepare_streams_with_memory_bounded_by_one_shard(tmp_path):
     import subprocess
     import sys
 
+    from llmtrain_trainer.data.sources import LOCAL_READ_BUFFER
+
     src = tmp_path / "big.jsonl"
     text = "streaming keeps memory flat. " * 350  # ~10 KB per document
     with open(src, "w") as f:
@@ -410,8 +412,8 @@ def test_prepare_streams_with_memory_bounded_by_one_shard(tmp_path):
     got = json.loads(run.stdout.splitlines()[-1])
     assert got["documents"] == 2000 and got["tokens"] == 2000 * (len(text) + 1)
     per_batch = batch + batch + 2 * batch + 2 * batch  # records, pickled; ids, pickled
-    read_buffer, rest = 1 << 20, 1 << 20  # rest: the pool, the progress bar, the index
-    bound = (workers + 2) * per_batch + 2 * shard + read_buffer + rest
+    rest = 1 << 20  # the pool, the progress bar, the index
+    bound = (workers + 2) * per_batch + 2 * shard + LOCAL_READ_BUFFER + rest
     assert got["tokens"] * 2 > 4 * bound
     assert got["peak"] < bound, f"peak {got['peak'] / 2**20:.1f} MiB, bound {bound / 2**20:.1f} MiB"
     assert "tokenizing" in run.stderr and "100%" in run.stderr  # the progress bar, over the input bytes

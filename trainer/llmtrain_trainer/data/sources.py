@@ -42,6 +42,7 @@ DEFAULT_TEXT_FIELD = "text"
 DEFAULT_MAX_RECORD_BYTES = 64 << 20
 DEFAULT_BATCH_BYTES = 512 << 10
 READ_BUFFER = 8 << 20  # S3 ranged GETs of 8 MiB: S3's own guidance for byte-range fetches
+LOCAL_READ_BUFFER = 1 << 20  # a local file's read buffer, and a decompressed stream's
 
 
 def suffix_of(name: str) -> str:
@@ -180,7 +181,7 @@ class S3RangeReader(io.RawIOBase):
 def open_binary(src: Source):
     if src.uri.startswith("s3://"):
         return io.BufferedReader(S3RangeReader(src.uri, src.size), buffer_size=READ_BUFFER)
-    return open(src.uri, "rb", buffering=1 << 20)
+    return open(src.uri, "rb", buffering=LOCAL_READ_BUFFER)
 
 
 @dataclass
@@ -228,13 +229,13 @@ def _decompressed(src: Source, raw):
     if src.suffix == ".jsonl.gz":
         import gzip
 
-        return io.BufferedReader(gzip.GzipFile(fileobj=raw, mode="rb"), buffer_size=1 << 20)
+        return io.BufferedReader(gzip.GzipFile(fileobj=raw, mode="rb"), buffer_size=LOCAL_READ_BUFFER)
     if src.suffix == ".jsonl.zst":
         import zstandard
 
         # read_across_frames: files written by several `zstd` calls concatenated are one stream
         return io.BufferedReader(
-            zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True), buffer_size=1 << 20
+            zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True), buffer_size=LOCAL_READ_BUFFER
         )
     return raw
 
