@@ -40,14 +40,10 @@ def _state(value: float, step=None) -> dict:
 
 def _checkpointer(uri: str, events=None):
     from llmtrain_trainer.checkpoint.checkpointer import Checkpointer
+    from llmtrain_trainer.job_config import CheckpointConfig
 
     return Checkpointer(
-        uri,
-        keep=5,
-        interval_minutes=60,
-        interval_steps=0,
-        timeout_minutes=1,
-        emit=(events.append if events is not None else None),
+        CheckpointConfig(uri, keep=5, timeout_minutes=1), emit=(events.append if events is not None else None)
     )
 
 

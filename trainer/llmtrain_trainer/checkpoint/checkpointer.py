@@ -67,6 +67,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from llmtrain import cadence
 from llmtrain.cadence import AutoInterval
 
+from ..job_config import CheckpointConfig
 from .reader import DirectFileReader
 from .safety import RecordLoadPlanner, UnsafeCheckpoint, refusal
 
@@ -548,13 +549,21 @@ def auto_interval(spec, env: Mapping[str, str], carried: tuple[float, int] = (0.
     if mtbf is None or mtbf == 0:
         inst = instance_type(spec.cluster.instance_type)
         mtbf = cadence.node_mtbf(inst.name, inst.gpus_per_node).job_seconds(spec.cluster.nodes)
-    total, saves = carried
-    if saves > 0 and math.isfinite(total) and total >= 0:
-        return AutoInterval(mtbf, total / saves, measured_saves=saves)
     blocking = _positive(env, cadence.BLOCKING_ENV)
     if blocking is None:
         blocking = checkpoint_blocking_estimate(plan_job(spec))
-    return AutoInterval(mtbf, blocking)
+    return carry_measured(AutoInterval(mtbf, blocking), carried)
+
+
+def carry_measured(auto: AutoInterval | None, carried: tuple[float, int]) -> AutoInterval | None:
+    """`auto` (a copy: the checkpointer's own), or, when this attempt's earlier processes measured
+    saves (`carried`: their blocking seconds and count), the same MTBF with their mean blocking cost."""
+    if auto is None:
+        return None
+    total, saves = carried
+    if saves > 0 and math.isfinite(total) and total >= 0:
+        return AutoInterval(auto.mtbf_seconds, total / saves, measured_saves=saves)
+    return AutoInterval(auto.mtbf_seconds, auto.blocking_seconds, auto.measured_saves)
 
 
 def open_store(uri: str, attempt: int = 0):
@@ -573,23 +582,21 @@ class Checkpointer:
 
     def __init__(
         self,
-        uri: str | None,
+        cfg: CheckpointConfig,
         *,
-        keep: int,
-        interval_minutes: float,
-        interval_steps: int,
-        timeout_minutes: float,
         metrics=None,
         emit: Callable[[dict], None] | None = None,
-        attempt: int = 0,
-        auto: AutoInterval | None = None,
+        carried: tuple[float, int] = (0.0, 0),
     ):
-        self.store = open_store(uri, attempt) if uri else None
-        self.keep = keep
+        """`carried`: the blocking seconds and saves of this attempt's earlier processes (an in-place
+        restart: the ledger); with intervalMinutes auto their mean replaces the estimate."""
+        self.cfg = cfg
+        self.store = open_store(cfg.uri, cfg.attempt) if cfg.uri else None
+        self.keep = cfg.keep
         # intervalMinutes auto: the interval follows the measured blocking cost (`saved`)
-        self.auto = auto
-        self.interval_s = auto.seconds if auto is not None else interval_minutes * 60
-        self.interval_steps = interval_steps
+        self.auto = carry_measured(cfg.auto, carried)
+        self.interval_s = self.auto.seconds if self.auto is not None else cfg.interval_minutes * 60
+        self.interval_steps = cfg.interval_steps
         self.metrics = metrics
         self.emit = emit or (lambda event: None)
         self.rank = dist.get_rank()
@@ -602,7 +609,7 @@ class Checkpointer:
         # A separate gloo group for the background save: its collectives run in another thread and
         # must not interleave with the training collectives on the default group. Uploads can be
         # slow, hence the generous timeout.
-        self.pg = dist.new_group(backend="gloo", timeout=dt.timedelta(minutes=max(60.0, timeout_minutes)))
+        self.pg = dist.new_group(backend="gloo", timeout=dt.timedelta(minutes=max(60.0, cfg.timeout_minutes)))
         self._export_interval()
         if self.store is not None:
             # Rank 0 checks that it can write there now, not at the first save an hour in; every
