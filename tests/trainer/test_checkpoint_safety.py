@@ -359,7 +359,7 @@ def test_export_copies_the_tokenizer_prepare_wrote(tmp_path):
     """The accepted case: a plain file name, a regular file in the dataset directory (a symlink
     that stays inside it is fine too)."""
     from llmtrain_trainer.cli.export import tokenizer_path
-    from llmtrain_trainer.data.loader import open_storage
+    from llmtrain_trainer.storage import open_storage
 
     data = _dataset_naming(tmp_path, "tok.json")
     (tmp_path / "tokens" / "tok.json").write_text("{}")

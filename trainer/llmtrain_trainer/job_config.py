@@ -15,7 +15,7 @@ from llmtrain.cadence import AutoInterval
 from llmtrain.catalog import ModelDims, instance_type
 from llmtrain.spec import FSDPSpec, LLMTrainingJobSpec, TrainingSpec, resolve_dims
 
-from .config import JobIdentity, WorkerEnv, global_batch_seqs, lr_at
+from .config import JobIdentity, WorkerEnv, global_batch_seqs, lr_at, staging_dir
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ class CheckpointConfig:
             timeout_minutes=spec.resilience.collective_timeout_minutes,
             attempt=job.attempt,
             auto=auto_interval(spec, env.checkpoint_auto),
-            staging=env.staging,
+            staging=env.staging or staging_dir({}),
         )
 
 

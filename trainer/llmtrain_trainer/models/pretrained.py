@@ -29,9 +29,9 @@ log = logging.getLogger(__name__)
 
 
 def _download_s3(uri: str) -> str:
-    from .. import s3
+    from ..storage.s3 import S3Storage, split_uri
 
-    bucket, prefix = s3.split_uri(uri)
+    bucket, prefix = split_uri(uri)
     key_or_prefix = uri[5 + len(bucket) + 1 :]
     cache = os.path.join(
         os.environ.get("LLMTRAIN_CACHE_DIR", tempfile.gettempdir()),
@@ -40,21 +40,15 @@ def _download_s3(uri: str) -> str:
         key_or_prefix.strip("/"),
     )
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        c = s3.client()
+        st = S3Storage(f"s3://{bucket}/")
         if key_or_prefix.endswith(".safetensors"):
             os.makedirs(os.path.dirname(cache), exist_ok=True)
-            c.download_file(bucket, key_or_prefix, cache, Config=s3.transfer_config())
+            st.download(key_or_prefix, cache)
         else:
             os.makedirs(cache, exist_ok=True)
-            for page in c.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-                for o in page.get("Contents", []):
-                    if o["Key"].endswith((".safetensors", "/config.json")):
-                        c.download_file(
-                            bucket,
-                            o["Key"],
-                            os.path.join(cache, os.path.basename(o["Key"])),
-                            Config=s3.transfer_config(),
-                        )
+            for e in st.list(prefix):
+                if e.name.endswith((".safetensors", "/config.json")):
+                    st.download(e.name, os.path.join(cache, os.path.basename(e.name)))
     if dist.is_initialized():
         dist.barrier()
     return cache
