@@ -109,6 +109,7 @@ class WorkerEnv:
     resume_before_step: int = 0  # LLMTRAIN_RESUME_BEFORE_STEP: a loss-spike rollback (0: none)
     metrics_port: int = 9410  # LLMTRAIN_METRICS_PORT: /metrics of local rank r on this + r
     staging: str | None = None  # LLMTRAIN_CHECKPOINT_STAGING (None: unset)
+    cache_dir: str | None = None  # LLMTRAIN_CACHE_DIR: where S3 pretrained weights are downloaded
     master_addr: str = ""  # MASTER_ADDR (this host's name when unset), for the rank-0 banner
     master_port: str = ""  # MASTER_PORT
     # intervalMinutes auto: LLMTRAIN_CHECKPOINT_MTBF_SECONDS / _BLOCKING_SECONDS as the operator
@@ -129,6 +130,7 @@ class WorkerEnv:
             resume_before_step=_int_env(env, "LLMTRAIN_RESUME_BEFORE_STEP", 0),
             metrics_port=_int_env(env, "LLMTRAIN_METRICS_PORT", 9410),
             staging=env.get(STAGING_ENV) or None,
+            cache_dir=env.get("LLMTRAIN_CACHE_DIR") or None,
             master_addr=env.get("MASTER_ADDR", socket.gethostname()),
             master_port=env.get("MASTER_PORT", ""),
             checkpoint_auto={k: env[k] for k in (MTBF_ENV, BLOCKING_ENV) if k in env},

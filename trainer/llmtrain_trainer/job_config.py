@@ -181,10 +181,17 @@ class ResumeConfig:
 
     before_step: int  # 0: no rollback
     pretrained_uri: str | None
+    local_rank: int = 0  # local rank 0 downloads S3 weights for its node
+    cache_dir: str | None = None  # where (None: the temp dir)
 
     @classmethod
     def from_spec(cls, spec: LLMTrainingJobSpec, env: WorkerEnv) -> ResumeConfig:
-        return cls(before_step=env.resume_before_step, pretrained_uri=spec.model.pretrained_uri)
+        return cls(
+            before_step=env.resume_before_step,
+            pretrained_uri=spec.model.pretrained_uri,
+            local_rank=env.local_rank,
+            cache_dir=env.cache_dir,
+        )
 
 
 @dataclass(frozen=True)

@@ -253,7 +253,8 @@ class Trainer:
         elif r.pretrained_uri:
             from .models.pretrained import load_pretrained
 
-            self.metrics.pretrained(r.pretrained_uri, load_pretrained(self.model, r.pretrained_uri))
+            n = load_pretrained(self.model, r.pretrained_uri, local_rank=r.local_rank, cache_dir=r.cache_dir)
+            self.metrics.pretrained(r.pretrained_uri, n)
         else:
             init_weights(self.model, self.cfg.model.seed)
         self.step_no = self.resumed_step = step
