@@ -86,11 +86,11 @@ def _join(output: str, name: str) -> str:
 
 def read_object(output: str, name: str, limit: int = MAX_MANIFEST_BYTES) -> bytes | None:
     """The bytes of `output`/`name`, None if it does not exist; refused past `limit` bytes."""
-    from ..storage import NotFound, open_storage
+    from ..storage import open_storage
 
     try:
         return open_storage(output).read(name, limit)
-    except NotFound:
+    except FileNotFoundError:  # S3's NotFound is one too
         return None
 
 

@@ -107,14 +107,14 @@ def _list_local(inp: str, exts) -> list[Source]:
 
 
 def _list_s3(inp: str, exts) -> list[Source]:
-    from ..storage import NotFound, S3Storage
+    from ..storage import S3Storage
 
     bucket, key = inp[5:].partition("/")[::2]
     st = S3Storage(f"s3://{bucket}/")
     if key and not key.endswith("/"):
         try:
             size = st.size(key)
-        except NotFound:
+        except FileNotFoundError:
             key += "/"  # not an object: a prefix
         else:
             _refuse_unknown(inp, exts)

@@ -15,10 +15,12 @@ The same guarantees on both backends:
 - **atomic writes** (`write`, `upload`): a reader sees the old object or the whole new one, never
   part of it — local: a temporary file in the same directory, fsynced, renamed over the name, the
   directory fsynced; S3: one PUT or one multipart upload, which S3 makes visible only when complete;
-- **one error type**: every failure is a `StorageError` (an `OSError`) whose message names the
-  object (path or s3:// URI), the operation and the cause; a missing object is `NotFound` (also a
-  `FileNotFoundError`; a missing bucket is not: that is a wrong location), a short read `ShortRead`
-  (also an `EOFError`);
+- **errors name the object**: every failure is an `OSError` that says which object (path or s3://
+  URI) and why. S3's are `StorageError`s (`s3://b/k: read: NoSuchKey: ...`), as are local failures
+  the OS reports without a file name (a write running out of space); a local error that names its
+  file is the OS's own, unchanged (`FileNotFoundError: [Errno 2] No such file or directory: '...'`).
+  A missing object is a `FileNotFoundError` on both (S3: `NotFound`; a missing bucket is not: that
+  is a wrong location), a short read a `ShortRead` (also an `EOFError`);
 - **one S3 configuration** (`s3.client`): credentials and region from boto3's chain (IRSA / Pod
   Identity on EKS), the endpoint from `AWS_ENDPOINT_URL`, adaptive retries of every request,
   explicit connect and read timeouts, and a re-read of a response body that broke off mid-transfer,

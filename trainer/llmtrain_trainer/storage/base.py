@@ -21,7 +21,7 @@ class StorageError(OSError):
 
 
 class NotFound(StorageError, FileNotFoundError):
-    """No such object, file, directory or bucket."""
+    """No such object (S3), or a local file whose error did not name it."""
 
 
 class ShortRead(StorageError, EOFError):
@@ -56,7 +56,7 @@ class Storage(ABC):
 
     @abstractmethod
     def size(self, name: str) -> int:
-        """Bytes of `name` (NotFound if there is none)."""
+        """Bytes of `name` (a FileNotFoundError if there is none)."""
 
     @abstractmethod
     def list(self, prefix: str = "") -> list[Entry]:
@@ -91,7 +91,7 @@ class Storage(ABC):
     def exists(self, name: str) -> bool:
         try:
             self.size(name)
-        except NotFound:
+        except FileNotFoundError:
             return False
         return True
 

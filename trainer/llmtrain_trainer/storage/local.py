@@ -16,12 +16,16 @@ from .base import Entry, NotFound, ShortRead, Storage, StorageError, bounded
 
 @contextlib.contextmanager
 def _errors(url: str, op: str) -> Iterator[None]:
-    """OSErrors as StorageErrors naming `url` and `op` (a missing file or directory: NotFound)."""
+    """The OS's own error when it names the file (`FileNotFoundError: [Errno 2] No such file or
+    directory: '/fsx/data/index.json'`, as users and tools know it); otherwise (a write, fsync or
+    pread failing: EFBIG, ENOSPC, EIO) a StorageError naming `url` and `op`."""
     try:
         yield
     except StorageError:
         raise
     except OSError as err:
+        if err.filename is not None:
+            raise
         cls = NotFound if err.errno == errno.ENOENT else StorageError
         raise cls(url, op, err.strerror or str(err), errno=err.errno) from err
 
