@@ -52,8 +52,8 @@ from .metrics.logger import MetricsLogger
 from .metrics.restarts import AttemptLedger
 from .models.init import init_weights
 from .models.llama import Llama, cross_entropy
+from .optimizer import Implementation, clip_grad_norm
 from .optimizer import build_optimizer as _build_optimizer
-from .optimizer import clip_grad_norm
 
 log = logging.getLogger("llmtrain_trainer")
 
@@ -92,10 +92,12 @@ def _stop_agreed(stop: StopFlag, group) -> bool:
     return flag.item() > 0
 
 
-def build_optimizer(model: torch.nn.Module, spec: LLMTrainingJobSpec) -> torch.optim.Optimizer:
+def build_optimizer(
+    model: torch.nn.Module, spec: LLMTrainingJobSpec, implementation: Implementation | None = None
+) -> torch.optim.Optimizer:
     """The trainer's optimizer for `spec` (optimizer.py), for loops outside the trainer: the
     single-process reference of the tests, the benches' minimal loop."""
-    return _build_optimizer(model, OptimizerConfig.from_spec(spec))
+    return _build_optimizer(model, OptimizerConfig.from_spec(spec), implementation)
 
 
 @dataclass
