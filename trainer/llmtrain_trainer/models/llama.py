@@ -199,6 +199,51 @@ def init_std(name: str, dims: ModelDims) -> float | None:
     return 0.02
 
 
-def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy, computed in fp32 (bf16 log-softmax over 128k classes is lossy)."""
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1))
+# fp32 bytes of logits one chunk of the loss holds: ~1,000 rows at Llama 3's 128,256-token vocabulary.
+LOSS_CHUNK_BYTES = 512 << 20
+
+
+class _ChunkedCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy of (N, V) logits, in fp32 a chunk of rows at a time; the gradient with
+    respect to the logits is computed in the same pass and kept in the logits' dtype, so that neither
+    the fp32 logits, their fp32 log-softmax nor their fp32 gradient ever exists whole, and the logits
+    themselves are not kept for backward."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, rows: int) -> torch.Tensor:
+        n = targets.numel()
+        want_grad = ctx.needs_input_grad[0]
+        grad = torch.empty_like(logits) if want_grad else None
+        total = torch.zeros((), dtype=torch.float32, device=logits.device)
+        for start in range(0, n, rows):
+            # A copy, also when the logits are fp32: the softmax below is computed in place.
+            x = logits[start : start + rows].to(torch.float32, copy=True)
+            t = targets[start : start + rows, None]
+            lse = torch.logsumexp(x, dim=-1, keepdim=True)
+            total += (lse - x.gather(1, t)).sum()
+            if grad is not None:
+                # d(mean loss)/dx = (softmax(x) − onehot(t)) / N, rounded once to the logits' dtype
+                # (as autograd through `.float()` did).
+                x.sub_(lse).exp_().scatter_add_(1, t, torch.full_like(t, -1, dtype=x.dtype)).div_(n)
+                grad[start : start + rows] = x
+        if grad is not None:
+            ctx.save_for_backward(grad)
+        return total / n
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        (grad,) = ctx.saved_tensors
+        # In place: backward runs once per forward (the trainer never retains this graph). In bf16 this
+        # is a second rounding of the gradient unless the multiplier (1/accumulation steps, an fp16
+        # loss scale) is a power of two.
+        return grad.mul_(grad_out), None, None
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, chunk_bytes: int = LOSS_CHUNK_BYTES) -> torch.Tensor:
+    """Mean next-token cross-entropy over every target, computed in fp32 (bf16 log-softmax over 128k
+    classes is lossy) — by chunks of rows (`_ChunkedCrossEntropy`): with a 128k vocabulary the whole
+    fp32 logits and their gradient would be several GB. Equal to `F.cross_entropy(logits.float(),
+    targets)` up to fp32 summation order; its gradient is that one's, rounded to the logits' dtype."""
+    flat, t = logits.flatten(0, 1), targets.flatten(0, 1)
+    rows = max(1, chunk_bytes // (flat.shape[-1] * 4))
+    return _ChunkedCrossEntropy.apply(flat, t, rows)
