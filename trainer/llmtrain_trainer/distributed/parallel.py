@@ -16,8 +16,11 @@ Strategy mapping (ZeRO stages in brackets; Ψ = parameters, N = data-parallel ra
 
 Order of wrapping, per block: activation checkpointing → torch.compile → fully_shard (the same order
 as torchtitan): checkpointing must see the plain block; compiling inside FSDP's hooks keeps the
-all-gathers outside the graph; the root module is sharded last and keeps its parameters after
-forward (`reshard_after_forward=False`) because backward starts with them immediately.
+all-gathers outside the graph. FSDP units, as torchtitan's: the embeddings alone, each block, the
+final norm and `lm_head` together, then the root (which then holds no parameters). With the
+embeddings, norm and `lm_head` left in the root unit, they were gathered at the step's start with
+nothing to overlap, and their gradients (2·V·d, the largest single unit at a 128k vocabulary) were
+reduced only after the whole backward.
 """
 
 from __future__ import annotations
@@ -190,6 +193,9 @@ def parallelize(model: nn.Module, mesh, fsdp_spec, device: torch.device) -> nn.M
     offload = CPUOffloadPolicy() if (fsdp_spec.cpu_offload and device.type == "cuda") else OffloadPolicy()
     shard = functools.partial(fully_shard, mesh=mesh, mp_policy=mp, offload_policy=offload)
 
+    # The embeddings are a unit of their own, gathered first in forward (and, resharded, again at the
+    # end of backward, prefetched), their gradients reduced as soon as backward reaches them.
+    shard(model.model.embed_tokens, reshard_after_forward=reshard)
     layers = model.model.layers
     for i, block in enumerate(layers):
         block = apply_activation_checkpointing(block, fsdp_spec.activation_checkpointing)
@@ -198,6 +204,10 @@ def parallelize(model: nn.Module, mesh, fsdp_spec, device: torch.device) -> nn.M
         # The last block's parameters are needed first in backward: don't free them after forward.
         shard(block, reshard_after_forward=reshard and i < len(layers) - 1)
         layers[i] = block
+    # [final norm, lm_head] together: last in forward, first in backward, so kept gathered between the
+    # two, and their gradients reduced while the blocks' backward runs, not after all of it.
+    shard([model.model.norm, model.lm_head], reshard_after_forward=False)
+    # The root owns no parameters of its own any more: only the RoPE buffers and the step's hooks.
     shard(model, reshard_after_forward=False)
     return model
 
