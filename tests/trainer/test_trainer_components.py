@@ -25,7 +25,9 @@ pytestmark = pytest.mark.trainer
 RTOL = 2e-4  # as tests/trainer/test_trainer_distributed.py: fp32, only the reduction order differs
 
 
-def _trainer(spec: dict, tmp_path, events: list, *, stop=None, env=None, on_event=None):
+def _trainer(spec: dict, tmp_path, events: list, *, stop=None, env=None, on_event=None, **cfg_over):
+    import dataclasses
+
     from llmtrain_trainer.config import JobIdentity, WorkerEnv, parse_spec
     from llmtrain_trainer.job_config import JobConfig
     from llmtrain_trainer.train import StopFlag, Trainer
@@ -36,7 +38,9 @@ def _trainer(spec: dict, tmp_path, events: list, *, stop=None, env=None, on_even
             on_event(event)
 
     env = env or WorkerEnv(metrics_port=free_port(), staging=str(tmp_path / "staging"))
-    cfg = JobConfig.from_spec(parse_spec(json.dumps(spec)), JobIdentity("t", "ns", 0), env)
+    cfg = dataclasses.replace(
+        JobConfig.from_spec(parse_spec(json.dumps(spec)), JobIdentity("t", "ns", 0), env), **cfg_over
+    )
     return Trainer(cfg, device=torch.device("cpu"), stop=stop or StopFlag(install=False), emit=emit)
 
 
@@ -166,6 +170,39 @@ def test_a_rollback_resumes_from_before_the_step_it_names(stopped_at_3, tmp_path
     assert (tmp_path / "ckpt" / "quarantine" / "step-0000000003").is_dir()
     gauge = t.metrics.prom.registry.get_sample_value
     assert gauge("llmtrain_trainer_resumed_before_step", {"llmtrain_job": "t", "rank": "0"}) == 3
+
+
+def test_garbage_is_collected_every_n_steps_on_every_rank_and_never_automatically(corpus, one_process_group, tmp_path):
+    """Defect (issue 32): Python's automatic GC ran whenever allocation counts crossed its thresholds,
+    at a different point of a step on each rank, and every collective made the other ranks wait for
+    it. While training it is off; every rank collects generation 1 at the start and before every Nth
+    step (the same steps on every rank: the step number decides), and it is on again afterwards."""
+    import gc
+
+    collections: list[tuple[int, int]] = []  # (completed steps, generation) at each collection
+    enabled_at_step: list[bool] = []
+    t = _trainer(
+        base_spec(**{"data.uri": corpus}),
+        tmp_path,
+        [],
+        on_event=lambda e: e.get("event") == "step" and enabled_at_step.append(gc.isenabled()),
+        gc_every_steps=3,
+    )
+    t.resume()
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            collections.append((t.step_no, info["generation"]))
+
+    assert gc.isenabled()
+    gc.callbacks.append(on_gc)
+    try:
+        assert t.train() == 0
+    finally:
+        gc.callbacks.remove(on_gc)
+    assert enabled_at_step == [False] * STEPS
+    assert collections == [(0, 1), (2, 1), (5, 1)]  # at the start, before steps 3 and 6
+    assert gc.isenabled()
 
 
 def test_the_worker_environment_is_read_once_and_bad_values_are_named():

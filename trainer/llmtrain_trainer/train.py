@@ -18,6 +18,9 @@ checkpointer (checkpoint/checkpointer.py), the metrics (metrics/logger.py) and t
     save     a periodic checkpoint, when every rank agreed one is due
     stop     the one way out of the loop: say why, wait for the save in flight, save the final state
     train    the loop over the above; returns the process's exit code
+
+Python's automatic garbage collection is off while the loop runs: every rank collects at the same
+steps instead (garbage.py).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from .distributed.parallel import (
     init_distributed,
     parallelize,
 )
+from .garbage import GarbageCollection
 from .job_config import JobConfig, OptimizerConfig
 from .metrics.logger import MetricsLogger
 from .metrics.restarts import AttemptLedger
@@ -348,9 +352,11 @@ class Trainer:
         """Steps until maxSteps or an agreed stop; then the final checkpoint. 0, or 1 when the final
         checkpoint failed (the newest one is older than the last step)."""
         self.metrics.loop_started(self.resumed_step)
+        collector = GarbageCollection(self.cfg.gc_every_steps)
         stopped: StepResult | None = None
         try:
             while self.step_no < self.cfg.max_steps:
+                collector.step(self.step_no + 1)
                 result = self.step()
                 if result.completed:
                     self.log(result)
@@ -360,6 +366,7 @@ class Trainer:
                 self.save(result)
             self.stop(stopped)
         finally:
+            collector.close()
             self.loader.close()
             self.metrics.close()
         ckpt, step = self.checkpointer, self.step_no
