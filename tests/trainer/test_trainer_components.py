@@ -205,6 +205,37 @@ def test_garbage_is_collected_every_n_steps_on_every_rank_and_never_automaticall
     assert gc.isenabled()
 
 
+def test_throughput_and_mfu_count_the_checkpoints_blocking(corpus, one_process_group, tmp_path):
+    """Defect (issue 32): the step timer stopped before the checkpoint's blocking part, so tokens/s
+    and MFU left out what a save costs training. Throughput is now over the wall time between step
+    ends: over the run it adds up to the steps' time plus every save's blocking time (and the
+    logging between steps), and tokens/s per device is exported beside the job's."""
+    events: list[dict] = []
+    spec = base_spec(**{"data.uri": corpus, "checkpoint.uri": f"file://{tmp_path}/ckpt", "checkpoint.intervalSteps": 2})
+    t = _trainer(spec, tmp_path, events)
+    t.resume()
+    assert t.train() == 0
+    steps = _of(events, "step")
+    assert [e["step"] for e in steps] == list(range(1, STEPS + 1))
+    assert [e["step"] for e in _of(events, "checkpoint")] == [2, 4, 6, STEPS]  # 3 periodic + the final one
+    blocking = t.metrics.prom.registry.get_sample_value(
+        "llmtrain_trainer_checkpoint_blocking_seconds_total", {"llmtrain_job": "t", "rank": "0"}
+    )
+    assert blocking > 0
+    # Steps 3, 5, 7 follow a periodic save: their wall time holds its blocking part.
+    after_save = sum(e["wall_seconds"] - e["step_seconds"] for e in steps if e["step"] in (3, 5, 7))
+    assert after_save >= blocking, (after_save, blocking)
+    for e in steps:
+        assert e["wall_seconds"] >= e["step_seconds"]
+        assert e["tokens_per_second"] == pytest.approx(e["tokens"] / e["wall_seconds"], rel=1e-3)
+        assert e["tokens_per_second_per_device"] == pytest.approx(e["tokens_per_second"], rel=1e-3)  # one rank
+    last = steps[-1]
+    got = t.metrics.prom.registry.get_sample_value(
+        "llmtrain_trainer_tokens_per_second_per_device", {"llmtrain_job": "t", "rank": "0"}
+    )
+    assert got == pytest.approx(last["tokens_per_second_per_device"], rel=1e-3)
+
+
 def test_the_worker_environment_is_read_once_and_bad_values_are_named():
     from llmtrain_trainer.config import WorkerEnv
 

@@ -114,6 +114,10 @@ class StepResult:
     loss: float = math.nan  # mean over the global batch (all-reduced)
     grad_norm: torch.Tensor | None = None  # before clipping; read on rank 0 only (log)
     seconds: float = 0.0  # wall time, batch wait to agreement included (the step timing)
+    # Since the previous step ended (or the loop started): the step, plus what ran between the two
+    # steps — the previous step's logging and its checkpoint's blocking part. Throughput and MFU use
+    # it, so a checkpoint's cost shows in them (on the step after it); `seconds` excludes it.
+    wall_seconds: float = 0.0
     data_wait: float = 0.0  # of which waiting for this step's batch
     stop: bool = False  # some rank was asked to stop
     save: bool = False  # some rank's checkpoint interval elapsed
@@ -166,6 +170,7 @@ class Trainer:
         self._build_step()
         self.step_no = 0
         self.resumed_step = 0
+        self._last_step_end: float | None = None  # perf_counter; None before the loop starts
 
     def _build_model(self) -> torch.nn.Module:
         """Meta → wrapped/sharded → materialised shard by shard (the weights come in `resume`)."""
@@ -302,12 +307,16 @@ class Trainer:
         flags[0] += loss_sum
         dist.all_reduce(flags)
         loss_v, stop_v, save_v = flags.tolist()
+        end = time.perf_counter()
+        since = t0 if self._last_step_end is None else self._last_step_end
+        self._last_step_end = end
         return StepResult(
             step=self.step_no,
             lr=lr,
             loss=loss_v / self.world,
             grad_norm=grad_norm,
-            seconds=time.perf_counter() - t0,
+            seconds=end - t0,
+            wall_seconds=end - since,
             data_wait=self.loader.last_wait,
             stop=stop_v > 0,
             save=save_v > 0,
@@ -352,6 +361,7 @@ class Trainer:
         """Steps until maxSteps or an agreed stop; then the final checkpoint. 0, or 1 when the final
         checkpoint failed (the newest one is older than the last step)."""
         self.metrics.loop_started(self.resumed_step)
+        self._last_step_end = time.perf_counter()
         collector = GarbageCollection(self.cfg.gc_every_steps)
         stopped: StepResult | None = None
         try:
