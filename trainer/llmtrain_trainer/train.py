@@ -46,9 +46,11 @@ from .distributed.parallel import (
     build_mesh,
     check_float8_device,
     device_for_rank,
+    float8_all_gather,
     has_replicas,
     init_distributed,
     parallelize,
+    precompute_float8_scales,
 )
 from .garbage import GarbageCollection
 from .job_config import JobConfig, OptimizerConfig
@@ -179,6 +181,8 @@ class Trainer:
         with torch.device("meta"):
             model = Llama(m.dims)
         parallelize(model, mesh, m.fsdp, self.device)
+        # float8 weights all-gathered in float8: their scales are computed once per step (`step`).
+        self.float8_scales = m.fsdp.float8 and float8_all_gather(mesh)
         model.to_empty(device=self.device)
         model.init_rope(self.device)
         return model
@@ -300,6 +304,8 @@ class Trainer:
             self.scaler.update()
         else:
             opt.step()
+        if self.float8_scales:
+            precompute_float8_scales(model)
         opt.zero_grad(set_to_none=True)
         self.step_no += 1
         # [loss, stop, save]: one host→device copy of the two flags, the loss added on device.
