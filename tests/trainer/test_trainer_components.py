@@ -12,6 +12,7 @@ group, built from the tiny job spec and a `WorkerEnv` given here (no environment
 from __future__ import annotations
 
 import json
+import math
 import signal
 
 import pytest
@@ -234,6 +235,24 @@ def test_throughput_and_mfu_count_the_checkpoints_blocking(corpus, one_process_g
         "llmtrain_trainer_tokens_per_second_per_device", {"llmtrain_job": "t", "rank": "0"}
     )
     assert got == pytest.approx(last["tokens_per_second_per_device"], rel=1e-3)
+
+
+def test_fp16_with_its_gradient_scaler_steps(corpus, one_process_group, tmp_path):
+    """Defect (issue 32, found by test_trainer_rollback's fp16 run): fused AdamW failed at the first
+    fp16 step — the sharded gradient scaler hands the optimizer a found-inf flag of shape [1], which
+    torch 2.15's fused kernel cannot subtract from its 0-d step counts. fp16 keeps foreach AdamW."""
+    t = _trainer(base_spec(**{"data.uri": corpus, "fsdp.mixedPrecision": "fp16"}), tmp_path, [])
+    assert t.scaler is not None
+    assert {g["foreach"] for g in t.optimizer.param_groups} == {True}
+    t.resume()
+    t.metrics.loop_started(0)
+    try:
+        losses = [t.step().loss for _ in range(3)]
+    finally:
+        t.loader.close()
+        t.metrics.close()
+        t.checkpointer.close()
+    assert all(math.isfinite(v) for v in losses) and losses[-1] < losses[0], losses
 
 
 def test_the_worker_environment_is_read_once_and_bad_values_are_named():

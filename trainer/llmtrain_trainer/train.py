@@ -152,7 +152,7 @@ class Trainer:
         )
         self.metrics.started(cfg, local_world=self.local_world, backend=dist.get_backend())
         self.model = self._build_model()
-        self.optimizer = _build_optimizer(self.model, cfg.optimizer)
+        self.optimizer = _build_optimizer(self.model, cfg.optimizer, fp16_scaler=cfg.model.fp16)
         d = cfg.data
         self.loader = DataLoader(
             open_dataset(d.uri, d.seq_len, d.seed, d.vocab_size),
