@@ -17,7 +17,7 @@ def _logits(dtype: torch.dtype, b: int = 3, t: int = 50, v: int = 1000) -> tuple
     return x, torch.randint(0, v, (b, t), generator=gen)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_chunked_loss_equals_the_eager_fp32_loss_and_its_gradient(dtype):
     """150 rows in chunks of 16 (the last one ragged), scaled as gradient accumulation scales it."""
     from llmtrain_trainer.models.llama import cross_entropy
@@ -31,9 +31,10 @@ def test_chunked_loss_equals_the_eager_fp32_loss_and_its_gradient(dtype):
     assert got.dtype == torch.float32
     assert got.item() == pytest.approx(want.item(), rel=1e-6)
     assert x.grad is not None and x.grad.dtype == dtype
-    # fp32: summation order only. bf16: the eager gradient is rounded once to bf16, this one a second
-    # time when scaled by 1/3: within one bf16 unit in the last place (2^-8 relative).
-    tol = {"rtol": 1e-5, "atol": 1e-9} if dtype == torch.float32 else {"rtol": 2**-8, "atol": 2**-16}
+    # fp32: summation order only. 16-bit: both gradients are computed in fp32 and rounded once, so
+    # they differ by at most one unit in the last place where the fp32 values straddle a rounding edge.
+    # (fp16's smallest subnormal is 2^-24: a difference of one there is one unit in the last place.)
+    tol = {"rtol": 1e-5, "atol": 1e-9} if dtype == torch.float32 else {"rtol": 2**-7, "atol": 2**-24}
     torch.testing.assert_close(x.grad, want_grad, **tol)
 
 
@@ -69,3 +70,21 @@ def test_the_fp32_logits_never_exist_whole(loss):
         assert seen.largest == x.numel()
     else:
         assert seen.largest <= chunk_rows * x.shape[-1], seen.largest
+
+
+def test_an_fp16_loss_scale_is_applied_before_the_gradient_is_rounded():
+    """fp16 training scales the loss (GradScaler: 65536) because the gradient of a mean over many
+    tokens, ~1e-4/N per logit, is below fp16's normal range: the scale must multiply the fp32
+    gradient before it is rounded to fp16, or the small entries are lost (found by
+    test_trainer_rollback's fp16 run while the first chunked version rounded first)."""
+    from llmtrain_trainer.models.llama import cross_entropy
+
+    x, t = _logits(torch.float16, b=4, t=256, v=1000)  # 1024 tokens: unscaled entries ~1e-6
+    eager = eager_cross_entropy(x, t)
+    (eager * 65536.0).backward()
+    want, x.grad = x.grad, None
+    (cross_entropy(x, t, chunk_bytes=64 * 1000 * 4) * 65536.0).backward()
+    assert x.grad is not None
+    assert torch.count_nonzero(want) > 0.9 * want.numel()  # the scale did its job for the eager loss
+    assert torch.count_nonzero(x.grad) >= torch.count_nonzero(want) - 10
+    torch.testing.assert_close(x.grad, want, rtol=2**-9, atol=2**-24)  # one subnormal unit at most

@@ -204,46 +204,51 @@ LOSS_CHUNK_BYTES = 512 << 20
 
 
 class _ChunkedCrossEntropy(torch.autograd.Function):
-    """Mean cross-entropy of (N, V) logits, in fp32 a chunk of rows at a time; the gradient with
-    respect to the logits is computed in the same pass and kept in the logits' dtype, so that neither
-    the fp32 logits, their fp32 log-softmax nor their fp32 gradient ever exists whole, and the logits
-    themselves are not kept for backward."""
+    """Mean cross-entropy of (N, V) logits, in fp32 a chunk of rows at a time, forward and backward,
+    so that neither the fp32 logits, their fp32 log-softmax nor their fp32 gradient ever exists
+    whole. Forward keeps one fp32 log-sum-exp per row; backward recomputes each chunk's softmax from
+    it and writes the gradient, already multiplied by the incoming one (1/accumulation steps, an fp16
+    loss scale), in the logits' dtype: rounded once, as autograd through `.float()` rounded it. (The
+    multiplier must be applied in fp32 before that rounding: fp16's loss scale exists because the
+    unscaled gradient, ~1e-4/token, falls into fp16's subnormals.)"""
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, rows: int) -> torch.Tensor:
         n = targets.numel()
-        want_grad = ctx.needs_input_grad[0]
-        grad = torch.empty_like(logits) if want_grad else None
+        lse = torch.empty(n, dtype=torch.float32, device=logits.device)
         total = torch.zeros((), dtype=torch.float32, device=logits.device)
         for start in range(0, n, rows):
-            # A copy, also when the logits are fp32: the softmax below is computed in place.
-            x = logits[start : start + rows].to(torch.float32, copy=True)
+            x = logits[start : start + rows].float()
             t = targets[start : start + rows, None]
-            lse = torch.logsumexp(x, dim=-1, keepdim=True)
-            total += (lse - x.gather(1, t)).sum()
-            if grad is not None:
-                # d(mean loss)/dx = (softmax(x) − onehot(t)) / N, rounded once to the logits' dtype
-                # (as autograd through `.float()` did).
-                x.sub_(lse).exp_().scatter_add_(1, t, torch.full_like(t, -1, dtype=x.dtype)).div_(n)
-                grad[start : start + rows] = x
-        if grad is not None:
-            ctx.save_for_backward(grad)
+            chunk_lse = torch.logsumexp(x, dim=-1)
+            lse[start : start + rows] = chunk_lse
+            total += (chunk_lse - x.gather(1, t).squeeze(1)).sum()
+        ctx.save_for_backward(logits, targets, lse)
+        ctx.rows = rows
         return total / n
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
-        (grad,) = ctx.saved_tensors
-        # In place: backward runs once per forward (the trainer never retains this graph). In bf16 this
-        # is a second rounding of the gradient unless the multiplier (1/accumulation steps, an fp16
-        # loss scale) is a power of two.
-        return grad.mul_(grad_out), None, None
+        logits, targets, lse = ctx.saved_tensors
+        rows, n = ctx.rows, targets.numel()
+        scale = grad_out.float() / n
+        grad = torch.empty_like(logits)
+        for start in range(0, n, rows):
+            # A copy, also when the logits are fp32: the softmax is computed in place.
+            x = logits[start : start + rows].to(torch.float32, copy=True)
+            t = targets[start : start + rows, None]
+            # d(mean loss)/dx = (softmax(x) − onehot(t)) / N, times the incoming gradient
+            x.sub_(lse[start : start + rows, None]).exp_()
+            x.scatter_add_(1, t, torch.full_like(t, -1, dtype=x.dtype)).mul_(scale)
+            grad[start : start + rows] = x
+        return grad, None, None
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, chunk_bytes: int = LOSS_CHUNK_BYTES) -> torch.Tensor:
     """Mean next-token cross-entropy over every target, computed in fp32 (bf16 log-softmax over 128k
     classes is lossy) — by chunks of rows (`_ChunkedCrossEntropy`): with a 128k vocabulary the whole
     fp32 logits and their gradient would be several GB. Equal to `F.cross_entropy(logits.float(),
-    targets)` up to fp32 summation order; its gradient is that one's, rounded to the logits' dtype."""
+    targets)` and its gradient up to fp32 summation order."""
     flat, t = logits.flatten(0, 1), targets.flatten(0, 1)
     rows = max(1, chunk_bytes // (flat.shape[-1] * 4))
     return _ChunkedCrossEntropy.apply(flat, t, rows)
