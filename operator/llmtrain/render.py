@@ -433,7 +433,7 @@ def render_pytorchjob(
     rdzv = _rendezvous(spec, ptj_name, rendezvous_id(namespace, name, uid, attempt), default_etcd_endpoint)
     credentials = rendezvous_credentials and uses_operator_etcd(spec)
     if credentials:
-        rdzv["conf"] = rendezvous_auth.rdzv_conf(spec.rendezvous.backend)
+        rdzv["conf"] = rendezvous_auth.rdzv_conf(spec.rendezvous.backend, namespace)
     min_nodes = spec.cluster.min_nodes or spec.cluster.nodes
     labels = {
         "app.kubernetes.io/name": "llmtrain",

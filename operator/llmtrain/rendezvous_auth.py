@@ -23,8 +23,18 @@ The torch key layout the permissions follow (torch/distributed/elastic/rendezvou
   and no other, starts with the base64 of it. The store is read as a directory (a GET and a
   recursive watch of `/torch/elastic/store/`), so every identity may *read* it: it holds rank 0's
   address and port of each run, no pickles; writes stay per namespace.
-- etcd (the legacy backend): everything under `/torchelastic/p2p/run_<run_id>`, after it creates
-  the `/torchelastic/p2p/` directory itself.
+- etcd (the legacy backend): everything under `<etcd_prefix>/run_<run_id>`, after it creates the
+  `<etcd_prefix>/` directory itself (EtcdRendezvous.__init__). Its default, `/torchelastic/p2p`, is
+  shared by every namespace, and etcd v2 checks the exact key for a write to a directory (a TTL
+  update of it too, which expires everything under it), so a grant there lets any namespace wipe
+  every other's rendezvous. Each namespace's jobs get their own `etcd_prefix` instead
+  (`legacy_prefix`, passed in --rdzv-conf): `/torchelastic/p2p/<prefix>`.
+
+No tenant identity may write any key or directory shared between namespaces (SHARED_DIRS and their
+parents): every write pattern is a shared directory and "/", then the namespace's prefix in the
+form torch's keys carry it, then `*`. root creates the shared directories at bootstrap, permanent,
+so nobody else ever needs to (etcd also creates a written key's missing parents itself, permanent).
+tests/operator_core/test_rendezvous_permissions.py tries every write form on every such key.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import logging
 import secrets
 import ssl
 import tempfile
@@ -46,6 +57,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+log = logging.getLogger("llmtrain.operator")
 ROOT_USER = "root"
 # The Secret a worker pod mounts (one per attempt, see secret_name) and its keys (kubernetes.io/tls
 # plus the CA, as cert-manager lays them out).
@@ -54,10 +66,13 @@ MOUNT_PATH = "/etc/llmtrain/rendezvous"
 # Long enough for any attempt (agents keep talking to etcd while they train: heartbeats); an
 # identity is revoked by deleting its etcd user, not by expiry.
 CERT_DAYS = 365
-STATE_PREFIX = "/torch/elastic/rendezvous/"
+STATE_DIR = "/torch/elastic/rendezvous"
+STATE_PREFIX = STATE_DIR + "/"
 STORE_DIR = "/torch/elastic/store"
 STORE_KEY_PREFIX = "torch.rendezvous."
 LEGACY_DIR = "/torchelastic/p2p"
+# The directories the namespaces' keys live in, side by side: root's only.
+SHARED_DIRS = (STATE_DIR, STORE_DIR, LEGACY_DIR)
 
 
 def tenant_prefix(namespace: str) -> str:
@@ -81,22 +96,38 @@ def secret_name(ptj_name: str) -> str:
     return f"{ptj_name}-rendezvous"
 
 
+def legacy_prefix(namespace: str) -> str:
+    """torch's `etcd_prefix` for the namespace's jobs on the legacy `etcd` backend: a directory of
+    its own under LEGACY_DIR, which torch creates (and may write) without touching LEGACY_DIR."""
+    return f"{LEGACY_DIR}/{tenant_prefix(namespace)}"
+
+
 def permissions(namespace: str) -> dict[str, list[str]]:
-    """v2 key permissions of the namespace's role: `pattern*` is a prefix, anything else exact."""
+    """v2 key permissions of the namespace's role: `pattern*` is a prefix, anything else exact.
+    Writes: only keys under a shared directory that name the namespace's prefix (as torch's keys
+    carry it) before the `*`, never a shared directory itself."""
     prefix = tenant_prefix(namespace)
     store = base64.b64encode((STORE_KEY_PREFIX + prefix).encode()).decode()
-    own = [f"{STATE_PREFIX}{prefix}*", f"{STORE_DIR}/{store}*", f"{LEGACY_DIR}/run_{prefix}*"]
-    return {"read": sorted([*own, STORE_DIR, f"{STORE_DIR}/*"]), "write": sorted([*own, LEGACY_DIR, f"{LEGACY_DIR}/"])}
+    own = [
+        f"{STATE_PREFIX}{prefix}*",
+        f"{STORE_DIR}/{store}*",
+        f"{legacy_prefix(namespace)}*",
+        # torch's default layout, `LEGACY_DIR/run_<run id>`: attempts started before legacy_prefix
+        # keep renewing and writing their run directory until they end (docs/operations/upgrading.md).
+        # No namespace's prefix starts with "run_" (DNS labels have no "_").
+        f"{LEGACY_DIR}/run_{prefix}*",
+    ]
+    return {"read": sorted([*own, STORE_DIR, f"{STORE_DIR}/*"]), "write": sorted(own)}
 
 
-def rdzv_conf(backend: str, directory: str = MOUNT_PATH) -> str:
-    """torchrun's --rdzv-conf for the credentials mounted at `directory` (the two etcd backends
-    name the same three files differently)."""
+def rdzv_conf(backend: str, namespace: str, directory: str = MOUNT_PATH) -> str:
+    """torchrun's --rdzv-conf for `namespace`'s credentials mounted at `directory` (the two etcd
+    backends name the same three files differently; the legacy one also gets its etcd_prefix)."""
     ca, cert, key = (f"{directory}/{k}" for k in (CA_KEY, CERT_KEY, KEY_KEY))
     if backend == "etcd-v2":
         return f"protocol=https,ca_cert={ca},ssl_cert={cert},ssl_cert_key={key}"
     if backend == "etcd":
-        return f"protocol=https,cacert={ca},cert={cert},key={key}"
+        return f"protocol=https,cacert={ca},cert={cert},key={key},etcd_prefix={legacy_prefix(namespace)}"
     raise ValueError(f"no etcd credentials for the {backend} backend")
 
 
@@ -265,7 +296,8 @@ class EtcdAdmin:
     def bootstrap(self) -> None:
         """Auth on (v2 and v3), root the only all-powerful user (its password reset to one nobody
         knows), guest allowed nothing, no users or roles but root's and the namespaces', each of
-        those exactly as `ensure_namespace` makes it. Idempotent.
+        those exactly as `ensure_namespace` makes it, and SHARED_DIRS permanent directories of
+        root's. Idempotent.
 
         etcd found without auth (fresh, or restarted without its data: the chart's default data
         dir is an emptyDir) may hold anything a certificate holder wrote meanwhile, a pickle in a
@@ -302,10 +334,32 @@ class EtcdAdmin:
             for u in users:
                 if u.startswith(USER_PREFIX):
                     self.ensure_namespace(u[len(USER_PREFIX) :])
+        self._ensure_shared_dirs()
         self._bootstrap_v3()
         epoch = secrets.token_urlsafe(16)
         self._call("PUT", MARKER_PATH, form={"value": epoch})
         self._epoch = epoch
+
+    def _ensure_shared_dirs(self) -> None:
+        """SHARED_DIRS exist as permanent directories, made by root: torch never has to create
+        them, so no tenant needs a grant on them. One found with a TTL (set through the
+        LEGACY_DIR grant that identities held before legacy_prefix, and now revoked) is made
+        permanent again, or it would take every namespace's keys under it when it expires."""
+        for d in SHARED_DIRS:
+            status, out = self._call("GET", f"/v2/keys{d}", ok=(200, 404))
+            node = out.get("node") or {}
+            if status == 200 and not node.get("dir"):  # a plain key: through that old grant, or by hand
+                log.warning("etcd: %s was a key (index %s), not a directory: replaced", d, node.get("modifiedIndex"))
+                self._call("DELETE", f"/v2/keys{d}", ok=(200, 404))
+                status = 404
+            elif status == 200 and ("ttl" in node or "expiration" in node):
+                log.warning("etcd: %s was to expire at %s: made permanent", d, node.get("expiration"))
+                # an empty ttl on an update makes the node permanent (404: it expired meanwhile)
+                status, _ = self._call(
+                    "PUT", f"/v2/keys{d}", ok=(200, 404), form={"dir": "true", "prevExist": "true", "ttl": ""}
+                )
+            if status == 404:
+                self._call("PUT", f"/v2/keys{d}", ok=(200, 201, 412), form={"dir": "true", "prevExist": "false"})
 
     def _empty_guest(self) -> None:
         _, guest = self._call("GET", "/v2/auth/roles/guest")
