@@ -119,3 +119,17 @@ def test_the_check_sees_io_where_there_is_some():
         "print() at line 2",
         "dt.datetime.now() at line 2",
     ]
+
+
+def test_nothing_after_decide_tells_rows_apart_by_name():
+    """What follows decide's choice reads the plan's fields, never its situation's name: the
+    amendments that asked `plan.situation == "steady"` are the steady row's own now (its
+    checkpoint refresh) and its `periodic` field (goodput's refresh)."""
+    tests = [
+        f"{p.relative_to(PKG.parent)}:{node.lineno}: {ast.unparse(node)}"
+        for p in sorted(PKG.rglob("*.py"))
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.Compare)
+        and any(isinstance(x, ast.Attribute) and x.attr == "situation" for x in [node.left, *node.comparators])
+    ]
+    assert tests == []
