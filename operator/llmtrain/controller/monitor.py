@@ -22,8 +22,9 @@ import aiohttp
 from ..render import pytorchjob_name
 from ..spec import TrainingSpec
 from . import scrape
+from .clock import now
 from .progress import GOODPUT_KEYS, eta
-from .status import now, timestamp
+from .status import timestamp
 
 if TYPE_CHECKING:
     from .operator import Operator

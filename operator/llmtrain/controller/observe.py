@@ -17,9 +17,10 @@ from ..catalog import instance_type
 from ..render import ATTEMPT_LABEL, pytorchjob_name
 from ..status import TERMINAL, Phase, parse
 from . import kueue, scrape, taints
+from .clock import now
 from .decide import SPEC_HASH
 from .snapshot import Child, Observed
-from .status import failure_message, now, parse_time, pytorchjob_state
+from .status import failure_message, parse_time, pytorchjob_state
 
 if TYPE_CHECKING:
     from .operator import Operator

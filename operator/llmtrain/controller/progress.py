@@ -1,20 +1,22 @@
-"""The trainer's progress as the monitor reads it from rank 0's /metrics (scrape.py parses it):
-`Progress`, and the trainer's series it comes from. Apart from status.py, so that the scraper
-needs no more than this (status.py uses the scraper: no import cycle)."""
+"""The trainer's progress as the monitor reads it from rank 0's /metrics: `Progress`, the trainer's
+series it comes from, and `parse_progress`, which reads them from the body scrape.py fetched (the
+tenant's: bounded, see scrape.py). Pure: decide's rules read the same figures."""
 
 from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 from dataclasses import dataclass
 
+MAX_BODY_BYTES = 256 * 1024
+MAX_SERIES_LINES = 1024  # lines of llmtrain_trainer_* series looked at (the trainer's: ~70)
+_OURS = re.compile(rb"^llmtrain_trainer_[^\n]{0,4096}", re.MULTILINE)  # bounded: linear scan
 
-def now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
 
-
-def timestamp(t: dt.datetime | None = None) -> str:
-    return (t or now()).strftime("%Y-%m-%dT%H:%M:%SZ")
+def timestamp(t: dt.datetime) -> str:
+    """A status time: RFC 3339, whole seconds (the clock is the caller's: clock.py, or a snapshot's `now`)."""
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def precise_timestamp(seconds: float) -> str:
@@ -191,3 +193,35 @@ _PROGRESS_METRICS = {
     "llmtrain_trainer_checkpoint_blocking_estimate_seconds": "checkpoint_blocking_estimate_seconds",
     "llmtrain_trainer_checkpoint_blocking_measured_saves": "checkpoint_blocking_measured_saves",
 }
+
+
+def parse_progress(body: bytes | str) -> Progress:
+    """Our series of a Prometheus text exposition → Progress; everything else is skipped unread.
+    `name{labels} value [timestamp]`: the first sample of each of our names counts."""
+    if isinstance(body, str):
+        body = body.encode()
+    values: dict = {}
+    for n, m in enumerate(_OURS.finditer(body[:MAX_BODY_BYTES])):
+        if n >= MAX_SERIES_LINES or len(values) == len(_PROGRESS_METRICS):
+            break
+        line = m.group(0)
+        brace = line.find(b"{")
+        if brace >= 0:
+            end = line.rfind(b"}")
+            if end < brace:
+                continue
+            name, rest = line[:brace], line[end + 1 :]
+        else:
+            name, _, rest = line.partition(b" ")
+        field = _PROGRESS_METRICS.get(name.strip().decode("ascii", "replace"))
+        if field is None or field in values:
+            continue
+        parts = rest.split()
+        if not parts:
+            continue
+        try:
+            value = float(parts[0][:64])
+        except ValueError:
+            continue
+        values[field] = value
+    return Progress(**values)

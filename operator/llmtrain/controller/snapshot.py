@@ -127,6 +127,7 @@ class Plan:
     preflight_busbw: float | None = None  # llmtrain_operator_preflight_bus_bandwidth_gbps
     monitor: bool = False  # scrape rank 0 (Running)
     waiting: bool = False  # for the watch: not yet a sight of the job
+    periodic: bool = False  # nothing changed (steady): the periodic refresh of status.goodput may write
 
     @property
     def writes(self) -> bool:

@@ -9,8 +9,7 @@ import datetime as dt
 
 from ..render import REPLICA_INDEX_LABEL
 from ..status import Phase
-from .progress import _HEALTH_STATUS, _PROGRESS_METRICS, Progress, now, timestamp  # noqa: F401 — re-exported
-from .scrape import parse_progress
+from .progress import _HEALTH_STATUS, _PROGRESS_METRICS, Progress, parse_progress, timestamp  # noqa: F401 — re-exported
 
 # Kubeflow's JobConditionType values (training-operator v1), in the order a job passes them.
 PTJ_CONDITIONS = ("Created", "Suspended", "Running", "Restarting", "Succeeded", "Failed")
@@ -63,8 +62,8 @@ def set_condition(
     status: bool,
     reason: str,
     message: str,
-    generation: int | None = None,
-    at: dt.datetime | None = None,
+    generation: int | None,
+    at: dt.datetime,
 ) -> list[dict]:
     """Return a new list with condition `type_` set; lastTransitionTime moves only on a change (to
     `at`: decide passes its snapshot's time, so it reads no clock)."""
@@ -97,9 +96,7 @@ def set_condition(
 
 def progress_from_metrics(text: str | bytes) -> Progress:
     """Read the trainer's Prometheus exposition (one rank's endpoint) into a Progress: our own
-    series only, bounded (scrape.parse_progress: the body is the tenant's)."""
-    return parse_progress(text)
-
+    series only, bounded (progress.parse_progress: the body is the tenant's)."""
     return parse_progress(text)
 
 
