@@ -8,6 +8,8 @@ import datetime as dt
 import math
 from dataclasses import dataclass
 
+from ..status import percent
+
 
 def now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
@@ -79,10 +81,11 @@ class Progress:
             out["step"] = int(self.step)
         if self.loss is not None and math.isfinite(self.loss):  # JSON has no NaN: the API server refuses it
             out["loss"] = round(self.loss, 4)
-        if self.tokens_per_second is not None:
+        if self.tokens_per_second is not None and math.isfinite(self.tokens_per_second):
             out["tokensPerSecond"] = round(self.tokens_per_second, 1)
-        if self.mfu is not None:
+        if self.mfu is not None and math.isfinite(self.mfu):
             out["mfu"] = round(self.mfu, 4)
+            out["mfuPercent"] = percent(self.mfu)
         if self.last_checkpoint_step is not None:
             out["lastCheckpointStep"] = int(self.last_checkpoint_step)
         if self.last_checkpoint_time:
