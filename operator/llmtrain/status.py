@@ -161,6 +161,14 @@ class PlanSummary(_Status):
 
 
 class ProgressStatus(_Status):
+    """The trainer's progress. While the job is Running, the monitor's scrape of rank 0's /metrics
+    (controller/monitor.py, every --progress-interval; its write applies only while the phase is
+    Running). When the job ends, decide's write that ends it: on Succeeded the trainer's final
+    summary, from the termination message its pods leave on a clean exit (llmtrain/final_summary.py;
+    tokensPerSecond and mfu are then the means over the steps after the first, and updateTime the
+    time of that write), or, without one (an older trainer image, the pods already gone), the last
+    scrape; on any end the ETA is removed."""
+
     step: int | None = None
     loss: float | None = None
     tokens_per_second: float | None = None

@@ -2,11 +2,12 @@
 
 The job comes from the watch (or our last write's response, or a GET after a conflict); its spec
 is resolved once per uid and generation; its PyTorchJobs, pods and the monitor's latest scrape
-come from the watch-fed caches (caches.py). Four reads are made only when a situation asks for
+come from the watch-fed caches (caches.py). Five reads are made only when a situation asks for
 them (`Plan.need`, `more`): the failed attempt's pod failures (nodes.py: they may still be on their
 way through the pod watch), the Ready nodes of the instance type (for avoidNodes), the Kueue
-Workload of a suspended (queued or preempted) PyTorchJob (kueue.py) and, for a new attempt of a job
-with checkpoint.intervalMinutes auto, the instance type's node MTBF (reliability.py).
+Workload of a suspended (queued or preempted) PyTorchJob (kueue.py), for a new attempt of a job
+with checkpoint.intervalMinutes auto, the instance type's node MTBF (reliability.py), and, for the
+write that marks a job Succeeded, the trainer's final summary its pods left (ending.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 from ..catalog import instance_type
 from ..render import ATTEMPT_LABEL, pytorchjob_name
 from ..status import TERMINAL, Phase, parse
-from . import kueue, scrape, taints
+from . import ending, kueue, scrape, taints
 from .decide import SPEC_HASH
 from .snapshot import Child, Observed
 from .status import failure_message, now, parse_time, pytorchjob_state
@@ -134,6 +135,8 @@ def more(op: Operator, o: Observed, need: str) -> Observed:
     if need == "workload":
         current = o.child(pytorchjob_name(o.name, o.attempt))
         return o.with_(workload=kueue.read(o.namespace, current.uid if current is not None else ""), workload_read=True)
+    if need == "final":
+        return ending.read(op, o)
     if need == "node_mtbf":
         node = op.reliability.of(o.spec.cluster.instance_type) if o.spec is not None else None
         return o.with_(node_mtbf=node, node_mtbf_read=True)
