@@ -2,8 +2,10 @@
 attempt, restarts or reason, and it writes decide's plan (controller/decide.py sets them).
 
 Read from the operator package's source (ast), every path to the status subresource:
-  * the raw request on `.../{name}/status` is made in kube.patch_job_status alone, and no generated
-    client method writes a status (`patch_*_status`, `replace_*_status`, `create_*_status`);
+  * the raw request on `.../{name}/status` is made in kube.patch_job_status, or in
+    kube.patch_running_progress (the monitor's) with a literal JSON patch whose writing operations
+    touch /status/progress alone; no generated client method writes a status (`patch_*_status`,
+    `replace_*_status`, `create_*_status`);
   * kube.patch_job_status is used in act.write_status, or with a literal update whose keys are
     none of those four (the monitor's `{"progress": ...}`);
   * act.write_status is given `plan.status`, decide's plan;
@@ -19,6 +21,8 @@ from .test_import_graph import PKG, _module
 
 OWNED = {"phase", "attempt", "restarts", "reason"}
 STATUS_WRITER = ("llmtrain.controller.kube", "patch_job_status")
+PROGRESS_WRITER = ("llmtrain.controller.kube", "patch_running_progress")
+PROGRESS_PATH = "/status/progress"
 THE_WRITER = ("llmtrain.controller.act", "write_status")
 
 
@@ -49,6 +53,24 @@ def _path_text(node: ast.AST) -> str:
     return "".join(n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str))
 
 
+def _json_patch_paths(body: ast.AST) -> set[str] | None:
+    """The paths a literal JSON patch (a list of dict literals) writes (every op but `test`); None
+    when the body is not such a literal."""
+    if not isinstance(body, ast.List):
+        return None
+    paths = set()
+    for op in body.elts:
+        if not isinstance(op, ast.Dict) or not all(isinstance(k, ast.Constant) for k in op.keys):
+            return None
+        fields = {k.value: v for k, v in zip(op.keys, op.values, strict=True) if isinstance(k, ast.Constant)}
+        kind, path = fields.get("op"), fields.get("path")
+        if not isinstance(kind, ast.Constant) or not isinstance(path, ast.Constant):
+            return None
+        if kind.value != "test":
+            paths.add(path.value)
+    return paths
+
+
 def writers(sources: dict[str, str]) -> list[str]:
     """Every place in `sources` ({module: source}) that could write the owned fields other than
     the one writer, as 'module:line: why'."""
@@ -66,7 +88,11 @@ def writers(sources: dict[str, str]) -> list[str]:
                 f = node.func
                 name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
                 if name == "_request" and len(node.args) >= 2 and _path_text(node.args[1]).endswith("/status"):
-                    if (mod, in_fn) != STATUS_WRITER:
+                    if (mod, in_fn) == PROGRESS_WRITER:
+                        paths = _json_patch_paths(node.args[3]) if len(node.args) >= 4 else None
+                        if paths is None or paths - {PROGRESS_PATH}:
+                            bad(node, f"{PROGRESS_WRITER[1]} writes {sorted(paths) if paths else 'unknown paths'}")
+                    elif (mod, in_fn) != STATUS_WRITER:
                         bad(node, f"a status subresource request outside {'.'.join(STATUS_WRITER)}")
                 elif (
                     name != STATUS_WRITER[1]
@@ -100,7 +126,8 @@ def _package() -> dict[str, str]:
 def test_only_act_write_status_writes_phase_attempt_restarts_reason():
     sources = _package()
     uses = [m for m, src in sources.items() if STATUS_WRITER[1] in src]
-    assert set(uses) >= {STATUS_WRITER[0], THE_WRITER[0], "llmtrain.controller.monitor"}, uses  # what is scanned
+    assert set(uses) >= {STATUS_WRITER[0], THE_WRITER[0]}, uses  # what is scanned
+    assert "llmtrain.controller.monitor" in [m for m, src in sources.items() if PROGRESS_WRITER[1] in src]
     assert writers(sources) == []
 
 
@@ -131,6 +158,19 @@ def test_the_scan_finds_another_writer():
     )
     found = writers({"llmtrain.controller.planted": planted})
     assert sorted(int(f.split(":")[1]) for f in found) == [5, 8, 11, 14, 17, 20], found
+    # the monitor's progress write may write /status/progress only
+    progress = textwrap.dedent(
+        """
+        def patch_running_progress(namespace, name, progress):
+            return _request("PATCH", _OBJECTS + "/{name}/status", {}, [
+                {"op": "test", "path": "/status/phase", "value": "Running"},
+                {"op": "add", "path": "/status/phase", "value": "Failed"},
+            ])
+        """
+    )
+    assert [f.split(":")[1] for f in writers({PROGRESS_WRITER[0]: progress})] == ["3"]
+    only_progress = progress.replace('"/status/phase", "value": "Failed"', '"/status/progress"')
+    assert writers({PROGRESS_WRITER[0]: only_progress}) == []
     # the monitor's own write, as it is written, is not one
     monitor = 'async def check(self):\n    await self._in_pool(self.op.kube.patch_job_status, ns, n, {"progress": p})\n'
     assert writers({"llmtrain.controller.monitor": monitor}) == []

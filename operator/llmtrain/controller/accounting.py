@@ -22,12 +22,14 @@ def job_created(o: Observed) -> float:
 
 def progress_of(o: Observed) -> dict:
     """status.progress with the monitor's latest scrape of the current attempt over it (decide may
-    judge a scrape, a hang say, before the monitor's write of it arrives)."""
+    judge a scrape, a hang say, before the monitor's write of it arrives), and the trainer's final
+    summary over that when the attempt succeeded (ending.py)."""
     p = dict(o.raw_status.get("progress") or {})
-    if o.progress is not None:
-        if p.get("attempt") != o.attempt:
-            p = {}
-        p.update(o.progress.as_status(), attempt=o.attempt)
+    for latest in (o.progress, o.final):
+        if latest is not None:
+            if p.get("attempt") != o.attempt:
+                p = {}
+            p.update(latest.as_status(), attempt=o.attempt)
     return p
 
 

@@ -17,6 +17,10 @@ resume, the restart backoff, a missing, deleting or failed PyTorchJob), situatio
 (preempted, queued, admitted) and situations_running.py (following the PyTorchJob, pods that do
 not start, the health verdicts, steady); situation.py holds what they share.
 
+Every plan then gets its amendments, each in a module of its own: the end of a job (ending.py:
+the trainer's final progress, no ETA), goodput (accounting.py) and the checkpoint cadence
+(cadence.py).
+
 Invariants (tests/operator_core/test_decide_properties.py checks them over random histories):
   * status.attempt and status.restarts never go down; a restart raises attempt by one;
   * restarts never exceed spec.resilience.maxRestarts: beyond it the job is Failed;
@@ -26,7 +30,7 @@ Invariants (tests/operator_core/test_decide_properties.py checks them over rando
 
 from __future__ import annotations
 
-from . import accounting
+from . import accounting, ending
 from .config import OperatorConfig
 from .situation import Situation, Transition
 from .situations_attempt import attempt_failed, backoff, child_deleting, missing_child, suspend, suspended
@@ -69,6 +73,9 @@ def decide(o: Observed, cfg: OperatorConfig) -> Plan:
         plan = rule(o, cfg)
         if plan is not None:
             if plan.need is not None or plan.create is not None:
+                return plan
+            plan = ending.amend(o, plan)  # a write that ends the job: final progress, no ETA
+            if plan.need is not None:
                 return plan
             # status.goodput follows the row's write (its one writer: accounting.py), from plan fields
             return accounting.amend(o, plan, cfg)

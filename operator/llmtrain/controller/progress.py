@@ -9,6 +9,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from ..status import percent
+
 MAX_BODY_BYTES = 256 * 1024
 MAX_SERIES_LINES = 1024  # lines of llmtrain_trainer_* series looked at (the trainer's: ~70)
 _OURS = re.compile(rb"^llmtrain_trainer_[^\n]{0,4096}", re.MULTILINE)  # bounded: linear scan
@@ -81,10 +83,11 @@ class Progress:
             out["step"] = int(self.step)
         if self.loss is not None and math.isfinite(self.loss):  # JSON has no NaN: the API server refuses it
             out["loss"] = round(self.loss, 4)
-        if self.tokens_per_second is not None:
+        if self.tokens_per_second is not None and math.isfinite(self.tokens_per_second):
             out["tokensPerSecond"] = round(self.tokens_per_second, 1)
-        if self.mfu is not None:
+        if self.mfu is not None and math.isfinite(self.mfu):
             out["mfu"] = round(self.mfu, 4)
+            out["mfuPercent"] = percent(self.mfu)
         if self.last_checkpoint_step is not None:
             out["lastCheckpointStep"] = int(self.last_checkpoint_step)
         if self.last_checkpoint_time:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from ..final_summary import from_pod as final_summary
 from ..render import REPLICA_INDEX_LABEL
 from ..status import Phase
 from .progress import _HEALTH_STATUS, _PROGRESS_METRICS, Progress, parse_progress, timestamp  # noqa: F401 — re-exported
@@ -125,7 +126,8 @@ def owner_uid(pod: dict) -> str | None:
 
 
 def pod_summary(pod: dict) -> dict:
-    """What the operator keeps of a worker pod: enough to find rank 0 and to say why it is stuck."""
+    """What the operator keeps of a worker pod: enough to find rank 0, to say why it is stuck and,
+    once it ended, what the trainer's final figures were."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     unschedulable = next(
         (
@@ -149,6 +151,7 @@ def pod_summary(pod: dict) -> dict:
         "phase": status.get("phase"),
         "unschedulable": unschedulable,
         "waiting": waiting,
+        "final": final_summary(pod),  # the trainer's final figures, once it exited 0 (ending.py)
     }
 
 
