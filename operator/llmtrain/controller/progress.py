@@ -74,13 +74,18 @@ class Progress:
     checkpoint_blocking_measured_saves: float | None = None
 
     def as_status(self) -> dict:
+        """The status.progress fields (the scrape is the tenant's: a number no field can hold, an
+        infinite step or a time past year 9999, is left out, not raised on)."""
         out: dict = {}
         for field, key in _HEALTH_STATUS.items():
             value = getattr(self, field)
-            if value is not None and math.isfinite(value):
-                out[key] = round(value, 4) if field in ("loss_median", "loss_spike_ratio") else int(value)
-        if self.step is not None:
-            out["step"] = int(self.step)
+            if field in ("loss_median", "loss_spike_ratio"):
+                if value is not None and math.isfinite(value):
+                    out[key] = round(value, 4)
+            elif _count(value) is not None:
+                out[key] = _count(value)
+        if _count(self.step) is not None:
+            out["step"] = _count(self.step)
         if self.loss is not None and math.isfinite(self.loss):  # JSON has no NaN: the API server refuses it
             out["loss"] = round(self.loss, 4)
         if self.tokens_per_second is not None and math.isfinite(self.tokens_per_second):
@@ -88,22 +93,39 @@ class Progress:
         if self.mfu is not None and math.isfinite(self.mfu):
             out["mfu"] = round(self.mfu, 4)
             out["mfuPercent"] = percent(self.mfu)
-        if self.last_checkpoint_step is not None:
-            out["lastCheckpointStep"] = int(self.last_checkpoint_step)
-        if self.last_checkpoint_time:
+        if _count(self.last_checkpoint_step) is not None:
+            out["lastCheckpointStep"] = _count(self.last_checkpoint_step)
+        if _unix(self.last_checkpoint_time):
             out["lastCheckpointTime"] = timestamp(dt.datetime.fromtimestamp(self.last_checkpoint_time, dt.UTC))
-        if self.heartbeat:
+        if _unix(self.heartbeat):
             out["heartbeatTime"] = precise_timestamp(self.heartbeat)
-        if self.train_start and math.isfinite(self.train_start):
+        if _unix(self.train_start):
             out["trainStartTime"] = precise_timestamp(self.train_start)
         for field, key, digits in _GOODPUT_STATUS:
             value = getattr(self, field)
             attempt_field = _ATTEMPT_WIDE.get(field)
             if attempt_field is not None and getattr(self, attempt_field) is not None:
                 value = getattr(self, attempt_field)
-            if value is not None and math.isfinite(value) and value >= 0:
+            if value is not None and math.isfinite(value) and 0 <= value <= MAX_COUNT:
                 out[key] = int(value) if digits is None else round(value, digits)
         return out
+
+
+# The largest count status.progress takes (JSON numbers are exact up to 2**53), and the latest
+# time (RFC 3339 ends at year 9999).
+MAX_COUNT = 2**53
+MAX_UNIX_SECONDS = 253402300799
+
+
+def _count(value: float | None) -> int | None:
+    if value is None or not math.isfinite(value) or not -MAX_COUNT <= value <= MAX_COUNT:
+        return None
+    return int(value)
+
+
+def _unix(value: float | None) -> bool:
+    """A time the trainer could have written: after the epoch, before year 10000."""
+    return value is not None and math.isfinite(value) and 0 < value <= MAX_UNIX_SECONDS
 
 
 def eta(progress: dict, previous: dict, max_steps: int | None, at: dt.datetime) -> dict:
