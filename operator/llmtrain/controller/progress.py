@@ -95,12 +95,12 @@ class Progress:
             out["mfuPercent"] = percent(self.mfu)
         if _count(self.last_checkpoint_step) is not None:
             out["lastCheckpointStep"] = _count(self.last_checkpoint_step)
-        if _unix(self.last_checkpoint_time):
-            out["lastCheckpointTime"] = timestamp(dt.datetime.fromtimestamp(self.last_checkpoint_time, dt.UTC))
-        if _unix(self.heartbeat):
-            out["heartbeatTime"] = precise_timestamp(self.heartbeat)
-        if _unix(self.train_start):
-            out["trainStartTime"] = precise_timestamp(self.train_start)
+        if (at := _unix(self.last_checkpoint_time)) is not None:
+            out["lastCheckpointTime"] = timestamp(dt.datetime.fromtimestamp(at, dt.UTC))
+        if (at := _unix(self.heartbeat)) is not None:
+            out["heartbeatTime"] = precise_timestamp(at)
+        if (at := _unix(self.train_start)) is not None:
+            out["trainStartTime"] = precise_timestamp(at)
         for field, key, digits in _GOODPUT_STATUS:
             value = getattr(self, field)
             attempt_field = _ATTEMPT_WIDE.get(field)
@@ -123,9 +123,9 @@ def _count(value: float | None) -> int | None:
     return int(value)
 
 
-def _unix(value: float | None) -> bool:
-    """A time the trainer could have written: after the epoch, before year 10000."""
-    return value is not None and math.isfinite(value) and 0 < value <= MAX_UNIX_SECONDS
+def _unix(value: float | None) -> float | None:
+    """The value if it is a time the trainer could have written: after the epoch, before year 10000."""
+    return value if value is not None and math.isfinite(value) and 0 < value <= MAX_UNIX_SECONDS else None
 
 
 def eta(progress: dict, previous: dict, max_steps: int | None, at: dt.datetime) -> dict:
