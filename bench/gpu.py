@@ -406,6 +406,27 @@ class _NoCheckpoint:
         pass
 
 
+def titan_settings(spec: dict, row: dict, device_type: str) -> dict:
+    """What the torchtitan rows change in torchtitan's JobConfig defaults ("section.field": value)."""
+    t = spec["training"]
+    return {
+        "training.seq_len": spec["data"]["seqLen"],
+        "training.local_batch_size": t["microBatchSize"],
+        "training.steps": t["maxSteps"],
+        # Its mixed precision: bf16 on a GPU (with one rank, by autocast: maybe_enable_amp); fp32 on CPU.
+        "training.mixed_precision_param": "bfloat16" if device_type == "cuda" else "float32",
+        # Op-level selective AC, as llmtrain's rows (JobConfig's default "2" is full AC on every 2nd block).
+        "activation_checkpoint.mode": spec["fsdp"]["activationCheckpointing"],
+        "activation_checkpoint.selective_ac_option": "op",
+        "compile.enable": spec["fsdp"]["compile"],
+        # As shipped it compiles the model and the loss; our loop's loss is eager, so only the model.
+        "compile.components": ["model", "loss"] if row["loop"] == "shipped" else ["model"],
+        "optimizer.lr": 3e-4,
+        "lr_scheduler.warmup_steps": t["warmupSteps"],
+        "metrics.log_freq": row["log_freq"],
+    }
+
+
 @_says_why
 def worker_torchtitan(spec_path: str) -> None:
     """torchtitan's Llama 3 with its own parallelize_llama, bf16 policy and (loop "shipped") its own
@@ -417,7 +438,7 @@ def worker_torchtitan(spec_path: str) -> None:
 
     job = json.loads(Path(spec_path).read_text())
     spec, row = job["spec"], job["row"]
-    d, seq, t = spec["model"]["dims"], spec["data"]["seqLen"], spec["training"]
+    d, seq = spec["model"]["dims"], spec["data"]["seqLen"]
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -446,20 +467,9 @@ def worker_torchtitan(spec_path: str) -> None:
         multiple_of=math.gcd(d["intermediateSize"], 256),
     )
     cfg = JobConfig()
-    cfg.training.seq_len = seq
-    cfg.training.local_batch_size = t["microBatchSize"]
-    cfg.training.steps = t["maxSteps"]
-    # Its mixed precision: bf16 on a GPU (with one rank, autocast: maybe_enable_amp below); fp32 on CPU.
-    cfg.training.mixed_precision_param = "bfloat16" if device.type == "cuda" else "float32"
-    # Op-level selective AC, as llmtrain's rows (JobConfig's default "2" is full AC on every 2nd block).
-    cfg.activation_checkpoint.mode = spec["fsdp"]["activationCheckpointing"]
-    cfg.activation_checkpoint.selective_ac_option = "op"
-    cfg.compile.enable = spec["fsdp"]["compile"]
-    # As shipped it compiles the model and the loss; our loop's loss is eager, so only the model.
-    cfg.compile.components = ["model", "loss"] if row["loop"] == "shipped" else ["model"]
-    cfg.optimizer.lr = 3e-4
-    cfg.lr_scheduler.warmup_steps = t["warmupSteps"]
-    cfg.metrics.log_freq = row["log_freq"]
+    for path, value in titan_settings(spec, row, device.type).items():
+        section, field = path.split(".")
+        setattr(getattr(cfg, section), field, value)
     args.update_from_config(cfg)
     dims = ParallelDims(dp_replicate=1, dp_shard=1, cp=1, tp=1, pp=1, ep=1, etp=1, world_size=1)
     with torch.device("meta"):

@@ -249,3 +249,23 @@ def test_budget_skips_rows_that_do_not_fit_and_still_writes_the_report(tmp_path)
         assert "budget" in row["reason"] or row["reason"].startswith(("torchtitan:", "float8:")), row
     assert report["env"]["torch"] and report["budget_seconds"] == 1
     assert all(f"| {name} |" in md.read_text() for name in report["results"])
+
+
+def test_torchtitan_rows_train_in_bf16_with_op_level_selective_ac():
+    # The torchtitan row trained in fp32 (one rank: no FSDP, so its bf16 param policy never applied)
+    # with JobConfig's default selective_ac_option "2" (full AC on every second block) (issue 32).
+    spec = {
+        "data": {"seqLen": 4096},
+        "training": {"microBatchSize": 2, "maxSteps": 30, "warmupSteps": 2},
+        "fsdp": {"activationCheckpointing": "selective", "compile": True},
+    }
+    shipped = gpu.titan_settings(spec, {"loop": "shipped", "log_freq": 10}, "cuda")
+    ours = gpu.titan_settings(spec, {"loop": "ours", "log_freq": 10}, "cuda")
+    for s in (shipped, ours):
+        assert s["training.mixed_precision_param"] == "bfloat16"
+        assert s["activation_checkpoint.mode"] == "selective"
+        assert s["activation_checkpoint.selective_ac_option"] == "op"
+        assert s["training.seq_len"] == 4096 and s["training.local_batch_size"] == 2 and s["compile.enable"]
+    # As shipped: its compiled loss; in our loop the loss is ours (eager), so only the model compiles.
+    assert shipped["compile.components"] == ["model", "loss"] and ours["compile.components"] == ["model"]
+    assert shipped["metrics.log_freq"] == 10  # torchtitan's default cadence of reading results back
