@@ -18,7 +18,7 @@ help:
 	@echo "make dev-cluster   start a local kube-apiserver + etcd + controller-manager"
 
 venv: $(VENV)/.installed
-$(VENV)/.installed: pyproject.toml constraints.txt scripts/venv.sh
+$(VENV)/.installed: pyproject.toml constraints.txt scripts/venv.sh scripts/venv_bin.py
 	bash scripts/venv.sh
 
 include $(sort $(wildcard mk/*.mk))
