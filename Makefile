@@ -18,7 +18,7 @@ help:
 	@echo "make dev-cluster   start a local kube-apiserver + etcd + controller-manager"
 
 venv: $(VENV)/.installed
-$(VENV)/.installed: pyproject.toml constraints.txt scripts/venv.sh scripts/venv_bin.py
+$(VENV)/.installed: pyproject.toml constraints.txt scripts/venv.sh scripts/venv_bin.py scripts/docs_mermaid.py tools/mermaid/pins.env
 	bash scripts/venv.sh
 
 include $(sort $(wildcard mk/*.mk))

@@ -48,5 +48,7 @@ echo "$PWD/devcluster" > "$here_site/_llmtrain_devcluster.pth"
 # where the docs tell users to run them: a Python console script is copied with .venv's
 # interpreter in place of the layer's (so it sees the project too), a binary is linked.
 .venv/bin/python scripts/venv_bin.py "$deps/bin" .venv/bin
+# The docs site's mermaid (pinned; served by the site itself, not a CDN).
+.venv/bin/python scripts/docs_mermaid.py >/dev/null
 touch .venv/.installed
 echo "venv: ready (.venv, dependencies from $deps)"
