@@ -11,10 +11,10 @@ import pytest
 
 STATE = ".dev-cluster-demo-test"
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.trainer]
+pytestmark = [pytest.mark.slow, pytest.mark.trainer]
 
 
-def test_make_demo_runs_the_whole_path():
+def test_make_demo_runs_the_whole_path(own_clusters):
     env_args = [f"DEV_CLUSTER_STATE={STATE}"]
     try:
         run = subprocess.run(

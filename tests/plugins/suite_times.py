@@ -1,0 +1,60 @@
+"""The time per suite (a directory of tests/) at the end of every run, so a creeping suite shows.
+
+For each suite: its tests, the sum of their setup + call + teardown times (what the suite costs,
+whatever the parallelism) and its wall time, from its first test's start to its last test's end
+(under xdist its tests overlap with other suites'). Collected from the test reports, which xdist
+sends to the controller, so the table is the whole run's with or without ``-n``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+import pytest
+
+
+@dataclass
+class _Suite:
+    tests: set[str]
+    seconds: float = 0.0
+    start: float = float("inf")
+    stop: float = 0.0
+
+
+def suite_of(nodeid: str) -> str:
+    """``tests/chain/test_x.py::test_y`` -> ``chain``; a test file directly in tests/ -> ``.``."""
+    path = PurePosixPath(nodeid.split("::", 1)[0])
+    parts = path.parts[1:] if path.parts and path.parts[0] == "tests" else path.parts
+    return "/".join(parts[:-1]) or "."
+
+
+class SuiteTimes:
+    def __init__(self) -> None:
+        self.suites: dict[str, _Suite] = {}
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        suite = self.suites.setdefault(suite_of(report.nodeid), _Suite(set()))
+        suite.tests.add(report.nodeid)
+        suite.seconds += report.duration
+        if report.start:
+            suite.start = min(suite.start, report.start)
+            suite.stop = max(suite.stop, report.stop)
+
+    @pytest.hookimpl
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if not self.suites:
+            return
+        tr = terminalreporter
+        tr.write_sep("=", "time per suite (test time: setup + call + teardown, summed; wall: first start to last end)")
+        tr.write_line(f"{'suite':<24} {'tests':>6} {'test time':>10} {'wall':>8}")
+        for name, s in sorted(self.suites.items(), key=lambda kv: -kv[1].seconds):
+            wall = s.stop - s.start if s.stop else 0.0
+            tr.write_line(f"{name:<24} {len(s.tests):>6} {s.seconds:>9.1f}s {wall:>7.1f}s")
+        total = sum(s.seconds for s in self.suites.values())
+        tr.write_line(f"{'all':<24} {sum(len(s.tests) for s in self.suites.values()):>6} {total:>9.1f}s")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(SuiteTimes(), "llmtrain-suite-times")
