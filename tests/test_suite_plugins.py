@@ -145,7 +145,10 @@ def test_make_test_fast_needs_no_tools_and_no_go():
         assert build not in r.stdout, (build, r.stdout)
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder"]])
+@pytest.mark.parametrize(
+    "workers",
+    [[], pytest.param(["-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder"], marks=pytest.mark.slow)],
+)
 def test_the_time_per_suite_closes_every_run(tmp_path, workers):
     _write(
         tmp_path,
