@@ -28,8 +28,11 @@ include $(sort $(wildcard mk/*.mk))
 
 # kueue: tests/chain/test_kueue_chain.py (slow) runs the real Kueue; test-fast does not need it
 # The peer suite (Kubeflow Trainer v2 for bench/operator_scale.py --peer) has its own build and command.
+# PYTHONDONTWRITEBYTECODE emptied: with it set (some shells and CI images do), every pytest worker
+# re-rewrote every test module's asserts and every operator, trainer and CLI process compiled the
+# project's modules again (__pycache__ is git-ignored).
 test: venv tools kueue
-	$(PY) -m pytest -m "not peer" -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -m "not peer" -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 test-peer: venv tools peer-tools
 	$(PY) -m pytest -m peer $(PYTEST_ARGS)
@@ -37,7 +40,7 @@ test-peer: venv tools peer-tools
 # No cluster and no tool that make venv does not install: the fixtures mark what needs them
 # (tests/plugins/needs.py), so test-fast needs neither `make tools` nor Go.
 test-fast: venv
-	$(PY) -m pytest -m "not cluster and not tools and not slow and not peer" $(PYTEST_ARGS)
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -m "not cluster and not tools and not slow and not peer" $(PYTEST_ARGS)
 
 # The demo leaves the dev cluster running for exploration; `make dev-cluster-down` stops it.
 # The demo's chain cluster runs Kueue: two p5 jobs share one queue with quota for one.
