@@ -206,3 +206,32 @@ def test_units_start_longest_first_and_the_chain_tests_share_one():
     ]
     assert {unit_of(i) for i in items if "chain_cluster" in i.fixturenames} == {"chain"}
     assert unit_of(items[4]) == "tests/chain/test_pure.py"  # no chain cluster: its own module
+
+
+@pytest.mark.slow
+def test_under_xdist_a_unit_runs_on_one_worker_and_the_chain_tests_share_one(tmp_path):
+    """make test's options, on a small suite: each module's tests on one worker, and the tests of
+    two modules that use the chain cluster on one worker (one cluster for both)."""
+    log = tmp_path / "ran.log"
+    test = (
+        "import os\n"
+        "def _ran(name):\n"
+        f"    with open({str(log)!r}, 'a') as f:\n"
+        "        f.write(name + ' ' + os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n"
+    )
+    files = {"conftest.py": "import pytest\n@pytest.fixture(scope='session')\ndef chain_cluster():\n    return 1\n"}
+    for module in ("a", "b", "c", "d"):
+        files[f"test_{module}.py"] = test + "".join(f"def test_{module}{i}(): _ran('{module}')\n" for i in range(4))
+    for module in ("chain1", "chain2"):
+        files[f"test_{module}.py"] = test + "".join(
+            f"def test_{module}_{i}(chain_cluster): _ran('chain')\n" for i in range(3)
+        )
+    _write(tmp_path, files)
+    r = _run(tmp_path, "-p", "plugins.schedule", "-n", "3", "--dist", "loadgroup", "--no-loadscope-reorder")
+    assert r.returncode == 0, r.stdout + r.stderr
+    workers: dict[str, set[str]] = {}
+    for line in log.read_text().splitlines():
+        unit, worker = line.split()
+        workers.setdefault(unit, set()).add(worker)
+    assert set(workers) == {"a", "b", "c", "d", "chain"}, workers
+    assert all(len(w) == 1 for w in workers.values()), workers

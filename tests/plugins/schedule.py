@@ -13,9 +13,18 @@ Most of the suite waits (clusters settling, kwok, Kueue, operator and torchrun s
 Units start longest first (the longest-processing-time rule, so no long unit starts last), by an
 estimate from the markers: ``slow`` 30 s, ``cluster`` or ``tools`` 3 s, anything else 0.05 s.
 Without xdist (``make test-fast``, a single file) nothing here changes the order.
+
+How: each worker orders its collection (all workers collect the same) and writes which unit each
+test is in to a file the controller named in its ``workerinput``; the controller's scheduler (a
+``LoadScopeScheduling`` whose scope is the unit) reads it. xdist's own ``xdist_group`` marker cannot
+carry this: 3.8 renames the test ids through an attribute pytest 9 no longer has.
 """
 
 from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +33,7 @@ from plugins.needs import apply_markers
 CHAIN_FIXTURE = "chain_cluster"
 ESTIMATE_S = {"slow": 30.0, "cluster": 3.0, "tools": 3.0}
 OTHER_S = 0.05
+_INPUT_KEY = "llmtrain_units_file"
 
 
 def unit_of(item: pytest.Item) -> str:
@@ -47,11 +57,56 @@ def order_units(items: list[pytest.Item]) -> list[pytest.Item]:
     return [item for unit in ranked for item in unit]
 
 
+def _ours(config: pytest.Config) -> bool:
+    """make test's mode: xdist with --dist loadgroup (on a worker xdist sets `dist` to "no" and
+    keeps the request in `loadgroup`)."""
+    return config.getoption("dist", "no") == "loadgroup" or bool(getattr(config.option, "loadgroup", False))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("dist", "no") != "loadgroup":
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None or not _ours(config):
         return
     apply_markers(items)  # the estimate reads the markers the fixtures give
     items[:] = order_units(items)
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(unit_of(item)))
+    units = {item.nodeid: unit_of(item) for item in items}
+    out = Path(workerinput[_INPUT_KEY]) / f"{workerinput['workerid']}.json"
+    out.write_text(json.dumps(units))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """Controller: where the workers write their units."""
+    config = node.config
+    if not hasattr(config, "_llmtrain_units_dir"):
+        config._llmtrain_units_dir = tempfile.mkdtemp(prefix="llmtrain-units-")
+    node.workerinput[_INPUT_KEY] = config._llmtrain_units_dir
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    if config.getoption("dist", "no") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):
+        """One scope per unit, as the workers wrote them (collection order: --no-loadscope-reorder)."""
+
+        units: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.units is None:
+                files = sorted(Path(config._llmtrain_units_dir).glob("*.json"))
+                self.units = json.loads(files[0].read_text()) if files else {}
+            return self.units.get(nodeid, nodeid.split("::", 1)[0])
+
+    return UnitScheduling(config, log)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    units_dir = getattr(config, "_llmtrain_units_dir", None)
+    if units_dir:
+        import shutil
+
+        shutil.rmtree(units_dir, ignore_errors=True)
