@@ -2,6 +2,7 @@
 
 - what the docs say about a restart backoff of 0 is what the operator does (its floor,
   ``--min-restart-backoff-seconds``), not "at once";
+- the performance overview's build-and-test figures are the ones of the build-and-test page;
 - the performance pages compare with no old commit (``git worktree add``, commit ids): a page gives
   the latest result and its command;
 - the CHANGELOG's entries are short.
@@ -38,6 +39,15 @@ def test_performance_pages_compare_with_no_old_commit():
         if (text := page.read_text()) and (commit.search(text) or "git worktree" in text)
     }
     assert not found, found
+
+
+def test_the_overview_gives_the_build_and_test_pages_figures():
+    overview = (PERF / "index.md").read_text()
+    row = next(ln for ln in overview.splitlines() if ln.startswith("| `make test`"))
+    page = (PERF / "build-and-test.md").read_text()
+    figures = re.findall(r"\*\*([^*]+)\*\*", row)
+    assert figures, row
+    assert all(f in page for f in figures), (figures, row)
 
 
 def test_the_changelogs_entries_are_short():
