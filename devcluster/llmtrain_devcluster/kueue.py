@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from . import pki
-from .tools import ToolNotFoundError, cache_dir
+from .tools import ToolNotFoundError, cache_dir, refuse_in_unmarked_test
 
 __all__ = [
     "CLUSTER_QUEUE",
@@ -55,6 +55,7 @@ def kueue_key(root: Path | None = None) -> str:
 
 def kueue_dir() -> Path:
     """``bin/kueue``, ``crds/`` and ``webhook/`` of this checkout's pinned Kueue."""
+    refuse_in_unmarked_test("tools", "Kueue (make kueue)")
     d = Path(os.environ.get("LLMTRAIN_KUEUE_DIR") or cache_dir() / "kueue" / kueue_key())
     if not (d / "bin" / "kueue").is_file() or not (d / "VERSION").is_file():
         raise ToolNotFoundError(f"Kueue for this checkout's pins is not installed at {d}; {_HINT}")

@@ -23,9 +23,11 @@ from pathlib import Path
 __all__ = [
     "TOOLS",
     "ToolNotFoundError",
+    "UnmarkedTestError",
     "find_tool",
     "kwok_stages_dir",
     "pytorchjob_crd_path",
+    "refuse_in_unmarked_test",
     "tools_dir",
 ]
 
@@ -58,6 +60,24 @@ class ToolNotFoundError(FileNotFoundError):
     """A dev-cluster tool is not installed where ``make tools`` puts it."""
 
 
+class UnmarkedTestError(RuntimeError):
+    """A test uses a tool or a cluster without the marker that keeps it out of ``make test-fast``."""
+
+
+# Set by the tests' plugin (tests/plugins/needs.py) to the id of a running test that is not marked
+# ``tools`` / ``cluster``: such a test gets neither, wherever it asks (in-process or a subprocess).
+TEST_GUARD_ENV = {"tools": "LLMTRAIN_TEST_WITHOUT_TOOLS", "cluster": "LLMTRAIN_TEST_WITHOUT_CLUSTER"}
+
+
+def refuse_in_unmarked_test(kind: str, what: str) -> None:
+    test = os.environ.get(TEST_GUARD_ENV[kind])
+    if test:
+        raise UnmarkedTestError(
+            f"{test} uses {what} but is not marked `{kind}`: take it from a fixture marked "
+            f'@needs("{kind}") (tests/plugins/needs.py), so that `make test-fast` leaves the test out'
+        )
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("LLMTRAIN_CACHE") or Path.home() / ".cache" / "llmtrain")
 
@@ -81,6 +101,7 @@ def tools_key(tools_root: Path | None = None) -> str | None:
 
 def tools_dir() -> Path:
     """The directory holding ``bin/`` and ``crds/`` for this checkout's pins."""
+    refuse_in_unmarked_test("tools", "the Kubernetes tools (make tools)")
     env = os.environ.get("LLMTRAIN_TOOLS_DIR")
     if env:
         d = Path(env)

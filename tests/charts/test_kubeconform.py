@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from chart_helpers import CHARTS, ROOT
 from kube_json_schemas import generate
 
-pytestmark = [pytest.mark.infra, pytest.mark.cluster, pytest.mark.slow]
+from plugins.needs import needs
+
+pytestmark = [pytest.mark.infra, pytest.mark.slow]
 
 CHART_CI = CHARTS / "llmtrain-operator" / "ci"
 VALUE_SETS = {
@@ -35,6 +36,7 @@ VALUE_SETS = {
 
 
 @pytest.fixture(scope="module")
+@needs("tools")
 def kubeconform() -> tuple[Path, Path]:
     r = subprocess.run(["bash", str(ROOT / "scripts" / "install-kubeconform.sh")], capture_output=True, text=True,
                        timeout=900)

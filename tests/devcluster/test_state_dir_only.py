@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 _CHILD = r"""
 import json, os, sys
@@ -59,7 +59,7 @@ def _private_tmp_prefix() -> list[str] | None:
     return None
 
 
-def test_a_chain_cluster_writes_nothing_outside_its_state_dir():
+def test_a_chain_cluster_writes_nothing_outside_its_state_dir(own_clusters):
     prefix = _private_tmp_prefix()
     if prefix is None:
         pytest.skip("needs a private mount namespace (unshare --mount) to give the cluster an empty /tmp")

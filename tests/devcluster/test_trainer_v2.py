@@ -87,9 +87,8 @@ def test_webhooks_point_at_loopback_with_the_ca_and_keep_the_release_patches():
 
 
 @pytest.mark.peer
-@pytest.mark.cluster
 @pytest.mark.slow
-def test_cli_up_trainer_v2_admits_a_trainjob_through_its_webhooks_and_down_stops_it(tmp_path):
+def test_cli_up_trainer_v2_admits_a_trainjob_through_its_webhooks_and_down_stops_it(own_clusters, tmp_path):
     """``up --chain --trainer-v2``: the controllers outlive the command, the release's torch runtime
     is installed, a TrainJob gets its JobSet, Job and a pod on a kwok node and completes; ``down``
     leaves no process."""
