@@ -369,7 +369,7 @@ class DevCluster:
             kueue_mod.argv_with_metrics_cert(
                 kdir,
                 [
-                    home / "bin" / "kueue",
+                    find_tool("kueue"),
                     f"--config={cfg}",
                     f"--kubeconfig={self.kubeconfig}",
                     # its on-demand visibility API server would need an APIService and more certs

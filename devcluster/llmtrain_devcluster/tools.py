@@ -3,15 +3,16 @@
 Layout (outside the repo, shared by every clone on the machine)::
 
     ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/<key>/bin/{kube-apiserver,kube-controller-manager,
-                      kube-scheduler,kubectl,kwok,training-operator,jobset-controller,etcd,helm,promtool}
+                      kube-scheduler,kubectl,kwok,training-operator,jobset-controller,kueue,etcd,helm,promtool}
     ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/<key>/crds/{kubeflow.org_pytorchjobs,jobset.x-k8s.io_jobsets}.yaml
     ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/<key>/jobset/webhook/{manifests.yaml,patches/*.yaml}
+    ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/<key>/kueue/{crds,webhook,manager}/...
     ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/<key>/kwok/stages/{node,pod}/...
     ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/current -> <key>
 
-``<key>`` is the first 16 hex digits of sha256 over the tools modules' pin files (``_KEY_FILES``,
-relative to ``tools/``), computed here exactly as the script computes it, so a checkout always
-finds the tools matching its pins.
+``<key>`` is the first 16 hex digits of sha256 over the tools module's pin files (``_KEY_FILES``,
+relative to ``tools/``: one module, ``tools/k8s``, pins every Go-built tool), computed here exactly
+as the script computes it, so a checkout always finds the tools matching its pins.
 ``LLMTRAIN_TOOLS_DIR`` (a ``<key>`` directory) overrides the lookup.
 """
 
@@ -40,23 +41,14 @@ TOOLS = (
     "kwok",
     "training-operator",
     "jobset-controller",
+    "kueue",
     "etcd",
     "helm",
     "promtool",
 )
 
 # Same files, same order as KEY_FILES in scripts/install-tools.sh.
-_KEY_FILES = (
-    "k8s/pins.env",
-    "k8s/go.mod",
-    "k8s/go.sum",
-    "kwok/go.mod",
-    "kwok/go.sum",
-    "training-operator/go.mod",
-    "training-operator/go.sum",
-    "jobset/go.mod",
-    "jobset/go.sum",
-)
+_KEY_FILES = ("k8s/pins.env", "k8s/go.mod", "k8s/go.sum")
 _HINT = "run `make tools` (scripts/install-tools.sh) first"
 
 
