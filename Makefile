@@ -17,7 +17,7 @@ help:
 	@echo "make test-peer     the Kubeflow Trainer v2 peer-benchmark tests (builds make peer-tools)"
 	@echo "make lint          ruff and mypy (also run by make test), and ruff's format check"
 	@echo "make tools         build/install the pinned Kubernetes tools into $(LLMTRAIN_CACHE)"
-	@echo "make kueue         build the pinned Kueue (own cache key) for --kueue and its chain tests"
+	@echo "make kueue         the same as make tools (Kueue is one of them), for --kueue and its chain tests"
 	@echo "make dev-cluster   start a local kube-apiserver + etcd + controller-manager"
 	@echo "make gpu-wheels    the wheels the borrowed GPU machine lacks, into .whl/ (docs/performance/gpu.md)"
 	@echo "make gpu-smoke     the GPU machine's bench command on this CPU under its torch (a ~5 GB venv, once)"
@@ -28,7 +28,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt scripts/venv.sh scripts/venv_
 
 include $(sort $(wildcard mk/*.mk))
 
-# kueue: tests/chain/test_kueue_chain.py (slow) runs the real Kueue; test-fast does not need it
+# kueue (= tools): tests/chain/test_kueue_chain.py (slow) runs the real Kueue
 # The peer suite (Kubeflow Trainer v2 for bench/operator_scale.py --peer) has its own build and command.
 # PYTHONDONTWRITEBYTECODE emptied: with it set (some shells and CI images do), every pytest worker
 # re-rewrote every test module's asserts and every operator, trainer and CLI process compiled the
@@ -47,8 +47,13 @@ test-fast: venv
 # The demo leaves the dev cluster running for exploration; `make dev-cluster-down` stops it.
 # The demo's chain cluster runs Kueue: two p5 jobs share one queue with quota for one.
 demo: DEV_CLUSTER_FLAGS += --kueue
-demo: venv tools kueue dev-cluster chart-install chart-operator-kubeconfig
+demo: setup dev-cluster chart-install chart-operator-kubeconfig
 	$(PY) scripts/demo.py
+
+# The Python layer (mostly downloads) and the Go tools (CPU) at the same time, lines kept whole.
+.PHONY: setup
+setup:
+	@$(MAKE) --no-print-directory -j2 -Oline venv tools
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache
