@@ -123,7 +123,7 @@ class WorkerEnv:
     def from_environ(cls, env: Mapping[str, str] | None = None) -> WorkerEnv:
         from llmtrain.cadence import BLOCKING_ENV, MTBF_ENV
 
-        from .launch import FINAL_SUMMARY_ENV
+        from .torchrun import FINAL_SUMMARY_ENV
 
         env = os.environ if env is None else env
         local_world = _int_env(env, "LOCAL_WORLD_SIZE", 0)
