@@ -90,11 +90,11 @@ variable "existing_gpu_subnet_id" {
 variable "kubernetes_version" {
   description = "EKS Kubernetes version, pinned: upgrade deliberately, one minor version at a time. The default is in EKS standard support (and is the version llmtrain's manifests are validated against); check `aws eks describe-cluster-versions` before you pin another."
   type        = string
-  default     = "1.35"
+  default     = "1.36"
 
   validation {
     condition     = can(regex("^1\\.(3[3-9]|[4-9][0-9])$", var.kubernetes_version))
-    error_message = "kubernetes_version must be an EKS minor version still in standard or extended support, such as 1.35 (1.33 or newer)."
+    error_message = "kubernetes_version must be an EKS minor version still in standard or extended support, such as 1.36 (1.33 or newer)."
   }
 }
 
@@ -375,7 +375,7 @@ variable "install_training_operator" {
 variable "training_operator_version" {
   description = "Kubeflow training-operator release (git tag of its manifests)."
   type        = string
-  default     = "v1.9.3"
+  default     = "v1.9.4"
 
   validation {
     condition     = can(regex("^v1\\.[0-9]+\\.[0-9]+$", var.training_operator_version))
@@ -390,7 +390,7 @@ variable "install_etcd" {
 }
 
 variable "install_kueue" {
-  description = "Install Kueue (its own chart, pinned in chart_versions.kueue) for quotas, priorities and topology-aware placement of LLMTrainingJobs with spec.cluster.queueName; its default configuration enables the kubeflow.org/pytorchjob integration. Queues and flavors are the platform team's: see docs/operations/kueue.md."
+  description = "Install Kueue (its own chart, pinned in chart_versions.kueue) for quotas, priorities and topology-aware placement of LLMTrainingJobs with spec.cluster.queueName, configured by charts/upstream-values/kueue.yaml (the kubeflow.org/pytorchjob and jobset.x-k8s.io/jobset integrations on; Kueue's own defaults leave PyTorchJob out from v0.19). Queues and flavors are the platform team's: see docs/operations/kueue.md."
   type        = bool
   default     = false
 }
@@ -426,7 +426,7 @@ variable "chart_versions" {
     efa_device_plugin     = optional(string, "v0.5.7")
     kube_prometheus_stack = optional(string, "70.4.2")
     dcgm_exporter         = optional(string, "4.1.1")
-    kueue                 = optional(string, "0.17.0")
+    kueue                 = optional(string, "0.19.2")
   })
   default = {}
 }

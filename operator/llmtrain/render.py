@@ -4,7 +4,7 @@ This module decides the values (from the spec and the instance catalog); the tem
 `templates/pytorchjob.yaml.j2` lays them out. Choices a user should know about:
 
 - One PyTorchJob per attempt, named `<job>-a<attempt>`; the rendezvous id
-  `<namespace>.<job>-<uid prefix>-a<attempt>` (1-3 dots, rendezvous_auth.tenant_prefix) is never
+  `<namespace>.<job>-<uid prefix>-a<attempt>` (1-3 dots, rendezvous_keys.tenant_prefix) is never
   reused, so a restarted attempt never meets a closed rendezvous (RendezvousClosedError).
 - Workers run `torchrun ... -m llmtrain_trainer`; the trainer reads the whole spec from the
   `LLMTRAIN_SPEC` environment variable (JSON), so the PyTorchJob is the complete, reviewable record.
@@ -31,15 +31,18 @@ from __future__ import annotations
 
 import json
 from functools import cache, lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 import yaml
 
-from . import cadence, rendezvous_auth
+from . import cadence, rendezvous_keys
 from .catalog import InstanceType, instance_type
-from .rendezvous_auth import tenant_prefix
+from .rendezvous_keys import tenant_prefix
 from .spec import API_VERSION, INSTANCE_TYPE_LABEL, KIND, LLMTrainingJobSpec
+
+if TYPE_CHECKING:  # rendezvous_auth issues them (I/O); rendering only reads them
+    from .rendezvous_auth import Credentials
 
 METRICS_PORT = 9410
 C10D_PORT = 29400
@@ -188,7 +191,7 @@ def pytorchjob_name(job: str, attempt: int) -> str:
 
 def rendezvous_id(namespace: str, job: str, uid: str | None, attempt: int) -> str:
     # Starts with the namespace's own prefix (`<namespace>.`, padded): the rendezvous etcd grants
-    # each namespace's identity exactly the keys of ids with that prefix (rendezvous_auth.py).
+    # each namespace's identity exactly the keys of ids with that prefix (rendezvous_keys.py).
     return f"{tenant_prefix(namespace)}{job}-{(uid or 'local')[:8]}-a{attempt}"
 
 
@@ -388,12 +391,12 @@ def render_networkpolicy(
 
 
 def render_rendezvous_secret(
-    name: str, namespace: str, attempt: int, uid: str | None, creds: rendezvous_auth.Credentials
+    name: str, namespace: str, attempt: int, uid: str | None, creds: Credentials
 ) -> dict[str, Any]:
     """The Secret an attempt's pods mount for the operator's etcd: the CA and the namespace's
     client certificate (owned by the job, so it goes with it)."""
     meta: dict[str, Any] = {
-        "name": rendezvous_auth.secret_name(pytorchjob_name(name, attempt)),
+        "name": rendezvous_keys.secret_name(pytorchjob_name(name, attempt)),
         "namespace": namespace,
         "labels": {
             "app.kubernetes.io/name": "llmtrain",
@@ -441,7 +444,7 @@ def render_pytorchjob(
     rdzv = _rendezvous(spec, ptj_name, rendezvous_id(namespace, name, uid, attempt), default_etcd_endpoint)
     credentials = rendezvous_credentials and uses_operator_etcd(spec)
     if credentials:
-        rdzv["conf"] = rendezvous_auth.rdzv_conf(spec.rendezvous.backend)
+        rdzv["conf"] = rendezvous_keys.rdzv_conf(spec.rendezvous.backend, namespace)
     min_nodes = spec.cluster.min_nodes or spec.cluster.nodes
     labels = {
         "app.kubernetes.io/name": "llmtrain",
@@ -477,12 +480,12 @@ def render_pytorchjob(
         for v in spec.cluster.volumes
     ]
     if credentials:
-        mounts.append({"name": RENDEZVOUS_VOLUME, "mountPath": rendezvous_auth.MOUNT_PATH, "readOnly": True})
+        mounts.append({"name": RENDEZVOUS_VOLUME, "mountPath": rendezvous_keys.MOUNT_PATH, "readOnly": True})
         # 0440 and the pod's fsGroup: readable by the trainer's group only
         volumes.append(
             {
                 "name": RENDEZVOUS_VOLUME,
-                "secret": {"secretName": rendezvous_auth.secret_name(ptj_name), "defaultMode": 0o440},
+                "secret": {"secretName": rendezvous_keys.secret_name(ptj_name), "defaultMode": 0o440},
             }
         )
     owner = {"apiVersion": API_VERSION, "kind": KIND, "name": name, "uid": uid} if uid else None

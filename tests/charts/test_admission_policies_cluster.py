@@ -15,11 +15,12 @@ import uuid
 
 import pytest
 import yaml
+
 from llmtrain.render import render_pytorchjob, render_rendezvous_secret
 from llmtrain.rendezvous_auth import CertificateAuthority
 from llmtrain.validation import parse_spec
 
-pytestmark = [pytest.mark.infra, pytest.mark.cluster]
+pytestmark = [pytest.mark.infra]
 
 RELEASE = "llmtrain"
 TRAINING_OPERATOR = "system:serviceaccount:kubeflow:training-operator"  # the chart's default

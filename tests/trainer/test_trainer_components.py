@@ -105,6 +105,18 @@ def test_a_stop_between_micro_batches_drops_the_partial_step(corpus, one_process
     ]
 
 
+def _end(events: list[dict]) -> dict:
+    """The one end line, its steady throughput checked against the step lines and taken out: the
+    steps after this process's first, their tokens over their time."""
+    (end,) = _of(events, "end")
+    steady = _of(events, "step")[1:]
+    assert end.pop("tokens_per_second") == pytest.approx(
+        sum(e["tokens"] for e in steady) / sum(e["wall_seconds"] for e in steady), rel=1e-4
+    )
+    assert end.pop("mfu") > 0
+    return end
+
+
 @pytest.fixture
 def stopped_at_3(corpus, one_process_group, tmp_path):
     """(spec, events): a trainer with a checkpoint location, saving every 2 steps, asked to stop
@@ -123,7 +135,7 @@ def stopped_at_3(corpus, one_process_group, tmp_path):
     first = _trainer(spec, tmp_path, events, stop=stop, on_event=on_event)
     assert first.resume() == 0
     assert first.train() == 0
-    assert _of(events, "end") == [{"event": "end", "reason": "signal", "step": 3, "last_checkpoint": 3}]
+    assert _end(events) == {"event": "end", "reason": "signal", "step": 3, "last_checkpoint": 3}
     assert _of(events, "stop")[0]["dropped_micro_batches"] == 1
     assert [e["step"] for e in _of(events, "checkpoint")] == [2, 3]
     return spec, _weights(first)
@@ -149,7 +161,7 @@ def test_a_second_trainer_resumes_where_the_first_stopped(stopped_at_3, referenc
     assert sorted(losses) == list(range(4, STEPS + 1))
     for step, loss in losses.items():  # as if never stopped
         assert loss == pytest.approx(reference[step], rel=RTOL), (step, losses, reference)
-    assert _of(events, "end") == [{"event": "end", "reason": "finished", "step": STEPS, "last_checkpoint": STEPS}]
+    assert _end(events) == {"event": "end", "reason": "finished", "step": STEPS, "last_checkpoint": STEPS}
 
 
 def test_a_rollback_resumes_from_before_the_step_it_names(stopped_at_3, tmp_path):

@@ -112,6 +112,9 @@ class WorkerEnv:
     cache_dir: str | None = None  # LLMTRAIN_CACHE_DIR: where S3 pretrained weights are downloaded
     master_addr: str = ""  # MASTER_ADDR (this host's name when unset), for the rank-0 banner
     master_port: str = ""  # MASTER_PORT
+    # LLMTRAIN_FINAL_SUMMARY: where local rank 0 writes the final summary, which the launcher makes
+    # the termination message (None: not under the launcher or `llmtrain local`, nothing written)
+    final_summary: str | None = None
     # intervalMinutes auto: LLMTRAIN_CHECKPOINT_MTBF_SECONDS / _BLOCKING_SECONDS as the operator
     # rendered them (parsed by checkpoint.checkpointer.auto_interval, which says what is accepted)
     checkpoint_auto: Mapping[str, str] = field(default_factory=dict)
@@ -119,6 +122,8 @@ class WorkerEnv:
     @classmethod
     def from_environ(cls, env: Mapping[str, str] | None = None) -> WorkerEnv:
         from llmtrain.cadence import BLOCKING_ENV, MTBF_ENV
+
+        from .torchrun import FINAL_SUMMARY_ENV
 
         env = os.environ if env is None else env
         local_world = _int_env(env, "LOCAL_WORLD_SIZE", 0)
@@ -133,6 +138,7 @@ class WorkerEnv:
             cache_dir=env.get("LLMTRAIN_CACHE_DIR") or None,
             master_addr=env.get("MASTER_ADDR", socket.gethostname()),
             master_port=env.get("MASTER_PORT", ""),
+            final_summary=env.get(FINAL_SUMMARY_ENV) or None,
             checkpoint_auto={k: env[k] for k in (MTBF_ENV, BLOCKING_ENV) if k in env},
         )
 

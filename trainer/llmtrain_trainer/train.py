@@ -393,6 +393,8 @@ class Trainer:
                 "the checkpoint of the final step %d failed; the newest checkpoint is %s", step, ckpt.last_committed
             )
             return 1
+        if self.cfg.env.local_rank == 0:
+            self.metrics.write_final_summary(self.cfg.env.final_summary)
         return 0
 
 

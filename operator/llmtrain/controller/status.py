@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import datetime as dt
 
+from ..final_summary import from_pod as final_summary
 from ..render import REPLICA_INDEX_LABEL
 from ..status import Phase
-from .progress import _HEALTH_STATUS, _PROGRESS_METRICS, Progress, now, timestamp  # noqa: F401 — re-exported
-from .scrape import parse_progress
+from .progress import _HEALTH_STATUS, _PROGRESS_METRICS, Progress, parse_progress, timestamp  # noqa: F401 — re-exported
 
 # Kubeflow's JobConditionType values (training-operator v1), in the order a job passes them.
 PTJ_CONDITIONS = ("Created", "Suspended", "Running", "Restarting", "Succeeded", "Failed")
@@ -63,8 +63,8 @@ def set_condition(
     status: bool,
     reason: str,
     message: str,
-    generation: int | None = None,
-    at: dt.datetime | None = None,
+    generation: int | None,
+    at: dt.datetime,
 ) -> list[dict]:
     """Return a new list with condition `type_` set; lastTransitionTime moves only on a change (to
     `at`: decide passes its snapshot's time, so it reads no clock)."""
@@ -97,9 +97,7 @@ def set_condition(
 
 def progress_from_metrics(text: str | bytes) -> Progress:
     """Read the trainer's Prometheus exposition (one rank's endpoint) into a Progress: our own
-    series only, bounded (scrape.parse_progress: the body is the tenant's)."""
-    return parse_progress(text)
-
+    series only, bounded (progress.parse_progress: the body is the tenant's)."""
     return parse_progress(text)
 
 
@@ -128,7 +126,8 @@ def owner_uid(pod: dict) -> str | None:
 
 
 def pod_summary(pod: dict) -> dict:
-    """What the operator keeps of a worker pod: enough to find rank 0 and to say why it is stuck."""
+    """What the operator keeps of a worker pod: enough to find rank 0, to say why it is stuck and,
+    once it ended, what the trainer's final figures were."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     unschedulable = next(
         (
@@ -152,6 +151,7 @@ def pod_summary(pod: dict) -> dict:
         "phase": status.get("phase"),
         "unschedulable": unschedulable,
         "waiting": waiting,
+        "final": final_summary(pod),  # the trainer's final figures, once it exited 0 (ending.py)
     }
 
 

@@ -32,7 +32,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -42,10 +42,12 @@ from torch.distributed.checkpoint.api import CheckpointException
 from llmtrain import cadence
 from llmtrain.cadence import AutoInterval
 
-from ..job_config import CheckpointConfig
 from .safety import RecordLoadPlanner, UnsafeCheckpoint, refusal
 from .staging import open_stager
 from .stores import open_store, step_name
+
+if TYPE_CHECKING:  # job_config builds CheckpointConfig.auto with auto_interval, from here
+    from ..job_config import CheckpointConfig
 
 # DCP reports a failed save/load as CheckpointException, which derives from BaseException (not
 # Exception): catch it explicitly, or one full disk ends the training run at the next save.

@@ -26,7 +26,7 @@ from .losswatch import LossWatch
 from .memory import MemoryGauge
 from .prometheus import TrainerMetrics
 from .restarts import AttemptLedger
-from .throughput import step_throughput
+from .throughput import SteadyThroughput, Throughput, step_throughput
 
 if TYPE_CHECKING:
     import torch
@@ -39,7 +39,8 @@ log = logging.getLogger("llmtrain_trainer")
 
 class MetricsLogger:
     """Reports the trainer's progress: `started`, `rolled_back`, `resumed`, `pretrained`,
-    `loop_started`, `log` (every step), `saved`, `stopped`, `ended`. Events go out on rank 0 only."""
+    `loop_started`, `log` (every step), `saved`, `stopped`, `ended`; then `write_final_summary`.
+    Events go out on rank 0 only."""
 
     def __init__(
         self,
@@ -63,6 +64,7 @@ class MetricsLogger:
         self.device = device
         self.watch = LossWatch(cfg.loss_spike_window, cfg.loss_spike_factor, cfg.loss_spike_min_steps)
         self.memory: MemoryGauge | None = None
+        self.steady = SteadyThroughput()  # the mean the end line and the final summary report
         m = self.prom
         # The attempt so far, when torchrun restarted this worker in place (metrics/restarts.py): the
         # attempt-wide gauges carry on from it, before the first scrape of this process can see them.
@@ -144,6 +146,7 @@ class MetricsLogger:
         c = self.cfg
         tokens = c.tokens_per_step
         tp = step_throughput(tokens, r.wall_seconds, self.world, c.dims, c.seq_len, c.peak_flops_per_device)
+        self.steady.add(tokens, r.wall_seconds)
         now = time.time()
         m = self.prom
         m.step.set(r.step)
@@ -211,8 +214,37 @@ class MetricsLogger:
             }
         )
 
+    def steady_throughput(self) -> Throughput | None:
+        """This process's steps after its first, as one (SteadyThroughput); None before any step."""
+        c = self.cfg
+        return self.steady.result(self.world, c.dims, c.seq_len, c.peak_flops_per_device)
+
     def ended(self, reason: str, step: int, last_checkpoint: int | None) -> None:
-        self.emit({"event": "end", "reason": reason, "step": step, "last_checkpoint": last_checkpoint})
+        mean = self.steady_throughput()
+        self.emit(
+            {
+                "event": "end",
+                "reason": reason,
+                "step": step,
+                "last_checkpoint": last_checkpoint,
+                # the steady means, as the final summary reports them
+                **({"tokens_per_second": mean.tokens_per_second, "mfu": mean.mfu} if mean is not None else {}),
+            }
+        )
+
+    def write_final_summary(self, path: str | None) -> None:
+        """The final summary (TrainerMetrics.final_summary, with the steady means) to `path`, which
+        llmtrain_trainer.launch makes the container's termination message on a clean exit. Local
+        rank 0 of every pod writes it; None (not under the launcher or `llmtrain local`): nothing."""
+        if not path:
+            return
+        mean = self.steady_throughput()
+        text = self.prom.final_summary(*((mean.tokens_per_second, mean.mfu) if mean is not None else ()))
+        try:
+            with open(path, "w") as f:
+                f.write(text)
+        except OSError as err:  # the operator then keeps its last scrape: not worth failing the run
+            log.warning("final summary not written to %s: %s", path, err)
 
     def close(self) -> None:
         if self.memory is not None:
