@@ -17,11 +17,13 @@ from typing import Any
 import pydantic
 import yaml
 
+from .backends import BACKENDS
 from .catalog import instance_types, model_presets
 from .defaults import resolve
 from .planner import plan_job, suggest_fit
 from .spec import (
     API_VERSION,
+    DEFAULT_BACKEND,
     DEFAULT_ETCD_ENDPOINT,
     DNS_SUBDOMAIN,
     HOST_PORT,
@@ -39,9 +41,6 @@ from .spec import (
     resolve_dims,
 )
 
-# Kubeflow names the worker Services `<job>-a<attempt>-worker-<index>`; they must be DNS-1035 labels (≤ 63).
-MAX_NAME_LENGTH = 45
-NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Variables the renderer and torchrun own; a user value would silently break the rendezvous.
 RESERVED_ENV = {
@@ -305,23 +304,44 @@ def supports_float8(inst) -> bool:
     return inst.is_gpu and inst.gpu.startswith(FLOAT8_GPUS)
 
 
+def backend_problems(
+    spec: LLMTrainingJobSpec, name: str, backend: str | None = None, enabled: tuple[str, ...] | None = None
+) -> list[Problem]:
+    """The job's backend (`backend`: the one chosen for it, else spec.cluster.backend or the default)
+    must be one the platform enabled (`enabled`; None: any, as offline), and its name must fit the
+    names that backend's objects get from it (backends.base.Backend.name_problem)."""
+    chosen = backend or spec.cluster.backend or DEFAULT_BACKEND
+    out: list[Problem] = []
+    if enabled is not None and chosen not in enabled:
+        how = "" if spec.cluster.backend == chosen else " (the default chosen for the job: it names none)"
+        out.append(
+            Problem(
+                "spec.cluster.backend",
+                f"backend {chosen!r}{how} is not enabled on this platform",
+                f"{' | '.join(enabled)} (the operator chart's backends.enabled), or have the platform enable "
+                f"{chosen} (install {BACKENDS[chosen].installs if chosen in BACKENDS else 'it'} and add it there)",
+            )
+        )
+    if chosen in BACKENDS:
+        problem = BACKENDS[chosen].name_problem(name, spec.cluster.nodes)
+        if problem is not None:
+            out.append(Problem("metadata.name", *problem))
+    return out
+
+
 def check(
     spec: LLMTrainingJobSpec,
     name: str = "job",
     default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT,
     policy: Policy | None = None,
+    backend: str | None = None,
+    enabled: tuple[str, ...] | None = None,
 ) -> list[Problem]:
     """Semantic checks the schema cannot express. Returns every problem found, not just the first.
-    `policy`: the allow-lists (default: from the environment, as the operator gets them)."""
+    `policy`: the allow-lists (default: from the environment, as the operator gets them);
+    `backend`, `enabled`: backend_problems'."""
     p: list[Problem] = (policy if policy is not None else Policy.from_env()).problems(spec)
-    if len(name) > MAX_NAME_LENGTH or not NAME_RE.match(name):
-        p.append(
-            Problem(
-                "metadata.name",
-                f"{name!r} cannot name the worker Services (<name>-worker-<n> must be a DNS-1035 label)",
-                f"lower-case letters, digits and '-', starting with a letter, ≤ {MAX_NAME_LENGTH} characters",
-            )
-        )
+    p += backend_problems(spec, name, backend, enabled)
 
     m = spec.model
     if (m.preset is None) == (m.dims is None):
@@ -591,9 +611,11 @@ def validate(
     name: str = "job",
     default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT,
     policy: Policy | None = None,
+    backend: str | None = None,
+    enabled: tuple[str, ...] | None = None,
 ) -> LLMTrainingJobSpec:
     spec = parse_spec(raw_spec)
-    problems = check(spec, name, default_etcd_endpoint, policy)
+    problems = check(spec, name, default_etcd_endpoint, policy, backend, enabled)
     if problems:
         raise InvalidJob(problems)
     return spec
@@ -625,8 +647,12 @@ def load_documents(path: str | Path) -> list[dict[str, Any]]:
 
 
 def job_from_document(
-    doc: dict, default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT, policy: Policy | None = None
+    doc: dict,
+    default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT,
+    policy: Policy | None = None,
+    backend: str | None = None,
 ) -> Job:
+    """`backend`: the platform's default, for a job whose spec names none."""
     if doc.get("apiVersion") != API_VERSION or doc.get("kind") != KIND:
         raise InvalidJob(
             [
@@ -639,7 +665,10 @@ def job_from_document(
         )
     meta = doc.get("metadata") or {}
     name = meta.get("name") or ""
-    spec = validate(doc.get("spec") or {}, name, default_etcd_endpoint, policy)
+    raw = doc.get("spec") or {}
+    cluster = raw.get("cluster") if isinstance(raw, dict) else None
+    requested = cluster.get("backend") if isinstance(cluster, dict) else None
+    spec = validate(raw, name, default_etcd_endpoint, policy, requested if isinstance(requested, str) else backend)
     return Job(name=name, namespace=meta.get("namespace") or "default", spec=spec, document=doc)
 
 
@@ -652,7 +681,10 @@ def read_job_document(path: str | Path) -> dict:
 
 
 def load_job(
-    path: str | Path, default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT, policy: Policy | None = None
+    path: str | Path,
+    default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT,
+    policy: Policy | None = None,
+    backend: str | None = None,
 ) -> Job:
-    """Read and validate the single LLMTrainingJob in a YAML file."""
-    return job_from_document(read_job_document(path), default_etcd_endpoint, policy)
+    """Read and validate the single LLMTrainingJob in a YAML file (`backend`: job_from_document's)."""
+    return job_from_document(read_job_document(path), default_etcd_endpoint, policy, backend)

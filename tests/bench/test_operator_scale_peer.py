@@ -19,7 +19,7 @@ sys.path[:0] = [str(REPO / "bench")]
 
 def test_the_trainjob_runtime_runs_the_pod_llmtrain_renders():
     from chainbench import job_spec
-    from llmtrain.render import render_pytorchjob
+    from llmtrain.backends.pytorchjob import render_pytorchjob
     from llmtrain.validation import parse_spec
     from trainer_peer import torch_runtime, trainjob
 

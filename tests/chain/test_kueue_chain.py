@@ -182,7 +182,7 @@ def test_a_production_job_preempts_a_research_one_which_resumes_without_a_restar
     jobs.delete("urgent")
     back = jobs.wait("research", "Running", timeout=180)
     # the same attempt, the same PyTorchJob (the same Workload), no restart spent
-    assert (back["attempt"], back["restarts"], back["pytorchJob"]) == (1, 0, "research-a1")
+    assert (back["attempt"], back["restarts"], back["child"]) == (1, 0, "research-a1")
 
 
 def test_a_missing_queue_or_priority_class_is_said_with_the_field(kueue_operator, api, queue_ns):

@@ -15,7 +15,8 @@ import uuid
 
 import pytest
 import yaml
-from llmtrain.render import render_pytorchjob, render_rendezvous_secret
+from llmtrain.render import render_rendezvous_secret
+from llmtrain.backends.pytorchjob import render_pytorchjob
 from llmtrain.rendezvous_auth import CertificateAuthority
 from llmtrain.validation import parse_spec
 

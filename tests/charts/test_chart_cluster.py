@@ -192,7 +192,7 @@ def test_operator_with_release_credentials_reconciles_an_example_job(
 
     st = wait_for(status, 60, "status.phase (status subresource patched)")
     assert st["phase"] in ("Pending", "Running"), st
-    assert st.get("pytorchJob") == ptj["metadata"]["name"]
+    assert st.get("child") == ptj["metadata"]["name"]
 
     # Events posted with the operator's identity (core/events.k8s.io create).
     def events():

@@ -270,7 +270,7 @@ def _matches(selector: dict, labels: dict) -> bool:
 def test_network_policies_admit_exactly_trainers_operator_and_prometheus(helm):
     """Issue 10, defect 9: the policies' selectors checked against the labels the pods really carry:
     worker pods as llmtrain.render renders them, the operator's pod template, Prometheus's."""
-    from llmtrain.render import render_pytorchjob
+    from llmtrain.backends.pytorchjob import render_pytorchjob
     from llmtrain.validation import parse_spec
 
     docs = helm.manifests("-f", NAMESPACED, "--set", "etcd.enabled=true")

@@ -40,7 +40,7 @@ def checkov() -> Path:
 
 
 def rendered_worker_pods() -> list[dict]:
-    from llmtrain.render import render_pytorchjob
+    from llmtrain.backends.pytorchjob import render_pytorchjob
     from llmtrain.validation import parse_spec
 
     pods = []

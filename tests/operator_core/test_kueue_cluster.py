@@ -155,5 +155,5 @@ def test_preempted_by_kueue_is_not_a_failure(operator, kube, namespace):
         30,
         "re-admitted",
     )
-    assert (back["attempt"], back["restarts"], back["pytorchJob"]) == (1, 0, "preempt-a1")
+    assert (back["attempt"], back["restarts"], back["child"]) == (1, 0, "preempt-a1")
     assert [p["metadata"]["name"] for p in kube.ptjs(namespace, "preempt")] == ["preempt-a1"]
