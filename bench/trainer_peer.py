@@ -48,7 +48,10 @@ def torch_runtime(rendered_ptj: dict, name: str = RUNTIME_NAME) -> dict:
     for the job (``rendered_ptj``'s Worker template: image, command, resources, node selector,
     tolerations, env, security context), with Trainer's torch policy, whose processes per node
     default to the GPUs the container requests (8 on p5, as llmtrain's ``nprocPerNode``). The
-    container is renamed ``node``: the name Trainer's torch plugin looks for."""
+    container is renamed ``node``: the name Trainer's torch plugin looks for. Its pods carry the
+    training label, so kwok keeps them Running as it does llmtrain's (chain.scoped_pod_complete)."""
+    from llmtrain.render import JOB_LABEL
+
     worker = rendered_ptj["spec"]["pytorchReplicaSpecs"]["Worker"]
     pod = copy.deepcopy(worker["template"]["spec"])
     (container,) = [c for c in pod["containers"] if c["name"] == "pytorch"]
@@ -71,7 +74,13 @@ def torch_runtime(rendered_ptj: dict, name: str = RUNTIME_NAME) -> dict:
                                     "backoffLimit": rendered_ptj["spec"].get("runPolicy", {}).get("backoffLimit", 0),
                                     "template": {
                                         "metadata": {
-                                            "annotations": dict(worker["template"]["metadata"].get("annotations") or {})
+                                            # The training label (and only it: the operator's pod
+                                            # watches also need the attempt label) keeps kwok's
+                                            # pod-complete off these pods, as off llmtrain's.
+                                            "labels": {JOB_LABEL: worker["template"]["metadata"]["labels"][JOB_LABEL]},
+                                            "annotations": dict(
+                                                worker["template"]["metadata"].get("annotations") or {}
+                                            ),
                                         },
                                         "spec": pod,
                                     },
@@ -104,7 +113,7 @@ class PeerRecorder(ResumingWatches):
         super().__init__()
         from kubernetes import client
 
-        from llmtrain_devcluster.trainer_v2 import JOBSET, JOBSET_NAME_LABEL
+        from llmtrain_devcluster.jobset import JOBSET, JOBSET_NAME_LABEL
 
         self.nodes, self.label = nodes_per_job, JOBSET_NAME_LABEL
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
@@ -211,7 +220,8 @@ def run_phase(
     from kubernetes import client
 
     from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
-    from llmtrain_devcluster.trainer_v2 import JOBSET, TRAINJOB
+    from llmtrain_devcluster.jobset import JOBSET
+    from llmtrain_devcluster.trainer_v2 import TRAINJOB
     from operator_scale import _cleanup, make_namespace
 
     custom = client.CustomObjectsApi(api)

@@ -3,13 +3,14 @@
 DEV_CLUSTER_STATE ?= .dev-cluster
 # e.g. DEV_CLUSTER_FLAGS="--no-project-crd --crd extra.yaml --nodes p5.48xlarge=4"
 DEV_CLUSTER_FLAGS ?=
-# chain: + kube-scheduler, kwok GPU nodes, training-operator; light: control plane only
+# chain: + kube-scheduler, kwok GPU nodes, training-operator, JobSet; light: control plane only
 DEV_CLUSTER_MODE ?= chain
 
 .PHONY: tools kueue peer-tools dev-cluster dev-cluster-down dev-cluster-status
 
 ## tools: build/install the pinned kube-apiserver, controller-manager, scheduler, kubectl, kwok,
-## training-operator, etcd, helm, promtool (bootstraps the pinned Go when go is missing or old)
+## training-operator, jobset-controller, etcd, helm, promtool (bootstraps the pinned Go when go is
+## missing or old)
 tools:
 	bash scripts/install-tools.sh
 
@@ -18,13 +19,13 @@ tools:
 kueue:
 	bash scripts/install-kueue.sh
 
-## peer-tools: build Kubeflow Trainer v2's controller manager and the JobSet controller (pinned in
-## tools/trainer, tools/jobset; their own cache key) for bench/operator_scale.py --peer; not used by make test
+## peer-tools: build Kubeflow Trainer v2's controller manager (pinned in tools/trainer; its own cache
+## key) for bench/operator_scale.py --peer, on the chain's JobSet controller; not used by make test
 peer-tools:
 	bash scripts/install-peer-tools.sh
 
 ## dev-cluster: start a local cluster in $(DEV_CLUSTER_STATE): etcd + apiserver + controller-manager,
-## and with DEV_CLUSTER_MODE=chain (default) kube-scheduler, kwok GPU nodes and training-operator
+## and with DEV_CLUSTER_MODE=chain (default) kube-scheduler, kwok GPU nodes, training-operator and JobSet
 dev-cluster: tools $(VENV)/.installed
 	$(PY) -m llmtrain_devcluster up --state-dir $(DEV_CLUSTER_STATE) \
 		$(if $(filter chain,$(DEV_CLUSTER_MODE)),--chain,) $(DEV_CLUSTER_FLAGS)

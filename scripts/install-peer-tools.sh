@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Build the peer controllers that bench/operator_scale.py --peer measures llmtrain against, into a
-# cache of their own (NOT the dev-cluster tools cache: its key, and so `make tools`, are unchanged):
+# Build the peer controller that bench/operator_scale.py --peer measures llmtrain against, into a
+# cache of its own (NOT the dev-cluster tools cache: its key, and so `make tools`, are unchanged):
 #
 #   ${LLMTRAIN_CACHE:-$HOME/.cache/llmtrain}/peer-tools/<key>/
 #     bin/trainer-controller-manager   (go build, github.com/kubeflow/trainer/v2: tools/trainer)
-#     bin/jobset-controller            (go build, sigs.k8s.io/jobset: tools/jobset)
 #     trainer/{crds,webhook}/*.yaml     (the Trainer module's own manifests/base/{crds,webhook})
 #     trainer/runtimes/torch_distributed.yaml
-#     jobset/crds/*.yaml jobset/webhook/*.yaml (the JobSet module's own config/components/...)
 #     VERSIONS build-times.txt
 #   ${LLMTRAIN_CACHE}/peer-tools/current -> <key>
 #
-# <key> = first 16 hex digits of sha256 over tools/{trainer,jobset}/go.{mod,sum} (KEY_FILES);
+# The JobSet controller the Trainer renders into is the chain's own (make tools: tools/jobset); this
+# script checks that tools/jobset pins the version the Trainer's go.mod requires.
+# <key> = first 16 hex digits of sha256 over tools/trainer/go.{mod,sum} (KEY_FILES);
 # llmtrain_devcluster.trainer_v2 computes the same key. Idempotent: with the cache present it only
 # prints the versions. Go: scripts/go-toolchain.sh, exactly as scripts/install-tools.sh.
 set -euo pipefail
@@ -21,7 +21,7 @@ TRAINER_MOD="$ROOT/tools/trainer"
 JOBSET_MOD="$ROOT/tools/jobset"
 CACHE="${LLMTRAIN_CACHE:-$HOME/.cache/llmtrain}"
 # Keep in sync with llmtrain_devcluster/trainer_v2.py:_KEY_FILES (a test checks they agree).
-KEY_FILES=(trainer/go.mod trainer/go.sum jobset/go.mod jobset/go.sum)
+KEY_FILES=(trainer/go.mod trainer/go.sum)
 KEY="$(cd "$ROOT/tools" && cat "${KEY_FILES[@]}" | sha256sum | cut -c1-16)"
 DEST="$CACHE/peer-tools/$KEY"
 BIN="$DEST/bin"
@@ -75,9 +75,8 @@ build() {  # name, module dir, package, built binary's name
     record_time "$name-go-build" "$(($(now) - t0))"
 }
 build trainer-controller-manager "$TRAINER_MOD" github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager trainer-controller-manager
-build jobset-controller "$JOBSET_MOD" sigs.k8s.io/jobset jobset
 
-# The modules' own manifests, copied as they are (the dev cluster applies their patches itself).
+# The module's own manifests, copied as they are (the dev cluster applies their patches itself).
 copy_manifests() {  # dest subdir, source dir, files...
     local sub="$1" src="$2"
     shift 2
@@ -92,18 +91,14 @@ copy_manifests() {  # dest subdir, source dir, files...
     rm -rf "${DEST:?}/$sub" && mv "$DEST/$sub.tmp" "$DEST/$sub"
 }
 T="$(mod_dir "$TRAINER_MOD" github.com/kubeflow/trainer/v2)"
-J="$(mod_dir "$JOBSET_MOD" sigs.k8s.io/jobset)"
 copy_manifests trainer "$T/manifests/base" \
     crds/trainer.kubeflow.org_clustertrainingruntimes.yaml crds/trainer.kubeflow.org_trainingruntimes.yaml \
     crds/trainer.kubeflow.org_trainjobs.yaml webhook/manifests.yaml webhook/patch_mutating.yaml \
     webhook/patch_validating.yaml runtimes/torch_distributed.yaml manager/controller_manager_config.yaml
-copy_manifests jobset "$J/config/components" \
-    crd/bases/jobset.x-k8s.io_jobsets.yaml webhook/manifests.yaml webhook/patches/mutating-patch.yaml \
-    webhook/patches/validating-patch.yaml
 
 {
     echo "trainer-controller-manager github.com/kubeflow/trainer/v2 $TRAINER_VERSION"
-    echo "jobset-controller          sigs.k8s.io/jobset $JOBSET_VERSION"
+    echo "jobset-controller          sigs.k8s.io/jobset $JOBSET_VERSION (the chain's, make tools)"
 } | tee "$DEST/VERSIONS"
 ln -sfn "$KEY" "$CACHE/peer-tools/current.tmp" && mv -Tf "$CACHE/peer-tools/current.tmp" "$CACHE/peer-tools/current"
 echo "peer tools dir: $DEST"

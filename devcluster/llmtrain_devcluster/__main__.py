@@ -37,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-project-crd", action="store_true", help="don't install llmtrain.crd.crd_manifest()")
     ap.add_argument("--json", action="store_true", help="status as JSON")
     ap.add_argument(
-        "--chain", action="store_true", help="also run kube-scheduler, kwok GPU nodes and the training-operator"
+        "--chain",
+        action="store_true",
+        help="also run kube-scheduler, kwok GPU nodes, the training-operator and the JobSet controller",
     )
     ap.add_argument(
         "--kueue",
@@ -56,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--trainer-v2",
         action="store_true",
-        help="with --chain: also run Kubeflow Trainer v2 and JobSet (make peer-tools), their "
+        help="with --chain: also run Kubeflow Trainer v2 (make peer-tools) on the chain's JobSet, its "
         "CRDs, loopback-served webhooks and the release's torch-distributed runtime",
     )
     args = ap.parse_args(argv)

@@ -13,9 +13,13 @@ training-operator, all pinned binaries from ``make tools`` (see :mod:`.tools`).
   runtime or network does, until the label goes (``node-not-ready``; node-initialize then reports
   it Ready again). One stage is llmtrain's own (``stages/``): label a Running pod
   ``COMPLETE_POD_LABEL=true`` and its containers exit 0, pod Succeeded, as a finished training
-  run's (kwok's pod-complete does that only for pods a batch Job owns).
+  run's. kwok's own pod-complete completes a pod a batch Job owns right after it runs; here it is
+  scoped (:func:`scoped_pod_complete`) to pods that are not training pods, i.e. lack
+  ``llmtrain.dev/job``: a JobSet backend's pods are Job-owned and must run until the test (or the
+  job's end) says otherwise, while a plain Job's or Trainer v2's own runtime's pods still complete.
 - **training-operator** v1 runs only its PyTorchJob controller. It has no switch for its webhook
   server or cert rotator, so :mod:`.training_operator` creates what they wait for first.
+- **JobSet** controller (:mod:`.jobset`), its webhooks served on loopback.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ __all__ = [
     "kwok_config",
     "node_manifest",
     "node_manifests",
+    "scoped_pod_complete",
 ]
 
 # kwok manages only Nodes carrying this annotation (kwok's own convention).
@@ -68,6 +73,8 @@ STAGE_FILES = (
     "pod/chaos/pod-container-running-failed.yaml",
     "node/chaos/node-not-ready.yaml",
 )
+# kwok's pod-complete, played only for pods without the training label (scoped_pod_complete).
+POD_COMPLETE = "pod/fast/pod-complete.yaml"
 # llmtrain's own stages, beside this module.
 OWN_STAGES_DIR = Path(__file__).parent / "stages"
 OWN_STAGE_FILES = ("pod-container-running-completed.yaml",)
@@ -142,6 +149,28 @@ def node_manifests(shapes: Mapping[str, int], start: Mapping[str, int] | None = 
     return [node_manifest(t, start.get(t, 0) + i) for t, n in shapes.items() for i in range(n)]
 
 
+def training_pod_label() -> str:
+    """The label every llmtrain training pod carries, on either backend (the renderer's)."""
+    from llmtrain.render import JOB_LABEL  # the one source of the pods' labels
+
+    return JOB_LABEL
+
+
+def scoped_pod_complete(stage_yaml: str) -> str:
+    """kwok's pod-complete Stage with one more selector term: the pod lacks the training label.
+
+    As shipped it completes every Running pod a batch Job owns at once. A JobSet's pods are Job
+    owned, so it would end every llmtrain attempt on that backend (and the peer bench's Trainer v2
+    pods, which run llmtrain's pod template) the moment it ran; llmtrain's own stage
+    (``COMPLETE_POD_LABEL``) ends those when a test asks."""
+    stage = yaml.safe_load(stage_yaml)
+    if stage.get("kind") != "Stage" or stage["metadata"]["name"] != "pod-complete":
+        raise ValueError(f"expected kwok's pod-complete Stage, got {stage.get('kind')} {stage.get('metadata')}")
+    terms = stage["spec"]["selector"]["matchExpressions"]
+    terms.append({"key": f'.metadata.labels["{training_pod_label()}"]', "operator": "DoesNotExist"})
+    return yaml.safe_dump(stage, sort_keys=False)
+
+
 def kwok_config(stages_dir: Path, *, server_address: str, parallelism: int = 4) -> str:
     """kwok's multi-document config: options plus the stages it plays.
 
@@ -172,5 +201,7 @@ def kwok_config(stages_dir: Path, *, server_address: str, parallelism: int = 4) 
         text = (where / rel).read_text()
         if "kind: Stage" not in text:
             raise ValueError(f"{rel} in {where} is not a kwok Stage")
+        if rel == POD_COMPLETE:
+            text = scoped_pod_complete(text)
         docs.append(text.strip() + "\n")
     return "---\n".join(docs)

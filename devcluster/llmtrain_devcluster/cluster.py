@@ -4,15 +4,17 @@ Everything listens on free 127.0.0.1 ports, uses certificates generated into ``s
 runs with ``--authorization-mode=Node,RBAC`` and a controller-manager that runs the garbage
 collector, namespace, service-account and token controllers. In the light mode (default) there
 are no nodes: pods stay Pending, which is what operator/chart tests need (objects, RBAC, GC, CRD
-validation). ``chain=True`` adds kube-scheduler, kwok-simulated GPU nodes and the Kubeflow
-training-operator (see :mod:`.chain`), so PyTorchJobs get real pods that are scheduled and run.
+validation). ``chain=True`` adds kube-scheduler, kwok-simulated GPU nodes, the Kubeflow
+training-operator and the JobSet controller (see :mod:`.chain`, :mod:`.jobset`), so PyTorchJobs and
+JobSets get real pods that are scheduled and run.
 
 Readiness is always polled (``/health``, ``/readyz``, ``/healthz``), never slept for.
 
 This module orders the components and keeps the state directory; each part has its own module:
 :mod:`.process` (starting, supervising, stopping), :mod:`.certs` and :mod:`.pki` (certificates),
 :mod:`.kubeconfigs`, :mod:`.components` (every component's command line), :mod:`.etcd`,
-:mod:`.training_operator` (its certificate workaround), :mod:`.nodes` (kwok nodes),
+:mod:`.training_operator` (its certificate workaround), :mod:`.jobset` and :mod:`.webhooks` (the
+JobSet controller and its loopback-served webhooks), :mod:`.nodes` (kwok nodes),
 :mod:`.crds` and :mod:`.kubectl` (the kubectl and helm wrappers).
 """
 
@@ -29,8 +31,9 @@ from typing import Any
 
 import yaml
 
-from . import certs, components, kubeconfigs, nodes, pki, training_operator
+from . import certs, components, kubeconfigs, nodes, pki, training_operator, webhooks
 from . import chain as chain_mod
+from . import jobset as jobset_mod
 from . import kueue as kueue_mod
 from .crds import default_crds, install_crds, project_crd_manifest
 from .etcd import start_etcd
@@ -56,7 +59,7 @@ __all__ = ["DevCluster", "KubectlError", "project_crd_manifest", "start_etcd", "
 
 # Components start in this order and stop in reverse; the chain ones only with chain=True.
 _LIGHT = ("etcd", "kube-apiserver", "kube-controller-manager")
-_CHAIN = ("kube-scheduler", "training-operator", "kwok")
+_CHAIN = ("kube-scheduler", "training-operator", jobset_mod.NAME, "kwok")
 _KUEUE = ("kueue",)  # with kueue=True (chain mode only)
 _STOP_ORDER = tuple(reversed(_LIGHT + _CHAIN + _KUEUE))
 
@@ -81,8 +84,8 @@ class DevCluster:
         kueue_topology: bool = False,
     ):
         """``chain=True`` adds kube-scheduler, kwok nodes (``nodes``: ``{instance_type: count}``,
-        default :data:`.chain.DEFAULT_NODES`, e.g. ``{"p5.48xlarge": 500}`` for a scale test) and
-        the training-operator (``training_operator_args``: extra flags, e.g.
+        default :data:`.chain.DEFAULT_NODES`, e.g. ``{"p5.48xlarge": 500}`` for a scale test), the
+        JobSet controller and the training-operator (``training_operator_args``: extra flags, e.g.
         ``["--controller-threads=4"]``; default: Kubeflow's own defaults, one worker thread and 20
         API QPS). ``chain=None``: whatever the cluster running from ``state_dir`` was started with
         (light when there is none). ``kueue=True`` (chain mode) also runs the pinned Kueue with
@@ -324,10 +327,11 @@ class DevCluster:
     def __exit__(self, *exc: object) -> None:
         self.down()
 
-    # ----- chain mode: kube-scheduler, training-operator, kwok nodes ------------------------
+    # ----- chain mode: kube-scheduler, training-operator, JobSet, kwok nodes ----------------
     def _start_chain(self, timeout: float) -> None:
         self._start_scheduler(timeout)
         self._start_training_operator(timeout)
+        self._start_jobset(timeout)
         self._start_kwok(timeout)
         self.add_nodes(self.nodes, timeout=timeout)
         if self.kueue:
@@ -381,6 +385,26 @@ class DevCluster:
         ]
         self.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(objs))
         self._update_info(kueue_webhook=f"https://127.0.0.1:{webhook}")
+
+    def _start_jobset(self, timeout: float) -> None:
+        """The JobSet controller, then its webhook configurations once it serves them (its CRD is
+        one of every cluster's, :func:`.crds.default_crds`)."""
+        d = self.state_dir / "jobset"
+        cert_dir = webhooks.write_serving_cert(self._ca(), d / "serving-certs", jobset_mod.NAME)
+        probe, webhook = free_port(), free_port()
+        cfg = d / "config.yaml"
+        config = jobset_mod.config(probe_port=probe, webhook_port=webhook, cert_dir=cert_dir)
+        cfg.write_text(yaml.safe_dump(config, sort_keys=False))
+        self._start_component(
+            jobset_mod.NAME,
+            jobset_mod.argv(find_tool(jobset_mod.NAME), config_file=cfg, probe_port=probe),
+            lambda: http_get(f"http://127.0.0.1:{probe}/readyz")[0] == 200,
+            timeout,
+            env={**os.environ, "KUBECONFIG": str(self.kubeconfig)},
+        )
+        url = f"https://127.0.0.1:{webhook}"
+        self.apply(jobset_mod.webhook_configurations(url, (self.pki_dir / "ca.crt").read_bytes()))
+        self._update_info(jobset_webhook=url)
 
     def kueue_local_queue(self, namespace: str, name: str = "default") -> None:
         """A LocalQueue ``name`` in ``namespace`` on the dev cluster's ClusterQueue."""
@@ -552,6 +576,23 @@ class DevCluster:
     ) -> subprocess.CompletedProcess:
         """Run the pinned helm against this cluster, with helm's state kept in ``state_dir``."""
         return run_helm(kubeconfig or self.kubeconfig, self.state_dir / "helm", *args, check=check, timeout=timeout)
+
+    def apply(self, docs: Iterable[dict]) -> None:
+        """Create or update each object (server-side apply, as the dev cluster's own field
+        manager); DevClusterError names the one the API server rejected, with its reason."""
+        for doc in docs:
+            r = self.kubectl(
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "--field-manager=llmtrain-devcluster",
+                "-f",
+                "-",
+                input=json.dumps(doc),
+                check=False,
+            )
+            if r.returncode != 0:
+                raise DevClusterError(f"{doc['kind']} {doc['metadata']['name']} was rejected:\n{r.stderr.strip()}")
 
     # ----- CRDs ----------------------------------------------------------------------------
     def install_crds(self, crds: Iterable[dict | Path | str], timeout: float = 60.0) -> list[str]:

@@ -1,5 +1,6 @@
-"""CustomResourceDefinitions: the ones every dev cluster gets (Kubeflow's PyTorchJob, the
-project's LLMTrainingJob) and installing any of them until the API server reports Established."""
+"""CustomResourceDefinitions: the ones every dev cluster gets (Kubeflow's PyTorchJob, JobSet's
+JobSet, the project's LLMTrainingJob) and installing any of them until the API server reports
+Established."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from .process import DevClusterError, http_get, wait_until
-from .tools import pytorchjob_crd_path
+from .tools import jobset_crd_path, pytorchjob_crd_path
 
 __all__ = ["default_crds", "install_crds", "load_crd", "project_crd_manifest"]
 
@@ -44,7 +45,8 @@ def project_crd_manifest() -> dict | None:
 
 
 def default_crds(install_project_crd: bool) -> list[dict | Path]:
-    crds: list[dict | Path] = [pytorchjob_crd_path()]
+    # Both training backends' child kinds, in light mode too (objects, RBAC and validation only).
+    crds: list[dict | Path] = [pytorchjob_crd_path(), jobset_crd_path()]
     if install_project_crd:
         manifest = project_crd_manifest()
         if manifest is not None:

@@ -3,8 +3,9 @@
 Layout (outside the repo, shared by every clone on the machine)::
 
     ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/<key>/bin/{kube-apiserver,kube-controller-manager,
-                                     kube-scheduler,kubectl,kwok,training-operator,etcd,helm,promtool}
-    ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/<key>/crds/kubeflow.org_pytorchjobs.yaml
+                      kube-scheduler,kubectl,kwok,training-operator,jobset-controller,etcd,helm,promtool}
+    ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/<key>/crds/{kubeflow.org_pytorchjobs,jobset.x-k8s.io_jobsets}.yaml
+    ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/<key>/jobset/webhook/{manifests.yaml,patches/*.yaml}
     ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/<key>/kwok/stages/{node,pod}/...
     ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/current -> <key>
 
@@ -24,6 +25,8 @@ __all__ = [
     "TOOLS",
     "ToolNotFoundError",
     "find_tool",
+    "jobset_crd_path",
+    "jobset_webhook_dir",
     "kwok_stages_dir",
     "pytorchjob_crd_path",
     "tools_dir",
@@ -36,6 +39,7 @@ TOOLS = (
     "kubectl",
     "kwok",
     "training-operator",
+    "jobset-controller",
     "etcd",
     "helm",
     "promtool",
@@ -50,6 +54,8 @@ _KEY_FILES = (
     "kwok/go.sum",
     "training-operator/go.mod",
     "training-operator/go.sum",
+    "jobset/go.mod",
+    "jobset/go.sum",
 )
 _HINT = "run `make tools` (scripts/install-tools.sh) first"
 
@@ -124,4 +130,20 @@ def pytorchjob_crd_path() -> Path:
     p = tools_dir() / "crds" / "kubeflow.org_pytorchjobs.yaml"
     if not p.is_file():
         raise ToolNotFoundError(f"PyTorchJob CRD not found at {p}; {_HINT}")
+    return p
+
+
+def jobset_crd_path() -> Path:
+    """JobSet's own CRD YAML (``config/components/crd/bases``), copied from the pinned JobSet module."""
+    p = tools_dir() / "crds" / "jobset.x-k8s.io_jobsets.yaml"
+    if not p.is_file():
+        raise ToolNotFoundError(f"JobSet CRD not found at {p}; {_HINT}")
+    return p
+
+
+def jobset_webhook_dir() -> Path:
+    """JobSet's own ``config/components/webhook`` (``manifests.yaml`` and the release's ``patches/``)."""
+    p = tools_dir() / "jobset" / "webhook"
+    if not (p / ".complete").is_file():
+        raise ToolNotFoundError(f"JobSet webhook manifests not found at {p}; {_HINT}")
     return p

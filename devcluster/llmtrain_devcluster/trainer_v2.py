@@ -1,18 +1,17 @@
-"""Kubeflow Trainer v2 (TrainJob → JobSet → Jobs → pods) on a running dev cluster: the peer that
-``bench/operator_scale.py --peer`` measures llmtrain against, on the same API server.
+"""Kubeflow Trainer v2 (TrainJob → JobSet → Jobs → pods) on a running chain dev cluster: the peer
+that ``bench/operator_scale.py --peer`` measures llmtrain against, on the same API server.
 
-Two real controllers, built from their Go modules by ``scripts/install-peer-tools.sh`` (``make
-peer-tools``) into a cache of their own (``${LLMTRAIN_CACHE}/peer-tools/<key>``, not the dev-cluster
-tools key):
+The Trainer controller manager (``github.com/kubeflow/trainer/v2``) is built from its Go module by
+``scripts/install-peer-tools.sh`` (``make peer-tools``) into a cache of its own
+(``${LLMTRAIN_CACHE}/peer-tools/<key>``, not the dev-cluster tools key). The JobSet controller it
+renders into is the chain's own (:mod:`.jobset`, built by ``make tools``, at the version Trainer's
+go.mod requires: the script checks the pair).
 
-* the JobSet controller (``sigs.k8s.io/jobset``, the version Trainer's go.mod requires);
-* the Trainer controller manager (``github.com/kubeflow/trainer/v2``).
-
-Their CRDs and admission webhooks are the modules' own manifests, with the modules' own kustomize
-patches applied; each webhook is really served: its ``clientConfig`` points at the controller's
-loopback port with the dev cluster's CA as ``caBundle``, and the controller serves a certificate that
-CA issued (the in-process cert rotators are off: no Service, no Secret to rotate). Nothing here is
-on ``make test``'s default path.
+Its CRDs and admission webhooks are the module's own manifests, with the module's own kustomize
+patches applied; each webhook is really served (:mod:`.webhooks`): its ``clientConfig`` points at
+the controller's loopback port with the dev cluster's CA as ``caBundle``, and the controller serves
+a certificate that CA issued (the in-process cert rotator is off: no Service, no Secret to rotate).
+Nothing here is on ``make test``'s default path.
 
     with TrainerV2(cluster) as peer:      # cluster: a started chain DevCluster
         peer.install_runtime(runtime)     # a ClusterTrainingRuntime dict
@@ -22,14 +21,13 @@ on ``make test``'s default path.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import yaml
 
-from . import pki
+from . import jobset, pki
 from .certs import load_ca
 from .process import (
     DevClusterError,
@@ -44,44 +42,33 @@ from .process import (
     write_pids,
 )
 from .tools import ToolNotFoundError, cache_dir
+from .webhooks import module_webhook_configurations, write_serving_cert
 
 if TYPE_CHECKING:
     import subprocess
 
     from .cluster import DevCluster
 
-__all__ = ["TrainerV2", "apply_json_patch", "peer_tools_dir", "stop_recorded", "webhook_configurations"]
+__all__ = ["TrainerV2", "peer_tools_dir", "stop_recorded", "trainer_webhook_configurations"]
 
 TRAINJOB = ("trainer.kubeflow.org", "v1alpha1", "trainjobs")
 CLUSTER_TRAINING_RUNTIME = ("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes")
-JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 
 # Same files, same order as KEY_FILES in scripts/install-peer-tools.sh.
-_KEY_FILES = ("trainer/go.mod", "trainer/go.sum", "jobset/go.mod", "jobset/go.sum")
+_KEY_FILES = ("trainer/go.mod", "trainer/go.sum")
 _HINT = "run `make peer-tools` (scripts/install-peer-tools.sh) first"
 
-# The modules' own webhook manifests and the kustomize JSON patches their release applies.
-_TRAINER_WEBHOOK = (
-    "trainer/webhook/manifests.yaml",
-    {
-        "MutatingWebhookConfiguration": "trainer/webhook/patch_mutating.yaml",
-        "ValidatingWebhookConfiguration": "trainer/webhook/patch_validating.yaml",
-    },
-)
-_JOBSET_WEBHOOK = (
-    "jobset/webhook/manifests.yaml",
-    {
-        "MutatingWebhookConfiguration": "jobset/webhook/patches/mutating-patch.yaml",
-        "ValidatingWebhookConfiguration": "jobset/webhook/patches/validating-patch.yaml",
-    },
-)
+# The module's own webhook manifest and the kustomize JSON patches its release applies.
+_TRAINER_WEBHOOK = "trainer/webhook/manifests.yaml"
+_TRAINER_WEBHOOK_PATCHES = {
+    "MutatingWebhookConfiguration": "trainer/webhook/patch_mutating.yaml",
+    "ValidatingWebhookConfiguration": "trainer/webhook/patch_validating.yaml",
+}
 _TRAINER_CRDS = (
     "trainer/crds/trainer.kubeflow.org_clustertrainingruntimes.yaml",
     "trainer/crds/trainer.kubeflow.org_trainingruntimes.yaml",
     "trainer/crds/trainer.kubeflow.org_trainjobs.yaml",
 )
-_JOBSET_CRDS = ("jobset/crd/bases/jobset.x-k8s.io_jobsets.yaml",)
 
 
 def peer_tools_key(tools_root: Path | None = None) -> str:
@@ -97,76 +84,30 @@ def peer_tools_dir() -> Path:
     overrides it)."""
     env = os.environ.get("LLMTRAIN_PEER_TOOLS_DIR")
     d = Path(env) if env else cache_dir() / "peer-tools" / peer_tools_key()
-    for need in ("bin/trainer-controller-manager", "bin/jobset-controller", "trainer/.complete", "jobset/.complete"):
+    for need in ("bin/trainer-controller-manager", "trainer/.complete"):
         if not (d / need).exists():
-            raise ToolNotFoundError(f"Kubeflow Trainer v2 / JobSet: {d / need} not found; {_HINT}")
+            raise ToolNotFoundError(f"Kubeflow Trainer v2: {d / need} not found; {_HINT}")
     return d
 
 
-def apply_json_patch(doc: Any, ops: list[dict]) -> Any:
-    """The ``add``/``replace``/``remove`` operations of an RFC 6902 patch (what kustomize's
-    patches in these modules use), applied in place to ``doc``; returns ``doc``."""
-    for op in ops:
-        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].lstrip("/").split("/")]
-        parent = doc
-        for p in parts[:-1]:
-            parent = parent[int(p)] if isinstance(parent, list) else parent[p]
-        last = parts[-1]
-        kind = op["op"]
-        if isinstance(parent, list):
-            i = len(parent) if last == "-" else int(last)
-            if kind == "add":
-                parent.insert(i, op["value"])
-            elif kind == "replace":
-                parent[i] = op["value"]
-            elif kind == "remove":
-                del parent[i]
-            else:
-                raise ValueError(f"JSON patch op {kind!r} at {op['path']} is not supported")
-        elif kind in ("add", "replace"):
-            if kind == "replace" and last not in parent:
-                raise ValueError(f"JSON patch: replace of missing {op['path']}")
-            parent[last] = op["value"]
-        elif kind == "remove":
-            del parent[last]
-        else:
-            raise ValueError(f"JSON patch op {kind!r} at {op['path']} is not supported")
-    return doc
-
-
-def webhook_configurations(root: Path, spec: tuple[str, dict[str, str]], url: str, ca_pem: bytes) -> list[dict]:
-    """A module's webhook configurations with its release patches applied, each ``clientConfig``
-    the loopback ``url`` (+ the webhook's own path) and ``caBundle`` ``ca_pem``."""
-    import base64
-
-    manifest, patches = spec
-    out = []
-    for doc in yaml.safe_load_all((root / manifest).read_text()):
-        if not doc:
-            continue
-        patch = patches.get(doc["kind"])
-        if patch:
-            apply_json_patch(doc, yaml.safe_load((root / patch).read_text()))
-        for hook in doc["webhooks"]:
-            service = hook["clientConfig"].pop("service")
-            hook["clientConfig"] = {"url": url + service["path"], "caBundle": base64.b64encode(ca_pem).decode()}
-        out.append(doc)
-    return out
+def trainer_webhook_configurations(root: Path, url: str, ca_pem: bytes) -> list[dict]:
+    """The Trainer's webhook configurations (its release patches applied), calling ``url``."""
+    return module_webhook_configurations(root, _TRAINER_WEBHOOK, _TRAINER_WEBHOOK_PATCHES, url, ca_pem)
 
 
 class TrainerV2:
-    """The JobSet controller and the Trainer v2 controller manager, started on ``cluster`` (a
-    running :class:`DevCluster`) with the modules' default concurrency and client QPS; their CRDs
-    and webhooks installed. ``pids`` maps ``jobset-controller`` and ``trainer-controller-manager``
-    to their process ids (for CPU accounting). ``stop()`` leaves no process behind."""
+    """The Trainer v2 controller manager, started on ``cluster`` (a running chain
+    :class:`DevCluster`, whose JobSet controller it renders into) with the module's default
+    concurrency and client QPS; its CRDs and webhooks installed. ``pids`` maps
+    ``trainer-controller-manager`` to its process id (for CPU accounting; the JobSet controller is
+    among the cluster's). ``stop()`` leaves no process behind."""
 
-    NAMES = ("jobset-controller", "trainer-controller-manager")
+    NAMES = ("trainer-controller-manager",)
 
     def __init__(self, cluster: DevCluster, *, log_level: str = "info"):
         self.cluster = cluster
-        # Both log at info in production (JSON) mode: the releases ship debug levels (JobSet's
-        # --zap-devel default, the Trainer's --zap-log-level=2), whose logging would be measured as
-        # controller CPU.
+        # Info level in production (JSON) mode: the release ships a debug level
+        # (--zap-log-level=2), whose logging would be measured as controller CPU.
         self.log_level = log_level
         self.root = peer_tools_dir()
         self.state = cluster.state_dir / "trainer-v2"
@@ -181,34 +122,31 @@ class TrainerV2:
 
     # ----- lifecycle ---------------------------------------------------------------------
     def start(self, timeout: float = 180.0) -> TrainerV2:
+        if jobset.NAME not in self.cluster.pids():
+            raise DevClusterError(
+                f"Kubeflow Trainer v2 renders JobSets: it needs a chain dev cluster (its {jobset.NAME}); "
+                f"{self.cluster.state_dir} runs {', '.join(self.cluster.pids()) or 'nothing'}"
+            )
         try:
-            self.cluster.install_crds([self.root / f for f in _JOBSET_CRDS + _TRAINER_CRDS])
+            self.cluster.install_crds([self.root / f for f in _TRAINER_CRDS])
             ca = load_ca(self.cluster.pki_dir)
-            # JobSet first: the Trainer's TrainJob reconciler creates JobSets, which JobSet's webhooks admit.
-            port = self._start("jobset-controller", ca, self._jobset_config, timeout)
-            self._apply(webhook_configurations(self.root, _JOBSET_WEBHOOK, f"https://127.0.0.1:{port}", ca.cert_pem))
-            port = self._start("trainer-controller-manager", ca, self._trainer_config, timeout)
-            self._apply(webhook_configurations(self.root, _TRAINER_WEBHOOK, f"https://127.0.0.1:{port}", ca.cert_pem))
+            port = self._start("trainer-controller-manager", ca, timeout)
+            self.cluster.apply(trainer_webhook_configurations(self.root, f"https://127.0.0.1:{port}", ca.cert_pem))
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _start(self, name: str, ca: pki.CertificateAuthority, make_config, timeout: float) -> int:
+    def _start(self, name: str, ca: pki.CertificateAuthority, timeout: float) -> int:
         d = self.state / name
         tmp = d / "tmp"
-        certs = tmp / "k8s-webhook-server" / "serving-certs"  # controller-runtime's default cert dir
-        certs.mkdir(parents=True, exist_ok=True)
-        ca.issue_to_files(
-            certs / "tls.crt", certs / "tls.key", name, server=True, dns=("localhost",), ips=("127.0.0.1",)
-        )
+        # controller-runtime's default cert dir under TMPDIR: the Trainer's config has no certDir.
+        write_serving_cert(ca, tmp / "k8s-webhook-server" / "serving-certs", name)
         probe, webhook = free_port(), free_port()
         cfg = d / "config.yaml"
-        cfg.write_text(yaml.safe_dump(make_config(probe, webhook, str(certs)), sort_keys=False))
+        cfg.write_text(yaml.safe_dump(self._trainer_config(probe, webhook), sort_keys=False))
         binary = self.root / "bin" / name
         cmd = [str(binary), f"--config={cfg}", f"--zap-log-level={self.log_level}", "--zap-devel=false"]
-        if name == "jobset-controller":  # its flags override the file's for these two
-            cmd += [f"--health-probe-bind-address=127.0.0.1:{probe}", "--metrics-bind-address=0"]
         log = self.cluster.logs_dir / f"{name}.log"
         env = dict(os.environ, KUBECONFIG=str(self.cluster.kubeconfig), TMPDIR=str(tmp))
         proc = spawn(cmd, log, env=env)
@@ -217,19 +155,7 @@ class TrainerV2:
         wait_ready(name, proc, lambda: http_get(f"http://127.0.0.1:{probe}/readyz")[0] == 200, timeout=timeout, log=log)
         return webhook
 
-    def _jobset_config(self, probe: int, webhook: int, cert_dir: str) -> dict:
-        # Upstream's config (config/components/manager) less leader election and the cert rotator.
-        return {
-            "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
-            "kind": "Configuration",
-            "leaderElection": {"leaderElect": False},
-            "internalCertManagement": {"enable": False},
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{probe}"},
-            "metrics": {"bindAddress": "0"},
-            "webhook": {"port": webhook, "host": "127.0.0.1", "certDir": cert_dir},
-        }
-
-    def _trainer_config(self, probe: int, webhook: int, cert_dir: str) -> dict:
+    def _trainer_config(self, probe: int, webhook: int) -> dict:
         # Upstream's shipped config (manifests/base/manager), loopback addresses, no leader election,
         # no cert rotator; its controller concurrency and client QPS/burst are kept as released.
         cfg = yaml.safe_load((self.root / "trainer/manager/controller_manager_config.yaml").read_text())
@@ -240,24 +166,9 @@ class TrainerV2:
         cfg["certManagement"] = {"enable": False}
         return cfg
 
-    def _apply(self, docs: list[dict]) -> None:
-        for doc in docs:
-            r = self.cluster.kubectl(
-                "apply",
-                "--server-side",
-                "--force-conflicts",
-                "--field-manager=llmtrain-devcluster",
-                "-f",
-                "-",
-                input=json.dumps(doc),
-                check=False,
-            )
-            if r.returncode != 0:
-                raise DevClusterError(f"{doc['kind']} {doc['metadata']['name']} was rejected:\n{r.stderr.strip()}")
-
     def install_runtime(self, runtime: dict) -> None:
         """Create or update a ClusterTrainingRuntime (admitted by the Trainer's own webhook)."""
-        self._apply([runtime])
+        self.cluster.apply([runtime])
 
     def upstream_torch_runtime(self) -> dict:
         """The release's own ``torch-distributed`` ClusterTrainingRuntime (manifests/base/runtimes)."""

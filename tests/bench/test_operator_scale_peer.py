@@ -2,7 +2,8 @@
 
 The TrainJob's runtime runs exactly the pod llmtrain renders (always checked). The smoke run
 (``--peer --quick``: one phase of each kind, 3 jobs on 4 simulated p5 nodes, about a minute) needs
-the Trainer and JobSet controllers, so it is marked ``peer``: ``make test-peer`` builds them and runs it."""
+the Trainer controller (and the chain's JobSet), so it is marked ``peer``: ``make test-peer`` builds it
+and runs it."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ sys.path[:0] = [str(REPO / "bench")]
 def test_the_trainjob_runtime_runs_the_pod_llmtrain_renders():
     from chainbench import job_spec
     from llmtrain.backends.pytorchjob import render_pytorchjob
+    from llmtrain.render import JOB_LABEL
     from llmtrain.validation import parse_spec
     from trainer_peer import torch_runtime, trainjob
 
@@ -36,6 +38,9 @@ def test_the_trainjob_runtime_runs_the_pod_llmtrain_renders():
     for field in ("nodeSelector", "tolerations", "securityContext", "volumes", "terminationGracePeriodSeconds"):
         assert pod.get(field) == worker.get(field), field
     assert pod["restartPolicy"] == "Never" and rt["spec"]["mlPolicy"]["numNodes"] == 1
+    # The training label (not the attempt's, which the operator's pod watches need too): kwok keeps
+    # these pods Running as it keeps llmtrain's, instead of completing them at once.
+    assert rj["template"]["spec"]["template"]["metadata"]["labels"] == {JOB_LABEL: "job-1"}
     assert trainjob("j")["spec"]["runtimeRef"]["name"] == rt["metadata"]["name"]
 
 

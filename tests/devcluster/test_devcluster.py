@@ -264,6 +264,39 @@ def test_kubeflow_pytorchjob_crd_validates_server_side(dev_cluster, namespace):
     assert listed["items"] == []
 
 
+def _jobset(name: str, replicas) -> dict:
+    pod = {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name},
+        "spec": {"replicatedJobs": [{"name": "node", "replicas": replicas, "template": {"spec": {"template": pod}}}]},
+    }
+
+
+@pytest.mark.cluster
+def test_jobset_crd_is_installed_in_a_light_cluster_and_validates_server_side(dev_cluster, namespace):
+    """JobSet's own CRD is one of every dev cluster's, as the PyTorchJob CRD is (no controller
+    in light mode: objects, RBAC and schema only)."""
+    crd = json.loads(dev_cluster.kubectl("get", "crd", "jobsets.jobset.x-k8s.io", "-o", "json").stdout)
+    assert {c["type"]: c["status"] for c in crd["status"]["conditions"]}.get("Established") == "True"
+    ok = dev_cluster.kubectl(
+        "apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(_jobset("valid", 1))
+    )
+    assert "jobset.jobset.x-k8s.io/valid created (server dry run)" in ok.stdout
+    bad = dev_cluster.kubectl(
+        "apply",
+        "--dry-run=server",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        input=yaml.safe_dump(_jobset("bad", "one")),
+        check=False,
+    )
+    assert bad.returncode != 0 and "replicas" in bad.stderr and "integer" in bad.stderr, bad.stderr
+
+
 @pytest.mark.cluster
 def test_kubectl_error_carries_stderr(dev_cluster):
     with pytest.raises(KubectlError, match=r"NotFound|not found"):

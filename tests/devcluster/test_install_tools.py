@@ -27,8 +27,8 @@ def _scratch_cache(tmp_path: Path) -> Path:
     for name in TOOLS:
         if name not in SYSTEM_LINKED:
             (dest / "bin" / name).symlink_to(real / "bin" / name)
-    shutil.copytree(real / "crds", dest / "crds")
-    shutil.copytree(real / "kwok", dest / "kwok")
+    for sub in ("crds", "kwok", "jobset"):  # the modules' manifests the script copies
+        shutil.copytree(real / sub, dest / sub)
     return dest
 
 

@@ -1,6 +1,6 @@
 """A dev cluster writes nothing outside its state directory.
 
-The chain cluster (all six components, the training-operator's certificate workaround included)
+The chain cluster (all seven components, the training-operator's certificate workaround included)
 runs in a child whose ``/tmp`` is a fresh, empty tmpfs in a private mount namespace; its state
 directory is ``/tmp/state``. Whatever else appears in that ``/tmp``, while the cluster is up or
 after it is down, was written outside the state directory by the dev cluster or a component.

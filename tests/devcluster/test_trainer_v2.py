@@ -1,9 +1,10 @@
 """The Kubeflow Trainer v2 peer (llmtrain_devcluster.trainer_v2, scripts/install-peer-tools.sh).
 
 The pure parts run in ``make test``: the cache key agrees with the script's and leaves the dev-cluster
-tools key alone; the JSON patches the modules' kustomizations use are applied as RFC 6902 says. The
-parts that need the built controllers are marked ``peer``: ``make test-peer`` builds them
-(``make peer-tools``, a bench-only build) and runs those tests."""
+tools key alone (JobSet, which the chain runs too, is in the tools key); the JSON patches the modules'
+kustomizations use are applied as RFC 6902 says; JobSet's webhooks (from ``make tools``) keep their
+release patches. The parts that need the built Trainer are marked ``peer``: ``make test-peer`` builds
+it (``make peer-tools``, a bench-only build) and runs those tests."""
 
 from __future__ import annotations
 
@@ -13,15 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from llmtrain_devcluster import tools
-from llmtrain_devcluster.trainer_v2 import (
-    _JOBSET_WEBHOOK,
-    _KEY_FILES,
-    _TRAINER_WEBHOOK,
-    apply_json_patch,
-    peer_tools_dir,
-    webhook_configurations,
-)
+from llmtrain_devcluster import jobset, tools
+from llmtrain_devcluster.trainer_v2 import _KEY_FILES, peer_tools_dir, trainer_webhook_configurations
+from llmtrain_devcluster.webhooks import apply_json_patch
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "install-peer-tools.sh"
@@ -37,7 +32,9 @@ def test_peer_key_files_match_the_script_and_stay_out_of_the_tools_key():
     assert _script_key_files() == _KEY_FILES
     # Pinning or bumping Trainer/JobSet must not rebuild kube-apiserver & co. (the tools cache key).
     assert not set(_KEY_FILES) & set(tools._KEY_FILES)
-    assert not any(f.startswith(("trainer/", "jobset/")) for f in tools._KEY_FILES)
+    assert not any(f.startswith("trainer/") for f in tools._KEY_FILES)
+    # The JobSet controller is the chain's (make tools), so its pins are in the tools key.
+    assert {"jobset/go.mod", "jobset/go.sum"} <= set(tools._KEY_FILES)
 
 
 def test_json_patch_add_replace_remove():
@@ -67,23 +64,32 @@ def _peer_root() -> Path:
     return peer_tools_dir()
 
 
-@pytest.mark.peer
-def test_webhooks_point_at_loopback_with_the_ca_and_keep_the_release_patches():
-    root = _peer_root()
-    ca = b"-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n"
-    js = {d["metadata"]["name"]: d for d in webhook_configurations(root, _JOBSET_WEBHOOK, "https://127.0.0.1:1", ca)}
-    pod_hooks = [h for d in js.values() for h in d["webhooks"] if h["rules"][0]["resources"] == ["pods"]]
-    # JobSet's release limits its pod webhooks to JobSet pods: llmtrain's pods never reach them.
-    assert len(pod_hooks) == 2
-    assert all(h["objectSelector"]["matchExpressions"][0]["key"] == "jobset.sigs.k8s.io/jobset-name" for h in pod_hooks)
-    tr = {d["metadata"]["name"]: d for d in webhook_configurations(root, _TRAINER_WEBHOOK, "https://127.0.0.1:2", ca)}
-    assert set(tr) == {"defaulter.trainer.kubeflow.org", "validator.trainer.kubeflow.org"}
-    for doc in (*js.values(), *tr.values()):
+def _assert_loopback(docs: list[dict], url: str, ca: bytes) -> None:
+    for doc in docs:
         for hook in doc["webhooks"]:
             cc = hook["clientConfig"]
             assert set(cc) == {"url", "caBundle"} and base64.b64decode(cc["caBundle"]) == ca
-            assert cc["url"].startswith(("https://127.0.0.1:1/", "https://127.0.0.1:2/"))
+            assert cc["url"].startswith(url + "/")
             assert hook["failurePolicy"] == "Fail"
+
+
+CA = b"-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n"
+
+
+def test_jobset_webhooks_point_at_loopback_with_the_ca_and_keep_the_release_patches():
+    js = jobset.webhook_configurations("https://127.0.0.1:1", CA)
+    pod_hooks = [h for d in js for h in d["webhooks"] if h["rules"][0]["resources"] == ["pods"]]
+    # JobSet's release limits its pod webhooks to JobSet pods: other pods never reach them.
+    assert len(pod_hooks) == 2
+    assert all(h["objectSelector"]["matchExpressions"][0]["key"] == jobset.JOBSET_NAME_LABEL for h in pod_hooks)
+    _assert_loopback(js, "https://127.0.0.1:1", CA)
+
+
+@pytest.mark.peer
+def test_trainer_webhooks_point_at_loopback_with_the_ca_and_keep_the_release_patches():
+    tr = {d["metadata"]["name"]: d for d in trainer_webhook_configurations(_peer_root(), "https://127.0.0.1:2", CA)}
+    assert set(tr) == {"defaulter.trainer.kubeflow.org", "validator.trainer.kubeflow.org"}
+    _assert_loopback(list(tr.values()), "https://127.0.0.1:2", CA)
 
 
 @pytest.mark.peer
@@ -120,7 +126,8 @@ def test_cli_up_trainer_v2_admits_a_trainjob_through_its_webhooks_and_down_stops
         )
         assert up.returncode == 0, up.stderr[-3000:]
         recs = read_pids(state / "trainer-v2" / "pids.json")
-        assert set(recs) == {"jobset-controller", "trainer-controller-manager"}
+        assert set(recs) == {"trainer-controller-manager"}
+        assert is_running(read_pids(state / "pids.json")["jobset-controller"])  # the chain's
         assert all(is_running(r) for r in recs.values())
         cluster = DevCluster(state)
         # A TrainJob the validating webhook rejects proves the webhook is called and answers.

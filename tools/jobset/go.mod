@@ -1,6 +1,7 @@
-// Tools module: pins the JobSet controller at the version Kubeflow Trainer v2.3.0's go.mod
-// requires (v0.12.0), built with JobSet's own dependency versions. Built by
-// scripts/install-peer-tools.sh, cached under its own key (not the dev-cluster tools key).
+// Tools module: pins the JobSet controller (sigs.k8s.io/jobset), the dev cluster's second
+// training backend beside the training-operator, at the version Kubeflow Trainer v2.3.0's go.mod
+// requires (v0.12.0; scripts/install-peer-tools.sh checks the pair), built with JobSet's own
+// dependency versions. Built by scripts/install-tools.sh into the tools cache.
 module llmtrain.dev/tools/jobset
 
 go 1.26.0

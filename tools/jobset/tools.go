@@ -1,6 +1,6 @@
 //go:build tools
 
-// Package tools records the JobSet controller built by scripts/install-peer-tools.sh so that
+// Package tools records the JobSet controller built by scripts/install-tools.sh so that
 // `go mod tidy` keeps its dependency graph pinned in go.sum.
 package tools
 
