@@ -49,7 +49,7 @@ def _queue_words(o: Observed, cfg, child: str) -> tuple[Reason, str]:
                 else ""
             )
             return Reason.NO_KUEUE_WORKLOAD, (
-                f"Kueue made no Workload for {what} {child} within "
+                f"Kueue made no Workload for {what} {child} ({where}) within "
                 f"{cfg.kueue_workload_wait:.0f} s, so nothing will admit it: Kueue does not manage {what}s here. "
                 f"Add {framework} to Kueue's Configuration integrations.frameworks (Kueue v0.19 and later leave "
                 f"kubeflow.org/pytorchjob out of their defaults), or run the job without spec.cluster.queueName"
