@@ -312,6 +312,8 @@ def backend_problems(
     names that backend's objects get from it (backends.base.Backend.name_problem)."""
     chosen = backend or spec.cluster.backend or DEFAULT_BACKEND
     out: list[Problem] = []
+    if chosen not in BACKENDS:
+        return [Problem("spec.cluster.backend", f"unknown backend {_short(chosen)}", " | ".join(BACKENDS))]
     if enabled is not None and chosen not in enabled:
         how = "" if spec.cluster.backend == chosen else " (the default chosen for the job: it names none)"
         out.append(
@@ -319,13 +321,12 @@ def backend_problems(
                 "spec.cluster.backend",
                 f"backend {chosen!r}{how} is not enabled on this platform",
                 f"{' | '.join(enabled)} (the operator chart's backends.enabled), or have the platform enable "
-                f"{chosen} (install {BACKENDS[chosen].installs if chosen in BACKENDS else 'it'} and add it there)",
+                f"{chosen} (install {BACKENDS[chosen].installs} and add it there)",
             )
         )
-    if chosen in BACKENDS:
-        problem = BACKENDS[chosen].name_problem(name, spec.cluster.nodes)
-        if problem is not None:
-            out.append(Problem("metadata.name", *problem))
+    problem = BACKENDS[chosen].name_problem(name, spec.cluster.nodes)
+    if problem is not None:
+        out.append(Problem("metadata.name", *problem))
     return out
 
 
