@@ -6,6 +6,7 @@
 #     bin/kueue                      (go build of sigs.k8s.io/kueue/cmd/kueue)
 #     crds/*.yaml                    (config/components/crd/bases of the same module)
 #     webhook/manifests.yaml         (config/components/webhook: the webhook paths it serves)
+#     manager/controller_manager_config.yaml (the release's own configuration: its default integrations)
 #     VERSION build-times.txt
 #
 # <key> = first 16 hex digits of sha256 over tools/kueue/go.mod and go.sum;
@@ -26,7 +27,7 @@ die() { log "ERROR: $*"; exit 1; }
 
 VERSION="$(sed -n 's|^require sigs.k8s.io/kueue \(v[^[:space:]]*\).*|\1|p' "$MOD/go.mod")"
 [[ -n "$VERSION" ]] || die "tools/kueue/go.mod has no 'require sigs.k8s.io/kueue vX'"
-if [[ -s "$DEST/VERSION" && -x "$DEST/bin/kueue" ]]; then
+if [[ -s "$DEST/VERSION" && -x "$DEST/bin/kueue" && -s "$DEST/manager/controller_manager_config.yaml" ]]; then
     echo "kueue $(cat "$DEST/VERSION") ($DEST)"
     exit 0
 fi
@@ -47,9 +48,11 @@ fi
 src="$(cd "$MOD" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly "$GO" mod download -json sigs.k8s.io/kueue |
     sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
 [[ -d "$src/config/components/crd/bases" ]] || die "Kueue CRDs not found under $src"
-rm -rf "$DEST/crds.tmp" "$DEST/webhook.tmp" && mkdir -p "$DEST/crds.tmp" "$DEST/webhook.tmp"
+rm -rf "$DEST/crds.tmp" "$DEST/webhook.tmp" "$DEST/manager.tmp"
+mkdir -p "$DEST/crds.tmp" "$DEST/webhook.tmp" "$DEST/manager.tmp"
 install -m 644 "$src"/config/components/crd/bases/*.yaml "$DEST/crds.tmp/"
 install -m 644 "$src/config/components/webhook/manifests.yaml" "$DEST/webhook.tmp/"
-rm -rf "$DEST/crds" "$DEST/webhook" && mv "$DEST/crds.tmp" "$DEST/crds" && mv "$DEST/webhook.tmp" "$DEST/webhook"
+install -m 644 "$src/config/components/manager/controller_manager_config.yaml" "$DEST/manager.tmp/"
+for d in crds webhook manager; do rm -rf "${DEST:?}/$d" && mv "$DEST/$d.tmp" "$DEST/$d"; done
 echo "$VERSION" >"$DEST/VERSION.tmp" && mv -f "$DEST/VERSION.tmp" "$DEST/VERSION"
 echo "kueue $VERSION ($DEST)"

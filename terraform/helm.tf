@@ -88,6 +88,8 @@ resource "kustomization_resource" "training_operator_p2" {
 
 # Kueue: optional, after the PyTorchJob CRD (Kueue turns an integration on only when its CRD exists
 # at start-up). ResourceFlavors, ClusterQueues and LocalQueues are policy, left to the platform team.
+# Its configuration is charts/upstream-values/kueue.yaml: the chart's own with kubeflow.org/pytorchjob
+# turned on, which Kueue's defaults leave out from v0.19.
 resource "helm_release" "kueue" {
   count = var.install_kueue ? 1 : 0
 
@@ -98,9 +100,12 @@ resource "helm_release" "kueue" {
   namespace        = "kueue-system"
   create_namespace = true
 
-  values = [yamlencode({
-    controllerManager = { nodeSelector = local.system_nodes }
-  })]
+  values = [
+    file("${path.module}/../charts/upstream-values/kueue.yaml"),
+    yamlencode({
+      controllerManager = { nodeSelector = local.system_nodes }
+    }),
+  ]
 
   depends_on = [kustomization_resource.training_operator_p2, helm_release.jobset, aws_eks_node_group.system]
 }

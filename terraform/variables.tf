@@ -407,7 +407,7 @@ variable "install_etcd" {
 }
 
 variable "install_kueue" {
-  description = "Install Kueue (its own chart, pinned in chart_versions.kueue) for quotas, priorities and topology-aware placement of LLMTrainingJobs with spec.cluster.queueName; its default configuration enables the kubeflow.org/pytorchjob integration. Queues and flavors are the platform team's: see docs/operations/kueue.md."
+  description = "Install Kueue (its own chart, pinned in chart_versions.kueue) for quotas, priorities and topology-aware placement of LLMTrainingJobs with spec.cluster.queueName, configured by charts/upstream-values/kueue.yaml (the kubeflow.org/pytorchjob and jobset.x-k8s.io/jobset integrations on; Kueue's own defaults leave PyTorchJob out from v0.19). Queues and flavors are the platform team's: see docs/operations/kueue.md."
   type        = bool
   default     = false
 }
@@ -443,7 +443,7 @@ variable "chart_versions" {
     efa_device_plugin     = optional(string, "v0.5.7")
     kube_prometheus_stack = optional(string, "70.4.2")
     dcgm_exporter         = optional(string, "4.1.1")
-    kueue                 = optional(string, "0.17.0")
+    kueue                 = optional(string, "0.19.2")
   })
   default = {}
 }

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from . import kueue
 from .chain import DEFAULT_NODES
 from .cluster import DevCluster
 from .process import DevClusterError
@@ -48,6 +49,13 @@ def main(argv: list[str] | None = None) -> int:
         "instance type, a ClusterQueue with quota for the nodes; make kueue builds it)",
     )
     ap.add_argument(
+        "--kueue-integrations",
+        choices=("backends", "release-default"),
+        default="backends",
+        help="with --kueue: Kueue's integrations, llmtrain's two backends' kinds (PyTorchJob, JobSet; "
+        "the default) or what a default install of the pinned Kueue enables (from v0.19 without PyTorchJob)",
+    )
+    ap.add_argument(
         "--nodes",
         type=_nodes,
         default=None,
@@ -64,8 +72,19 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.trainer_v2 and not args.chain:
         ap.error("--trainer-v2 needs --chain (its pods need the scheduler and kwok nodes)")
+    frameworks: tuple[str, ...] = kueue.CHAIN_FRAMEWORKS
+    if args.kueue and args.kueue_integrations == "release-default":
+        try:
+            frameworks = kueue.release_default_frameworks()
+        except ToolNotFoundError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     cluster = DevCluster(
-        args.state_dir, chain=True if args.chain else None, nodes=args.nodes, kueue=True if args.kueue else None
+        args.state_dir,
+        chain=True if args.chain else None,
+        nodes=args.nodes,
+        kueue=True if args.kueue else None,
+        kueue_frameworks=frameworks,
     )
     try:
         if args.command == "up":

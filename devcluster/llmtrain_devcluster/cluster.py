@@ -82,6 +82,7 @@ class DevCluster:
         training_operator_args: Sequence[str] = (),
         kueue: bool | None = None,
         kueue_topology: bool = False,
+        kueue_frameworks: Sequence[str] = kueue_mod.CHAIN_FRAMEWORKS,
     ):
         """``chain=True`` adds kube-scheduler, kwok nodes (``nodes``: ``{instance_type: count}``,
         default :data:`.chain.DEFAULT_NODES`, e.g. ``{"p5.48xlarge": 500}`` for a scale test), the
@@ -90,12 +91,15 @@ class DevCluster:
         API QPS). ``chain=None``: whatever the cluster running from ``state_dir`` was started with
         (light when there is none). ``kueue=True`` (chain mode) also runs the pinned Kueue with
         its webhooks registered, queues generated from the nodes (see :mod:`.kueue`);
-        ``kueue_topology=True`` makes its flavors topology-aware (the nodes' EKS network labels)."""
+        ``kueue_topology=True`` makes its flavors topology-aware (the nodes' EKS network labels);
+        ``kueue_frameworks``: its integrations (default both backends' kinds; e.g.
+        :func:`.kueue.release_default_frameworks` for what a default install of the release enables)."""
         self.state_dir = Path(state_dir).resolve()
         self.verbosity = verbosity
         self._chain = chain
         self._kueue = kueue
         self.kueue_topology = kueue_topology
+        self.kueue_frameworks = tuple(kueue_frameworks)
         self._nodes = nodes
         self.training_operator_args = list(training_operator_args)
         self._procs: dict[str, subprocess.Popen] = {}
@@ -355,7 +359,11 @@ class DevCluster:
         kueue_mod.write_serving_cert(self._ca(), certs_dir)
         webhook, probe = free_port(), free_port()
         cfg = kdir / "config.yaml"
-        cfg.write_text(kueue_mod.config_yaml(webhook_port=webhook, probe_port=probe, cert_dir=certs_dir))
+        cfg.write_text(
+            kueue_mod.config_yaml(
+                webhook_port=webhook, probe_port=probe, cert_dir=certs_dir, frameworks=self.kueue_frameworks
+            )
+        )
         self._start_component(
             "kueue",
             kueue_mod.argv_with_metrics_cert(
@@ -376,6 +384,7 @@ class DevCluster:
             (home / "webhook" / "manifests.yaml").read_text(),
             url=f"https://127.0.0.1:{webhook}",
             ca_pem=(self.pki_dir / "ca.crt").read_bytes(),
+            frameworks=self.kueue_frameworks,
         )
         objs = [
             *hooks,
@@ -384,7 +393,7 @@ class DevCluster:
             kueue_mod.cluster_queue(self.nodes),
         ]
         self.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(objs))
-        self._update_info(kueue_webhook=f"https://127.0.0.1:{webhook}")
+        self._update_info(kueue_webhook=f"https://127.0.0.1:{webhook}", kueue_frameworks=list(self.kueue_frameworks))
 
     def _start_jobset(self, timeout: float) -> None:
         """The JobSet controller, then its webhook configurations once it serves them (its CRD is

@@ -1,10 +1,14 @@
 """Real Kueue in the chain dev cluster (``DevCluster(chain=True, kueue=True)``, ``--kueue``).
 
 The pinned controller (``scripts/install-kueue.sh``: ``tools/kueue/go.mod``, its own cache key)
-runs on the host with the ``kubeflow.org/pytorchjob`` integration only. Its webhooks are really
-called: the API server gets Kueue's own Mutating/ValidatingWebhookConfigurations (from its module's
-``config/components/webhook``), kept to the paths this configuration serves (Kueue's objects and
-PyTorchJobs), pointed at the loopback URL and the dev cluster CA that signed Kueue's serving cert.
+runs on the host with the integrations of llmtrain's two backends, ``kubeflow.org/pytorchjob`` and
+``jobset.x-k8s.io/jobset`` (:data:`CHAIN_FRAMEWORKS`), or with the release's own defaults
+(:func:`release_default_frameworks`: from v0.19 they leave ``kubeflow.org/pytorchjob`` out, so a
+suspended PyTorchJob is never admitted). Its webhooks are really called: the API server gets
+Kueue's own Mutating/ValidatingWebhookConfigurations (from its module's
+``config/components/webhook``, with the release's namespace selector), kept to the paths this
+configuration serves (Kueue's objects and the enabled integrations' kinds), pointed at the loopback
+URL and the dev cluster CA that signed Kueue's serving cert.
 
 What it queues against is generated from the instance catalog, like the kwok nodes: a
 ResourceFlavor per instance type (``node.kubernetes.io/instance-type``, the label the nodes and the
@@ -17,7 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +32,14 @@ from . import pki
 from .tools import ToolNotFoundError, cache_dir
 
 __all__ = [
+    "CHAIN_FRAMEWORKS",
     "CLUSTER_QUEUE",
     "NAMESPACE",
     "cluster_queue",
     "config_yaml",
     "kueue_dir",
     "local_queue",
+    "release_default_frameworks",
     "resource_flavors",
     "webhook_configurations",
 ]
@@ -42,9 +49,19 @@ CLUSTER_QUEUE = "llmtrain"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 # Files of tools/kueue hashed into the cache key, in scripts/install-kueue.sh's order.
 KEY_FILES = ("go.mod", "go.sum")
-# The webhook paths this configuration serves: Kueue's own objects and the PyTorchJob integration
-# (a registered webhook nobody serves would fail every write of its kind).
-SERVED = ("-kueue-x-k8s-io-", "-kubeflow-org-v1-pytorchjob")
+# The integrations the chain enables: the child kinds of llmtrain's two backends.
+CHAIN_FRAMEWORKS = ("kubeflow.org/pytorchjob", "jobset.x-k8s.io/jobset")
+# Kueue's own objects' webhook paths (always served).
+_KUEUE_PATHS = "-kueue-x-k8s-io-"
+# Integrations Kueue names without a group: their kinds' API groups (core is "").
+_GROUPLESS = {"pod": "", "deployment": "apps", "statefulset": "apps"}
+# What the release's kustomization gives every integration webhook: Kueue's own namespace and
+# kube-system are left alone.
+_INTEGRATION_NAMESPACES = {
+    "matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", NAMESPACE]}
+    ]
+}
 _HINT = "run `make kueue` (scripts/install-kueue.sh) first"
 
 
@@ -54,20 +71,31 @@ def kueue_key(root: Path | None = None) -> str:
 
 
 def kueue_dir() -> Path:
-    """``bin/kueue``, ``crds/`` and ``webhook/`` of this checkout's pinned Kueue."""
+    """``bin/kueue``, ``crds/``, ``webhook/`` and ``manager/`` of this checkout's pinned Kueue."""
     d = Path(os.environ.get("LLMTRAIN_KUEUE_DIR") or cache_dir() / "kueue" / kueue_key())
-    if not (d / "bin" / "kueue").is_file() or not (d / "VERSION").is_file():
+    need = ("bin/kueue", "VERSION", "manager/controller_manager_config.yaml")
+    if not all((d / f).is_file() for f in need):
         raise ToolNotFoundError(f"Kueue for this checkout's pins is not installed at {d}; {_HINT}")
     return d
+
+
+def release_default_frameworks(kdir: Path | None = None) -> tuple[str, ...]:
+    """The integrations a default install of the pinned release enables: the ``frameworks`` of its
+    own ``config/components/manager/controller_manager_config.yaml`` (a line commented out there,
+    as ``kubeflow.org/pytorchjob`` is from v0.19, is not enabled)."""
+    cfg = yaml.safe_load(((kdir or kueue_dir()) / "manager" / "controller_manager_config.yaml").read_text())
+    return tuple(cfg["integrations"]["frameworks"])
 
 
 def crd_paths() -> list[Path]:
     return sorted((kueue_dir() / "crds").glob("*.yaml"))
 
 
-def config_yaml(*, webhook_port: int, probe_port: int, cert_dir: Path) -> str:
-    """Kueue's Configuration: the PyTorchJob integration only, webhooks on loopback with the
-    given serving certs, no leader election, no metrics listener."""
+def config_yaml(
+    *, webhook_port: int, probe_port: int, cert_dir: Path, frameworks: Sequence[str] = CHAIN_FRAMEWORKS
+) -> str:
+    """Kueue's Configuration: the ``frameworks`` integrations (default: llmtrain's backends'),
+    webhooks on loopback with the given serving certs, no leader election, no metrics listener."""
     cfg = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -78,7 +106,7 @@ def config_yaml(*, webhook_port: int, probe_port: int, cert_dir: Path) -> str:
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
         "manageJobsWithoutQueueName": False,
-        "integrations": {"frameworks": ["kubeflow.org/pytorchjob"]},
+        "integrations": {"frameworks": list(frameworks)},
     }
     return yaml.safe_dump(cfg, sort_keys=False)
 
@@ -95,8 +123,8 @@ def write_serving_cert(ca: pki.CertificateAuthority, cert_dir: Path) -> None:
     )
 
 
-# Without its internal cert management, Kueue v0.17 reads its metrics serving cert from this fixed
-# path (cmd/kueue/main.go) and exits when it is missing.
+# Without its internal cert management, Kueue (v0.17 to v0.19) reads its metrics serving cert from
+# this fixed path (cmd/kueue/main.go) and exits when it is missing.
 METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 _OVERLAY_SH = """set -e
 mount -t overlay overlay -o "lowerdir=/etc,upperdir=$1,workdir=$2" /etc
@@ -144,8 +172,23 @@ def argv_with_metrics_cert(kdir: Path, argv: list, ca: pki.CertificateAuthority)
     return argv
 
 
-def webhook_configurations(manifests: str, *, url: str, ca_pem: bytes) -> list[dict]:
-    """Kueue's webhook configurations, only the served paths, each calling ``url`` + its path."""
+def _served(path: str, frameworks: Sequence[str]) -> bool:
+    """Whether Kueue serves webhook ``path`` (``/mutate-<group with dashes>-<version>-<kind>``)
+    with ``frameworks`` enabled: its own objects' always, an integration's when it is on."""
+    if _KUEUE_PATHS in path:
+        return True
+    for fw in frameworks:
+        group, _, kind = fw.rpartition("/") if "/" in fw else (_GROUPLESS.get(fw, ""), "/", fw)
+        if re.fullmatch(rf"/(mutate|validate)-{re.escape(group.replace('.', '-'))}-v[0-9a-z]+-{re.escape(kind)}", path):
+            return True
+    return False
+
+
+def webhook_configurations(
+    manifests: str, *, url: str, ca_pem: bytes, frameworks: Sequence[str] = CHAIN_FRAMEWORKS
+) -> list[dict]:
+    """Kueue's webhook configurations, only the paths served with ``frameworks`` on, each calling
+    ``url`` + its path; the integrations' with the release's namespace selector."""
     import base64
 
     bundle = base64.b64encode(ca_pem).decode()
@@ -156,8 +199,11 @@ def webhook_configurations(manifests: str, *, url: str, ca_pem: bytes) -> list[d
         hooks = []
         for hook in doc.get("webhooks") or []:
             path = ((hook.get("clientConfig") or {}).get("service") or {}).get("path") or ""
-            if any(s in path for s in SERVED):
-                hooks.append({**hook, "clientConfig": {"url": f"{url}{path}", "caBundle": bundle}})
+            if _served(path, frameworks):
+                hook = {**hook, "clientConfig": {"url": f"{url}{path}", "caBundle": bundle}}
+                if _KUEUE_PATHS not in path:
+                    hook["namespaceSelector"] = _INTEGRATION_NAMESPACES
+                hooks.append(hook)
         if hooks:
             out.append({**doc, "metadata": {"name": f"kueue-{doc['metadata']['name']}"}, "webhooks": hooks})
     return out

@@ -1,4 +1,4 @@
-"""llmtrain jobs under a real Kueue (v0.17, its webhooks called by the API server) on the real
+"""llmtrain jobs under a real Kueue (v0.19, its webhooks called by the API server) on the real
 chain: two p5.48xlarge kwok nodes, a ClusterQueue with quota for exactly those (generated from the
 instance catalog), a LocalQueue in the test's namespace, the operator as a process. Nothing writes
 a PyTorchJob's suspend flag but Kueue.
@@ -6,7 +6,9 @@ a PyTorchJob's suspend flag but Kueue.
 - two 2-node p5 jobs, quota for one: one Running, the other Pending/Queued in Kueue's own words,
   no restart spent; when the first goes, the second is admitted and runs;
 - a high-priority job preempts a running low-priority one: Preempted, no restart spent, the same
-  attempt resumes once the quota is free again."""
+  attempt resumes once the quota is free again;
+- Kueue's JobSet integration (the second backend's child kind) on the same cluster: a JobSet is
+  suspended by Kueue's webhook, admitted, queued behind quota and admitted when it frees."""
 
 from __future__ import annotations
 
@@ -230,3 +232,97 @@ def test_a_failed_attempt_is_a_new_workload_admitted_again_with_free_quota(kueue
     assert running["restarts"] == 1 and running["admissionTime"]
     assert jobs.ptj("flaky-a2")["spec"]["runPolicy"]["suspend"] is False  # admitted by Kueue
     assert any(e.reason == "Queued" or e.reason == "Admitted" for e in jobs.events("flaky"))
+
+
+def _queued_jobset(name: str, pods: int, queue: str = QUEUE) -> dict:
+    """A JobSet of ``pods`` training pods, each a whole p5's GPUs, for LocalQueue ``queue``; created
+    unsuspended, as a user who trusts Kueue to suspend it would."""
+    from llmtrain.render import JOB_LABEL
+    from llmtrain_devcluster.jobset import JOBSET
+
+    pod = {
+        "metadata": {"labels": {JOB_LABEL: name}},  # a training pod: kwok leaves it Running
+        "spec": {
+            "restartPolicy": "Never",
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}},
+                }
+            ],
+        },
+    }
+    return {
+        "apiVersion": f"{JOBSET[0]}/{JOBSET[1]}",
+        "kind": "JobSet",
+        "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": queue}},
+        "spec": {
+            "failurePolicy": {"maxRestarts": 0},
+            "replicatedJobs": [
+                {
+                    "name": "node",
+                    "replicas": 1,
+                    "template": {
+                        "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 0, "template": pod}
+                    },
+                }
+            ],
+        },
+    }
+
+
+def test_kueue_queues_and_admits_jobsets_through_its_jobset_integration(kueue_cluster, api, queue_ns):
+    from llmtrain_devcluster.jobset import JOBSET, JOBSET_NAME_LABEL
+
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+
+    def create(doc: dict) -> dict:
+        return custom.create_namespaced_custom_object(JOBSET[0], JOBSET[1], queue_ns, JOBSET[2], doc)
+
+    def running_pods(name: str) -> list:
+        pods = core.list_namespaced_pod(queue_ns, label_selector=f"{JOBSET_NAME_LABEL}={name}").items
+        return [p for p in pods if p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
+
+    def workload(name: str) -> dict | None:
+        items = custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", queue_ns, "workloads")["items"]
+        owned = [
+            w
+            for w in items
+            if any(o["kind"] == "JobSet" and o["name"] == name for o in w["metadata"].get("ownerReferences") or [])
+        ]
+        return owned[0] if owned else None
+
+    # Kueue's validating webhook for JobSets: a queue name that cannot name a LocalQueue.
+    with pytest.raises(client.ApiException) as e:
+        create(_queued_jobset("bad", 1, queue="Not_A_Queue"))
+    assert e.value.status == 403 and "denied the request" in e.value.body, e.value.body
+    assert "kueue.x-k8s.io/queue-name" in e.value.body, e.value.body
+
+    # Its mutating webhook suspends a queued JobSet at creation; admission unsuspends it.
+    made = create(_queued_jobset("whole", 2))
+    assert made["spec"]["suspend"] is True
+    pods = wait_for(lambda: len(running_pods("whole")) == 2 and running_pods("whole"), 120, "whole's 2 pods Running")
+    assert {p.spec.node_selector.get("node.kubernetes.io/instance-type") for p in pods} == {"p5.48xlarge"}
+
+    # The quota is spent: the next one waits, suspended, its Workload without a reservation.
+    create(_queued_jobset("next", 1))
+
+    def waiting():
+        w = workload("next")
+        conds = {c["type"]: c for c in ((w or {}).get("status") or {}).get("conditions") or []}
+        q = conds.get("QuotaReserved")
+        return q is not None and q["status"] == "False" and "insufficient" in q["message"] and q
+
+    wait_for(waiting, 60, "next's Workload without quota, in Kueue's words")
+    js = custom.get_namespaced_custom_object(JOBSET[0], JOBSET[1], queue_ns, JOBSET[2], "next")
+    assert (
+        js["spec"]["suspend"] is True
+        and not core.list_namespaced_pod(queue_ns, label_selector=f"{JOBSET_NAME_LABEL}=next").items
+    )
+
+    custom.delete_namespaced_custom_object(
+        JOBSET[0], JOBSET[1], queue_ns, JOBSET[2], "whole", propagation_policy="Foreground"
+    )
+    wait_for(lambda: len(running_pods("next")) == 1, 180, "next admitted and its pod Running once the quota is free")

@@ -28,7 +28,7 @@ def test_the_kueue_key_is_the_scripts_and_not_part_of_the_tools_key():
     ).stdout.strip()
     assert kueue.kueue_key() == out and "cat go.mod go.sum" in script
     assert not any(f.startswith("kueue/") for f in _KEY_FILES)  # bumping Kueue rebuilds Kueue only
-    assert re.search(r"^require sigs.k8s.io/kueue v0\.17\.0$", (ROOT / "tools/kueue/go.mod").read_text(), re.M)
+    assert re.search(r"^require sigs.k8s.io/kueue v0\.19\.2$", (ROOT / "tools/kueue/go.mod").read_text(), re.M)
 
 
 def test_a_flavor_per_instance_type_and_quota_for_exactly_the_nodes():
@@ -49,8 +49,8 @@ def test_a_flavor_per_instance_type_and_quota_for_exactly_the_nodes():
     assert quota["p4de-24xlarge"]["nvidia.com/gpu"] == str(instance_type("p4de.24xlarge").gpus_per_node)
 
 
-def test_only_the_served_webhooks_are_registered_on_the_loopback_url_with_the_ca():
-    manifests = yaml.safe_dump_all(
+def _manifests(*hooks: tuple[str, str]) -> str:
+    return yaml.safe_dump_all(
         [
             {
                 "apiVersion": "admissionregistration.k8s.io/v1",
@@ -58,28 +58,81 @@ def test_only_the_served_webhooks_are_registered_on_the_loopback_url_with_the_ca
                 "metadata": {"name": "mutating-webhook-configuration"},
                 "webhooks": [
                     {"name": n, "clientConfig": {"service": {"name": "kueue-webhook-service", "path": p}}}
-                    for n, p in (
-                        ("mpytorchjob.kb.io", "/mutate-kubeflow-org-v1-pytorchjob"),
-                        ("mpod.kb.io", "/mutate--v1-pod"),
-                        ("mworkload.kb.io", "/mutate-kueue-x-k8s-io-v1beta2-workload"),
-                    )
+                    for n, p in hooks
                 ],
             }
         ]
     )
-    (cfg,) = kueue.webhook_configurations(manifests, url="https://127.0.0.1:9443", ca_pem=b"CA")
-    assert [h["name"] for h in cfg["webhooks"]] == ["mpytorchjob.kb.io", "mworkload.kb.io"]  # no pod hook
+
+
+HOOKS = (
+    ("mpytorchjob.kb.io", "/mutate-kubeflow-org-v1-pytorchjob"),
+    ("mpod.kb.io", "/mutate--v1-pod"),
+    ("mjobset.kb.io", "/mutate-jobset-x-k8s-io-v1alpha2-jobset"),
+    ("mdeployment.kb.io", "/mutate-apps-v1-deployment"),
+    ("mworkload.kb.io", "/mutate-kueue-x-k8s-io-v1beta2-workload"),
+)
+
+
+def test_only_the_served_webhooks_are_registered_on_the_loopback_url_with_the_ca():
+    (cfg,) = kueue.webhook_configurations(_manifests(*HOOKS), url="https://127.0.0.1:9443", ca_pem=b"CA")
+    # Both backends' kinds and Kueue's own; no pod or deployment hook (those integrations are off).
+    assert [h["name"] for h in cfg["webhooks"]] == ["mpytorchjob.kb.io", "mjobset.kb.io", "mworkload.kb.io"]
     assert cfg["webhooks"][0]["clientConfig"] == {
         "url": "https://127.0.0.1:9443/mutate-kubeflow-org-v1-pytorchjob",
         "caBundle": base64.b64encode(b"CA").decode(),
     }
+    # The release's namespace selector on the integrations' hooks, not on Kueue's own.
+    ns = {h["name"]: h.get("namespaceSelector") for h in cfg["webhooks"]}
+    assert ns["mworkload.kb.io"] is None
+    assert ns["mjobset.kb.io"]["matchExpressions"][0]["values"] == ["kube-system", kueue.NAMESPACE]
 
 
-def test_the_configuration_enables_only_the_pytorchjob_integration(tmp_path):
+def test_with_other_frameworks_their_hooks_are_served_and_the_others_not():
+    frameworks = ("batch/job", "pod", "deployment", "jobset.x-k8s.io/jobset")
+    (cfg,) = kueue.webhook_configurations(_manifests(*HOOKS), url="https://x", ca_pem=b"CA", frameworks=frameworks)
+    assert [h["name"] for h in cfg["webhooks"]] == [
+        "mpod.kb.io",
+        "mjobset.kb.io",
+        "mdeployment.kb.io",
+        "mworkload.kb.io",
+    ]
+
+
+def test_the_pinned_releases_own_webhooks_cover_both_backends_kinds():
+    """Against the pinned release's manifests: a mutating and a validating hook for each backend's
+    kind, and the release's defaults (v0.19: PyTorchJob's integration commented out) serve none for
+    PyTorchJobs while JobSet's stay."""
+    text = (kueue.kueue_dir() / "webhook" / "manifests.yaml").read_text()
+
+    def paths(frameworks):
+        docs = kueue.webhook_configurations(text, url="", ca_pem=b"CA", frameworks=frameworks)
+        return {
+            h["clientConfig"]["url"]
+            for d in docs
+            for h in d["webhooks"]
+            if "kueue-x-k8s-io" not in h["clientConfig"]["url"]
+        }
+
+    assert paths(kueue.CHAIN_FRAMEWORKS) == {
+        f"/{op}-{kind}"
+        for op in ("mutate", "validate")
+        for kind in ("kubeflow-org-v1-pytorchjob", "jobset-x-k8s-io-v1alpha2-jobset")
+    }
+    defaults = kueue.release_default_frameworks()
+    assert "kubeflow.org/pytorchjob" not in defaults and "jobset.x-k8s.io/jobset" in defaults
+    served = paths(defaults)
+    assert "/mutate-jobset-x-k8s-io-v1alpha2-jobset" in served and "/mutate--v1-pod" in served
+    assert not any("pytorchjob" in p for p in served)
+
+
+def test_the_configuration_enables_both_backends_integrations_or_the_given_ones(tmp_path):
     cfg = yaml.safe_load(kueue.config_yaml(webhook_port=1, probe_port=2, cert_dir=tmp_path))
-    assert cfg["integrations"]["frameworks"] == ["kubeflow.org/pytorchjob"]
+    assert cfg["integrations"]["frameworks"] == ["kubeflow.org/pytorchjob", "jobset.x-k8s.io/jobset"]
     assert cfg["webhook"] == {"port": 1, "host": "127.0.0.1", "certDir": str(tmp_path)}
     assert cfg["manageJobsWithoutQueueName"] is False
+    other = yaml.safe_load(kueue.config_yaml(webhook_port=1, probe_port=2, cert_dir=tmp_path, frameworks=("pod",)))
+    assert other["integrations"]["frameworks"] == ["pod"]
 
 
 def test_kwok_nodes_carry_the_eks_network_layers_in_blocks_of_four():
@@ -94,3 +147,14 @@ def test_kwok_nodes_carry_the_eks_network_layers_in_blocks_of_four():
     (flavor,) = kueue.resource_flavors({"p5.48xlarge": 6}, topology_aware=True)
     assert flavor["spec"]["topologyName"] == kueue.topology()["metadata"]["name"]
     assert "topologyName" not in kueue.resource_flavors({"p5.48xlarge": 6})[0]["spec"]
+
+
+def test_the_upstream_kueue_values_are_the_releases_defaults_plus_pytorchjob():
+    """charts/upstream-values/kueue.yaml (what the docs and Terraform install Kueue's chart with):
+    the pinned release's own integrations, plus ``kubeflow.org/pytorchjob``, which v0.19 left out."""
+    values = yaml.safe_load((ROOT / "charts" / "upstream-values" / "kueue.yaml").read_text())
+    cfg = yaml.safe_load(values["managerConfig"]["controllerManagerConfigYaml"])
+    frameworks = cfg["integrations"]["frameworks"]
+    assert set(kueue.CHAIN_FRAMEWORKS) <= set(frameworks)
+    assert set(frameworks) == {*kueue.release_default_frameworks(), "kubeflow.org/pytorchjob"}
+    assert cfg["apiVersion"] == "config.kueue.x-k8s.io/v1beta2" and cfg["webhook"]["port"] == 9443
