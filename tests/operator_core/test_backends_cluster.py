@@ -176,3 +176,100 @@ def test_a_backend_whose_crd_is_not_installed_fails_the_job_naming_the_crd(dev_c
         assert "spec.cluster.backend is jobset" in status["message"]
     finally:
         api.close()
+
+
+def _controller(obj: dict, api_version: str, kind: str) -> dict:
+    meta = obj["metadata"]
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _indexed_pod(name: str, job: str, owner: dict | None) -> dict:
+    """Pod 0 of attempt 1, labelled as the renderer and the Job controller label it, with `owner`
+    (a batch Job) as its controller; without, what a tenant could make by hand."""
+    meta: dict = {
+        "name": name,
+        "labels": {
+            "llmtrain.dev/job": job,
+            "llmtrain.dev/attempt": "1",
+            "batch.kubernetes.io/job-completion-index": "0",
+        },
+    }
+    if owner is not None:
+        meta["ownerReferences"] = [owner]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {"containers": [{"name": "pytorch", "image": "x"}]},
+    }
+
+
+def test_only_the_pods_of_the_jobsets_own_job_are_scraped(start, kube, namespace, trainer_endpoint):
+    """On the JobSet backend a pod's controller is a batch Job: the operator trusts a pod only
+    when its Job's uid is one the JobSet controls. A tenant's pod with rank 0's labels whose
+    controller is a Job of the tenant's own and whose name sorts first is never scraped (it
+    serves step 7); the pod of the JobSet's own Job is (step 5).
+    The light cluster runs no JobSet controller: its Job, pods and status are written as it would
+    (the Jobs managed by no controller here, `spec.managedBy`, so the Job controller leaves them)."""
+    from kubernetes.client import BatchV1Api
+
+    from llmtrain_devcluster.standins import running_at
+
+    from .test_hostile_tenant import hostile_server
+
+    metrics, port = trainer_endpoint
+    metrics.step.set(5)
+    import time as _time
+
+    metrics.heartbeat_timestamp_seconds.set(_time.time())
+    start("--backend", "jobset")
+    kube.apply(namespace, kube.job_doc("own", _spec()))
+    js = wait_for(lambda: kube.custom.get_namespaced_custom_object(*JS[:2], namespace, JS[2], "own-a1"), 30, "JobSet")
+    batch = BatchV1Api(kube.api)
+
+    def job(name: str, owner: dict | None) -> dict:
+        body = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": name, **({"ownerReferences": [owner]} if owner else {})},
+            "spec": {
+                "managedBy": "llmtrain.dev/test-stand-in",
+                "completionMode": "Indexed",
+                "completions": 1,
+                "parallelism": 1,
+                "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}},
+            },
+        }
+        return batch.create_namespaced_job(namespace, body).to_dict()
+
+    real = job("own-a1-worker-0", _controller(js, "jobset.x-k8s.io/v1alpha2", "JobSet"))
+    theirs = job("their-job", None)
+    real_ref = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": "own-a1-worker-0",
+        "uid": real["metadata"]["uid"],
+        "controller": True,
+    }
+    theirs_ref = {**real_ref, "name": "their-job", "uid": theirs["metadata"]["uid"]}
+    # (a reference naming the JobSet's Job with another uid the garbage collector deletes at once)
+    kube.core.create_namespaced_pod(namespace, _indexed_pod("aaa-0", "own", theirs_ref))
+    kube.core.patch_namespaced_pod_status("aaa-0", namespace, running_at("127.0.0.2"))
+    with hostile_server("good", host="127.0.0.2", port=port):  # says step 7
+        kube.core.create_namespaced_pod(namespace, _indexed_pod("own-a1-worker-0-0-xxxxx", "own", real_ref))
+        kube.core.patch_namespaced_pod_status("own-a1-worker-0-0-xxxxx", namespace, running_at("127.0.0.1"))
+        ready = {
+            "replicatedJobsStatus": [
+                {"name": "worker", "ready": 1, "succeeded": 0, "failed": 0, "active": 1, "suspended": 0}
+            ]
+        }
+        _set_jobset_status(kube, namespace, "own-a1", ready)
+        progress = wait_for(lambda: kube.status(namespace, "own").get("progress"), 30, "progress in status")
+    assert progress["step"] == 5, progress

@@ -21,7 +21,7 @@ from ..status import TERMINAL, Phase, parse
 from . import kueue, owners, taints
 from .decide import SPEC_HASH
 from .snapshot import Child, Observed
-from .status import now, parse_time
+from .status import now, parse_time, startup_problem
 
 if TYPE_CHECKING:
     from .operator import Operator
@@ -118,8 +118,11 @@ def observe(op: Operator, job: dict, first_sight: bool) -> Observed:
     pods: tuple[dict, ...] = ()
     if status.phase in (Phase.PENDING, Phase.RESTARTING) and current is not None and backend is not None:
         seen = op.pods.of(namespace, name, attempt)
-        # only the pods of the attempt's own child: anyone can label a pod like a worker
-        pods = tuple(owners.trusted(seen, op.owners.of(backend, namespace, current))) if seen else ()
+        # Only the pods of the attempt's own child: anyone can label a pod like a worker. What decide
+        # reads of them is why they do not start (startup_problem): with none among the pods seen,
+        # none among the trusted ones, so the owner chain (a JobSet's Job: a read) is checked only then.
+        if seen and startup_problem(seen) is not None:
+            pods = tuple(owners.trusted(seen, op.owners.of(backend, namespace, current)))
     return Observed(
         namespace=namespace,
         name=name,
