@@ -75,6 +75,7 @@ class Backend:
     owner: ApiKind | None = None
     rank_label: str  # the pod label whose value "0" marks the pod where global rank 0 runs
     kueue_framework: str  # Kueue's name of the integration (Configuration integrations.frameworks)
+    kueue_note: str = ""  # what to know of that integration in Kueue's releases (its defaults)
     installs: str  # what a platform installs for it, in words (messages and docs)
     # torchrun's settings are all arguments (render._args); this is what else the backend's
     # controller does not set that the trainer's pods rely on

@@ -59,6 +59,7 @@ class JobSetBackend(Backend):
     owner = ApiKind("batch", "v1", "jobs", "Job")
     rank_label = COMPLETION_INDEX_LABEL
     kueue_framework = "jobset.x-k8s.io/jobset"
+    kueue_note = "in Kueue's default integrations: this Kueue's configuration was changed"
     installs = "JobSet (its CRD and controller, with its webhooks)"
     backend_env = MappingProxyType({"PYTHONUNBUFFERED": "1"})
     restart_policy = "Never"

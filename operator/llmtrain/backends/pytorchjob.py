@@ -61,6 +61,7 @@ class PyTorchJobBackend(Backend):
     pod_controller = ("kubeflow.org/v1", "PyTorchJob")
     rank_label = REPLICA_INDEX_LABEL
     kueue_framework = "kubeflow.org/pytorchjob"
+    kueue_note = "deprecated, and left out of Kueue's default integrations from v0.19"
     installs = "the Kubeflow training-operator v1 (its PyTorchJob CRD and controller)"
 
     def c10d_host(self, child: str) -> str:

@@ -2,9 +2,9 @@
 Kueue admits it (controller/kueue.py). Queued (with Kueue's own words), admitted (the start-up
 deadline counts from then), preempted (back to Pending, no restart spent).
 
-A queued child for which Kueue makes no Workload is one Kueue does not manage: Kueue v0.19 and
-later leave `kubeflow.org/pytorchjob` out of their default `integrations.frameworks`, and a
-platform may have left `jobset.x-k8s.io/jobset` out. Nothing would ever admit it, so once
+A queued child for which Kueue makes no Workload is one Kueue does not manage: its kind is not in
+Kueue's `integrations.frameworks` (Kueue v0.19 and later leave PyTorchJob out of their defaults;
+each backend says, `Backend.kueue_note`). Nothing would ever admit it, so once
 `--kueue-workload-wait-seconds` (config.kueue_workload_wait) have passed since the attempt's
 creation the job says so (reason NoKueueWorkload, a Warning event naming the framework to add),
 and keeps waiting: the child is Kueue's to admit as soon as Kueue manages its kind."""
@@ -42,6 +42,7 @@ def _queue_words(o: Observed, cfg, child: str) -> tuple[Reason, str]:
         if waited is not None and waited >= cfg.kueue_workload_wait:
             backend = BACKENDS.get(o.backend)
             framework = backend.kueue_framework if backend is not None else "its kind"
+            note = f" ({backend.kueue_note})" if backend is not None and backend.kueue_note else ""
             also = (
                 f"; or spec.cluster.workloadPriorityClass {priority!r} names no WorkloadPriorityClass (Kueue "
                 "makes no Workload until it does)"
@@ -51,8 +52,8 @@ def _queue_words(o: Observed, cfg, child: str) -> tuple[Reason, str]:
             return Reason.NO_KUEUE_WORKLOAD, (
                 f"Kueue made no Workload for {what} {child} ({where}) within "
                 f"{cfg.kueue_workload_wait:.0f} s, so nothing will admit it: Kueue does not manage {what}s here. "
-                f"Add {framework} to Kueue's Configuration integrations.frameworks (Kueue v0.19 and later leave "
-                f"kubeflow.org/pytorchjob out of their defaults), or run the job without spec.cluster.queueName"
+                f"Add {framework} to Kueue's Configuration integrations.frameworks{note}, or run the job "
+                f"without spec.cluster.queueName"
                 f"{also}; it waits suspended until Kueue admits it"
             )
         hint = (
