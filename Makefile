@@ -16,6 +16,8 @@ help:
 	@echo "make tools         build/install the pinned Kubernetes tools into $(LLMTRAIN_CACHE)"
 	@echo "make kueue         build the pinned Kueue (own cache key) for --kueue and its chain tests"
 	@echo "make dev-cluster   start a local kube-apiserver + etcd + controller-manager"
+	@echo "make gpu-wheels    the wheels the borrowed GPU machine lacks, into .whl/ (docs/performance/gpu.md)"
+	@echo "make gpu-smoke     the GPU machine's bench command on this CPU under its torch (a ~5 GB venv, once)"
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt scripts/venv.sh

@@ -11,7 +11,9 @@ Run by `make demo` after the dev cluster is up and the chart is installed (see t
    pod at 127.0.0.1 and, when training ends, reports the container's exit as a kubelet would; the
    training-operator and the operator do the rest. The training itself is real: `llmtrain local`
    trains the same job with 2 CPU workers, and the operator scrapes that trainer's metrics into
-   the job's status, as it scrapes rank 0 in a real cluster.
+   the job's status, as it scrapes rank 0 in a real cluster; the container's exit carries the
+   trainer's final summary as its termination message, which the operator writes into the status
+   that marks the job Succeeded.
    (With DEV_CLUSTER_MODE=light there is no training-operator: the demo writes the PyTorchJob's
    conditions itself.)
 """
@@ -23,7 +25,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -31,7 +32,7 @@ import yaml
 
 from llmtrain_devcluster import DevCluster
 from llmtrain_devcluster.process import free_port, log_tail, wait_until
-from llmtrain_devcluster.standins import pytorchjob_conditions, running_at, worker0_pod
+from llmtrain_devcluster.standins import exited, pytorchjob_conditions, running_at, worker0_pod
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / os.environ.get("DEV_CLUSTER_STATE", ".dev-cluster")
@@ -202,12 +203,15 @@ def main() -> int:
         say("kubectl get llmtj (progress as last scraped by the operator from the trainer's /metrics)")
         print(kubectl("get", "llmtj", "-n", NAMESPACE).stdout)
 
-        if chain:  # the kubelet's report of the container's exit; the training-operator does the rest
-            patch_status(kubectl, NAMESPACE, exited(0), "pod", pod)
-        else:
+        # The kubelet's report of the container's exit, with the termination message the trainer
+        # left on its clean exit (its final summary: llmtrain local writes it where a pod's launcher
+        # would); the training-operator does the rest.
+        final = STATE / "demo-run" / "final-summary"
+        patch_status(kubectl, NAMESPACE, exited(0, final.read_text() if final.exists() else ""), "pod", pod)
+        if not chain:
             set_condition(kubectl, ptj, "Succeeded")
         wait_for(lambda: "Succeeded" in kubectl("get", "llmtj", name, "-n", NAMESPACE).stdout, 30, "Succeeded")
-        say("final status")
+        say("final status: the trainer's final step, loss, tokens/s and MFU (its pod's termination message), no ETA")
         print(kubectl("get", "llmtj", "-n", NAMESPACE).stdout)
         uid = kubectl("get", "llmtj", name, "-n", NAMESPACE, "-o", "jsonpath={.metadata.uid}").stdout
         print(
@@ -370,33 +374,6 @@ def p5_queue_under_kueue(cluster: DevCluster) -> None:
     wait_for(lambda: status(second).get("phase") == "Running", 180, f"{second} Running")
     show_pods()
     print(kubectl("get", "llmtj", "-n", P5_NAMESPACE).stdout)
-
-
-def exited(code: int) -> dict:
-    """The pod status a kubelet reports once the container exited with ``code``."""
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return {
-        "status": {
-            "phase": "Succeeded" if code == 0 else "Failed",
-            "containerStatuses": [
-                {
-                    "name": "pytorch",
-                    "image": "llmtrain",
-                    "imageID": "",
-                    "ready": False,
-                    "restartCount": 0,
-                    "state": {
-                        "terminated": {
-                            "exitCode": code,
-                            "reason": "Completed" if code == 0 else "Error",
-                            "startedAt": now,
-                            "finishedAt": now,
-                        }
-                    },
-                }
-            ],
-        }
-    }
 
 
 def patch_status(kubectl, namespace: str, body: dict, *target: str, check: bool = True) -> None:

@@ -5,6 +5,8 @@
                                       (LLMTrainingJobSpec and LLMTrainingJobStatus)
   docs/reference/cli.md            <- the argparse parser of `llmtrain` (llmtrain.cli.build_parser)
   docs/reference/metrics.md        <- the operator's and the trainer's prometheus-client registries
+  docs/reference/validation.md     <- the rule table of operator/llmtrain/validation_rules.py (RULES)
+                                      and the format words of operator/llmtrain/validation.py
   docs/reference/helm-values.md    <- the `# --` comments of charts/llmtrain-operator/values.yaml
   charts/llmtrain-operator/README.md  (helm-docs' convention, by a generator of our own: same table)
 
@@ -14,6 +16,7 @@ runs the same comparison.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -233,6 +236,89 @@ def metrics_md() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+# --- validation -------------------------------------------------------------------------------------
+
+
+def _patterns(obj: dict, defs: dict, path: str, out: dict[str, list[str]]) -> dict[str, list[str]]:
+    """{pattern: the spec fields whose values must match it}, in schema order."""
+    if "$ref" in obj:
+        _patterns(defs[obj["$ref"].rsplit("/", 1)[1]], defs, path, out)
+    if "pattern" in obj:
+        out.setdefault(obj["pattern"], []).append(path)
+    for name, prop in (obj.get("properties") or {}).items():
+        _patterns(prop, defs, f"{path}.{name}", out)
+    for alt in obj.get("anyOf", []):
+        _patterns(alt, defs, path, out)
+    if "items" in obj:
+        _patterns(obj["items"], defs, f"{path}[]", out)
+    if isinstance(obj.get("additionalProperties"), dict):
+        _patterns(obj["additionalProperties"], defs, f"{path}.<key>", out)
+    return out
+
+
+def _paragraphs(doc: str) -> list[str]:
+    return [" ".join(p.split()) for p in inspect.cleandoc(doc).split("\n\n") if p.strip()]
+
+
+def validation_md() -> str:
+    from llmtrain import spec, validation, validation_rules
+
+    schema = spec.LLMTrainingJobSpec.model_json_schema(by_alias=True)
+    fallback = ("does not have the required format", "a string matching the pattern")
+    lines = [
+        HEADER.format(source="operator/llmtrain/validation_rules.py (RULES) and operator/llmtrain/validation.py"),
+        "# Validation rules",
+        "",
+        "`llmtrain validate` and the operator check an LLMTrainingJob the same way and say each problem "
+        "as `<field>: <why> (accepted: <what would be>)`, every problem at once. `llmtrain validate` exits 1 "
+        "with them; the operator marks the job `Failed` with reason `InvalidSpec` and the same words in "
+        "`status.message` (see [the LLMTrainingJob](../concepts/llmtrainingjob.md)).",
+        "",
+        "## The schema's checks",
+        "",
+        "The API server checks types, enums, bounds and formats at `kubectl apply` (the "
+        "[API reference](api.md) lists each field's); `llmtrain validate` and the operator check them again, "
+        "in words: `unknown field`, `is required`, `'<value>' is not a known value`, `<value> is out of "
+        "range` (accepted: the bound). Names and formats:",
+        "",
+        "| fields | said as | accepted |",
+        "|---|---|---|",
+    ]
+    for pattern, fields in _patterns(schema, schema.get("$defs", {}), "spec", {}).items():
+        reason, accepted = validation.PATTERN_WORDS.get(pattern, fallback)
+        accepted = _cell(accepted).replace("<", "&lt;")  # e.g. sha256:<digest>: words, not an HTML tag
+        lines.append(f"| {', '.join(f'`{f}`' for f in fields)} | `<value> {_cell(reason)}` | {accepted} |")
+    token = ", ".join(f"`spec.model.{k}`" for k in validation.INLINE_TOKEN_KEYS)
+    lines += [
+        "",
+        f"A Hugging Face token written into the spec ({token}) is refused and never echoed: it would be "
+        "stored in plain text in the object; `spec.model.hfTokenSecretRef` names a Secret instead.",
+        "",
+        "## The rules",
+        "",
+        "What a schema cannot express, checked once the schema's checks pass: each rule below, in this "
+        "order. A rule names the fields shown (`<NAME>`, `<key>`, `<i>`: the variable, key or index at "
+        "fault).",
+        "",
+        "| rule | fields | checks |",
+        "|---|---|---|",
+    ]
+    rules = validation_rules.RULES
+    for r in rules:
+        what = _paragraphs(r.doc)[0]
+        lines.append(f"| [`{r.name}`](#{r.name}) | {', '.join(f'`{f}`' for f in r.fields)} | {_cell(what)} |")
+    lines.append("")
+    for r in rules:
+        what, *why = _paragraphs(r.doc)
+        lines += [f"### `{r.name}` {{#{r.name}}}", "", f"Fields: {', '.join(f'`{f}`' for f in r.fields)}.", ""]
+        lines += [what, ""] + [p + "\n" for p in why]
+        if r.needs:
+            lines += [f"Checked only when {', '.join(f'`{n.name}`' for n in r.needs)} ran and found nothing.", ""]
+        if r.stop:
+            lines += ["A problem here ends the check: the rules after it are not run.", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
 # --- Helm values (helm-docs' `# --` convention) -----------------------------------------------------
 
 _KEY = re.compile(r"^(\s*)([A-Za-z0-9_./-]+):(?:\s+(\S.*))?$")
@@ -318,6 +404,7 @@ def expected_files() -> dict[Path, bytes]:
         REF / "api.md": api_md().encode(),
         REF / "cli.md": cli_md().encode(),
         REF / "metrics.md": metrics_md().encode(),
+        REF / "validation.md": validation_md().encode(),
         REF / "helm-values.md": helm_values_md().encode(),
         CHART / "README.md": chart_readme().encode(),
     }

@@ -2,8 +2,10 @@
 free ports; chain mode: scheduler, kwok nodes, training-operator), the chart, the operator with the
 release's RBAC, two p5 jobs in one Kueue queue with quota for one (Running and Queued, then the
 second Running once the first finished), a real CPU training run whose
-progress reaches the job's status. Torn down afterwards."""
+progress reaches the job's status, and whose end (the trainer's final summary) is what the job
+shows once Succeeded. Torn down afterwards."""
 
+import re
 import shutil
 import subprocess
 
@@ -12,6 +14,16 @@ import pytest
 STATE = ".dev-cluster-demo-test"
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.trainer]
+
+
+def _columns(table: str, name: str) -> dict[str, str]:
+    """The row of `name` in kubectl's table, header → value ("" where kubectl left it empty), each
+    value read where its header starts."""
+    lines = table.splitlines()
+    header = next(line for line in lines if line.startswith("NAME "))
+    row = next(line for line in lines if line.startswith(name + " "))
+    starts = [m.start() for m in re.finditer(r"\S+", header)]
+    return {header[a:b].strip(): row[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)}
 
 
 def test_make_demo_runs_the_whole_path():
@@ -38,10 +50,14 @@ def test_make_demo_runs_the_whole_path():
         assert {r[2] for r in second} == {r[2] for r in p5_rows}, (second, p5_rows)
         assert queued[-1][1] == "Running", queued
         final = out.split("final status")[1]
-        row = next(line for line in final.splitlines() if line.startswith("tiny-cpu"))
-        cols = row.split()
-        assert cols[1] == "Succeeded" and int(cols[5]) > 0  # phase, and a step scraped from the trainer
+        row = _columns(final, "tiny-cpu")
+        # Succeeded at the trainer's last step (examples/tiny-cpu.yaml: maxSteps 40), not the last
+        # scrape's; MFU as llmtrain local's summary prints it (a percentage); no ETA left
+        assert row["PHASE"] == "Succeeded" and row["STEP"] == "40", row
         assert "exit code        0" in out  # llmtrain local's summary
+        mean_mfu = next(line for line in out.splitlines() if line.startswith("MFU (mean)")).split()[-1]
+        assert row["MFU"] == mean_mfu and mean_mfu.endswith("%"), (row, mean_mfu)
+        assert row["GOODPUT"].endswith("%") and row["ETA"] == "", row
     finally:
         down = subprocess.run(
             ["make", "--no-print-directory", "dev-cluster-down", *env_args], capture_output=True, text=True, timeout=120

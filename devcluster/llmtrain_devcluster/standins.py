@@ -64,3 +64,33 @@ def owned_by(ptj: dict) -> dict:
 def running_at(ip: str) -> dict:
     """The pod status a kubelet reports for a running pod at `ip` (a status-subresource patch)."""
     return {"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}}
+
+
+def exited(code: int, message: str = "") -> dict:
+    """The pod status a kubelet reports once the container exited with `code` (a status-subresource
+    patch), with the termination message the container left, if any (the trainer's final summary
+    on a clean exit, its root cause on a failure: llmtrain_trainer.launch)."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    terminated = {
+        "exitCode": code,
+        "reason": "Completed" if code == 0 else "Error",
+        "startedAt": now,
+        "finishedAt": now,
+    }
+    if message:
+        terminated["message"] = message
+    return {
+        "status": {
+            "phase": "Succeeded" if code == 0 else "Failed",
+            "containerStatuses": [
+                {
+                    "name": "pytorch",
+                    "image": "llmtrain",
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {"terminated": terminated},
+                }
+            ],
+        }
+    }

@@ -106,9 +106,12 @@ PRINTER_COLUMNS = [
     {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
     {"name": "Loss", "type": "number", "jsonPath": ".status.progress.loss"},
     {"name": "Tokens/s", "type": "number", "jsonPath": ".status.progress.tokensPerSecond"},
-    {"name": "MFU", "type": "number", "jsonPath": ".status.progress.mfu"},
-    {"name": "Goodput", "type": "number", "jsonPath": ".status.goodput.ratio"},
-    # when it will be done (controller/progress.py's eta: recent step time, steps left, checkpoint stall)
+    # shares as percentages: a column cannot format a number, so these are the display strings
+    # written beside the ratios (llmtrain.status.percent says why)
+    {"name": "MFU", "type": "string", "jsonPath": ".status.progress.mfuPercent"},
+    {"name": "Goodput", "type": "string", "jsonPath": ".status.goodput.ratioPercent"},
+    # when it will be done (controller/progress.py's eta: recent step time, steps left, checkpoint
+    # stall); removed when the job ends
     {"name": "ETA", "type": "string", "jsonPath": ".status.progress.estimatedCompletionTime"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]

@@ -49,6 +49,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .status import percent
+
 BUCKETS = (
     "queued",
     "starting",
@@ -316,6 +318,7 @@ def summary(t: Timeline, now: float) -> dict:
     return {
         "wallSeconds": round(sum(b.values()), 1),
         "ratio": round(r, 4) if r is not None else None,
+        "ratioPercent": percent(r) if r is not None else None,
         "seconds": {k: round(v, 1) for k, v in b.items()},
         "stepsRedone": steps_redone(t),
         "updateTime": stamp(now),

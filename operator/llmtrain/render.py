@@ -7,7 +7,7 @@ own kind's template (`templates/<backend>.yaml.j2`, which includes the pod templ
 the c10d rendezvous host is and what its controller does not inject. Choices a user should know about:
 
 - One child per attempt, named `<job>-a<attempt>` (`child_name`); the rendezvous id
-  `<namespace>.<job>-<uid prefix>-a<attempt>` (1-3 dots, rendezvous_auth.tenant_prefix) is never
+  `<namespace>.<job>-<uid prefix>-a<attempt>` (1-3 dots, rendezvous_keys.tenant_prefix) is never
   reused, so a restarted attempt never meets a closed rendezvous (RendezvousClosedError).
 - Workers run `torchrun ... -m llmtrain_trainer` with every torchrun setting as an argument (node
   count, processes per node, rendezvous, restarts): nothing depends on what a backend's controller
@@ -39,15 +39,18 @@ import json
 import re
 from collections.abc import Mapping
 from functools import cache, lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 import yaml
 
-from . import cadence, rendezvous_auth
+from . import cadence, rendezvous_keys
 from .catalog import InstanceType, instance_type
-from .rendezvous_auth import tenant_prefix
+from .rendezvous_keys import tenant_prefix
 from .spec import API_VERSION, INSTANCE_TYPE_LABEL, KIND, LLMTrainingJobSpec
+
+if TYPE_CHECKING:  # rendezvous_auth issues them (I/O); rendering only reads them
+    from .rendezvous_auth import Credentials
 
 METRICS_PORT = 9410
 C10D_PORT = 29400
@@ -219,7 +222,7 @@ def child_name(job: str, attempt: int) -> str:
 
 def rendezvous_id(namespace: str, job: str, uid: str | None, attempt: int) -> str:
     # Starts with the namespace's own prefix (`<namespace>.`, padded): the rendezvous etcd grants
-    # each namespace's identity exactly the keys of ids with that prefix (rendezvous_auth.py).
+    # each namespace's identity exactly the keys of ids with that prefix (rendezvous_keys.py).
     return f"{tenant_prefix(namespace)}{job}-{(uid or 'local')[:8]}-a{attempt}"
 
 
@@ -416,12 +419,12 @@ def render_networkpolicy(
 
 
 def render_rendezvous_secret(
-    name: str, namespace: str, attempt: int, uid: str | None, creds: rendezvous_auth.Credentials
+    name: str, namespace: str, attempt: int, uid: str | None, creds: Credentials
 ) -> dict[str, Any]:
     """The Secret an attempt's pods mount for the operator's etcd: the CA and the namespace's
     client certificate (owned by the job, so it goes with it)."""
     meta: dict[str, Any] = {
-        "name": rendezvous_auth.secret_name(child_name(name, attempt)),
+        "name": rendezvous_keys.secret_name(child_name(name, attempt)),
         "namespace": namespace,
         "labels": {
             "app.kubernetes.io/name": "llmtrain",
@@ -477,7 +480,7 @@ def render_attempt(
     rdzv = _rendezvous(spec, c10d_host, rendezvous_id(namespace, name, uid, attempt), default_etcd_endpoint)
     credentials = rendezvous_credentials and uses_operator_etcd(spec)
     if credentials:
-        rdzv["conf"] = rendezvous_auth.rdzv_conf(spec.rendezvous.backend)
+        rdzv["conf"] = rendezvous_keys.rdzv_conf(spec.rendezvous.backend, namespace)
     min_nodes = spec.cluster.min_nodes or spec.cluster.nodes
     pod_labels = {
         "app.kubernetes.io/name": "llmtrain",
@@ -514,12 +517,12 @@ def render_attempt(
         for v in spec.cluster.volumes
     ]
     if credentials:
-        mounts.append({"name": RENDEZVOUS_VOLUME, "mountPath": rendezvous_auth.MOUNT_PATH, "readOnly": True})
+        mounts.append({"name": RENDEZVOUS_VOLUME, "mountPath": rendezvous_keys.MOUNT_PATH, "readOnly": True})
         # 0440 and the pod's fsGroup: readable by the trainer's group only
         volumes.append(
             {
                 "name": RENDEZVOUS_VOLUME,
-                "secret": {"secretName": rendezvous_auth.secret_name(child), "defaultMode": 0o440},
+                "secret": {"secretName": rendezvous_keys.secret_name(child), "defaultMode": 0o440},
             }
         )
     owner = {"apiVersion": API_VERSION, "kind": KIND, "name": name, "uid": uid} if uid else None

@@ -12,19 +12,8 @@ therefore authenticates every client and limits each to its own namespace's keys
   v2 auth on with a guest role that may do nothing, and gives each namespace a user and a role
   whose permissions cover only the keys of that namespace's run ids (`permissions`). v3 auth is
   turned on too, with no user but root, so a tenant's certificate cannot use the v3 API at all.
-- Every rendezvous id of a namespace starts with `tenant_prefix(namespace)`, which no other
-  namespace's ids can start with: namespaces are DNS labels, so the first "." ends the name.
-
-The torch key layout the permissions follow (torch/distributed/elastic/rendezvous):
-- etcd-v2 (dynamic rendezvous): the state at `/torch/elastic/rendezvous/<run_id>`; a key-value
-  store under `/torch/elastic/store/` whose keys are base64(`torch.rendezvous.<run_id>.<round>/<k>`)
-  (EtcdStore over a PrefixStore). The tenant prefix is padded with "." so that
-  `torch.rendezvous.<prefix>` is a whole number of base64 groups: then every key of the namespace,
-  and no other, starts with the base64 of it. The store is read as a directory (a GET and a
-  recursive watch of `/torch/elastic/store/`), so every identity may *read* it: it holds rank 0's
-  address and port of each run, no pickles; writes stay per namespace.
-- etcd (the legacy backend): everything under `/torchelastic/p2p/run_<run_id>`, after it creates
-  the `/torchelastic/p2p/` directory itself.
+- Every rendezvous id of a namespace starts with `tenant_prefix(namespace)`, and the namespace's
+  role may touch only the keys of those ids: rendezvous_keys.py (pure: the renderer uses it too).
 """
 
 from __future__ import annotations
@@ -32,6 +21,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import logging
 import secrets
 import ssl
 import tempfile
@@ -46,58 +36,34 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+# the names and the key layout (pure: render.py uses them) live in rendezvous_keys.py; importable from here as before
+from .rendezvous_keys import (  # noqa: F401 - re-exported
+    CA_KEY,
+    CERT_KEY,
+    KEY_KEY,
+    LEGACY_DIR,
+    MOUNT_PATH,
+    SHARED_DIRS,
+    STATE_DIR,
+    STATE_PREFIX,
+    STORE_DIR,
+    STORE_KEY_PREFIX,
+    USER_PREFIX,
+    legacy_prefix,
+    permissions,
+    rdzv_conf,
+    secret_name,
+    tenant_prefix,
+    user_name,
+)
+
+log = logging.getLogger("llmtrain.operator")
 ROOT_USER = "root"
-# The Secret a worker pod mounts (one per attempt, see secret_name) and its keys (kubernetes.io/tls
-# plus the CA, as cert-manager lays them out).
-CA_KEY, CERT_KEY, KEY_KEY = "ca.crt", "tls.crt", "tls.key"
-MOUNT_PATH = "/etc/llmtrain/rendezvous"
 # Long enough for any attempt (agents keep talking to etcd while they train: heartbeats); an
 # identity is revoked by deleting its etcd user, not by expiry.
 CERT_DAYS = 365
-STATE_PREFIX = "/torch/elastic/rendezvous/"
-STORE_DIR = "/torch/elastic/store"
-STORE_KEY_PREFIX = "torch.rendezvous."
-LEGACY_DIR = "/torchelastic/p2p"
-
-
-def tenant_prefix(namespace: str) -> str:
-    """What every rendezvous id of `namespace` starts with: the name, then 1-3 dots so that
-    len("torch.rendezvous." + prefix) % 3 == 0 (see the module docstring)."""
-    dots = 3 - (len(STORE_KEY_PREFIX) + len(namespace)) % 3
-    return namespace + "." * dots
-
-
-USER_PREFIX = "llmtrain-ns-"
 # A key only root may read or write: whether etcd is still the one this operator set up.
 MARKER_PATH = "/v2/keys/llmtrain/rendezvous-auth"
-
-
-def user_name(namespace: str) -> str:
-    """The etcd user (and role) of a namespace: the CommonName of its certificates."""
-    return f"{USER_PREFIX}{namespace}"
-
-
-def secret_name(ptj_name: str) -> str:
-    return f"{ptj_name}-rendezvous"
-
-
-def permissions(namespace: str) -> dict[str, list[str]]:
-    """v2 key permissions of the namespace's role: `pattern*` is a prefix, anything else exact."""
-    prefix = tenant_prefix(namespace)
-    store = base64.b64encode((STORE_KEY_PREFIX + prefix).encode()).decode()
-    own = [f"{STATE_PREFIX}{prefix}*", f"{STORE_DIR}/{store}*", f"{LEGACY_DIR}/run_{prefix}*"]
-    return {"read": sorted([*own, STORE_DIR, f"{STORE_DIR}/*"]), "write": sorted([*own, LEGACY_DIR, f"{LEGACY_DIR}/"])}
-
-
-def rdzv_conf(backend: str, directory: str = MOUNT_PATH) -> str:
-    """torchrun's --rdzv-conf for the credentials mounted at `directory` (the two etcd backends
-    name the same three files differently)."""
-    ca, cert, key = (f"{directory}/{k}" for k in (CA_KEY, CERT_KEY, KEY_KEY))
-    if backend == "etcd-v2":
-        return f"protocol=https,ca_cert={ca},ssl_cert={cert},ssl_cert_key={key}"
-    if backend == "etcd":
-        return f"protocol=https,cacert={ca},cert={cert},key={key}"
-    raise ValueError(f"no etcd credentials for the {backend} backend")
 
 
 @dataclass(frozen=True)
@@ -265,7 +231,8 @@ class EtcdAdmin:
     def bootstrap(self) -> None:
         """Auth on (v2 and v3), root the only all-powerful user (its password reset to one nobody
         knows), guest allowed nothing, no users or roles but root's and the namespaces', each of
-        those exactly as `ensure_namespace` makes it. Idempotent.
+        those exactly as `ensure_namespace` makes it, and SHARED_DIRS permanent directories of
+        root's. Idempotent.
 
         etcd found without auth (fresh, or restarted without its data: the chart's default data
         dir is an emptyDir) may hold anything a certificate holder wrote meanwhile, a pickle in a
@@ -302,10 +269,32 @@ class EtcdAdmin:
             for u in users:
                 if u.startswith(USER_PREFIX):
                     self.ensure_namespace(u[len(USER_PREFIX) :])
+        self._ensure_shared_dirs()
         self._bootstrap_v3()
         epoch = secrets.token_urlsafe(16)
         self._call("PUT", MARKER_PATH, form={"value": epoch})
         self._epoch = epoch
+
+    def _ensure_shared_dirs(self) -> None:
+        """SHARED_DIRS exist as permanent directories, made by root: torch never has to create
+        them, so no tenant needs a grant on them. One found with a TTL (set through the
+        LEGACY_DIR grant that identities held before legacy_prefix, and now revoked) is made
+        permanent again, or it would take every namespace's keys under it when it expires."""
+        for d in SHARED_DIRS:
+            status, out = self._call("GET", f"/v2/keys{d}", ok=(200, 404))
+            node = out.get("node") or {}
+            if status == 200 and not node.get("dir"):  # a plain key: through that old grant, or by hand
+                log.warning("etcd: %s was a key (index %s), not a directory: replaced", d, node.get("modifiedIndex"))
+                self._call("DELETE", f"/v2/keys{d}", ok=(200, 404))
+                status = 404
+            elif status == 200 and ("ttl" in node or "expiration" in node):
+                log.warning("etcd: %s was to expire at %s: made permanent", d, node.get("expiration"))
+                # an empty ttl on an update makes the node permanent (404: it expired meanwhile)
+                status, _ = self._call(
+                    "PUT", f"/v2/keys{d}", ok=(200, 404), form={"dir": "true", "prevExist": "true", "ttl": ""}
+                )
+            if status == 404:
+                self._call("PUT", f"/v2/keys{d}", ok=(200, 201, 412), form={"dir": "true", "prevExist": "false"})
 
     def _empty_guest(self) -> None:
         _, guest = self._call("GET", "/v2/auth/roles/guest")

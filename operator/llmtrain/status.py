@@ -122,6 +122,19 @@ DUMPS = frozenset({Reason.HANG, Reason.STARTUP_TIMEOUT, Reason.COLLECTIVE_TIMEOU
 DATE_TIME: dict[str, Any] = {"format": "date-time"}
 
 
+def percent(share: float) -> str:
+    """A share (0..1) as `kubectl get llmtj` shows it: 0.1085 → "10.85%", as `llmtrain local`'s
+    summary prints MFU.
+
+    Why a string beside the ratio: a CRD printer column shows a number as the JSON holds it (0.1085)
+    and cannot scale or suffix it, and changing `mfu` or `goodput.ratio` to percent would break what
+    reads them as ratios (the goodput gauge and its alert, `llmtrain goodput`, `llmtrain scale-test`,
+    scripts reading status). So the writer of each ratio also writes this display string next to
+    it, in the same write (`progress.mfuPercent`, `goodput.ratioPercent`), and the MFU and GOODPUT
+    columns show those."""
+    return f"{share:.2%}"
+
+
 class _Status(BaseModel):
     # extra="ignore": an object written by another version of the operator still reads.
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", use_enum_values=False)
@@ -153,10 +166,21 @@ class PlanSummary(_Status):
 
 
 class ProgressStatus(_Status):
+    """The trainer's progress. While the job is Running, the monitor's scrape of rank 0's /metrics
+    (controller/monitor.py, every --progress-interval; its write applies only while the phase is
+    Running). When the job ends, decide's write that ends it: on Succeeded the trainer's final
+    summary, from the termination message its pods leave on a clean exit (llmtrain/final_summary.py;
+    tokensPerSecond and mfu are then the means over the steps after the first, and updateTime the
+    time of that write), or, without one (an older trainer image, the pods already gone), the last
+    scrape; on any end the ETA is removed."""
+
     step: int | None = None
     loss: float | None = None
     tokens_per_second: float | None = None
-    mfu: float | None = None
+    mfu: float | None = Field(None, description="model FLOPs utilisation, 0..1")
+    mfu_percent: str | None = Field(
+        None, description="mfu as a percentage (10.85%), for the MFU printer column (status.percent)"
+    )
     last_checkpoint_step: int | None = None
     last_checkpoint_time: str | None = Field(None, json_schema_extra=DATE_TIME)
     heartbeat_time: str | None = Field(None, json_schema_extra=DATE_TIME)
@@ -247,6 +271,9 @@ class Suspension(_Status):
 
 class GoodputStatus(_Status):
     ratio: float | None = Field(None, description="productive / (wall - suspended)")
+    ratio_percent: str | None = Field(
+        None, description="ratio as a percentage (93.41%), for the GOODPUT printer column"
+    )
     wall_seconds: float | None = None
     seconds: GoodputSeconds | None = None
     steps_redone: int | None = None

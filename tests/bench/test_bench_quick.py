@@ -81,9 +81,10 @@ def test_checkpoint_bandwidth_quick(tmp_path):
 @pytest.mark.slow
 @pytest.mark.trainer
 def test_gpu_script_cpu_path(tmp_path):
-    out = tmp_path / "gpu.json"
+    out, md = tmp_path / "gpu.json", tmp_path / "gpu.md"
+    bench = [sys.executable, str(REPO / "bench" / "gpu.py"), "--quick", "--device", "cpu"]
     subprocess.run(
-        [sys.executable, str(REPO / "bench" / "gpu.py"), "--quick", "--device", "cpu", "--out", str(out)],
+        [*bench, "--out", str(out), "--table", str(md)],
         cwd=REPO,
         check=True,
         capture_output=True,
@@ -92,14 +93,23 @@ def test_gpu_script_cpu_path(tmp_path):
     )
     r = json.loads(out.read_text())
     res = r["results"]
-    for name in ("llmtrain/eager/selective", "llmtrain/eager/full", "plain"):
+    assert r["env"]["device"] == "cpu" and r["env"]["torch"]
+    for name in ("llmtrain/eager/selective", "plain"):
         assert res[name]["status"] == "ok", (name, res[name])
-        assert res[name]["tokens_per_second"] > 0 and res[name]["peak_memory_gib"] > 0
-    assert res["torchtitan/eager/selective"]["status"] in ("ok", "skipped")
+        # the one timer: from the end of the warm-up to the last step, the same window for every row
+        assert res[name]["timed_steps"] == r["steps"] - r["warmup"]
+        assert res[name]["tokens_per_second_per_device"] > 0 and res[name]["peak_memory_gib"] > 0
+        assert 0 < res[name]["mfu"] < 1
+    # The project's venv has no torchtitan: its rows say so in one line (make gpu-smoke runs them).
+    for name in ("torchtitan/shipped/eager/selective", "torchtitan/our-loop/eager/selective"):
+        assert res[name]["status"] in ("ok", "skipped"), res[name]
+        if res[name]["status"] == "skipped":
+            assert res[name]["reason"].startswith("torchtitan: not installed"), res[name]
     # The float8 row exists and says why it cannot run here (the trainer refuses float8 off H100/H200).
     fp8 = res["llmtrain/compile/selective/float8"]
     assert fp8["status"] == "skipped" and "H100/H200" in fp8["reason"], fp8
-    assert "llmtrain_over_plain_tokens_per_second" in r["comparisons"]
+    assert "llmtrain_over_plain" in r["comparisons"]
+    assert all(f"| {name} |" in md.read_text() for name in res)
 
 
 @pytest.mark.slow

@@ -45,7 +45,9 @@ def test_a_jobset_runs_when_every_job_is_ready_and_a_readiness_blip_is_not_a_res
 
 
 def test_a_completed_jobset_succeeds_the_job_and_a_failed_one_is_judged_from_its_pods():
-    done = decide_(js_snap(running(**JS), children=[jobset(1, "Succeeded")]))
+    succeeded = js_snap(running(**JS), children=[jobset(1, "Succeeded")])
+    assert decide_(succeeded).need == "final"  # the trainer's final summary from its pods (ending.py)
+    done = decide_(succeeded.with_(final_read=True))
     assert (done.situation, done.status["phase"]) == ("follow", "Succeeded")
     failed = js_snap(running(**JS), children=[jobset(1, "Failed")])
     assert decide_(failed).need == "failures"  # its pods say why (the JobSet says only "max restarts")

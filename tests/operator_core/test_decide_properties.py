@@ -8,7 +8,9 @@ write, delete older attempts), these must hold after every step, on every backen
   * no attempt's child is created twice (unless someone deleted it by hand meanwhile);
   * restarts never exceed spec.resilience.maxRestarts;
   * Succeeded and Failed stay;
-  * never two live children, and none of an attempt later than status.attempt.
+  * never two live children, and none of an attempt later than status.attempt;
+  * an ended job has no ETA, and one that succeeded shows the trainer's final step when its pods
+    left a final summary.
 """
 
 from __future__ import annotations
@@ -40,12 +42,29 @@ EVENTS = st.one_of(
     st.tuples(st.just("conflict"), st.none()),
     st.tuples(st.just("reject_create"), st.none()),
     st.tuples(st.just("kueue_suspend"), st.booleans()),  # Kueue takes the child back / admits it
+    st.tuples(st.just("scrape"), st.none()),  # the monitor's write: progress with an ETA, while Running
 )
+FINAL_STEP = 20  # tiny()'s maxSteps: where the trainer's final summary says it ended
 BACKENDS = ("pytorchjob", "jobset")
 
 
+def merged(before: dict, update: dict) -> dict:
+    """`update` applied to `before` as a JSON merge patch (what act.py's status write is)."""
+    out = dict(before)
+    for key, value in update.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
 class World:
-    def __init__(self, max_restarts: int, backoff: int, backend: str = "pytorchjob", workload=None):
+    def __init__(
+        self, max_restarts: int, backoff: int, summary: bool = False, backend: str = "pytorchjob", workload=None
+    ):
         self.backend = backend
         self.workload = workload  # what Kueue says about the child (None: no Workload, Kueue does not manage it)
         self.spec = tiny(
@@ -67,6 +86,7 @@ class World:
         self.deleted_by_hand: set[str] = set()
         self.conflict_next = False
         self.reject_next = False
+        self.summary = summary  # the pods leave the trainer's final summary when they succeed
         self.history: list = []
 
     def current(self) -> dict | None:
@@ -118,6 +138,10 @@ class World:
                 self.current()["spec"]["suspend"] = arg
             else:
                 self.current().setdefault("spec", {})["runPolicy"] = {"suspend": arg}
+        elif kind == "scrape" and self.status.get("phase") == "Running":
+            attempt = self.status.get("attempt") or 1
+            eta = {"estimatedRemainingSeconds": 60, "estimatedCompletionTime": timestamp(self.now)}
+            self.status = merged(self.status, {"progress": {"attempt": attempt, "step": 5, **eta}})
 
     def observed(self, **facts):
         attempt = self.status.get("attempt") or 1
@@ -146,6 +170,9 @@ class World:
                 continue
             if plan.need == "workload":
                 o = o.with_(workload=self.workload, workload_read=True)
+                continue
+            if plan.need == "final":
+                o = o.with_(final=Progress(step=FINAL_STEP) if self.summary else None, final_read=True)
                 continue
             if plan.create is not None:
                 o = o.with_(created=self._create(plan.create))
@@ -181,7 +208,7 @@ class World:
 
     def _write(self, update: dict) -> None:
         before = self.status
-        after = {k: v for k, v in {**before, **update}.items() if v is not None}
+        after = merged(before, update)
         hist = self.history
         assert (after.get("attempt") or 1) >= (before.get("attempt") or 1), hist
         assert (after.get("restarts") or 0) >= (before.get("restarts") or 0), hist
@@ -204,15 +231,24 @@ class World:
         live = [c for c in self.children.values() if not c["metadata"].get("deletionTimestamp")]
         assert len(live) <= 1, (list(self.children), self.history)
         assert all(int(c["metadata"]["labels"]["llmtrain.dev/attempt"]) <= attempt for c in live), self.history
+        progress = self.status.get("progress") or {}
+        if self.status.get("phase") in ("Succeeded", "Failed"):
+            assert "estimatedCompletionTime" not in progress, (self.status, self.history)
+            assert "estimatedRemainingSeconds" not in progress, (self.status, self.history)
+        if self.status.get("phase") == "Succeeded" and self.summary:
+            assert (progress.get("attempt"), progress.get("step")) == (attempt, FINAL_STEP), (progress, self.history)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    max_restarts=st.integers(0, 3), backoff=st.sampled_from((0, 10)), events=st.lists(EVENTS, min_size=1, max_size=40)
+    max_restarts=st.integers(0, 3),
+    backoff=st.sampled_from((0, 10)),
+    events=st.lists(EVENTS, min_size=1, max_size=40),
+    summary=st.booleans(),
 )
-def test_random_histories_keep_the_invariants(backend, max_restarts, backoff, events):
-    world = World(max_restarts, backoff, backend)
+def test_random_histories_keep_the_invariants(backend, max_restarts, backoff, events, summary):
+    world = World(max_restarts, backoff, summary, backend)
     world.reconcile()
     terminal = None
     for kind, arg in events:
@@ -242,7 +278,7 @@ def test_waiting_in_kueue_never_spends_a_restart(backend, ticks, preempt, manage
     workload = (
         Workload("w", message="couldn't assign flavors to pod set worker: insufficient quota") if managed else None
     )
-    world = World(3, 0, backend, workload)
+    world = World(3, 0, backend=backend, workload=workload)
     world.reconcile()
     if preempt:
         world.apply("state", "Running")
@@ -264,12 +300,12 @@ def test_waiting_in_kueue_never_spends_a_restart(backend, ticks, preempt, manage
     assert world.status["reason"] == ("Running" if preempt else "Admitted") and world.status["restarts"] == 0
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(max_restarts=st.integers(0, 3), n=st.integers(1, 8))
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_failing_again_and_again_ends_failed_after_exactly_the_budget(backend, max_restarts, n):
     """Every attempt fails as soon as it exists: the job spends maxRestarts restarts, then Failed."""
-    world = World(max_restarts, 0, backend)
+    world = World(max_restarts, 0, backend=backend)
     world.reconcile()
     for _ in range(max_restarts + 2):
         world.apply("state", "Failed")

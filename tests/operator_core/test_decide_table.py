@@ -93,6 +93,60 @@ def all_of(*checks):
 
 
 BUDGET1 = tiny(resilience={"maxRestarts": 1})
+# the demo's 40-step job as the monitor last scraped it, three steps before its end
+AT_37 = {
+    "attempt": 1,
+    "step": 37,
+    "loss": 2.5,
+    "tokensPerSecond": 1400.0,
+    "mfu": 0.1351,
+    "mfuPercent": "13.51%",
+    "lossMedian": 2.6,
+    "heartbeatTime": ago(seconds=9),
+    "attemptSteps": 37,
+    "stepSeconds": 74.0,
+    "estimatedRemainingSeconds": 6,
+    "estimatedCompletionTime": later(seconds=6),
+}
+# ... and the final summary its pods left when it ended at step 40
+FINAL_40 = Progress(
+    step=40,
+    loss=2.25,
+    tokens_per_second=1500.0,
+    mfu=0.1085,
+    heartbeat=NOW.timestamp() - 3,
+    attempt_steps=40,
+    attempt_step_seconds=80.0,
+    last_checkpoint_step=40,
+)
+
+
+def progress_is(**expected):
+    """status.progress in the plan's write: these keys set to these values (None: removed)."""
+
+    def check(plan):
+        written = plan.status["progress"]
+        for key, value in expected.items():
+            assert key in written and written[key] == value, (key, written.get(key, "<not written>"), value)
+
+    return check
+
+
+def only_the_eta_removed(plan):
+    """The write touches no key of status.progress but the ETA's (merge patch: the rest stays)."""
+    assert set(plan.status["progress"]) == {"estimatedRemainingSeconds", "estimatedCompletionTime"}
+
+
+def goodput_closed_at(**expected):
+    def check(plan):
+        (record,) = plan.status["goodput"]["attempts"]
+        assert record.get("endTime") == timestamp(NOW)
+        for key, value in expected.items():
+            assert record.get(key) == value, (key, record.get(key), value)
+
+    return check
+
+
 GPU_FILE = {
     **gpu(checkpoint={"uri": "file:///mnt/fsx/ckpt/j/"}),
     "cluster": {
@@ -241,12 +295,65 @@ CASES = [
         check=ready_is("True", "Running"),
     ),
     Case(
-        "Running → Succeeded",
+        "Running → Succeeded: first the trainer's final summary from the pods",
         snap(running(), children=[ptj(1, "Succeeded")]),
+        "follow",
+        need="final",
+    ),
+    Case(
+        "Running → Succeeded",
+        snap(running(), children=[ptj(1, "Succeeded")], final_read=True),
         "follow",
         status={"phase": "Succeeded", "completionTime": timestamp(NOW)},
         events=[(False, "Succeeded")],
         check=ready_is("True", "Succeeded"),
+    ),
+    Case(
+        "Succeeded with the trainer's final summary: its step, loss, tokens/s and MFU, no ETA, "
+        "and the attempt's goodput record closed with its counters",
+        snap(running(progress=AT_37), children=[ptj(1, "Succeeded")], final=FINAL_40, final_read=True),
+        "follow",
+        status={"phase": "Succeeded", "completionTime": timestamp(NOW)},
+        events=[(False, "Succeeded")],
+        check=all_of(
+            progress_is(
+                step=40,
+                loss=2.25,
+                tokensPerSecond=1500.0,
+                mfu=0.1085,
+                mfuPercent="10.85%",
+                attemptSteps=40,
+                stepSeconds=80.0,
+                heartbeatTime=ago(seconds=3),
+                lastCheckpointStep=40,
+                updateTime=timestamp(NOW),
+                estimatedRemainingSeconds=None,
+                estimatedCompletionTime=None,
+            ),
+            goodput_closed_at(step=40, attemptSteps=40, stepSeconds=80.0, endReason="Succeeded"),
+        ),
+    ),
+    Case(
+        "Succeeded without a final summary (an older trainer, pods gone): the last scrape stays, no ETA",
+        snap(running(progress=AT_37), children=[ptj(1, "Succeeded")], final_read=True),
+        "follow",
+        status={"phase": "Succeeded"},
+        check=all_of(
+            progress_is(estimatedRemainingSeconds=None, estimatedCompletionTime=None),
+            only_the_eta_removed,
+        ),
+    ),
+    Case(
+        "the final summary replaces an earlier attempt's scrape, not mixed into it",
+        snap(
+            running(attempt=2, restarts=1, progress={**AT_37, "attempt": 1}),
+            children=[ptj(2, "Succeeded")],
+            final=FINAL_40,
+            final_read=True,
+        ),
+        "follow",
+        status={"phase": "Succeeded"},
+        check=progress_is(step=40, attempt=2, lossMedian=None, estimatedCompletionTime=None),
     ),
     Case(
         "Running → Restarting while the training-operator restarts a pod",
@@ -319,6 +426,21 @@ CASES = [
         delete=(),
         events=[(True, "RestartBudgetExhausted")],
         check=message_has("1 of 1 restarts used"),
+    ),
+    Case(
+        "a job that fails has no ETA either; its last scrape stays",
+        snap(
+            running(restarts=1, progress=AT_37),
+            spec=BUDGET1,
+            children=[ptj(1, "Failed", raw_spec=BUDGET1)],
+            failures=(),
+        ),
+        "attempt_failed",
+        status={"phase": "Failed", "reason": "RestartBudgetExhausted"},
+        check=all_of(
+            progress_is(estimatedRemainingSeconds=None, estimatedCompletionTime=None),
+            only_the_eta_removed,
+        ),
     ),
     Case(
         "maxRestarts 0: the first failure ends the job",

@@ -77,3 +77,26 @@ def test_the_trainers_times_keep_their_fraction_of_a_second():
     b = gp.buckets(gp.timeline_of(g, created), AT.timestamp())
     assert b["starting"] == pytest.approx(10.25, abs=1e-3)
     assert b["productive"] == pytest.approx(599.375, abs=1e-3) and b["restarting"] == pytest.approx(0.375, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    "series",
+    [
+        "llmtrain_trainer_step +Inf",
+        "llmtrain_trainer_step 1e300",
+        "llmtrain_trainer_last_checkpoint_step -Inf",
+        "llmtrain_trainer_last_checkpoint_timestamp_seconds 1e20",
+        "llmtrain_trainer_heartbeat_timestamp_seconds +Inf",
+        "llmtrain_trainer_heartbeat_timestamp_seconds -1e20",
+        "llmtrain_trainer_train_start_timestamp_seconds 1e20",
+        "llmtrain_trainer_step NaN",
+    ],
+)
+def test_a_tenant_number_out_of_range_is_dropped_not_raised(series):
+    """The scrape body is the tenant's: a value no status field can hold (an infinite step, a
+    timestamp past year 9999) is left out of status.progress; the rest of the scrape still reads."""
+    body = f"{series}\nllmtrain_trainer_loss 2.5\n"
+    status = parse_progress(body).as_status()
+    assert status.get("loss") == 2.5
+    dropped = {"step", "lastCheckpointStep", "lastCheckpointTime", "heartbeatTime", "trainStartTime"}
+    assert not dropped & set(status), (series, status)

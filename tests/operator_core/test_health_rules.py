@@ -118,12 +118,12 @@ def test_amend_writes_the_condition_and_the_rollback_with_the_restart():
     s = spec({"lossSpikeFactor": 2.0}, {"uri": "file:///ckpt"})
     st, at = status(60, heartbeat_minutes_ago=0)
     r = restart_of(s, st, at, Progress(loss_spike_step=300, loss_spike_ratio=4.0))
-    up = r.amend(3, {"phase": "Restarting", "conditions": [{"type": "Ready", "status": "False"}]})
+    up = r.amend(3, {"phase": "Restarting", "conditions": [{"type": "Ready", "status": "False"}]}, at)
     assert up["resumeBeforeStep"] == 300
     cond = next(c for c in up["conditions"] if c["type"] == "TrainingHealthy")
     assert (cond["status"], cond["reason"], cond["observedGeneration"]) == ("False", "LossSpike", 3)
     # A spent budget fails the job: nothing left to roll back.
-    assert "resumeBeforeStep" not in r.amend(3, {"phase": "Failed", "conditions": []})
+    assert "resumeBeforeStep" not in r.amend(3, {"phase": "Failed", "conditions": []}, at)
 
 
 def test_stale_checkpoint_is_a_warning_condition_and_clears():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import glob
+import re
 import signal
 import time
 
@@ -298,6 +299,82 @@ def test_progress_from_rank0_metrics_and_restart_on_hang(operator, trainer_endpo
         if s.name.endswith("_total") and s.labels.get("reason") == "Hang" and s.labels["llmtrain_job"] == "progress"
     ]
     assert hang and hang[0].value == 1
+
+
+def _columns(kube, namespace: str, name: str) -> dict[str, str]:
+    """`kubectl get llmtj NAME`, the real kubectl and the CRD's printer columns: header → value
+    ("" for a column kubectl leaves empty), each value read where its header starts."""
+    header, row = kube.cluster.kubectl("get", "llmtj", name, "-n", namespace).stdout.splitlines()[:2]
+    starts = [m.start() for m in re.finditer(r"\S+", header)]
+    ends = [*starts[1:], None]
+    return {header[a:b].strip(): row[a:b].strip() for a, b in zip(starts, ends, strict=True)}
+
+
+def test_a_job_that_succeeds_shows_its_end(operator, trainer_endpoint, kube, namespace, monkeypatch):
+    """kubectl get llmtj after a job succeeds: the trainer's final step, loss, tokens/s and MFU (its
+    pod's termination message), goodput, shares as percentages, and no ETA. Before: the monitor's
+    last scrape (here three steps short of the end), its ETA, and MFU and GOODPUT as bare ratios."""
+    from llmtrain.controller import kube as opkube
+    from llmtrain_devcluster.standins import exited
+    from llmtrain_trainer.metrics.prometheus import TrainerMetrics
+
+    served, _ = trainer_endpoint  # what the monitor scrapes while the trainer runs
+    end = TrainerMetrics(job="ends", rank=0)  # the trainer's series when it exits (no longer served)
+    kube.apply(namespace, kube.job_doc("ends", tiny(training={"maxSteps": 40})))
+    ptj = kube.wait_ptj(namespace, "ends-a1")
+    kube.core.create_namespaced_pod(namespace, worker0_pod("ends", 1, "llmtrain-trainer:dev", owner=ptj))
+    kube.core.patch_namespaced_pod_status("ends-a1-worker-0", namespace, running_at("127.0.0.1"))
+    start = time.time()  # the training loop begins; 10 ms a step
+    for metrics, step, loss, tps, mfu in ((served, 37, 2.5, 1400.0, 0.1351), (end, 40, 2.25, 1500.0, 0.1085)):
+        metrics.train_start_timestamp_seconds.set(start)
+        metrics.resume_step.set(0)
+        metrics.step.set(step)
+        metrics.loss.set(loss)
+        metrics.tokens_per_second.set(tps)
+        metrics.mfu.set(mfu)
+        metrics.attempt_steps.set(step)
+        metrics.attempt_step_seconds.set(0.01 * step)
+        metrics.heartbeat_timestamp_seconds.set(start + 0.01 * step)
+    kube.set_ptj_condition(namespace, "ends-a1", "Running")
+    wait_for(
+        lambda: (kube.status(namespace, "ends").get("progress") or {}).get("estimatedCompletionTime"),
+        30,
+        "the scrape of step 37, with its ETA",
+    )
+    # The trainer ends at step 40 and its pod exits 0 with the final summary as its termination
+    # message (what llmtrain_trainer.launch passes on: TrainerMetrics.final_summary, with the
+    # steady means of tokens/s and MFU); then the training-operator marks the PyTorchJob Succeeded.
+    summary = end.final_summary(tokens_per_second=1480.5, mfu=0.1085)
+    kube.core.patch_namespaced_pod_status("ends-a1-worker-0", namespace, exited(0, summary))
+    kube.set_ptj_condition(namespace, "ends-a1", "Succeeded")
+    done = kube.wait_phase(namespace, "ends", "Succeeded")
+    progress, goodput = done["progress"], done["goodput"]
+    assert (progress["step"], progress["loss"], progress["tokensPerSecond"]) == (40, 2.25, 1480.5), progress
+    assert (progress["mfu"], progress["mfuPercent"]) == (0.1085, "10.85%"), progress
+    assert "estimatedCompletionTime" not in progress and "estimatedRemainingSeconds" not in progress, progress
+    (record,) = goodput["attempts"]  # closed with the final counters, not the last scrape's
+    assert (record["endReason"], record["step"], record["attemptSteps"], record["stepSeconds"]) == (
+        "Succeeded",
+        40,
+        40,
+        0.4,
+    )
+    columns = _columns(kube, namespace, "ends")
+    assert (columns["PHASE"], columns["STEP"], columns["LOSS"], columns["TOKENS/S"]) == (
+        "Succeeded",
+        "40",
+        "2.25",
+        "1480.5",
+    )
+    assert columns["MFU"] == "10.85%" and columns["ETA"] == "", columns
+    assert columns["GOODPUT"] == f"{goodput['ratio'] * 100:.2f}%", (columns, goodput["ratio"])
+
+    # The monitor writes progress only while the job is Running: a scrape that was under way
+    # when the job ended changes nothing (the API server refuses the patch's test).
+    monkeypatch.setattr(opkube, "_client", lambda: kube.api)
+    late = {**progress, "step": 37, "estimatedCompletionTime": progress["updateTime"]}
+    assert opkube.patch_running_progress(namespace, "ends", late) is None
+    assert kube.status(namespace, "ends")["progress"] == progress
 
 
 def test_operator_metrics_count_reconciles_and_phases(operator, kube, namespace):

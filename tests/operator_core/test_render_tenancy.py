@@ -63,12 +63,17 @@ def test_a_job_on_the_operators_etcd_mounts_its_attempts_credentials(backend):
     names = (
         {"protocol", "ca_cert", "ssl_cert", "ssl_cert_key"}
         if backend == "etcd-v2"
-        else {"protocol", "cacert", "cert", "key"}
+        else {"protocol", "cacert", "cert", "key", "etcd_prefix"}
     )
     pairs = dict(kv.split("=", 1) for kv in conf[len("--rdzv-conf=") :].split(","))
     assert set(pairs) == names and pairs["protocol"] == "https"
-    assert {v.rsplit("/", 1)[-1] for k, v in pairs.items() if k != "protocol"} == files
-    assert all(v.startswith(mount["mountPath"] + "/") for k, v in pairs.items() if k != "protocol")
+    paths = {k: v for k, v in pairs.items() if k not in ("protocol", "etcd_prefix")}
+    assert {v.rsplit("/", 1)[-1] for v in paths.values()} == files
+    assert all(v.startswith(mount["mountPath"] + "/") for v in paths.values())
+    if backend == "etcd":
+        # the legacy backend's keys go under the namespace's own directory, not the shared
+        # /torchelastic/p2p that torch would create and write itself (issue 33)
+        assert pairs["etcd_prefix"] == "/torchelastic/p2p/team-a."
     # the pod never sees the CA key
     assert "ca.key" not in str(obj)
 

@@ -1,5 +1,7 @@
 """The operator's pure status rules: Kubeflow conditions → state, conditions, progress, hang."""
 
+import datetime as dt
+
 from prometheus_client import CollectorRegistry, generate_latest
 
 from llmtrain.backends.pytorchjob import state_of as pytorchjob_state
@@ -27,14 +29,15 @@ def test_state_is_the_latest_true_condition_and_terminal_ones_win():
 
 
 def test_condition_transition_time_moves_only_when_status_changes():
-    conds = set_condition([], "Ready", False, "Pending", "waiting")
+    t0, t1 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC), dt.datetime(2026, 1, 1, 0, 5, tzinfo=dt.UTC)
+    conds = set_condition([], "Ready", False, "Pending", "waiting", None, t0)
     first = conds[0]["lastTransitionTime"]
     conds[0]["lastTransitionTime"] = "2000-01-01T00:00:00Z"
-    same = set_condition(conds, "Ready", False, "StillPending", "still waiting")
+    same = set_condition(conds, "Ready", False, "StillPending", "still waiting", None, t1)
     assert same[0]["lastTransitionTime"] == "2000-01-01T00:00:00Z" and same[0]["reason"] == "StillPending"
-    flipped = set_condition(same, "Ready", True, "Running", "running")
-    assert flipped[0]["status"] == "True" and flipped[0]["lastTransitionTime"] != "2000-01-01T00:00:00Z"
-    assert first and len(set_condition(flipped, "Validated", True, "ok", "ok")) == 2
+    flipped = set_condition(same, "Ready", True, "Running", "running", None, t1)
+    assert flipped[0]["status"] == "True" and flipped[0]["lastTransitionTime"] == "2026-01-01T00:05:00Z"
+    assert first == "2026-01-01T00:00:00Z" and len(set_condition(flipped, "Validated", True, "ok", "ok", None, t1)) == 2
 
 
 def test_progress_is_read_from_the_trainers_own_exposition():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import ssl
 import urllib.error
 import urllib.request
@@ -20,7 +21,8 @@ import pytest
 
 from conftest import base_spec, run_to_end
 from llmtrain import rendezvous_auth as ra
-from llmtrain.render import rendezvous_id
+from llmtrain.render import render_pytorchjob, rendezvous_id
+from llmtrain.validation import parse_spec
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +53,16 @@ def client(endpoint: str, creds: ra.Credentials, tmp) -> python_etcd.Client:
         ca_cert=str(d / ra.CA_KEY),
         read_timeout=10,
     )
+
+
+def rendered(backend: str, namespace: str, endpoint: str, creds_dir) -> tuple[str, str]:
+    """(rendezvous id, --rdzv-conf) of a job's attempt in `namespace` as the operator renders them
+    for its etcd, with the credentials' directory moved from the pod's mount to `creds_dir`."""
+    spec = parse_spec(base_spec(**{"rendezvous.backend": backend}))
+    ptj = render_pytorchjob(spec, "llama", namespace, 1, uuid.uuid4().hex, endpoint, rendezvous_credentials=True)
+    args = ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["args"]
+    [conf] = [a.split("=", 1)[1] for a in args if a.startswith("--rdzv-conf=")]
+    return ptj["spec"]["elasticPolicy"]["rdzvId"], conf.replace(ra.MOUNT_PATH, str(creds_dir))
 
 
 def refused(fn) -> bool:
@@ -105,6 +117,46 @@ def test_another_namespace_cannot_read_or_write_a_jobs_rendezvous(secured_etcd, 
         )
 
 
+def test_a_ttl_on_a_shared_legacy_directory_leaves_the_other_namespaces_rendezvous_in_place(secured_etcd, tmp_path):
+    """Issue 33: etcd v2 checks the exact key for a TTL update of a directory, and every identity
+    could write `/torchelastic/p2p`, so team-b's one `PUT ?ttl=1&dir=true&prevExist=true` there
+    expired the legacy-backend rendezvous of every namespace. torch's legacy backend, set up as the
+    operator renders team-a's job, creates its keys; team-b then tries that on every directory
+    above them, and they stay as they were."""
+    from torch.distributed.elastic.rendezvous import RendezvousParameters, etcd_rendezvous
+    from torch.distributed.elastic.rendezvous.utils import _parse_rendezvous_config
+
+    endpoint, ca, admin = secured_etcd
+    creds = ca.issue(ra.user_name("team-a")).write(tmp_path / "team-a")
+    rid, conf = rendered("etcd", "team-a", endpoint, creds)
+    params = RendezvousParameters("etcd", endpoint, rid, 1, 1, **_parse_rendezvous_config(conf))
+    # as torchrun does: the prefix directory, the run's directory (with its TTL), its counter
+    handler = etcd_rendezvous.create_rdzv_handler(params)
+    run_dir = handler._rdzv_impl.get_path("").rstrip("/")
+    a = client(endpoint, ca.issue(ra.user_name("team-a")), tmp_path)
+    before = {n.key: n.value for n in a.read(run_dir, recursive=True).leaves}
+    assert f"{run_dir}/rdzv/version_counter" in before
+
+    b = client(endpoint, ca.issue(ra.user_name("team-b")), tmp_path)
+    parts = run_dir.strip("/").split("/")
+    above = ["/" + "/".join(parts[:i]) for i in range(1, len(parts))]  # /torchelastic ... run_dir's parent
+    assert ra.LEGACY_DIR in above
+    for d in above:
+        for path in (d, d + "/"):
+            assert refused(lambda p=path: b.write(p, None, dir=True, prevExist=True, ttl=1)), (
+                f"team-b set a TTL on {path}"
+            )
+            assert refused(lambda p=path: b.refresh(p, ttl=1)), f"team-b refreshed {path} with a TTL"
+
+    # No directory above team-a's run expires, and team-a's keys are all there.
+    for d in above:
+        _, node = admin._call("GET", f"/v2/keys{d}")
+        assert "ttl" not in node["node"] and "expiration" not in node["node"], f"{d} expires: {node}"
+    assert {n.key: n.value for n in a.read(run_dir, recursive=True).leaves} == before
+    assert not handler.is_closed()
+    del handler  # stops its lease renewal
+
+
 def _ctx(creds: ra.Credentials, tmp) -> ssl.SSLContext:
     d = creds.write(tmp / uuid.uuid4().hex[:8])
     ctx = ssl.create_default_context(cafile=str(d / ra.CA_KEY))
@@ -140,17 +192,17 @@ def test_the_v3_api_and_plain_clients_are_shut_too(secured_etcd, tmp_path):
         urllib.request.urlopen(f"https://{endpoint}/v2/keys/", timeout=10, context=fctx).read()
 
 
-def test_a_job_trains_end_to_end_with_its_own_credentials(secured_etcd, corpus, launch, tmp_path):
-    """Two torchrun "nodes" of team-a meet through the secured etcd (etcd-v2 backend, the default),
-    with the rdzv-conf the operator renders, and train; team-b's identity is then refused on the
-    keys they used."""
-    endpoint, ca, _ = secured_etcd
+@pytest.mark.parametrize("backend", ["etcd-v2", "etcd"])
+def test_a_job_trains_end_to_end_with_its_own_credentials(backend, secured_etcd, corpus, launch, tmp_path):
+    """Two torchrun "nodes" of team-a meet through the secured etcd, with the rendezvous id and
+    rdzv-conf the operator renders, and train; their keys are where docs/concepts/rendezvous.md
+    says, and team-b's identity is refused on them."""
+    endpoint, ca, admin = secured_etcd
     creds = ca.issue(ra.user_name("team-a")).write(tmp_path / "team-a")
-    conf = ra.rdzv_conf("etcd-v2", str(creds))
-    rid = rendezvous_id("team-a", "train", uuid.uuid4().hex, 1)
-    spec = base_spec(**{"data.uri": corpus, "rendezvous.backend": "etcd-v2", "training.maxSteps": 2})
+    rid, conf = rendered(backend, "team-a", endpoint, creds)
+    spec = base_spec(**{"data.uri": corpus, "rendezvous.backend": backend, "training.maxSteps": 2})
     nodes = [
-        launch(spec, nproc=1, nnodes=2, rdzv=("etcd-v2", endpoint), rdzv_id=rid, rdzv_conf=conf, name=f"node{i}")
+        launch(spec, nproc=1, nnodes=2, rdzv=(backend, endpoint), rdzv_id=rid, rdzv_conf=conf, name=f"node{i}")
         for i in range(2)
     ]
     for n in nodes:
@@ -161,16 +213,81 @@ def test_a_job_trains_end_to_end_with_its_own_credentials(secured_etcd, corpus, 
 
     a = client(endpoint, ca.issue(ra.user_name("team-a")), tmp_path)
     b = client(endpoint, ca.issue(ra.user_name("team-b")), tmp_path)
-    assert a.read(ra.STATE_PREFIX + rid).value  # the state torch left behind: team-a's own
-    assert refused(lambda: b.read(ra.STATE_PREFIX + rid))
-    assert refused(lambda: b.write(ra.STATE_PREFIX + rid, "x"))
-    store_keys = [
-        n.key
-        for n in a.read(ra.STORE_DIR + "/", recursive=True).leaves
-        if base64.b64decode(n.key[len(ra.STORE_DIR) + 1 :]).startswith(f"torch.rendezvous.{rid}".encode())
-    ]
-    assert store_keys, "torch wrote its store keys under the job's prefix"
-    assert all(refused(lambda k=k: b.write(k, "10.6.6.6")) for k in store_keys)
+    if backend == "etcd-v2":
+        assert a.read(ra.STATE_PREFIX + rid).value  # the state torch left behind: team-a's own
+        keys = [ra.STATE_PREFIX + rid] + [
+            n.key
+            for n in a.read(ra.STORE_DIR + "/", recursive=True).leaves
+            if base64.b64decode(n.key[len(ra.STORE_DIR) + 1 :]).startswith(f"torch.rendezvous.{rid}".encode())
+        ]
+        assert len(keys) > 1, "torch wrote its store keys under the job's prefix"
+    else:
+        # team-a's own directory under the shared one; nothing at torch's default place
+        run_dir = f"{ra.LEGACY_DIR}/team-a./run_{rid}"
+        keys = [n.key for n in a.read(run_dir, recursive=True).leaves]
+        assert f"{run_dir}/rdzv/active_version" in keys
+        status, _ = admin._call("GET", f"/v2/keys{ra.LEGACY_DIR}/run_{rid}", ok=(200, 404))
+        assert status == 404
+    # the store is read as a directory by everyone (rendezvous_auth.py); the rest is team-a's only
+    private = [k for k in keys if not k.startswith(ra.STORE_DIR + "/")]
+    assert private and all(refused(lambda k=k: b.read(k)) for k in private)
+    assert all(refused(lambda k=k: b.write(k, "10.6.6.6")) for k in keys)
+
+
+def test_an_attempt_started_before_the_upgrade_keeps_its_legacy_rendezvous(tmp_path, caplog):
+    """The release before issue 33 granted every namespace `/torchelastic/p2p` itself and rendered
+    no etcd_prefix, so a running attempt's agents use torch's default layout. The upgraded
+    operator (a new process: bootstrap on the running etcd) revokes the shared grants, makes the
+    shared directory permanent again where an identity had set a TTL on it, and the running
+    attempt still completes its next rendezvous round in its old place."""
+    from torch.distributed.elastic.rendezvous import RendezvousParameters, etcd_rendezvous
+
+    from secured_etcd import secured_etcd as start
+
+    ca = ra.CertificateAuthority.generate()
+    with start(tmp_path / "etcd", ca) as endpoint:
+        old = ra.EtcdAdmin(endpoint, ca)
+        old.bootstrap()
+        for ns in ("team-a", "team-b"):
+            old.ensure_namespace(ns)
+            name, p = ra.user_name(ns), ra.tenant_prefix(ns)
+            # the previous release's role: on the legacy backend's keys `/torchelastic/p2p/run_<p>*`
+            # (kept) and the shared directory itself, not a directory of the namespace's own
+            grant = {"read": [], "write": ["/torchelastic/p2p", "/torchelastic/p2p/"]}
+            revoke = {k: [f"/torchelastic/p2p/{p}*"] for k in ("read", "write")}
+            old._call("PUT", f"/v2/auth/roles/{name}", {"role": name, "revoke": {"kv": revoke}})
+            old._call("PUT", f"/v2/auth/roles/{name}", {"role": name, "grant": {"kv": grant}})
+        creds = ca.issue(ra.user_name("team-a")).write(tmp_path / "team-a")
+        rid = rendezvous_id("team-a", "llama", "0123456789", 1)
+        conf = {
+            "protocol": "https",
+            "cacert": creds / ra.CA_KEY,
+            "cert": creds / ra.CERT_KEY,
+            "key": creds / ra.KEY_KEY,
+        }
+        params = RendezvousParameters(
+            "etcd", endpoint, rid, 1, 1, local_addr="127.0.0.1", **{k: str(v) for k, v in conf.items()}
+        )
+        handler = etcd_rendezvous.create_rdzv_handler(params)  # torch creates /torchelastic/p2p/ itself
+        assert handler._rdzv_impl.get_path("") == f"/torchelastic/p2p/run_{rid}/"
+        b = client(endpoint, ca.issue(ra.user_name("team-b")), tmp_path)
+        b.write(ra.LEGACY_DIR, None, dir=True, prevExist=True, ttl=600)  # the hole, while it was open
+
+        with caplog.at_level(logging.WARNING, logger="llmtrain.operator"):
+            ra.EtcdAdmin(endpoint, ca).bootstrap()  # the upgraded operator starts
+        assert f"{ra.LEGACY_DIR} was to expire" in caplog.text  # what it corrected, and why
+
+        for ns in ("team-a", "team-b"):
+            _, role = old._call("GET", f"/v2/auth/roles/{ra.user_name(ns)}")
+            assert {k: sorted(v) for k, v in role["permissions"]["kv"].items()} == ra.permissions(ns)
+        _, node = old._call("GET", f"/v2/keys{ra.LEGACY_DIR}")
+        assert node["node"].get("dir") and "ttl" not in node["node"], node
+        assert refused(lambda: b.write(ra.LEGACY_DIR, None, dir=True, prevExist=True, ttl=1))
+        info = handler.next_rendezvous()  # the running attempt's next round, in the old place
+        assert (info.rank, info.world_size) == (0, 1)
+        a = client(endpoint, ca.issue(ra.user_name("team-a")), tmp_path)
+        assert a.read(f"/torchelastic/p2p/run_{rid}/rdzv/active_version").value
+        del handler
 
 
 def test_an_etcd_restarted_without_its_data_is_secured_again_before_the_next_attempt(tmp_path):
@@ -210,6 +327,9 @@ def test_an_etcd_restarted_without_its_data_is_secured_again_before_the_next_att
         assert refused(lambda: b.write(future, "a pickle"))
         users = admin._names("/v2/auth/users", "users", "user")
         assert "evil" not in users and ra.user_name("team-a") in users
+        for d in ra.SHARED_DIRS:  # root made the shared directories again, permanent
+            _, node = admin._call("GET", f"/v2/keys{d}")
+            assert node["node"].get("dir") and "expiration" not in node["node"], node
         # the password b set for root works no more
         basic = urllib.request.Request(
             f"https://{endpoint}/v2/keys/torch?recursive=true",

@@ -94,6 +94,14 @@ def test_local_sigterm_checkpoints_and_rerun_resumes(tmp_path, corpus):
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert f"resumed from checkpoint at step {stopped_at}" in rerun.stdout
     assert f"steps            {stopped_at} → {stopped_at + 2} of {stopped_at + 2}" in rerun.stdout
+    # the clean end leaves what a pod's termination message would say (llmtrain/final_summary.py),
+    # and the summary prints its MFU as the job's status shows it
+    from llmtrain.final_summary import parse_summary
+    from llmtrain.status import percent
+
+    final = parse_summary((tmp_path / "work" / "final-summary").read_text())
+    assert final is not None and final["llmtrain_trainer_step"] == stopped_at + 2
+    assert f"MFU (mean)       {percent(final['llmtrain_trainer_mfu'])}\n" in rerun.stdout, rerun.stdout
 
 
 def test_local_prints_the_workers_error(tmp_path):

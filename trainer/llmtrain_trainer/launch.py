@@ -38,6 +38,12 @@ SIGKILL first, one that torchrun's teardown stopped last), the other failed rank
 the end of the root cause's traceback, within Kubernetes' 4 KiB. Without it the kubelet keeps the
 log's last 2 KiB (`FallbackToLogsOnError`), which with 8 ranks per pod is torchrun's summary alone:
 bare "exitcode: 1" lines that say neither which exception nor whether the rank only lost a peer.
+
+Final summary: on a clean exit the termination message is the trainer's final figures instead
+(llmtrain/final_summary.py: step, loss, tokens/s, MFU and the attempt's goodput counters), which the
+pod's local rank 0 writes to a file of this wrapper's ($LLMTRAIN_FINAL_SUMMARY) as it exits 0. The
+operator writes them into status.progress when the job succeeds: its last scrape of /metrics is up to
+one progress interval old by then.
 """
 
 from __future__ import annotations
@@ -144,6 +150,9 @@ def preflight_args(args: list[str], report: str, extra: Sequence[str] = ()) -> l
     raise ValueError("no -m MODULE in the torchrun arguments")
 
 
+# Where the workers' local rank 0 writes the final summary (llmtrain/final_summary.py; train.py's
+# write_final_summary), a file of this wrapper's: on a clean exit it becomes the termination message.
+FINAL_SUMMARY_ENV = "LLMTRAIN_FINAL_SUMMARY"
 TERMINATION_MESSAGE_BYTES = 4096  # the kubelet reads at most this much of a termination message
 MAX_FAILURES_FILE_BYTES = 1 << 20  # of what llmtrain_trainer.torchrun wrote: a larger one is not parsed
 MAX_OTHERS = 15  # failed ranks listed after the root cause (8 GPUs per node: all of them)
@@ -254,6 +263,20 @@ def root_cause_message(failures_file: str, limit: int = TERMINATION_MESSAGE_BYTE
     return f"{head}\n{text}" if text else head
 
 
+def final_summary_message(path: str) -> str | None:
+    """The final summary the workers wrote at `path`, if it is one (llmtrain.final_summary's strict
+    `parse_summary`: a cut or foreign file is not passed on), else None."""
+    # Imported only here, on the way out of a clean run: the wrapper stays stdlib-only while training runs.
+    from llmtrain.final_summary import MAX_BYTES, parse_summary
+
+    try:
+        with open(path, "rb") as f:
+            text = f.read(MAX_BYTES + 1).decode()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text if parse_summary(text) is not None else None
+
+
 class Launcher:
     """torchrun as a child, with the signal handling described above, for one or more rounds."""
 
@@ -261,6 +284,7 @@ class Launcher:
         self.proc: subprocess.Popen | None = None
         self.signals = 0
         self.root_cause: str | None = None
+        self.final: str | None = None
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.on_signal)
 
@@ -281,13 +305,16 @@ class Launcher:
 
     def run(self, args: list[str], env: dict | None = None) -> int:
         """torchrun's exit code. After a failure with a recorded exception, `root_cause` is the
-        termination message that names it (`root_cause_message`), else None."""
-        self.root_cause = None
+        termination message that names it (`root_cause_message`), else None; after a clean exit,
+        `final` is the workers' final summary (`final_summary_message`), else None."""
+        self.root_cause = self.final = None
         with tempfile.TemporaryDirectory(prefix="llmtrain-torchrun-") as tmp:
-            failures = os.path.join(tmp, "failures.json")
-            rc = self._torchrun(args, {**torchrun_env(env), FAILURES_ENV: failures})
+            failures, summary = os.path.join(tmp, "failures.json"), os.path.join(tmp, "final-summary")
+            rc = self._torchrun(args, {**torchrun_env(env), FAILURES_ENV: failures, FINAL_SUMMARY_ENV: summary})
             if rc != 0:
                 self.root_cause = root_cause_message(failures)
+            elif os.path.exists(summary):
+                self.final = final_summary_message(summary)
         return rc
 
     def _torchrun(self, args: list[str], env: dict) -> int:
@@ -352,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
             return code
     code = launcher.run(args)
     launcher.report_root_cause()
+    if launcher.final:  # a clean exit: the final figures, for the operator (llmtrain/final_summary.py)
+        write_termination_message(launcher.final)
     return code
 
 

@@ -35,10 +35,11 @@ from .distributed.parallel import (
     init_distributed,
     parallelize,
 )
+from .launch import FINAL_SUMMARY_ENV
 from .metrics.losswatch import LossWatch
 from .metrics.prometheus import TrainerMetrics
 from .metrics.restarts import AttemptLedger
-from .metrics.throughput import step_throughput
+from .metrics.throughput import SteadyThroughput, Throughput, step_throughput
 from .models.init import init_weights
 from .models.llama import Llama, cross_entropy
 
@@ -88,6 +89,21 @@ class _Memory:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def write_final_summary(metrics: TrainerMetrics, steady: Throughput | None) -> None:
+    """The final summary (TrainerMetrics.final_summary) to $LLMTRAIN_FINAL_SUMMARY, which
+    llmtrain_trainer.launch makes the container's termination message on a clean exit. Local rank 0
+    of every pod writes it; unset (not under the launcher or `llmtrain local`), nothing is written."""
+    path = os.environ.get(FINAL_SUMMARY_ENV)
+    if not path:
+        return
+    text = metrics.final_summary(*((steady.tokens_per_second, steady.mfu) if steady is not None else ()))
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as err:  # the operator then keeps its last scrape: not worth failing the run
+        log.warning("final summary not written to %s: %s", path, err)
 
 
 def build_optimizer(model: torch.nn.Module, spec: LLMTrainingJobSpec) -> torch.optim.Optimizer:
@@ -274,6 +290,7 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
     r = spec.resilience
     watch = LossWatch(r.loss_spike_window, r.loss_spike_factor, r.loss_spike_min_steps)
     memory = _Memory(device)
+    steady = SteadyThroughput()
     reason = "finished"
     ledger.loop_started(time.time(), resumed_step)
     # the attempt's: the first process's loop start and resume step (this one's after an in-place restart)
@@ -335,6 +352,7 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
             dt_ = time.perf_counter() - t0
 
             tp = step_throughput(tokens_per_step, dt_, world, dims, seq_len, peak)
+            steady.add(tokens_per_step, dt_)
             now = time.time()
             metrics.step.set(step)
             metrics.loss.set(loss_v)
@@ -411,11 +429,23 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
     finally:
         loader.close()
         memory.close()
+    mean = steady.result(world, dims, seq_len, peak)
     if is_main:
-        emit({"event": "end", "reason": reason, "step": step, "last_checkpoint": ckpt.last_committed})
+        emit(
+            {
+                "event": "end",
+                "reason": reason,
+                "step": step,
+                "last_checkpoint": ckpt.last_committed,
+                # the steady means (SteadyThroughput), as the final summary reports them
+                **({"tokens_per_second": mean.tokens_per_second, "mfu": mean.mfu} if mean is not None else {}),
+            }
+        )
     ckpt.close()
     dist.destroy_process_group()
     if ckpt.enabled and ckpt.last_committed != step and not watch.streak:
         log.error("the checkpoint of the final step %d failed; the newest checkpoint is %s", step, ckpt.last_committed)
         return 1
+    if local_rank == 0:
+        write_final_summary(metrics, mean)
     return 0

@@ -15,7 +15,7 @@ docs/decisions/ for where new clusters should go.
 
 from __future__ import annotations
 
-from .base import MAX_ATTEMPT_DIGITS, ApiKind, Backend, ChildState
+from .base import MAX_ATTEMPT_DIGITS, NAME_RE, ApiKind, Backend, ChildState
 
 # Set by the training-operator on each worker pod; index 0 runs local rank 0 of the first node.
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
@@ -73,6 +73,15 @@ class PyTorchJobBackend(Backend):
 
     def max_job_name(self, nodes: int) -> int:
         return MAX_NAME_LENGTH
+
+    def name_problem(self, job: str, nodes: int) -> tuple[str, str] | None:
+        """In the words llmtrain has always used for a PyTorchJob's name."""
+        if len(job) <= MAX_NAME_LENGTH and NAME_RE.match(job):
+            return None
+        return (
+            f"{job!r} cannot name the worker Services (<name>-worker-<n> must be a DNS-1035 label)",
+            f"lower-case letters, digits and '-', starting with a letter, ≤ {MAX_NAME_LENGTH} characters",
+        )
 
     def state(self, obj: dict) -> ChildState:
         spec = obj.get("spec") or {}

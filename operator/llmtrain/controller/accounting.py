@@ -22,12 +22,14 @@ def job_created(o: Observed) -> float:
 
 def progress_of(o: Observed) -> dict:
     """status.progress with the monitor's latest scrape of the current attempt over it (decide may
-    judge a scrape, a hang say, before the monitor's write of it arrives)."""
+    judge a scrape, a hang say, before the monitor's write of it arrives), and the trainer's final
+    summary over that when the attempt succeeded (ending.py)."""
     p = dict(o.raw_status.get("progress") or {})
-    if o.progress is not None:
-        if p.get("attempt") != o.attempt:
-            p = {}
-        p.update(o.progress.as_status(), attempt=o.attempt)
+    for latest in (o.progress, o.final):
+        if latest is not None:
+            if p.get("attempt") != o.attempt:
+                p = {}
+            p.update(latest.as_status(), attempt=o.attempt)
     return p
 
 
@@ -37,12 +39,24 @@ def derived(o: Observed, g: dict, at: float | None = None) -> dict:
     return {**g, **gp.summary(t, o.now.timestamp() if at is None else at)}
 
 
+def _due(o: Observed, g: dict, cfg: OperatorConfig) -> bool:
+    last = parse_time(g.get("updateTime"))
+    return last is None or (o.now - last).total_seconds() >= cfg.goodput_interval
+
+
 def amend(o: Observed, plan: Plan, cfg: OperatorConfig) -> Plan:
+    """The plan with status.goodput's edits that its write implies (read from the plan's fields:
+    its status update, `ended`, `restart`, `outcome`), or, for a `periodic` plan, the figures
+    refreshed when they are due."""
     before = o.raw_status.get("goodput") or {}
     g = dict(before)
     now = o.now.timestamp()
     update = plan.status
     was = o.status.phase
+    if plan.periodic:
+        if was in ACTIVE and before.get("attempts") and _due(o, before, cfg):
+            return replace(plan, status={**(update or {}), "goodput": derived(o, g)})
+        return plan
     if update is not None:
         if not g.get("attempts") and was in ACTIVE:  # a job from before goodput: from its current attempt on
             since = parse_time(o.status.attempt_creation_time)
@@ -63,9 +77,4 @@ def amend(o: Observed, plan: Plan, cfg: OperatorConfig) -> Plan:
             g = gp.admitted(g, int(attempt), now)
         if g != before:
             return replace(plan, status={**update, "goodput": derived(o, g)})
-        return plan
-    if plan.situation == "steady" and was in ACTIVE and before.get("attempts"):
-        last = parse_time(before.get("updateTime"))
-        if last is None or (o.now - last).total_seconds() >= cfg.goodput_interval:
-            return replace(plan, status={"goodput": derived(o, g)})
     return plan

@@ -120,11 +120,3 @@ def refreshed(o: Observed) -> dict | None:
     node = cadence.node_mtbf(spec.cluster.instance_type, 0, failures if isinstance(failures, int) else 0, hours)
     what = f"blocking (measured, {n} save{'s' if n != 1 else ''})" if n else "blocking (estimated)"
     return _auto(o, o.attempt, blocking, n, what, node, mtbf, interval)
-
-
-def amend(o: Observed, status: dict | None) -> dict | None:
-    """The steady plan's status write with status.checkpoint refreshed (None: nothing to write)."""
-    new = refreshed(o)
-    if new is None:
-        return status
-    return {**(status or {}), "checkpoint": new}

@@ -1,17 +1,25 @@
 """decide(observed, config) -> Plan: the job's state machine, as one pure function.
 
-No I/O, no clock (the snapshot's `now`), no globals, no kopf or kubernetes: the only code that sets
-status.phase, attempt, restarts, reason and the conditions. It is a table of situations, each a
+No I/O, no clock (the snapshot's `now`), no globals, no kopf or kubernetes: no module it reaches
+performs I/O (tests/operator_core/test_decide_purity.py). It is the only code that sets
+status.phase, attempt, restarts, reason and the conditions, and act.write_status the only code
+that writes them (tests/operator_core/test_status_writers.py). It is a table of situations, each a
 small function that returns a Plan when it applies (None otherwise), tried in order; the first one
 that applies decides. A new situation (a Kueue admission, a goodput fact) is a new function and
 a row in SITUATIONS, and the state diagram (docs/reference/state-machine.md) is generated from
-the rows' `Transition`s (scripts/gen-state-diagram.py).
+the rows' `Transition`s (scripts/gen-state-diagram.py). The plan is the row's: what follows it is
+read from its fields, never from its name (status.goodput, accounting.py: from the write and
+`ended`, `restart`, `outcome`, `periodic`).
 
 The situations live by lifecycle stage, each module in the table's order: situations_start.py
 (terminal, a new job, an edited spec, awaiting the watch), situations_attempt.py (suspend and
 resume, the restart backoff, a missing, deleting or failed child), situations_kueue.py
 (preempted, queued, admitted) and situations_running.py (following the child, pods that do
 not start, the health verdicts, steady); situation.py holds what they share.
+
+Every plan then gets its amendments, each in a module of its own: the end of a job (ending.py:
+the trainer's final progress, no ETA), goodput (accounting.py) and the checkpoint cadence
+(cadence.py).
 
 Invariants (tests/operator_core/test_decide_properties.py checks them over random histories):
   * status.attempt and status.restarts never go down; a restart raises attempt by one;
@@ -23,9 +31,7 @@ Invariants (tests/operator_core/test_decide_properties.py checks them over rando
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from . import accounting, cadence
+from . import accounting, ending
 from .config import OperatorConfig
 from .situation import Situation, Transition
 from .situations_attempt import attempt_failed, backoff, child_deleting, missing_child, suspend, suspended
@@ -69,10 +75,9 @@ def decide(o: Observed, cfg: OperatorConfig) -> Plan:
         if plan is not None:
             if plan.need is not None or plan.create is not None:
                 return plan
-            plan = accounting.amend(o, plan, cfg)
-            if plan.situation == "steady":  # intervalMinutes auto: the trainer's new choice, if any
-                status = cadence.amend(o, plan.status)
-                if status is not plan.status:
-                    plan = replace(plan, status=status)
-            return plan
+            plan = ending.amend(o, plan)  # a write that ends the job: final progress, no ETA
+            if plan.need is not None:
+                return plan
+            # status.goodput follows the row's write (its one writer: accounting.py), from plan fields
+            return accounting.amend(o, plan, cfg)
     raise AssertionError("steady always applies")

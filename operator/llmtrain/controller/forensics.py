@@ -19,7 +19,7 @@ from ..catalog import instance_type
 from ..render import flight_recorder_location
 from ..spec import LLMTrainingJobSpec
 from ..status import DUMPS, Phase, Reason
-from . import nodes, podfailure, preflight
+from . import badnodes, podfailure, preflight
 
 
 def flight_recorder_status(spec: LLMTrainingJobSpec | None, attempt: int, reason: Reason) -> dict | None:
@@ -84,7 +84,7 @@ def needs_ready_nodes(spec: LLMTrainingJobSpec | None, blamed, bad_nodes) -> boo
 
 def _avoid(update: dict, bad: list[dict], ready, spec: LLMTrainingJobSpec | None) -> list[str]:
     needed = spec.cluster.nodes if spec is not None else 0
-    avoid, why = nodes.plan_avoidance(bad, set(ready) if ready is not None else None, needed)
+    avoid, why = badnodes.plan_avoidance(bad, set(ready) if ready is not None else None, needed)
     update["avoidNodes"] = avoid
     if why:
         update["message"] += f"; {why}"
@@ -103,7 +103,7 @@ def amend_failed(
     when: str,
 ) -> list[str]:
     """Add the failure's forensics to the restart `update` (in place); returns the nodes avoided."""
-    bad = nodes.record(bad_nodes, list(failed.blamed), attempt, when)
+    bad = badnodes.record(bad_nodes, list(failed.blamed), attempt, when)
     if bad:
         update["badNodes"] = bad
     if failed.verdict is not None:

@@ -54,7 +54,7 @@ class Restart:
     def condition_reason(self) -> Reason:
         return self.reason
 
-    def amend(self, generation: int | None, update: dict, at: dt.datetime | None = None) -> dict:
+    def amend(self, generation: int | None, update: dict, at: dt.datetime) -> dict:
         """The verdict's condition (and rollback) in the restart's own conditional write."""
         update["conditions"] = set_condition(
             update.get("conditions") or [], HEALTHY, False, self.reason, self.message, generation, at

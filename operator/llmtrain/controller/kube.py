@@ -53,7 +53,7 @@ def _request(
     method: str,
     path: str,
     params: dict,
-    body: dict | None = None,
+    body: dict | list | None = None,
     content_type: str = "application/json",
     query: dict[str, str] | None = None,
 ) -> dict:
@@ -113,6 +113,33 @@ def patch_job_status(namespace: str, name: str, status: dict, resource_version: 
         body,
         "application/merge-patch+json",
     )
+
+
+def patch_running_progress(namespace: str, name: str, progress: dict) -> dict | None:
+    """Replace status.progress only while status.phase is Running, atomically: one JSON patch whose
+    `test` fails (422) otherwise, and None then (or when the job is gone). The monitor's write: a
+    scrape taken just before a job ended must not overwrite the final progress, or put back the
+    ETA, that decide's write ending the job left (controller/ending.py)."""
+    try:
+        return _request(
+            "PATCH",
+            _OBJECTS + "/{name}/status",
+            {"group": GROUP, "version": VERSION, "namespace": namespace, "plural": PLURAL, "name": name},
+            [
+                {"op": "test", "path": "/status/phase", "value": "Running"},
+                {"op": "add", "path": "/status/progress", "value": progress},
+            ],
+            "application/json-patch+json",
+        )
+    except ApiException as err:
+        if err.status == 422:  # most often the test (the job moved on); the server's words say which
+            logging.getLogger("llmtrain.operator").info(
+                "progress of %s/%s not written: %s", namespace, name, str(err.body or err.reason or "")[:300]
+            )
+            return None
+        if err.status == 404:
+            return None
+        raise
 
 
 def get_child(kind: ApiKind, namespace: str, name: str) -> dict | None:

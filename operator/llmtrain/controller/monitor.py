@@ -1,7 +1,8 @@
 """The monitor of Running attempts, on kopf's event loop: rank 0's /metrics → status.progress,
 and the scrape as a fact for decide's health rules (caches.ProgressFacts). It writes only
-status.progress and never restarts anything: the progress write's watch event brings the job to
-the reconciler, whose decide() judges hangs, NaN losses and spikes on the new facts.
+status.progress, and only while the job is Running (the write that ends a job leaves the final
+progress: ending.py), and never restarts anything: the progress write's watch event brings the
+job to the reconciler, whose decide() judges hangs, NaN losses and spikes on the new facts.
 
 Thousands of running jobs cost coroutines, not threads, and nothing here delays a new job's child:
 blocking API calls run on the monitor's own pool, never on the reconciler's workers.
@@ -23,9 +24,10 @@ from .. import backends
 from ..render import child_name
 from ..spec import TrainingSpec
 from . import owners, scrape
+from .clock import now
 from .observe import child_of, is_kind
 from .progress import GOODPUT_KEYS, eta
-from .status import now, timestamp
+from .status import timestamp
 
 if TYPE_CHECKING:
     from .operator import Operator
@@ -132,5 +134,6 @@ class Monitor:
         current.update(eta(current, previous, max_steps, at))
         current["updateTime"] = timestamp(at)
         self.op.progress.put(namespace, name, attempt, progress)
-        written = await self._in_pool(self.op.kube.patch_job_status, namespace, name, {"progress": current})
-        self.op.queue.add((namespace, name), written)  # decide judges the new facts
+        written = await self._in_pool(self.op.kube.patch_running_progress, namespace, name, current)
+        if written is not None:
+            self.op.queue.add((namespace, name), written)  # decide judges the new facts

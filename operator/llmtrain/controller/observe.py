@@ -3,25 +3,28 @@
 The job comes from the watch (or our last write's response, or a GET after a conflict); its backend
 is decided once (backends.choose: status.backend once written) and its spec resolved once per uid
 and generation; its children (of its backend's kind), pods and the monitor's latest scrape come
-from the watch-fed caches (caches.py). Four reads are made only when a situation asks for them
+from the watch-fed caches (caches.py). Five reads are made only when a situation asks for them
 (`Plan.need`, `more`): the failed attempt's pod failures (nodes.py: they may still be on their way
 through the pod watch), the Ready nodes of the instance type (for avoidNodes), the Kueue Workload
-of a suspended (queued or preempted) child (kueue.py) and, for a new attempt of a job with
-checkpoint.intervalMinutes auto, the instance type's node MTBF (reliability.py).
+of a suspended (queued or preempted) child (kueue.py), for a new attempt of a job with
+checkpoint.intervalMinutes auto, the instance type's node MTBF (reliability.py), and, for the
+write that marks a job Succeeded, the trainer's final summary its pods left (ending.py).
 """
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from .. import backends
 from ..catalog import instance_type
 from ..render import ATTEMPT_LABEL, child_name
 from ..status import TERMINAL, Phase, parse
-from . import kueue, owners, taints
+from . import ending, kueue, owners, taints
+from .clock import now
 from .decide import SPEC_HASH
 from .snapshot import Child, Observed
-from .status import now, parse_time, startup_problem
+from .status import parse_time, startup_problem
 
 if TYPE_CHECKING:
     from .operator import Operator
@@ -169,7 +172,36 @@ def more(op: Operator, o: Observed, need: str) -> Observed:
     if need == "workload":
         current = o.child(child_name(o.name, o.attempt))
         return o.with_(workload=kueue.read(o.namespace, current.uid if current is not None else ""), workload_read=True)
+    if need == "final":
+        return _final(op, o)
     if need == "node_mtbf":
         node = op.reliability.of(o.spec.cluster.instance_type) if o.spec is not None else None
         return o.with_(node_mtbf=node, node_mtbf_read=True)
     raise ValueError(f"unknown need {need!r}")
+
+
+# How long `_final` waits for an ended pod of the attempt to come through the pod watch: the
+# child's Succeeded condition and its pod's end arrive on two watches, in either order (its
+# controller writes the condition after it saw the pod end, usually well within this).
+FINAL_WAIT_SECONDS = 2.0
+ENDED_POD_PHASES = ("Succeeded", "Failed")
+
+
+def _final(op: Operator, o: Observed, timeout: float = FINAL_WAIT_SECONDS) -> Observed:
+    """The snapshot with the current attempt's final summary (`Plan.need` "final"), from its own
+    child's pods only (owners.py). Waits up to `timeout` while the pod watch has pods of the
+    attempt but none has ended yet; with no pods of the attempt known (deleted, or never seen by
+    this process) it does not wait."""
+    current = o.child(child_name(o.name, o.attempt))
+    backend = backends.BACKENDS.get(o.backend)
+    trusted = (
+        op.owners.of(backend, o.namespace, current)
+        if current is not None and current.owned and backend is not None
+        else frozenset()
+    )
+    deadline = time.monotonic() + timeout
+    while True:
+        pods = owners.trusted(op.pods.of(o.namespace, o.name, o.attempt), trusted)
+        if not pods or any(p.get("phase") in ENDED_POD_PHASES for p in pods) or time.monotonic() >= deadline:
+            return o.with_(final=ending.summary_of(pods), final_read=True)
+        time.sleep(0.05)

@@ -1,20 +1,24 @@
-"""The trainer's progress as the monitor reads it from rank 0's /metrics (scrape.py parses it):
-`Progress`, and the trainer's series it comes from. Apart from status.py, so that the scraper
-needs no more than this (status.py uses the scraper: no import cycle)."""
+"""The trainer's progress as the monitor reads it from rank 0's /metrics: `Progress`, the trainer's
+series it comes from, and `parse_progress`, which reads them from the body scrape.py fetched (the
+tenant's: bounded, see scrape.py). Pure: decide's rules read the same figures."""
 
 from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 from dataclasses import dataclass
 
+from ..status import percent
 
-def now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
+MAX_BODY_BYTES = 256 * 1024
+MAX_SERIES_LINES = 1024  # lines of llmtrain_trainer_* series looked at (the trainer's: ~70)
+_OURS = re.compile(rb"^llmtrain_trainer_[^\n]{0,4096}", re.MULTILINE)  # bounded: linear scan
 
 
-def timestamp(t: dt.datetime | None = None) -> str:
-    return (t or now()).strftime("%Y-%m-%dT%H:%M:%SZ")
+def timestamp(t: dt.datetime) -> str:
+    """A status time: RFC 3339, whole seconds (the clock is the caller's: clock.py, or a snapshot's `now`)."""
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def precise_timestamp(seconds: float) -> str:
@@ -70,35 +74,58 @@ class Progress:
     checkpoint_blocking_measured_saves: float | None = None
 
     def as_status(self) -> dict:
+        """The status.progress fields (the scrape is the tenant's: a number no field can hold, an
+        infinite step or a time past year 9999, is left out, not raised on)."""
         out: dict = {}
         for field, key in _HEALTH_STATUS.items():
             value = getattr(self, field)
-            if value is not None and math.isfinite(value):
-                out[key] = round(value, 4) if field in ("loss_median", "loss_spike_ratio") else int(value)
-        if self.step is not None:
-            out["step"] = int(self.step)
+            if field in ("loss_median", "loss_spike_ratio"):
+                if value is not None and math.isfinite(value):
+                    out[key] = round(value, 4)
+            elif _count(value) is not None:
+                out[key] = _count(value)
+        if _count(self.step) is not None:
+            out["step"] = _count(self.step)
         if self.loss is not None and math.isfinite(self.loss):  # JSON has no NaN: the API server refuses it
             out["loss"] = round(self.loss, 4)
-        if self.tokens_per_second is not None:
+        if self.tokens_per_second is not None and math.isfinite(self.tokens_per_second):
             out["tokensPerSecond"] = round(self.tokens_per_second, 1)
-        if self.mfu is not None:
+        if self.mfu is not None and math.isfinite(self.mfu):
             out["mfu"] = round(self.mfu, 4)
-        if self.last_checkpoint_step is not None:
-            out["lastCheckpointStep"] = int(self.last_checkpoint_step)
-        if self.last_checkpoint_time:
-            out["lastCheckpointTime"] = timestamp(dt.datetime.fromtimestamp(self.last_checkpoint_time, dt.UTC))
-        if self.heartbeat:
-            out["heartbeatTime"] = precise_timestamp(self.heartbeat)
-        if self.train_start and math.isfinite(self.train_start):
-            out["trainStartTime"] = precise_timestamp(self.train_start)
+            out["mfuPercent"] = percent(self.mfu)
+        if _count(self.last_checkpoint_step) is not None:
+            out["lastCheckpointStep"] = _count(self.last_checkpoint_step)
+        if (at := _unix(self.last_checkpoint_time)) is not None:
+            out["lastCheckpointTime"] = timestamp(dt.datetime.fromtimestamp(at, dt.UTC))
+        if (at := _unix(self.heartbeat)) is not None:
+            out["heartbeatTime"] = precise_timestamp(at)
+        if (at := _unix(self.train_start)) is not None:
+            out["trainStartTime"] = precise_timestamp(at)
         for field, key, digits in _GOODPUT_STATUS:
             value = getattr(self, field)
             attempt_field = _ATTEMPT_WIDE.get(field)
             if attempt_field is not None and getattr(self, attempt_field) is not None:
                 value = getattr(self, attempt_field)
-            if value is not None and math.isfinite(value) and value >= 0:
+            if value is not None and math.isfinite(value) and 0 <= value <= MAX_COUNT:
                 out[key] = int(value) if digits is None else round(value, digits)
         return out
+
+
+# The largest count status.progress takes (JSON numbers are exact up to 2**53), and the latest
+# time (RFC 3339 ends at year 9999).
+MAX_COUNT = 2**53
+MAX_UNIX_SECONDS = 253402300799
+
+
+def _count(value: float | None) -> int | None:
+    if value is None or not math.isfinite(value) or not -MAX_COUNT <= value <= MAX_COUNT:
+        return None
+    return int(value)
+
+
+def _unix(value: float | None) -> float | None:
+    """The value if it is a time the trainer could have written: after the epoch, before year 10000."""
+    return value if value is not None and math.isfinite(value) and 0 < value <= MAX_UNIX_SECONDS else None
 
 
 def eta(progress: dict, previous: dict, max_steps: int | None, at: dt.datetime) -> dict:
@@ -191,3 +218,35 @@ _PROGRESS_METRICS = {
     "llmtrain_trainer_checkpoint_blocking_estimate_seconds": "checkpoint_blocking_estimate_seconds",
     "llmtrain_trainer_checkpoint_blocking_measured_saves": "checkpoint_blocking_measured_saves",
 }
+
+
+def parse_progress(body: bytes | str) -> Progress:
+    """Our series of a Prometheus text exposition → Progress; everything else is skipped unread.
+    `name{labels} value [timestamp]`: the first sample of each of our names counts."""
+    if isinstance(body, str):
+        body = body.encode()
+    values: dict = {}
+    for n, m in enumerate(_OURS.finditer(body[:MAX_BODY_BYTES])):
+        if n >= MAX_SERIES_LINES or len(values) == len(_PROGRESS_METRICS):
+            break
+        line = m.group(0)
+        brace = line.find(b"{")
+        if brace >= 0:
+            end = line.rfind(b"}")
+            if end < brace:
+                continue
+            name, rest = line[:brace], line[end + 1 :]
+        else:
+            name, _, rest = line.partition(b" ")
+        field = _PROGRESS_METRICS.get(name.strip().decode("ascii", "replace"))
+        if field is None or field in values:
+            continue
+        parts = rest.split()
+        if not parts:
+            continue
+        try:
+            value = float(parts[0][:64])
+        except ValueError:
+            continue
+        values[field] = value
+    return Progress(**values)

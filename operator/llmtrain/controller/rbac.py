@@ -20,7 +20,8 @@ from ..spec import GROUP, PLURAL
 JOB_RULES: dict[tuple[str, str], frozenset[str]] = {
     # kopf watches the jobs (on.event); kube.get_job reads one fresh before acting on it.
     (GROUP, PLURAL): frozenset({"get", "list", "watch"}),
-    # kube.patch_job_status: the only write to a job (a merge patch of the status subresource).
+    # kube.patch_job_status (a merge patch) and kube.patch_running_progress (the monitor's JSON
+    # patch of status.progress): the only writes to a job, both of the status subresource.
     (GROUP, f"{PLURAL}/status"): frozenset({"patch"}),
     # caches.PodCache (watch.py) and nodes.py watch them (kopf on.event); nodes.PodFailures._listed
     # lists an attempt's pods.

@@ -18,18 +18,15 @@ The trainer's own exposition is a few KiB (tests/operator_core/test_hostile_tena
 from __future__ import annotations
 
 import logging
-import re
 
 import aiohttp
 
-from .progress import _PROGRESS_METRICS, Progress
+# the parse (pure: status.py's progress_from_metrics uses it) lives in progress.py; importable from here as before
+from .progress import MAX_BODY_BYTES, MAX_SERIES_LINES, Progress, parse_progress  # noqa: F401 - re-exported
 
 log = logging.getLogger("llmtrain.operator.scrape")
 
-MAX_BODY_BYTES = 256 * 1024
-MAX_SERIES_LINES = 1024  # lines of llmtrain_trainer_* series looked at (the trainer's: ~70)
 _CHUNK = 16 * 1024
-_OURS = re.compile(rb"^llmtrain_trainer_[^\n]{0,4096}", re.MULTILINE)  # bounded: linear scan
 
 
 class Refused(Exception):
@@ -67,38 +64,6 @@ def session(timeout: float) -> aiohttp.ClientSession:
         max_field_size=8190,
         max_headers=64,
     )
-
-
-def parse_progress(body: bytes | str) -> Progress:
-    """Our series of a Prometheus text exposition → Progress; everything else is skipped unread.
-    `name{labels} value [timestamp]`: the first sample of each of our names counts."""
-    if isinstance(body, str):
-        body = body.encode()
-    values: dict = {}
-    for n, m in enumerate(_OURS.finditer(body[:MAX_BODY_BYTES])):
-        if n >= MAX_SERIES_LINES or len(values) == len(_PROGRESS_METRICS):
-            break
-        line = m.group(0)
-        brace = line.find(b"{")
-        if brace >= 0:
-            end = line.rfind(b"}")
-            if end < brace:
-                continue
-            name, rest = line[:brace], line[end + 1 :]
-        else:
-            name, _, rest = line.partition(b" ")
-        field = _PROGRESS_METRICS.get(name.strip().decode("ascii", "replace"))
-        if field is None or field in values:
-            continue
-        parts = rest.split()
-        if not parts:
-            continue
-        try:
-            value = float(parts[0][:64])
-        except ValueError:
-            continue
-        values[field] = value
-    return Progress(**values)
 
 
 async def scrape(http: aiohttp.ClientSession, url: str) -> Progress | None:

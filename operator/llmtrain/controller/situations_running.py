@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 
 from ..status import Phase, Reason
-from . import health
+from . import cadence, health
 from .situation import ANY_ACTIVE, Transition, current_child, kind, situation
 from .situations_kueue import kueue_look_again
 from .snapshot import Event, Observed, Plan
@@ -161,14 +161,18 @@ def health_conditions(o: Observed, cfg) -> Plan | None:
 
 @situation()
 def steady(o: Observed, cfg) -> Plan:
-    """Nothing to change. On first sight (an operator restart) say once what was adopted."""
+    """Nothing to change but the figures that follow the trainer: with intervalMinutes auto, its
+    latest checkpoint interval (cadence.refreshed), and status.goodput's every goodput_interval
+    (`periodic`: accounting.py). On first sight (an operator restart) say once what was adopted."""
     phase = o.status.phase
     active = phase is not None and phase.active and current_child(o) is not None
     requeue = cfg.progress_interval if active else None
     sooner = kueue_look_again(o, cfg) if active else None
     if sooner is not None:
         requeue = min(cfg.progress_interval, sooner)
-    plan = Plan("steady", requeue=requeue, monitor=active and phase == Phase.RUNNING)
+    checkpoint = cadence.refreshed(o)
+    status = {"checkpoint": checkpoint} if checkpoint is not None else None
+    plan = Plan("steady", status=status, requeue=requeue, monitor=active and phase == Phase.RUNNING, periodic=True)
     if not o.first_sight:
         return plan
     exists = o.child(o.status.current_child) is not None
@@ -179,8 +183,10 @@ def steady(o: Observed, cfg) -> Plan:
     )
     return Plan(
         "steady",
+        status=plan.status,
         requeue=plan.requeue,
         monitor=plan.monitor,
         events=events,
         outcome="adopted" if exists else "unchanged",
+        periodic=True,
     )

@@ -79,6 +79,8 @@ class Observed:
     ready_nodes: frozenset[str] | None = None  # Ready nodes of the instance type (None: unknown)
     ready_nodes_read: bool = False
     progress: Progress | None = None  # the monitor's latest scrape of the current attempt
+    final: Progress | None = None  # the trainer's final summary from the attempt's pods (ending.py)
+    final_read: bool = False
     workload: Workload | None = None  # Kueue's Workload of the current child (None: none found)
     workload_read: bool = False
     node_mtbf: NodeMTBF | None = None  # one node's MTBF on the instance type (reliability.py)
@@ -119,7 +121,7 @@ class Plan:
     create: dict[str, Any] | None = None
     delete: tuple[str, ...] = ()
     events: tuple[Event, ...] = ()
-    need: Literal["failures", "ready_nodes", "workload", "node_mtbf"] | None = None
+    need: Literal["failures", "ready_nodes", "workload", "node_mtbf", "final"] | None = None
     requeue: float | None = None
     outcome: str | None = None  # llmtrain_operator_reconciles{outcome}
     restart: Reason | None = None  # llmtrain_operator_job_restarts{reason}
@@ -129,6 +131,7 @@ class Plan:
     preflight_busbw: float | None = None  # llmtrain_operator_preflight_bus_bandwidth_gbps
     monitor: bool = False  # scrape rank 0 (Running)
     waiting: bool = False  # for the watch: not yet a sight of the job
+    periodic: bool = False  # nothing changed (steady): the periodic refresh of status.goodput may write
 
     @property
     def writes(self) -> bool:

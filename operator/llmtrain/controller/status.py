@@ -8,9 +8,9 @@ from __future__ import annotations
 import datetime as dt
 
 from ..backends import BACKENDS
+from ..final_summary import from_pod as final_summary
 from ..status import Phase
-from .progress import _HEALTH_STATUS, _PROGRESS_METRICS, Progress, now, timestamp  # noqa: F401 — re-exported
-from .scrape import parse_progress
+from .progress import _HEALTH_STATUS, _PROGRESS_METRICS, Progress, parse_progress, timestamp  # noqa: F401 — re-exported
 
 # A child's state (llmtrain.backends.base.STATES, each backend's `state` maps its own to them) →
 # the job's phase while the attempt runs.
@@ -36,8 +36,8 @@ def set_condition(
     status: bool,
     reason: str,
     message: str,
-    generation: int | None = None,
-    at: dt.datetime | None = None,
+    generation: int | None,
+    at: dt.datetime,
 ) -> list[dict]:
     """Return a new list with condition `type_` set; lastTransitionTime moves only on a change (to
     `at`: decide passes its snapshot's time, so it reads no clock)."""
@@ -70,7 +70,7 @@ def set_condition(
 
 def progress_from_metrics(text: str | bytes) -> Progress:
     """Read the trainer's Prometheus exposition (one rank's endpoint) into a Progress: our own
-    series only, bounded (scrape.parse_progress: the body is the tenant's)."""
+    series only, bounded (progress.parse_progress: the body is the tenant's)."""
     return parse_progress(text)
 
 
@@ -104,7 +104,8 @@ def owner_uid(pod: dict) -> str | None:
 
 
 def pod_summary(pod: dict) -> dict:
-    """What the operator keeps of a worker pod: enough to find rank 0 and to say why it is stuck."""
+    """What the operator keeps of a worker pod: enough to find rank 0, to say why it is stuck and,
+    once it ended, what the trainer's final figures were."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     unschedulable = next(
         (
@@ -129,6 +130,7 @@ def pod_summary(pod: dict) -> dict:
         "phase": status.get("phase"),
         "unschedulable": unschedulable,
         "waiting": waiting,
+        "final": final_summary(pod),  # the trainer's final figures, once it exited 0 (ending.py)
     }
 
 

@@ -14,6 +14,8 @@ S3 upload). `--in-place-restarts N` overrides the spec (0: the first failure end
 The workers' structured stdout drives a progress bar (step, loss, tokens/s, ETA); everything else
 goes to `<workdir>/worker.log`. Ctrl-C sends SIGTERM to the workers, which finish the current step,
 write a checkpoint and exit 0; running the command again resumes from it. A second Ctrl-C kills.
+A run that ends cleanly leaves `<workdir>/final-summary`, what a pod's termination message says
+then (llmtrain/final_summary.py).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..config import dumps, load_job_file
-from ..launch import free_port, torchrun_command, torchrun_env
+from ..launch import FINAL_SUMMARY_ENV, free_port, torchrun_command, torchrun_env
 from ..metrics.restarts import clear_ledgers
 
 
@@ -138,6 +140,7 @@ class _Progress:
         self.checkpoints: list[dict] = []
         self.resumed_from = None
         self.errors: list[dict] = []
+        self.last_end: dict | None = None  # rank 0's `end` line
         self.in_place_restarts = 0  # worker processes torchrun restarted in place (the config events say)
 
     def line(self, text: str, log) -> None:
@@ -206,8 +209,13 @@ class _Progress:
             self.bar.close()
 
     def summary(self, wall: float, rc: int) -> str:
-        steady = self.tps[1:] or self.tps  # the first step includes warm-up
-        mfu = self.mfu[1:] or self.mfu
+        from llmtrain.status import percent  # as the job's status shows MFU
+
+        # The trainer's own means (its `end` line: the steps after the first, warm-up, by their
+        # time), as it leaves them in its final summary for the job's status; else the step lines'.
+        end = self.last_end or {}
+        steady = [end["tokens_per_second"]] if "tokens_per_second" in end else self.tps[1:] or self.tps
+        mfu = [end["mfu"]] if "mfu" in end else self.mfu[1:] or self.mfu
         last = self.last
         lines = [
             f"exit code        {rc}",
@@ -215,7 +223,7 @@ class _Progress:
             f"{last.get('step', '-')} of {self.max_steps}",
             f"final loss       {last.get('loss', '-')}",
             f"tokens/s (mean)  {sum(steady) / len(steady):,.0f}" if steady else "tokens/s         -",
-            f"MFU (mean)       {sum(mfu) / len(mfu):.2%}" if mfu else "MFU              -",
+            f"MFU (mean)       {percent(sum(mfu) / len(mfu))}" if mfu else "MFU              -",
             f"checkpoints      {len(self.checkpoints)}"
             + (f", last {self.checkpoints[-1]['uri']}" if self.checkpoints else ""),
             f"wall time        {wall:.1f} s",
@@ -286,6 +294,10 @@ def run_local(
     # --workdir would otherwise read as this attempt's (same job, attempt 0) and its resume as a
     # restart in place.
     clear_ledgers(env["LLMTRAIN_CHECKPOINT_STAGING"])
+    # what a pod's termination message would say on a clean exit (llmtrain_trainer.launch)
+    final = work / "final-summary"
+    final.unlink(missing_ok=True)
+    env[FINAL_SUMMARY_ENV] = str(final)
 
     with contextlib.ExitStack() as stack:
         backend = spec.rendezvous.backend

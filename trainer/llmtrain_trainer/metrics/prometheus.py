@@ -34,6 +34,7 @@ class TrainerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None, *, job: str, rank: int):
         self.registry = registry if registry is not None else CollectorRegistry()
         lv = (job, str(rank))
+        self._labels = dict(zip(LABELS, lv, strict=True))
         r = self.registry
 
         def gauge(name, doc):
@@ -195,6 +196,20 @@ class TrainerMetrics:
         self.inplace_restart_seconds.set(s.restart_seconds)
         self.inplace_redone_steps.set(s.redone_steps)
         self.inplace_redone_seconds.set(s.redone_seconds)
+
+    def final_summary(self, tokens_per_second: float | None = None, mfu: float | None = None) -> str:
+        """The final summary (llmtrain/final_summary.py): this rank's series as a scrape would read
+        them now, with tokens/s and MFU replaced by the steady means when given
+        (metrics/throughput.SteadyThroughput). llmtrain_trainer.launch makes it the termination
+        message of a pod that exits 0."""
+        from llmtrain.final_summary import SERIES, format_summary
+
+        values = {name: self.registry.get_sample_value(name, self._labels) for name in SERIES}
+        if tokens_per_second is not None:
+            values["llmtrain_trainer_tokens_per_second"] = tokens_per_second
+        if mfu is not None:
+            values["llmtrain_trainer_mfu"] = mfu
+        return format_summary(values)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> bool:
         """Start the /metrics HTTP server; a busy port is logged, never fatal to training."""

@@ -38,3 +38,31 @@ def _flops_per_token(dims: ModelDims, seq_len: int) -> int:
     # Called every step with the same (dims, seq_len): counting the parameters each time was the
     # largest single item of the trainer's per-step bookkeeping after the metrics.
     return flops.flops_per_token(dims, seq_len)
+
+
+class SteadyThroughput:
+    """The mean throughput of a worker process's steps after its first (the first includes the
+    warm-up: allocator growth, the data loader's start, lazy initialisation): their tokens over
+    their seconds, so each step weighs as long as it took. With one step only, that step's.
+    The trainer's final summary and its `end` line report it (`llmtrain local`'s summary prints
+    it), rather than the last step's alone."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self._first: tuple[int, float] = (0, 0.0)
+        self._tokens = 0
+        self._seconds = 0.0
+
+    def add(self, tokens: int, seconds: float) -> None:
+        self.steps += 1
+        if self.steps == 1:
+            self._first = (tokens, seconds)
+        else:
+            self._tokens += tokens
+            self._seconds += seconds
+
+    def result(self, devices: int, dims: ModelDims, seq_len: int, peak_flops_per_device: float) -> Throughput | None:
+        if not self.steps:
+            return None
+        tokens, seconds = (self._tokens, self._seconds) if self.steps > 1 else self._first
+        return step_throughput(tokens, seconds, devices, dims, seq_len, peak_flops_per_device)

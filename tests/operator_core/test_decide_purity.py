@@ -1,0 +1,135 @@
+"""decide() is pure by construction: no module it can reach performs I/O.
+
+"Performs I/O", checkably, for every module in the import closure of controller/decide.py (every
+import counts, inside functions too; only TYPE_CHECKING blocks are left out, they never run):
+  * it imports nothing that talks to the world: the Kubernetes client, kopf, an HTTP or socket
+    library, processes, the environment, the file system, threads or event loops, the clock and
+    sleep (`time`), logging; nor controller.kube, the operator's API calls;
+  * it calls no built-in that reads or writes (open, print, input) and reads no clock
+    (`.now()`, `.utcnow()`, `.today()`): decide's time is its snapshot's `now`.
+Reading the package's own data files (the catalog's YAML, the PyTorchJob template) is not I/O
+here: they ship with the code and do not change while it runs.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from .test_import_graph import PKG, _all_imports, _module
+
+DECIDE = "llmtrain.controller.decide"
+IO_MODULES = (
+    # the API server, and any network
+    "kubernetes",
+    "kopf",
+    "llmtrain.controller.kube",
+    "aiohttp",
+    "urllib",
+    "http",
+    "socket",
+    "ssl",
+    "requests",
+    "boto3",
+    "botocore",
+    # processes, the environment, files
+    "subprocess",
+    "multiprocessing",
+    "os",
+    "pathlib",
+    "importlib.resources",
+    "shutil",
+    "tempfile",
+    # threads, event loops, the clock
+    "threading",
+    "concurrent",
+    "asyncio",
+    "selectors",
+    "time",
+    "logging",
+)
+IO_CALLS = {"open", "print", "input"}
+FILE_METHODS = {"open", "read_text", "read_bytes", "write_text", "write_bytes", "mkdir", "unlink", "touch", "iterdir"}
+CLOCK_READS = {"now", "utcnow", "today"}
+# What a module may do of the above, and why it is no I/O for decide.
+PACKAGE_DATA = {
+    "llmtrain.catalog": {"importlib.resources", "read_text"},  # its own YAML (data/), read once (cached)
+}
+
+
+def _graph() -> dict[str, set[str]]:
+    return {_module(p): _all_imports(p) for p in PKG.rglob("*.py")}
+
+
+def closure(start: str, graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Every llmtrain module reachable from `start`, with one import chain that reaches it."""
+    chains = {start: [start]}
+    todo = [start]
+    while todo:
+        mod = todo.pop()
+        for nxt in sorted(graph.get(mod, ())):
+            if nxt in graph and nxt not in chains:
+                chains[nxt] = [*chains[mod], nxt]
+                todo.append(nxt)
+    return chains
+
+
+def _io_imports(imports: set[str]) -> list[tuple[str, str]]:
+    """(what, where) of each I/O module imported."""
+    return sorted((m, m) for m in imports if any(m == io or m.startswith(io + ".") for io in IO_MODULES))
+
+
+def _io_calls(source: str) -> list[tuple[str, str]]:
+    """(what, where) of each call that reads or writes, or reads the clock."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Name) and f.id in IO_CALLS:
+                found.append((f.id, f"{f.id}() at line {node.lineno}"))
+            elif isinstance(f, ast.Attribute) and f.attr in CLOCK_READS | FILE_METHODS:
+                found.append((f.attr, f"{ast.unparse(f)}() at line {node.lineno}"))
+    return found
+
+
+def violations(start: str) -> list[str]:
+    graph = _graph()
+    out = []
+    for mod, chain in sorted(closure(start, graph).items()):
+        path = PKG.parent / (mod.replace(".", "/") + ".py")
+        if not path.is_file():
+            path = PKG.parent / mod.replace(".", "/") / "__init__.py"
+        allowed = PACKAGE_DATA.get(mod, set())
+        found = [where for what, where in _io_imports(graph[mod]) + _io_calls(path.read_text()) if what not in allowed]
+        if found:
+            out.append(f"{' → '.join(chain)}: {', '.join(found)}")
+    return out
+
+
+def test_no_module_decide_reaches_performs_io():
+    bad = violations(DECIDE)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_check_sees_io_where_there_is_some():
+    """The same check on the reconciler (observe → decide → act) finds the API client, so an empty
+    answer for decide means something."""
+    bad = "\n".join(violations("llmtrain.controller.reconciler"))
+    assert "llmtrain.controller.kube: kubernetes" in bad, bad
+    assert [where for _, where in _io_calls("import datetime as dt\nprint(dt.datetime.now())")] == [
+        "print() at line 2",
+        "dt.datetime.now() at line 2",
+    ]
+
+
+def test_nothing_after_decide_tells_rows_apart_by_name():
+    """What follows decide's choice reads the plan's fields, never its situation's name: the
+    amendments that asked `plan.situation == "steady"` are the steady row's own now (its
+    checkpoint refresh) and its `periodic` field (goodput's refresh)."""
+    tests = [
+        f"{p.relative_to(PKG.parent)}:{node.lineno}: {ast.unparse(node)}"
+        for p in sorted(PKG.rglob("*.py"))
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.Compare)
+        and any(isinstance(x, ast.Attribute) and x.attr == "situation" for x in [node.left, *node.comparators])
+    ]
+    assert tests == []
