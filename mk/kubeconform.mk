@@ -5,4 +5,4 @@
 kubeconform:
 	@bash scripts/install-kubeconform.sh >/dev/null
 
-test test-fast: kubeconform
+test: kubeconform

@@ -9,15 +9,14 @@ DEV_CLUSTER_MODE ?= chain
 .PHONY: tools kueue peer-tools dev-cluster dev-cluster-down dev-cluster-status
 
 ## tools: build/install the pinned kube-apiserver, controller-manager, scheduler, kubectl, kwok,
-## training-operator, jobset-controller, etcd, helm, promtool (bootstraps the pinned Go when go is
-## missing or old)
+## training-operator, jobset-controller, kueue (one Go module, tools/k8s), etcd, helm, promtool
+## (bootstraps the pinned Go when go is missing or old)
 tools:
 	bash scripts/install-tools.sh
 
-## kueue: build the pinned Kueue controller (tools/kueue) into its own cache key, for
-## DEV_CLUSTER_FLAGS=--kueue and the Kueue chain tests (a cold build: ~15 min on 2 busy cores)
-kueue:
-	bash scripts/install-kueue.sh
+## kueue: Kueue is one of the tools (`make tools` builds it with the others, from one module); kept
+## as a name for DEV_CLUSTER_FLAGS=--kueue and the Kueue chain tests
+kueue: tools
 
 ## peer-tools: build Kubeflow Trainer v2's controller manager (pinned in tools/trainer; its own cache
 ## key) for bench/operator_scale.py --peer, on the chain's JobSet controller; not used by make test

@@ -49,6 +49,12 @@ def edges() -> list[tuple[str, str, list[str]]]:
     return [(frm, to, words) for (frm, to), words in labels.items()]
 
 
+def _state(name: str) -> str:
+    """A state as the table names it: mermaid's start state ``[*]`` is a new job (in a Markdown
+    table, ``[*] ... []*`` would render as emphasis)."""
+    return "new job" if name == "[*]" else name
+
+
 def page() -> str:
     from llmtrain.controller.decide import SITUATIONS
 
@@ -62,13 +68,16 @@ def page() -> str:
         "",
         "## The situations, in the order they are tried",
         "",
+        "A *new job* (no status yet) is the diagram's starting point.",
+        "",
         "| # | situation | what it does | transitions |",
         "|---|---|---|---|",
     ]
     for i, rule in enumerate(SITUATIONS, 1):
         doc = " ".join((rule.__doc__ or "").split()).replace("|", "\\|")
         moves = "; ".join(
-            f"{'/'.join(t.frm)} → {t.to if t.to != '=' else 'same'}" + (f" ({t.reason.value})" if t.reason else "")
+            f"{'/'.join(_state(s) for s in t.frm)} → {t.to if t.to != '=' else 'same'}"
+            + (f" ({t.reason.value})" if t.reason else "")
             for t in rule.transitions
         )
         lines.append(f"| {i} | `{rule.__name__}` | {doc or '—'} | {moves or 'none'} |")

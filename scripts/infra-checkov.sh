@@ -17,11 +17,19 @@ dest="$CACHE/checkov-$version"
 key=$( { "$PYTHON" -c 'import sys; print(sys.version)'; cat "$constraints"; } | sha256sum | cut -c1-16)
 
 if [ "$(cat "$dest/.complete" 2>/dev/null)" != "$key" ]; then
-  echo "infra-checkov: installing checkov $version into $dest (first time only)" >&2
-  rm -rf "$dest"
-  "$PYTHON" -m venv "$dest"
-  "$dest/bin/pip" install -q --disable-pip-version-check -r "$constraints" >&2
-  "$dest/bin/checkov" --version >/dev/null
-  echo "$key" > "$dest/.complete"
+  # make test's xdist workers ask at once: one installs, the others wait for it instead of
+  # deleting its half-built venv.
+  mkdir -p "$CACHE"
+  exec 9>"$dest.lock"
+  flock 9
+  if [ "$(cat "$dest/.complete" 2>/dev/null)" != "$key" ]; then
+    echo "infra-checkov: installing checkov $version into $dest (first time only)" >&2
+    rm -rf "$dest"
+    "$PYTHON" -m venv "$dest"
+    "$dest/bin/pip" install -q --disable-pip-version-check -r "$constraints" >&2
+    "$dest/bin/checkov" --version >/dev/null
+    echo "$key" > "$dest/.complete"
+  fi
+  exec 9>&-
 fi
 echo "$dest/bin/checkov"

@@ -3,7 +3,7 @@
 #   $LLMTRAIN_CACHE/kubeconform-<version>/bin/kubeconform      (built from its Go module)
 #   $LLMTRAIN_CACHE/kubeconform-<version>/crds/*.yaml          (Prometheus Operator CRDs, pinned)
 # kubeconform validates manifests offline against JSON schemas. The schemas come from the dev
-# cluster's own kube-apiserver (/openapi/v2 of Kubernetes v1.35 built from k8s.io/kubernetes, plus
+# cluster's own kube-apiserver (/openapi/v2 of Kubernetes v1.36 built from k8s.io/kubernetes, plus
 # the CRDs installed there: see tests/charts/kube_json_schemas.py), because the usual schema
 # repository is not reachable from our machines; the ServiceMonitor/PodMonitor/PrometheusRule
 # CRDs the chart uses are taken from the pinned prometheus-operator Go module for that.

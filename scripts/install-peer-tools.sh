@@ -9,8 +9,8 @@
 #     VERSIONS build-times.txt
 #   ${LLMTRAIN_CACHE}/peer-tools/current -> <key>
 #
-# The JobSet controller the Trainer renders into is the chain's own (make tools: tools/jobset); this
-# script checks that tools/jobset pins the version the Trainer's go.mod requires.
+# The JobSet controller the Trainer renders into is the chain's own (make tools: tools/k8s); this
+# script checks that tools/k8s pins the version the Trainer's go.mod requires.
 # <key> = first 16 hex digits of sha256 over tools/trainer/go.{mod,sum} (KEY_FILES);
 # llmtrain_devcluster.trainer_v2 computes the same key. Idempotent: with the cache present it only
 # prints the versions. Go: scripts/go-toolchain.sh, exactly as scripts/install-tools.sh.
@@ -18,7 +18,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TRAINER_MOD="$ROOT/tools/trainer"
-JOBSET_MOD="$ROOT/tools/jobset"
+JOBSET_MOD="$ROOT/tools/k8s"
 CACHE="${LLMTRAIN_CACHE:-$HOME/.cache/llmtrain}"
 # Keep in sync with llmtrain_devcluster/trainer_v2.py:_KEY_FILES (a test checks they agree).
 KEY_FILES=(trainer/go.mod trainer/go.sum)
@@ -56,12 +56,12 @@ mod_version() { sed -n "s|^[[:space:]]*\(require[[:space:]]*\)\{0,1\}$2 \(v[^[:s
 
 TRAINER_VERSION="$(mod_version "$TRAINER_MOD" github.com/kubeflow/trainer/v2)"
 JOBSET_VERSION="$(mod_version "$JOBSET_MOD" sigs.k8s.io/jobset)"
-[[ -n "$TRAINER_VERSION" && -n "$JOBSET_VERSION" ]] || die "cannot read the pinned versions from tools/{trainer,jobset}/go.mod"
+[[ -n "$TRAINER_VERSION" && -n "$JOBSET_VERSION" ]] || die "cannot read the pinned versions from tools/{trainer,k8s}/go.mod"
 
 # JobSet at the version the pinned Trainer's own go.mod requires: the pair Kubeflow released together.
 want_jobset="$(cd "$TRAINER_MOD" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly "$(go_bin)" list -m -f '{{.Version}}' sigs.k8s.io/jobset)"
 [[ "$want_jobset" == "$JOBSET_VERSION" ]] ||
-    die "tools/jobset pins sigs.k8s.io/jobset $JOBSET_VERSION but Trainer $TRAINER_VERSION requires $want_jobset"
+    die "tools/k8s pins sigs.k8s.io/jobset $JOBSET_VERSION but Trainer $TRAINER_VERSION requires $want_jobset"
 
 build() {  # name, module dir, package, built binary's name
     local name="$1" mod="$2" pkg="$3" built="$4"

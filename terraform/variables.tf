@@ -375,7 +375,7 @@ variable "install_training_operator" {
 variable "training_operator_version" {
   description = "Kubeflow training-operator release (git tag of its manifests)."
   type        = string
-  default     = "v1.9.3"
+  default     = "v1.9.4"
 
   validation {
     condition     = can(regex("^v1\\.[0-9]+\\.[0-9]+$", var.training_operator_version))

@@ -7,6 +7,9 @@ Binaries come from ``make tools``; without them the fixture errors (it never ski
 ``namespace`` (function): a fresh namespace (its ``default`` ServiceAccount already created),
 deleted afterwards.
 
+``kube_tools`` / ``own_clusters``: for a test that runs the tools or starts clusters itself. Each
+fixture here says what it needs (``@needs``), which marks the tests that use it (tests/plugins).
+
 llmtrain_devcluster is imported lazily so suites that need no cluster don't pay for it.
 """
 
@@ -17,14 +20,38 @@ import uuid
 
 import pytest
 
+# Markers from fixtures (cluster, tools), the order and grouping of xdist runs (make test), and
+# the time per suite at the end of every run.
+pytest_plugins = ["plugins.needs", "plugins.schedule", "plugins.suite_times"]
+pytest.register_assert_rewrite(*pytest_plugins)  # imported here before pytest loads them
+
+from plugins.needs import needs  # noqa: E402
+
 
 @pytest.fixture(scope="session")
+@needs("cluster")
 def dev_cluster(tmp_path_factory):
     from llmtrain_devcluster import DevCluster
 
     # A context manager: up() on entry (which stops what it started if it fails), down() on exit.
     with DevCluster(tmp_path_factory.mktemp("dev-cluster")) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+@needs("tools")
+def kube_tools():
+    """The directory of `make tools`' binaries, for a test that runs them itself."""
+    from llmtrain_devcluster.tools import tools_dir
+
+    return tools_dir()
+
+
+@pytest.fixture
+@needs("cluster")
+def own_clusters():
+    """For a test that starts and stops dev clusters itself (the CLI's `up` and `down`, a cluster
+    of another shape): it says so, and gets the `cluster` marker."""
 
 
 @pytest.fixture

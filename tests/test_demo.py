@@ -13,7 +13,7 @@ import pytest
 
 STATE = ".dev-cluster-demo-test"
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.trainer]
+pytestmark = [pytest.mark.slow, pytest.mark.trainer]
 
 
 def _columns(table: str, name: str) -> dict[str, str]:
@@ -26,7 +26,7 @@ def _columns(table: str, name: str) -> dict[str, str]:
     return {header[a:b].strip(): row[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)}
 
 
-def test_make_demo_runs_the_whole_path():
+def test_make_demo_runs_the_whole_path(own_clusters):
     env_args = [f"DEV_CLUSTER_STATE={STATE}"]
     try:
         run = subprocess.run(

@@ -51,7 +51,7 @@ from .process import (
     wait_ready,
     write_pids,
 )
-from .tools import find_tool, kwok_stages_dir
+from .tools import find_tool, kwok_stages_dir, refuse_in_unmarked_test
 
 # start_etcd, stop_process, KubectlError and project_crd_manifest live in their own modules now;
 # they stay importable from here.
@@ -180,6 +180,7 @@ class DevCluster:
         Idempotent for a cluster that is already running from this ``state_dir``.
         On failure everything started is stopped and DevClusterError carries the log tail.
         """
+        refuse_in_unmarked_test("cluster", "a dev cluster")
         if self.is_running():
             self.install_crds(default_crds(install_project_crd) + list(extra_crds))
             return self
@@ -369,7 +370,7 @@ class DevCluster:
             kueue_mod.argv_with_metrics_cert(
                 kdir,
                 [
-                    home / "bin" / "kueue",
+                    find_tool("kueue"),
                     f"--config={cfg}",
                     f"--kubeconfig={self.kubeconfig}",
                     # its on-demand visibility API server would need an APIService and more certs

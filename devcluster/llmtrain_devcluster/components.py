@@ -75,8 +75,8 @@ def apiserver_argv(apiserver: Path, *, etcd_url: str, port: int, pki: Path, verb
         f"--proxy-client-key-file={p / 'front-proxy-client.key'}",
         # No real nodes: don't try to publish 127.0.0.1 as the kubernetes service endpoint.
         "--endpoint-reconciler-type=none",
-        # 1.35 serves resourceVersion=0 watches (kwok's, client-go's) as WatchList streams,
-        # which etcd 3.4 cannot serve: they hang. Plain list+watch works everywhere.
+        # 1.36 (like 1.34 on) serves resourceVersion=0 watches (kwok's, client-go's) as WatchList
+        # streams, which etcd 3.4 cannot serve: they hang. Plain list+watch works everywhere.
         "--feature-gates=WatchList=false",
         # Otherwise every new Node gets node.kubernetes.io/not-ready:NoSchedule, which only
         # the node-lifecycle controller (off here: no kubelets) would remove.

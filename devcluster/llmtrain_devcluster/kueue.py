@@ -1,6 +1,6 @@
 """Real Kueue in the chain dev cluster (``DevCluster(chain=True, kueue=True)``, ``--kueue``).
 
-The pinned controller (``scripts/install-kueue.sh``: ``tools/kueue/go.mod``, its own cache key)
+The pinned controller (``make tools``: ``sigs.k8s.io/kueue`` in the tools module, ``tools/k8s``)
 runs on the host with the integrations of llmtrain's two backends, ``kubeflow.org/pytorchjob`` and
 ``jobset.x-k8s.io/jobset`` (:data:`CHAIN_FRAMEWORKS`), or with the release's own defaults
 (:func:`release_default_frameworks`: from v0.19 they leave ``kubeflow.org/pytorchjob`` out, so a
@@ -19,8 +19,6 @@ a namespace's jobs name in ``spec.cluster.queueName``.
 
 from __future__ import annotations
 
-import hashlib
-import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -29,7 +27,7 @@ from typing import Any
 import yaml
 
 from . import pki
-from .tools import ToolNotFoundError, cache_dir
+from .tools import ToolNotFoundError, refuse_in_unmarked_test, tools_dir
 
 __all__ = [
     "CHAIN_FRAMEWORKS",
@@ -47,8 +45,6 @@ __all__ = [
 NAMESPACE = "kueue-system"
 CLUSTER_QUEUE = "llmtrain"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-# Files of tools/kueue hashed into the cache key, in scripts/install-kueue.sh's order.
-KEY_FILES = ("go.mod", "go.sum")
 # The integrations the chain enables: the child kinds of llmtrain's two backends.
 CHAIN_FRAMEWORKS = ("kubeflow.org/pytorchjob", "jobset.x-k8s.io/jobset")
 # Kueue's own objects' webhook paths (always served).
@@ -62,20 +58,16 @@ _INTEGRATION_NAMESPACES = {
         {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", NAMESPACE]}
     ]
 }
-_HINT = "run `make kueue` (scripts/install-kueue.sh) first"
-
-
-def kueue_key(root: Path | None = None) -> str:
-    mod = root or Path(__file__).resolve().parents[2] / "tools" / "kueue"
-    return hashlib.sha256(b"".join((mod / f).read_bytes() for f in KEY_FILES)).hexdigest()[:16]
+_HINT = "run `make tools` (scripts/install-tools.sh) first"
 
 
 def kueue_dir() -> Path:
-    """``bin/kueue``, ``crds/``, ``webhook/`` and ``manager/`` of this checkout's pinned Kueue."""
-    d = Path(os.environ.get("LLMTRAIN_KUEUE_DIR") or cache_dir() / "kueue" / kueue_key())
-    need = ("bin/kueue", "VERSION", "manager/controller_manager_config.yaml")
-    if not all((d / f).is_file() for f in need):
-        raise ToolNotFoundError(f"Kueue for this checkout's pins is not installed at {d}; {_HINT}")
+    """``crds/``, ``webhook/`` and ``manager/`` of the pinned Kueue module (its binary is the tools'
+    ``bin/kueue``)."""
+    refuse_in_unmarked_test("tools", "Kueue (make tools)")
+    d = tools_dir() / "kueue"
+    if not (d / ".complete").is_file():
+        raise ToolNotFoundError(f"Kueue's manifests for this checkout's pins are not installed at {d}; {_HINT}")
     return d
 
 

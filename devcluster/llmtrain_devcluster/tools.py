@@ -3,15 +3,16 @@
 Layout (outside the repo, shared by every clone on the machine)::
 
     ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/<key>/bin/{kube-apiserver,kube-controller-manager,
-                      kube-scheduler,kubectl,kwok,training-operator,jobset-controller,etcd,helm,promtool}
+                      kube-scheduler,kubectl,kwok,training-operator,jobset-controller,kueue,etcd,helm,promtool}
     ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/<key>/crds/{kubeflow.org_pytorchjobs,jobset.x-k8s.io_jobsets}.yaml
     ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/<key>/jobset/webhook/{manifests.yaml,patches/*.yaml}
+    ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/<key>/kueue/{crds,webhook,manager}/...
     ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/<key>/kwok/stages/{node,pod}/...
     ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/current -> <key>
 
-``<key>`` is the first 16 hex digits of sha256 over the tools modules' pin files (``_KEY_FILES``,
-relative to ``tools/``), computed here exactly as the script computes it, so a checkout always
-finds the tools matching its pins.
+``<key>`` is the first 16 hex digits of sha256 over the tools module's pin files (``_KEY_FILES``,
+relative to ``tools/``: one module, ``tools/k8s``, pins every Go-built tool), computed here exactly
+as the script computes it, so a checkout always finds the tools matching its pins.
 ``LLMTRAIN_TOOLS_DIR`` (a ``<key>`` directory) overrides the lookup.
 """
 
@@ -24,11 +25,13 @@ from pathlib import Path
 __all__ = [
     "TOOLS",
     "ToolNotFoundError",
+    "UnmarkedTestError",
     "find_tool",
     "jobset_crd_path",
     "jobset_webhook_dir",
     "kwok_stages_dir",
     "pytorchjob_crd_path",
+    "refuse_in_unmarked_test",
     "tools_dir",
 ]
 
@@ -40,28 +43,37 @@ TOOLS = (
     "kwok",
     "training-operator",
     "jobset-controller",
+    "kueue",
     "etcd",
     "helm",
     "promtool",
 )
 
 # Same files, same order as KEY_FILES in scripts/install-tools.sh.
-_KEY_FILES = (
-    "k8s/pins.env",
-    "k8s/go.mod",
-    "k8s/go.sum",
-    "kwok/go.mod",
-    "kwok/go.sum",
-    "training-operator/go.mod",
-    "training-operator/go.sum",
-    "jobset/go.mod",
-    "jobset/go.sum",
-)
+_KEY_FILES = ("k8s/pins.env", "k8s/go.mod", "k8s/go.sum")
 _HINT = "run `make tools` (scripts/install-tools.sh) first"
 
 
 class ToolNotFoundError(FileNotFoundError):
     """A dev-cluster tool is not installed where ``make tools`` puts it."""
+
+
+class UnmarkedTestError(RuntimeError):
+    """A test uses a tool or a cluster without the marker that keeps it out of ``make test-fast``."""
+
+
+# Set by the tests' plugin (tests/plugins/needs.py) to the id of a running test that is not marked
+# ``tools`` / ``cluster``: such a test gets neither, wherever it asks (in-process or a subprocess).
+TEST_GUARD_ENV = {"tools": "LLMTRAIN_TEST_WITHOUT_TOOLS", "cluster": "LLMTRAIN_TEST_WITHOUT_CLUSTER"}
+
+
+def refuse_in_unmarked_test(kind: str, what: str) -> None:
+    test = os.environ.get(TEST_GUARD_ENV[kind])
+    if test:
+        raise UnmarkedTestError(
+            f"{test} uses {what} but is not marked `{kind}`: take it from a fixture marked "
+            f'@needs("{kind}") (tests/plugins/needs.py), so that `make test-fast` leaves the test out'
+        )
 
 
 def cache_dir() -> Path:
@@ -87,6 +99,7 @@ def tools_key(tools_root: Path | None = None) -> str | None:
 
 def tools_dir() -> Path:
     """The directory holding ``bin/`` and ``crds/`` for this checkout's pins."""
+    refuse_in_unmarked_test("tools", "the Kubernetes tools (make tools)")
     env = os.environ.get("LLMTRAIN_TOOLS_DIR")
     if env:
         d = Path(env)

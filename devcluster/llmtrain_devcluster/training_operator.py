@@ -1,6 +1,6 @@
 """The Kubeflow training-operator's certificate workaround.
 
-training-operator v1.9.3 has no switch for its webhook server or its cert rotator. Before it
+training-operator v1.9.x has no switch for its webhook server or its cert rotator. Before it
 starts, the dev cluster creates what they wait for: its namespace, the (empty) Secret the rotator
 fills, and serving-cert files for the webhook server, kept in the state dir (``TMPDIR`` points
 controller-runtime's default cert dir there). No ValidatingWebhookConfiguration is installed, so

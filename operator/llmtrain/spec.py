@@ -437,7 +437,8 @@ class ResilienceSpec(_Spec):
         ge=0,
         le=86400,
         description="wait before the first restart after a failure; doubles with "
-        "every restart spent, up to maxRestartBackoffSeconds (0: restart at once)",
+        "every restart spent, up to maxRestartBackoffSeconds; never less than the operator's "
+        "--min-restart-backoff-seconds (5 s by default), which is also what 0 gives",
     )
     max_restart_backoff_seconds: int = Field(300, ge=0, le=86400, description="cap of the restart backoff")
     # Health rules (operator/llmtrain/controller/health.py); each verdict is a status condition.

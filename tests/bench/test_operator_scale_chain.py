@@ -18,8 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-@pytest.mark.cluster
-def test_operator_scale_on_simulated_p5_nodes(tmp_path):
+def test_operator_scale_on_simulated_p5_nodes(own_clusters, tmp_path):
     baseline = tmp_path / "baseline"
     baseline.mkdir()
     archive = subprocess.run(

@@ -46,8 +46,7 @@ def test_the_trainjob_runtime_runs_the_pod_llmtrain_renders():
 
 @pytest.mark.peer
 @pytest.mark.slow
-@pytest.mark.cluster
-def test_peer_quick_smoke():
+def test_peer_quick_smoke(own_clusters):
     from llmtrain_devcluster.trainer_v2 import peer_tools_dir
 
     peer_tools_dir()  # built by `make test-peer`; missing is an error, never a skip

@@ -34,8 +34,7 @@ def test_recovery_bench_quick(tmp_path):
     assert result["ratio_recovery_to_cold_start"] > 0
 
 
-@pytest.mark.cluster
-def test_control_plane_recovery_quick(tmp_path):
+def test_control_plane_recovery_quick(own_clusters, tmp_path):
     """bench/recovery.py --control-plane --quick: on the real chain, a pod failed through kwok becomes
     a Failed PyTorchJob, the operator starts attempt 2, 3, 4 of the same job, and every part of the
     recovery was observed in order. (About 20 s: a chain cluster start plus three recoveries.)"""

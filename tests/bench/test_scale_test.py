@@ -134,7 +134,6 @@ EFFICIENCY = {1: 1.0, 2: 0.8}  # what the stand-in trainer reports per node coun
 
 
 @pytest.mark.slow
-@pytest.mark.cluster
 def test_cluster_mode_runs_each_node_count_through_the_operator(dev_cluster, namespace, tmp_path):
     """`llmtrain scale-test --kubeconfig` against the real kube-apiserver with the real operator: one
     job per node count, created, read from status.progress (which the operator scrapes from a rank-0

@@ -15,6 +15,7 @@ from kubernetes import client, watch
 from llmtrain_devcluster.chain import FAIL_EXIT_CODE_ANNOTATION, FAIL_POD_LABEL
 from llmtrain_devcluster.process import wait_until
 from operator_core.conftest import trainer_endpoint  # noqa: F401 - rank 0's metrics, for the chain's tests too
+from plugins.needs import needs
 
 PTJ = ("kubeflow.org", "v1", "pytorchjobs")
 
@@ -24,6 +25,7 @@ def wait_for(fn, timeout: float = 60, what: str = "condition"):
 
 
 @pytest.fixture(scope="session")
+@needs("cluster")
 def chain_cluster(tmp_path_factory):
     from llmtrain_devcluster import DevCluster
 

@@ -71,7 +71,7 @@ from operator_core.conftest import OperatorProcess
 
 from .conftest import wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS, EVERY = 80, 10

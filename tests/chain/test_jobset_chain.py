@@ -15,7 +15,7 @@ from llmtrain_devcluster.jobset import JOBSET, JOBSET_NAME_LABEL
 
 from .conftest import wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
 def _jobset(name: str, *, pod_labels: dict[str, str] | None = None, nodes: int = 2) -> dict:

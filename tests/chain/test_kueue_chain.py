@@ -23,16 +23,18 @@ from kubernetes import client
 from llmtrain.spec import GROUP, PLURAL, VERSION
 from llmtrain_devcluster.process import free_port
 from operator_core.conftest import OperatorProcess
+from plugins.needs import needs
 
 from .conftest import PTJ, wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 QUEUE = "team-a"
 
 
 @pytest.fixture(scope="module")
+@needs("cluster")
 def kueue_cluster(tmp_path_factory):
     from llmtrain_devcluster import DevCluster
 

@@ -12,13 +12,16 @@ import uuid
 import pytest
 from kubernetes import client
 
+from plugins.needs import needs
+
 from .conftest import PTJ, wait_for
 from .test_kueue_chain import QUEUE, _queued_jobset
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
+@needs("cluster")
 def default_kueue_cluster(tmp_path_factory):
     from llmtrain_devcluster import DevCluster
     from llmtrain_devcluster.kueue import release_default_frameworks

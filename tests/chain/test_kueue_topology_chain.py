@@ -12,15 +12,17 @@ from kubernetes import client
 from llmtrain_devcluster.chain import TOPOLOGY_LABELS
 from llmtrain_devcluster.process import free_port
 from operator_core.conftest import OperatorProcess
+from plugins.needs import needs
 
 from .conftest import wait_for
 from .test_kueue_chain import Jobs, p5_job, queue_ns  # noqa: F401 — the fixture, on this module's cluster
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 LAYER3 = TOPOLOGY_LABELS[2]
 
 
 @pytest.fixture(scope="module")
+@needs("cluster")
 def kueue_cluster(tmp_path_factory):
     from llmtrain_devcluster import DevCluster
 

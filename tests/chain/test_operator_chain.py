@@ -25,7 +25,7 @@ from operator_core.conftest import OperatorProcess
 
 from .conftest import PTJ, wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 IN_PLACE_RESTARTS = 4  # not maxRestarts' 2, nor the default: the pods must carry this one

@@ -35,7 +35,7 @@ from operator_core.conftest import OperatorProcess
 from . import faults
 from .conftest import wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 JOBS = 6
 SPARE_NODES = 2  # beyond one per pod: a restart finds room while the old pods finish

@@ -16,7 +16,7 @@ from llmtrain_devcluster.chain import DEFAULT_NODES
 
 from .conftest import PTJ, wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "llama2-7b-p5.yaml"

@@ -8,11 +8,13 @@ homes live in a temp dir, so nothing touches $HOME.
 from __future__ import annotations
 
 import pytest
-
 from chart_helpers import CHARTS, Helm
+
+from plugins.needs import needs
 
 
 @pytest.fixture(scope="session")
+@needs("tools")
 def helm(tmp_path_factory) -> Helm:
     from llmtrain_devcluster.tools import find_tool
 

@@ -3,7 +3,7 @@
 kubeconform reads one JSON schema per kind, named `<kind>-<group's first label>-<version>.json`
 (`deployment-apps-v1.json`, `pod-v1.json`, `llmtrainingjob-llmtrain-v1alpha1.json`), normally
 from the kubernetes-json-schema repository, which our machines cannot reach. The dev cluster's
-apiserver (Kubernetes 1.35, built from k8s.io/kubernetes) publishes the same definitions those files
+apiserver (Kubernetes 1.36, built from k8s.io/kubernetes) publishes the same definitions those files
 are generated from, plus the schemas of every CRD installed in it, so we convert them here the way
 openapi2jsonschema does:
 

@@ -15,12 +15,13 @@ import uuid
 
 import pytest
 import yaml
+
 from llmtrain.backends import BACKENDS
 from llmtrain.render import render_rendezvous_secret
 from llmtrain.rendezvous_auth import CertificateAuthority
 from llmtrain.validation import parse_spec
 
-pytestmark = [pytest.mark.infra, pytest.mark.cluster]
+pytestmark = [pytest.mark.infra]
 
 RELEASE = "llmtrain"
 TRAINING_OPERATOR = "system:serviceaccount:kubeflow:training-operator"  # the chart's default

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from chart_helpers import ROOT
+
 from llmtrain_devcluster.process import free_port, wait_until
 
-pytestmark = [pytest.mark.infra, pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.infra, pytest.mark.slow]
 
 EXAMPLE = ROOT / "examples" / "tiny-cpu.yaml"
 RELEASE = "llmtrain"
@@ -227,6 +227,7 @@ def test_operator_with_release_credentials_takes_a_job_through_its_lifecycle(ope
     Succeeded -> job deleted. Every call the operator makes on the way runs with the chart's RBAC
     only, and none is refused."""
     from kubernetes import client
+
     from llmtrain.render import ATTEMPT_LABEL, JOB_LABEL
     from llmtrain_devcluster.standins import pytorchjob_conditions
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from chart_helpers import CHARTS, ROOT
 
-from chart_helpers import CHARTS, ROOT, by_kind
+from plugins.needs import needs
 
 pytestmark = pytest.mark.infra
 
@@ -32,6 +33,7 @@ JOBS = {
 
 
 @pytest.fixture(scope="module")
+@needs("tools")
 def checkov() -> Path:
     r = subprocess.run(["bash", str(ROOT / "scripts" / "infra-checkov.sh")], cwd=ROOT, capture_output=True,
                        text=True, timeout=900)

@@ -12,7 +12,6 @@ import pytest
 ETCD_CHART = "llmtrain-operator/charts/llmtrain-etcd"
 
 
-@pytest.mark.cluster
 def test_turning_persistence_on_is_an_ordinary_upgrade(helm, dev_cluster):
     ns = f"etcd-upg-{uuid.uuid4().hex[:6]}"
     chart = helm.charts / ETCD_CHART

@@ -1,8 +1,8 @@
 """kubeconform (built from its Go module by scripts/install-kubeconform.sh) validates, in strict mode,
 every manifest the chart renders under several value sets, the chart's CRDs, and the PyTorchJob
-`llmtrain render` makes for every example, against Kubernetes 1.35's schemas and the CRDs' own.
+`llmtrain render` makes for every example, against Kubernetes 1.36's schemas and the CRDs' own.
 
-Where the schemas come from (kube_json_schemas.py): the dev cluster's kube-apiserver v1.35.4
+Where the schemas come from (kube_json_schemas.py): the dev cluster's kube-apiserver v1.36.3
 publishes its /openapi/v2, which holds every built-in kind and every installed CRD (the chart's
 crds/: LLMTrainingJob; Kubeflow's PyTorchJob; and the Prometheus Operator CRDs the
 script takes from the pinned prometheus-operator Go module). No kind is skipped: a manifest whose
@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from chart_helpers import CHARTS, ROOT
 from kube_json_schemas import generate
 
-pytestmark = [pytest.mark.infra, pytest.mark.cluster, pytest.mark.slow]
+from plugins.needs import needs
+
+pytestmark = [pytest.mark.infra, pytest.mark.slow]
 
 CHART_CI = CHARTS / "llmtrain-operator" / "ci"
 VALUE_SETS = {
@@ -35,6 +36,7 @@ VALUE_SETS = {
 
 
 @pytest.fixture(scope="module")
+@needs("tools")
 def kubeconform() -> tuple[Path, Path]:
     r = subprocess.run(["bash", str(ROOT / "scripts" / "install-kubeconform.sh")], capture_output=True, text=True,
                        timeout=900)
@@ -52,7 +54,7 @@ def schemas(kubeconform, dev_cluster, tmp_path_factory) -> Path:
     dev_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                         *[f"crd/{yaml.safe_load(c.read_text())['metadata']['name']}" for c in crds])
     openapi = json.loads(dev_cluster.kubectl("get", "--raw", "/openapi/v2", timeout=120).stdout)
-    out = tmp_path_factory.mktemp("k8s-1.35-json-schemas")
+    out = tmp_path_factory.mktemp("k8s-1.36-json-schemas")
     written = generate(openapi, out)
     assert "deployment-apps-v1.json" in written and "llmtrainingjob-llmtrain-v1alpha1.json" in written
     assert "servicemonitor-monitoring-v1.json" in written and "pytorchjob-kubeflow-v1.json" in written

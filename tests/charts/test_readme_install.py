@@ -21,10 +21,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from chart_helpers import ROOT
 
-pytestmark = [pytest.mark.infra, pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.infra, pytest.mark.slow]
 
 README = ROOT / "README.md"
 INSTALL_PAGE = ROOT / "docs" / "getting-started" / "install-eks.md"

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from plugins.needs import needs
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -29,5 +31,6 @@ def find_promtool() -> Path:
 
 
 @pytest.fixture(scope="session")
+@needs("tools")
 def promtool() -> Path:
     return find_promtool()

@@ -25,7 +25,7 @@ def test_nodes_option_names_what_would_be_accepted(bad):
     assert bad.split(",")[0] in msg and "INSTANCE_TYPE=COUNT" in msg and "p5.48xlarge" in msg
 
 
-def test_kwok_config_sets_every_worker_count_and_plays_the_modules_stages():
+def test_kwok_config_sets_every_worker_count_and_plays_the_modules_stages(kube_tools):
     docs = list(yaml.safe_load_all(kwok_config(kwok_stages_dir(), server_address="127.0.0.1:1")))
     opts = docs[0]["options"]
     # Read from a file, kwok applies no defaults to these: zero workers would play nothing.

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from kubernetes import client
 
 from llmtrain_devcluster import DevCluster
 
-pytestmark = pytest.mark.cluster
 
-
-def test_node_counts_and_training_operator_flags_reach_the_chain(tmp_path):
+def test_node_counts_and_training_operator_flags_reach_the_chain(own_clusters, tmp_path):
     with DevCluster(
         tmp_path / "chain",
         chain=True,

@@ -56,7 +56,7 @@ def _eventually(fn, *, timeout: float = 60.0, what: str = "condition"):
 # --- tools ---------------------------------------------------------------------------------
 
 
-def test_all_pinned_tools_are_installed(monkeypatch):
+def test_all_pinned_tools_are_installed(kube_tools, monkeypatch):
     monkeypatch.delenv("LLMTRAIN_TOOLS_DIR", raising=False)
     # Python finds the very directory install-tools.sh filled for this checkout's pins.
     assert tools_dir().name == tools_key()
@@ -66,17 +66,19 @@ def test_all_pinned_tools_are_installed(monkeypatch):
 
 
 def test_find_tool_tells_the_user_to_run_make_tools(tmp_path, monkeypatch):
+    # No tool is used: the lookup goes to an empty directory on purpose (so no `tools` marker).
+    monkeypatch.delenv("LLMTRAIN_TEST_WITHOUT_TOOLS")
     monkeypatch.setenv("LLMTRAIN_TOOLS_DIR", str(tmp_path))
     with pytest.raises(ToolNotFoundError, match="make tools"):
         find_tool("kube-apiserver")
 
 
-def test_helm_is_v3():
+def test_helm_is_v3(kube_tools):
     out = subprocess.run([find_tool("helm"), "version", "--short"], capture_output=True, text=True, check=True)
     assert out.stdout.startswith("v3."), out.stdout
 
 
-def test_start_etcd_serves_the_v2_api_for_torch_rendezvous(tmp_path):
+def test_start_etcd_serves_the_v2_api_for_torch_rendezvous(kube_tools, tmp_path):
     proc, url = start_etcd(tmp_path / "etcd", enable_v2=True)
     try:
         assert url.startswith("http://127.0.0.1:")
@@ -95,7 +97,6 @@ def test_start_etcd_serves_the_v2_api_for_torch_rendezvous(tmp_path):
 # --- the running control plane ------------------------------------------------------------
 
 
-@pytest.mark.cluster
 def test_apiserver_serves_and_reports_its_version(dev_cluster):
     assert dev_cluster.server.startswith("https://127.0.0.1:")
     with dev_cluster.api_client() as api:
@@ -105,7 +106,6 @@ def test_apiserver_serves_and_reports_its_version(dev_cluster):
     assert json.loads(out)["serverVersion"]["gitVersion"] == _pinned_kubernetes_version()
 
 
-@pytest.mark.cluster
 def test_rbac_is_enforced_for_a_user_without_bindings(dev_cluster, namespace):
     kc = dev_cluster.make_user_kubeconfig("alice", groups=["llmtrain:testers"])
     with dev_cluster.api_client(kc) as api:
@@ -146,7 +146,6 @@ def test_rbac_is_enforced_for_a_user_without_bindings(dev_cluster, namespace):
         assert e.value.status == 403
 
 
-@pytest.mark.cluster
 def test_serviceaccount_token_kubeconfig_is_subject_to_rbac(dev_cluster, namespace):
     kc = dev_cluster.serviceaccount_kubeconfig(namespace, "worker", create=True)
     r = dev_cluster.kubectl("auth", "whoami", "-o", "jsonpath={.status.userInfo.username}", kubeconfig=kc)
@@ -169,7 +168,6 @@ def test_serviceaccount_token_kubeconfig_is_subject_to_rbac(dev_cluster, namespa
     )
 
 
-@pytest.mark.cluster
 def test_garbage_collector_deletes_dependents_of_a_deleted_owner(dev_cluster, namespace):
     with dev_cluster.api_client() as api:
         core = client.CoreV1Api(api)
@@ -235,7 +233,6 @@ def _pytorchjob(name: str, replicas) -> dict:
     }
 
 
-@pytest.mark.cluster
 def test_kubeflow_pytorchjob_crd_validates_server_side(dev_cluster, namespace):
     crd = json.loads(dev_cluster.kubectl("get", "crd", "pytorchjobs.kubeflow.org", "-o", "json").stdout)
     conds = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
@@ -274,7 +271,6 @@ def _jobset(name: str, replicas) -> dict:
     }
 
 
-@pytest.mark.cluster
 def test_jobset_crd_is_installed_in_a_light_cluster_and_validates_server_side(dev_cluster, namespace):
     """JobSet's own CRD is one of every dev cluster's, as the PyTorchJob CRD is (no controller
     in light mode: objects, RBAC and schema only)."""
@@ -297,13 +293,11 @@ def test_jobset_crd_is_installed_in_a_light_cluster_and_validates_server_side(de
     assert bad.returncode != 0 and "replicas" in bad.stderr and "integer" in bad.stderr, bad.stderr
 
 
-@pytest.mark.cluster
 def test_kubectl_error_carries_stderr(dev_cluster):
     with pytest.raises(KubectlError, match=r"NotFound|not found"):
         dev_cluster.kubectl("get", "namespace", "does-not-exist-here")
 
 
-@pytest.mark.cluster
 def test_helm_talks_to_the_cluster(dev_cluster):
     out = dev_cluster.helm("list", "--all-namespaces", "-o", "json").stdout
     assert json.loads(out) == []
@@ -327,9 +321,8 @@ def _processes_mentioning(text: str) -> list[int]:
     return pids
 
 
-@pytest.mark.cluster
 @pytest.mark.slow
-def test_cli_up_outlives_the_command_and_down_leaves_no_process(tmp_path):
+def test_cli_up_outlives_the_command_and_down_leaves_no_process(own_clusters, tmp_path):
     state = tmp_path / "cli-cluster"
     env = dict(os.environ)
     import llmtrain

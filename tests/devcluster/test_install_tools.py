@@ -27,7 +27,7 @@ def _scratch_cache(tmp_path: Path) -> Path:
     for name in TOOLS:
         if name not in SYSTEM_LINKED:
             (dest / "bin" / name).symlink_to(real / "bin" / name)
-    for sub in ("crds", "kwok", "jobset"):  # the modules' manifests the script copies
+    for sub in ("crds", "kwok", "jobset", "kueue"):  # the modules' manifests the script copies
         shutil.copytree(real / sub, dest / sub)
     return dest
 
@@ -59,7 +59,7 @@ def _assert_system_links(dest: Path, tmp_path: Path, when: str) -> None:
     assert out.returncode == 0 and "etcd Version" in out.stdout, f"{when}: {out.stderr}"
 
 
-def test_make_tools_twice_with_env_sh_sourced_keeps_the_system_links(tmp_path):
+def test_make_tools_twice_with_env_sh_sourced_keeps_the_system_links(kube_tools, tmp_path):
     dest = _scratch_cache(tmp_path)
     first = _install(tmp_path, source_env=False)
     assert first.returncode == 0, first.stderr
@@ -70,7 +70,7 @@ def test_make_tools_twice_with_env_sh_sourced_keeps_the_system_links(tmp_path):
         _assert_system_links(dest, tmp_path, f"after sourced run {i}")
 
 
-def test_a_cache_already_broken_by_the_old_script_is_repaired(tmp_path):
+def test_a_cache_already_broken_by_the_old_script_is_repaired(kube_tools, tmp_path):
     dest = _scratch_cache(tmp_path)
     for name in SYSTEM_LINKED:  # what the defect left behind: links to themselves
         (dest / "bin" / name).symlink_to(dest / "bin" / name)

@@ -1,34 +1,26 @@
-"""The --kueue mode's inputs that need no cluster: the cache key (its own, apart from the tools'),
-the Kueue objects generated from the instance catalog, and the webhook configurations."""
+"""The --kueue mode's inputs that need no cluster: the pin (in the one tools module), the Kueue
+objects generated from the instance catalog, the webhook configurations and the integrations."""
 
 from __future__ import annotations
 
 import base64
 import re
-import subprocess
 from pathlib import Path
 
 import yaml
 
 from llmtrain.catalog import instance_type
 from llmtrain_devcluster import kueue
-from llmtrain_devcluster.tools import _KEY_FILES
+from llmtrain_devcluster.tools import _KEY_FILES, tools_key
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_kueue_key_is_the_scripts_and_not_part_of_the_tools_key():
-    script = (ROOT / "scripts" / "install-kueue.sh").read_text()
-    out = subprocess.run(
-        ["bash", "-c", "cd tools/kueue && cat go.mod go.sum | sha256sum | cut -c1-16"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    assert kueue.kueue_key() == out and "cat go.mod go.sum" in script
-    assert not any(f.startswith("kueue/") for f in _KEY_FILES)  # bumping Kueue rebuilds Kueue only
-    assert re.search(r"^require sigs.k8s.io/kueue v0\.19\.2$", (ROOT / "tools/kueue/go.mod").read_text(), re.M)
+def test_kueue_is_pinned_in_the_one_tools_module_at_v0_19_2():
+    gomod = (ROOT / "tools" / "k8s" / "go.mod").read_text()
+    assert re.search(r"^\s*sigs.k8s.io/kueue v0\.19\.2$", gomod, re.M)
+    assert "k8s/go.mod" in _KEY_FILES  # bumping it makes a new tools key (unchanged packages stay cached)
+    assert kueue.kueue_dir().parent.name == tools_key()
 
 
 def test_a_flavor_per_instance_type_and_quota_for_exactly_the_nodes():

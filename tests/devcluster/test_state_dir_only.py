@@ -4,7 +4,7 @@ The chain cluster (all seven components, the training-operator's certificate wor
 runs in a child whose ``/tmp`` is a fresh, empty tmpfs in a private mount namespace; its state
 directory is ``/tmp/state``. Whatever else appears in that ``/tmp``, while the cluster is up or
 after it is down, was written outside the state directory by the dev cluster or a component.
-(training-operator v1.9.3 stats a hard-coded ``/tmp/k8s-webhook-server/serving-certs/tls.crt``;
+(training-operator v1.9.x stats a hard-coded ``/tmp/k8s-webhook-server/serving-certs/tls.crt``;
 the dev cluster used to write it there.)
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 _CHILD = r"""
 import json, os, sys
@@ -59,7 +59,7 @@ def _private_tmp_prefix() -> list[str] | None:
     return None
 
 
-def test_a_chain_cluster_writes_nothing_outside_its_state_dir():
+def test_a_chain_cluster_writes_nothing_outside_its_state_dir(own_clusters):
     prefix = _private_tmp_prefix()
     if prefix is None:
         pytest.skip("needs a private mount namespace (unshare --mount) to give the cluster an empty /tmp")

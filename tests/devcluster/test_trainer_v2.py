@@ -33,8 +33,9 @@ def test_peer_key_files_match_the_script_and_stay_out_of_the_tools_key():
     # Pinning or bumping Trainer/JobSet must not rebuild kube-apiserver & co. (the tools cache key).
     assert not set(_KEY_FILES) & set(tools._KEY_FILES)
     assert not any(f.startswith("trainer/") for f in tools._KEY_FILES)
-    # The JobSet controller is the chain's (make tools), so its pins are in the tools key.
-    assert {"jobset/go.mod", "jobset/go.sum"} <= set(tools._KEY_FILES)
+    # The JobSet controller is the chain's (make tools), pinned in the one tools module.
+    assert {"k8s/go.mod", "k8s/go.sum"} <= set(tools._KEY_FILES)
+    assert re.search(r"^\s*sigs.k8s.io/jobset v", (REPO / "tools" / "k8s" / "go.mod").read_text(), re.M)
 
 
 def test_json_patch_add_replace_remove():
@@ -93,9 +94,8 @@ def test_trainer_webhooks_point_at_loopback_with_the_ca_and_keep_the_release_pat
 
 
 @pytest.mark.peer
-@pytest.mark.cluster
 @pytest.mark.slow
-def test_cli_up_trainer_v2_admits_a_trainjob_through_its_webhooks_and_down_stops_it(tmp_path):
+def test_cli_up_trainer_v2_admits_a_trainjob_through_its_webhooks_and_down_stops_it(own_clusters, tmp_path):
     """``up --chain --trainer-v2``: the controllers outlive the command, the release's torch runtime
     is installed, a TrainJob gets its JobSet, Job and a pod on a kwok node and completes; ``down``
     leaves no process."""

@@ -4,14 +4,19 @@ search plugin (mkdocs.yml)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_mkdocs_build_strict(tmp_path):
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
     r = subprocess.run(
         [
             sys.executable,
@@ -22,7 +27,7 @@ def test_mkdocs_build_strict(tmp_path):
             "--config-file",
             str(ROOT / "mkdocs.yml"),
             "--site-dir",
-            str(tmp_path / "site"),
+            str(out),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -30,8 +35,33 @@ def test_mkdocs_build_strict(tmp_path):
         timeout=300,
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    assert (tmp_path / "site" / "index.html").is_file()
-    assert (tmp_path / "site" / "reference" / "api" / "index.html").is_file()
+    return out
+
+
+def test_mkdocs_build_strict(site):
+    assert (site / "index.html").is_file()
+    assert (site / "reference" / "api" / "index.html").is_file()
+
+
+def test_diagrams_render_without_internet_access(site):
+    """Every page with a mermaid diagram loads mermaid from the site itself, in a plain <script>
+    that runs before mkdocs-material's loader looks for it (which would otherwise fetch it from a
+    CDN: a reader without internet access saw the diagrams' source)."""
+    pages = [p for p in site.rglob("*.html") if 'class="mermaid"' in p.read_text()]
+    assert {p.relative_to(site).as_posix() for p in pages} >= {
+        "index.html",
+        "concepts/lifecycle/index.html",
+        "reference/state-machine/index.html",
+    }
+    for page in pages:
+        scripts = re.findall(r"<script\b[^>]*\bsrc=\"([^\"]+)\"[^>]*>", page.read_text())
+        assert not [s for s in scripts if "://" in s or s.startswith("//")], (page, scripts)
+        local = [s for s in scripts if s.endswith("/mermaid.tiny.js") or s == "assets/javascripts/mermaid.tiny.js"]
+        assert len(local) == 1, (page, scripts)
+        assert (page.parent / local[0]).resolve().is_file()
+    js = (site / "assets" / "javascripts" / "mermaid.tiny.js").read_text()
+    assert 'globalThis["mermaid"]' in js
+    assert "MIT" in (site / "assets" / "javascripts" / "mermaid.LICENSE").read_text()
 
 
 def test_docs_do_not_point_outside_the_repository():

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from infra_hcl import ROOT
 
+from plugins.needs import needs
+
 
 def _tool(script: str) -> Path:
     proc = subprocess.run(
@@ -29,11 +31,13 @@ def _tool(script: str) -> Path:
 
 
 @pytest.fixture(scope="session")
+@needs("tools")
 def terraform_bin() -> Path:
     return _tool("infra-terraform.sh")
 
 
 @pytest.fixture(scope="session")
+@needs("tools")
 def checkov_bin() -> Path:
     return _tool("infra-checkov.sh")
 

@@ -6,10 +6,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
-pytestmark = [pytest.mark.cluster]
-
 P5_FSX = {
     "model": {"preset": "llama2-7b"},
     "data": {"uri": "s3://b/tokens/", "seqLen": 4096},

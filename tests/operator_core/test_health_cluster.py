@@ -22,8 +22,6 @@ from llmtrain_devcluster.standins import running_at, worker0_pod
 from .conftest import OperatorProcess, wait_for
 from .test_operator_cluster import tiny
 
-pytestmark = [pytest.mark.cluster]
-
 
 @pytest.fixture(scope="module")
 def health_operator(dev_cluster, tmp_path_factory):

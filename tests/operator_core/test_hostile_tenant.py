@@ -169,7 +169,6 @@ def test_the_trainers_own_body_still_reads(monkeypatch):
     assert result is not None and (result.step, result.loss) == (7.0, 2.5)
 
 
-@pytest.mark.cluster
 def test_only_pods_of_the_attempts_own_pytorchjob_are_scraped(operator, trainer_endpoint, kube, namespace):
     """A pod the tenant made by hand with worker 0's labels (and a name that sorts first) is never
     scraped; the training-operator's pod of the attempt is. Before the fix the hand-made pod's
@@ -322,7 +321,6 @@ def _bound_pod(pod: dict, node: str) -> dict:
     return pod
 
 
-@pytest.mark.cluster
 def test_a_hand_made_worker_pod_feeds_no_forensics(operator, kube, namespace):
     """Only the attempt's PyTorchJob's pods are forensics' input: the hand-made one (worker 1's
     labels, an XID naming a node) gets no PodFailedOnNode event; the owned one does."""
@@ -373,7 +371,6 @@ def _rss_kib(pid: int) -> dict:
         return {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in f) if k in ("VmRSS", "VmHWM")}
 
 
-@pytest.mark.cluster
 @pytest.mark.slow
 def test_the_operator_under_a_tenants_attack_keeps_serving_another_namespace(
     dev_cluster, kube, namespace, other_namespace, tmp_path
@@ -515,7 +512,6 @@ def test_nodes(dev_cluster, monkeypatch):
                 core.delete_node(name)
 
 
-@pytest.mark.cluster
 def test_suspect_taints_are_capped_per_namespace_and_expire(test_nodes):
     import datetime as dt
 
@@ -578,7 +574,6 @@ def _over(field: str) -> dict:
     return spec
 
 
-@pytest.mark.cluster
 @pytest.mark.parametrize("field", ["env", "env value", "tolerations", "volumes", "data.uri", "checkpoint.uri"])
 def test_the_api_server_refuses_a_spec_over_its_bounds(field, kube, namespace):
     """The CRD's schema (generated from spec.py) bounds what a tenant makes the operator copy into
@@ -593,7 +588,6 @@ def test_the_api_server_refuses_a_spec_over_its_bounds(field, kube, namespace):
     assert "must have at most" in refused.value.body or "Too long" in refused.value.body, refused.value.body
 
 
-@pytest.mark.cluster
 def test_a_spec_at_its_bounds_is_accepted(kube, namespace):
     spec = tiny()
     spec["cluster"]["env"] = {f"V{i}": "x" * 2048 for i in range(64)}
@@ -712,7 +706,6 @@ def test_one_namespace_flooding_creates_does_not_starve_another():
     assert flood == [("flood", f"j{i}") for i in range(1001)]
 
 
-@pytest.mark.cluster
 def test_a_deleted_jobs_metric_series_go_with_it(operator, kube, namespace):
     kube.apply(namespace, kube.job_doc("gone", tiny()))
     kube.wait_ptj(namespace, "gone-a1")

@@ -11,12 +11,8 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
-
 from .conftest import wait_for
 from .test_operator_cluster import tiny
-
-pytestmark = [pytest.mark.cluster]
 
 QUEUE = "team-a"
 KUEUE_NODE_SELECTOR = {"node.kubernetes.io/instance-type": "cpu", "kueue-flavor": "on-demand"}

@@ -23,8 +23,6 @@ from llmtrain_devcluster.standins import running_at, worker0_pod
 from .conftest import wait_for
 from .invalid_cases import BASE, CASES, spec_with
 
-pytestmark = [pytest.mark.cluster]
-
 TINY = {
     "model": {"preset": "tiny"},
     "data": {"seqLen": 64},

@@ -14,8 +14,6 @@ from llmtrain.spec import GROUP, PLURAL, VERSION
 from .conftest import OperatorProcess, wait_for
 from .test_operator_cluster import tiny
 
-pytestmark = [pytest.mark.cluster]
-
 
 class AttemptRecorder:
     """Watches every LLMTrainingJob of a namespace and records each (attempt, restarts) the API

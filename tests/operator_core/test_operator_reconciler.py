@@ -17,8 +17,6 @@ from .conftest import wait_for
 from .test_operator_cluster import tiny
 from .test_operator_consistency import _create, own_operator  # noqa: F401 — fixture
 
-pytestmark = [pytest.mark.cluster]
-
 
 def _live(kube, namespace: str, name: str) -> list[str]:
     return sorted(

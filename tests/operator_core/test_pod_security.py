@@ -15,7 +15,7 @@ from llmtrain.catalog import instance_type
 from llmtrain.render import pss_level
 from llmtrain.validation import parse_spec
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 LEVELS = ("privileged", "baseline", "restricted")
 JOBS = {

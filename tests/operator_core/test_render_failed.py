@@ -6,13 +6,9 @@ operator (the module-scoped shared one) may act on the job meanwhile."""
 
 from __future__ import annotations
 
-import pytest
-
 from .conftest import wait_for
 from .test_operator_cluster import tiny
 from .test_operator_consistency import _create, own_operator  # noqa: F401 — fixture
-
-pytestmark = [pytest.mark.cluster]
 
 
 def test_a_job_the_renderer_cannot_handle_ends_failed_with_the_reason(own_operator, kube, namespace):  # noqa: F811

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import uuid
 
-import pytest
 import yaml
 
 from llmtrain.controller import retired
@@ -16,8 +15,6 @@ from llmtrain.spec import GROUP, PLURAL, VERSION
 from llmtrain_devcluster.process import free_port
 
 from .conftest import OperatorProcess, wait_for
-
-pytestmark = [pytest.mark.cluster]
 
 
 def _auto_job(name: str) -> dict:

@@ -18,8 +18,6 @@ from llmtrain.render import networkpolicy_name
 from .conftest import OperatorProcess, wait_for
 from .test_operator_cluster import tiny
 
-pytestmark = [pytest.mark.cluster]
-
 
 @pytest.fixture(scope="module")
 def tenancy(dev_cluster, trainer_endpoint, tmp_path_factory):

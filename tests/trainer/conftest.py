@@ -233,7 +233,8 @@ class Workers:
         self._stderr.close()
 
     def stderr(self) -> str:
-        self._stderr.flush()
+        if not self._stderr.closed:  # kill() closes it: a timed-out run's message still shows the tail
+            self._stderr.flush()
         return self.stderr_path.read_text()[-6000:]
 
     def of(self, kind: str) -> list[dict]:

@@ -96,6 +96,7 @@ def healthcheck(nproc: int, tmp_path, fault: str | None = None) -> tuple[int, di
     return proc.returncode, verdict
 
 
+@pytest.mark.slow  # a multi-process run: more than 5 s
 @pytest.mark.trainer
 def test_healthy_ranks_pass_with_a_measured_bus_bandwidth(tmp_path):
     rc, v = healthcheck(3, tmp_path)
@@ -104,6 +105,7 @@ def test_healthy_ranks_pass_with_a_measured_bus_bandwidth(tmp_path):
     assert all(gbps > 0 for gbps in v["linkGBps"].values())
 
 
+@pytest.mark.slow  # a multi-process run: more than 5 s
 @pytest.mark.trainer
 def test_a_slow_rank_is_named_and_the_run_exits_unhealthy(tmp_path):
     # Rank 1's transfers take 20x as long: both of its links are slow, its neighbours' other links not.
@@ -112,6 +114,7 @@ def test_a_slow_rank_is_named_and_the_run_exits_unhealthy(tmp_path):
     assert list(v["suspectRanks"]) == ["1"], v
 
 
+@pytest.mark.slow  # a multi-process run: more than 5 s
 @pytest.mark.trainer
 def test_a_failed_device_check_is_named(tmp_path):
     rc, v = healthcheck(2, tmp_path, fault="gpu=1")

@@ -225,7 +225,6 @@ def test_a_bad_record_fails_its_index_with_the_failure_policys_exit_code(capsys,
     assert rule["action"] == "FailIndex" and rule["onExitCodes"]["values"] == [EXIT_BAD_INPUT]
 
 
-@pytest.mark.cluster
 def test_the_rendered_job_runs_on_the_cluster_and_its_status_is_reported(capsys, dev_cluster, namespace, s3, tmp_path):
     """The Job controller makes one pod per index; the pods of indexes 0 and 1 finish (set here
     as a kubelet would, there are no nodes), and `--status` reports what the Job's status says."""

@@ -192,6 +192,7 @@ def test_the_v3_api_and_plain_clients_are_shut_too(secured_etcd, tmp_path):
         urllib.request.urlopen(f"https://{endpoint}/v2/keys/", timeout=10, context=fctx).read()
 
 
+@pytest.mark.slow  # a multi-process run: more than 5 s
 @pytest.mark.parametrize("backend", ["etcd-v2", "etcd"])
 def test_a_job_trains_end_to_end_with_its_own_credentials(backend, secured_etcd, corpus, launch, tmp_path):
     """Two torchrun "nodes" of team-a meet through the secured etcd, with the rendezvous id and

@@ -66,6 +66,7 @@ def _written(path, data: dict) -> str:
     return str(path)
 
 
+@pytest.mark.slow  # a multi-process run: more than 5 s
 @pytest.mark.trainer
 def test_a_rank_that_raises_is_named_in_torchrun_s_summary_and_the_termination_message(launch, tmp_path):
     """Fails without @record: torchrun's root cause is "error_file: <N/A>", the launcher has no
