@@ -90,11 +90,11 @@ variable "existing_gpu_subnet_id" {
 variable "kubernetes_version" {
   description = "EKS Kubernetes version, pinned: upgrade deliberately, one minor version at a time. The default is in EKS standard support (and is the version llmtrain's manifests are validated against); check `aws eks describe-cluster-versions` before you pin another."
   type        = string
-  default     = "1.35"
+  default     = "1.36"
 
   validation {
     condition     = can(regex("^1\\.(3[3-9]|[4-9][0-9])$", var.kubernetes_version))
-    error_message = "kubernetes_version must be an EKS minor version still in standard or extended support, such as 1.35 (1.33 or newer)."
+    error_message = "kubernetes_version must be an EKS minor version still in standard or extended support, such as 1.36 (1.33 or newer)."
   }
 }
 

@@ -2,7 +2,7 @@
 #   terraform plan -var-file=examples/p5-new-vpc.tfvars
 region             = "us-east-2"
 cluster_name       = "llmtrain"
-kubernetes_version = "1.35"
+kubernetes_version = "1.36"
 
 availability_zones    = ["us-east-2a", "us-east-2b", "us-east-2c"]
 gpu_availability_zone = "us-east-2a" # where your p5 quota / capacity is

@@ -42,7 +42,7 @@ def test_kwok_config_sets_every_worker_count_and_plays_the_modules_stages(kube_t
     assert {s["metadata"]["name"] for s in stages} == {f.rsplit("/", 1)[-1].removesuffix(".yaml") for f in files}
 
 
-def test_kwoks_pod_complete_is_played_only_for_pods_without_the_training_label():
+def test_kwoks_pod_complete_is_played_only_for_pods_without_the_training_label(kube_tools):
     docs = list(yaml.safe_load_all(kwok_config(kwok_stages_dir(), server_address="127.0.0.1:1")))
     (stage,) = [d for d in docs[1:] if d["metadata"]["name"] == "pod-complete"]
     shipped = yaml.safe_load((kwok_stages_dir() / "pod/fast/pod-complete.yaml").read_text())

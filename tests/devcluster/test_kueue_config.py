@@ -16,7 +16,7 @@ from llmtrain_devcluster.tools import _KEY_FILES, tools_key
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_kueue_is_pinned_in_the_one_tools_module_at_v0_19_2():
+def test_kueue_is_pinned_in_the_one_tools_module_at_v0_19_2(kube_tools):
     gomod = (ROOT / "tools" / "k8s" / "go.mod").read_text()
     assert re.search(r"^\s*sigs.k8s.io/kueue v0\.19\.2$", gomod, re.M)
     assert "k8s/go.mod" in _KEY_FILES  # bumping it makes a new tools key (unchanged packages stay cached)
@@ -91,7 +91,7 @@ def test_with_other_frameworks_their_hooks_are_served_and_the_others_not():
     ]
 
 
-def test_the_pinned_releases_own_webhooks_cover_both_backends_kinds():
+def test_the_pinned_releases_own_webhooks_cover_both_backends_kinds(kube_tools):
     """Against the pinned release's manifests: a mutating and a validating hook for each backend's
     kind, and the release's defaults (v0.19: PyTorchJob's integration commented out) serve none for
     PyTorchJobs while JobSet's stay."""
@@ -141,7 +141,7 @@ def test_kwok_nodes_carry_the_eks_network_layers_in_blocks_of_four():
     assert "topologyName" not in kueue.resource_flavors({"p5.48xlarge": 6})[0]["spec"]
 
 
-def test_the_upstream_kueue_values_are_the_releases_defaults_plus_pytorchjob():
+def test_the_upstream_kueue_values_are_the_releases_defaults_plus_pytorchjob(kube_tools):
     """charts/upstream-values/kueue.yaml (what the docs and Terraform install Kueue's chart with):
     the pinned release's own integrations, plus ``kubeflow.org/pytorchjob``, which v0.19 left out."""
     values = yaml.safe_load((ROOT / "charts" / "upstream-values" / "kueue.yaml").read_text())

@@ -77,7 +77,7 @@ def _assert_loopback(docs: list[dict], url: str, ca: bytes) -> None:
 CA = b"-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n"
 
 
-def test_jobset_webhooks_point_at_loopback_with_the_ca_and_keep_the_release_patches():
+def test_jobset_webhooks_point_at_loopback_with_the_ca_and_keep_the_release_patches(kube_tools):
     js = jobset.webhook_configurations("https://127.0.0.1:1", CA)
     pod_hooks = [h for d in js for h in d["webhooks"] if h["rules"][0]["resources"] == ["pods"]]
     # JobSet's release limits its pod webhooks to JobSet pods: other pods never reach them.

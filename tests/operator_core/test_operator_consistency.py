@@ -467,12 +467,16 @@ def test_two_replicas_one_acts_and_the_standby_takes_over_within_seconds(own_ope
     assert "acquired lease" not in standby.log_path.read_text()
 
     leader.stop(signal.SIGKILL)
-    killed = time.monotonic()
+    killed = time.time()
     for name in names:
         kube.set_ptj_condition(namespace, f"{name}-a1", "Failed", "node lost")
     wait_for(lambda: _lease_holder(kube, namespace) == f"{host}-{standby.proc.pid}", 30, "the standby to lead")
-    took_over = time.monotonic() - killed
-    assert took_over < 3 + 3, took_over  # the lease (3 s) plus a few renewal rounds
+    # When the standby took the Lease is the acquireTime it wrote (a microsecond timestamp from this
+    # machine's clock), not when this test next looked: the ten status writes above and the polling
+    # took 15 s at a CI run's load, which is the test's latency, not the failover's.
+    lease = client.CoordinationV1Api(kube.api).read_namespaced_lease("llmtrain-operator", namespace)
+    took_over = lease.spec.acquire_time.timestamp() - killed
+    assert 0 < took_over < 3 + 3, took_over  # the lease (3 s) plus a few renewal rounds
 
     def settled() -> bool:
         return all(

@@ -59,7 +59,7 @@ def test_llmtrain_local_and_the_benchmark_drivers_start_torchrun_without_importi
     code = (
         "import sys; sys.path.insert(0, 'bench'); "
         "import llmtrain_trainer.cli.local, llmtrain_trainer.launch, ports, recovery, inplace_restart, gpu; "
-        "ports.metrics_port(); llmtrain_trainer.cli.local.free_port(); gpu.torch_version(); "
+        "ports.metrics_port(); llmtrain_trainer.cli.local.free_port(); gpu.rows_for(gpu=True, cpu_compile=True); gpu.peak_for('NVIDIA H200'); "
         "print(len([m for m in sys.modules if m == 'torch' or m.startswith('torch.')]))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
