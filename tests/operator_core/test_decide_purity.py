@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import ast
 
-from .test_import_graph import PKG, _all_imports, _module
+from .test_import_graph import PACKAGES, _all_imports, _module
+
+PKG = PACKAGES["llmtrain"]
 
 DECIDE = "llmtrain.controller.decide"
 IO_MODULES = (
@@ -57,7 +59,7 @@ PACKAGE_DATA = {
 
 
 def _graph() -> dict[str, set[str]]:
-    return {_module(p): _all_imports(p) for p in PKG.rglob("*.py")}
+    return {_module(p, PKG): _all_imports(p, PKG) for p in PKG.rglob("*.py")}
 
 
 def closure(start: str, graph: dict[str, set[str]]) -> dict[str, list[str]]:

@@ -17,7 +17,9 @@ from __future__ import annotations
 import ast
 import textwrap
 
-from .test_import_graph import PKG, _module
+from .test_import_graph import PACKAGES, _module
+
+PKG = PACKAGES["llmtrain"]
 
 OWNED = {"phase", "attempt", "restarts", "reason"}
 STATUS_WRITER = ("llmtrain.controller.kube", "patch_job_status")
@@ -120,7 +122,7 @@ def writers(sources: dict[str, str]) -> list[str]:
 
 
 def _package() -> dict[str, str]:
-    return {_module(p): p.read_text() for p in sorted(PKG.rglob("*.py"))}
+    return {_module(p, PKG): p.read_text() for p in sorted(PKG.rglob("*.py"))}
 
 
 def test_only_act_write_status_writes_phase_attempt_restarts_reason():
