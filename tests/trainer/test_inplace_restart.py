@@ -102,9 +102,10 @@ def _kubelet_tail(text: str) -> str:
 def test_a_rank_that_keeps_failing_in_place_fails_its_pod_and_names_its_node(launch, etcd, tmp_path):
     """Once the pod's in-place restarts are spent, torchrun gives up: the pod's container exits
     non-zero and its log tail (the termination message) is the last failure's, so the operator's
-    existing bad-node path (controller/podfailure.py, nodes.py) blames the node it ran on, as for any pod failure."""
+    existing bad-node path (controller/policy/podfailure.py, nodes.py) blames the node it ran on, as for any pod failure."""
     from llmtrain import render
-    from llmtrain.controller import nodes, podfailure
+    from llmtrain.controller.adapters import nodes
+    from llmtrain.controller.policy import podfailure
 
     spec = base_spec(
         **{
