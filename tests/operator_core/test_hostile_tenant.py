@@ -518,7 +518,7 @@ def test_nodes(dev_cluster, monkeypatch):
 def test_suspect_taints_are_capped_per_namespace_and_expire(test_nodes):
     import datetime as dt
 
-    from llmtrain.controller.adapters import nodes
+    from llmtrain.controller.adapters import taints
 
     core, itype, names = test_nodes
     # the node's own taints, one with the time the API server keeps for a NoExecute taint
@@ -533,25 +533,25 @@ def test_suspect_taints_are_capped_per_namespace_and_expire(test_nodes):
         return {
             n.metadata.name
             for n in core.list_node(label_selector=f"node.kubernetes.io/instance-type={itype}").items
-            if any(t.key == nodes.SUSPECT_TAINT for t in n.spec.taints or [])
+            if any(t.key == taints.SUSPECT_TAINT for t in n.spec.taints or [])
         }
 
     # Every node of the group may be tainted (fraction 1), but one namespace only gets 2 of them.
-    assert nodes.taint_nodes(bad, itype, True, 1.0, "team-a", "j1", 2, 3600) == names[:2]
-    assert nodes.taint_nodes(bad, itype, True, 1.0, "team-a", "j2", 2, 3600) == []
-    assert nodes.taint_nodes(bad, itype, True, 1.0, "team-b", "j3", 2, 60) == names[2:]
+    assert taints.taint_nodes(bad, itype, True, 1.0, "team-a", "j1", 2, 3600) == names[:2]
+    assert taints.taint_nodes(bad, itype, True, 1.0, "team-a", "j2", 2, 3600) == []
+    assert taints.taint_nodes(bad, itype, True, 1.0, "team-b", "j3", 2, 60) == names[2:]
     assert suspect() == set(names)
     node = core.read_node(names[2])
-    assert node.metadata.labels[nodes.SUSPECT_NAMESPACE_LABEL] == "team-b"
-    assert node.metadata.annotations[nodes.SUSPECT_JOB_ANNOTATION] == "team-b/j3"
+    assert node.metadata.labels[taints.SUSPECT_NAMESPACE_LABEL] == "team-b"
+    assert node.metadata.annotations[taints.SUSPECT_JOB_ANNOTATION] == "team-b/j3"
     now = dt.datetime.now(dt.UTC)
-    assert nodes.untaint_expired(now) == []  # nothing expired yet
+    assert taints.untaint_expired(now) == []  # nothing expired yet
     # 2 minutes on: team-b's 60 s taints are gone, team-a's hour-long ones stay.
-    assert sorted(nodes.untaint_expired(now + dt.timedelta(minutes=2))) == names[2:]
+    assert sorted(taints.untaint_expired(now + dt.timedelta(minutes=2))) == names[2:]
     assert suspect() == set(names[:2])
-    assert nodes.SUSPECT_NAMESPACE_LABEL not in (core.read_node(names[2]).metadata.labels or {})
+    assert taints.SUSPECT_NAMESPACE_LABEL not in (core.read_node(names[2]).metadata.labels or {})
     # ... and team-b may taint again; after the hour, everything is clean, other taints kept.
-    assert sorted(nodes.untaint_expired(now + dt.timedelta(hours=2))) == names[:2]
+    assert sorted(taints.untaint_expired(now + dt.timedelta(hours=2))) == names[:2]
     assert suspect() == set()
     kept = json.loads(core.read_node(names[0], _preload_content=False).data)["spec"]["taints"]
     assert kept == others  # through two read-modify-writes, timeAdded included
