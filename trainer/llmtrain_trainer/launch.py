@@ -58,7 +58,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 
-from .torchrun import FAILURES_ENV, MAX_FAILURES
+from .torchrun import FAILURES_ENV, FINAL_SUMMARY_ENV, MAX_FAILURES
 
 
 def free_port() -> int:
@@ -150,9 +150,6 @@ def preflight_args(args: list[str], report: str, extra: Sequence[str] = ()) -> l
     raise ValueError("no -m MODULE in the torchrun arguments")
 
 
-# Where the workers' local rank 0 writes the final summary (llmtrain/final_summary.py; train.py's
-# write_final_summary), a file of this wrapper's: on a clean exit it becomes the termination message.
-FINAL_SUMMARY_ENV = "LLMTRAIN_FINAL_SUMMARY"
 TERMINATION_MESSAGE_BYTES = 4096  # the kubelet reads at most this much of a termination message
 MAX_FAILURES_FILE_BYTES = 1 << 20  # of what llmtrain_trainer.torchrun wrote: a larger one is not parsed
 MAX_OTHERS = 15  # failed ranks listed after the root cause (8 GPUs per node: all of them)
