@@ -17,7 +17,7 @@ id of its own (`<id>-preflight`, so the training rendezvous starts fresh). Healt
 Unhealthy (a failed device/compute/memory check, a slow node, or bus bandwidth below the catalog's):
 training does not start; the check's compact verdict becomes the container's termination message and
 the wrapper exits llmtrain.render.PREFLIGHT_EXIT_CODE (86), which the operator reads from the pod's terminated state
-(controller/preflight.py) to avoid the suspect node(s) and retry without spending a restart.
+(controller/policy/preflight.py) to avoid the suspect node(s) and retry without spending a restart.
 LLMTRAIN_PREFLIGHT_ARGS adds healthcheck options (e.g. "--size-mib 256 --iters 10"). The preflight
 round never restarts in place (`--max-restarts=0`): its verdict is the point, not getting through.
 

@@ -2,8 +2,9 @@
 The operator's permissions, shared by the ClusterRole (all namespaces) and the per-namespace Roles.
 Exactly the table in operator/llmtrain/controller/rbac.py, which names the code behind each verb
 (tests/charts/test_operator_rbac.py checks it against the code, test_chart_static.py this file
-against it): watch its jobs and read one before acting, write only their status, own PyTorchJobs,
-watch/list pods (worker state, failures), post core Events. No reading of Secrets (with etcd auth it
+against it): watch its jobs and read one before acting, write only their status, own the children
+of the backends enabled (backends.enabled: PyTorchJobs; JobSets, and read their Jobs), watch/list
+pods (worker state, failures), post core Events. No reading of Secrets (with etcd auth it
 only creates the attempts' rendezvous credentials), no writes to the jobs themselves, nothing
 cluster-admin.
 */}}
@@ -14,27 +15,39 @@ cluster-admin.
 - apiGroups: [llmtrain.dev]
   resources: [llmtrainingjobs/status]
   verbs: [patch]
+{{- if has "pytorchjob" .Values.backends.enabled }}
 - apiGroups: [kubeflow.org]
   resources: [pytorchjobs]
   verbs: [get, list, watch, create, delete]
+{{- end }}
+{{- if has "jobset" .Values.backends.enabled }}
+- apiGroups: [jobset.x-k8s.io]
+  resources: [jobsets]
+  verbs: [get, list, watch, create, delete]
+{{- /* A JobSet's pods are its batch Jobs': the operator reads the Job to check it is the JobSet's
+(controller/adapters/owners.py) before it trusts its pods. Read only. */}}
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get]
+{{- end }}
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
-{{- /* Why a queued job waits, in Kueue's words (controller/kueue.py). Read only. */}}
+{{- /* Why a queued job waits, in Kueue's words (controller/adapters/kueue.py). Read only. */}}
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads]
   verbs: [list]
 {{- if .Values.jobNetworkPolicy.enabled }}
-{{- /* One NetworkPolicy per job (controller/tenancy.py); created, never read or changed. */}}
+{{- /* One NetworkPolicy per job (controller/adapters/tenancy.py); created, never read or changed. */}}
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [create]
 {{- end }}
 {{- if include "llmtrain-operator.rendezvousAuth" . }}
-{{- /* Each attempt's etcd credentials (controller/tenancy.py). create only: no get/list, so the
+{{- /* Each attempt's etcd credentials (controller/adapters/tenancy.py). create only: no get/list, so the
 operator cannot read the tenants' Secrets. */}}
 - apiGroups: [""]
   resources: [secrets]

@@ -10,22 +10,23 @@ import logging
 import threading
 import time
 
-from . import kube as kube_calls
-from . import nodes, rejections
-from .caches import AttemptCache, PhaseGauge, PodCache, ProgressFacts, SpecCache
-from .config import OperatorConfig
-from .metrics import OperatorMetrics
-from .monitor import Monitor
-from .observe import unseen_child
+from .adapters import kube as kube_calls
+from .adapters import nodes, rejections
+from .adapters.caches import AttemptCache, PhaseGauge, PodCache, ProgressFacts, SpecCache
+from .adapters.metrics import OperatorMetrics
+from .adapters.monitor import Monitor
+from .adapters.observe import unseen_child
+from .adapters.owners import PodOwners
+from .adapters.reliability import FleetReliability
+from .adapters.retired import RetiredJobs
+from .policy.config import OperatorConfig
+from .policy.situations_start import WATCH_WAIT
 from .reconciler import reconcile
-from .reliability import FleetReliability
-from .retired import RetiredJobs
-from .situations_start import WATCH_WAIT
 from .workqueue import WorkQueue
 
 log = logging.getLogger("llmtrain.operator")
 
-UNSEEN_GRACE = 5.0  # seconds after the watch starts in which a recorded PyTorchJob is waited for
+UNSEEN_GRACE = 5.0  # seconds after the watch starts in which a recorded child is waited for
 
 
 class Operator:
@@ -35,7 +36,8 @@ class Operator:
         self.kube = kube
         self.phases = PhaseGauge(self.metrics.jobs)
         self.attempts, self.pods, self.progress = AttemptCache(), PodCache(), ProgressFacts()
-        self.specs = SpecCache(config.default_etcd_endpoint)
+        self.specs = SpecCache(config.default_etcd_endpoint, enabled=config.backends)
+        self.owners = PodOwners(kube)  # which objects' pods are an attempt's (owners.py)
         self.failures = nodes.PodFailures(kube)  # what the pod watch saw fail, and where pods ran
         self.rejections = rejections.Refusals()  # refused creates per job (when one is final)
         self.monitor = Monitor(self)
@@ -61,9 +63,9 @@ class Operator:
             self.queue.start([contextvars.copy_context() for _ in range(self.config.workers)])
 
     def saw_job(self, namespace: str, name: str, job: dict) -> None:
-        """A job's watch event: queue it. Right after the watch starts, a job whose recorded
-        PyTorchJob the watch has not brought yet is kept (not run) until that PyTorchJob's event
-        queues it, or WATCH_WAIT passes: run now, it would only find the child missing and wait
+        """A job's watch event: queue it. Right after the watch starts, a job whose recorded child
+        the watch has not brought yet is kept (not run) until that child's event queues it, or
+        WATCH_WAIT passes: run now, it would only find the child missing and wait
         (awaiting_watch), and after a restart that was most jobs' first run, a second reconcile per
         job. The run then replaces this timer with its own requeue (workqueue.py)."""
         key = (namespace, name)

@@ -13,7 +13,7 @@ says which is newer), so a process killed mid-write leaves the other slot whole,
 a small JSON dump and one system call: 14 µs of CPU on tmpfs here, where an open, write and
 rename per step cost 160 µs. The trainer exports the totals as the
 `llmtrain_trainer_attempt_*` and `llmtrain_trainer_inplace_*` gauges, which the operator prefers
-to the per-process series (controller/progress.py).
+to the per-process series (controller/policy/progress.py).
 
 The ledger cuts nothing twice: `mark` is the time up to which the attempt's time has been
 accounted (the end of the last step or of the last save). A new process's loop start adds
