@@ -1,10 +1,12 @@
 """The training loop that runs in every worker process: `run` builds a `Trainer` and trains.
 
 Per step: this rank's micro-batches (gradient accumulation up to the global batch), forward/backward
-under FSDP2, gradient clipping, AdamW, then ONE small all-reduce of [loss, stop, save] so that every
-rank agrees on the logged loss, on stopping (SIGTERM/SIGINT reached any rank) and on checkpointing
-(the time-based interval elapsed on any rank's clock) at the same step — a checkpoint or a stop
-decided by one rank alone would deadlock the others in the next collective.
+under FSDP2, gradient clipping, AdamW, then a gloo all-reduce of the CPU flags [stop, save] so that
+every rank agrees on stopping (SIGTERM/SIGINT reached any rank) and on checkpointing (the time-based
+interval elapsed on any rank's clock) at the same step — a checkpoint or a stop decided by one rank
+alone would deadlock the others in the next collective — and an all-reduce of the loss on the device,
+read when the step is logged: after the next step is queued, unless this step stops, saves or ends
+training (no per-step host sync; `train`).
 
 The trainer is a handful of components, each built from its own config (job_config.py): the model
 (distributed/parallel.py), the optimizer (optimizer.py), the data loader (data/loader.py), the
@@ -13,7 +15,7 @@ checkpointer (checkpoint/checkpointer.py), the metrics (metrics/logger.py) and t
 
     build    (the constructor) the components, in an order every rank shares
     resume   rollback, then the newest checkpoint that loads, or pretrained weights, or a fresh init
-    step     one optimizer step → StepResult (the loss and the agreed stop/save flags)
+    step     one optimizer step → StepResult (the agreed stop/save flags; the loss read when logged)
     log      that step's metrics and step line
     save     a periodic checkpoint, when every rank agreed one is due
     stop     the one way out of the loop: say why, wait for the save in flight, save the final state
@@ -109,13 +111,19 @@ def build_optimizer(
 @dataclass
 class StepResult:
     """What one call of `Trainer.step` did. `dropped` > 0: a stop was agreed between micro-batches and
-    the step was given up after that many (no optimizer step; `step` is the last completed one)."""
+    the step was given up after that many (no optimizer step; `step` is the last completed one).
+
+    The loss stays on the device, all-reduced, until `loss` is read (a host sync): the training loop
+    reads it when it logs the step, after the next step's work is queued."""
 
     step: int
     lr: float
-    loss: float = math.nan  # mean over the global batch (all-reduced)
+    loss_sum: torch.Tensor | None = None  # sum over the ranks of their mean losses (all-reduced, on device)
+    world: int = 1
     grad_norm: torch.Tensor | None = None  # before clipping; read on rank 0 only (log)
-    seconds: float = 0.0  # wall time, batch wait to agreement included (the step timing)
+    # The step's time: since the previous step ended (or, outside the loop, since this one started),
+    # less any checkpoint blocking in between (the goodput ledger counts that separately).
+    seconds: float = 0.0
     # Since the previous step ended (or the loop started): the step, plus what ran between the two
     # steps — the previous step's logging and its checkpoint's blocking part. Throughput and MFU use
     # it, so a checkpoint's cost shows in them (on the step after it); `seconds` excludes it.
@@ -129,6 +137,15 @@ class StepResult:
     @property
     def completed(self) -> bool:
         return not self.dropped
+
+    @property
+    def loss(self) -> float:
+        """Mean over the global batch (NaN for a dropped step). Reading it waits for the device."""
+        if self.loss_sum is None:
+            return math.nan
+        if not hasattr(self, "_loss"):
+            self._loss = float(self.loss_sum) / self.world
+        return self._loss
 
 
 class Trainer:
@@ -173,6 +190,7 @@ class Trainer:
         self.step_no = 0
         self.resumed_step = 0
         self._last_step_end: float | None = None  # perf_counter; None before the loop starts
+        self._blocked = 0.0  # checkpoint blocking since the last step ended
 
     def _build_model(self) -> torch.nn.Module:
         """Meta → wrapped/sharded → materialised shard by shard (the weights come in `resume`)."""
@@ -205,11 +223,12 @@ class Trainer:
         # last micro-batch, not once per micro-batch; earlier micro-batches accumulate locally.
         self.replicas = has_replicas(self.cfg.model.fsdp.sharding_strategy)
         self.allreduce = AllReduceCounter(self.model) if self.replicas else None
-        # A stop request is acted on at the next micro-batch boundary, not only after the whole step
-        # (~37 s at 70B on 16 nodes): the partial step is dropped and the last completed step saved.
-        # Agreeing needs a collective on every boundary; a 1-float gloo all-reduce on its own group
-        # (never the GPU stream, never the checkpoint thread's group) costs well under a millisecond.
-        self.control = dist.new_group(backend="gloo") if self.accum > 1 else None
+        # The ranks agree on stopping and saving through gloo all-reduces of CPU flags on their own
+        # group (never the GPU stream, never the checkpoint thread's group; well under a millisecond):
+        # after each step, and, with gradient accumulation, at every micro-batch boundary (a stop
+        # request is acted on there, not only after the whole step — ~37 s at 70B on 16 nodes — the
+        # partial step dropped and the last completed step saved). Neither waits for the device.
+        self.control = dist.new_group(backend="gloo")
 
     # -- checkpoint state ------------------------------------------------------------------------
 
@@ -292,7 +311,7 @@ class Trainer:
             loss = self.loss_fn(model(x), y) / self.accum
             (self.scaler.scale(loss) if self.scaler else loss).backward()
             loss_sum += loss.detach()
-            if self.control is not None and i < last and _stop_agreed(stop, self.control):
+            if self.accum > 1 and i < last and _stop_agreed(stop, self.control):
                 opt.zero_grad(set_to_none=True)
                 self.loader.rewind()
                 return StepResult(step=self.step_no, lr=lr, stop=True, dropped=i + 1)
@@ -308,20 +327,24 @@ class Trainer:
             precompute_float8_scales(model)
         opt.zero_grad(set_to_none=True)
         self.step_no += 1
-        # [loss, stop, save]: one host→device copy of the two flags, the loss added on device.
-        flags = torch.tensor([0.0, float(stop.set), float(self.checkpointer.due(self.step_no))], device=self.device)
-        flags[0] += loss_sum
-        dist.all_reduce(flags)
-        loss_v, stop_v, save_v = flags.tolist()
+        # [stop, save]: CPU flags, agreed on the gloo group; the loss is all-reduced on the device and
+        # read only when the step is logged, so the host does not wait for the device here and can
+        # queue the next step while this one runs (no per-step host sync).
+        flags = torch.tensor([float(stop.set), float(self.checkpointer.due(self.step_no))])
+        dist.all_reduce(flags, group=self.control)
+        stop_v, save_v = flags.tolist()
+        dist.all_reduce(loss_sum)
         end = time.perf_counter()
         since = t0 if self._last_step_end is None else self._last_step_end
         self._last_step_end = end
+        blocked, self._blocked = self._blocked, 0.0
         return StepResult(
             step=self.step_no,
             lr=lr,
-            loss=loss_v / self.world,
+            loss_sum=loss_sum,
+            world=self.world,
             grad_norm=grad_norm,
-            seconds=end - t0,
+            seconds=end - since - blocked,
             wall_seconds=end - since,
             data_wait=self.loader.last_wait,
             stop=stop_v > 0,
@@ -342,6 +365,7 @@ class Trainer:
         blocked = time.perf_counter()
         ckpt.save(result.step, self.state_dict(result.step))
         blocking = time.perf_counter() - blocked
+        self._blocked += blocking
         ckpt.saved(blocking)  # intervalMinutes auto: the next interval follows it
         self.metrics.saved(blocking)
 
@@ -370,12 +394,26 @@ class Trainer:
         self._last_step_end = time.perf_counter()
         collector = GarbageCollection(self.cfg.gc_every_steps)
         stopped: StepResult | None = None
+        # A completed step whose loss is read and logged once the next step is queued: the host never
+        # waits for the device between steps. A step that stops, saves or ends training is logged at
+        # once (its loss decides whether it may be saved), so stopping and saving happen at the same
+        # steps as with a per-step sync; the other steps' lines, metrics and health facts (non-finite
+        # loss, loss spike) come one step later.
+        pending: StepResult | None = None
         try:
             while self.step_no < self.cfg.max_steps:
                 collector.step(self.step_no + 1)
                 result = self.step()
-                if result.completed:
-                    self.log(result)
+                if pending is not None:
+                    self.log(pending)
+                    pending = None
+                if not result.completed:
+                    stopped = result
+                    break
+                if not (result.stop or result.save or result.step >= self.cfg.max_steps):
+                    pending = result
+                    continue
+                self.log(result)
                 if result.stop:
                     stopped = result
                     break
