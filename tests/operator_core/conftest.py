@@ -17,9 +17,10 @@ from prometheus_client import start_http_server
 
 from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from llmtrain_devcluster.process import free_port, log_tail, wait_until
-from llmtrain_devcluster.standins import pytorchjob_conditions
+from llmtrain_devcluster.standins import jobset_status, pytorchjob_conditions
 
 PTJ = ("kubeflow.org", "v1", "pytorchjobs")
+JS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 
 
 def wait_for(fn, timeout: float = 30, what: str = "condition"):
@@ -159,6 +160,24 @@ class Kube:
         self.custom.patch_namespaced_custom_object_status(
             *PTJ[:2], namespace, PTJ[2], name, {"status": {"conditions": conds}}
         )
+
+    def set_child_state(self, backend: str, namespace: str, name: str, state: str, message: str = "") -> None:
+        """Write the attempt's child's status the way its controller does: the training-operator's
+        PyTorchJob condition `state`, or JobSet's controller's status for `state` (Running,
+        Failed, Succeeded)."""
+        if backend == "pytorchjob":
+            self.set_ptj_condition(namespace, name, state, message)
+            return
+        self.custom.patch_namespaced_custom_object_status(
+            *JS[:2], namespace, JS[2], name, jobset_status(state, message)
+        )
+
+    def children(self, backend: str, namespace: str, job: str) -> list[dict]:
+        """The job's children of `backend`'s kind (the renderer's job label)."""
+        kind = PTJ if backend == "pytorchjob" else JS
+        return self.custom.list_namespaced_custom_object(
+            kind[0], kind[1], namespace, kind[2], label_selector=f"llmtrain.dev/job={job}"
+        )["items"]
 
     def events(self, namespace: str, name: str) -> list:
         return [e for e in self.core.list_namespaced_event(namespace).items if e.involved_object.name == name]
