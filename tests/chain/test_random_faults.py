@@ -155,9 +155,7 @@ def test_a_finished_job_stays_succeeded_through_what_happens_to_its_leftovers(
     operator SIGKILLed and started again: the restarted operator looks at the job (the reconcile it
     counts as "unchanged") and writes nothing; no child is made again."""
     name = "finished"
-    chain.custom.create_namespaced_custom_object(
-        GROUP, VERSION, chain_ns, PLURAL, faults.job_doc(name, 1, 3, backend)
-    )
+    chain.custom.create_namespaced_custom_object(GROUP, VERSION, chain_ns, PLURAL, faults.job_doc(name, 1, 3, backend))
     a1 = child_name(name, 1)
     (pod,) = chain.wait_pods_running(chain_ns, attempt_pods(name, 1), 1)
 
