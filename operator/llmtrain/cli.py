@@ -186,7 +186,7 @@ def cmd_goodput(args) -> int:
         if not args.job:
             print("llmtrain goodput: give a job name or --from-file", file=sys.stderr)
             return 2
-        from .controller import kube
+        from .controller.adapters import kube
 
         job = kube.get_job(args.namespace, args.job)
         if job is None:

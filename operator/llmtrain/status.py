@@ -9,7 +9,7 @@ the two vocabularies every part of the operator shares:
   `status.flightRecorder.reason` spell a reason in words (`Reason.words`: `StartupTimeout` →
   `startup-timeout`), as they always did.
 
-Only the decide step (`controller/decide.py` and its `situations_*.py`) sets phase, attempt, restarts,
+Only the decide step (`controller/policy/decide.py` and its `situations_*.py`) sets phase, attempt, restarts,
 reason and conditions. Reading is lenient (`parse`): an object written by an older operator (or with
 fields a newer one added) still reads.
 """
@@ -50,7 +50,7 @@ class Reason(str, Enum):
     reasons are); they never change, because existing objects, events and alerts carry them."""
 
     # the attempt's child's own states (llmtrain.backends.base.STATES), copied while it is not failed
-    # (controller/status.PHASE_OF)
+    # (controller/policy/child_status.PHASE_OF)
     CREATED = "Created"
     RUNNING = "Running"
     RESTARTING = "Restarting"
@@ -67,7 +67,7 @@ class Reason(str, Enum):
     IMMUTABLE_FIELD_CHANGED = "ImmutableFieldChanged"
     ROLLED_BACK = "RolledBack"  # event: resumeBeforeStep applied by the attempt
     POD_FAILED_ON_NODE = "PodFailedOnNode"  # event from the pod watch (nodes.py)
-    # Kueue (controller/kueue.py): the attempt's child waits suspended until Kueue admits it
+    # Kueue (controller/adapters/kueue.py): the attempt's child waits suspended until Kueue admits it
     QUEUED = "Queued"  # not admitted yet: Kueue's words in status.message
     # queued, and Kueue made no Workload for it in time: Kueue does not manage the child's kind
     # (integrations.frameworks), or another cause the message names; still waiting
@@ -99,7 +99,7 @@ class Reason(str, Enum):
     CREATE_CONTAINER_ERROR = "CreateContainerError"
     CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
     RUN_CONTAINER_ERROR = "RunContainerError"
-    # training health (controller/health.py)
+    # training health (controller/policy/health.py)
     STEPS_COMPLETING = "StepsCompleting"
     NO_RECENT_CHECKPOINT = "NoRecentCheckpoint"
     CHECKPOINT_RECENT = "CheckpointRecent"
@@ -167,7 +167,7 @@ class PlanSummary(_Status):
 
 class ProgressStatus(_Status):
     """The trainer's progress. While the job is Running, the monitor's scrape of rank 0's /metrics
-    (controller/monitor.py, every --progress-interval; its write applies only while the phase is
+    (controller/adapters/monitor.py, every --progress-interval; its write applies only while the phase is
     Running). When the job ends, decide's write that ends it: on Succeeded the trainer's final
     summary, from the termination message its pods leave on a clean exit (llmtrain/final_summary.py;
     tokensPerSecond and mfu are then the means over the steps after the first, and updateTime the
@@ -215,7 +215,7 @@ class ProgressStatus(_Status):
     )
     in_place_redone_steps: int | None = Field(None, description="steps redone after them (from a checkpoint)")
     in_place_redone_seconds: float | None = Field(None, description="those steps' measured time")
-    # ETA (controller/progress.py): the recent step time × the steps left, plus the checkpoint stall
+    # ETA (controller/policy/progress.py): the recent step time × the steps left, plus the checkpoint stall
     # expected at this attempt's rate
     estimated_remaining_seconds: int | None = None
     estimated_completion_time: str | None = Field(None, json_schema_extra=DATE_TIME)
@@ -380,9 +380,9 @@ class LLMTrainingJobStatus(_Status):
     model: str | None = None
     plan: PlanSummary | None = None
     progress: ProgressStatus | None = None
-    # a NaN/spike rollback the next attempt still has to apply (controller/health.py)
+    # a NaN/spike rollback the next attempt still has to apply (controller/policy/health.py)
     resume_before_step: int | None = None
-    # failure forensics, preflight and flight recorder (controller/forensics.py)
+    # failure forensics, preflight and flight recorder (controller/policy/forensics.py)
     bad_nodes: list[BadNode] | None = None
     avoid_nodes: list[str] | None = None
     preflight: PreflightStatus | None = None

@@ -66,7 +66,7 @@ from backend_child import OPERATOR_ARGS, attempt_pods, get_child, on
 from backend_child import rank0 as rank0_of
 from goodput_hand import compare, generations, hand
 from llmtrain import goodput as gp
-from llmtrain.controller.status import parse_time
+from llmtrain.controller.policy.child_status import parse_time
 from llmtrain.render import child_name
 from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from llmtrain_devcluster.chain import COMPLETE_POD_LABEL

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from llmtrain.controller.snapshot import CreateResult, Workload
-from llmtrain.controller.status import Progress, timestamp
+from llmtrain.controller.policy.progress import Progress, timestamp
+from llmtrain.controller.policy.snapshot import CreateResult, Workload
 from llmtrain.status import LLMTrainingJobStatus, Reason, wire_fields
 
 from .decide_world import (
@@ -1039,7 +1039,7 @@ CASES = [
     ),
 ]
 
-# --- Kueue (controller/kueue.py): a queued PyTorchJob waits suspended; queued is not stuck ---
+# --- Kueue (controller/adapters/kueue.py): a queued PyTorchJob waits suspended; queued is not stuck ---
 QUEUED_SPEC = tiny(cluster={"instanceType": "cpu", "nodes": 1, "queueName": "team-a"})
 NO_QUOTA = Workload(
     "pytorchjob-j-a1-1a2b3",
@@ -1336,13 +1336,13 @@ def test_decide(case: Case):
         case.check(plan)
     if plan.status is not None:  # whatever decide writes is in the typed status (the CRD prunes the rest)
         assert set(plan.status) <= wire_fields(), set(plan.status) - wire_fields()
-        from llmtrain.controller.act import wire
+        from llmtrain.controller.adapters.act import wire
 
         LLMTrainingJobStatus.model_validate({k: v for k, v in wire(plan.status).items() if v is not None})
 
 
 def test_the_table_covers_every_situation_and_has_60_cases():
-    from llmtrain.controller.decide import SITUATIONS
+    from llmtrain.controller.policy.decide import SITUATIONS
 
     covered = {c.situation for c in CASES}
     named = {s.__name__ for s in SITUATIONS} | {"resumed"}

@@ -36,7 +36,7 @@ def _saved_state() -> dict:
 def _write(root) -> str:
     """A checkpoint as the trainer writes it (LocalStore's writer: DCP's FileSystemWriter, one file
     per rank), the format every checkpoint before and after this reader has."""
-    from llmtrain_trainer.checkpoint.checkpointer import LocalStore
+    from llmtrain_trainer.checkpoint.stores import LocalStore
 
     store = LocalStore(str(root))
     dcp.save(_saved_state(), storage_writer=store.writer(1, 0, on_commit=lambda: None), no_dist=True)
@@ -71,7 +71,7 @@ def test_the_trainers_reader_loads_a_dcp_checkpoint_bit_exactly_without_torch_lo
     """Defect: every tensor record went through `torch.load` (~0.5 ms of Python and a copy per
     record), so a resume ran at 0.24-0.46x the disk's read speed. Now tensor records are read into
     their destinations directly; the only torch.load calls left are the non-tensor records'."""
-    from llmtrain_trainer.checkpoint.checkpointer import LocalStore
+    from llmtrain_trainer.checkpoint.stores import LocalStore
 
     path = _write(tmp_path)
     expected = _blank(_saved_state())

@@ -13,9 +13,9 @@ import kopf
 from .. import backends
 from ..render import ATTEMPT_LABEL, JOB_LABEL
 from ..spec import GROUP, PLURAL, VERSION
-from . import nodes
+from .adapters import nodes
 from .operator import Operator
-from .status import pod_summary
+from .policy.child_status import pod_summary
 
 
 def register(op: Operator, registry: kopf.OperatorRegistry | None = None) -> None:
