@@ -45,8 +45,10 @@ test-fast: venv
 	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -m "not cluster and not tools and not slow and not peer" $(PYTEST_ARGS)
 
 # The demo leaves the dev cluster running for exploration; `make dev-cluster-down` stops it.
-# The demo's chain cluster runs Kueue: two p5 jobs share one queue with quota for one.
+# The demo's chain cluster runs Kueue: two p5 jobs share one queue with quota for one, one job on
+# each backend (the chart enables both).
 demo: DEV_CLUSTER_FLAGS += --kueue
+demo: CHART_VALUES += --set 'backends.enabled={pytorchjob,jobset}'
 demo: setup dev-cluster chart-install chart-operator-kubeconfig
 	$(PY) scripts/demo.py
 

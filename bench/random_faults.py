@@ -46,6 +46,7 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=6)
     p.add_argument("--minutes", type=float, default=1.0, help="how long the faults last")
     p.add_argument("--seed", type=int, default=None, help="default: a random one (printed)")
+    p.add_argument("--backend", choices=("pytorchjob", "jobset"), default="pytorchjob", help="the jobs' backend")
     p.add_argument("--settle-timeout", type=float, default=300, help="seconds the namespace may take to settle")
     p.add_argument("--json", type=Path, help="also write the result here, with the command, date, machine, commit")
     a = p.parse_args(argv)
@@ -81,6 +82,10 @@ def main(argv=None) -> int:
                         "1",
                         "--trainer-metrics-port",
                         str(free_port()),
+                        "--backend",
+                        "pytorchjob",
+                        "--backend",
+                        "jobset",
                     ],
                 )
                 op.start()
@@ -96,6 +101,7 @@ def main(argv=None) -> int:
                     seconds=a.minutes * 60,
                     wait=wait_for,
                     settle_timeout=a.settle_timeout,
+                    backend=a.backend,
                 )
                 out = result.summary()
                 out["seconds"]["wall"] = round(time.monotonic() - started, 1)

@@ -5,8 +5,10 @@ Run by `make demo` after the dev cluster is up and the chart is installed (see t
    RBAC, nothing more);
 2. examples/tiny-cpu.yaml is applied; the rendered PyTorchJob and the job's status are shown;
 3. on the default dev cluster (chain mode: kube-scheduler, kwok nodes shaped from the instance
-   catalog, the real Kubeflow training-operator), examples/llama2-7b-p5.yaml is applied too: its
-   pods are scheduled onto the simulated p5.48xlarge nodes and Running;
+   catalog, the real Kubeflow training-operator and JobSet controller), examples/llama2-7b-p5.yaml
+   is applied too: its pods are scheduled onto the simulated p5.48xlarge nodes and Running; under
+   Kueue two such jobs share a queue with quota for one, the first on the PyTorchJob backend and
+   the second on the JobSet backend, and each runs to Succeeded;
 4. the CPU job's pod runs on a simulated CPU node, but its trainer runs here: the demo points the
    pod at 127.0.0.1 and, when training ends, reports the container's exit as a kubelet would; the
    training-operator and the operator do the rest. The training itself is real: `llmtrain local`
@@ -31,6 +33,7 @@ from pathlib import Path
 import yaml
 
 from llmtrain_devcluster import DevCluster
+from llmtrain_devcluster.chain import COMPLETE_POD_LABEL
 from llmtrain_devcluster.process import free_port, log_tail, wait_until
 from llmtrain_devcluster.standins import exited, pytorchjob_conditions, running_at, worker0_pod
 
@@ -82,6 +85,11 @@ def main() -> int:
             str(trainer_port),
             "--progress-interval",
             "1",
+            # both backends, as the chart's values for the demo enable them (Makefile: demo)
+            "--backend",
+            "pytorchjob",
+            "--backend",
+            "jobset",
         ],
         env=env,
         stdout=open(log_path, "w"),
@@ -301,8 +309,10 @@ def p5_on_simulated_nodes(cluster: DevCluster) -> None:
 
 def p5_queue_under_kueue(cluster: DevCluster) -> None:
     """Two 2-node p5 jobs in one Kueue queue with quota for one (the dev cluster's ClusterQueue holds
-    exactly its kwok nodes): the first Running, the second Pending/Queued in Kueue's own words; when
-    the first finishes (its pods exit 0), Kueue admits the second and it runs."""
+    exactly its kwok nodes), one per backend: the first's attempts PyTorchJobs, the second's JobSets
+    (spec.cluster.backend). The first Running, the second Pending/Queued in Kueue's own words; when
+    the first finishes (its pods exit 0), Kueue admits the second, it runs and, its pods done,
+    succeeds."""
     kubectl = cluster.kubectl
     doc = yaml.safe_load(P5_JOB_FILE.read_text())
     first = doc["metadata"]["name"]
@@ -317,9 +327,9 @@ def p5_queue_under_kueue(cluster: DevCluster) -> None:
         kubectl("create", "serviceaccount", sa, "-n", P5_NAMESPACE, check=False)
     cluster.kueue_local_queue(P5_NAMESPACE, "p5")
 
-    def apply(name: str) -> None:
+    def apply(name: str, backend: str) -> None:
         job = {**doc, "metadata": {"name": name}}
-        job["spec"] = {**doc["spec"], "cluster": {**doc["spec"]["cluster"], "queueName": "p5"}}
+        job["spec"] = {**doc["spec"], "cluster": {**doc["spec"]["cluster"], "queueName": "p5", "backend": backend}}
         print(kubectl("apply", "-n", P5_NAMESPACE, "-f", "-", input=yaml.safe_dump(job)).stdout.strip())
 
     def status(name: str) -> dict:
@@ -333,7 +343,7 @@ def p5_queue_under_kueue(cluster: DevCluster) -> None:
             "-n",
             P5_NAMESPACE,
             "-l",
-            f"training.kubeflow.org/job-name={name}-a1",
+            f"llmtrain.dev/job={name},llmtrain.dev/attempt=1",  # the renderer's labels, on either backend
             "-o",
             "name",
             check=False,
@@ -353,10 +363,13 @@ def p5_queue_under_kueue(cluster: DevCluster) -> None:
             ).stdout
         )
 
-    say(f"two jobs like {P5_JOB_FILE.relative_to(ROOT)} (2 × p5.48xlarge each) in LocalQueue p5, quota for one")
-    apply(first)
+    say(
+        f"two jobs like {P5_JOB_FILE.relative_to(ROOT)} (2 × p5.48xlarge each) in LocalQueue p5, quota for one: "
+        f"{first} on the PyTorchJob backend, {second} on the JobSet backend"
+    )
+    apply(first, "pytorchjob")
     wait_for(lambda: status(first).get("phase") == "Running", 120, f"{first} Running")
-    apply(second)
+    apply(second, "jobset")
     wait_for(lambda: status(second).get("reason") == "Queued", 90, f"{second} Queued")
     # Kueue's words ("insufficient unused quota ...") follow the first Queued write within seconds
     wait_for(lambda: "quota" in (status(second).get("message") or ""), 30, f"{second}'s message in Kueue's words")
@@ -374,6 +387,21 @@ def p5_queue_under_kueue(cluster: DevCluster) -> None:
     wait_for(lambda: status(second).get("phase") == "Running", 180, f"{second} Running")
     show_pods()
     print(kubectl("get", "llmtj", "-n", P5_NAMESPACE).stdout)
+
+    say(f"{second} finishes (its pods exit 0): its Job completes, then its JobSet, then the job")
+    for pod in pods(second):  # kwok's pod-complete stage, asked by label (it completes no Job's pod unasked)
+        kubectl("label", pod, "-n", P5_NAMESPACE, f"{COMPLETE_POD_LABEL}=true", check=False)
+    wait_for(lambda: status(second).get("phase") == "Succeeded", 120, f"{second} Succeeded")
+    print(
+        kubectl(
+            "get",
+            "llmtj",
+            "-n",
+            P5_NAMESPACE,
+            "-o",
+            "custom-columns=BACKEND:.status.backend,NAME:.metadata.name,CHILD:.status.child,PHASE:.status.phase",
+        ).stdout
+    )
 
 
 def patch_status(kubectl, namespace: str, body: dict, *target: str, check: bool = True) -> None:

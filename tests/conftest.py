@@ -82,3 +82,10 @@ def namespace(dev_cluster):
             except client.ApiException as e:
                 if e.status != 404:
                     raise
+
+
+@pytest.fixture(params=("pytorchjob", "jobset"))
+def backend(request) -> str:
+    """The training backend a parity test runs on (issue 28): each such test runs once per backend,
+    both on the same module's cluster and operator (tests/backend_child.py)."""
+    return request.param

@@ -1,7 +1,8 @@
 """`make demo`, the README's first command, end to end: its own dev cluster (a separate state dir,
-free ports; chain mode: scheduler, kwok nodes, training-operator), the chart, the operator with the
-release's RBAC, two p5 jobs in one Kueue queue with quota for one (Running and Queued, then the
-second Running once the first finished), a real CPU training run whose
+free ports; chain mode: scheduler, kwok nodes, training-operator, JobSet), the chart, the operator
+with the release's RBAC, two p5 jobs in one Kueue queue with quota for one, one per backend (Running
+and Queued, then the second Running once the first finished, and both Succeeded), a real CPU
+training run whose
 progress reaches the job's status, and whose end (the trainer's final summary) is what the job
 shows once Succeeded. Torn down afterwards."""
 
@@ -49,6 +50,10 @@ def test_make_demo_runs_the_whole_path(own_clusters):
         assert len(second) == 2 and all(r[1] == "Running" for r in second), second
         assert {r[2] for r in second} == {r[2] for r in p5_rows}, (second, p5_rows)
         assert queued[-1][1] == "Running", queued
+        # one job per backend, each to Succeeded: the first's attempt a PyTorchJob, the second's a JobSet
+        rows = [r for r in (line.split() for line in out.splitlines()) if r[:1] in (["pytorchjob"], ["jobset"])]
+        assert ["pytorchjob", "llama2-7b-p5", "llama2-7b-p5-a1", "Succeeded"] in rows, rows
+        assert ["jobset", "llama2-7b-p5-next", "llama2-7b-p5-next-a1", "Succeeded"] in rows, rows
         final = out.split("final status")[1]
         row = _columns(final, "tiny-cpu")
         # Succeeded at the trainer's last step (examples/tiny-cpu.yaml: maxSteps 40), not the last

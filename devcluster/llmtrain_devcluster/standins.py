@@ -30,6 +30,29 @@ def pytorchjob_conditions(current: list[dict], ctype: str, job: str, message: st
     return conds
 
 
+def jobset_status(state: str, message: str = "") -> dict:
+    """The status JobSet's controller (v0.12) writes for `state`, in decide's words: Running (every
+    Job ready: `replicatedJobsStatus`), Failed (a Job failed at maxRestarts 0: its Failed condition,
+    reason ReachedMaxRestarts) or Succeeded (every Job complete: Completed, AllJobsCompleted). A
+    merge patch's body for the status subresource."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    counts = {"ready": 0, "succeeded": 0, "failed": 0, "active": 0, "suspended": 0}
+    if state == "Running":
+        return {"status": {"replicatedJobsStatus": [{"name": "worker", **counts, "ready": 1, "active": 1}]}}
+    ctype, reason, default, done = {
+        "Failed": ("Failed", "ReachedMaxRestarts", "jobset failed due to reaching max number of restarts", "failed"),
+        "Succeeded": ("Completed", "AllJobsCompleted", "jobset completed successfully", "succeeded"),
+    }[state]
+    cond = {"type": ctype, "status": "True", "reason": reason, "message": message or default, "lastTransitionTime": now}
+    return {
+        "status": {
+            "conditions": [cond],
+            "terminalState": ctype,
+            "replicatedJobsStatus": [{"name": "worker", **counts, done: 1}],
+        }
+    }
+
+
 def worker0_pod(job: str, attempt: int, image: str, owner: dict | None = None) -> dict:
     """Worker 0's pod of an attempt, labelled as the operator's renderer and Kubeflow label it, and
     with `owner` (the attempt's PyTorchJob as read from the API) as its controller, as the

@@ -3,17 +3,22 @@
 Used by ``test_random_faults.py`` (a short run in the suite) and ``bench/random_faults.py`` (a long
 soak), both through ``run``. Its parts:
 
-- ``History``: one WATCH per kind (LLMTrainingJobs, PyTorchJobs) in the namespace, from a
+The jobs run on one backend per run (``run(..., backend=)``: PyTorchJob or JobSet, each attempt's
+"child"); what differs is read from the backend (llmtrain.backends): the child's kind and its state.
+An attempt's pods are found by the renderer's job and attempt labels, on either backend.
+
+- ``History``: one WATCH per kind (LLMTrainingJobs, the backend's children) in the namespace, from a
   resourceVersion taken before the first job exists, so every status the operator wrote and every
-  PyTorchJob it created is seen, not just what a poll happens to catch.
+  child it created is seen, not just what a poll happens to catch.
 - ``Faults``: a seeded schedule of what a cluster does to a job: a worker pod failing (kwok's chaos
-  stage, the exit code a kubelet reports), a pod deleted, the child PyTorchJob deleted by hand, the
+  stage, the exit code a kubelet reports), a pod deleted, the child deleted by hand, the
   node under a pod deleted (a replacement node registered, so capacity comes back; the pods on the
   deleted one are left to the controller-manager's pod GC, as on a real cluster), the node under a
   pod going NotReady (``Faults.node_not_ready`` says what of a real cluster's response is
   emulated), an attempt's pods all exiting 0 (the training run finished: the training-operator
-  marks the PyTorchJob Succeeded), and the operator SIGKILLed and started again. Faults land on
-  what a finished job leaves too (its Succeeded pods, its PyTorchJob).
+  marks the PyTorchJob Succeeded, the Job and JobSet controllers the JobSet Completed), and the
+  operator SIGKILLed and started again. Faults land on what a finished job leaves too (its
+  Succeeded pods, its child).
 - ``settled`` / ``unsettled``: the namespace at rest, or why not.
 - ``violations``: the invariants, over the whole watched history, as a list of sentences (empty:
   all hold).
@@ -36,8 +41,9 @@ from typing import Any, Protocol
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from llmtrain.backends.pytorchjob import state_of as pytorchjob_state
-from llmtrain.render import JOB_LABEL, child_name
+from llmtrain.backends import Backend
+from llmtrain.backends import get as get_backend
+from llmtrain.render import ATTEMPT_LABEL, JOB_LABEL, child_name
 from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from llmtrain.status import Reason
 from llmtrain_devcluster.chain import (
@@ -48,15 +54,14 @@ from llmtrain_devcluster.chain import (
     node_manifest,
 )
 
-PTJ = ("kubeflow.org", "v1", "pytorchjobs")
+DEFAULT_BACKEND = "pytorchjob"
 CPU = "cpu"
 NODE_PREFIX = "kwok-cpu-"
 TERMINAL = ("Succeeded", "Failed")
-PTJ_JOB_LABEL = "training.kubeflow.org/job-name"  # the training-operator's label on a PyTorchJob's pods
 FAULT_KINDS = (
     "pod_failed",
     "pod_deleted",
-    "pytorchjob_deleted",
+    "child_deleted",
     "node_deleted",
     "operator_killed",
     "node_not_ready",
@@ -72,8 +77,9 @@ NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 # --- the jobs ------------------------------------------------------------------------------------
 
 
-def job_doc(name: str, nodes: int, max_restarts: int) -> dict:
-    """A CPU job (one pod per simulated cpu node) that restarts after the operator's 1 s floor."""
+def job_doc(name: str, nodes: int, max_restarts: int, backend: str = DEFAULT_BACKEND) -> dict:
+    """A CPU job (one pod per simulated cpu node) on ``backend`` that restarts after the operator's
+    1 s floor."""
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -81,7 +87,7 @@ def job_doc(name: str, nodes: int, max_restarts: int) -> dict:
         "spec": {
             "model": {"preset": "tiny"},
             "data": {"uri": "synthetic", "seqLen": 128},
-            "cluster": {"instanceType": CPU, "nodes": nodes, "processesPerNode": 2},
+            "cluster": {"instanceType": CPU, "nodes": nodes, "processesPerNode": 2, "backend": backend},
             "fsdp": {"shardingStrategy": "FULL_SHARD", "mixedPrecision": "fp32", "activationCheckpointing": "none"},
             "training": {"maxSteps": 1000000, "globalBatchTokens": 2048, "microBatchSize": 4},
             "resilience": {"maxRestarts": max_restarts, "restartBackoffSeconds": 0, "maxRestartBackoffSeconds": 1},
@@ -113,26 +119,35 @@ class Seen:
     reason: str | None
 
 
-class History:
-    """Watches both kinds in ``ns`` from ``since`` (a LIST's resourceVersion) until ``stop()``;
-    a stream the API server ends is resumed from the last resourceVersion seen. A 410 (history
-    compacted) is recorded as an error: the history would have a hole, so the run cannot pass."""
+def attempt_of(pod_labels: dict) -> str | None:
+    """The child a pod belongs to, by the renderer's job and attempt labels (any backend)."""
+    job, attempt = pod_labels.get(JOB_LABEL), pod_labels.get(ATTEMPT_LABEL)
+    return child_name(job, int(attempt)) if job and attempt and attempt.isdigit() else None
 
-    def __init__(self, api: client.ApiClient, ns: str, since: str):
+
+class History:
+    """Watches the jobs and the backend's children in ``ns`` from ``since`` (a LIST's
+    resourceVersion) until ``stop()``; a stream the API server ends is resumed from the last
+    resourceVersion seen. A 410 (history compacted) is recorded as an error: the history would have
+    a hole, so the run cannot pass."""
+
+    def __init__(self, api: client.ApiClient, ns: str, since: str, backend: Backend | None = None):
         self.custom = client.CustomObjectsApi(api)
         self.ns = ns
+        self.backend = backend or get_backend(DEFAULT_BACKEND)
+        kind = self.backend.child
         self.jobs: dict[str, list[Seen]] = {}
-        self.ptj_added: Counter[str] = Counter()
-        self.ptj_failed: dict[str, float] = {}  # name -> when the watch first saw it Failed (monotonic)
-        self.ptj_succeeded: dict[str, float] = {}  # name -> when the watch first saw it Succeeded
-        self.ptj_events: list[tuple[float, str]] = []  # (monotonic time, "ADDED name" / "DELETED name")
+        self.child_added: Counter[str] = Counter()
+        self.child_failed: dict[str, float] = {}  # "name uid" -> when the watch first saw it Failed (monotonic)
+        self.child_succeeded: dict[str, float] = {}  # name -> when the watch first saw it Succeeded
+        self.child_events: list[tuple[float, str]] = []  # (monotonic time, "ADDED name" / "DELETED name")
         self.errors: list[str] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._watches: list[watch.Watch] = []
         self._threads = [
             threading.Thread(target=self._run, args=(plural, group, version, since), daemon=True)
-            for group, version, plural in ((GROUP, VERSION, PLURAL), PTJ)
+            for group, version, plural in ((GROUP, VERSION, PLURAL), (kind.group, kind.version, kind.plural))
         ]
         for t in self._threads:
             t.start()
@@ -173,16 +188,17 @@ class History:
     def _record(self, plural: str, type_: str, obj: dict) -> None:
         name = obj["metadata"]["name"]
         with self._lock:
-            if plural == PTJ[2]:
+            if plural == self.backend.child.plural:
+                kind = self.backend.child.kind
                 if type_ == "ADDED":
-                    self.ptj_added[name] += 1
+                    self.child_added[name] += 1
                 if type_ in ("ADDED", "DELETED"):
-                    self.ptj_events.append((time.monotonic(), f"  PyTorchJob {name} {type_}"))
-                conds = (obj.get("status") or {}).get("conditions") or []
-                if any(c.get("type") == "Failed" and c.get("status") == "True" for c in conds):
-                    self.ptj_failed.setdefault(f"{name} {obj['metadata']['uid'][:8]}", time.monotonic())
-                if any(c.get("type") == "Succeeded" and c.get("status") == "True" for c in conds):
-                    self.ptj_succeeded.setdefault(name, time.monotonic())
+                    self.child_events.append((time.monotonic(), f"  {kind} {name} {type_}"))
+                state = self.backend.state(obj).state
+                if state == "Failed":
+                    self.child_failed.setdefault(f"{name} {obj['metadata']['uid'][:8]}", time.monotonic())
+                if state == "Succeeded":
+                    self.child_succeeded.setdefault(name, time.monotonic())
                 return
             st = obj.get("status") or {}
             self.jobs.setdefault(name, []).append(
@@ -199,19 +215,20 @@ class History:
 
     def snapshot(self) -> tuple[dict[str, list[Seen]], Counter[str]]:
         with self._lock:
-            return {k: list(v) for k, v in self.jobs.items()}, Counter(self.ptj_added)
+            return {k: list(v) for k, v in self.jobs.items()}, Counter(self.child_added)
 
     def succeeded(self) -> frozenset[str]:
-        """The PyTorchJobs the watch saw Succeeded."""
+        """The children the watch saw Succeeded."""
         with self._lock:
-            return frozenset(self.ptj_succeeded)
+            return frozenset(self.child_succeeded)
 
-    def ptj_timeline(self) -> list[tuple[float, str]]:
-        """When each PyTorchJob was added, seen Failed or Succeeded, and deleted."""
+    def child_timeline(self) -> list[tuple[float, str]]:
+        """When each child was added, seen Failed or Succeeded, and deleted."""
+        kind = self.backend.child.kind
         with self._lock:
-            failed = [(t, f"  PyTorchJob {name} Failed") for name, t in self.ptj_failed.items()]
-            done = [(t, f"  PyTorchJob {name} Succeeded") for name, t in self.ptj_succeeded.items()]
-            return self.ptj_events + failed + done
+            failed = [(t, f"  {kind} {name} Failed") for name, t in self.child_failed.items()]
+            done = [(t, f"  {kind} {name} Succeeded") for name, t in self.child_succeeded.items()]
+            return self.child_events + failed + done
 
     def caught_up(self, rvs: dict[str, int]) -> bool:
         """Every job's watched history reaches at least resourceVersion ``rvs[name]``."""
@@ -231,8 +248,8 @@ class History:
 
 @dataclass
 class Faults:
-    """Draws and applies faults; counts what it did (``done``), which PyTorchJobs it deleted by
-    hand (each lets its attempt's PyTorchJob be created once more) and which of those it deleted
+    """Draws and applies faults; counts what it did (``done``), which children it deleted by
+    hand (each lets its attempt's child be created once more) and which of those it deleted
     after their job had already ended (``after_end``: those must stay deleted). What a fault sets
     in motion for later (a NotReady node's pods evicted, the node back) is in ``later``, run by
     ``pause`` at its time."""
@@ -248,6 +265,7 @@ class Faults:
     after_end: Counter[str] = field(default_factory=Counter)
     log: list[tuple[float, str]] = field(default_factory=list)  # (monotonic time, what)
     later: list[tuple[float, str, Callable[[], str | None]]] = field(default_factory=list)  # (due, kind, act)
+    backend: Backend = field(default_factory=lambda: get_backend(DEFAULT_BACKEND))
 
     def __post_init__(self):
         self._lock = threading.Lock()
@@ -351,8 +369,10 @@ class Faults:
             raise
         return (obj.get("status") or {}).get("phase")
 
-    def pytorchjob_deleted(self) -> str | None:
-        items = self.custom.list_namespaced_custom_object(*PTJ[:2], self.ns, PTJ[2])["items"]
+    def child_deleted(self) -> str | None:
+        """An attempt's child (a PyTorchJob, a JobSet) deleted by hand, live or left by an end."""
+        kind = self.backend.child
+        items = self.custom.list_namespaced_custom_object(kind.group, kind.version, self.ns, kind.plural)["items"]
         live = sorted(
             (p["metadata"]["name"], (p["metadata"].get("labels") or {}).get(JOB_LABEL))
             for p in items
@@ -363,7 +383,7 @@ class Faults:
         name, job = self._choose(live)
         phase = self._job_phase(job)  # read before the delete: a terminal phase is so at the delete too
         try:
-            self.custom.delete_namespaced_custom_object(*PTJ[:2], self.ns, PTJ[2], name)
+            self.custom.delete_namespaced_custom_object(kind.group, kind.version, self.ns, kind.plural, name)
         except ApiException as err:
             if err.status == 404:
                 return None
@@ -509,22 +529,22 @@ class Faults:
         return f"{node} Ready again"
 
     def attempt_succeeded(self) -> str | None:
-        """The training run of a running attempt finishes: every running pod of its PyTorchJob
-        exits 0 (llmtrain's kwok stage pod-container-running-completed), so the training-operator
-        marks the PyTorchJob Succeeded and the operator the job."""
+        """The training run of a running attempt finishes: every running pod of its child exits 0
+        (llmtrain's kwok stage pod-container-running-completed), so the child's controller marks it
+        Succeeded (a JobSet: its Job complete, then the JobSet) and the operator the job."""
         live = self._live_pods()
-        ptjs = sorted({str(ptj) for p in live if (ptj := (p.metadata.labels or {}).get(PTJ_JOB_LABEL))})
-        if not ptjs:
+        attempts = sorted({child for p in live if (child := attempt_of(p.metadata.labels or {}))})
+        if not attempts:
             return None
-        ptj = self._choose(ptjs)
-        pods = sorted(p.metadata.name for p in live if (p.metadata.labels or {}).get(PTJ_JOB_LABEL) == ptj)
+        child = self._choose(attempts)
+        pods = sorted(p.metadata.name for p in live if attempt_of(p.metadata.labels or {}) == child)
         for pod in pods:
             try:
                 self.core.patch_namespaced_pod(pod, self.ns, {"metadata": {"labels": {COMPLETE_POD_LABEL: "true"}}})
             except ApiException as err:
                 if err.status != 404:
                     raise
-        return f"{ptj}: {', '.join(pods)} exit 0"
+        return f"{child}: {', '.join(pods)} exit 0"
 
     def operator_killed(self) -> str | None:
         return f"SIGKILL (started again after {self.outage:.1f} s)" if self.kill_operator(self.outage) else None
@@ -540,20 +560,27 @@ def run_faults(faults: Faults, seconds: float) -> None:
 # --- convergence and invariants ------------------------------------------------------------------
 
 
-def settled(api: client.ApiClient, ns: str, jobs: dict[str, int], why: list[str] | None = None) -> dict | None:
+def settled(
+    api: client.ApiClient,
+    ns: str,
+    jobs: dict[str, int],
+    why: list[str] | None = None,
+    backend: str = DEFAULT_BACKEND,
+) -> dict | None:
     """The namespace at rest (``unsettled`` over what the API says now): {name: status}, or None
     (and, with ``why``, the reason appended to it). ``jobs``: name -> nodes."""
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    kind = get_backend(backend).child
     nodes = {
         n.metadata.name: any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
         for n in core.list_node(label_selector="type=kwok").items
     }
     pods = [api.sanitize_for_serialization(p) for p in core.list_namespaced_pod(ns).items]
-    ptjs = custom.list_namespaced_custom_object(*PTJ[:2], ns, PTJ[2])["items"]
+    children = custom.list_namespaced_custom_object(kind.group, kind.version, ns, kind.plural)["items"]
     statuses = {
         name: custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name).get("status") or {} for name in jobs
     }
-    reason = unsettled(jobs, statuses, ptjs, pods, nodes)
+    reason = unsettled(jobs, statuses, children, pods, nodes, backend)
     if reason is not None:
         if why is not None:
             why.append(reason)
@@ -562,13 +589,21 @@ def settled(api: client.ApiClient, ns: str, jobs: dict[str, int], why: list[str]
 
 
 def unsettled(
-    jobs: dict[str, int], statuses: dict[str, dict], ptjs: list[dict], pods: list[dict], nodes: dict[str, bool]
+    jobs: dict[str, int],
+    statuses: dict[str, dict],
+    children: list[dict],
+    pods: list[dict],
+    nodes: dict[str, bool],
+    backend: str = DEFAULT_BACKEND,
 ) -> str | None:
     """Why the namespace is not at rest, or None when it is: every job Running on its latest
     attempt with all its pods Running on Ready nodes, or Succeeded, or Failed with a reason; each
-    job's only PyTorchJob not being deleted is its current attempt's (a finished job's may be gone);
+    job's only child not being deleted is its current attempt's (a finished job's may be gone);
     no pod left on a deleted node (the pod GC's work) and none terminating. ``jobs``: name ->
-    nodes; ``pods`` and ``ptjs`` as the API returns them; ``nodes``: name -> Ready."""
+    nodes; ``pods`` and ``children`` (``backend``'s) as the API returns them; ``nodes``: name ->
+    Ready."""
+    b = get_backend(backend)
+    kind = b.child.kind
     for p in pods:
         meta, node = p["metadata"], (p.get("spec") or {}).get("nodeName")
         if meta.get("deletionTimestamp"):
@@ -579,22 +614,23 @@ def unsettled(
         st = statuses.get(name) or {}
         phase, current = st.get("phase"), child_name(name, st.get("attempt") or 1)
         live = {
-            p["metadata"]["name"]
-            for p in ptjs
-            if (p["metadata"].get("labels") or {}).get(JOB_LABEL) == name and not p["metadata"].get("deletionTimestamp")
+            c["metadata"]["name"]
+            for c in children
+            if (c["metadata"].get("labels") or {}).get(JOB_LABEL) == name and not c["metadata"].get("deletionTimestamp")
         }
         if not live <= {current}:
-            return f"{name}: PyTorchJobs {sorted(live - {current})} besides attempt {st.get('attempt')}'s"
+            return f"{name}: {kind}s {sorted(live - {current})} besides attempt {st.get('attempt')}'s"
         if phase in TERMINAL:
             if not st.get("reason"):
                 return f"{name}: {phase} without a reason"
             continue
         if phase != "Running" or live != {current} or st.get("child") != current:
-            return f"{name}: {phase} with PyTorchJob {st.get('child')} (live: {sorted(live)})"
-        ptj = next(p for p in ptjs if p["metadata"]["name"] == current)
-        if pytorchjob_state(ptj) != "Running":
-            return f"{name}: PyTorchJob {current} is {pytorchjob_state(ptj)}"
-        mine = [p for p in pods if (p["metadata"].get("labels") or {}).get(PTJ_JOB_LABEL) == current]
+            return f"{name}: {phase} with {kind} {st.get('child')} (live: {sorted(live)})"
+        child = next(c for c in children if c["metadata"]["name"] == current)
+        state = b.state(child).state
+        if state != "Running":
+            return f"{name}: {kind} {current} is {state}"
+        mine = [p for p in pods if attempt_of(p["metadata"].get("labels") or {}) == current]
         if len(mine) != count or any((p.get("status") or {}).get("phase") != "Running" for p in mine):
             return f"{name}: {len(mine)} pods of {current}, not {count} Running"
         off = sorted(p["spec"]["nodeName"] for p in mine if not nodes.get(p["spec"].get("nodeName") or ""))
@@ -604,11 +640,11 @@ def unsettled(
 
 
 def timeline(
-    t0: float, faults: list[tuple[float, str]], history: dict[str, list[Seen]], ptjs: list[tuple[float, str]]
+    t0: float, faults: list[tuple[float, str]], history: dict[str, list[Seen]], children: list[tuple[float, str]]
 ) -> str:
-    """What happened, in order: the faults, the operator's restarts, each PyTorchJob's creation,
+    """What happened, in order: the faults, the operator's restarts, each child's creation,
     failure and deletion, and each job's changes of (phase, attempt, restarts), seconds from ``t0``."""
-    lines = list(faults) + list(ptjs)
+    lines = list(faults) + list(children)
     for job, seen in history.items():
         last = None
         for s in seen:
@@ -621,16 +657,18 @@ def timeline(
 
 def violations(
     history: dict[str, list[Seen]],
-    ptj_added: Counter[str],
+    child_added: Counter[str],
     hand_deleted: Counter[str],
     final: dict[str, dict],
     budgets: dict[str, int],
     succeeded: frozenset[str] = frozenset(),
     after_end: Counter[str] | None = None,
+    kind: str = "PyTorchJob",
 ) -> list[str]:
-    """Every broken invariant, in words (empty: all hold). ``succeeded``: the PyTorchJobs seen
-    Succeeded; ``after_end``: of the PyTorchJobs deleted by hand, how many times after their job
-    had ended (no new one may follow those)."""
+    """Every broken invariant, in words (empty: all hold). ``child_added``: how many times each
+    child (of kind ``kind``) was created; ``succeeded``: the children seen Succeeded;
+    ``after_end``: of the children deleted by hand, how many times after their job had ended (no
+    new one may follow those)."""
     bad: list[str] = []
     after_end = after_end or Counter()
     for name, seen in sorted(history.items()):
@@ -661,26 +699,26 @@ def violations(
                 bad.append(f"{name}: restarts {s.restarts} over maxRestarts {budgets[name]} (rv {s.rv})")
             if (s.restarts or 0) > (s.attempt or 1) - 1:
                 bad.append(f"{name}: restarts {s.restarts} with only attempt {s.attempt} (rv {s.rv})")
-    for ptj, n in sorted(ptj_added.items()):
-        if n > 1 + hand_deleted[ptj] - after_end[ptj]:
-            ended = f", {after_end[ptj]} of them after its job had ended" if after_end[ptj] else ""
-            bad.append(f"PyTorchJob {ptj} created {n} times (deleted by hand {hand_deleted[ptj]} times{ended})")
+    for child, n in sorted(child_added.items()):
+        if n > 1 + hand_deleted[child] - after_end[child]:
+            ended = f", {after_end[child]} of them after its job had ended" if after_end[child] else ""
+            bad.append(f"{kind} {child} created {n} times (deleted by hand {hand_deleted[child]} times{ended})")
     for name, st in sorted(final.items()):
         attempt = st.get("attempt") or 1
         for k in range(1, attempt + 1):
-            if not ptj_added[child_name(name, k)]:
-                bad.append(f"{name}: attempt {k} never had a PyTorchJob")
+            if not child_added[child_name(name, k)]:
+                bad.append(f"{name}: attempt {k} never had a {kind}")
         prefix = child_name(name, 0)[:-1]
-        for ptj in ptj_added:
-            suffix = ptj[len(prefix) :]
-            if ptj.startswith(prefix) and suffix.isdigit() and not 1 <= int(suffix) <= attempt:
-                bad.append(f"{name}: PyTorchJob {ptj} for an attempt it never reached (status.attempt {attempt})")
+        for child in child_added:
+            suffix = child[len(prefix) :]
+            if child.startswith(prefix) and suffix.isdigit() and not 1 <= int(suffix) <= attempt:
+                bad.append(f"{name}: {kind} {child} for an attempt it never reached (status.attempt {attempt})")
         if st.get("phase") == "Succeeded":
-            ptj = child_name(name, attempt)
-            if st.get("reason") != Reason.SUCCEEDED.value or ptj not in succeeded:
+            child = child_name(name, attempt)
+            if st.get("reason") != Reason.SUCCEEDED.value or child not in succeeded:
                 bad.append(
-                    f"{name}: Succeeded with reason {st.get('reason')!r} on attempt {attempt}, whose PyTorchJob "
-                    f"{ptj} was {'' if ptj in succeeded else 'never '}seen Succeeded"
+                    f"{name}: Succeeded with reason {st.get('reason')!r} on attempt {attempt}, whose {kind} "
+                    f"{child} was {'' if child in succeeded else 'never '}seen Succeeded"
                 )
         if st.get("phase") == "Failed":
             if st.get("reason") != Reason.RESTART_BUDGET_EXHAUSTED.value or st.get("restarts") != budgets[name]:
@@ -747,11 +785,13 @@ class Result:
     running_s: float  # create -> every job Running
     faults_s: float  # the fault window, as it ran
     settle_s: float  # last fault -> settled
+    backend: str = DEFAULT_BACKEND
 
     def summary(self) -> dict:
         budgets = {name: budget for name, _, budget in self.jobs}
         return {
             "seed": self.seed,
+            "backend": self.backend,
             "faults": dict(self.done),
             "jobs": {
                 name: {
@@ -785,31 +825,34 @@ def run(
     wait: Callable[..., Any],
     settle_timeout: float = 240,
     say: Callable[[str], None] = print,
+    backend: str = DEFAULT_BACKEND,
 ) -> Result:
-    """Create ``jobs`` jobs in ``ns`` (served by ``operator``, on the cpu nodes ``node_names``), wait
-    until all run, apply faults for ``seconds``, wait until the namespace settles, check."""
+    """Create ``jobs`` jobs on ``backend`` in ``ns`` (served by ``operator``, on the cpu nodes
+    ``node_names``), wait until all run, apply faults for ``seconds``, wait until the namespace
+    settles, check."""
     rng = random.Random(seed)
     drawn = draw_jobs(rng, jobs)
     sizes = {name: nodes for name, nodes, _ in drawn}
     custom = client.CustomObjectsApi(api)
     t0 = time.monotonic()
     since = custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["metadata"]["resourceVersion"]
-    history = History(api, ns, since)
+    b = get_backend(backend)
+    history = History(api, ns, since, b)
     restarter = Restarter(operator)
-    chaos = Faults(api, ns, rng, restarter, 1 + max(int(n.rsplit("-", 1)[1]) for n in node_names))
+    chaos = Faults(api, ns, rng, restarter, 1 + max(int(n.rsplit("-", 1)[1]) for n in node_names), backend=b)
     restarter.note = chaos.note
     why: list[str] = []  # why the namespace was not settled, at each look
     try:
         for name, nodes, budget in drawn:
-            custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job_doc(name, nodes, budget))
-        wait(lambda: settled(api, ns, sizes), 120, f"{jobs} jobs Running before the faults")
+            custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job_doc(name, nodes, budget, backend))
+        wait(lambda: settled(api, ns, sizes, backend=backend), 120, f"{jobs} jobs Running before the faults")
         running = time.monotonic() - t0
         chaos.t0 = time.monotonic()
         run_faults(chaos, seconds)
         restarter.wait()
         last_fault = time.monotonic()
         final = wait(
-            lambda: settled(api, ns, sizes, why),
+            lambda: settled(api, ns, sizes, why, backend),
             settle_timeout,
             f"every job Running on its latest attempt or Failed (LLMTRAIN_FAULT_SEED={seed})",
         )
@@ -823,17 +866,17 @@ def run(
     finally:
         history.stop()
         seen, added = history.snapshot()
-        story = timeline(chaos.t0, chaos.log, seen, history.ptj_timeline())
+        story = timeline(chaos.t0, chaos.log, seen, history.child_timeline())
         say(story)  # the whole story, also when the namespace never settled
         if why:
             say(f"last look before settled: {why[-1]}")
     budgets = {name: budget for name, _, budget in drawn}
     bad = history.errors + violations(
-        seen, added, chaos.hand_deleted, final, budgets, history.succeeded(), chaos.after_end
+        seen, added, chaos.hand_deleted, final, budgets, history.succeeded(), chaos.after_end, b.child.kind
     )
     bad += [
         f"{name}: status.child {st.get('child')!r} is not attempt {st.get('attempt')}'s"
         for name, st in sorted(final.items())
         if st.get("child") != child_name(name, st.get("attempt") or 1)
     ]
-    return Result(seed, drawn, chaos.done, final, seen, bad, story, running, last_fault - chaos.t0, settle)
+    return Result(seed, drawn, chaos.done, final, seen, bad, story, running, last_fault - chaos.t0, settle, backend)

@@ -1,7 +1,14 @@
 """Bad-node avoidance and preflight on the real chain: a worker pod fails on node X (kwok's chaos
 stage, with the exit code and termination message a real failure leaves), the real
-training-operator fails the PyTorchJob and deletes its pods, and the operator, which caught the
+training-operator fails the PyTorchJob and deletes its pods (on JobSet: the Job controller fails
+the Job at backoffLimit 0, JobSet's controller the JobSet), and the operator, which caught the
 pod's terminated state first, starts the next attempt away from X and says so in status.
+
+A failure on a node and a failed preflight run on both backends (the `backend` fixture; one
+operator serves both): what the operator reads there is the failed pod, trusted through the
+child's owner chain, which is the backend's. Whether to avoid the node with too few left, and which
+node of a gang a preflight verdict names, are decided from what was read, the same on either
+backend: those run once, on PyTorchJob.
 
 kwok's stage copies the `.../message` annotation into the container's terminated state verbatim
 inside its YAML template, so the tests pass it as a YAML double-quoted scalar (json.dumps of the
@@ -16,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llmtrain.render import child_name
+from backend_child import OPERATOR_ARGS, attempt_pods, get_child, on, pod_template
 from llmtrain.spec import GROUP, PLURAL, VERSION
 from llmtrain_devcluster.chain import FAIL_EXIT_CODE_ANNOTATION, FAIL_POD_LABEL
 from llmtrain_devcluster.process import free_port
@@ -39,7 +46,7 @@ def operator(chain_cluster, tmp_path_factory):
         chain_cluster.kubeconfig,
         tmp_path_factory.mktemp("bad-nodes") / "operator.log",
         free_port(),
-        extra_args=["--suspect-taint-fraction", "0.5"],
+        extra_args=["--suspect-taint-fraction", "0.5", *OPERATOR_ARGS],
     )
     op.start()
     yield op
@@ -59,8 +66,8 @@ def untaint(chain):
             )
 
 
-def _job(chain, ns: str, name: str, nodes: int, **resilience) -> None:
-    doc = yaml.safe_load((REPO / "examples" / "llama2-7b-p5.yaml").read_text())
+def _job(chain, ns: str, name: str, nodes: int, backend: str = "pytorchjob", **resilience) -> None:
+    doc = on(yaml.safe_load((REPO / "examples" / "llama2-7b-p5.yaml").read_text()), backend)
     doc["metadata"] = {"name": name}
     doc["spec"]["cluster"]["nodes"] = nodes
     doc["spec"]["resilience"].update(maxRestarts=3, **resilience)
@@ -91,7 +98,7 @@ def _fail(chain, ns: str, pod: str, exit_code: int, message: str) -> None:
 
 
 def _running(chain, ns: str, job: str, attempt: int, count: int):
-    return chain.wait_pods_running(ns, f"training.kubeflow.org/job-name={child_name(job, attempt)}", count, 120)
+    return chain.wait_pods_running(ns, attempt_pods(job, attempt), count, 120)
 
 
 def _events(chain, ns: str, reason: str) -> list[str]:
@@ -108,9 +115,9 @@ def _event(chain, ns: str, reason: str, *fragments: str) -> str:
     )
 
 
-def test_a_pod_failing_on_a_node_keeps_the_next_attempt_off_it(chain, chain_ns, operator, untaint):
+def test_a_pod_failing_on_a_node_keeps_the_next_attempt_off_it(chain, chain_ns, operator, untaint, backend):
     name = "xid"
-    _job(chain, chain_ns, name, nodes=1)
+    _job(chain, chain_ns, name, nodes=1, backend=backend)
     (pod,) = _running(chain, chain_ns, name, 1, 1)
     bad = pod.spec.node_name
     wait_for(lambda: _status(chain, chain_ns, name).get("phase") == "Running", 60, f"{name} Running")
@@ -144,20 +151,21 @@ def test_a_pod_failing_on_a_node_keeps_the_next_attempt_off_it(chain, chain_ns, 
 
     assert wait_for(tainted, 30, "suspect taint") == {bad: "XID-79"}
     assert 'llmtrain_operator_bad_nodes_total{reason="XID 79"}' in operator.metrics()
+    # (the counter is the operator's, over both runs: it only says the failure was counted)
 
 
-def test_a_failed_preflight_is_retried_elsewhere_without_spending_a_restart(chain, chain_ns, operator, untaint):
+def test_a_failed_preflight_is_retried_elsewhere_without_spending_a_restart(
+    chain, chain_ns, operator, untaint, backend
+):
     from llmtrain.render import PREFLIGHT_EXIT_CODE
     from llmtrain_trainer.distributed.healthcheck import RankResult, judge, termination_message
 
     name = "preflight"
-    _job(chain, chain_ns, name, nodes=1, preflight=True)
+    _job(chain, chain_ns, name, nodes=1, backend=backend, preflight=True)
     (pod,) = _running(chain, chain_ns, name, 1, 1)
     bad = pod.spec.node_name
-    ptj = chain.ptj(chain_ns, child_name(name, 1))
-    env = {
-        e["name"]: e for e in ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"]
-    }
+    child = get_child(chain.custom.api_client, backend, chain_ns, f"{name}-a1")
+    env = {e["name"]: e for e in pod_template(backend, child)["spec"]["containers"][0]["env"]}
     assert env["LLMTRAIN_PREFLIGHT"]["value"] == "1"
 
     # What launch.py writes when the check finds this node's GPU 3 broken (healthcheck's own judge

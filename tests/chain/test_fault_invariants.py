@@ -8,9 +8,9 @@ from collections import Counter
 
 import pytest
 
-from llmtrain.render import JOB_LABEL
+from llmtrain.render import ATTEMPT_LABEL, JOB_LABEL
 
-from .faults import PTJ_JOB_LABEL, Seen, unsettled, violations
+from .faults import Seen, unsettled, violations
 
 BUDGETS = {"j": 2}
 
@@ -133,8 +133,9 @@ def _ptj(name: str, job: str, state: str = "Running") -> dict:
 
 
 def _pod(name: str, ptj: str, node: str, phase: str = "Running") -> dict:
+    job, attempt = ptj.rsplit("-a", 1)
     return {
-        "metadata": {"name": name, "labels": {PTJ_JOB_LABEL: ptj}},
+        "metadata": {"name": name, "labels": {JOB_LABEL: job, ATTEMPT_LABEL: attempt}},
         "spec": {"nodeName": node},
         "status": {"phase": phase},
     }
@@ -167,3 +168,21 @@ def test_a_succeeded_job_is_at_rest_with_or_without_its_pytorchjob():
     # nor with a leftover pod on a node that is gone (the pod GC has not been yet)
     why = unsettled({"j": 1}, {"j": st}, [], leftovers, {"n2": True})
     assert why is not None and "deleted node n1" in why
+
+
+def test_on_jobset_a_running_job_is_at_rest_once_its_jobset_says_every_job_ready():
+    """unsettled reads the child's state through its backend: a JobSet is Running only once its
+    controller counts every Job ready; before that the job has not converged."""
+    pods = [_pod("j-a2-worker-0-0-abcde", "j-a2", "n1")]
+    js = {
+        "metadata": {"name": "j-a2", "labels": {JOB_LABEL: "j"}},
+        "spec": {"replicatedJobs": [{"name": "worker", "replicas": 1}]},
+        "status": {},
+    }
+    why = unsettled({"j": 1}, {"j": RUNNING}, [js], pods, {"n1": True}, "jobset")
+    assert why is not None and "JobSet j-a2 is Created" in why, why
+    js["status"] = {"replicatedJobsStatus": [{"name": "worker", "ready": 1}]}
+    assert unsettled({"j": 1}, {"j": RUNNING}, [js], pods, {"n1": True}, "jobset") is None
+    # the invariants name the backend's kind
+    found = violations({"j": GOOD}, Counter({"j-a1": 1}), Counter(), {"j": RUNNING}, BUDGETS, kind="JobSet")
+    assert any("attempt 2 never had a JobSet" in v for v in found), found

@@ -3,8 +3,11 @@ status.goodput's buckets must match a hand computation from the trainer's step l
 wall time (issue 20's proof, the chain half; tests/trainer/test_goodput_local.py is the local one).
 
 The chain is tests/chain's (kube-apiserver + etcd + kube-scheduler + kwok nodes + the Kubeflow
-training-operator), with this test's own operator process watching only its namespace. The job is
-a tiny CPU one (2 ranks in 1 pod on a simulated cpu node, 80 steps, a checkpoint every 10 to a tmp dir).
+training-operator, the JobSet and Job controllers), with this test's own operator process watching
+only its namespace. The job is a tiny CPU one (2 ranks in 1 pod on a simulated cpu node, 80 steps, a
+checkpoint every 10 to a tmp dir). It runs on both backends (the `backend` fixture): each attempt's
+child a PyTorchJob, then a JobSet (whose Job controller fails the Job at the pod's failure and
+JobSet's controller the JobSet; all its pods exiting 0 complete it).
 
 What runs where:
 - The pods are kwok's and run nothing. For each attempt, once kwok has its pod Running, the test
@@ -33,7 +36,7 @@ The kills, at known steps:
    the operator the job.
 
 The hand computation (tests/goodput_hand.py, shared with the local proof) takes the step log of
-each attempt (per worker process) and the control plane's times: the job's and each PyTorchJob's
+each attempt (per worker process) and the control plane's times: the job's and each child's
 creationTimestamp as the API server stored them, when the test saw attempt 1's pod Failed, and the
 job's end as the operator put it (its creation + status.goodput.wallSeconds; the test checks that
 against when it saw the job Succeeded). Every bucket must be within 2% of the wall time, and the
@@ -59,9 +62,10 @@ from pathlib import Path
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from backend_child import OPERATOR_ARGS, attempt_pods, get_child, on
+from backend_child import rank0 as rank0_of
 from goodput_hand import compare, generations, hand
 from llmtrain import goodput as gp
-from llmtrain.backends.pytorchjob import REPLICA_INDEX_LABEL
 from llmtrain.controller.policy.child_status import parse_time
 from llmtrain.render import child_name
 from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
@@ -77,12 +81,15 @@ REPO = Path(__file__).resolve().parents[2]
 STEPS, EVERY = 80, 10
 KILL_AT = 15  # attempt 1: local rank 1 SIGKILLed; the restart resumes from step 10
 FAIL_AT = 35  # attempt 1's restarted process: the pod fails; attempt 2 resumes from step 30
-PTJ_POD_LABEL = "training.kubeflow.org/job-name"
 # what the training-operator adds to the pod's environment (torchrun's arguments say the same)
 OPERATOR_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PYTHONUNBUFFERED")
 
 
-def _job_doc(name: str, ckpt: Path) -> dict:
+def _job_doc(name: str, ckpt: Path, backend: str) -> dict:
+    return on(_doc(name, ckpt), backend)
+
+
+def _doc(name: str, ckpt: Path) -> dict:
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -122,6 +129,8 @@ class PodTrainer:
     def __init__(self, pod, metrics_port: int, tmp: Path):
         (c,) = [c for c in pod.spec.containers if c.name == "pytorch"]
         field = {"metadata.name": pod.metadata.name, "spec.nodeName": pod.spec.node_name}
+        # the downward API's labels (the Job controller's JOB_COMPLETION_INDEX on a JobSet's pods)
+        field.update({f"metadata.labels['{k}']": v for k, v in (pod.metadata.labels or {}).items()})
         env = {}
         for e in c.env or []:
             if e.name.startswith("PET_") or e.name in OPERATOR_ENV:
@@ -249,7 +258,10 @@ def scrape_port():
 @pytest.fixture
 def operator(chain_cluster, chain_ns, scrape_port, tmp_path):
     op = OperatorProcess(
-        chain_cluster.kubeconfig, tmp_path / "operator.log", scrape_port, extra_args=["--namespace", chain_ns]
+        chain_cluster.kubeconfig,
+        tmp_path / "operator.log",
+        scrape_port,
+        extra_args=["--namespace", chain_ns, *OPERATOR_ARGS],
     )
     op.start()
     yield op
@@ -269,7 +281,7 @@ def _time(stamp: str) -> float:
 
 
 def test_goodput_on_the_chain_matches_the_step_log(
-    chain, cpu_node, chain_ns, operator, scrape_port, trainers, tmp_path
+    chain, cpu_node, chain_ns, operator, scrape_port, trainers, tmp_path, backend
 ):
     name = f"gp-{uuid.uuid4().hex[:6]}"
     ns = chain_ns
@@ -278,15 +290,15 @@ def test_goodput_on_the_chain_matches_the_step_log(
         return chain.custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name).get("status") or {}
 
     def rank0(attempt: int):
-        pods = chain.wait_pods_running(ns, f"{PTJ_POD_LABEL}={child_name(name, attempt)}", 1)
-        (pod,) = [p for p in pods if p.metadata.labels.get(REPLICA_INDEX_LABEL) == "0"]
-        return pod
+        return rank0_of(backend, chain.wait_pods_running(ns, attempt_pods(name, attempt), 1))
 
     def ptj_created(attempt: int) -> float:
-        ptj = chain.ptj(ns, child_name(name, attempt))
-        return _time(ptj["metadata"]["creationTimestamp"])
+        child = get_child(chain.custom.api_client, backend, ns, child_name(name, attempt))
+        return _time(child["metadata"]["creationTimestamp"])
 
-    job = chain.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, _job_doc(name, tmp_path / "ckpt"))
+    job = chain.custom.create_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, _job_doc(name, tmp_path / "ckpt", backend)
+    )
     created = _time(job["metadata"]["creationTimestamp"])
     log = f"(operator log: {operator.log_path})"
 

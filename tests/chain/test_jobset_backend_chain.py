@@ -31,7 +31,7 @@ from operator_core.conftest import OperatorProcess
 
 from .conftest import wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]  # `cluster` comes from the fixtures (tests/plugins/needs.py)
 
 REPO = Path(__file__).resolve().parents[2]
 JS = (JOBSET.child.group, JOBSET.child.version, JOBSET.child.plural)

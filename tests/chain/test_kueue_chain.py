@@ -1,12 +1,15 @@
 """llmtrain jobs under a real Kueue (v0.19, its webhooks called by the API server) on the real
 chain: two p5.48xlarge kwok nodes, a ClusterQueue with quota for exactly those (generated from the
 instance catalog), a LocalQueue in the test's namespace, the operator as a process. Nothing writes
-a PyTorchJob's suspend flag but Kueue.
+a child's suspend flag but Kueue. The operator's tests run on both backends (the `backend`
+fixture: each attempt's child a PyTorchJob, then a JobSet, through Kueue's pytorchjob and jobset
+integrations), on this module's one cluster and operator:
 
 - two 2-node p5 jobs, quota for one: one Running, the other Pending/Queued in Kueue's own words,
-  no restart spent; when the first goes, the second is admitted and runs;
+  no restart spent; when the first goes, the second is admitted, runs and succeeds;
 - a high-priority job preempts a running low-priority one: Preempted, no restart spent, the same
   attempt resumes once the quota is free again;
+- a missing LocalQueue or priority class, said with the field; a failed attempt, a new Workload;
 - Kueue's JobSet integration (the second backend's child kind) on the same cluster: a JobSet is
   suspended by Kueue's webhook, admitted, queued behind quota and admitted when it frees."""
 
@@ -20,12 +23,13 @@ import pytest
 import yaml
 from kubernetes import client
 
+from backend_child import OPERATOR_ARGS, attempt_pods, get_child, on, pod_template, suspended
 from llmtrain.spec import GROUP, PLURAL, VERSION
 from llmtrain_devcluster.process import free_port
 from operator_core.conftest import OperatorProcess
 from plugins.needs import needs
 
-from .conftest import PTJ, delete_namespace_and_its_pods, wait_for
+from .conftest import delete_namespace_and_its_pods, wait_for
 
 pytestmark = [pytest.mark.slow]
 
@@ -63,12 +67,13 @@ def kueue_cluster(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def kueue_operator(kueue_cluster, tmp_path_factory):
-    # both backends enabled, PyTorchJob the default: a job asks for JobSet with spec.cluster.backend
+    # both backends enabled: each job names its own (spec.cluster.backend), so both runs of a
+    # parity test share this operator and this cluster
     op = OperatorProcess(
         kueue_cluster.kubeconfig,
         tmp_path_factory.mktemp("kueue-operator") / "operator.log",
         free_port(),
-        extra_args=["--backend", "pytorchjob", "--backend", "jobset"],
+        extra_args=list(OPERATOR_ARGS),
     )
     op.start()
     yield op
@@ -95,17 +100,18 @@ def queue_ns(kueue_cluster, api):
         delete_namespace_and_its_pods(core, name, 90)
 
 
-def p5_job(name: str, priority: str | None = None) -> dict:
+def p5_job(name: str, priority: str | None = None, backend: str = "pytorchjob") -> dict:
     doc = yaml.safe_load((REPO / "examples" / "llama2-7b-p5.yaml").read_text())
     doc["metadata"] = {"name": name}
     doc["spec"]["cluster"]["queueName"] = QUEUE
     if priority:
         doc["spec"]["cluster"]["workloadPriorityClass"] = priority
-    return doc
+    return on(doc, backend)
 
 
 class Jobs:
-    def __init__(self, api, ns):
+    def __init__(self, api, ns, backend: str = "pytorchjob"):
+        self.api, self.backend = api, backend
         self.custom, self.core, self.ns = client.CustomObjectsApi(api), client.CoreV1Api(api), ns
 
     def create(self, doc: dict) -> None:
@@ -124,24 +130,41 @@ class Jobs:
 
         return wait_for(ok, timeout, f"{name} {phase} {reason or ''}")
 
-    def ptj(self, name: str) -> dict:
-        return self.custom.get_namespaced_custom_object(*PTJ[:2], self.ns, PTJ[2], name)
+    def child(self, name: str) -> dict:
+        """The attempt's child (`<job>-a<n>`) on this test's backend."""
+        return get_child(self.api, self.backend, self.ns, name)
 
     def events(self, name: str) -> list:
         return [e for e in self.core.list_namespaced_event(self.ns).items if e.involved_object.name == name]
 
 
-def test_quota_for_one_the_second_waits_queued_then_runs(kueue_cluster, kueue_operator, api, queue_ns):
-    jobs = Jobs(api, queue_ns)
-    jobs.create(p5_job("first"))
-    jobs.wait("first", "Running", timeout=120)
-    ptj = jobs.ptj("first-a1")
-    # Kueue admitted it: unsuspended, its flavor's node label injected (and left alone by the operator)
-    assert ptj["spec"]["runPolicy"]["suspend"] is False
-    selector = ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"]
-    assert selector["node.kubernetes.io/instance-type"] == "p5.48xlarge"
+def test_quota_for_one_the_second_waits_queued_then_runs(kueue_cluster, kueue_operator, api, queue_ns, backend):
+    """Two 2-node p5 jobs, quota for one: the first admitted and Running, its child created
+    suspended by the operator and unsuspended by Kueue alone; the second Pending/Queued in Kueue's
+    words with no restart spent, its child suspended and podless; when the first goes, the second is
+    admitted, runs and, its pods done, succeeds."""
+    from llmtrain_devcluster.chain import COMPLETE_POD_LABEL
 
-    jobs.create(p5_job("second"))
+    from .conftest import Chain
+
+    jobs, chain = Jobs(api, queue_ns, backend), Chain(api)
+    jobs.create(p5_job("first", backend=backend))
+    first = jobs.wait("first", "Running", timeout=150)
+    assert (first["backend"], first["child"], first["admissionTime"] is not None) == (backend, "first-a1", True)
+    admitted = jobs.child("first-a1")
+    # Kueue admitted it: unsuspended, its flavor's node label injected (and left alone by the operator)
+    assert not suspended(backend, admitted) and admitted["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == QUEUE
+    selector = pod_template(backend, admitted)["spec"]["nodeSelector"]
+    assert selector["node.kubernetes.io/instance-type"] == "p5.48xlarge"
+    # created suspended by the operator, unsuspended by Kueue alone: the flag is no longer the creator's
+    fields = [m for m in admitted["metadata"]["managedFields"] if not m.get("subresource")]
+    creator = {m["manager"] for m in fields if m["operation"] == "Create"}
+    suspend_writers = {
+        m["manager"] for m in fields if "f:suspend" in json.dumps((m.get("fieldsV1") or {}).get("f:spec", {}))
+    }
+    assert suspend_writers and not suspend_writers & creator, (creator, suspend_writers)
+
+    jobs.create(p5_job("second", backend=backend))
     jobs.wait("second", "Pending", "Queued")
 
     # The first Queued write may come before Kueue has evaluated the Workload ("not admitted yet");
@@ -150,10 +173,11 @@ def test_quota_for_one_the_second_waits_queued_then_runs(kueue_cluster, kueue_op
         s = jobs.status("second")
         return s.get("reason") == "Queued" and "insufficient" in (s.get("message") or "") and s
 
-    queued = wait_for(in_kueues_words, 20, "second's status.message in Kueue's words")
+    queued = wait_for(in_kueues_words, 30, "second's status.message in Kueue's words")
     assert "nvidia.com/gpu" in queued["message"], queued["message"]
     assert (queued["attempt"], queued["restarts"]) == (1, 0)
-    assert jobs.ptj("second-a1")["spec"]["runPolicy"]["suspend"] is True
+    assert suspended(backend, jobs.child("second-a1"))
+    assert not chain.pods(queue_ns, attempt_pods("second", 1))
     wait_for(
         lambda: any(e.reason == "Queued" and "insufficient" in e.message for e in jobs.events("second")),
         30,
@@ -163,18 +187,27 @@ def test_quota_for_one_the_second_waits_queued_then_runs(kueue_cluster, kueue_op
     reason = rows["NAME"].index("REASON")
     assert (rows["first"][1], rows["second"][1], rows["second"][reason]) == ("Running", "Pending", "Queued")
 
-    jobs.delete("first")  # its PyTorchJob and Workload go with it: the quota is free
+    jobs.delete("first")  # its child and Workload go with it: the quota is free
     running = jobs.wait("second", "Running", timeout=180)
     assert (running["attempt"], running["restarts"]) == (1, 0) and running["admissionTime"]
+    pods = chain.wait_pods_running(queue_ns, attempt_pods("second", 1), 2, 120)
+    for p in pods:
+        chain.core.patch_namespaced_pod(
+            p.metadata.name, queue_ns, {"metadata": {"labels": {COMPLETE_POD_LABEL: "true"}}}
+        )
+    done = jobs.wait("second", "Succeeded", timeout=120)
+    assert (done["attempt"], done["restarts"]) == (1, 0)
 
 
-def test_a_production_job_preempts_a_research_one_which_resumes_without_a_restart(kueue_operator, api, queue_ns):
-    jobs = Jobs(api, queue_ns)
-    jobs.create(p5_job("research", "research"))
-    jobs.wait("research", "Running", timeout=120)
-    assert jobs.ptj("research-a1")["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "research"
+def test_a_production_job_preempts_a_research_one_which_resumes_without_a_restart(
+    kueue_operator, api, queue_ns, backend
+):
+    jobs = Jobs(api, queue_ns, backend)
+    jobs.create(p5_job("research", "research", backend))
+    jobs.wait("research", "Running", timeout=150)
+    assert jobs.child("research-a1")["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "research"
 
-    jobs.create(p5_job("urgent", "production"))
+    jobs.create(p5_job("urgent", "production", backend))
     preempted = jobs.wait("research", "Pending", "Preempted", timeout=120)
     assert (preempted["attempt"], preempted["restarts"]) == (1, 0)
     wait_for(
@@ -185,20 +218,21 @@ def test_a_production_job_preempts_a_research_one_which_resumes_without_a_restar
         30,
         "a Preempted event in Kueue's words",
     )
+    assert suspended(backend, jobs.child("research-a1"))  # Kueue took the admission back
     jobs.wait("urgent", "Running", timeout=180)
 
     jobs.delete("urgent")
     back = jobs.wait("research", "Running", timeout=180)
-    # the same attempt, the same PyTorchJob (the same Workload), no restart spent
+    # the same attempt, the same child (the same Workload), no restart spent
     assert (back["attempt"], back["restarts"], back["child"]) == (1, 0, "research-a1")
 
 
-def test_a_missing_queue_or_priority_class_is_said_with_the_field(kueue_operator, api, queue_ns):
-    jobs = Jobs(api, queue_ns)
-    no_queue = p5_job("no-queue")
+def test_a_missing_queue_or_priority_class_is_said_with_the_field(kueue_operator, api, queue_ns, backend):
+    jobs = Jobs(api, queue_ns, backend)
+    no_queue = p5_job("no-queue", backend=backend)
     no_queue["spec"]["cluster"]["queueName"] = "nope"
     jobs.create(no_queue)
-    jobs.create(p5_job("no-class", "no-such-class"))
+    jobs.create(p5_job("no-class", "no-such-class", backend))
     wait_for(
         lambda: "LocalQueue nope doesn't exist" in (jobs.status("no-queue").get("message") or ""),
         90,
@@ -211,21 +245,21 @@ def test_a_missing_queue_or_priority_class_is_said_with_the_field(kueue_operator
     assert "spec.cluster.workloadPriorityClass 'no-such-class'" in status["message"], status["message"]
 
 
-def test_a_failed_attempt_is_a_new_workload_admitted_again_with_free_quota(kueue_operator, api, queue_ns):
-    """Restart under Kueue: attempt 2 is a new PyTorchJob, so a new Workload; with the quota free
+def test_a_failed_attempt_is_a_new_workload_admitted_again_with_free_quota(kueue_operator, api, queue_ns, backend):
+    """Restart under Kueue: attempt 2 is a new child, so a new Workload; with the quota free
     (attempt 1's Workload finished) Kueue admits it and it runs. Prints the time from the pod
     failure to attempt 2 Running (the issue's target: < 10 s of control-plane time)."""
     import time
 
     from .conftest import Chain
 
-    jobs = Jobs(api, queue_ns)
-    doc = p5_job("flaky")
+    jobs = Jobs(api, queue_ns, backend)
+    doc = p5_job("flaky", backend=backend)
     doc["spec"]["resilience"].update(restartBackoffSeconds=0)  # the operator's floor: 1 s here
     jobs.create(doc)
-    jobs.wait("flaky", "Running", timeout=120)
+    jobs.wait("flaky", "Running", timeout=150)
     chain = Chain(api)
-    pod = chain.wait_pods_running(queue_ns, "training.kubeflow.org/job-name=flaky-a1", 2)[0]
+    pod = chain.wait_pods_running(queue_ns, attempt_pods("flaky", 1), 2)[0]
     t0 = time.monotonic()
     chain.fail_pod(queue_ns, pod.metadata.name)
     running = wait_for(
@@ -234,9 +268,9 @@ def test_a_failed_attempt_is_a_new_workload_admitted_again_with_free_quota(kueue
         "attempt 2 Running",
     )
     seconds = time.monotonic() - t0
-    print(f"\nkueue restart: pod failure -> attempt 2 Running in {seconds:.1f} s")
+    print(f"\nkueue restart on {backend}: pod failure -> attempt 2 Running in {seconds:.1f} s")
     assert running["restarts"] == 1 and running["admissionTime"]
-    assert jobs.ptj("flaky-a2")["spec"]["runPolicy"]["suspend"] is False  # admitted by Kueue
+    assert not suspended(backend, jobs.child("flaky-a2"))  # admitted by Kueue
     assert any(e.reason == "Queued" or e.reason == "Admitted" for e in jobs.events("flaky"))
 
 
@@ -332,56 +366,3 @@ def test_kueue_queues_and_admits_jobsets_through_its_jobset_integration(kueue_cl
         JOBSET[0], JOBSET[1], queue_ns, JOBSET[2], "whole", propagation_policy="Foreground"
     )
     wait_for(lambda: len(running_pods("next")) == 1, 180, "next admitted and its pod Running once the quota is free")
-
-
-def test_jobset_jobs_queue_in_kueue_and_the_admitted_one_runs_to_succeeded(kueue_operator, api, queue_ns):
-    """The JobSet backend under Kueue (its jobset.x-k8s.io/jobset integration): the operator creates
-    each attempt's JobSet suspended with the queue label; with quota for one 2-node job, the first is
-    admitted and runs, the second waits Queued in Kueue's words with no restart spent and its JobSet
-    suspended; when the first goes, Kueue admits the second, which runs and, its pods done, succeeds."""
-    from llmtrain.backends.jobset import JOBSET_NAME_LABEL
-    from llmtrain_devcluster.chain import COMPLETE_POD_LABEL
-    from llmtrain_devcluster.jobset import JOBSET
-
-    from .conftest import Chain
-
-    jobs, chain = Jobs(api, queue_ns), Chain(api)
-
-    def jobset(name: str) -> dict:
-        return jobs.custom.get_namespaced_custom_object(JOBSET[0], JOBSET[1], queue_ns, JOBSET[2], name)
-
-    for name in ("js-first", "js-second"):
-        doc = p5_job(name)
-        doc["spec"]["cluster"]["backend"] = "jobset"
-        jobs.create(doc)
-    first = jobs.wait("js-first", "Running", timeout=150)
-    assert (first["backend"], first["child"], first["admissionTime"] is not None) == ("jobset", "js-first-a1", True)
-    admitted = jobset("js-first-a1")
-    assert admitted["spec"]["suspend"] is False and admitted["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == QUEUE
-    # created suspended by the operator, unsuspended by Kueue alone: the flag is no longer the creator's
-    fields = [m for m in admitted["metadata"]["managedFields"] if not m.get("subresource")]
-    creator = {m["manager"] for m in fields if m["operation"] == "Create"}
-    suspend_writers = {
-        m["manager"] for m in fields if "f:suspend" in json.dumps((m.get("fieldsV1") or {}).get("f:spec", {}))
-    }
-    assert suspend_writers and not suspend_writers & creator, (creator, suspend_writers)
-
-    def in_kueues_words():
-        s = jobs.status("js-second")
-        return s.get("reason") == "Queued" and "insufficient" in (s.get("message") or "") and s
-
-    queued = wait_for(in_kueues_words, 60, "js-second queued in Kueue's words")
-    assert (queued["phase"], queued["attempt"], queued["restarts"]) == ("Pending", 1, 0)
-    assert jobset("js-second-a1")["spec"]["suspend"] is True
-    assert not chain.pods(queue_ns, f"{JOBSET_NAME_LABEL}=js-second-a1")
-
-    jobs.delete("js-first")  # its JobSet and Workload go with it: the quota is free
-    running = jobs.wait("js-second", "Running", timeout=180)
-    assert (running["attempt"], running["restarts"]) == (1, 0) and running["admissionTime"]
-    pods = chain.wait_pods_running(queue_ns, f"{JOBSET_NAME_LABEL}=js-second-a1", 2, 120)
-    for p in pods:
-        chain.core.patch_namespaced_pod(
-            p.metadata.name, queue_ns, {"metadata": {"labels": {COMPLETE_POD_LABEL: "true"}}}
-        )
-    done = jobs.wait("js-second", "Succeeded", timeout=120)
-    assert (done["attempt"], done["restarts"]) == (1, 0)

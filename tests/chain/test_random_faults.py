@@ -1,19 +1,21 @@
 """Random faults on the real chain (kube-apiserver + etcd + kube-scheduler + kwok nodes + the Kubeflow
-training-operator + the operator as a process): six jobs, a minute of faults drawn from a seed
-(worker pods failing, pods deleted, child PyTorchJobs deleted by hand, nodes deleted and replaced,
-nodes going NotReady, an attempt's pods all exiting 0, the operator SIGKILLed and started again),
-then the invariants over everything the two watches saw (tests/chain/faults.py): attempt and
-restarts never go back, no attempt's PyTorchJob is created twice, the budget is never exceeded,
-terminal phases stay (a Succeeded job starts no attempt, whatever happens to its leftovers), and
-every job converges.
+training-operator, the JobSet and Job controllers + the operator as a process), on each backend
+(the `backend` fixture: the jobs' children are PyTorchJobs, then JobSets): six jobs, 40 s of faults
+drawn from a seed (worker pods failing, pods deleted, the attempts' children deleted by hand, nodes
+deleted and replaced, nodes going NotReady, an attempt's pods all exiting 0, the operator SIGKILLed
+and started again), then the invariants over everything the two watches saw
+(tests/chain/faults.py): attempt and restarts never go back, no attempt's child is created twice,
+the budget is never exceeded, terminal phases stay (a Succeeded job starts no attempt, whatever
+happens to its leftovers), and every job converges.
 
 The faults come at random moments; the assertions are about invariants, never about timings. The
 other tests pin single paths the random runs may or may not draw: a deleted node's pods, failed by
 the pod GC, count as failures on that node (found by the random runs); a finished job stays
 Succeeded through what happens to its leftovers.
 
-Reproduce a run: LLMTRAIN_FAULT_SEED=<the seed it printed> (LLMTRAIN_FAULT_SECONDS: how long the
-faults last, 60 by default).
+Reproduce a run: LLMTRAIN_FAULT_SEED=<the seed it printed> and `-k <backend>`
+(LLMTRAIN_FAULT_SECONDS: how long the faults last, 40 by default, per backend; bench/random_faults.py
+runs the long soak).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import signal
 import pytest
 from kubernetes import client
 
-from llmtrain.render import JOB_LABEL, child_name
+from backend_child import OPERATOR_ARGS, attempt_pods, children, get_child, kind, state
+from llmtrain.render import child_name
 from llmtrain.spec import GROUP, PLURAL, VERSION
 from llmtrain_devcluster.chain import COMPLETE_POD_LABEL, node_manifest
 from llmtrain_devcluster.process import free_port
@@ -60,24 +63,30 @@ def cpu_nodes(chain_cluster, chain):
 
 @pytest.fixture
 def operator(chain_cluster, chain_ns, tmp_path):
-    """This test's own operator, watching only its namespace (it is SIGKILLed on purpose)."""
+    """This test's own operator, watching only its namespace (it is SIGKILLed on purpose), serving
+    both backends."""
     op = OperatorProcess(
         chain_cluster.kubeconfig,
         tmp_path / "operator.log",
         free_port(),
-        extra_args=["--namespace", chain_ns, "--verbose"],
+        extra_args=["--namespace", chain_ns, "--verbose", *OPERATOR_ARGS],
     )
     op.start()
     yield op
     op.stop()
 
 
-def test_random_faults_keep_every_invariant(chain_cluster, cpu_nodes, chain_ns, operator):
+def test_random_faults_keep_every_invariant(chain_cluster, cpu_nodes, chain_ns, operator, backend):
     seed = int(os.environ.get("LLMTRAIN_FAULT_SEED") or random.SystemRandom().randrange(2**32))
-    seconds = float(os.environ.get("LLMTRAIN_FAULT_SECONDS", "60"))
-    print(f"\nrandom faults: LLMTRAIN_FAULT_SEED={seed} for {seconds:.0f} s (operator log: {operator.log_path})")
+    seconds = float(os.environ.get("LLMTRAIN_FAULT_SECONDS", "40"))
+    print(
+        f"\nrandom faults on {backend}: LLMTRAIN_FAULT_SEED={seed} for {seconds:.0f} s "
+        f"(operator log: {operator.log_path})"
+    )
     with chain_cluster.api_client() as api:
-        result = faults.run(api, chain_ns, operator, cpu_nodes, seed=seed, jobs=JOBS, seconds=seconds, wait=wait_for)
+        result = faults.run(
+            api, chain_ns, operator, cpu_nodes, seed=seed, jobs=JOBS, seconds=seconds, wait=wait_for, backend=backend
+        )
     summary = result.summary()
     print(json.dumps(summary, indent=1))
     errors = [
@@ -90,12 +99,15 @@ def test_random_faults_keep_every_invariant(chain_cluster, cpu_nodes, chain_ns, 
     assert not result.violations, f"LLMTRAIN_FAULT_SEED={seed}:\n" + "\n".join(result.violations)
 
 
-def test_a_deleted_node_fails_its_attempt_and_names_the_node(chain_cluster, chain, cpu_nodes, chain_ns, operator):
+def test_a_deleted_node_fails_its_attempt_and_names_the_node(
+    chain_cluster, chain, cpu_nodes, chain_ns, operator, backend
+):
     """The pod GC marks a deleted node's pods Failed with only a DisruptionTarget condition; the
     operator counts that as a failure on the node (found by the random faults: it did not)."""
     name = "gone-node"
-    chain.custom.create_namespaced_custom_object(GROUP, VERSION, chain_ns, PLURAL, faults.job_doc(name, 1, 3))
-    (pod,) = chain.wait_pods_running(chain_ns, f"training.kubeflow.org/job-name={child_name(name, 1)}", 1)
+    doc = faults.job_doc(name, 1, 3, backend)
+    chain.custom.create_namespaced_custom_object(GROUP, VERSION, chain_ns, PLURAL, doc)
+    (pod,) = chain.wait_pods_running(chain_ns, attempt_pods(name, 1), 1)
     node = pod.spec.node_name
     chain.core.delete_node(node)
     chain.core.create_node(node_manifest(faults.CPU, 1 + max(int(n.rsplit("-", 1)[1]) for n in cpu_nodes)))
@@ -103,7 +115,7 @@ def test_a_deleted_node_fails_its_attempt_and_names_the_node(chain_cluster, chai
     def status():
         return chain.custom.get_namespaced_custom_object(GROUP, VERSION, chain_ns, PLURAL, name).get("status") or {}
 
-    a1 = f"training.kubeflow.org/job-name={child_name(name, 1)}"
+    a1 = attempt_pods(name, 1)
 
     def replaced() -> bool:
         pods = chain.core.list_namespaced_pod(chain_ns, label_selector=a1).items
@@ -114,6 +126,8 @@ def test_a_deleted_node_fails_its_attempt_and_names_the_node(chain_cluster, chai
     # the operator starts attempt 2 naming the node; one whose reconcile comes after the deletion
     # creates the pod again in the same attempt (its torchrun resumes, as after an in-place restart):
     # the job then keeps attempt 1 and spends no restart. Which one is the two controllers' race.
+    # (The Job controller tracks its pods with a finalizer, so it always sees the failure: on
+    # JobSet the Job, then the JobSet, fails and the operator starts attempt 2.)
     def outcome():
         s = status()
         if s.get("attempt") == 2:
@@ -128,20 +142,22 @@ def test_a_deleted_node_fails_its_attempt_and_names_the_node(chain_cluster, chai
     (entry,) = st["badNodes"]
     assert entry["node"] == node and entry["reason"] == "DeletionByPodGC" and entry["attempt"] == 1
     assert "node no longer exists" in entry["message"]
-    (pod2,) = chain.wait_pods_running(chain_ns, f"training.kubeflow.org/job-name={child_name(name, 2)}", 1)
+    (pod2,) = chain.wait_pods_running(chain_ns, attempt_pods(name, 2), 1)
     assert pod2.spec.node_name != node
 
 
-def test_a_finished_job_stays_succeeded_through_what_happens_to_its_leftovers(chain, cpu_nodes, chain_ns, operator):
-    """Its pods exit 0 (kwok: the training run finished): the training-operator marks the PyTorchJob
-    Succeeded, the operator the job, attempt and restarts as they were. Then its PyTorchJob is
-    deleted by hand and the operator SIGKILLed and started again: the restarted operator looks at
-    the job (the reconcile it counts as "unchanged") and writes nothing; no PyTorchJob is made
-    again."""
+def test_a_finished_job_stays_succeeded_through_what_happens_to_its_leftovers(
+    chain, cpu_nodes, chain_ns, operator, backend
+):
+    """Its pods exit 0 (kwok: the training run finished): the child's controller marks it Succeeded
+    (the training-operator the PyTorchJob; the Job controller the Job, JobSet's the JobSet), the
+    operator the job, attempt and restarts as they were. Then the child is deleted by hand and the
+    operator SIGKILLed and started again: the restarted operator looks at the job (the reconcile it
+    counts as "unchanged") and writes nothing; no child is made again."""
     name = "finished"
-    chain.custom.create_namespaced_custom_object(GROUP, VERSION, chain_ns, PLURAL, faults.job_doc(name, 1, 3))
+    chain.custom.create_namespaced_custom_object(GROUP, VERSION, chain_ns, PLURAL, faults.job_doc(name, 1, 3, backend))
     a1 = child_name(name, 1)
-    (pod,) = chain.wait_pods_running(chain_ns, f"training.kubeflow.org/job-name={a1}", 1)
+    (pod,) = chain.wait_pods_running(chain_ns, attempt_pods(name, 1), 1)
 
     def status():
         return chain.custom.get_namespaced_custom_object(GROUP, VERSION, chain_ns, PLURAL, name).get("status") or {}
@@ -151,18 +167,20 @@ def test_a_finished_job_stays_succeeded_through_what_happens_to_its_leftovers(ch
         lambda: (s := status()).get("phase") == "Succeeded" and s, 60, f"Succeeded (log: {operator.log_path})"
     )
     assert (st["attempt"], st["restarts"], st["reason"]) == (1, 0, "Succeeded") and st.get("completionTime")
-    assert chain.ptj_condition(chain_ns, a1, "Succeeded")
+    api = chain.custom.api_client
+    assert state(backend, get_child(api, backend, chain_ns, a1)) == "Succeeded"
 
-    chain.custom.delete_namespaced_custom_object(*faults.PTJ[:2], chain_ns, faults.PTJ[2], a1)
+    group, version, plural = kind(backend)
+    chain.custom.delete_namespaced_custom_object(group, version, chain_ns, plural, a1)
 
     def gone():
         try:
-            chain.ptj(chain_ns, a1)
+            get_child(api, backend, chain_ns, a1)
         except client.ApiException as err:
             return err.status == 404
         return False
 
-    wait_for(gone, 60, f"PyTorchJob {a1} deleted")
+    wait_for(gone, 60, f"{backend} child {a1} deleted")
     operator.stop(signal.SIGKILL)
     operator.start()
 
@@ -172,7 +190,4 @@ def test_a_finished_job_stays_succeeded_through_what_happens_to_its_leftovers(ch
 
     wait_for(looked, 60, f"the restarted operator reconciled {name} (log: {operator.log_path})")
     assert status() == st
-    ptjs = chain.custom.list_namespaced_custom_object(
-        *faults.PTJ[:2], chain_ns, faults.PTJ[2], label_selector=f"{JOB_LABEL}={name}"
-    )["items"]
-    assert ptjs == []
+    assert children(api, backend, chain_ns, name) == []

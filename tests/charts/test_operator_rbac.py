@@ -158,8 +158,9 @@ def _enclosing_functions(tree: ast.Module) -> dict[int, str]:
 def code_needs() -> list[tuple[str, str, str, str]]:
     """(group, resource, verb, where) for every API use in the controller package."""
     found = []
-    for path in sorted(CONTROLLER.glob("*.py")):
-        module = importlib.import_module(f"llmtrain.controller.{path.stem}")
+    for path in sorted(CONTROLLER.rglob("*.py")):  # the wiring, policy/ and adapters/
+        dotted = ".".join(path.relative_to(CONTROLLER.parents[1]).with_suffix("").parts)
+        module = importlib.import_module(dotted.removesuffix(".__init__"))
         tree = ast.parse(path.read_text())
         functions = _enclosing_functions(tree)
         for node in ast.walk(tree):

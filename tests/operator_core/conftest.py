@@ -15,11 +15,14 @@ import yaml
 from kubernetes import client
 from prometheus_client import start_http_server
 
+from llmtrain.backends.jobset import COMPLETION_INDEX_LABEL
+from llmtrain.backends.pytorchjob import REPLICA_INDEX_LABEL
 from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from llmtrain_devcluster.process import free_port, log_tail, wait_until
-from llmtrain_devcluster.standins import pytorchjob_conditions
+from llmtrain_devcluster.standins import jobset_status, pytorchjob_conditions, worker0_pod
 
 PTJ = ("kubeflow.org", "v1", "pytorchjobs")
+JS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 
 
 def wait_for(fn, timeout: float = 30, what: str = "condition"):
@@ -159,6 +162,82 @@ class Kube:
         self.custom.patch_namespaced_custom_object_status(
             *PTJ[:2], namespace, PTJ[2], name, {"status": {"conditions": conds}}
         )
+
+    def set_child_state(self, backend: str, namespace: str, name: str, state: str, message: str = "") -> None:
+        """Write the attempt's child's status the way its controller does: the training-operator's
+        PyTorchJob condition `state`, or JobSet's controller's status for `state` (Running,
+        Failed, Succeeded)."""
+        if backend == "pytorchjob":
+            self.set_ptj_condition(namespace, name, state, message)
+            return
+        self.custom.patch_namespaced_custom_object_status(
+            *JS[:2], namespace, JS[2], name, jobset_status(state, message)
+        )
+
+    def wait_child(self, backend: str, namespace: str, name: str, timeout: float = 30) -> dict:
+        kind = PTJ if backend == "pytorchjob" else JS
+        return wait_for(
+            lambda: self.custom.get_namespaced_custom_object(kind[0], kind[1], namespace, kind[2], name),
+            timeout,
+            f"{backend} child {name}",
+        )
+
+    def worker_pod(self, backend: str, namespace: str, child: dict, index: int, image: str) -> dict:
+        """Worker `index`'s pod of attempt `child` (as read from the API), owned as its controller
+        owns it: by the PyTorchJob; on JobSet by the JobSet's Job, which the light cluster's test
+        makes as JobSet's controller would (`spec.managedBy` a stand-in, so the Job controller
+        leaves it alone), once per attempt."""
+        job, attempt = (
+            child["metadata"]["labels"]["llmtrain.dev/job"],
+            int(child["metadata"]["name"].rsplit("-a", 1)[1]),
+        )
+        pod = worker0_pod(job, attempt, image, owner=child if backend == "pytorchjob" else None)
+        pod["metadata"]["name"] = f"{child['metadata']['name']}-worker-{index}"
+        if backend == "pytorchjob":
+            return pod
+        name = f"{child['metadata']['name']}-worker-0"
+        batch = client.BatchV1Api(self.api)
+        try:
+            owner = batch.read_namespaced_job(name, namespace)
+        except client.ApiException as err:
+            if err.status != 404:
+                raise
+            meta = child["metadata"]
+            ref = {"apiVersion": f"{JS[0]}/{JS[1]}", "kind": "JobSet", "name": meta["name"], "uid": meta["uid"]}
+            owner = batch.create_namespaced_job(
+                namespace,
+                {
+                    "metadata": {"name": name, "ownerReferences": [{**ref, "controller": True}]},
+                    "spec": {
+                        "managedBy": "llmtrain.dev/test-stand-in",
+                        "completionMode": "Indexed",
+                        "completions": 1,
+                        "parallelism": 1,
+                        "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}},
+                    },
+                },
+            )
+        labels = pod["metadata"]["labels"]
+        labels.pop(REPLICA_INDEX_LABEL, None)
+        labels[COMPLETION_INDEX_LABEL] = str(index)
+        pod["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": name,
+                "uid": owner.metadata.uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        return pod
+
+    def children(self, backend: str, namespace: str, job: str) -> list[dict]:
+        """The job's children of `backend`'s kind (the renderer's job label)."""
+        kind = PTJ if backend == "pytorchjob" else JS
+        return self.custom.list_namespaced_custom_object(
+            kind[0], kind[1], namespace, kind[2], label_selector=f"llmtrain.dev/job={job}"
+        )["items"]
 
     def events(self, namespace: str, name: str) -> list:
         return [e for e in self.core.list_namespaced_event(namespace).items if e.involved_object.name == name]

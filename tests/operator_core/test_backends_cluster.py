@@ -17,7 +17,6 @@ from llmtrain.spec import GROUP, PLURAL, VERSION
 
 from .conftest import OperatorProcess, wait_for
 
-pytestmark = [pytest.mark.cluster]
 
 JS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 TINY = {"model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu", "nodes": 1}, "training": {"maxSteps": 20}}

@@ -30,6 +30,24 @@ from .test_operator_cluster import tiny
 MiB = 1024 * 1024
 
 
+@pytest.fixture(scope="module")
+def operator(dev_cluster, trainer_endpoint, tmp_path_factory):
+    """The shared operator of these tests, serving both backends (a test on either runs on it)."""
+    from backend_child import OPERATOR_ARGS
+
+    from .conftest import OperatorProcess
+
+    op = OperatorProcess(
+        dev_cluster.kubeconfig,
+        tmp_path_factory.mktemp("operator") / "operator.log",
+        trainer_endpoint[1],
+        extra_args=list(OPERATOR_ARGS),
+    )
+    op.start()
+    yield op
+    op.stop()
+
+
 # --- rank 0 stand-ins a tenant controls --------------------------------------------------------
 
 GOOD = (
@@ -323,11 +341,15 @@ def _bound_pod(pod: dict, node: str) -> dict:
     return pod
 
 
-def test_a_hand_made_worker_pod_feeds_no_forensics(operator, kube, namespace):
-    """Only the attempt's PyTorchJob's pods are forensics' input: the hand-made one (worker 1's
-    labels, an XID naming a node) gets no PodFailedOnNode event; the owned one does."""
-    kube.apply(namespace, kube.job_doc("forn", tiny()))
-    ptj = kube.wait_ptj(namespace, "forn-a1")
+def test_a_hand_made_worker_pod_feeds_no_forensics(operator, kube, namespace, backend):
+    """Only the attempt's child's pods are forensics' input: the hand-made one (worker 1's labels,
+    an XID naming a node) gets no PodFailedOnNode event; the owned one does. On both backends: a
+    PyTorchJob's pods are trusted by its uid, a JobSet's through its Job's (the operator serves
+    both)."""
+    spec = tiny()
+    spec["cluster"]["backend"] = backend
+    kube.apply(namespace, kube.job_doc("forn", spec))
+    child = kube.wait_child(backend, namespace, "forn-a1")
     fake = _bound_pod(worker0_pod("forn", 1, "evil:latest"), "victim-node")
     fake["metadata"]["name"] = "forn-a1-worker-1"
     kube.core.create_namespaced_pod(namespace, fake)
@@ -335,7 +357,7 @@ def test_a_hand_made_worker_pod_feeds_no_forensics(operator, kube, namespace):
         "forn-a1-worker-1", namespace, _terminated("NVRM: Xid (PCI:0000:53:00): 79, fallen off the bus")
     )
     kube.core.create_namespaced_pod(
-        namespace, _bound_pod(worker0_pod("forn", 1, "llmtrain-trainer:dev", owner=ptj), "own-node")
+        namespace, _bound_pod(kube.worker_pod(backend, namespace, child, 0, "llmtrain-trainer:dev"), "own-node")
     )
     kube.core.patch_namespaced_pod_status("forn-a1-worker-0", namespace, _terminated("NCCL error: boom"))
     wait_for(

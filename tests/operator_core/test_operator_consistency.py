@@ -1,5 +1,9 @@
 """The operator under restarts and concurrency, against the real apiserver: an attempt never goes
-back, no attempt's PyTorchJob lives twice, Ready survives a restart, bad input ends Failed."""
+back, no attempt's child lives twice, Ready survives a restart, bad input ends Failed.
+
+The operator SIGKILLed through a restart storm and the two-replica failover run on both backends
+(the `backend` fixture: the test writes the child's status as its controller would, a PyTorchJob's
+condition or a JobSet's); the rest never reach a child's controller's words and run once."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import threading
 import pytest
 from kubernetes import client, watch
 
+from backend_child import OPERATOR_ARGS, live_names
 from llmtrain.spec import GROUP, PLURAL, VERSION
 
 from .conftest import OperatorProcess, wait_for
@@ -52,7 +57,9 @@ class AttemptRecorder:
         self._watch.stop()
 
 
-def _create(kube, namespace: str, name: str, spec: dict) -> None:
+def _create(kube, namespace: str, name: str, spec: dict, backend: str | None = None) -> None:
+    if backend:
+        spec = {**spec, "cluster": {**spec["cluster"], "backend": backend}}
     kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, kube.job_doc(name, spec))
 
 
@@ -74,17 +81,17 @@ def own_operator(dev_cluster, trainer_endpoint, tmp_path):
 
 
 @pytest.mark.slow
-def test_attempts_failed_while_the_operator_was_down_go_forward_exactly_once(own_operator, kube, namespace):
+def test_attempts_failed_while_the_operator_was_down_go_forward_exactly_once(own_operator, kube, namespace, backend):
     names = [f"storm-{i}" for i in range(20)]
     recorder = AttemptRecorder(kube.api, namespace)
-    op = own_operator("--verbose")
+    op = own_operator("--verbose", *OPERATOR_ARGS)
     for name in names:
-        _create(kube, namespace, name, tiny(resilience={"maxRestarts": 3}))
+        _create(kube, namespace, name, tiny(resilience={"maxRestarts": 3}), backend)
     for name in names:
         wait_for(lambda: kube.status(namespace, name).get("child") == f"{name}-a1", 60, f"{name} recorded")
     op.stop(signal.SIGKILL)
-    for name in names:  # the training-operator marks every attempt Failed while ours is down
-        kube.set_ptj_condition(namespace, f"{name}-a1", "Failed", "worker 0 exited with code 137")
+    for name in names:  # the child's controller marks every attempt Failed while ours is down
+        kube.set_child_state(backend, namespace, f"{name}-a1", "Failed", "worker 0 exited with code 137")
     op.start()
     # And once more in the middle of the restart storm: some jobs moved on, others not yet.
     wait_for(lambda: any(kube.status(namespace, n).get("attempt") == 2 for n in names), 60, "the storm to start")
@@ -96,9 +103,7 @@ def test_attempts_failed_while_the_operator_was_down_go_forward_exactly_once(own
     def settled() -> bool:
         for name in names:
             status = kube.status(namespace, name)
-            live = sorted(
-                p["metadata"]["name"] for p in kube.ptjs(namespace, name) if not p["metadata"].get("deletionTimestamp")
-            )
+            live = live_names(kube.children(backend, namespace, name))
             state = (status.get("attempt"), status.get("restarts"), status.get("child"), live)
             if state != (2, 1, f"{name}-a2", [f"{name}-a2"]):
                 last[:] = [name, state, status.get("phase"), status.get("message")]
@@ -443,11 +448,11 @@ def _lease_holder(kube, namespace: str) -> str | None:
 
 
 @pytest.mark.slow
-def test_two_replicas_one_acts_and_the_standby_takes_over_within_seconds(own_operator, kube, namespace):
+def test_two_replicas_one_acts_and_the_standby_takes_over_within_seconds(own_operator, kube, namespace, backend):
     import os
     import time
 
-    args = ("--leader-elect", "--leader-election-namespace", namespace, "--leader-lease-seconds", "3")
+    args = ("--leader-elect", "--leader-election-namespace", namespace, "--leader-lease-seconds", "3", *OPERATOR_ARGS)
     first = own_operator(*args)
     wait_for(lambda: _lease_holder(kube, namespace), 30, "a leader")
     second = own_operator(*args)
@@ -460,7 +465,7 @@ def test_two_replicas_one_acts_and_the_standby_takes_over_within_seconds(own_ope
     recorder = AttemptRecorder(kube.api, namespace)
     names = [f"ha-{i}" for i in range(10)]
     for name in names:
-        _create(kube, namespace, name, tiny(resilience={"maxRestarts": 3}))
+        _create(kube, namespace, name, tiny(resilience={"maxRestarts": 3}), backend)
     for name in names:
         wait_for(lambda: kube.status(namespace, name).get("child") == f"{name}-a1", 60, f"{name} recorded")
     # Only the leader acted: the standby never got the lease, so it never started its handlers.
@@ -469,7 +474,7 @@ def test_two_replicas_one_acts_and_the_standby_takes_over_within_seconds(own_ope
     leader.stop(signal.SIGKILL)
     killed = time.time()
     for name in names:
-        kube.set_ptj_condition(namespace, f"{name}-a1", "Failed", "node lost")
+        kube.set_child_state(backend, namespace, f"{name}-a1", "Failed", "node lost")
     wait_for(lambda: _lease_holder(kube, namespace) == f"{host}-{standby.proc.pid}", 30, "the standby to lead")
     # When the standby took the Lease is the acquireTime it wrote (a microsecond timestamp from this
     # machine's clock), not when this test next looked: the ten status writes above and the polling
@@ -481,8 +486,7 @@ def test_two_replicas_one_acts_and_the_standby_takes_over_within_seconds(own_ope
     def settled() -> bool:
         return all(
             (kube.status(namespace, n).get("attempt"), kube.status(namespace, n).get("restarts")) == (2, 1)
-            and [p["metadata"]["name"] for p in kube.ptjs(namespace, n) if not p["metadata"].get("deletionTimestamp")]
-            == [f"{n}-a2"]
+            and live_names(kube.children(backend, namespace, n)) == [f"{n}-a2"]
             for n in names
         )
 

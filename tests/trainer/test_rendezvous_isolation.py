@@ -21,7 +21,8 @@ import pytest
 
 from conftest import base_spec, run_to_end
 from llmtrain import rendezvous_auth as ra
-from llmtrain.render import render_pytorchjob, rendezvous_id
+from llmtrain.backends.pytorchjob import render_pytorchjob
+from llmtrain.render import rendezvous_id
 from llmtrain.validation import parse_spec
 
 
