@@ -231,6 +231,10 @@ def training() -> gdash.Dashboard:
     d = d.with_panel(ts("Step", [(f"max {by} (llmtrain_trainer_step{{{JOB_SEL}}})", lj)]))
     d = d.with_panel(ts("Tokens per second (whole job)",
                         [(f"max {by} (llmtrain_trainer_tokens_per_second{{{JOB_SEL}}})", lj)]))
+    d = d.with_panel(ts("Tokens per second per device",
+                        [(f"avg {by} (llmtrain_trainer_tokens_per_second_per_device{{{JOB_SEL}}})", lj)],
+                        desc="The job's tokens/s over its devices, as torchtitan reports it; like MFU it "
+                             "counts each checkpoint's blocking time."))
     d = d.with_panel(ts("Tokens trained per second per rank",
                         [(f"rate(llmtrain_trainer_tokens_total{{{JOB_SEL}}}[{rate}])",
                           "{{llmtrain_job}} rank {{rank}}")],

@@ -105,6 +105,17 @@ def test_environment_precedence_preset_then_ours_then_user():
     assert env["LLMTRAIN_COLLECTIVE_TIMEOUT_SECONDS"] == "600"
 
 
+def test_gpu_pods_get_the_expandable_segments_allocator_and_the_user_still_wins():
+    """Issue 32: GPU pods lacked PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (torchtitan's
+    setting). CPU pods have no CUDA allocator to configure; a user's own value wins on GPU pods."""
+    assert _env(_render(_spec(cluster={"instanceType": "p5.48xlarge"})))["PYTORCH_CUDA_ALLOC_CONF"] == (
+        "expandable_segments:True"
+    )
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in _env(_render(_spec(cluster={"instanceType": "cpu"})))
+    mine = {"instanceType": "p5.48xlarge", "env": {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}}
+    assert _env(_render(_spec(cluster=mine)))["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:512"
+
+
 def test_trainer_receives_the_whole_spec():
     spec = _spec(training={"seed": 7}, fsdp={"shardingStrategy": "SHARD_GRAD_OP"})
     sent = json.loads(_env(_render(spec))["LLMTRAIN_SPEC"])

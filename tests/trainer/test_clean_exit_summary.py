@@ -26,9 +26,9 @@ def test_a_clean_exit_leaves_the_final_figures_as_the_termination_message(launch
     last = steps[-1]
     assert values["llmtrain_trainer_step"] == last["step"] == STEPS
     assert values["llmtrain_trainer_loss"] == pytest.approx(last["loss"], abs=1e-6)
-    # tokens/s: the steps after the first (warm-up), their tokens over their time, from rank 0's step lines
+    # tokens/s: the steps after the first (warm-up), their tokens over their wall time, from rank 0's step lines
     steady = steps[1:]
-    tokens_per_second = sum(e["tokens"] for e in steady) / sum(e["step_seconds"] for e in steady)
+    tokens_per_second = sum(e["tokens"] for e in steady) / sum(e["wall_seconds"] for e in steady)
     assert values["llmtrain_trainer_tokens_per_second"] == pytest.approx(tokens_per_second, rel=1e-4)
     # MFU is tokens/s times a constant (FLOPs per token over the devices' peak), as in every step line
     ratio = values["llmtrain_trainer_mfu"] / values["llmtrain_trainer_tokens_per_second"]

@@ -255,12 +255,13 @@ def test_s3_fencing_a_late_writer_of_an_old_attempt_cannot_commit_a_broken_check
 @pytest.mark.parametrize(
     "make_optimizer",
     [
-        lambda groups: torch.optim.AdamW(groups, lr=3e-4, betas=(0.9, 0.95), foreach=True),  # the trainer's
+        lambda groups: torch.optim.AdamW(groups, lr=3e-4, betas=(0.9, 0.95), fused=True),  # the trainer's
+        lambda groups: torch.optim.AdamW(groups, lr=3e-4, betas=(0.9, 0.95), foreach=True),  # its former
         # weight_decay 0: Adam's L2 decay adds wd * param to the zero gradient, so torch's reference
         # step would leave non-zero moments (which the load then overwrites) — not a clean reference.
         lambda groups: torch.optim.Adam([dict(g, weight_decay=0.0) for g in groups], lr=1e-3, amsgrad=True),
     ],
-    ids=["adamw-foreach", "adam-amsgrad"],
+    ids=["adamw-fused", "adamw-foreach", "adam-amsgrad"],
 )
 def test_resume_creates_the_optimizer_state_without_an_optimizer_step(one_process_group, make_optimizer):
     """Defect (issue 12, checkpoint load bandwidth): before DCP can load in place, the optimizer state

@@ -12,6 +12,7 @@ group, built from the tiny job spec and a `WorkerEnv` given here (no environment
 from __future__ import annotations
 
 import json
+import math
 import signal
 
 import pytest
@@ -25,7 +26,9 @@ pytestmark = pytest.mark.trainer
 RTOL = 2e-4  # as tests/trainer/test_trainer_distributed.py: fp32, only the reduction order differs
 
 
-def _trainer(spec: dict, tmp_path, events: list, *, stop=None, env=None, on_event=None):
+def _trainer(spec: dict, tmp_path, events: list, *, stop=None, env=None, on_event=None, **cfg_over):
+    import dataclasses
+
     from llmtrain_trainer.config import JobIdentity, WorkerEnv, parse_spec
     from llmtrain_trainer.job_config import JobConfig
     from llmtrain_trainer.train import StopFlag, Trainer
@@ -36,7 +39,9 @@ def _trainer(spec: dict, tmp_path, events: list, *, stop=None, env=None, on_even
             on_event(event)
 
     env = env or WorkerEnv(metrics_port=free_port(), staging=str(tmp_path / "staging"))
-    cfg = JobConfig.from_spec(parse_spec(json.dumps(spec)), JobIdentity("t", "ns", 0), env)
+    cfg = dataclasses.replace(
+        JobConfig.from_spec(parse_spec(json.dumps(spec)), JobIdentity("t", "ns", 0), env), **cfg_over
+    )
     return Trainer(cfg, device=torch.device("cpu"), stop=stop or StopFlag(install=False), emit=emit)
 
 
@@ -106,17 +111,18 @@ def _end(events: list[dict]) -> dict:
     (end,) = _of(events, "end")
     steady = _of(events, "step")[1:]
     assert end.pop("tokens_per_second") == pytest.approx(
-        sum(e["tokens"] for e in steady) / sum(e["step_seconds"] for e in steady), rel=1e-4
+        sum(e["tokens"] for e in steady) / sum(e["wall_seconds"] for e in steady), rel=1e-4
     )
     assert end.pop("mfu") > 0
     return end
 
 
 @pytest.fixture
-def stopped_at_3(corpus, one_process_group, tmp_path):
+def stopped_at_4(corpus, one_process_group, tmp_path):
     """(spec, events): a trainer with a checkpoint location, saving every 2 steps, asked to stop
-    (as by SIGTERM) while its step 3 line goes out: it gives up step 4 after one micro-batch and
-    saves step 3 as its final checkpoint."""
+    (as by SIGTERM) while its step 3 line goes out. Step 3 neither saves nor ends training, so its
+    line goes out once step 4 has run (no per-step host sync: one step later); step 4 saves; the
+    trainer gives up step 5 after one micro-batch and stops with step 4 as its final checkpoint."""
     from llmtrain_trainer.train import StopFlag
 
     spec = base_spec(**{"data.uri": corpus, "checkpoint.uri": f"file://{tmp_path}/ckpt", "checkpoint.intervalSteps": 2})
@@ -130,39 +136,40 @@ def stopped_at_3(corpus, one_process_group, tmp_path):
     first = _trainer(spec, tmp_path, events, stop=stop, on_event=on_event)
     assert first.resume() == 0
     assert first.train() == 0
-    assert _end(events) == {"event": "end", "reason": "signal", "step": 3, "last_checkpoint": 3}
+    assert _end(events) == {"event": "end", "reason": "signal", "step": 4, "last_checkpoint": 4}
     assert _of(events, "stop")[0]["dropped_micro_batches"] == 1
-    assert [e["step"] for e in _of(events, "checkpoint")] == [2, 3]
+    assert [e["step"] for e in _of(events, "checkpoint")] == [2, 4]
+    assert [e["step"] for e in _of(events, "step")] == [1, 2, 3, 4]
     return spec, _weights(first)
 
 
-def test_a_second_trainer_resumes_where_the_first_stopped(stopped_at_3, reference, tmp_path):
-    spec, weights = stopped_at_3
+def test_a_second_trainer_resumes_where_the_first_stopped(stopped_at_4, reference, tmp_path):
+    spec, weights = stopped_at_4
     events: list[dict] = []
     second = _trainer(spec, tmp_path, events)
-    assert second.resume() == 3
-    assert second.loader.step == 3
+    assert second.resume() == 4
+    assert second.loader.step == 4
     resumed = _weights(second)
     assert all(torch.equal(weights[n], resumed[n]) for n in weights)
     assert _of(events, "resume")[0] | {"seconds": 0} == {
         "event": "resume",
-        "step": 3,
+        "step": 4,
         "from_world_size": 1,
         "world_size": 1,
         "seconds": 0,
     }
     assert second.train() == 0
     losses = {e["step"]: e["loss"] for e in _of(events, "step")}
-    assert sorted(losses) == list(range(4, STEPS + 1))
+    assert sorted(losses) == list(range(5, STEPS + 1))
     for step, loss in losses.items():  # as if never stopped
         assert loss == pytest.approx(reference[step], rel=RTOL), (step, losses, reference)
     assert _end(events) == {"event": "end", "reason": "finished", "step": STEPS, "last_checkpoint": STEPS}
 
 
-def test_a_rollback_resumes_from_before_the_step_it_names(stopped_at_3, tmp_path):
+def test_a_rollback_resumes_from_before_the_step_it_names(stopped_at_4, tmp_path):
     from llmtrain_trainer.config import WorkerEnv
 
-    spec, _ = stopped_at_3
+    spec, _ = stopped_at_4
     events: list[dict] = []
     env = WorkerEnv(metrics_port=free_port(), staging=str(tmp_path / "staging"), resume_before_step=3)
     t = _trainer(spec, tmp_path, events, env=env)
@@ -173,11 +180,111 @@ def test_a_rollback_resumes_from_before_the_step_it_names(stopped_at_3, tmp_path
         t.checkpointer.close()
     (rollback,) = _of(events, "rollback")
     assert rollback["before_step"] == 3 and [q.rsplit("/", 1)[-1] for q in rollback["quarantined"]] == [
-        "step-0000000003"
+        "step-0000000004"
     ]
-    assert (tmp_path / "ckpt" / "quarantine" / "step-0000000003").is_dir()
+    assert (tmp_path / "ckpt" / "quarantine" / "step-0000000004").is_dir()
     gauge = t.metrics.prom.registry.get_sample_value
     assert gauge("llmtrain_trainer_resumed_before_step", {"llmtrain_job": "t", "rank": "0"}) == 3
+
+
+def test_garbage_is_collected_every_n_steps_on_every_rank_and_never_automatically(corpus, one_process_group, tmp_path):
+    """Defect (issue 32): Python's automatic GC ran whenever allocation counts crossed its thresholds,
+    at a different point of a step on each rank, and every collective made the other ranks wait for
+    it. While training it is off; every rank collects generation 1 at the start and before every Nth
+    step (the same steps on every rank: the step number decides), and it is on again afterwards."""
+    import gc
+
+    collections: list[tuple[int, int]] = []  # (completed steps, generation) at each collection
+    enabled_at_step: list[bool] = []
+    t = _trainer(
+        base_spec(**{"data.uri": corpus}),
+        tmp_path,
+        [],
+        on_event=lambda e: e.get("event") == "step" and enabled_at_step.append(gc.isenabled()),
+        gc_every_steps=3,
+    )
+    t.resume()
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            collections.append((t.step_no, info["generation"]))
+
+    assert gc.isenabled()
+    gc.callbacks.append(on_gc)
+    try:
+        assert t.train() == 0
+    finally:
+        gc.callbacks.remove(on_gc)
+    assert enabled_at_step == [False] * STEPS
+    assert collections == [(0, 1), (2, 1), (5, 1)]  # at the start, before steps 3 and 6
+    assert gc.isenabled()
+
+
+def test_throughput_and_mfu_count_the_checkpoints_blocking(corpus, one_process_group, tmp_path):
+    """Defect (issue 32): the step timer stopped before the checkpoint's blocking part, so tokens/s
+    and MFU left out what a save costs training. Throughput is now over the wall time between step
+    ends: over the run it adds up to the steps' time plus every save's blocking time (and the
+    logging between steps), and tokens/s per device is exported beside the job's."""
+    events: list[dict] = []
+    spec = base_spec(**{"data.uri": corpus, "checkpoint.uri": f"file://{tmp_path}/ckpt", "checkpoint.intervalSteps": 2})
+    t = _trainer(spec, tmp_path, events)
+    t.resume()
+    assert t.train() == 0
+    steps = _of(events, "step")
+    assert [e["step"] for e in steps] == list(range(1, STEPS + 1))
+    assert [e["step"] for e in _of(events, "checkpoint")] == [2, 4, 6, STEPS]  # 3 periodic + the final one
+    blocking = t.metrics.prom.registry.get_sample_value(
+        "llmtrain_trainer_checkpoint_blocking_seconds_total", {"llmtrain_job": "t", "rank": "0"}
+    )
+    assert blocking > 0
+    # Steps 3, 5, 7 follow a periodic save: their wall time holds its blocking part.
+    after_save = sum(e["wall_seconds"] - e["step_seconds"] for e in steps if e["step"] in (3, 5, 7))
+    assert after_save >= blocking - 1e-5, (after_save, blocking)  # the lines round to microseconds
+    for e in steps:
+        assert e["wall_seconds"] >= e["step_seconds"]
+        assert e["tokens_per_second"] == pytest.approx(e["tokens"] / e["wall_seconds"], rel=1e-3)
+        assert e["tokens_per_second_per_device"] == pytest.approx(e["tokens_per_second"], rel=1e-3)  # one rank
+    last = steps[-1]
+    got = t.metrics.prom.registry.get_sample_value(
+        "llmtrain_trainer_tokens_per_second_per_device", {"llmtrain_job": "t", "rank": "0"}
+    )
+    assert got == pytest.approx(last["tokens_per_second_per_device"], rel=1e-3)
+
+
+def test_fp16_with_its_gradient_scaler_steps(corpus, one_process_group, tmp_path):
+    """Defect (issue 32, found by test_trainer_rollback's fp16 run): fused AdamW failed at the first
+    fp16 step — the sharded gradient scaler hands the optimizer a found-inf flag of shape [1], which
+    torch 2.15's fused kernel cannot subtract from its 0-d step counts. fp16 keeps foreach AdamW."""
+    t = _trainer(base_spec(**{"data.uri": corpus, "fsdp.mixedPrecision": "fp16"}), tmp_path, [])
+    assert t.scaler is not None
+    assert {g["foreach"] for g in t.optimizer.param_groups} == {True}
+    t.resume()
+    t.metrics.loop_started(0)
+    try:
+        losses = [t.step().loss for _ in range(3)]
+    finally:
+        t.loader.close()
+        t.metrics.close()
+        t.checkpointer.close()
+    assert all(math.isfinite(v) for v in losses) and losses[-1] < losses[0], losses
+
+
+def test_a_steps_loss_is_read_after_the_next_step_is_queued(corpus, one_process_group, tmp_path):
+    """Defect (issue 32): every step ended with its loss and flags read back on the host
+    (`.tolist()` of a device tensor), so the host never ran ahead of the device. Now a step's line
+    (its loss read) goes out only after the next step has been queued (its batch drawn, its optimizer
+    step taken); a step that saves or ends training is logged at once, before its checkpoint."""
+    seen: list[tuple[int, int]] = []  # (step of the line, optimizer steps taken when it went out)
+    box: list = []
+    spec = base_spec(**{"data.uri": corpus, "checkpoint.uri": f"file://{tmp_path}/ckpt", "checkpoint.intervalSteps": 4})
+    t = _trainer(
+        spec, tmp_path, [], on_event=lambda e: e.get("event") == "step" and seen.append((e["step"], box[0].step_no))
+    )
+    box.append(t)
+    t.resume()
+    assert t.train() == 0
+    # steps 4 (a save) and 8 (the last) at once; every other one after the next step ran
+    assert seen == [(1, 2), (2, 3), (3, 4), (4, 4), (5, 6), (6, 7), (7, 8), (8, 8)]
 
 
 def test_the_worker_environment_is_read_once_and_bad_values_are_named():

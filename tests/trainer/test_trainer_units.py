@@ -46,6 +46,7 @@ def test_flops_per_token_and_mfu_match_documented_formula_by_hand():
     tp = step_throughput(tokens, seconds, devices, dims, T, peak)
     tps_dev = tokens / seconds / devices
     assert tp.tokens_per_second == pytest.approx(tokens / seconds)
+    assert tp.tokens_per_second_per_device == pytest.approx(tps_dev)
     assert tp.tflops_per_device == pytest.approx(tps_dev * fpt / 1e12)
     assert tp.mfu == pytest.approx(tps_dev * fpt / peak)
     assert 0 < tp.mfu < 1
@@ -260,6 +261,7 @@ EXPECTED_METRICS = {
     "llmtrain_trainer_step": "gauge",
     "llmtrain_trainer_loss": "gauge",
     "llmtrain_trainer_tokens_per_second": "gauge",
+    "llmtrain_trainer_tokens_per_second_per_device": "gauge",
     "llmtrain_trainer_tokens": "counter",
     "llmtrain_trainer_tflops_per_device": "gauge",
     "llmtrain_trainer_mfu": "gauge",

@@ -16,6 +16,7 @@ from llmtrain.catalog import ModelDims, instance_type
 from llmtrain.spec import FSDPSpec, LLMTrainingJobSpec, TrainingSpec, resolve_dims
 
 from .config import JobIdentity, WorkerEnv, global_batch_seqs, lr_at, staging_dir
+from .garbage import GC_EVERY_STEPS
 
 
 @dataclass(frozen=True)
@@ -210,6 +211,7 @@ class JobConfig:
     ledger: LedgerConfig
     metrics: MetricsConfig
     resume: ResumeConfig
+    gc_every_steps: int = GC_EVERY_STEPS  # garbage.py: collect on every rank before every Nth step
 
     @classmethod
     def from_spec(cls, spec: LLMTrainingJobSpec, job: JobIdentity, env: WorkerEnv) -> JobConfig:

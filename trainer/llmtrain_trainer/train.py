@@ -1,10 +1,12 @@
 """The training loop that runs in every worker process: `run` builds a `Trainer` and trains.
 
 Per step: this rank's micro-batches (gradient accumulation up to the global batch), forward/backward
-under FSDP2, gradient clipping, AdamW, then ONE small all-reduce of [loss, stop, save] so that every
-rank agrees on the logged loss, on stopping (SIGTERM/SIGINT reached any rank) and on checkpointing
-(the time-based interval elapsed on any rank's clock) at the same step — a checkpoint or a stop
-decided by one rank alone would deadlock the others in the next collective.
+under FSDP2, gradient clipping, AdamW, then a gloo all-reduce of the CPU flags [stop, save] so that
+every rank agrees on stopping (SIGTERM/SIGINT reached any rank) and on checkpointing (the time-based
+interval elapsed on any rank's clock) at the same step — a checkpoint or a stop decided by one rank
+alone would deadlock the others in the next collective — and an all-reduce of the loss on the device,
+read when the step is logged: after the next step is queued, unless this step stops, saves or ends
+training (no per-step host sync; `train`).
 
 The trainer is a handful of components, each built from its own config (job_config.py): the model
 (distributed/parallel.py), the optimizer (optimizer.py), the data loader (data/loader.py), the
@@ -13,11 +15,14 @@ checkpointer (checkpoint/checkpointer.py), the metrics (metrics/logger.py) and t
 
     build    (the constructor) the components, in an order every rank shares
     resume   rollback, then the newest checkpoint that loads, or pretrained weights, or a fresh init
-    step     one optimizer step → StepResult (the loss and the agreed stop/save flags)
+    step     one optimizer step → StepResult (the agreed stop/save flags; the loss read when logged)
     log      that step's metrics and step line
     save     a periodic checkpoint, when every rank agreed one is due
     stop     the one way out of the loop: say why, wait for the save in flight, save the final state
     train    the loop over the above; returns the process's exit code
+
+Python's automatic garbage collection is off while the loop runs: every rank collects at the same
+steps instead (garbage.py).
 """
 
 from __future__ import annotations
@@ -43,17 +48,20 @@ from .distributed.parallel import (
     build_mesh,
     check_float8_device,
     device_for_rank,
+    float8_all_gather,
     has_replicas,
     init_distributed,
     parallelize,
+    precompute_float8_scales,
 )
+from .garbage import GarbageCollection
 from .job_config import JobConfig, OptimizerConfig
 from .metrics.logger import MetricsLogger
 from .metrics.restarts import AttemptLedger
 from .models.init import init_weights
 from .models.llama import Llama, cross_entropy
+from .optimizer import Implementation, clip_grad_norm
 from .optimizer import build_optimizer as _build_optimizer
-from .optimizer import clip_grad_norm
 
 log = logging.getLogger("llmtrain_trainer")
 
@@ -92,22 +100,34 @@ def _stop_agreed(stop: StopFlag, group) -> bool:
     return flag.item() > 0
 
 
-def build_optimizer(model: torch.nn.Module, spec: LLMTrainingJobSpec) -> torch.optim.Optimizer:
+def build_optimizer(
+    model: torch.nn.Module, spec: LLMTrainingJobSpec, implementation: Implementation | None = None
+) -> torch.optim.Optimizer:
     """The trainer's optimizer for `spec` (optimizer.py), for loops outside the trainer: the
     single-process reference of the tests, the benches' minimal loop."""
-    return _build_optimizer(model, OptimizerConfig.from_spec(spec))
+    return _build_optimizer(model, OptimizerConfig.from_spec(spec), implementation)
 
 
 @dataclass
 class StepResult:
     """What one call of `Trainer.step` did. `dropped` > 0: a stop was agreed between micro-batches and
-    the step was given up after that many (no optimizer step; `step` is the last completed one)."""
+    the step was given up after that many (no optimizer step; `step` is the last completed one).
+
+    The loss stays on the device, all-reduced, until `loss` is read (a host sync): the training loop
+    reads it when it logs the step, after the next step's work is queued."""
 
     step: int
     lr: float
-    loss: float = math.nan  # mean over the global batch (all-reduced)
+    loss_sum: torch.Tensor | None = None  # sum over the ranks of their mean losses (all-reduced, on device)
+    world: int = 1
     grad_norm: torch.Tensor | None = None  # before clipping; read on rank 0 only (log)
-    seconds: float = 0.0  # wall time, batch wait to agreement included (the step timing)
+    # The step's time: since the previous step ended (or, outside the loop, since this one started),
+    # less any checkpoint blocking in between (the goodput ledger counts that separately).
+    seconds: float = 0.0
+    # Since the previous step ended (or the loop started): the step, plus what ran between the two
+    # steps — the previous step's logging and its checkpoint's blocking part. Throughput and MFU use
+    # it, so a checkpoint's cost shows in them (on the step after it); `seconds` excludes it.
+    wall_seconds: float = 0.0
     data_wait: float = 0.0  # of which waiting for this step's batch
     stop: bool = False  # some rank was asked to stop
     save: bool = False  # some rank's checkpoint interval elapsed
@@ -117,6 +137,15 @@ class StepResult:
     @property
     def completed(self) -> bool:
         return not self.dropped
+
+    @property
+    def loss(self) -> float:
+        """Mean over the global batch (NaN for a dropped step). Reading it waits for the device."""
+        if self.loss_sum is None:
+            return math.nan
+        if not hasattr(self, "_loss"):
+            self._loss = float(self.loss_sum) / self.world
+        return self._loss
 
 
 class Trainer:
@@ -140,7 +169,7 @@ class Trainer:
         )
         self.metrics.started(cfg, local_world=self.local_world, backend=dist.get_backend())
         self.model = self._build_model()
-        self.optimizer = _build_optimizer(self.model, cfg.optimizer)
+        self.optimizer = _build_optimizer(self.model, cfg.optimizer, fp16_scaler=cfg.model.fp16)
         d = cfg.data
         self.loader = DataLoader(
             open_dataset(d.uri, d.seq_len, d.seed, d.vocab_size),
@@ -160,6 +189,8 @@ class Trainer:
         self._build_step()
         self.step_no = 0
         self.resumed_step = 0
+        self._last_step_end: float | None = None  # perf_counter; None before the loop starts
+        self._blocked = 0.0  # checkpoint blocking since the last step ended
 
     def _build_model(self) -> torch.nn.Module:
         """Meta → wrapped/sharded → materialised shard by shard (the weights come in `resume`)."""
@@ -168,6 +199,8 @@ class Trainer:
         with torch.device("meta"):
             model = Llama(m.dims)
         parallelize(model, mesh, m.fsdp, self.device)
+        # float8 weights all-gathered in float8: their scales are computed once per step (`step`).
+        self.float8_scales = m.fsdp.float8 and float8_all_gather(mesh)
         model.to_empty(device=self.device)
         model.init_rope(self.device)
         return model
@@ -190,11 +223,12 @@ class Trainer:
         # last micro-batch, not once per micro-batch; earlier micro-batches accumulate locally.
         self.replicas = has_replicas(self.cfg.model.fsdp.sharding_strategy)
         self.allreduce = AllReduceCounter(self.model) if self.replicas else None
-        # A stop request is acted on at the next micro-batch boundary, not only after the whole step
-        # (~37 s at 70B on 16 nodes): the partial step is dropped and the last completed step saved.
-        # Agreeing needs a collective on every boundary; a 1-float gloo all-reduce on its own group
-        # (never the GPU stream, never the checkpoint thread's group) costs well under a millisecond.
-        self.control = dist.new_group(backend="gloo") if self.accum > 1 else None
+        # The ranks agree on stopping and saving through gloo all-reduces of CPU flags on their own
+        # group (never the GPU stream, never the checkpoint thread's group; well under a millisecond):
+        # after each step, and, with gradient accumulation, at every micro-batch boundary (a stop
+        # request is acted on there, not only after the whole step — ~37 s at 70B on 16 nodes — the
+        # partial step dropped and the last completed step saved). Neither waits for the device.
+        self.control = dist.new_group(backend="gloo")
 
     # -- checkpoint state ------------------------------------------------------------------------
 
@@ -277,7 +311,7 @@ class Trainer:
             loss = self.loss_fn(model(x), y) / self.accum
             (self.scaler.scale(loss) if self.scaler else loss).backward()
             loss_sum += loss.detach()
-            if self.control is not None and i < last and _stop_agreed(stop, self.control):
+            if self.accum > 1 and i < last and _stop_agreed(stop, self.control):
                 opt.zero_grad(set_to_none=True)
                 self.loader.rewind()
                 return StepResult(step=self.step_no, lr=lr, stop=True, dropped=i + 1)
@@ -289,19 +323,29 @@ class Trainer:
             self.scaler.update()
         else:
             opt.step()
+        if self.float8_scales:
+            precompute_float8_scales(model)
         opt.zero_grad(set_to_none=True)
         self.step_no += 1
-        # [loss, stop, save]: one host→device copy of the two flags, the loss added on device.
-        flags = torch.tensor([0.0, float(stop.set), float(self.checkpointer.due(self.step_no))], device=self.device)
-        flags[0] += loss_sum
-        dist.all_reduce(flags)
-        loss_v, stop_v, save_v = flags.tolist()
+        # [stop, save]: CPU flags, agreed on the gloo group; the loss is all-reduced on the device and
+        # read only when the step is logged, so the host does not wait for the device here and can
+        # queue the next step while this one runs (no per-step host sync).
+        flags = torch.tensor([float(stop.set), float(self.checkpointer.due(self.step_no))])
+        dist.all_reduce(flags, group=self.control)
+        stop_v, save_v = flags.tolist()
+        dist.all_reduce(loss_sum)
+        end = time.perf_counter()
+        since = t0 if self._last_step_end is None else self._last_step_end
+        self._last_step_end = end
+        blocked, self._blocked = self._blocked, 0.0
         return StepResult(
             step=self.step_no,
             lr=lr,
-            loss=loss_v / self.world,
+            loss_sum=loss_sum,
+            world=self.world,
             grad_norm=grad_norm,
-            seconds=time.perf_counter() - t0,
+            seconds=end - since - blocked,
+            wall_seconds=end - since,
             data_wait=self.loader.last_wait,
             stop=stop_v > 0,
             save=save_v > 0,
@@ -321,6 +365,7 @@ class Trainer:
         blocked = time.perf_counter()
         ckpt.save(result.step, self.state_dict(result.step))
         blocking = time.perf_counter() - blocked
+        self._blocked += blocking
         ckpt.saved(blocking)  # intervalMinutes auto: the next interval follows it
         self.metrics.saved(blocking)
 
@@ -346,18 +391,36 @@ class Trainer:
         """Steps until maxSteps or an agreed stop; then the final checkpoint. 0, or 1 when the final
         checkpoint failed (the newest one is older than the last step)."""
         self.metrics.loop_started(self.resumed_step)
+        self._last_step_end = time.perf_counter()
+        collector = GarbageCollection(self.cfg.gc_every_steps)
         stopped: StepResult | None = None
+        # A completed step whose loss is read and logged once the next step is queued: the host never
+        # waits for the device between steps. A step that stops, saves or ends training is logged at
+        # once (its loss decides whether it may be saved), so stopping and saving happen at the same
+        # steps as with a per-step sync; the other steps' lines, metrics and health facts (non-finite
+        # loss, loss spike) come one step later.
+        pending: StepResult | None = None
         try:
             while self.step_no < self.cfg.max_steps:
+                collector.step(self.step_no + 1)
                 result = self.step()
-                if result.completed:
-                    self.log(result)
+                if pending is not None:
+                    self.log(pending)
+                    pending = None
+                if not result.completed:
+                    stopped = result
+                    break
+                if not (result.stop or result.save or result.step >= self.cfg.max_steps):
+                    pending = result
+                    continue
+                self.log(result)
                 if result.stop:
                     stopped = result
                     break
                 self.save(result)
             self.stop(stopped)
         finally:
+            collector.close()
             self.loader.close()
             self.metrics.close()
         ckpt, step = self.checkpointer, self.step_no

@@ -17,10 +17,10 @@ retention nor the clean-up of partial saves ever looks, so they stay for inspect
 attempt can write those step numbers again. Deleting them is the user's decision.
 
 Asynchrony: `dcp.async_save` first copies the state to host memory (the only part training waits
-for: a device→host copy of this rank's shard), then writes/uploads in a background thread over a
-dedicated gloo process group, so its collectives never interleave with the training collectives
-of the default group. One save is in flight at a time; the next one, or the end of training, waits
-for it.
+for: a device→host copy of this rank's shard, into host buffers reused by every save, pinned on a
+GPU: staging.py), then writes/uploads in a background thread over a dedicated gloo process group,
+so its collectives never interleave with the training collectives of the default group. One save
+is in flight at a time; the next one, or the end of training, waits for it.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
@@ -42,6 +43,7 @@ from llmtrain import cadence
 from llmtrain.cadence import AutoInterval
 
 from .safety import RecordLoadPlanner, UnsafeCheckpoint, refusal
+from .staging import open_stager
 from .stores import open_store, step_name
 
 if TYPE_CHECKING:  # job_config builds CheckpointConfig.auto with auto_interval, from here
@@ -186,6 +188,7 @@ class Checkpointer:
         self.emit = emit or (lambda event: None)
         self.rank = dist.get_rank()
         self._future = None
+        self._stager = None  # staging.py: one for the run, its host buffers reused by every async save
         self._last_save = time.monotonic()
         self._lock = threading.Lock()
         self.last_committed: int | None = None
@@ -350,7 +353,9 @@ class Checkpointer:
             else:
                 self._done(step, t0)
             return
-        fut = dcp.async_save(state, storage_writer=writer, process_group=self.pg)
+        if self._stager is None:
+            self._stager = open_stager(torch.cuda.is_available())
+        fut = dcp.async_save(state, storage_writer=writer, process_group=self.pg, async_stager=self._stager)
         fut.add_done_callback(lambda f: self._done(step, t0, f))
         self._future = fut
 
@@ -399,4 +404,7 @@ class Checkpointer:
 
     def close(self) -> None:
         self.wait()
+        if self._stager is not None:
+            self._stager.close()
+            self._stager = None
         dist.destroy_process_group(self.pg)

@@ -16,8 +16,11 @@ Strategy mapping (ZeRO stages in brackets; Ψ = parameters, N = data-parallel ra
 
 Order of wrapping, per block: activation checkpointing → torch.compile → fully_shard (the same order
 as torchtitan): checkpointing must see the plain block; compiling inside FSDP's hooks keeps the
-all-gathers outside the graph; the root module is sharded last and keeps its parameters after
-forward (`reshard_after_forward=False`) because backward starts with them immediately.
+all-gathers outside the graph. FSDP units, as torchtitan's: the embeddings alone, each block, the
+final norm and `lm_head` together, then the root (which then holds no parameters). With the
+embeddings, norm and `lm_head` left in the root unit, they were gathered at the step's start with
+nothing to overlap, and their gradients (2·V·d, the largest single unit at a 128k vocabulary) were
+reduced only after the whole backward.
 """
 
 from __future__ import annotations
@@ -95,7 +98,14 @@ def mixed_precision_policy(precision: str):
 # backward. Those elementwise activations are most of the 34·s·b·h bytes per layer that Korthikanti
 # et al. count, while recomputing them costs almost no FLOPs.
 def _save_list() -> set:
-    ops = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
+    # aten.max: float8's dynamic scaling takes the absolute maximum of each tensor it casts; saving
+    # that one number per tensor spares backward a second pass over it (torchtitan saves it too).
+    ops = {
+        torch.ops.aten.mm.default,
+        torch.ops.aten.addmm.default,
+        torch.ops.aten.bmm.default,
+        torch.ops.aten.max.default,
+    }
     for name in (
         "_scaled_dot_product_flash_attention",
         "_scaled_dot_product_efficient_attention",
@@ -153,23 +163,45 @@ def check_float8_device(device: torch.device) -> None:
 
 def float8_filter(module: nn.Module, fqn: str) -> bool:
     """Which Linear layers train in float8: those of the transformer blocks whose both dimensions are
-    multiples of 16 (float8 GEMMs need them); not `lm_head`, whose logits need the precision
-    (torchtitan keeps its output layer in bf16 too)."""
+    multiples of 16 (float8 GEMMs need them), except small ones; not `lm_head`, whose logits need the
+    precision (torchtitan keeps its output layer in bf16 too).
+
+    Small: K (in_features) ≤ 4096 and N (out_features) ≤ 1024 — torchao's tensorwise auto-filter,
+    from its H100 benchmarks, where casting to float8 and back costs more than the faster GEMM saves;
+    e.g. the k/v projections of GQA models (Llama 3 8B: 4096 → 1024)."""
     return (
         isinstance(module, nn.Linear)
         and ".layers." in f".{fqn}"
         and module.in_features % 16 == 0
         and module.out_features % 16 == 0
+        and not (module.in_features <= 4096 and module.out_features <= 1024)
     )
 
 
-def convert_float8(model: nn.Module) -> int:
+def float8_all_gather(mesh) -> bool:
+    """Whether FSDP all-gathers the float8 weights (half of bf16's bytes): when it shards at all."""
+    return mesh["shard"].size() > 1
+
+
+def convert_float8(model: nn.Module, all_gather: bool = False) -> int:
     """Swap the selected Linear layers for torchao's Float8Linear (dynamic tensorwise scaling), before
-    checkpointing/compile/FSDP wrap them, as torchtitan orders it. Returns how many were swapped."""
+    checkpointing/compile/FSDP wrap them, as torchtitan orders it. `all_gather`: FSDP gathers the
+    weights already cast to float8 (their scales then come from `precompute_float8_scales` after each
+    optimizer step). Returns how many were swapped."""
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
-    convert_to_float8_training(model, config=Float8LinearConfig(), module_filter_fn=float8_filter)
+    config = Float8LinearConfig(enable_fsdp_float8_all_gather=all_gather)
+    convert_to_float8_training(model, config=config, module_filter_fn=float8_filter)
     return sum(type(m).__name__ == "Float8Linear" for m in model.modules())
+
+
+def precompute_float8_scales(model: nn.Module) -> None:
+    """With the float8 all-gather: every float8 weight's scale for the next forward, in ONE
+    all-reduce of all their absolute maxima after the optimizer step (else one per weight, inside
+    each all-gather)."""
+    from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+
+    precompute_float8_dynamic_scale_for_fsdp(model)
 
 
 def parallelize(model: nn.Module, mesh, fsdp_spec, device: torch.device) -> nn.Module:
@@ -179,8 +211,8 @@ def parallelize(model: nn.Module, mesh, fsdp_spec, device: torch.device) -> nn.M
 
     if getattr(fsdp_spec, "float8", False):
         check_float8_device(device)
-        n = convert_float8(model)
-        log.info("float8 training: %d Linear layers converted", n)
+        n = convert_float8(model, all_gather=float8_all_gather(mesh))
+        log.info("float8 training: %d Linear layers converted (all-gather in float8: %s)", n, float8_all_gather(mesh))
 
     strategy = fsdp_spec.sharding_strategy
     reshard = strategy in ("FULL_SHARD", "HYBRID_SHARD")
@@ -190,6 +222,9 @@ def parallelize(model: nn.Module, mesh, fsdp_spec, device: torch.device) -> nn.M
     offload = CPUOffloadPolicy() if (fsdp_spec.cpu_offload and device.type == "cuda") else OffloadPolicy()
     shard = functools.partial(fully_shard, mesh=mesh, mp_policy=mp, offload_policy=offload)
 
+    # The embeddings are a unit of their own, gathered first in forward (and, resharded, again at the
+    # end of backward, prefetched), their gradients reduced as soon as backward reaches them.
+    shard(model.model.embed_tokens, reshard_after_forward=reshard)
     layers = model.model.layers
     for i, block in enumerate(layers):
         block = apply_activation_checkpointing(block, fsdp_spec.activation_checkpointing)
@@ -198,6 +233,10 @@ def parallelize(model: nn.Module, mesh, fsdp_spec, device: torch.device) -> nn.M
         # The last block's parameters are needed first in backward: don't free them after forward.
         shard(block, reshard_after_forward=reshard and i < len(layers) - 1)
         layers[i] = block
+    # [final norm, lm_head] together: last in forward, first in backward, so kept gathered between the
+    # two, and their gradients reduced while the blocks' backward runs, not after all of it.
+    shard([model.model.norm, model.lm_head], reshard_after_forward=False)
+    # The root owns no parameters of its own any more: only the RoPE buffers and the step's hooks.
     shard(model, reshard_after_forward=False)
     return model
 

@@ -145,13 +145,14 @@ class MetricsLogger:
         """One completed optimizer step: gauges, loss facts, ledger, and the rank-0 step line."""
         c = self.cfg
         tokens = c.tokens_per_step
-        tp = step_throughput(tokens, r.seconds, self.world, c.dims, c.seq_len, c.peak_flops_per_device)
-        self.steady.add(tokens, r.seconds)
+        tp = step_throughput(tokens, r.wall_seconds, self.world, c.dims, c.seq_len, c.peak_flops_per_device)
+        self.steady.add(tokens, r.wall_seconds)
         now = time.time()
         m = self.prom
         m.step.set(r.step)
         m.loss.set(r.loss)
         m.tokens_per_second.set(tp.tokens_per_second)
+        m.tokens_per_second_per_device.set(tp.tokens_per_second_per_device)
         m.tokens_total.inc(tokens // self.world)  # this rank's share: a sum over ranks is the job's
         m.tflops_per_device.set(tp.tflops_per_device)
         m.mfu.set(tp.mfu)
@@ -179,9 +180,11 @@ class MetricsLogger:
                     "lr": r.lr,
                     "grad_norm": round(float(gn), 6),
                     "tokens_per_second": round(tp.tokens_per_second, 2),
+                    "tokens_per_second_per_device": round(tp.tokens_per_second_per_device, 2),
                     "tflops_per_device": tp.tflops_per_device,
                     "mfu": tp.mfu,
                     "step_seconds": round(r.seconds, 6),
+                    "wall_seconds": round(r.wall_seconds, 6),
                     "data_wait_seconds": round(r.data_wait, 6),
                     **({"allreduce_bytes": r.allreduce_bytes} if r.allreduce_bytes is not None else {}),
                     "sample_start": (r.step - 1) * g,

@@ -48,6 +48,10 @@ class TrainerMetrics:
         self.tokens_per_second = gauge(
             "llmtrain_trainer_tokens_per_second", "Training throughput of the whole job, tokens per second"
         )
+        self.tokens_per_second_per_device = gauge(
+            "llmtrain_trainer_tokens_per_second_per_device",
+            "Training throughput per device (the job's tokens per second / devices), as torchtitan reports it",
+        )
         self.tokens_total = Counter(
             "llmtrain_trainer_tokens_total",
             "Tokens trained on by this rank (sum over ranks = the job's tokens)",

@@ -1,11 +1,13 @@
 """Throughput, TFLOP/s and MFU of a step — from the one formula in `llmtrain.flops`.
 
     tokens/s (job)      = tokens per step / step seconds
-    TFLOP/s per device  = tokens/s / devices · flops_per_token(dims, T) / 10¹²
+    tokens/s per device = tokens/s / devices (torchtitan's figure; comparable across job sizes)
+    TFLOP/s per device  = tokens/s per device · flops_per_token(dims, T) / 10¹²
     MFU                 = tokens/s per device · flops_per_token ÷ peak FLOP/s per device
 
 flops_per_token = 6·N_matmul + 12·L·H·q·T (see `llmtrain.flops`), peak from the instance catalog
-(dense BF16 for GPUs). The trainer never re-derives either number.
+(dense BF16 for GPUs). The trainer never re-derives either number. The step seconds are the wall
+time since the previous step ended, so a checkpoint's blocking part counts against the step after it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from llmtrain.catalog import ModelDims
 @dataclass(frozen=True)
 class Throughput:
     tokens_per_second: float
+    tokens_per_second_per_device: float
     tflops_per_device: float
     mfu: float
 
@@ -30,7 +33,7 @@ def step_throughput(
     tps = tokens / seconds if seconds > 0 else 0.0
     fpt = _flops_per_token(dims, seq_len)
     per_device = tps / devices
-    return Throughput(tps, per_device * fpt / 1e12, flops.mfu(per_device, fpt, peak_flops_per_device))
+    return Throughput(tps, per_device, per_device * fpt / 1e12, flops.mfu(per_device, fpt, peak_flops_per_device))
 
 
 @lru_cache(maxsize=8)

@@ -199,6 +199,56 @@ def init_std(name: str, dims: ModelDims) -> float | None:
     return 0.02
 
 
-def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy, computed in fp32 (bf16 log-softmax over 128k classes is lossy)."""
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1))
+# fp32 bytes of logits one chunk of the loss holds: ~1,000 rows at Llama 3's 128,256-token vocabulary.
+LOSS_CHUNK_BYTES = 512 << 20
+
+
+class _ChunkedCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy of (N, V) logits, in fp32 a chunk of rows at a time, forward and backward,
+    so that neither the fp32 logits, their fp32 log-softmax nor their fp32 gradient ever exists
+    whole. Forward keeps one fp32 log-sum-exp per row; backward recomputes each chunk's softmax from
+    it and writes the gradient, already multiplied by the incoming one (1/accumulation steps, an fp16
+    loss scale), in the logits' dtype: rounded once, as autograd through `.float()` rounded it. (The
+    multiplier must be applied in fp32 before that rounding: fp16's loss scale exists because the
+    unscaled gradient, ~1e-4/token, falls into fp16's subnormals.)"""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, rows: int) -> torch.Tensor:
+        n = targets.numel()
+        lse = torch.empty(n, dtype=torch.float32, device=logits.device)
+        total = torch.zeros((), dtype=torch.float32, device=logits.device)
+        for start in range(0, n, rows):
+            x = logits[start : start + rows].float()
+            t = targets[start : start + rows, None]
+            chunk_lse = torch.logsumexp(x, dim=-1)
+            lse[start : start + rows] = chunk_lse
+            total += (chunk_lse - x.gather(1, t).squeeze(1)).sum()
+        ctx.save_for_backward(logits, targets, lse)
+        ctx.rows = rows
+        return total / n
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        logits, targets, lse = ctx.saved_tensors
+        rows, n = ctx.rows, targets.numel()
+        scale = grad_out.float() / n
+        grad = torch.empty_like(logits)
+        for start in range(0, n, rows):
+            # A copy, also when the logits are fp32: the softmax is computed in place.
+            x = logits[start : start + rows].to(torch.float32, copy=True)
+            t = targets[start : start + rows, None]
+            # d(mean loss)/dx = (softmax(x) − onehot(t)) / N, times the incoming gradient
+            x.sub_(lse[start : start + rows, None]).exp_()
+            x.scatter_add_(1, t, torch.full_like(t, -1, dtype=x.dtype)).mul_(scale)
+            grad[start : start + rows] = x
+        return grad, None, None
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, chunk_bytes: int = LOSS_CHUNK_BYTES) -> torch.Tensor:
+    """Mean next-token cross-entropy over every target, computed in fp32 (bf16 log-softmax over 128k
+    classes is lossy) — by chunks of rows (`_ChunkedCrossEntropy`): with a 128k vocabulary the whole
+    fp32 logits and their gradient would be several GB. Equal to `F.cross_entropy(logits.float(),
+    targets)` and its gradient up to fp32 summation order."""
+    flat, t = logits.flatten(0, 1), targets.flatten(0, 1)
+    rows = max(1, chunk_bytes // (flat.shape[-1] * 4))
+    return _ChunkedCrossEntropy.apply(flat, t, rows)
