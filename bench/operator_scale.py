@@ -142,7 +142,8 @@ def make_pods(api, namespace: str, names: list[str], per_job: int, threads: int)
     selects), as the training-operator creates them; nothing schedules them here."""
     from kubernetes import client
 
-    from llmtrain.render import ATTEMPT_LABEL, JOB_LABEL, REPLICA_INDEX_LABEL
+    from llmtrain.backends.pytorchjob import REPLICA_INDEX_LABEL
+    from llmtrain.render import ATTEMPT_LABEL, JOB_LABEL
 
     core = client.CoreV1Api(api)
 
@@ -206,7 +207,7 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path, pids: dict[
     """`pids`: the cluster's processes (etcd, kube-apiserver...) whose CPU per job each phase reports."""
     from kubernetes import client
 
-    from llmtrain.render import render_pytorchjob
+    from llmtrain.backends.pytorchjob import render_pytorchjob
     from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
     from llmtrain.validation import parse_spec
 
@@ -266,7 +267,7 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path, pids: dict[
 
     def recorded() -> bool:  # status written too: the operator is done with every job
         items = custom.list_namespaced_custom_object(GROUP, VERSION, ns_op, PLURAL)["items"]
-        return len(items) == a.jobs and all((j.get("status") or {}).get("pytorchJob") for j in items)
+        return len(items) == a.jobs and all((j.get("status") or {}).get("child") for j in items)
 
     wait_for(recorded, a.timeout, "every job's status")
     # CPU per job of each process in this phase (the bench's status polls, a few LISTs, included)
@@ -447,7 +448,7 @@ def run_chain(a: argparse.Namespace, workdir: Path) -> dict:
     from kubernetes import client
 
     from chainbench import ChainRun, Recorder, api_client, job_spec, stats, training_operator_args
-    from llmtrain.render import render_pytorchjob
+    from llmtrain.backends.pytorchjob import render_pytorchjob
     from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
     from llmtrain.validation import parse_spec
 

@@ -58,7 +58,7 @@ def set_up(api, custom, cluster, tree: Path, ns: str, workdir: Path, jobs: int) 
 
     def recorded() -> bool:
         items = custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]
-        return len(items) == jobs and all((j.get("status") or {}).get("pytorchJob") for j in items)
+        return len(items) == jobs and all((j.get("status") or {}).get("child") for j in items)
 
     wait_for(recorded, 600, "every job's PyTorchJob recorded")
     osc.make_pods(api, ns, names, 1, 8)

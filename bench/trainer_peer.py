@@ -405,7 +405,7 @@ def direct_floor(api, names: list[str], a: argparse.Namespace, tag: str) -> dict
     target: an operator path makes more writes per job than one create)."""
     from kubernetes import client
 
-    from llmtrain.render import render_pytorchjob
+    from llmtrain.backends.pytorchjob import render_pytorchjob
     from llmtrain.validation import parse_spec
     from operator_scale import _cleanup, make_namespace
 
@@ -427,7 +427,7 @@ def direct_floor(api, names: list[str], a: argparse.Namespace, tag: str) -> dict
 def run_peer(a: argparse.Namespace, workdir: Path) -> dict:
     """``--nodes N --peer``: alternated llmtrain / Trainer v2 phases (``--repeat`` of each) on one chain
     cluster with N simulated p5 nodes (with ``--jobs`` above N, the N that fit run)."""
-    from llmtrain.render import render_pytorchjob
+    from llmtrain.backends.pytorchjob import render_pytorchjob
     from llmtrain.validation import parse_spec
     from llmtrain_devcluster.trainer_v2 import TrainerV2
     from operator_scale import log

@@ -36,6 +36,28 @@ resource "helm_release" "efa_device_plugin" {
   depends_on = [aws_eks_node_group.system]
 }
 
+# JobSet (the llmtrain operator's jobset backend: one JobSet per attempt), from its own chart on
+# registry.k8s.io with its webhooks and their self-managed certificates. Optional: the PyTorchJob
+# backend needs the training-operator below instead (or beside it: docs/operations/migrating-to-jobset.md).
+resource "helm_release" "jobset" {
+  count = var.install_jobset ? 1 : 0
+
+  name             = "jobset"
+  repository       = "oci://registry.k8s.io/jobset/charts"
+  chart            = "jobset"
+  version          = var.jobset_version
+  namespace        = "jobset-system"
+  create_namespace = true
+
+  values = [yamlencode({
+    # the release image of this version (the chart's own default may point at a staging build)
+    image      = { repository = "registry.k8s.io/jobset/jobset", tag = "v${var.jobset_version}" }
+    controller = { nodeSelector = local.system_nodes }
+  })]
+
+  depends_on = [aws_eks_node_group.system]
+}
+
 # Kubeflow training-operator (PyTorchJob controller). Upstream publishes kustomize manifests, not a
 # chart, so they are applied from the pinned release tag in three passes (CRDs and namespaces first).
 data "kustomization_build" "training_operator" {
@@ -85,7 +107,7 @@ resource "helm_release" "kueue" {
     }),
   ]
 
-  depends_on = [kustomization_resource.training_operator_p2, aws_eks_node_group.system]
+  depends_on = [kustomization_resource.training_operator_p2, helm_release.jobset, aws_eks_node_group.system]
 }
 
 locals {
@@ -110,6 +132,11 @@ locals {
       allowedImageRegistries = concat(["public.ecr.aws/llmtrain", "${local.account_id}.dkr.ecr.${var.region}.amazonaws.com"], var.llmtrain_allowed_image_registries)
       allowedServiceAccounts = [var.training_service_account]
     }
+    # The backends installed above; new jobs default to PyTorchJob while its operator is installed.
+    backends = {
+      enabled = concat(var.install_training_operator ? ["pytorchjob"] : [], var.install_jobset ? ["jobset"] : [])
+      default = var.install_training_operator ? "pytorchjob" : "jobset"
+    }
   }
 }
 
@@ -124,8 +151,16 @@ resource "helm_release" "llmtrain" {
 
   values = [yamlencode(local.llmtrain_base_values), yamlencode(var.llmtrain_values)]
 
+  lifecycle {
+    precondition {
+      condition     = var.install_training_operator || var.install_jobset
+      error_message = "install_training_operator and install_jobset are both false: the llmtrain operator needs a training backend (its chart's backends.enabled)."
+    }
+  }
+
   depends_on = [
     kustomization_resource.training_operator_p2,
+    helm_release.jobset,
     kubernetes_namespace_v1.training,
     kubernetes_namespace_v1.tenant,     # watched namespaces exist before the operator starts
     kubernetes_secret_v1.rendezvous_ca, # etcd and the operator mount it (etcd.auth.enabled)

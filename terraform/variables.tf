@@ -383,6 +383,23 @@ variable "training_operator_version" {
   }
 }
 
+variable "install_jobset" {
+  description = "Install JobSet (its chart from registry.k8s.io, at jobset_version) and enable the llmtrain operator's jobset backend. With install_training_operator too, both backends are enabled and new jobs default to PyTorchJob (move namespaces with llmtrain_values.backends.namespaceDefaults); alone, JobSet is the default. At least one of the two is needed."
+  type        = bool
+  default     = false
+}
+
+variable "jobset_version" {
+  description = "JobSet release (its chart version on registry.k8s.io); the version the dev cluster's chain tests run."
+  type        = string
+  default     = "0.12.0"
+
+  validation {
+    condition     = can(regex("^[0-9]+\\.[0-9]+\\.[0-9]+$", var.jobset_version))
+    error_message = "jobset_version must be a chart version such as 0.12.0."
+  }
+}
+
 variable "install_etcd" {
   description = "Turn on the llmtrain-operator chart's bundled etcd (llmtrain-etcd, v2 API enabled) for torch elastic rendezvous; it serves the operator's default endpoint llmtrain-etcd.llmtrain-system.svc:2379."
   type        = bool

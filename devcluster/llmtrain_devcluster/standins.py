@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import time
 
-from llmtrain.render import ATTEMPT_LABEL, JOB_LABEL, REPLICA_INDEX_LABEL
+from llmtrain.backends.pytorchjob import REPLICA_INDEX_LABEL
+from llmtrain.render import ATTEMPT_LABEL, JOB_LABEL
 
 
 def pytorchjob_conditions(current: list[dict], ctype: str, job: str, message: str = "") -> list[dict]:

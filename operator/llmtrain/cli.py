@@ -11,11 +11,11 @@ import sys
 
 import yaml
 
+from .backends import get as backend_of
 from .crd import crd_manifest
 from .defaults import explain
 from .planner import auto_interval, expected_run, interval_seconds, plan_job
-from .render import render_pytorchjob
-from .spec import DEFAULT_ETCD_ENDPOINT
+from .spec import BACKENDS, DEFAULT_BACKEND, DEFAULT_ETCD_ENDPOINT
 from .validation import InvalidJob, Policy, check, load_job, parse_spec, read_job_document
 
 GIB = 1024**3
@@ -23,7 +23,7 @@ GIB = 1024**3
 
 def _load(args):
     try:
-        return load_job(args.file, args.etcd_endpoint, _policy(args))
+        return load_job(args.file, args.etcd_endpoint, _policy(args), args.backend)
     except InvalidJob as err:
         _print_problems(args.file, err.problems)
         return None
@@ -76,7 +76,7 @@ def cmd_render(args) -> int:
     job = _load(args)
     if job is None:
         return 1
-    obj = render_pytorchjob(
+    obj = backend_of(job.spec.cluster.backend or args.backend).render(
         job.spec, job.name, args.namespace or job.namespace, args.attempt, default_etcd_endpoint=args.etcd_endpoint
     )
     sys.stdout.write(yaml.safe_dump(obj, sort_keys=False))
@@ -102,7 +102,8 @@ def cmd_plan(args) -> int:
     except InvalidJob as err:
         _print_problems(args.file, err.problems)
         return 1
-    problems = check(spec, (doc.get("metadata") or {}).get("name", ""), args.etcd_endpoint, _policy(args))
+    name = (doc.get("metadata") or {}).get("name", "")
+    problems = check(spec, name, args.etcd_endpoint, _policy(args), spec.cluster.backend or args.backend)
     if any(p.field != "spec.cluster" for p in problems):
         _print_problems(args.file, problems)
         return 1
@@ -243,11 +244,18 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="NAME",
             help=f"check serviceAccountName against this list (repeatable; also ${Policy.ENV_SERVICE_ACCOUNTS})",
         )
+        p.add_argument(
+            "--backend",
+            choices=BACKENDS,
+            default=DEFAULT_BACKEND,
+            help="the platform's default backend, for a job without spec.cluster.backend (the operator chart's "
+            "backends.default; default: %(default)s)",
+        )
         p.set_defaults(func=func)
         return p
 
     with_file("validate", cmd_validate, "check a job and explain every problem")
-    r = with_file("render", cmd_render, "print the PyTorchJob the operator would create")
+    r = with_file("render", cmd_render, "print the PyTorchJob or JobSet the operator would create")
     r.add_argument("--namespace", help="override metadata.namespace")
     r.add_argument("--attempt", type=int, default=1)
     pl = with_file("plan", cmd_plan, "memory per device, fit verdict, expected throughput")

@@ -1,17 +1,22 @@
-"""LLMTrainingJob → Kubeflow `kubeflow.org/v1` PyTorchJob, through a Jinja2 template.
+"""LLMTrainingJob → one attempt's child object (a PyTorchJob or a JobSet), through Jinja2 templates.
 
-This module decides the values (from the spec and the instance catalog); the template
-`templates/pytorchjob.yaml.j2` lays them out. Choices a user should know about:
+This module decides the values (from the spec and the instance catalog) and owns the one piece every
+backend shares, the worker pod template (`templates/pod.yaml.j2`: resources, EFA, env, security,
+labels, Kueue topology annotations, volumes). Each backend (`llmtrain.backends`) only wraps it in its
+own kind's template (`templates/<backend>.yaml.j2`, which includes the pod template) and says where
+the c10d rendezvous host is and what its controller does not inject. Choices a user should know about:
 
-- One PyTorchJob per attempt, named `<job>-a<attempt>`; the rendezvous id
+- One child per attempt, named `<job>-a<attempt>` (`child_name`); the rendezvous id
   `<namespace>.<job>-<uid prefix>-a<attempt>` (1-3 dots, rendezvous_keys.tenant_prefix) is never
   reused, so a restarted attempt never meets a closed rendezvous (RendezvousClosedError).
-- Workers run `torchrun ... -m llmtrain_trainer`; the trainer reads the whole spec from the
-  `LLMTRAIN_SPEC` environment variable (JSON), so the PyTorchJob is the complete, reviewable record.
+- Workers run `torchrun ... -m llmtrain_trainer` with every torchrun setting as an argument (node
+  count, processes per node, rendezvous, restarts): nothing depends on what a backend's controller
+  injects. The trainer reads the whole spec from the `LLMTRAIN_SPEC` environment variable (JSON), so
+  the child object is the complete, reviewable record.
 - Two tiers of restarts: torchrun restarts a failed worker process in place up to
-  `spec.resilience.inPlaceRestarts` times per pod (`--max-restarts`, and the elasticPolicy's
-  maxRestarts to match); the PyTorchJob itself never restarts (backoffLimit 0, restartPolicy Never),
-  so a pod that has spent them fails the attempt and the operator decides what comes next.
+  `spec.resilience.inPlaceRestarts` times per pod (`--max-restarts`); the child itself never
+  restarts anything (backoff limit 0, restartPolicy Never, no restarts of its own), so a pod that
+  has spent them fails the attempt and the operator decides what comes next.
 - GPU types request every GPU and EFA interface of the node (`nvidia.com/gpu`,
   `vpc.amazonaws.com/efa` from the catalog; without EFA NCCL silently falls back to TCP), 2 MiB
   hugepages for libfabric, REQUEST_FRACTION of the node's memory and CPUs (the rest is for the
@@ -24,12 +29,15 @@ This module decides the values (from the spec and the instance catalog); the tem
   image gives the Python interpreter that capability as a file capability, which a non-root process
   only gains through exec with privilege escalation allowed, so EFA pods meet the `privileged`
   level only (`baseline` does not allow IPC_LOCK): label their namespace accordingly.
-- Env precedence: NCCL/libfabric preset of the family < llmtrain's own < `spec.cluster.env`.
+- Env precedence: NCCL/libfabric preset of the family < llmtrain's own (and the backend's) <
+  `spec.cluster.env`.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -95,8 +103,6 @@ TOPOLOGY_ANNOTATION = {
     "required": "kueue.x-k8s.io/podset-required-topology",
     "preferred": "kueue.x-k8s.io/podset-preferred-topology",
 }
-# Set by Kubeflow on each worker pod; index 0 runs local rank 0 of the first node.
-REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 # NCCL flight recorder (PyTorch's ProcessGroupNCCL): each rank keeps the last N collectives in a
 # ring buffer and, when the watchdog sees a collective time out, dumps it to
@@ -143,18 +149,42 @@ def pss_level(inst: InstanceType) -> str:
 
 
 @cache
-def _template(slots: bool = True) -> jinja2.Template:
-    """The PyTorchJob template. With `slots` (what the renderer uses) its `tojson` filter
-    emits a placeholder and keeps the value's JSON aside: the YAML left to parse is the
-    document's skeleton, the same for every job of the same shape (cached, `_skeleton`), and
-    the values go in as JSON. Without (`slots=False`): Jinja's own `tojson`, the whole text
-    for YAML (the reference the tests compare with)."""
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("llmtrain", "templates"), undefined=jinja2.StrictUndefined, autoescape=False
-    )
+def _template(name: str, slots: bool = True) -> jinja2.Template:
+    """A child template (`<backend>.yaml.j2`, which includes the shared `pod.yaml.j2`). With
+    `slots` (what the renderer uses) its `tojson` filter emits a placeholder and keeps the
+    value's JSON aside: the YAML left to parse is the document's skeleton, the same for every job
+    of the same shape (cached, `_skeleton`), and the values go in as JSON. Without
+    (`slots=False`): Jinja's own `tojson`, the whole text for YAML (the reference the tests
+    compare with)."""
+    env = jinja2.Environment(loader=_PodTemplateLoader(), undefined=jinja2.StrictUndefined, autoescape=False)
     if slots:
         env.filters["tojson"] = _slot
-    return env.get_template("pytorchjob.yaml.j2")
+    return env.get_template(name)
+
+
+_POD_TEMPLATE = "pod.yaml.j2"
+_POD_MARKER = re.compile(r"^( *)\{# pod\.yaml\.j2 #\}$", re.MULTILINE)
+
+
+class _PodTemplateLoader(jinja2.PackageLoader):
+    """The templates of llmtrain/templates, with a child template's `{# pod.yaml.j2 #}` line replaced
+    by the shared pod template's text, indented to that line's column. Inlined in the source, once
+    when the template loads: a Jinja include (and the indent filter around it) cost every render
+    ~30 µs, 15% of a PyTorchJob's."""
+
+    def __init__(self):
+        super().__init__("llmtrain", "templates")
+
+    def get_source(self, environment, template):
+        source, filename, uptodate = super().get_source(environment, template)
+        if template != _POD_TEMPLATE and _POD_MARKER.search(source):
+            pod = super().get_source(environment, _POD_TEMPLATE)[0].rstrip("\n")
+
+            def inline(m: re.Match) -> str:
+                return "\n".join(m.group(1) + line if line else line for line in pod.split("\n"))
+
+            source = _POD_MARKER.sub(inline, source)
+        return source, filename, uptodate
 
 
 _SLOT = "llmtrain-render-slot-"
@@ -185,7 +215,8 @@ def _fill(node, slots: list[str]):
     return node
 
 
-def pytorchjob_name(job: str, attempt: int) -> str:
+def child_name(job: str, attempt: int) -> str:
+    """The name of attempt `attempt`'s child object (PyTorchJob or JobSet, whichever backend)."""
     return f"{job}-a{attempt}"
 
 
@@ -196,12 +227,15 @@ def rendezvous_id(namespace: str, job: str, uid: str | None, attempt: int) -> st
 
 
 def _rendezvous(
-    spec: LLMTrainingJobSpec, ptj_name: str, rdzv_id: str, default_etcd_endpoint: str | None
+    spec: LLMTrainingJobSpec, c10d_host: str, rdzv_id: str, default_etcd_endpoint: str | None
 ) -> dict[str, Any]:
+    """`c10d_host`: the first worker pod's DNS name, as the backend's controller provides it (the
+    c10d store runs in the agent whose address that name resolves to: torch's
+    _matches_machine_hostname compares the IPs)."""
     backend = spec.rendezvous.backend
     endpoint: str | None
     if backend == "c10d":
-        endpoint = spec.rendezvous.endpoint or f"{ptj_name}-worker-0:{C10D_PORT}"
+        endpoint = spec.rendezvous.endpoint or f"{c10d_host}:{C10D_PORT}"
     else:
         endpoint = spec.rendezvous.endpoint or default_etcd_endpoint
         if not endpoint:
@@ -235,8 +269,10 @@ def _env(
     attempt: int,
     resume_before_step: int | None = None,
     cadence_inputs: tuple[float, float] | None = None,
+    backend_env: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     values: dict[str, Any] = dict(inst.nccl_env)
+    values.update(backend_env or {})  # what the backend's controller does not set (backends/)
     values.update(
         {
             # Let a NCCL error or timeout abort the process instead of hanging the collective.
@@ -388,7 +424,7 @@ def render_rendezvous_secret(
     """The Secret an attempt's pods mount for the operator's etcd: the CA and the namespace's
     client certificate (owned by the job, so it goes with it)."""
     meta: dict[str, Any] = {
-        "name": rendezvous_keys.secret_name(pytorchjob_name(name, attempt)),
+        "name": rendezvous_keys.secret_name(child_name(name, attempt)),
         "namespace": namespace,
         "labels": {
             "app.kubernetes.io/name": "llmtrain",
@@ -410,7 +446,8 @@ def render_rendezvous_secret(
     }
 
 
-def render_pytorchjob(
+def render_attempt(
+    template: str,
     spec: LLMTrainingJobSpec,
     name: str,
     namespace: str = "default",
@@ -418,32 +455,40 @@ def render_pytorchjob(
     uid: str | None = None,
     default_etcd_endpoint: str | None = None,
     *,
+    c10d_host: str,
+    backend_env: Mapping[str, str] | None = None,
+    restart_policy: str | None = None,
     resume_before_step: int | None = None,
     avoid_nodes=(),
     rendezvous_credentials: bool = False,
     cadence_inputs: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
-    """The PyTorchJob for one attempt, as a dict ready for the API server. `resume_before_step`:
-    a loss rollback the operator decided (status.resumeBeforeStep, controller/health.py).
-    `cadence_inputs`: (job MTBF, blocking seconds to start from) for intervalMinutes auto
-    (llmtrain/cadence.py; without them the trainer uses the prior and the planner's estimate).
-    `avoid_nodes`: node names this attempt's pods must not land on (status.avoidNodes).
-    `rendezvous_credentials`: the operator's etcd requires client certificates; a job that uses
-    it mounts the attempt's Secret (render_rendezvous_secret) and speaks HTTPS."""
+    """Attempt `attempt`'s child object, as a dict ready for the API server: the backend's
+    `template` (which includes the shared pod template) filled with the values decided here. A
+    backend (llmtrain.backends) passes its template, the c10d host its controller names, what its
+    controller does not inject (`backend_env`) and the pod's `restart_policy` when its controller
+    does not set one. `resume_before_step`: a loss rollback the operator decided
+    (status.resumeBeforeStep, controller/health.py). `cadence_inputs`: (job MTBF, blocking seconds
+    to start from) for intervalMinutes auto (llmtrain/cadence.py; without them the trainer uses the
+    prior and the planner's estimate). `avoid_nodes`: node names this attempt's pods must not land
+    on (status.avoidNodes). `rendezvous_credentials`: the operator's etcd requires client
+    certificates; a job that uses it mounts the attempt's Secret (render_rendezvous_secret) and
+    speaks HTTPS."""
     inst = instance_type(spec.cluster.instance_type)
     procs = inst.workers_per_node(spec.cluster.processes_per_node)
-    ptj_name = pytorchjob_name(name, attempt)
-    rdzv = _rendezvous(spec, ptj_name, rendezvous_id(namespace, name, uid, attempt), default_etcd_endpoint)
+    child = child_name(name, attempt)
+    rdzv = _rendezvous(spec, c10d_host, rendezvous_id(namespace, name, uid, attempt), default_etcd_endpoint)
     credentials = rendezvous_credentials and uses_operator_etcd(spec)
     if credentials:
         rdzv["conf"] = rendezvous_keys.rdzv_conf(spec.rendezvous.backend, namespace)
     min_nodes = spec.cluster.min_nodes or spec.cluster.nodes
-    labels = {
+    pod_labels = {
         "app.kubernetes.io/name": "llmtrain",
         "app.kubernetes.io/managed-by": "llmtrain-operator",
         JOB_LABEL: name,
         ATTEMPT_LABEL: str(attempt),
     }
+    labels = dict(pod_labels)
     if spec.cluster.queue_name:
         labels[QUEUE_LABEL] = spec.cluster.queue_name
     if spec.cluster.workload_priority_class:
@@ -477,16 +522,19 @@ def render_pytorchjob(
         volumes.append(
             {
                 "name": RENDEZVOUS_VOLUME,
-                "secret": {"secretName": rendezvous_keys.secret_name(ptj_name), "defaultMode": 0o440},
+                "secret": {"secretName": rendezvous_keys.secret_name(child), "defaultMode": 0o440},
             }
         )
     owner = {"apiVersion": API_VERSION, "kind": KIND, "name": name, "uid": uid} if uid else None
     slots: list[str] = []
-    text = _template().render(
+    text = _template(template).render(
         slots_=slots,
-        name=ptj_name,
+        name=child,
         namespace=namespace,
         labels=labels,
+        # the child's own children (a JobSet's Jobs) carry the job's and attempt's labels, not
+        # Kueue's: Kueue manages the child, never its parts
+        pod_labels=pod_labels,
         pod_annotations=pod_annotations,
         owner=owner,
         spec=spec,
@@ -497,12 +545,13 @@ def render_pytorchjob(
         procs_per_node=procs,
         metrics_port=METRICS_PORT,
         grace_seconds=TERMINATION_GRACE_SECONDS,
+        restart_policy=restart_policy,
         node_selector=node_selector,
         tolerations=tolerations,
         command=COMMAND,
         args=_args(spec, procs, min_nodes, rdzv),
         in_place_restarts=spec.resilience.in_place_restarts,
-        env=_env(spec, inst, name, namespace, attempt, resume_before_step, cadence_inputs),
+        env=_env(spec, inst, name, namespace, attempt, resume_before_step, cadence_inputs, backend_env),
         resources=_resources(inst, procs),
         volume_mounts=mounts,
         volumes=volumes,
@@ -516,5 +565,5 @@ def render_pytorchjob(
     # parsing the whole text (even with libyaml's loader; the pure-Python one took ~100 ms) was
     # ~1.3 ms of the operator's CPU per job, the values (spec JSON, env, labels) then go in with
     # json.loads. A JSON value parses the same either way, except that YAML 1.1 reads a float
-    # written without a dot (1e-05) as a string; the PyTorchJob has no float fields.
+    # written without a dot (1e-05) as a string; no child kind has float fields.
     return _fill(_skeleton(text), slots)

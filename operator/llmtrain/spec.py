@@ -32,6 +32,10 @@ SHORT_NAMES = ["llmtj"]
 API_VERSION = f"{GROUP}/{VERSION}"
 
 DEFAULT_IMAGE = "public.ecr.aws/llmtrain/llmtrain-trainer:0.1.0"
+# The training backends (llmtrain.backends, one module each): what runs an attempt's pods. The
+# platform's default is the chart's backends.default (the operator's --default-backend).
+BACKENDS = ("pytorchjob", "jobset")
+DEFAULT_BACKEND = "pytorchjob"
 # The etcd the chart can install (release llmtrain in namespace llmtrain-system); the operator's
 # --default-etcd-endpoint overrides it. Used when spec.rendezvous.endpoint is unset.
 DEFAULT_ETCD_ENDPOINT = "llmtrain-etcd.llmtrain-system.svc:2379"
@@ -118,6 +122,22 @@ ENV_RULES: dict[str, Any] = {
             "rule": f"self.all(k, size(k) <= {MAX_ENV_NAME})",
             "message": f"every env name must be at most {MAX_ENV_NAME} characters",
         }
+    ]
+}
+
+
+# spec.cluster is immutable as a whole (IMMUTABLE); the backend also gets a rule of its own, so that
+# the refusal of a changed, added or removed backend names the field.
+CLUSTER_RULES: dict[str, Any] = {
+    "x-kubernetes-validations": [
+        *IMMUTABLE["x-kubernetes-validations"],
+        {
+            "rule": "has(self.backend) == has(oldSelf.backend) && "
+            "(!has(self.backend) || self.backend == oldSelf.backend)",
+            "message": "spec.cluster.backend is immutable once the job exists (it cannot be added, changed or "
+            "removed: the job's attempts run on the backend recorded in status.backend); delete and re-create "
+            "the job to move it, it resumes from spec.checkpoint.uri",
+        },
     ]
 }
 
@@ -239,6 +259,14 @@ class TopologySpec(_Spec):
 
 class ClusterSpec(_Spec):
     instance_type: str = Field(json_schema_extra={"enum": list(instance_types())})
+    backend: str | None = Field(
+        None,
+        json_schema_extra={"enum": list(BACKENDS)},
+        description="what runs the attempts' pods: pytorchjob (a Kubeflow PyTorchJob per attempt) or jobset "
+        "(a JobSet per attempt); unset: the platform's default (the operator chart's backends.default, or "
+        "backends.namespaceDefaults for this namespace). One the platform enabled (backends.enabled); "
+        "immutable, recorded in status.backend",
+    )
     nodes: int = Field(1, ge=1, le=4096)
     min_nodes: int | None = Field(None, ge=1, le=4096, description="elastic lower bound (default: nodes)")
     processes_per_node: int | None = Field(
@@ -465,7 +493,7 @@ class RendezvousSpec(_Spec):
 class LLMTrainingJobSpec(_Spec):
     model: ModelSpec = Field(json_schema_extra=IMMUTABLE)
     data: DataSpec = Field(default_factory=DataSpec, json_schema_extra=IMMUTABLE)
-    cluster: ClusterSpec = Field(json_schema_extra=IMMUTABLE)
+    cluster: ClusterSpec = Field(json_schema_extra=CLUSTER_RULES)
     fsdp: FSDPSpec = Field(default_factory=FSDPSpec, json_schema_extra=IMMUTABLE)
     training: TrainingSpec = Field(default_factory=TrainingSpec, json_schema_extra=IMMUTABLE)
     # CEL on the section, not on the optional uri: a rule on an optional field only runs when the

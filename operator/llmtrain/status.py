@@ -49,14 +49,15 @@ class Reason(str, Enum):
     """Every cause the operator names. The values are the wire names (CamelCase, as Kubernetes
     reasons are); they never change, because existing objects, events and alerts carry them."""
 
-    # the child PyTorchJob's own states, copied while it is not failed (status.PHASE_OF)
+    # the attempt's child's own states (llmtrain.backends.base.STATES), copied while it is not failed
+    # (controller/status.PHASE_OF)
     CREATED = "Created"
     RUNNING = "Running"
     RESTARTING = "Restarting"
     SUCCEEDED = "Succeeded"
     # lifecycle
-    PENDING = "Pending"  # Ready=False while the PyTorchJob has not run yet
-    ADOPTED = "Adopted"  # event: an existing PyTorchJob taken over
+    PENDING = "Pending"  # Ready=False while the attempt's child has not run yet
+    ADOPTED = "Adopted"  # event: an existing child (PyTorchJob, JobSet) taken over
     SUSPENDED = "Suspended"
     RESUMED = "Resumed"  # spec.suspend false again (a free restart once it had run)
     SPEC_VALID = "SpecValid"
@@ -66,18 +67,22 @@ class Reason(str, Enum):
     IMMUTABLE_FIELD_CHANGED = "ImmutableFieldChanged"
     ROLLED_BACK = "RolledBack"  # event: resumeBeforeStep applied by the attempt
     POD_FAILED_ON_NODE = "PodFailedOnNode"  # event from the pod watch (nodes.py)
-    # Kueue (controller/kueue.py): the attempt's PyTorchJob waits suspended until Kueue admits it
+    # Kueue (controller/kueue.py): the attempt's child waits suspended until Kueue admits it
     QUEUED = "Queued"  # not admitted yet: Kueue's words in status.message
+    # queued, and Kueue made no Workload for it in time: Kueue does not manage the child's kind
+    # (integrations.frameworks), or another cause the message names; still waiting
+    NO_KUEUE_WORKLOAD = "NoKueueWorkload"
     ADMITTED = "Admitted"  # Kueue unsuspended it: the start-up deadline counts from here
     PREEMPTED = "Preempted"  # Kueue suspended it again (preempted or evicted): no restart spent
     # the job cannot run: terminal, no restart
     INVALID_SPEC = "InvalidSpec"
     RENDER_FAILED = "RenderFailed"
-    PYTORCHJOB_REJECTED = "PyTorchJobRejected"
+    ATTEMPT_REJECTED = "AttemptRejected"  # the API server refused the attempt's child (the message names it)
+    BACKEND_NOT_INSTALLED = "BackendNotInstalled"  # the job's backend's CRD is not served
     NAME_CONFLICT = "NameConflict"
     RESTART_BUDGET_EXHAUSTED = "RestartBudgetExhausted"
     # restart causes (one attempt ends, the next one starts)
-    FAILED = "Failed"  # the attempt's PyTorchJob failed
+    FAILED = "Failed"  # the attempt's child failed
     PREFLIGHT_FAILED = "PreflightFailed"
     HANG = "Hang"
     STARTUP_TIMEOUT = "StartupTimeout"
@@ -105,9 +110,9 @@ class Reason(str, Enum):
         return re.sub(r"(?<!^)(?=[A-Z])", "-", self.value).lower()
 
 
-# Restarts whose attempt still holds its nodes (stuck or poisoned): its PyTorchJob is deleted even
-# when the budget is spent. A failed PyTorchJob's pods are gone already (the training-operator's
-# cleanPodPolicy), so it is kept for `kubectl describe`.
+# Restarts whose attempt still holds its nodes (stuck or poisoned): its child is deleted even when
+# the budget is spent. A failed child's pods are gone already (the training-operator's
+# cleanPodPolicy; a failed Job's pods are terminated), so it is kept for `kubectl describe`.
 STUCK = frozenset(
     {Reason.HANG, Reason.STARTUP_TIMEOUT, Reason.NON_FINITE_LOSS, Reason.LOSS_SPIKE, Reason.NO_FIRST_STEP}
 )
@@ -239,7 +244,7 @@ class AttemptRecord(_Status):
     end_time: str | None = Field(None, json_schema_extra=DATE_TIME)
     end_reason: str | None = None
     admitted_time: str | None = Field(
-        None, json_schema_extra=DATE_TIME, description="a queue admitted its PyTorchJob (created suspended)"
+        None, json_schema_extra=DATE_TIME, description="a queue admitted its child (created suspended)"
     )
     train_start_time: str | None = Field(None, json_schema_extra=DATE_TIME)
     heartbeat_time: str | None = Field(None, json_schema_extra=DATE_TIME)
@@ -283,7 +288,7 @@ class GoodputStatus(_Status):
 
 class CheckpointCadence(_Status):
     """The checkpoint interval the current attempt uses and why (llmtrain/cadence.py). Written by
-    decide only: when the attempt's PyTorchJob is created, and for intervalMinutes auto again when
+    decide only: when the attempt's child is created, and for intervalMinutes auto again when
     the trainer's choice (its gauges, scraped) changes."""
 
     attempt: int | None = Field(None, description="the attempt this is of")
@@ -346,7 +351,18 @@ class LLMTrainingJobStatus(_Status):
     attempt: int | None = Field(None, description="the current attempt (1, 2, ...); only goes up")
     restarts: int | None = Field(None, description="restarts spent of spec.resilience.maxRestarts; only goes up")
     observed_generation: int | None = None
-    pytorch_job: str | None = Field(None, alias="pytorchJob")
+    backend: str | None = Field(
+        None,
+        description="what runs the attempts' pods (llmtrain.backends: pytorchjob, jobset), decided when the job "
+        "is first judged (spec.cluster.backend, or the platform's default then) and never again",
+    )
+    child: str | None = Field(None, description="the current attempt's child: the PyTorchJob or JobSet named so")
+    pytorch_job: str | None = Field(
+        None,
+        alias="pytorchJob",
+        description="deprecated: the current attempt's PyTorchJob, as operators before status.child wrote it "
+        "(read, never written; cleared with the next attempt)",
+    )
     rendezvous_id: str | None = None
     start_time: str | None = Field(None, json_schema_extra=DATE_TIME)
     attempt_start_time: str | None = Field(None, json_schema_extra=DATE_TIME)
@@ -355,7 +371,7 @@ class LLMTrainingJobStatus(_Status):
         None,
         json_schema_extra=DATE_TIME,
         description=(
-            "when Kueue last admitted the current attempt (unsuspended its PyTorchJob); the start-up "
+            "when Kueue last admitted the current attempt (unsuspended its child); the start-up "
             "deadline counts from here"
         ),
     )
@@ -378,6 +394,11 @@ class LLMTrainingJobStatus(_Status):
 
     def condition(self, type_: str) -> Condition | None:
         return next((c for c in self.conditions or [] if c.type == type_), None)
+
+    @property
+    def current_child(self) -> str | None:
+        """The current attempt's child, also as an operator before status.child recorded it."""
+        return self.child or self.pytorch_job
 
 
 def parse(raw: dict | None) -> LLMTrainingJobStatus:

@@ -42,8 +42,6 @@ from .validation_rules import (  # noqa: F401 - re-exported
     FLOAT8_GPUS,
     LOADER_ENV,
     LOADER_ENV_PREFIXES,
-    MAX_NAME_LENGTH,
-    NAME_RE,
     RESERVED_ENV,
     RESERVED_ENV_PREFIXES,
     STORAGE_SCHEMES,
@@ -212,12 +210,15 @@ def check(
     name: str = "job",
     default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT,
     policy: Policy | None = None,
+    backend: str | None = None,
+    enabled: tuple[str, ...] | None = None,
 ) -> list[Problem]:
     """Semantic checks the schema cannot express: the rules of validation_rules.RULES, in order.
     Returns every problem found, not just the first. `policy`: the allow-lists (default: from the
-    environment, as the operator gets them)."""
+    environment, as the operator gets them); `backend`, `enabled`: the job's backend when already
+    chosen and the backends the platform enabled (validation_rules.Subject)."""
     policy = policy if policy is not None else Policy.from_env()
-    return validation_rules.run(Subject(spec, name, default_etcd_endpoint, policy))
+    return validation_rules.run(Subject(spec, name, default_etcd_endpoint, policy, backend, enabled))
 
 
 def validate(
@@ -225,9 +226,11 @@ def validate(
     name: str = "job",
     default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT,
     policy: Policy | None = None,
+    backend: str | None = None,
+    enabled: tuple[str, ...] | None = None,
 ) -> LLMTrainingJobSpec:
     spec = parse_spec(raw_spec)
-    problems = check(spec, name, default_etcd_endpoint, policy)
+    problems = check(spec, name, default_etcd_endpoint, policy, backend, enabled)
     if problems:
         raise InvalidJob(problems)
     return spec
@@ -259,8 +262,12 @@ def load_documents(path: str | Path) -> list[dict[str, Any]]:
 
 
 def job_from_document(
-    doc: dict, default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT, policy: Policy | None = None
+    doc: dict,
+    default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT,
+    policy: Policy | None = None,
+    backend: str | None = None,
 ) -> Job:
+    """`backend`: the platform's default, for a job whose spec names none."""
     if doc.get("apiVersion") != API_VERSION or doc.get("kind") != KIND:
         raise InvalidJob(
             [
@@ -273,7 +280,10 @@ def job_from_document(
         )
     meta = doc.get("metadata") or {}
     name = meta.get("name") or ""
-    spec = validate(doc.get("spec") or {}, name, default_etcd_endpoint, policy)
+    raw = doc.get("spec") or {}
+    cluster = raw.get("cluster") if isinstance(raw, dict) else None
+    requested = cluster.get("backend") if isinstance(cluster, dict) else None
+    spec = validate(raw, name, default_etcd_endpoint, policy, requested if isinstance(requested, str) else backend)
     return Job(name=name, namespace=meta.get("namespace") or "default", spec=spec, document=doc)
 
 
@@ -286,7 +296,10 @@ def read_job_document(path: str | Path) -> dict:
 
 
 def load_job(
-    path: str | Path, default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT, policy: Policy | None = None
+    path: str | Path,
+    default_etcd_endpoint: str | None = DEFAULT_ETCD_ENDPOINT,
+    policy: Policy | None = None,
+    backend: str | None = None,
 ) -> Job:
-    """Read and validate the single LLMTrainingJob in a YAML file."""
-    return job_from_document(read_job_document(path), default_etcd_endpoint, policy)
+    """Read and validate the single LLMTrainingJob in a YAML file (`backend`: job_from_document's)."""
+    return job_from_document(read_job_document(path), default_etcd_endpoint, policy, backend)

@@ -22,16 +22,15 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from .backends import BACKENDS
 from .catalog import InstanceType, instance_types, model_presets
 from .planner import plan_job, suggest_fit
-from .spec import INSTANCE_TYPE_LABEL, LABEL_KEY, TOPOLOGY_LEVELS, LLMTrainingJobSpec, resolve_dims
+from .spec import DEFAULT_BACKEND, INSTANCE_TYPE_LABEL, LABEL_KEY, TOPOLOGY_LEVELS, LLMTrainingJobSpec, resolve_dims
 
 if TYPE_CHECKING:
     from .validation import Policy
 
-# Kubeflow names the worker Services `<job>-a<attempt>-worker-<index>`; they must be DNS-1035 labels (≤ 63).
-MAX_NAME_LENGTH = 45
-NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+# A job's name limit is its backend's (backends.base.Backend.max_job_name; 45 on PyTorchJob).
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Variables the renderer and torchrun own; a user value would silently break the rendezvous.
 RESERVED_ENV = {
@@ -103,6 +102,15 @@ class Subject:
     name: str
     default_etcd_endpoint: str | None
     policy: Policy
+    # the job's backend when it is already decided (the operator: status.backend, or the default it
+    # gets now); None: spec.cluster.backend, else the default. `enabled`: the backends the platform
+    # installed (the operator's --backend); None: any (offline)
+    backend: str | None = None
+    enabled: tuple[str, ...] | None = None
+
+    @property
+    def chosen_backend(self) -> str:
+        return self.backend or self.spec.cluster.backend or DEFAULT_BACKEND
 
     @cached_property
     def instance(self) -> InstanceType:
@@ -190,19 +198,44 @@ def allowed_service_account(j: Subject) -> Iterator[Problem]:
         )
 
 
-@rule("metadata.name")
-def job_name(j: Subject) -> Iterator[Problem]:
-    """The job's name can name its worker Services: lower-case letters, digits and '-', starting
-    with a letter, at most 45 characters.
+@rule("spec.cluster.backend", stop=True)
+def known_backend(j: Subject) -> Iterator[Problem]:
+    """The job's backend is one llmtrain has (llmtrain/backends: pytorchjob, jobset).
 
-    Kubeflow names them `<name>-a<attempt>-worker-<index>`, and a Service name is a DNS-1035 label
-    of at most 63 characters."""
-    if len(j.name) > MAX_NAME_LENGTH or not NAME_RE.match(j.name):
+    The CRD's enum says the same at `kubectl apply`; this repeats it for a CRD installed without
+    the schema and for `llmtrain validate`. The name limit below depends on it."""
+    if j.chosen_backend not in BACKENDS:
+        yield Problem("spec.cluster.backend", f"unknown backend {shorten(j.chosen_backend)}", " | ".join(BACKENDS))
+
+
+@rule("spec.cluster.backend", needs=(known_backend,))
+def enabled_backend(j: Subject) -> Iterator[Problem]:
+    """The job's backend is one the platform enabled (the operator chart's `backends.enabled`).
+
+    The operator watches, creates and has RBAC for those kinds only; a job's own
+    spec.cluster.backend, or the default chosen for it, must be among them."""
+    chosen, enabled = j.chosen_backend, j.enabled
+    if enabled is not None and chosen not in enabled:
+        how = "" if j.spec.cluster.backend == chosen else " (the default chosen for the job: it names none)"
         yield Problem(
-            "metadata.name",
-            f"{j.name!r} cannot name the worker Services (<name>-worker-<n> must be a DNS-1035 label)",
-            f"lower-case letters, digits and '-', starting with a letter, ≤ {MAX_NAME_LENGTH} characters",
+            "spec.cluster.backend",
+            f"backend {chosen!r}{how} is not enabled on this platform",
+            f"{' | '.join(enabled)} (the operator chart's backends.enabled), or have the platform enable "
+            f"{chosen} (install {BACKENDS[chosen].installs} and add it there)",
         )
+
+
+@rule("metadata.name", needs=(known_backend,))
+def job_name(j: Subject) -> Iterator[Problem]:
+    """The job's name can name what its backend makes of it: lower-case letters, digits and '-',
+    starting with a letter, at most 45 characters on PyTorchJob, 37-40 on JobSet.
+
+    Each attempt's objects are named after it, and each must be a DNS-1035 label of at most 63
+    characters: Kubeflow's worker Services `<name>-a<attempt>-worker-<index>`; JobSet's pods
+    `<name>-a<attempt>-worker-0-<index>-<5 characters>` (backends.base.Backend.name_problem)."""
+    problem = BACKENDS[j.chosen_backend].name_problem(j.name, j.spec.cluster.nodes)
+    if problem is not None:
+        yield Problem("metadata.name", *problem)
 
 
 # --- the model ------------------------------------------------------------------------------------
@@ -671,6 +704,8 @@ def etcd_endpoint(j: Subject) -> Iterator[Problem]:
 RULES: tuple[Rule, ...] = (
     allowed_image_registry,
     allowed_service_account,
+    known_backend,
+    enabled_backend,
     job_name,
     *MODEL_RULES,
     uri_schemes,

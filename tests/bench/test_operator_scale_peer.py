@@ -20,7 +20,8 @@ sys.path[:0] = [str(REPO / "bench")]
 
 def test_the_trainjob_runtime_runs_the_pod_llmtrain_renders():
     from chainbench import job_spec
-    from llmtrain.render import JOB_LABEL, render_pytorchjob
+    from llmtrain.backends.pytorchjob import render_pytorchjob
+    from llmtrain.render import JOB_LABEL
     from llmtrain.validation import parse_spec
     from trainer_peer import torch_runtime, trainjob
 

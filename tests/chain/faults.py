@@ -36,8 +36,8 @@ from typing import Any, Protocol
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from llmtrain.controller.status import pytorchjob_state
-from llmtrain.render import JOB_LABEL, pytorchjob_name
+from llmtrain.backends.pytorchjob import state_of as pytorchjob_state
+from llmtrain.render import JOB_LABEL, child_name
 from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from llmtrain.status import Reason
 from llmtrain_devcluster.chain import (
@@ -577,7 +577,7 @@ def unsettled(
             return f"pod {meta['name']} on deleted node {node}"
     for name, count in jobs.items():
         st = statuses.get(name) or {}
-        phase, current = st.get("phase"), pytorchjob_name(name, st.get("attempt") or 1)
+        phase, current = st.get("phase"), child_name(name, st.get("attempt") or 1)
         live = {
             p["metadata"]["name"]
             for p in ptjs
@@ -589,8 +589,8 @@ def unsettled(
             if not st.get("reason"):
                 return f"{name}: {phase} without a reason"
             continue
-        if phase != "Running" or live != {current} or st.get("pytorchJob") != current:
-            return f"{name}: {phase} with PyTorchJob {st.get('pytorchJob')} (live: {sorted(live)})"
+        if phase != "Running" or live != {current} or st.get("child") != current:
+            return f"{name}: {phase} with PyTorchJob {st.get('child')} (live: {sorted(live)})"
         ptj = next(p for p in ptjs if p["metadata"]["name"] == current)
         if pytorchjob_state(ptj) != "Running":
             return f"{name}: PyTorchJob {current} is {pytorchjob_state(ptj)}"
@@ -668,15 +668,15 @@ def violations(
     for name, st in sorted(final.items()):
         attempt = st.get("attempt") or 1
         for k in range(1, attempt + 1):
-            if not ptj_added[pytorchjob_name(name, k)]:
+            if not ptj_added[child_name(name, k)]:
                 bad.append(f"{name}: attempt {k} never had a PyTorchJob")
-        prefix = pytorchjob_name(name, 0)[:-1]
+        prefix = child_name(name, 0)[:-1]
         for ptj in ptj_added:
             suffix = ptj[len(prefix) :]
             if ptj.startswith(prefix) and suffix.isdigit() and not 1 <= int(suffix) <= attempt:
                 bad.append(f"{name}: PyTorchJob {ptj} for an attempt it never reached (status.attempt {attempt})")
         if st.get("phase") == "Succeeded":
-            ptj = pytorchjob_name(name, attempt)
+            ptj = child_name(name, attempt)
             if st.get("reason") != Reason.SUCCEEDED.value or ptj not in succeeded:
                 bad.append(
                     f"{name}: Succeeded with reason {st.get('reason')!r} on attempt {attempt}, whose PyTorchJob "
@@ -832,8 +832,8 @@ def run(
         seen, added, chaos.hand_deleted, final, budgets, history.succeeded(), chaos.after_end
     )
     bad += [
-        f"{name}: status.pytorchJob {st.get('pytorchJob')!r} is not attempt {st.get('attempt')}'s"
+        f"{name}: status.child {st.get('child')!r} is not attempt {st.get('attempt')}'s"
         for name, st in sorted(final.items())
-        if st.get("pytorchJob") != pytorchjob_name(name, st.get("attempt") or 1)
+        if st.get("child") != child_name(name, st.get("attempt") or 1)
     ]
     return Result(seed, drawn, chaos.done, final, seen, bad, story, running, last_fault - chaos.t0, settle)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llmtrain.render import pytorchjob_name
+from llmtrain.render import child_name
 from llmtrain.spec import GROUP, PLURAL, VERSION
 from llmtrain_devcluster.chain import FAIL_EXIT_CODE_ANNOTATION, FAIL_POD_LABEL
 from llmtrain_devcluster.process import free_port
@@ -91,7 +91,7 @@ def _fail(chain, ns: str, pod: str, exit_code: int, message: str) -> None:
 
 
 def _running(chain, ns: str, job: str, attempt: int, count: int):
-    return chain.wait_pods_running(ns, f"training.kubeflow.org/job-name={pytorchjob_name(job, attempt)}", count, 120)
+    return chain.wait_pods_running(ns, f"training.kubeflow.org/job-name={child_name(job, attempt)}", count, 120)
 
 
 def _events(chain, ns: str, reason: str) -> list[str]:
@@ -154,7 +154,7 @@ def test_a_failed_preflight_is_retried_elsewhere_without_spending_a_restart(chai
     _job(chain, chain_ns, name, nodes=1, preflight=True)
     (pod,) = _running(chain, chain_ns, name, 1, 1)
     bad = pod.spec.node_name
-    ptj = chain.ptj(chain_ns, pytorchjob_name(name, 1))
+    ptj = chain.ptj(chain_ns, child_name(name, 1))
     env = {
         e["name"]: e for e in ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"]
     }

@@ -140,7 +140,7 @@ def _pod(name: str, ptj: str, node: str, phase: str = "Running") -> dict:
     }
 
 
-RUNNING = {"phase": "Running", "attempt": 2, "restarts": 1, "pytorchJob": "j-a2", "reason": "Running"}
+RUNNING = {"phase": "Running", "attempt": 2, "restarts": 1, "child": "j-a2", "reason": "Running"}
 
 
 def test_a_running_job_on_ready_nodes_is_at_rest():
@@ -157,7 +157,7 @@ def test_a_running_jobs_pod_on_a_not_ready_node_is_not_at_rest():
 
 
 def test_a_succeeded_job_is_at_rest_with_or_without_its_pytorchjob():
-    st = {"phase": "Succeeded", "attempt": 2, "restarts": 1, "pytorchJob": "j-a2", "reason": "Succeeded"}
+    st = {"phase": "Succeeded", "attempt": 2, "restarts": 1, "child": "j-a2", "reason": "Succeeded"}
     leftovers = [_pod("j-a2-worker-0", "j-a2", "n1", "Succeeded")]
     assert unsettled({"j": 1}, {"j": st}, [_ptj("j-a2", "j", "Succeeded")], leftovers, {"n1": True}) is None
     assert unsettled({"j": 1}, {"j": st}, [], [], {"n1": True}) is None  # its PyTorchJob deleted by hand

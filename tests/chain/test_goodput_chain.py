@@ -61,8 +61,9 @@ from kubernetes.client.exceptions import ApiException
 
 from goodput_hand import compare, generations, hand
 from llmtrain import goodput as gp
+from llmtrain.backends.pytorchjob import REPLICA_INDEX_LABEL
 from llmtrain.controller.status import parse_time
-from llmtrain.render import REPLICA_INDEX_LABEL, pytorchjob_name
+from llmtrain.render import child_name
 from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from llmtrain_devcluster.chain import COMPLETE_POD_LABEL
 from llmtrain_devcluster.process import free_port, free_port_block
@@ -277,12 +278,12 @@ def test_goodput_on_the_chain_matches_the_step_log(
         return chain.custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name).get("status") or {}
 
     def rank0(attempt: int):
-        pods = chain.wait_pods_running(ns, f"{PTJ_POD_LABEL}={pytorchjob_name(name, attempt)}", 1)
+        pods = chain.wait_pods_running(ns, f"{PTJ_POD_LABEL}={child_name(name, attempt)}", 1)
         (pod,) = [p for p in pods if p.metadata.labels.get(REPLICA_INDEX_LABEL) == "0"]
         return pod
 
     def ptj_created(attempt: int) -> float:
-        ptj = chain.ptj(ns, pytorchjob_name(name, attempt))
+        ptj = chain.ptj(ns, child_name(name, attempt))
         return _time(ptj["metadata"]["creationTimestamp"])
 
     job = chain.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, _job_doc(name, tmp_path / "ckpt"))

@@ -12,6 +12,7 @@ a PyTorchJob's suspend flag but Kueue.
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
@@ -62,8 +63,12 @@ def kueue_cluster(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def kueue_operator(kueue_cluster, tmp_path_factory):
+    # both backends enabled, PyTorchJob the default: a job asks for JobSet with spec.cluster.backend
     op = OperatorProcess(
-        kueue_cluster.kubeconfig, tmp_path_factory.mktemp("kueue-operator") / "operator.log", free_port()
+        kueue_cluster.kubeconfig,
+        tmp_path_factory.mktemp("kueue-operator") / "operator.log",
+        free_port(),
+        extra_args=["--backend", "pytorchjob", "--backend", "jobset"],
     )
     op.start()
     yield op
@@ -186,7 +191,7 @@ def test_a_production_job_preempts_a_research_one_which_resumes_without_a_restar
     jobs.delete("urgent")
     back = jobs.wait("research", "Running", timeout=180)
     # the same attempt, the same PyTorchJob (the same Workload), no restart spent
-    assert (back["attempt"], back["restarts"], back["pytorchJob"]) == (1, 0, "research-a1")
+    assert (back["attempt"], back["restarts"], back["child"]) == (1, 0, "research-a1")
 
 
 def test_a_missing_queue_or_priority_class_is_said_with_the_field(kueue_operator, api, queue_ns):
@@ -328,3 +333,56 @@ def test_kueue_queues_and_admits_jobsets_through_its_jobset_integration(kueue_cl
         JOBSET[0], JOBSET[1], queue_ns, JOBSET[2], "whole", propagation_policy="Foreground"
     )
     wait_for(lambda: len(running_pods("next")) == 1, 180, "next admitted and its pod Running once the quota is free")
+
+
+def test_jobset_jobs_queue_in_kueue_and_the_admitted_one_runs_to_succeeded(kueue_operator, api, queue_ns):
+    """The JobSet backend under Kueue (its jobset.x-k8s.io/jobset integration): the operator creates
+    each attempt's JobSet suspended with the queue label; with quota for one 2-node job, the first is
+    admitted and runs, the second waits Queued in Kueue's words with no restart spent and its JobSet
+    suspended; when the first goes, Kueue admits the second, which runs and, its pods done, succeeds."""
+    from llmtrain.backends.jobset import JOBSET_NAME_LABEL
+    from llmtrain_devcluster.chain import COMPLETE_POD_LABEL
+    from llmtrain_devcluster.jobset import JOBSET
+
+    from .conftest import Chain
+
+    jobs, chain = Jobs(api, queue_ns), Chain(api)
+
+    def jobset(name: str) -> dict:
+        return jobs.custom.get_namespaced_custom_object(JOBSET[0], JOBSET[1], queue_ns, JOBSET[2], name)
+
+    for name in ("js-first", "js-second"):
+        doc = p5_job(name)
+        doc["spec"]["cluster"]["backend"] = "jobset"
+        jobs.create(doc)
+    first = jobs.wait("js-first", "Running", timeout=150)
+    assert (first["backend"], first["child"], first["admissionTime"] is not None) == ("jobset", "js-first-a1", True)
+    admitted = jobset("js-first-a1")
+    assert admitted["spec"]["suspend"] is False and admitted["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == QUEUE
+    # created suspended by the operator, unsuspended by Kueue alone: the flag is no longer the creator's
+    fields = [m for m in admitted["metadata"]["managedFields"] if not m.get("subresource")]
+    creator = {m["manager"] for m in fields if m["operation"] == "Create"}
+    suspend_writers = {
+        m["manager"] for m in fields if "f:suspend" in json.dumps((m.get("fieldsV1") or {}).get("f:spec", {}))
+    }
+    assert suspend_writers and not suspend_writers & creator, (creator, suspend_writers)
+
+    def in_kueues_words():
+        s = jobs.status("js-second")
+        return s.get("reason") == "Queued" and "insufficient" in (s.get("message") or "") and s
+
+    queued = wait_for(in_kueues_words, 60, "js-second queued in Kueue's words")
+    assert (queued["phase"], queued["attempt"], queued["restarts"]) == ("Pending", 1, 0)
+    assert jobset("js-second-a1")["spec"]["suspend"] is True
+    assert not chain.pods(queue_ns, f"{JOBSET_NAME_LABEL}=js-second-a1")
+
+    jobs.delete("js-first")  # its JobSet and Workload go with it: the quota is free
+    running = jobs.wait("js-second", "Running", timeout=180)
+    assert (running["attempt"], running["restarts"]) == (1, 0) and running["admissionTime"]
+    pods = chain.wait_pods_running(queue_ns, f"{JOBSET_NAME_LABEL}=js-second-a1", 2, 120)
+    for p in pods:
+        chain.core.patch_namespaced_pod(
+            p.metadata.name, queue_ns, {"metadata": {"labels": {COMPLETE_POD_LABEL: "true"}}}
+        )
+    done = jobs.wait("js-second", "Succeeded", timeout=120)
+    assert (done["attempt"], done["restarts"]) == (1, 0)

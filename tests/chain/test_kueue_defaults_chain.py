@@ -95,3 +95,84 @@ def test_release_defaults_admit_a_jobset_but_never_see_a_pytorchjob(default_kueu
         assert custom.get_namespaced_custom_object(*PTJ[:2], ns, PTJ[2], "ptj")["spec"]["runPolicy"]["suspend"] is True
         assert not core.list_namespaced_pod(ns, label_selector="training.kubeflow.org/job-name=ptj").items
         core.delete_namespace(ns)
+
+
+def test_the_operator_says_kueue_does_not_manage_its_pytorchjobs_and_a_jobset_job_runs(default_kueue_cluster, tmp_path):
+    """Issue 28's defect on Kueue's default integrations: a PyTorchJob-backend job under a queue
+    used to wait Queued forever, silently. Now, once the wait for a Workload is over, it says Kueue
+    does not manage PyTorchJobs and which setting to change (reason NoKueueWorkload, a Warning
+    event), without spending a restart; the same job on the JobSet backend is admitted and runs."""
+    import yaml
+
+    from llmtrain.spec import GROUP, PLURAL, VERSION
+    from llmtrain_devcluster.process import free_port
+    from operator_core.conftest import OperatorProcess
+
+    cluster = default_kueue_cluster
+    ns = f"o-{uuid.uuid4().hex[:10]}"
+    op = OperatorProcess(
+        cluster.kubeconfig,
+        tmp_path / "operator.log",
+        free_port(),
+        extra_args=[
+            "--namespace",
+            ns,
+            "--backend",
+            "pytorchjob",
+            "--backend",
+            "jobset",
+            "--kueue-workload-wait-seconds",
+            "5",
+        ],
+    )
+    with cluster.api_client() as api:
+        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        core.create_namespace({"metadata": {"name": ns}})
+        wait_for(lambda: core.read_namespaced_service_account("default", ns), 60, f"default ServiceAccount in {ns}")
+        cluster.kueue_local_queue(ns, QUEUE)
+        op.start()
+        try:
+            spec = {
+                "model": {"preset": "tiny"},
+                "cluster": {"instanceType": "p5.48xlarge", "nodes": 1, "queueName": QUEUE},
+            }
+            for name, backend in (("ptj-job", "pytorchjob"), ("js-job", "jobset")):
+                doc = {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "LLMTrainingJob",
+                    "metadata": {"name": name},
+                    "spec": {**spec, "cluster": {**spec["cluster"], "backend": backend}},
+                }
+                cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(doc))
+
+            def status(name: str) -> dict:
+                return custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name).get("status") or {}
+
+            said = wait_for(
+                lambda: (s := status("ptj-job")).get("reason") == "NoKueueWorkload" and s,
+                60,
+                f"ptj-job NoKueueWorkload (log: {op.log_path})",
+            )
+            assert (said["phase"], said["attempt"], said["restarts"]) == ("Pending", 1, 0)
+            assert "kubeflow.org/pytorchjob" in said["message"] and "integrations.frameworks" in said["message"]
+            assert custom.get_namespaced_custom_object(*PTJ[:2], ns, PTJ[2], "ptj-job-a1")["spec"]["runPolicy"][
+                "suspend"
+            ]
+            wait_for(
+                lambda: [
+                    e
+                    for e in core.list_namespaced_event(ns).items
+                    if e.involved_object.name == "ptj-job" and e.reason == "NoKueueWorkload" and e.type == "Warning"
+                ],
+                30,
+                "a NoKueueWorkload warning",
+            )
+            running = wait_for(
+                lambda: (s := status("js-job")).get("phase") == "Running" and s,
+                120,
+                f"js-job Running (log: {op.log_path})",
+            )
+            assert running["admissionTime"] and running["backend"] == "jobset"
+        finally:
+            op.stop()
+            core.delete_namespace(ns)

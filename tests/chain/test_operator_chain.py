@@ -18,7 +18,8 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from llmtrain.render import REPLICA_INDEX_LABEL, pytorchjob_name
+from llmtrain.backends.pytorchjob import REPLICA_INDEX_LABEL
+from llmtrain.render import child_name
 from llmtrain.spec import GROUP, PLURAL, VERSION
 from operator_core.conftest import OperatorProcess
 
@@ -96,7 +97,7 @@ def test_in_place_restart_then_pod_failure_on_p5_nodes(
     def status():
         return chain.custom.get_namespaced_custom_object(GROUP, VERSION, chain_ns, PLURAL, name).get("status") or {}
 
-    a1 = pytorchjob_name(name, 1)
+    a1 = child_name(name, 1)
     pods = chain.wait_pods_running(chain_ns, f"training.kubeflow.org/job-name={a1}", nodes)
     assert {by_type[p.spec.node_name] for p in pods} == {"p5.48xlarge"}
     wait_for(lambda: status().get("phase") == "Running", 60, f"{name} Running (log: {chain_operator.log_path})")
@@ -159,7 +160,7 @@ def test_in_place_restart_then_pod_failure_on_p5_nodes(
 
     wait_for(a1_failed, 60, f"PyTorchJob {a1} Failed (by the training-operator)")
 
-    a2 = pytorchjob_name(name, 2)
+    a2 = child_name(name, 2)
     wait_for(lambda: status().get("attempt") == 2, 60, f"{name} status.attempt 2 (log: {chain_operator.log_path})")
     assert status().get("restarts") == 1  # the pod failure spent one; the in-place restart none
     pods2 = chain.wait_pods_running(chain_ns, f"training.kubeflow.org/job-name={a2}", nodes, 120)

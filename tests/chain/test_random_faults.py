@@ -26,7 +26,7 @@ import signal
 import pytest
 from kubernetes import client
 
-from llmtrain.render import JOB_LABEL, pytorchjob_name
+from llmtrain.render import JOB_LABEL, child_name
 from llmtrain.spec import GROUP, PLURAL, VERSION
 from llmtrain_devcluster.chain import COMPLETE_POD_LABEL, node_manifest
 from llmtrain_devcluster.process import free_port
@@ -95,7 +95,7 @@ def test_a_deleted_node_fails_its_attempt_and_names_the_node(chain_cluster, chai
     operator counts that as a failure on the node (found by the random faults: it did not)."""
     name = "gone-node"
     chain.custom.create_namespaced_custom_object(GROUP, VERSION, chain_ns, PLURAL, faults.job_doc(name, 1, 3))
-    (pod,) = chain.wait_pods_running(chain_ns, f"training.kubeflow.org/job-name={pytorchjob_name(name, 1)}", 1)
+    (pod,) = chain.wait_pods_running(chain_ns, f"training.kubeflow.org/job-name={child_name(name, 1)}", 1)
     node = pod.spec.node_name
     chain.core.delete_node(node)
     chain.core.create_node(node_manifest(faults.CPU, 1 + max(int(n.rsplit("-", 1)[1]) for n in cpu_nodes)))
@@ -103,7 +103,7 @@ def test_a_deleted_node_fails_its_attempt_and_names_the_node(chain_cluster, chai
     def status():
         return chain.custom.get_namespaced_custom_object(GROUP, VERSION, chain_ns, PLURAL, name).get("status") or {}
 
-    a1 = f"training.kubeflow.org/job-name={pytorchjob_name(name, 1)}"
+    a1 = f"training.kubeflow.org/job-name={child_name(name, 1)}"
 
     def replaced() -> bool:
         pods = chain.core.list_namespaced_pod(chain_ns, label_selector=a1).items
@@ -128,7 +128,7 @@ def test_a_deleted_node_fails_its_attempt_and_names_the_node(chain_cluster, chai
     (entry,) = st["badNodes"]
     assert entry["node"] == node and entry["reason"] == "DeletionByPodGC" and entry["attempt"] == 1
     assert "node no longer exists" in entry["message"]
-    (pod2,) = chain.wait_pods_running(chain_ns, f"training.kubeflow.org/job-name={pytorchjob_name(name, 2)}", 1)
+    (pod2,) = chain.wait_pods_running(chain_ns, f"training.kubeflow.org/job-name={child_name(name, 2)}", 1)
     assert pod2.spec.node_name != node
 
 
@@ -140,7 +140,7 @@ def test_a_finished_job_stays_succeeded_through_what_happens_to_its_leftovers(ch
     again."""
     name = "finished"
     chain.custom.create_namespaced_custom_object(GROUP, VERSION, chain_ns, PLURAL, faults.job_doc(name, 1, 3))
-    a1 = pytorchjob_name(name, 1)
+    a1 = child_name(name, 1)
     (pod,) = chain.wait_pods_running(chain_ns, f"training.kubeflow.org/job-name={a1}", 1)
 
     def status():

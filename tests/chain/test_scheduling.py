@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from kubernetes.utils import parse_quantity
 
+from llmtrain.backends.pytorchjob import render_pytorchjob
 from llmtrain.catalog import instance_type
-from llmtrain.render import INSTANCE_TYPE_LABEL, render_pytorchjob
+from llmtrain.render import INSTANCE_TYPE_LABEL
 from llmtrain.validation import load_job
 from llmtrain_devcluster.chain import DEFAULT_NODES
 

@@ -16,7 +16,8 @@ import uuid
 import pytest
 import yaml
 
-from llmtrain.render import render_pytorchjob, render_rendezvous_secret
+from llmtrain.backends import BACKENDS
+from llmtrain.render import render_rendezvous_secret
 from llmtrain.rendezvous_auth import CertificateAuthority
 from llmtrain.validation import parse_spec
 
@@ -53,7 +54,7 @@ def setup(helm, dev_cluster):
     made = [release_ns, ns]
     try:
         helm.run("install", RELEASE, helm.operator_chart, "--namespace", release_ns, "--set", "etcd.enabled=true",
-                 kubeconfig=c.kubeconfig)
+                 "--set", "backends.enabled={pytorchjob,jobset}", kubeconfig=c.kubeconfig)
         docs = [
             {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf", "namespace": ns},
              "stringData": {"token": "x"}},
@@ -144,19 +145,25 @@ def _owner(c, ns: str, name: str) -> str:
     return json.loads(c.kubectl("get", "llmtj", name, "-n", ns, "-o", "json").stdout)["metadata"]["uid"]
 
 
-def _rendered(c, ns: str, spec_over: dict | None = None, **kw) -> dict:
+def _rendered(c, ns: str, spec_over: dict | None = None, backend: str = "pytorchjob", **kw) -> dict:
     uid = _owner(c, ns, "owner")
     raw = copy.deepcopy(JOB)
     raw.pop("suspend")
     for k, v in (spec_over or {}).items():
         raw[k] = {**raw.get(k, {}), **v}
-    return render_pytorchjob(parse_spec(raw), "owner", ns, kw.pop("attempt", 1), uid, "etcd.x.svc:2379", **kw)
+    return BACKENDS[backend].render(parse_spec(raw), "owner", ns, kw.pop("attempt", 1), uid, "etcd.x.svc:2379", **kw)
 
 
-def _mutate(ptj: dict, fn) -> dict:
-    ptj = copy.deepcopy(ptj)
-    fn(ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"], ptj)
-    return ptj
+def _pod(child: dict) -> dict:
+    if child["kind"] == "JobSet":
+        return child["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    return child["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+
+
+def _mutate(child: dict, fn) -> dict:
+    child = copy.deepcopy(child)
+    fn(_pod(child), child)
+    return child
 
 
 EFA = {"cluster": {"instanceType": "p5.48xlarge", "nodes": 2, "image": "public.ecr.aws/llmtrain/t:1"},
@@ -164,14 +171,16 @@ EFA = {"cluster": {"instanceType": "p5.48xlarge", "nodes": 2, "image": "public.e
        "rendezvous": {"backend": "etcd-v2"}}
 
 
-def test_the_operator_may_create_what_it_renders(setup, dev_cluster):
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_the_operator_may_create_what_it_renders(setup, dev_cluster, backend):
     c, ns, op = dev_cluster, setup["ns"], setup["operator"]
+    first = {"pytorchjob": 1, "jobset": 11}[backend]  # attempts of their own: one owner, two kinds
     for i, (over, kw) in enumerate([({}, {}), (EFA, {"rendezvous_credentials": True})]):
-        r = _create(c, _rendered(c, ns, over, attempt=i + 1, **kw), ns, op)
+        r = _create(c, _rendered(c, ns, over, backend, attempt=first + i, **kw), ns, op)
         assert r.returncode == 0, r.stderr
     creds = CertificateAuthority.generate().issue("llmtrain-ns-x")
     uid = _owner(c, ns, "owner")
-    r = _create(c, render_rendezvous_secret("owner", ns, 2, uid, creds), ns, op)
+    r = _create(c, render_rendezvous_secret("owner", ns, first + 1, uid, creds), ns, op)
     assert r.returncode == 0, r.stderr
 
 
@@ -191,12 +200,28 @@ BAD = {
 }
 
 
-@pytest.mark.parametrize("what", sorted(BAD))
-def test_the_operators_token_cannot_create_anything_else(setup, dev_cluster, what):
+# What only a JobSet could do besides its pods: restart itself, run more replicated Jobs or Jobs,
+# retry a failed pod, hand itself to another controller, or have the JobSet controller make PVCs.
+BAD_JOBSET = {
+    "JobSet restarts": lambda _, js: js["spec"]["failurePolicy"].update(maxRestarts=3),
+    "Job retries": lambda _, js: js["spec"]["replicatedJobs"][0]["template"]["spec"].update(backoffLimit=6),
+    "a second replicated job": lambda _, js: js["spec"]["replicatedJobs"].append(
+        {**copy.deepcopy(js["spec"]["replicatedJobs"][0]), "name": "extra"}),
+    "two Jobs": lambda _, js: js["spec"]["replicatedJobs"][0].update(replicas=2),
+    "another controller": lambda _, js: js["spec"].update(managedBy="example.com/other"),
+    "PVC templates": lambda _, js: js["spec"].update(
+        volumeClaimPolicies=[{"templates": [{"metadata": {"name": "x"}, "spec": {
+            "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]}]),
+}
+CASES = [("pytorchjob", w) for w in sorted(BAD)] + [("jobset", w) for w in sorted({**BAD, **BAD_JOBSET})]
+
+
+@pytest.mark.parametrize("backend,what", CASES)
+def test_the_operators_token_cannot_create_anything_else(setup, dev_cluster, backend, what):
     c, ns = dev_cluster, setup["ns"]
-    ptj = _mutate(_rendered(c, ns, attempt=7), BAD[what])
-    ptj["metadata"]["name"] = f"owner-a{uuid.uuid4().int % 10**6}"
-    r = _create(c, ptj, ns, setup["operator"])
+    child = _mutate(_rendered(c, ns, backend=backend, attempt=7), {**BAD, **BAD_JOBSET}[what])
+    child["metadata"]["name"] = f"owner-a{uuid.uuid4().int % 10**6}"
+    r = _create(c, child, ns, setup["operator"])
     if what == "an image elsewhere":  # only with admission.allowedImageRegistries (unset here)
         assert r.returncode == 0, r.stderr
         return
@@ -215,6 +240,16 @@ def test_only_the_operator_creates_llmtrain_pytorchjobs(setup, dev_cluster):
     c, ns = dev_cluster, setup["ns"]
     ptj = _rendered(c, ns, attempt=9)
     assert _denied(_create(c, ptj, ns), "only the llmtrain operator"), "admitted"
+
+
+def test_the_jobset_policy_reads_what_jobsets_webhook_leaves_of_maxrestarts_0(setup, dev_cluster):
+    """JobSet's mutating webhook marshals `failurePolicy.maxRestarts: 0` away (omitempty) before
+    any validating policy runs: the policy takes a missing maxRestarts as the 0 it is."""
+    c, ns = dev_cluster, setup["ns"]
+    js = _rendered(c, ns, backend="jobset", attempt=21)
+    del js["spec"]["failurePolicy"]["maxRestarts"]
+    r = _create(c, js, ns, setup["operator"])
+    assert r.returncode == 0, r.stderr
 
 
 def test_a_queue_controller_may_admit_an_operator_pytorchjob_but_not_change_its_pods(setup, dev_cluster):

@@ -192,7 +192,7 @@ def test_operator_with_release_credentials_reconciles_an_example_job(
 
     st = wait_for(status, 60, "status.phase (status subresource patched)")
     assert st["phase"] in ("Pending", "Running"), st
-    assert st.get("pytorchJob") == ptj["metadata"]["name"]
+    assert st.get("child") == ptj["metadata"]["name"]
 
     # Events posted with the operator's identity (core/events.k8s.io create).
     def events():
@@ -355,6 +355,9 @@ def test_operator_with_release_credentials_takes_a_job_through_its_lifecycle(ope
         ("update", "llmtrainingjobs.llmtrain.dev", []),
         ("update", "llmtrainingjobs.llmtrain.dev", ["--subresource=status"]),
         ("patch", "pytorchjobs.kubeflow.org", []),
+        # the default release enables only the pytorchjob backend
+        ("create", "jobsets.jobset.x-k8s.io", []),
+        ("get", "jobs.batch", []),
         ("get", "pods", []),
         ("create", "events.events.k8s.io", []),
         ("delete", "pods", []),
@@ -384,7 +387,7 @@ def test_what_the_operator_needs_is_allowed(release, dev_cluster, sa_kubeconfig)
     # auth can-i` maps names through discovery, so it answers "no" for a kind whose CRD is not
     # installed here (Kueue's Workloads), and reads `<resource>/status` as an object NAME.
     # (the release namespace is also the operator's own: its reliability ConfigMap lives there)
-    rules = {**rbac.JOB_RULES, **rbac.CLUSTER_RULES, **rbac.RELIABILITY_RULES}
+    rules = {**rbac.JOB_RULES, **rbac.BACKEND_RULES["pytorchjob"], **rbac.CLUSTER_RULES, **rbac.RELIABILITY_RULES}
     needs = [(g, r, v) for (g, r), verbs in rules.items() for v in verbs]
     for group, resource, verb in sorted(needs):
         plural, _, sub = resource.partition("/")

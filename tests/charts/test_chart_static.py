@@ -22,8 +22,11 @@ NAMESPACED = CHARTS / "llmtrain-operator" / "ci" / "namespaced-values.yaml"
 # is a least-privilege violation, anything less a 403 at run time.
 from llmtrain.controller import rbac  # noqa: E402
 
-# jobNetworkPolicy.enabled is on by default: the job's NetworkPolicy
-EXPECTED_RULES = {k: set(v) for k, v in {**rbac.JOB_RULES, **rbac.JOB_NETWORK_POLICY_RULES}.items()}
+# jobNetworkPolicy.enabled is on by default: the job's NetworkPolicy; backends.enabled is [pytorchjob]
+EXPECTED_RULES = {
+    k: set(v)
+    for k, v in {**rbac.JOB_RULES, **rbac.BACKEND_RULES["pytorchjob"], **rbac.JOB_NETWORK_POLICY_RULES}.items()
+}
 # and with the bundled etcd (auth on by default) the attempts' rendezvous Secrets
 ETCD_AUTH_RULES = {k: set(v) for k, v in rbac.RENDEZVOUS_AUTH_RULES.items()}
 FRAMEWORK_RULES = {k: set(v) for k, v in rbac.CLUSTER_RULES.items()}
@@ -226,6 +229,9 @@ WRONG_VALUES = [
     (["--set", "defaultEtcdEndpoint=etcd-without-port"], ["defaultEtcdEndpoint", "Does not match pattern"]),
     (["--set", "replicas=2"], ["Additional property replicas is not allowed"]),
     (["--set", "logLevel=verbose"], ["logLevel", "must be one of", "info", "debug"]),
+    (["--set", "backends.default=trainjob"], ["backends.default", "must be one of", "pytorchjob", "jobset"]),
+    (["--set-json", "backends.enabled=[]"], ["backends.enabled", "Array must have at least 1 items"]),
+    (["--set-json", 'backends.namespaceDefaults={"team-a": "mpijob"}'], ["team-a", "must be one of"]),
     (["--set", "etcd.enabled=true", "--set", "etcd.persistence.size=lots"], ["persistence.size", "Does not match pattern"]),
 ]
 
@@ -237,6 +243,53 @@ def test_schema_rejects_wrong_values_clearly(helm, args, words):
     assert "values don't meet the specifications of the schema" in r.stderr, r.stderr
     for w in words:
         assert w in r.stderr, f"{w!r} not in: {r.stderr}"
+
+
+def _args(docs) -> list[str]:
+    return one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def _policies(docs) -> set[str]:
+    return {p["metadata"]["name"].rsplit(".", 1)[-1] for p in by_kind(docs, "ValidatingAdmissionPolicy")}
+
+
+def test_backends_reach_the_operator_and_its_rbac_and_admission_policies_follow_them(helm):
+    """backends.enabled: the kinds the operator watches and creates (--backend), exactly their
+    RBAC (rbac.BACKEND_RULES) and one operator-objects policy per kind; the default and the
+    per-namespace defaults become flags; a default that is not enabled fails the render."""
+    default = helm.manifests()
+    assert {"--backend=pytorchjob", "--default-backend=pytorchjob"} <= set(_args(default))
+    assert not any(a.startswith(("--backend=jobset", "--namespace-backend")) for a in _args(default))
+    assert {"operator-pytorchjobs"} <= _policies(default) and "operator-jobsets" not in _policies(default)
+    assert (("jobset.x-k8s.io", "jobsets") not in _rules(operator_role(default))
+            and ("batch", "jobs") not in _rules(operator_role(default)))
+
+    both = helm.manifests("--set", "backends.enabled={pytorchjob,jobset}", "--set", "backends.default=jobset",
+                          "--set-json", 'backends.namespaceDefaults={"team-a": "pytorchjob"}')
+    args = _args(both)
+    assert {"--backend=pytorchjob", "--backend=jobset", "--default-backend=jobset",
+            "--namespace-backend=team-a=pytorchjob"} <= set(args)
+    assert {"operator-pytorchjobs", "operator-jobsets"} <= _policies(both)
+    want = {**EXPECTED_RULES, **FRAMEWORK_RULES, **{k: set(v) for k, v in rbac.BACKEND_RULES["jobset"].items()}}
+    assert _rules(operator_role(both)) == want
+
+    only_jobset = helm.manifests("--set", "backends.enabled={jobset}", "--set", "backends.default=jobset")
+    assert ("kubeflow.org", "pytorchjobs") not in _rules(operator_role(only_jobset))
+    assert "operator-pytorchjobs" not in _policies(only_jobset) and "operator-jobsets" in _policies(only_jobset)
+
+    for bad in (["--set", "backends.default=jobset"],
+                ["--set-json", 'backends.namespaceDefaults={"team-a": "jobset"}']):
+        r = helm.template(*bad, check=False)
+        assert r.returncode != 0 and "is not in backends.enabled" in r.stderr, (bad, r.stderr)
+
+
+def test_the_operator_accepts_the_flags_the_chart_gives_it(helm):
+    from llmtrain.controller.__main__ import backend_config, parse_args
+
+    args = [a for a in _args(helm.manifests("--set", "backends.enabled={pytorchjob,jobset}",
+                                            "--set-json", 'backends.namespaceDefaults={"team-a": "jobset"}'))
+            if a.startswith(("--backend", "--default-backend", "--namespace-backend"))]
+    assert backend_config(parse_args(args)) == (("pytorchjob", "jobset"), "pytorchjob", {"team-a": "jobset"})
 
 
 def test_user_roles_aggregate_into_view_edit_admin(helm):
@@ -270,7 +323,7 @@ def _matches(selector: dict, labels: dict) -> bool:
 def test_network_policies_admit_exactly_trainers_operator_and_prometheus(helm):
     """Issue 10, defect 9: the policies' selectors checked against the labels the pods really carry:
     worker pods as llmtrain.render renders them, the operator's pod template, Prometheus's."""
-    from llmtrain.render import render_pytorchjob
+    from llmtrain.backends.pytorchjob import render_pytorchjob
     from llmtrain.validation import parse_spec
 
     docs = helm.manifests("-f", NAMESPACED, "--set", "etcd.enabled=true")

@@ -42,7 +42,7 @@ def checkov() -> Path:
 
 
 def rendered_worker_pods() -> list[dict]:
-    from llmtrain.render import render_pytorchjob
+    from llmtrain.backends.pytorchjob import render_pytorchjob
     from llmtrain.validation import parse_spec
 
     pods = []

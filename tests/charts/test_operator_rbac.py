@@ -2,7 +2,13 @@
 call in the controller package and every kopf handler, index and event post it registers is read
 from the source (ast), turned into (API group, resource, verb), and must be exactly what the table
 lists. A new call without its permission, or a permission no code uses any more, fails here; the
-chart tests then hold the chart to the table."""
+chart tests then hold the chart to the table.
+
+Calls on a backend's kinds are written once for all backends: their group and plural are
+attributes of `kind` (a backend's child kind) or `owner` (the kind between a child and its pods),
+and stand for every backend's (llmtrain.backends), whose rules are rbac.BACKEND_RULES. API
+discovery (`/apis/{group}/{version}`) is a non-resource URL every authenticated user may read
+(system:discovery): no rule."""
 
 from __future__ import annotations
 
@@ -71,6 +77,20 @@ RAW_PATH = re.compile(
 )
 
 
+# A backend's kinds, by the name the code gives them: every backend's child kind, every owner kind.
+def _backend_kinds(base: str):
+    from llmtrain.backends import BACKENDS
+
+    if base == "kind":
+        return [b.child for b in BACKENDS.values()]
+    if base == "owner":
+        return [b.owner for b in BACKENDS.values() if b.owner is not None]
+    raise AssertionError(f"a backend kind named {base!r}: call it kind (a child) or owner")
+
+
+DISCOVERY = re.compile(r"^/apis?(/(\{group\}|[a-z0-9.-]+))?(/(\{version\}|v[0-9a-z]+))?$")
+
+
 def _raw_call(node: ast.Call, where: str) -> tuple[str, str, str, str]:
     method, path = (a.value if isinstance(a, ast.Constant) else None for a in node.args[:2])
     return _classify(method, path, where)
@@ -92,18 +112,28 @@ def _path_expr(module, node: ast.expr) -> str:
     return _value(module, node)
 
 
-def _request_call(module, node: ast.Call, where: str) -> tuple[str, str, str, str]:
+def _request_call(module, node: ast.Call, where: str) -> list[tuple[str, str, str, str]]:
     """kube._request(method, path, params, ...): the {group} and {plural} placeholders of the path
-    are filled from the params dict (literals or the module's constants), then read as a raw call."""
+    are filled from the params dict (literals, the module's constants, or a backend kind's
+    attributes: one call per backend), then read as a raw call. Discovery: nothing."""
     assert len(node.args) >= 3 and isinstance(node.args[2], ast.Dict), f"{where}: cannot read _request's params"
     params = {_value(module, k): v for k, v in zip(node.args[2].keys, node.args[2].values, strict=True) if k}
     path = _path_expr(module, node.args[1])
-    for key in ("group", "plural"):
-        if key in params:
-            path = path.replace("{" + key + "}", _value(module, params[key]))
-    path = path.replace("{version}", "v")
     method = _value(module, node.args[0])
-    return _classify(method, path, where)
+    if method == "GET" and DISCOVERY.match(path):
+        return []
+    bases = {v.value.id for k, v in params.items() if k in ("group", "plural") and isinstance(v, ast.Attribute)}
+    assert len(bases) <= 1, f"{where}: group and plural from different kinds"
+    kinds = _backend_kinds(bases.pop()) if bases else [None]
+    out = []
+    for kind in kinds:
+        filled = path
+        for key in ("group", "plural"):
+            if key in params:
+                value = getattr(kind, key) if kind is not None else _value(module, params[key])
+                filled = filled.replace("{" + key + "}", value)
+        out.append(_classify(method, filled.replace("{version}", "v"), where))
+    return out
 
 
 def _value(module, node: ast.expr) -> str:
@@ -138,15 +168,19 @@ def code_needs() -> list[tuple[str, str, str, str]]:
             func = ast.unparse(node.func)
             where = f"{path.name}:{node.lineno} {functions.get(id(node), '<module>')}"
             if func in KOPF_WATCHERS:
-                group, _version, plural = (_value(module, a) for a in node.args[:3])
-                found += [(group, plural, verb, where) for verb in ("list", "watch")]
+                if all(isinstance(a, ast.Attribute) for a in node.args[:3]):  # a backend's kind: each one's
+                    watched = [(k.group, k.plural) for k in _backend_kinds(node.args[0].value.id)]
+                else:
+                    group, _version, plural = (_value(module, a) for a in node.args[:3])
+                    watched = [(group, plural)]
+                found += [(g, p, verb, where) for g, p in watched for verb in ("list", "watch")]
             elif func in KOPF_EVENT_POSTERS:
                 found.append(("", "events", "create", where))
             elif isinstance(node.func, ast.Attribute) and node.func.attr == "param_serialize":
                 if functions.get(id(node)) != "_request":  # the one generic sender: its callers are read
                     found.append(_raw_call(node, where))
             elif func in ("_request", "kube._request"):
-                found.append(_request_call(module, node, where))
+                found += _request_call(module, node, where)
             elif isinstance(node.func, ast.Attribute) and node.func.attr in CLIENT_METHODS:
                 m = METHOD.match(node.func.attr)
                 assert m, f"{where}: client call {node.func.attr} this test cannot classify; extend it"
@@ -177,6 +211,10 @@ def test_the_scan_sees_the_calls_it_must():
         ("llmtrain.dev", "llmtrainingjobs", "get"),
         ("kubeflow.org", "pytorchjobs", "create"),
         ("kubeflow.org", "pytorchjobs", "delete"),
+        ("kubeflow.org", "pytorchjobs", "watch"),
+        ("jobset.x-k8s.io", "jobsets", "create"),
+        ("jobset.x-k8s.io", "jobsets", "watch"),
+        ("batch", "jobs", "get"),
         ("", "nodes", "list"),
         ("", "nodes", "patch"),
         ("coordination.k8s.io", "leases", "update"),
@@ -196,6 +234,7 @@ def test_rbac_table_is_exactly_what_the_code_uses():
     used.setdefault(("apiextensions.k8s.io", "customresourcedefinitions"), set()).update({"list", "watch"})
     table = _merge(
         rbac.JOB_RULES,
+        *rbac.BACKEND_RULES.values(),
         rbac.CLUSTER_RULES,
         rbac.SUSPECT_TAINT_RULES,
         rbac.LEADER_ELECTION_RULES,

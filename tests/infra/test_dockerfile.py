@@ -256,13 +256,13 @@ def test_copy_sources_exist_and_are_in_the_build_context(df):
 
 def rendered_worker() -> dict:
     """The worker container of a PyTorchJob rendered by the real renderer for a p5 example."""
-    from llmtrain import render
+    from llmtrain.backends.pytorchjob import render_pytorchjob
     from llmtrain.validation import load_job
 
     job = load_job(ROOT / "examples/llama2-7b-p5.yaml")  # default etcd endpoint: the chart's
     from llmtrain.spec import DEFAULT_ETCD_ENDPOINT
 
-    ptj = render.render_pytorchjob(job.spec, job.name, namespace="ml", default_etcd_endpoint=DEFAULT_ETCD_ENDPOINT)
+    ptj = render_pytorchjob(job.spec, job.name, namespace="ml", default_etcd_endpoint=DEFAULT_ETCD_ENDPOINT)
     (container,) = ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
     return container
 

@@ -1,10 +1,12 @@
 """Snapshots for decide() built by hand, without a cluster: a job (wire spec and status), its
-PyTorchJobs, pods, pod failures, Ready nodes and the monitor's latest scrape."""
+children (PyTorchJobs by default; JobSets with `jobset` and backend="jobset"), pods, pod failures,
+Ready nodes and the monitor's latest scrape."""
 
 from __future__ import annotations
 
 import datetime as dt
 
+from llmtrain import backends
 from llmtrain.controller.config import OperatorConfig
 from llmtrain.controller.decide import SPEC_HASH, decide, spec_hash
 from llmtrain.controller.observe import child_of
@@ -67,7 +69,65 @@ def ptj(
     spec: dict = {"elasticPolicy": {"rdzvId": f"ns-j-01234567-a{attempt}"}}
     if suspended:  # as Kueue leaves a PyTorchJob it has not admitted (or took back)
         spec["runPolicy"] = {"suspend": True}
-    return {"metadata": meta, "spec": spec, "status": {"conditions": conds}}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": meta,
+        "spec": spec,
+        "status": {"conditions": conds},
+    }
+
+
+def jobset(
+    attempt: int,
+    state: str | None = None,
+    *,
+    owned: bool = True,
+    deleting: bool = False,
+    message: str = "",
+    raw_spec: dict | None = None,
+    name: str = "j",
+    suspended: bool = False,
+) -> dict:
+    """A JobSet of attempt `attempt` as JobSet v0.12.0's controller leaves it in `state` (a state of
+    decide's vocabulary): Running is every Job ready (status.replicatedJobsStatus), Succeeded the
+    Completed condition, Failed the Failed condition (maxRestarts 0), Suspended spec.suspend."""
+    obj = ptj(attempt, None, owned=owned, deleting=deleting, raw_spec=raw_spec, name=name)
+    obj["apiVersion"], obj["kind"] = "jobset.x-k8s.io/v1alpha2", "JobSet"
+    obj["metadata"]["annotations"]["llmtrain.dev/rendezvous-id"] = f"ns-j-01234567-a{attempt}"
+    obj["spec"] = {"replicatedJobs": [{"name": "worker", "replicas": 1}]}
+    if suspended:
+        obj["spec"]["suspend"] = True
+    obj["status"] = jobset_status(state, message)
+    return obj
+
+
+def jobset_status(state: str | None, message: str = "", at: str | None = None) -> dict:
+    at = at or ago(minutes=5)
+    counts = {"name": "worker", "ready": 0, "succeeded": 0, "failed": 0, "active": 1, "suspended": 0}
+    conds: list[dict] = []
+    if state == "Running":
+        counts["ready"] = 1
+    elif state == "Succeeded":
+        counts.update(succeeded=1, active=0)
+        conds.append({"type": "Completed", "status": "True", "reason": "AllJobsCompleted", "lastTransitionTime": at})
+    elif state == "Failed":
+        counts.update(failed=1, active=0)
+        conds.append(
+            {
+                "type": "Failed",
+                "status": "True",
+                "reason": "ReachedMaxRestarts",
+                "message": message or "jobset failed due to reaching max number of restarts",
+                "lastTransitionTime": at,
+            }
+        )
+    return {"conditions": conds, "replicatedJobsStatus": [counts] if state is not None else [], "restarts": 0}
+
+
+def child(backend: str, *args, **kw) -> dict:
+    """The child object of `backend` (ptj's or jobset's arguments)."""
+    return (jobset if backend == "jobset" else ptj)(*args, **kw)
 
 
 def running(attempt: int = 1, restarts: int = 0, **status) -> dict:
@@ -76,7 +136,8 @@ def running(attempt: int = 1, restarts: int = 0, **status) -> dict:
         "phase": "Running",
         "attempt": attempt,
         "restarts": restarts,
-        "pytorchJob": f"j-a{attempt}",
+        "backend": "pytorchjob",
+        "child": f"j-a{attempt}",
         "observedGeneration": 1,
         "attemptCreationTime": ago(minutes=12),
         "startTime": ago(hours=1),
@@ -108,7 +169,8 @@ def pending(attempt: int = 1, restarts: int = 0, **status) -> dict:
         "phase": "Pending",
         "attempt": attempt,
         "restarts": restarts,
-        "pytorchJob": f"j-a{attempt}",
+        "backend": "pytorchjob",
+        "child": f"j-a{attempt}",
         "observedGeneration": 1,
         "attemptCreationTime": ago(minutes=1),
     }
@@ -177,8 +239,10 @@ def snap(
     *,
     generation: int = 1,
     now: dt.datetime = NOW,
+    backend: str = "pytorchjob",
     **facts,
 ) -> Observed:
+    """A snapshot of job j of backend `backend` (its children that backend's objects)."""
     raw_spec = spec if spec is not None else tiny()
     resolved, error = resolve(raw_spec)
     raw_status = status or {}
@@ -194,7 +258,8 @@ def snap(
         raw_status=raw_status,
         status=parse(raw_status),
         now=now,
-        children=tuple(child_of(c, UID) for c in children),
+        backend=backend,
+        children=tuple(child_of(c, UID, backends.get(backend)) for c in children),
         **facts,
     )
 

@@ -24,7 +24,7 @@ class FakeKube:
     def __init__(self, job: dict, conflicts: int = 0):
         self.job, self.calls, self.conflicts, self.rv = job, [], conflicts, 100
 
-    def create_pytorchjob(self, obj):
+    def create_child(self, kind, obj):
         self.calls.append(("create", obj["metadata"]["name"]))
         obj = copy.deepcopy(obj)
         obj["metadata"]["resourceVersion"] = "1"
@@ -50,11 +50,11 @@ class FakeKube:
         self.calls.append(("get",))
         return copy.deepcopy(self.job)
 
-    def get_pytorchjob(self, namespace, name):
-        self.calls.append(("get-ptj", name))
+    def get_child(self, kind, namespace, name):
+        self.calls.append(("get-child", name))
         return None
 
-    def delete_pytorchjob(self, namespace, name):
+    def delete_child(self, kind, namespace, name):
         self.calls.append(("delete", name))
 
     def post_event(self, ref, warning, reason, message):
@@ -81,7 +81,7 @@ def test_a_new_job_is_created_then_recorded_then_announced():
     reconcile(op, ("ns", "j"), kube.get_job("ns", "j"))
     calls = [c for c in kube.calls if c[0] != "get"]
     assert calls == [("create", "j-a1"), ("status", "100", "Pending"), ("event", "Created")]
-    assert kube.job["status"]["attempt"] == 1 and kube.job["status"]["pytorchJob"] == "j-a1"
+    assert kube.job["status"]["attempt"] == 1 and kube.job["status"]["child"] == "j-a1"
 
 
 def test_a_conflict_is_read_again_and_decided_again_and_nothing_is_created_twice():
@@ -103,7 +103,7 @@ def test_a_restart_writes_first_then_deletes_the_old_attempt_then_posts_the_even
                 "phase": "Pending",
                 "attempt": 1,
                 "restarts": 0,
-                "pytorchJob": "j-a1",
+                "child": "j-a1",
                 "observedGeneration": 1,
                 "attemptCreationTime": created,
             }
@@ -125,7 +125,7 @@ def test_a_conflicting_restart_deletes_nothing_until_its_write_applied():
                 "phase": "Pending",
                 "attempt": 1,
                 "restarts": 0,
-                "pytorchJob": "j-a1",
+                "child": "j-a1",
                 "observedGeneration": 1,
                 "attemptCreationTime": created,
             }
@@ -155,7 +155,7 @@ def test_a_run_that_only_waits_for_the_watch_leaves_the_goodput_series_to_the_ne
         "phase": "Pending",
         "attempt": 1,
         "restarts": 0,
-        "pytorchJob": "j-a1",
+        "child": "j-a1",
         "observedGeneration": 1,
         "attemptCreationTime": timestamp(created),
         "goodput": goodput,
@@ -176,7 +176,7 @@ def test_right_after_a_start_a_job_waits_for_its_recorded_pytorchjobs_event_inst
     # it, and it is reconciled once, adopting it.
     import time
 
-    status = {"phase": "Pending", "attempt": 1, "restarts": 0, "pytorchJob": "j-a1", "observedGeneration": 1}
+    status = {"phase": "Pending", "attempt": 1, "restarts": 0, "child": "j-a1", "observedGeneration": 1}
     kube = FakeKube(_job(status))
     op = _operator(kube)
     op.loop, op._watch_started = object(), time.monotonic()

@@ -305,7 +305,7 @@ def test_the_next_attempt_starts_from_the_measured_blocking_cost():
         **running(checkpoint={**RECORDED, "blockingSeconds": 30.0, "blockingMeasuredSaves": 3}),
         "phase": "Restarting",
         "attempt": 2,
-        "pytorchJob": "j-a2",
+        "child": "j-a2",
         "attemptCreationTime": ago(seconds=1),
     }
     status["checkpoint"] = {**RECORDED, "blockingSeconds": 30.0, "blockingMeasuredSaves": 3}

@@ -1,13 +1,14 @@
-"""decide() over random histories (hypothesis), no cluster: a simulated job whose PyTorchJobs
-change state, fail, get deleted by hand, whose spec is suspended and resumed, whose writes
-conflict, whose operator restarts, and whose clock moves. Carried out the way act.py does (create,
-one conditional status write, delete older attempts), these must hold after every step:
+"""decide() over random histories (hypothesis), no cluster: a simulated job whose children (the
+PyTorchJobs or the JobSets of its backend, each as its controller leaves it) change state, fail,
+get deleted by hand, whose spec is suspended and resumed, whose writes conflict, whose operator
+restarts, and whose clock moves. Carried out the way act.py does (create, one conditional status
+write, delete older attempts), these must hold after every step, on every backend:
 
   * status.attempt and status.restarts never go down;
-  * no attempt's PyTorchJob is created twice (unless someone deleted it by hand meanwhile);
+  * no attempt's child is created twice (unless someone deleted it by hand meanwhile);
   * restarts never exceed spec.resilience.maxRestarts;
   * Succeeded and Failed stay;
-  * never two live PyTorchJobs, and none of an attempt later than status.attempt;
+  * never two live children, and none of an attempt later than status.attempt;
   * an ended job has no ETA, and one that succeeded shows the trainer's final step when its pods
     left a final summary.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,7 +26,7 @@ from llmtrain.controller.act import wire
 from llmtrain.controller.snapshot import CreateResult
 from llmtrain.controller.status import Progress, timestamp
 
-from .decide_world import CFG, NOW, decide_, ptj, snap, tiny
+from .decide_world import CFG, NOW, child, decide_, jobset_status, snap, tiny
 
 NO_FLOOR = replace(CFG, min_restart_backoff=0.0)  # restartBackoffSeconds 0 restarts at once
 
@@ -39,10 +41,11 @@ EVENTS = st.one_of(
     st.tuples(st.just("heartbeat"), st.none()),
     st.tuples(st.just("conflict"), st.none()),
     st.tuples(st.just("reject_create"), st.none()),
-    st.tuples(st.just("kueue_suspend"), st.booleans()),  # Kueue takes the PyTorchJob back / admits it
+    st.tuples(st.just("kueue_suspend"), st.booleans()),  # Kueue takes the child back / admits it
     st.tuples(st.just("scrape"), st.none()),  # the monitor's write: progress with an ETA, while Running
 )
 FINAL_STEP = 20  # tiny()'s maxSteps: where the trainer's final summary says it ended
+BACKENDS = ("pytorchjob", "jobset")
 
 
 def merged(before: dict, update: dict) -> dict:
@@ -59,7 +62,11 @@ def merged(before: dict, update: dict) -> dict:
 
 
 class World:
-    def __init__(self, max_restarts: int, backoff: int, summary: bool = False):
+    def __init__(
+        self, max_restarts: int, backoff: int, summary: bool = False, backend: str = "pytorchjob", workload=None
+    ):
+        self.backend = backend
+        self.workload = workload  # what Kueue says about the child (None: no Workload, Kueue does not manage it)
         self.spec = tiny(
             resilience={
                 "maxRestarts": max_restarts,
@@ -87,7 +94,10 @@ class World:
 
     def apply(self, kind, arg) -> None:
         self.history.append((kind, arg))
-        if kind == "state" and self.current() is not None:
+        if kind == "state" and self.current() is not None and self.backend == "jobset":
+            if arg != "Restarting":  # a JobSet never restarts (failurePolicy.maxRestarts 0)
+                self.current()["status"] = jobset_status(arg, at=timestamp(self.now))
+        elif kind == "state" and self.current() is not None:
             child = self.current()
             conds = [{"type": "Created", "status": "True", "lastTransitionTime": timestamp(self.now)}]
             if arg != "Created":
@@ -124,7 +134,10 @@ class World:
         elif kind == "reject_create":
             self.reject_next = True
         elif kind == "kueue_suspend" and self.current() is not None:
-            self.current().setdefault("spec", {})["runPolicy"] = {"suspend": arg}
+            if self.backend == "jobset":
+                self.current()["spec"]["suspend"] = arg
+            else:
+                self.current().setdefault("spec", {})["runPolicy"] = {"suspend": arg}
         elif kind == "scrape" and self.status.get("phase") == "Running":
             attempt = self.status.get("attempt") or 1
             eta = {"estimatedRemainingSeconds": 60, "estimatedCompletionTime": timestamp(self.now)}
@@ -141,6 +154,7 @@ class World:
             now=self.now,
             first_sight=self.first_sight,
             progress=progress if self.status.get("phase") == "Running" else None,
+            backend=self.backend,
             **facts,
         )
 
@@ -155,7 +169,7 @@ class World:
                 o = o.with_(ready_nodes=None, ready_nodes_read=True)
                 continue
             if plan.need == "workload":
-                o = o.with_(workload=None, workload_read=True)
+                o = o.with_(workload=self.workload, workload_read=True)
                 continue
             if plan.need == "final":
                 o = o.with_(final=Progress(step=FINAL_STEP) if self.summary else None, final_read=True)
@@ -180,15 +194,17 @@ class World:
         if self.reject_next:
             self.reject_next = False
             return CreateResult(name, "rejected", "422 Unprocessable Entity")
+        rdzv = obj["metadata"]["annotations"]["llmtrain.dev/rendezvous-id"]
+        assert obj["kind"] == ("JobSet" if self.backend == "jobset" else "PyTorchJob"), obj["kind"]
         if name in self.children:
-            return CreateResult(name, "adopted", rendezvous_id=obj["spec"]["elasticPolicy"]["rdzvId"])
+            return CreateResult(name, "adopted", rendezvous_id=rdzv)
         assert name not in self.created or name in self.deleted_by_hand, f"{name} created twice: {self.history}"
         self.deleted_by_hand.discard(name)
         self.created[name] = self.created.get(name, 0) + 1
         attempt = int(name.rsplit("-a", 1)[1])
         assert attempt == (self.status.get("attempt") or 1), (name, self.status)
-        self.children[name] = ptj(attempt, None, raw_spec=self.spec)
-        return CreateResult(name, "created", rendezvous_id=obj["spec"]["elasticPolicy"]["rdzvId"])
+        self.children[name] = child(self.backend, attempt, None, raw_spec=self.spec)
+        return CreateResult(name, "created", rendezvous_id=rdzv)
 
     def _write(self, update: dict) -> None:
         before = self.status
@@ -223,6 +239,7 @@ class World:
             assert (progress.get("attempt"), progress.get("step")) == (attempt, FINAL_STEP), (progress, self.history)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     max_restarts=st.integers(0, 3),
@@ -230,8 +247,8 @@ class World:
     events=st.lists(EVENTS, min_size=1, max_size=40),
     summary=st.booleans(),
 )
-def test_random_histories_keep_the_invariants(max_restarts, backoff, events, summary):
-    world = World(max_restarts, backoff, summary)
+def test_random_histories_keep_the_invariants(backend, max_restarts, backoff, events, summary):
+    world = World(max_restarts, backoff, summary, backend)
     world.reconcile()
     terminal = None
     for kind, arg in events:
@@ -244,14 +261,24 @@ def test_random_histories_keep_the_invariants(max_restarts, backoff, events, sum
             terminal = world.status["phase"]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    ticks=st.lists(st.sampled_from((1, 15, 400, 1900, 3600, 5 * 3600)), min_size=1, max_size=20), preempt=st.booleans()
+    ticks=st.lists(st.sampled_from((1, 15, 400, 1900, 3600, 5 * 3600)), min_size=1, max_size=20),
+    preempt=st.booleans(),
+    managed=st.booleans(),
 )
-def test_waiting_in_kueue_never_spends_a_restart(ticks, preempt):
-    """However long Kueue keeps the PyTorchJob suspended (first, or again after a preemption), the
-    job stays Pending at attempt 1 with restarts 0: queued is not stuck."""
-    world = World(3, 0)
+def test_waiting_in_kueue_never_spends_a_restart(backend, ticks, preempt, managed):
+    """However long Kueue keeps the child suspended (first, or again after a preemption), the job
+    stays Pending at attempt 1 with restarts 0: queued is not stuck. When Kueue does not manage
+    the child's kind (no Workload: Kueue's default integrations leave PyTorchJob out since v0.19),
+    a new attempt says so once the wait for one is over (NoKueueWorkload), instead of Queued."""
+    from llmtrain.controller.snapshot import Workload
+
+    workload = (
+        Workload("w", message="couldn't assign flavors to pod set worker: insufficient quota") if managed else None
+    )
+    world = World(3, 0, backend=backend, workload=workload)
     world.reconcile()
     if preempt:
         world.apply("state", "Running")
@@ -263,7 +290,9 @@ def test_waiting_in_kueue_never_spends_a_restart(ticks, preempt):
         world.reconcile()
         assert world.status["phase"] == "Pending", world.history
         assert (world.status["attempt"], world.status.get("restarts") or 0) == (1, 0), world.history
-        assert world.status["reason"] == ("Preempted" if preempt else "Queued"), world.status
+        silent = not managed and world.now - NOW >= dt.timedelta(seconds=CFG.kueue_workload_wait)
+        want = "Preempted" if preempt else "NoKueueWorkload" if silent else "Queued"
+        assert world.status["reason"] == want, world.status
     world.apply("kueue_suspend", False)
     world.reconcile()
     # admitted (and Running again at once where its conditions already say so), restarts still 0
@@ -271,11 +300,12 @@ def test_waiting_in_kueue_never_spends_a_restart(ticks, preempt):
     assert world.status["reason"] == ("Running" if preempt else "Admitted") and world.status["restarts"] == 0
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(max_restarts=st.integers(0, 3), n=st.integers(1, 8))
-def test_failing_again_and_again_ends_failed_after_exactly_the_budget(max_restarts, n):
+def test_failing_again_and_again_ends_failed_after_exactly_the_budget(backend, max_restarts, n):
     """Every attempt fails as soon as it exists: the job spends maxRestarts restarts, then Failed."""
-    world = World(max_restarts, 0)
+    world = World(max_restarts, 0, backend=backend)
     world.reconcile()
     for _ in range(max_restarts + 2):
         world.apply("state", "Failed")

@@ -173,7 +173,7 @@ RESTARTING = {
     "phase": "Restarting",
     "attempt": 2,
     "restarts": 1,
-    "pytorchJob": "j-a2",
+    "child": "j-a2",
     "observedGeneration": 1,
     "attemptCreationTime": later(seconds=10),
     "nextAttemptTime": later(seconds=10),
@@ -190,7 +190,7 @@ CASES = [
             "phase": "Pending",
             "attempt": 1,
             "restarts": 0,
-            "pytorchJob": "j-a1",
+            "child": "j-a1",
             "rendezvousId": "ns-j-01234567-a1",
             "observedGeneration": 1,
             "model": "tiny",
@@ -213,7 +213,7 @@ CASES = [
         "new job: its PyTorchJob already in the cache → adopted without a create",
         snap(children=[ptj(1)]),
         "new_job",
-        status={"phase": "Pending", "pytorchJob": "j-a1"},
+        status={"phase": "Pending", "child": "j-a1"},
         events=[(False, "Adopted")],
         outcome="adopted",
     ),
@@ -233,11 +233,11 @@ CASES = [
         events=[(True, "NameConflict")],
     ),
     Case(
-        "new job: the API server refused the PyTorchJob → Failed PyTorchJobRejected",
+        "new job: the API server refused the PyTorchJob → Failed AttemptRejected",
         snap(created=CreateResult("j-a1", "rejected", "admission webhook denied")),
         "new_job",
-        status={"phase": "Failed", "reason": "PyTorchJobRejected"},
-        events=[(True, "PyTorchJobRejected")],
+        status={"phase": "Failed", "reason": "AttemptRejected"},
+        events=[(True, "AttemptRejected")],
         check=message_has("refused PyTorchJob j-a1", "admission webhook denied"),
     ),
     Case(
@@ -391,7 +391,7 @@ CASES = [
             "attempt": 2,
             "restarts": 1,
             "reason": "Failed",
-            "pytorchJob": "j-a2",
+            "child": "j-a2",
             "rendezvousId": "ns..j-01234567-a2",
             "nextAttemptTime": later(seconds=10),
             "attemptCreationTime": later(seconds=10),
@@ -508,7 +508,7 @@ CASES = [
             created=CreateResult("j-a2", "created", rendezvous_id="ns-j-01234567-a2"),
         ),
         "missing_child",
-        status={"attempt": 2, "restarts": 1, "pytorchJob": "j-a2", "nextAttemptTime": None, "phase": ABSENT},
+        status={"attempt": 2, "restarts": 1, "child": "j-a2", "nextAttemptTime": None, "phase": ABSENT},
         events=[(False, "Created")],
     ),
     # --- README: a node keeps failing (bad-node forensics) ---
@@ -911,7 +911,7 @@ CASES = [
     Case(
         "Suspended and still suspended: a PyTorchJob left over is deleted",
         snap(
-            {"phase": "Suspended", "attempt": 1, "pytorchJob": "j-a1", "observedGeneration": 1},
+            {"phase": "Suspended", "attempt": 1, "child": "j-a1", "observedGeneration": 1},
             spec=tiny(suspend=True),
             children=[ptj(1, "Running")],
         ),
@@ -920,7 +920,7 @@ CASES = [
     ),
     Case(
         "resume → Restarting attempt+1 at once, no restart spent",
-        snap({"phase": "Suspended", "attempt": 1, "restarts": 2, "pytorchJob": "j-a1", "observedGeneration": 1}),
+        snap({"phase": "Suspended", "attempt": 1, "restarts": 2, "child": "j-a1", "observedGeneration": 1}),
         "resumed",
         status={"phase": "Restarting", "attempt": 2, "restarts": 2, "reason": "Resumed", "nextAttemptTime": None},
         restart=Reason.RESUMED,
@@ -929,7 +929,7 @@ CASES = [
     Case(
         "resume with the budget spent still resumes (a resume is free)",
         snap(
-            {"phase": "Suspended", "attempt": 1, "restarts": 1, "pytorchJob": "j-a1", "observedGeneration": 1},
+            {"phase": "Suspended", "attempt": 1, "restarts": 1, "child": "j-a1", "observedGeneration": 1},
             spec=BUDGET1,
         ),
         "resumed",
@@ -1076,11 +1076,31 @@ KUEUE_CASES = [
         ),
     ),
     Case(
-        "queued with no Workload to read (no Kueue here): still Queued, saying so",
-        snap(pending(), spec=QUEUED_SPEC, children=[queued_ptj()], workload_read=True),
+        "queued with no Workload to read yet (20 s in): still Queued, saying so",
+        snap(
+            pending(attemptCreationTime=ago(seconds=20)), spec=QUEUED_SPEC, children=[queued_ptj()], workload_read=True
+        ),
         "queued",
         status={"phase": "Pending", "reason": "Queued"},
+        events=[(False, "Queued")],
         check=message_has("no Kueue Workload"),
+    ),
+    Case(
+        "THE DEFECT (Kueue's default integrations): queued, no Workload after the wait (60 s) → NoKueueWorkload, "
+        "a Warning naming the framework to add; still Pending, nothing deleted, no restart",
+        snap(
+            pending(attemptCreationTime=ago(seconds=61)), spec=QUEUED_SPEC, children=[queued_ptj()], workload_read=True
+        ),
+        "queued",
+        status={"phase": "Pending", "reason": "NoKueueWorkload", "restarts": ABSENT, "attempt": ABSENT},
+        delete=(),
+        events=[(True, "NoKueueWorkload")],
+        check=all_of(
+            ready_is("False", "NoKueueWorkload"),
+            message_has(
+                "PyTorchJob j-a1", "kubeflow.org/pytorchjob", "integrations.frameworks", "spec.cluster.queueName"
+            ),
+        ),
     ),
     Case(
         "THE DEFECT: queued two hours with startupTimeoutMinutes 30 → Queued, no StartupTimeout restart",
@@ -1145,22 +1165,6 @@ KUEUE_CASES = [
         requeue=30.0,
     ),
     Case(
-        "queued 5 minutes and Kueue still silent (no Workload: a bad priority class): progress interval, "
-        "not a LIST every 2 s forever",
-        snap(
-            pending(
-                attemptCreationTime=ago(minutes=5),
-                reason="Queued",
-                message="waiting for Kueue to admit the PyTorchJob (LocalQueue team-a; no Kueue Workload for it yet)",
-            ),
-            spec=QUEUED_SPEC,
-            children=[queued_ptj()],
-            workload_read=True,
-        ),
-        "steady",
-        requeue=30.0,
-    ),
-    Case(
         "the next attempt's PyTorchJob waits in the queue too → Pending Queued, restarts kept",
         snap(
             {**RESTARTING, "nextAttemptTime": None, "attemptCreationTime": ago(minutes=1)},
@@ -1218,7 +1222,7 @@ KUEUE_CASES = [
             "reason": "Preempted",
             "restarts": ABSENT,
             "attempt": ABSENT,
-            "pytorchJob": ABSENT,
+            "child": ABSENT,
             "admissionTime": None,
         },
         delete=(),
@@ -1251,7 +1255,7 @@ KUEUE_CASES = [
     Case(
         "no Workload and a priority class set: the message names the field to check",
         snap(
-            pending(),
+            pending(attemptCreationTime=ago(seconds=20)),
             spec=tiny(
                 cluster={"instanceType": "cpu", "nodes": 1, "queueName": "team-a", "workloadPriorityClass": "nope"}
             ),
@@ -1358,7 +1362,7 @@ def test_a_phase_this_version_cannot_read_is_not_a_new_job():
     """A status written by a newer operator (a phase added later) must never restart the job at
     attempt 1: the snapshot reads what it can, and no new-job situation applies."""
     o = snap(
-        {"phase": "Queued", "attempt": 3, "restarts": 2, "pytorchJob": "j-a3", "observedGeneration": 1},
+        {"phase": "Queued", "attempt": 3, "restarts": 2, "child": "j-a3", "observedGeneration": 1},
         children=[ptj(3, "Created")],
     )
     plan = decide_(o)

@@ -219,7 +219,7 @@ def test_losswatch_records_every_step_between_scrapes():
 
 
 def test_the_renderer_passes_a_pending_rollback_to_the_trainer():
-    from llmtrain.render import render_pytorchjob
+    from llmtrain.backends.pytorchjob import render_pytorchjob
 
     def env(**kw) -> dict:
         ptj = render_pytorchjob(spec(), "j", "ns", 2, "uid", "etcd:2379", **kw)

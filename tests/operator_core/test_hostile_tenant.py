@@ -620,7 +620,7 @@ def _reconcile_with_refused_create(monkeypatch, status: int, runs: int):
     }
     written: list[dict] = []
 
-    def refuse(obj):
+    def refuse(kind, obj):
         raise ApiException(status=status, reason="refused")
 
     def patch_status(namespace, name, update, rv):
@@ -633,7 +633,7 @@ def _reconcile_with_refused_create(monkeypatch, status: int, runs: int):
     from llmtrain.controller.operator import Operator
     from llmtrain.controller.reconciler import Run
 
-    monkeypatch.setattr(opkube, "create_pytorchjob", refuse)
+    monkeypatch.setattr(opkube, "create_child", refuse)
     monkeypatch.setattr(opkube, "patch_job_status", patch_status)
     monkeypatch.setattr(opkube, "post_event", lambda *a, **k: None)
     op = Operator(
@@ -657,7 +657,7 @@ def test_a_create_the_api_server_keeps_refusing_ends_the_job(monkeypatch, status
     create per minute per job, for good). Now: Failed with the API server's reason."""
     raised, written = _reconcile_with_refused_create(monkeypatch, status, 20)
     assert raised == [status] * (tries - 1) + [None], raised
-    assert written[-1]["phase"] == "Failed" and written[-1]["reason"] == "PyTorchJobRejected", written
+    assert written[-1]["phase"] == "Failed" and written[-1]["reason"] == "AttemptRejected", written
     assert "refused PyTorchJob big-a1" in written[-1]["message"]
 
 

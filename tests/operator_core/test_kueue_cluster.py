@@ -62,15 +62,16 @@ def test_a_queued_job_is_not_restarted_and_its_deadline_counts_from_admission(op
     assert ptj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == QUEUE
     kube.wait_phase(namespace, "waits", "Pending")
     # Two hours in the queue, startupTimeoutMinutes 1 (the old operator restarted it here: reason
-    # StartupTimeout, attempt 2, restarts 1, and again at every deadline).
+    # StartupTimeout, attempt 2, restarts 1, and again at every deadline). No Kueue runs here, so no
+    # Workload ever appears: two hours on, the job says Kueue made none (NoKueueWorkload), still queued.
     patch_status(kube, namespace, "waits", {"attemptCreationTime": stamp(7200)})
 
     def queued_not_restarted():
         s = kube.status(namespace, "waits")
         assert s.get("reason") != "StartupTimeout" and (s.get("restarts") or 0) == 0, f"restarted while queued: {s}"
-        return s.get("reason") == "Queued" and s
+        return s.get("reason") == "NoKueueWorkload" and s
 
-    queued = wait_for(queued_not_restarted, 30, "reason Queued")
+    queued = wait_for(queued_not_restarted, 30, "reason NoKueueWorkload")
     assert queued["phase"] == "Pending" and f"LocalQueue {QUEUE}" in queued["message"]
     words = queued["message"]
     # The operator rewrites the message it owns once it has decided on this status: the sign it
@@ -81,9 +82,19 @@ def test_a_queued_job_is_not_restarted_and_its_deadline_counts_from_admission(op
         30,
         "the queued message rewritten after the two-hour-old attemptCreationTime",
     )
-    assert (after["phase"], after["reason"], after["attempt"], after["restarts"]) == ("Pending", "Queued", 1, 0)
+    assert (after["phase"], after["reason"], after["attempt"], after["restarts"]) == (
+        "Pending",
+        "NoKueueWorkload",
+        1,
+        0,
+    )
+    assert "kubeflow.org/pytorchjob" in words and "integrations.frameworks" in words
     assert [p["metadata"]["name"] for p in kube.ptjs(namespace, "waits")] == ["waits-a1"]
-    wait_for(lambda: any(e.reason == "Queued" for e in kube.events(namespace, "waits")), 15, "a Queued event")
+    wait_for(
+        lambda: any(e.reason == "NoKueueWorkload" and e.type == "Warning" for e in kube.events(namespace, "waits")),
+        15,
+        "a NoKueueWorkload warning",
+    )
 
     # Kueue admits it: unsuspends it and injects its flavor's nodeSelector and tolerations.
     admit(kube, namespace, "waits-a1")
@@ -151,5 +162,5 @@ def test_preempted_by_kueue_is_not_a_failure(operator, kube, namespace):
         30,
         "re-admitted",
     )
-    assert (back["attempt"], back["restarts"], back["pytorchJob"]) == (1, 0, "preempt-a1")
+    assert (back["attempt"], back["restarts"], back["child"]) == (1, 0, "preempt-a1")
     assert [p["metadata"]["name"] for p in kube.ptjs(namespace, "preempt")] == ["preempt-a1"]

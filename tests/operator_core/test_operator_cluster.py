@@ -14,9 +14,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmtrain.backends.pytorchjob import render_pytorchjob
 from llmtrain.controller.status import parse_time
 from llmtrain.planner import checkpoint_blocking_estimate, plan_job
-from llmtrain.render import render_pytorchjob
 from llmtrain.validation import load_job, parse_spec
 from llmtrain_devcluster.standins import running_at, worker0_pod
 
@@ -73,7 +73,7 @@ def test_every_example_becomes_a_pytorchjob_the_kubeflow_schema_accepts(path, op
     # And the rendered object passes Kubeflow's schema with strict field validation.
     expected["metadata"]["name"] += "-dry"
     kube.cluster.kubectl("create", "--dry-run=server", "--validate=strict", "-f", "-", input=yaml.safe_dump(expected))
-    assert status["pytorchJob"] == ptj["metadata"]["name"] and status["attempt"] == 1
+    assert status["child"] == ptj["metadata"]["name"] and status["attempt"] == 1
     assert status["plan"]["fits"] is True
     wait_for(lambda: any(e.reason == "Created" for e in kube.events(namespace, job.name)), 15, "a Created event")
 
@@ -404,7 +404,7 @@ def test_an_operator_restart_adopts_and_never_duplicates(operator, kube, namespa
     kube.custom.create_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs", pre)
     operator.start()
     status = kube.wait_phase(namespace, "orphan", "Pending")
-    assert status["pytorchJob"] == "orphan-a1"
+    assert status["child"] == "orphan-a1"
     wait_for(lambda: any(e.reason == "Adopted" for e in kube.events(namespace, "orphan")), 15, "an Adopted event")
     wait_for(
         lambda: any(e.reason == "Adopted" for e in kube.events(namespace, "survivor")),

@@ -81,7 +81,7 @@ def test_attempts_failed_while_the_operator_was_down_go_forward_exactly_once(own
     for name in names:
         _create(kube, namespace, name, tiny(resilience={"maxRestarts": 3}))
     for name in names:
-        wait_for(lambda: kube.status(namespace, name).get("pytorchJob") == f"{name}-a1", 60, f"{name} recorded")
+        wait_for(lambda: kube.status(namespace, name).get("child") == f"{name}-a1", 60, f"{name} recorded")
     op.stop(signal.SIGKILL)
     for name in names:  # the training-operator marks every attempt Failed while ours is down
         kube.set_ptj_condition(namespace, f"{name}-a1", "Failed", "worker 0 exited with code 137")
@@ -99,7 +99,7 @@ def test_attempts_failed_while_the_operator_was_down_go_forward_exactly_once(own
             live = sorted(
                 p["metadata"]["name"] for p in kube.ptjs(namespace, name) if not p["metadata"].get("deletionTimestamp")
             )
-            state = (status.get("attempt"), status.get("restarts"), status.get("pytorchJob"), live)
+            state = (status.get("attempt"), status.get("restarts"), status.get("child"), live)
             if state != (2, 1, f"{name}-a2", [f"{name}-a2"]):
                 last[:] = [name, state, status.get("phase"), status.get("message")]
                 return False
@@ -201,14 +201,14 @@ def test_a_pytorchjob_the_api_server_refuses_fails_the_job_with_its_reason(opera
         wait_for(refused, 30, "the admission policy to be enforced")
         _create(kube, namespace, "refused", spec)
         status = kube.wait_phase(namespace, "refused", "Failed")
-        assert status["reason"] == "PyTorchJobRejected"
+        assert status["reason"] == "AttemptRejected"
         assert "images tagged :forbidden are not allowed here" in status["message"]
         wait_for(
             lambda: any(
-                e.type == "Warning" and e.reason == "PyTorchJobRejected" for e in kube.events(namespace, "refused")
+                e.type == "Warning" and e.reason == "AttemptRejected" for e in kube.events(namespace, "refused")
             ),
             15,
-            "a PyTorchJobRejected event",
+            "a AttemptRejected event",
         )
         assert not kube.ptjs(namespace, "refused")
     finally:
@@ -219,7 +219,7 @@ def test_a_pytorchjob_the_api_server_refuses_fails_the_job_with_its_reason(opera
 def render_probe(kube, namespace, spec):
     import yaml
 
-    from llmtrain.render import render_pytorchjob
+    from llmtrain.backends.pytorchjob import render_pytorchjob
     from llmtrain.validation import parse_spec
 
     obj = render_pytorchjob(parse_spec(spec), "probe", namespace, 1, None, "etcd.test.svc:2379")
@@ -462,7 +462,7 @@ def test_two_replicas_one_acts_and_the_standby_takes_over_within_seconds(own_ope
     for name in names:
         _create(kube, namespace, name, tiny(resilience={"maxRestarts": 3}))
     for name in names:
-        wait_for(lambda: kube.status(namespace, name).get("pytorchJob") == f"{name}-a1", 60, f"{name} recorded")
+        wait_for(lambda: kube.status(namespace, name).get("child") == f"{name}-a1", 60, f"{name} recorded")
     # Only the leader acted: the standby never got the lease, so it never started its handlers.
     assert "acquired lease" not in standby.log_path.read_text()
 

@@ -72,7 +72,7 @@ def test_a_recorded_attempt_without_its_pytorchjob_gets_it(operator, kube, names
                 "phase": "Restarting",
                 "attempt": 2,
                 "restarts": 1,
-                "pytorchJob": "heal-a2",
+                "child": "heal-a2",
                 "rendezvousId": rendezvous_id(namespace, "heal", uid, 2),
             }
         },
@@ -82,7 +82,7 @@ def test_a_recorded_attempt_without_its_pytorchjob_gets_it(operator, kube, names
     assert ptj["spec"]["elasticPolicy"]["rdzvId"] == rendezvous_id(namespace, "heal", uid, 2)
     wait_for(lambda: _live(kube, namespace, "heal") == ["heal-a2"], 15, "the superseded heal-a1 to be deleted")
     status = kube.status(namespace, "heal")
-    assert (status["attempt"], status["restarts"], status["pytorchJob"]) == (2, 1, "heal-a2")
+    assert (status["attempt"], status["restarts"], status["child"]) == (2, 1, "heal-a2")
     wait_for(
         lambda: any(e.reason == "Created" and "attempt 2" in e.message for e in kube.events(namespace, "heal")),
         15,
@@ -179,6 +179,6 @@ def test_a_job_created_suspended_starts_when_resumed(operator, kube, namespace):
     _patch_spec(kube, namespace, "queued", {"suspend": False})
     kube.wait_ptj(namespace, "queued-a1")
     status = wait_for(
-        lambda: (s := kube.status(namespace, "queued")).get("pytorchJob") == "queued-a1" and s, 15, "queued-a1 recorded"
+        lambda: (s := kube.status(namespace, "queued")).get("child") == "queued-a1" and s, 15, "queued-a1 recorded"
     )
     assert (status["attempt"], status["restarts"], status["phase"]) == (1, 0, "Pending")

@@ -10,8 +10,9 @@ import uuid
 
 import pytest
 
+from llmtrain.backends.pytorchjob import render_pytorchjob
 from llmtrain.catalog import instance_type
-from llmtrain.render import pss_level, render_pytorchjob
+from llmtrain.render import pss_level
 from llmtrain.validation import parse_spec
 
 pytestmark = [pytest.mark.slow]

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
+from llmtrain.backends.pytorchjob import render_pytorchjob
 from llmtrain.catalog import instance_type
-from llmtrain.render import render_pytorchjob
 from llmtrain.validation import load_job, parse_spec
 
 
@@ -328,11 +328,12 @@ def test_a_lost_node_evicts_the_workers_after_a_minute_not_five():
 def _reference_render(monkeypatch, *args, **kw):
     """The same render with Jinja's own `tojson` and the whole text parsed as YAML."""
     import llmtrain.render as render
+    from llmtrain.backends.pytorchjob import render_pytorchjob
 
-    plain = render._template(slots=False)
+    plain = render._template
     with monkeypatch.context() as m:
-        m.setattr(render, "_template", lambda: plain)
-        return render.render_pytorchjob(*args, **kw)
+        m.setattr(render, "_template", lambda name: plain(name, slots=False))
+        return render_pytorchjob(*args, **kw)
 
 
 def _shapes():
@@ -392,7 +393,7 @@ def test_the_skeleton_render_builds_the_same_objects_as_parsing_the_whole_yaml(m
             (3, "uid-3", {"resume_before_step": 40, "avoid_nodes": ["n-2", "n-1"]}),
         ):
             kw = dict(default_etcd_endpoint="etcd.infra:2379", **extra)
-            got = render.render_pytorchjob(spec, name, "team", attempt, uid, **kw)
+            got = render_pytorchjob(spec, name, "team", attempt, uid, **kw)
             want = _reference_render(monkeypatch, spec, name, "team", attempt, uid, **kw)
             # equal, key order included (what is POSTed), and no placeholder left anywhere
             assert json.dumps(got) == json.dumps(want), (name, attempt)

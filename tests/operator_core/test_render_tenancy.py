@@ -8,11 +8,11 @@ import base64
 import pytest
 
 from llmtrain import rendezvous_auth as ra
+from llmtrain.backends.pytorchjob import render_pytorchjob
 from llmtrain.render import (
     METRICS_PORT,
     networkpolicy_name,
     render_networkpolicy,
-    render_pytorchjob,
     render_rendezvous_secret,
     rendezvous_id,
 )

@@ -1,10 +1,11 @@
-"""The operator's pure status rules: Kubeflow conditions → phase, conditions, progress, hang."""
+"""The operator's pure status rules: Kubeflow conditions → state, conditions, progress, hang."""
 
 import datetime as dt
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from llmtrain.controller.status import progress_from_metrics, pytorchjob_state, set_condition
+from llmtrain.backends.pytorchjob import state_of as pytorchjob_state
+from llmtrain.controller.status import progress_from_metrics, set_condition
 
 
 def _ptj(*conds):

@@ -26,6 +26,7 @@ from llmtrain.validation_rules import (
     allowed_image_registry,
     allowed_service_account,
     batch_of_whole_micro_steps,
+    enabled_backend,
     endpoint_port,
     env_names,
     etcd_endpoint,
@@ -37,6 +38,7 @@ from llmtrain.validation_rules import (
     heads_divide_hidden,
     hybrid_shard_needs_nodes,
     job_name,
+    known_backend,
     known_instance_type,
     known_preset,
     kueue_fields_need_a_queue,
@@ -109,6 +111,8 @@ class Case:
     policy: Policy = field(default_factory=Policy)
     etcd: str | None = DEFAULT_ETCD_ENDPOINT
     raw: dict | None = None
+    backend: str | None = None  # the job's backend, chosen already (Subject.backend)
+    enabled: tuple[str, ...] | None = None  # the platform's backends (Subject.enabled)
 
 
 CASES = [
@@ -146,6 +150,40 @@ CASES = [
         ],
         policy=Policy((), ("llmtrain-trainer",)),
     ),
+    # --- the backend ---
+    Case("no backend named: the default", known_backend, {}),
+    Case("jobset", known_backend, {"cluster": {"backend": "jobset"}}),
+    Case(
+        "a backend llmtrain does not have",
+        known_backend,
+        {"cluster": {"backend": "trainjob"}},
+        ["spec.cluster.backend: unknown backend 'trainjob' (accepted: pytorchjob | jobset)"],
+    ),
+    Case("any backend, offline", enabled_backend, {"cluster": {"backend": "jobset"}}),
+    Case("an enabled one", enabled_backend, {"cluster": {"backend": "jobset"}}, enabled=("pytorchjob", "jobset")),
+    Case(
+        "one the platform did not enable",
+        enabled_backend,
+        {"cluster": {"backend": "jobset"}},
+        [
+            "spec.cluster.backend: backend 'jobset' is not enabled on this platform (accepted: pytorchjob "
+            "(the operator chart's backends.enabled), or have the platform enable jobset (install JobSet (its CRD "
+            "and controller, with its webhooks) and add it there))"
+        ],
+        enabled=("pytorchjob",),
+    ),
+    Case(
+        "the default chosen for a job that names none, not enabled",
+        enabled_backend,
+        {},
+        [
+            "spec.cluster.backend: backend 'jobset' (the default chosen for the job: it names none) is not enabled "
+            "on this platform (accepted: pytorchjob (the operator chart's backends.enabled), or have the platform "
+            "enable jobset (install JobSet (its CRD and controller, with its webhooks) and add it there))"
+        ],
+        backend="jobset",
+        enabled=("pytorchjob",),
+    ),
     # --- the job's name ---
     Case("a name of 45 characters", job_name, {}, name="a" * 45),
     Case(
@@ -167,6 +205,19 @@ CASES = [
             f"label) (accepted: {NAME_WORDS})"
         ],
         name="7b-run",
+    ),
+    # JobSet's pods are <name>-a<attempt>-worker-0-<index>-<5 characters>: 40 for 2 nodes, attempt 9999
+    Case("a JobSet job's name of 40 characters", job_name, {"cluster": {"backend": "jobset"}}, name="j" * 40),
+    Case(
+        "a JobSet job's name of 41 characters",
+        job_name,
+        {"cluster": {"backend": "jobset"}},
+        [
+            f"metadata.name: '{'j' * 41}' is too long for backend jobset: pod 1 would be named "
+            f"'{'j' * 41}-a9999-worker-0-1-abcde' (64 characters; a DNS-1035 label has at most 63) (accepted: "
+            "lower-case letters, digits and '-', starting with a letter, ≤ 40 characters on jobset)"
+        ],
+        name="j" * 41,
     ),
     # --- the model ---
     Case("a preset", preset_or_dims, {}),
@@ -615,7 +666,7 @@ CASES = [
 
 def _subject(case: Case) -> Subject:
     raw = case.raw if case.raw is not None else spec_with(case.overrides)
-    return Subject(parse_spec(raw), case.name, case.etcd, case.policy)
+    return Subject(parse_spec(raw), case.name, case.etcd, case.policy, case.backend, case.enabled)
 
 
 def _expected(case: Case, j: Subject) -> list[str]:
@@ -638,7 +689,8 @@ def test_rule(case: Case):
 def test_check_finds_exactly_these(case: Case):
     j = _subject(case)
     expected = case.check if case.check is not None else _expected(case, j)
-    assert [str(p) for p in check(j.spec, j.name, j.default_etcd_endpoint, j.policy)] == expected
+    found = check(j.spec, j.name, j.default_etcd_endpoint, j.policy, j.backend, j.enabled)
+    assert [str(p) for p in found] == expected
 
 
 def test_every_rule_has_a_good_and_a_bad_case():

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from conftest import REPO, base_spec
+from llmtrain.backends.pytorchjob import render_pytorchjob
 from llmtrain.catalog import instance_types
-from llmtrain.render import render_pytorchjob
 from llmtrain.validation import check, parse_spec
 
 

@@ -42,7 +42,7 @@ def _max_restarts(args: list[str]) -> list[str]:
 
 
 def test_local_torchrun_restarts_in_place_as_the_spec_says(tmp_path, monkeypatch):
-    from llmtrain.render import render_pytorchjob
+    from llmtrain.backends.pytorchjob import render_pytorchjob
     from llmtrain.spec import DEFAULT_IN_PLACE_RESTARTS, LLMTrainingJobSpec
 
     cmd, env = _launched(tmp_path, monkeypatch, _job_file(tmp_path))

@@ -20,7 +20,7 @@ COMPONENT = ROOT / "trainer" / "llmtrain_trainer" / "cli" / "torchx_component.py
 
 
 def test_appdef_matches_what_the_operator_renders():
-    from llmtrain.render import render_pytorchjob
+    from llmtrain.backends.pytorchjob import render_pytorchjob
     from llmtrain.validation import load_job
     from llmtrain_trainer.cli.torchx_component import llmtrain
 

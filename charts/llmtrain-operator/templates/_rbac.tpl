@@ -2,8 +2,9 @@
 The operator's permissions, shared by the ClusterRole (all namespaces) and the per-namespace Roles.
 Exactly the table in operator/llmtrain/controller/rbac.py, which names the code behind each verb
 (tests/charts/test_operator_rbac.py checks it against the code, test_chart_static.py this file
-against it): watch its jobs and read one before acting, write only their status, own PyTorchJobs,
-watch/list pods (worker state, failures), post core Events. No reading of Secrets (with etcd auth it
+against it): watch its jobs and read one before acting, write only their status, own the children
+of the backends enabled (backends.enabled: PyTorchJobs; JobSets, and read their Jobs), watch/list
+pods (worker state, failures), post core Events. No reading of Secrets (with etcd auth it
 only creates the attempts' rendezvous credentials), no writes to the jobs themselves, nothing
 cluster-admin.
 */}}
@@ -14,9 +15,21 @@ cluster-admin.
 - apiGroups: [llmtrain.dev]
   resources: [llmtrainingjobs/status]
   verbs: [patch]
+{{- if has "pytorchjob" .Values.backends.enabled }}
 - apiGroups: [kubeflow.org]
   resources: [pytorchjobs]
   verbs: [get, list, watch, create, delete]
+{{- end }}
+{{- if has "jobset" .Values.backends.enabled }}
+- apiGroups: [jobset.x-k8s.io]
+  resources: [jobsets]
+  verbs: [get, list, watch, create, delete]
+{{- /* A JobSet's pods are its batch Jobs': the operator reads the Job to check it is the JobSet's
+(controller/owners.py) before it trusts its pods. Read only. */}}
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get]
+{{- end }}
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch]

@@ -1,1 +1,2 @@
-"""The llmtrain operator (kopf): owns LLMTrainingJobs and the PyTorchJobs they render to."""
+"""The llmtrain operator (kopf): owns LLMTrainingJobs and the child objects they render to
+(PyTorchJobs, JobSets: llmtrain.backends)."""

@@ -16,7 +16,7 @@ import sys
 import kopf
 from prometheus_client import start_http_server
 
-from ..spec import DEFAULT_ETCD_ENDPOINT
+from ..spec import BACKENDS, DEFAULT_BACKEND, DEFAULT_ETCD_ENDPOINT
 from . import kopfconfig
 from .config import OperatorConfig
 
@@ -115,8 +115,55 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the least wait before a restart, whatever a job's restartBackoffSeconds says "
         f"(default {DEFAULTS.min_restart_backoff:g})",
     )
+    p.add_argument(
+        "--backend",
+        dest="backends",
+        action="append",
+        choices=BACKENDS,
+        default=[],
+        help="a training backend this platform installed, whose kind the operator watches and creates "
+        f"(repeatable; default: {DEFAULT_BACKEND})",
+    )
+    p.add_argument(
+        "--default-backend",
+        choices=BACKENDS,
+        default=None,
+        help="the backend of a job that names none in spec.cluster.backend (default: the first --backend)",
+    )
+    p.add_argument(
+        "--namespace-backend",
+        action="append",
+        default=[],
+        metavar="NAMESPACE=BACKEND",
+        help="the default backend of one namespace's jobs, over --default-backend (repeatable)",
+    )
+    p.add_argument(
+        "--kueue-workload-wait-seconds",
+        type=float,
+        default=DEFAULTS.kueue_workload_wait,
+        help="a queued attempt whose child has no Kueue Workload this long after its creation is reported as "
+        f"one Kueue does not manage (default {DEFAULTS.kueue_workload_wait:g})",
+    )
     p.add_argument("--verbose", action="store_true")
     return p.parse_args(argv)
+
+
+def backend_config(args: argparse.Namespace) -> tuple[tuple[str, ...], str, dict[str, str]]:
+    """(enabled backends, default backend, namespace defaults) from the flags, or SystemExit naming
+    the flag that is wrong."""
+    enabled = tuple(dict.fromkeys(args.backends or [DEFAULT_BACKEND]))
+    default = args.default_backend or enabled[0]
+    if default not in enabled:
+        raise SystemExit(f"--default-backend {default} is not one of the enabled backends (--backend): {enabled}")
+    per_namespace: dict[str, str] = {}
+    for item in args.namespace_backend:
+        namespace, sep, backend = item.partition("=")
+        if not sep or not namespace or backend not in enabled:
+            raise SystemExit(
+                f"--namespace-backend {item!r}: expected NAMESPACE=BACKEND with BACKEND one of the enabled {enabled}"
+            )
+        per_namespace[namespace] = backend
+    return enabled, default, per_namespace
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--min-restart-backoff-seconds must be ≥ 0")
     if args.rendezvous_ca_dir and not args.default_etcd_endpoint:
         raise SystemExit("--rendezvous-ca-dir needs --default-etcd-endpoint (the etcd it secures)")
+    if not args.kueue_workload_wait_seconds > 0:
+        raise SystemExit("--kueue-workload-wait-seconds must be > 0")
+    enabled, default_backend, namespace_backends = backend_config(args)
     config = OperatorConfig(
         default_etcd_endpoint=args.default_etcd_endpoint or None,
         trainer_metrics_port=args.trainer_metrics_port,
@@ -148,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
         reliability_configmap=(args.reliability_namespace, args.reliability_configmap)
         if args.reliability_configmap
         else None,
+        backends=enabled,
+        default_backend=default_backend,
+        namespace_backends=namespace_backends,
+        kueue_workload_wait=args.kueue_workload_wait_seconds,
     )
     from . import tenancy, watch
     from .operator import Operator

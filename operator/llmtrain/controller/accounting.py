@@ -1,6 +1,6 @@
 """status.goodput's writes, added to the plan decide() chose (so they go out in act's one
 conditional status write, and only decide writes status.goodput): an attempt's record opens when
-its PyTorchJob is created or adopted and closes, with the trainer's last counters from
+its child is created or adopted and closes, with the trainer's last counters from
 status.progress, when the attempt ends; suspend and resume mark a suspension; the derived figures
 (buckets, ratio) are recomputed with every such edit and, while a job is active, at most every
 `OperatorConfig.goodput_interval` seconds. The arithmetic is llmtrain/goodput.py's."""
@@ -73,7 +73,7 @@ def amend(o: Observed, plan: Plan, cfg: OperatorConfig) -> Plan:
             g = gp.resumed(g, now)
         if plan.outcome in ("created", "adopted") and update.get("attemptCreationTime"):
             g = gp.opened(g, int(update.get("attempt") or o.attempt), now, job_created(o))
-        if update.get("admissionTime"):  # Kueue admitted the suspended PyTorchJob: until now it was queued
+        if update.get("admissionTime"):  # Kueue admitted the suspended child: until now it was queued
             g = gp.admitted(g, int(attempt), now)
         if g != before:
             return replace(plan, status={**update, "goodput": derived(o, g)})

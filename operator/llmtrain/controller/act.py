@@ -1,9 +1,10 @@
 """act: carry out a Plan, always in this order:
 
-  1. create (or adopt) the attempt's PyTorchJob; what it came to is decided on again (reconciler.py);
+  1. create (or adopt) the attempt's child (its backend's kind); what it came to is decided on again
+     (reconciler.py);
   2. one status write, conditional on the snapshot's resourceVersion (409: observe again, decide again);
-  3. delete every PyTorchJob of this job whose attempt is below status.attempt, wherever seen, and
-     what the plan names (a suspended or given-up attempt's);
+  3. delete every child of this job whose attempt is below status.attempt, wherever seen, and what
+     the plan names (a suspended or given-up attempt's);
   4. events, suspect-node taints, metrics; schedule the monitor.
 
 Steps 3 and 4 run only once the write (if any) applied: nothing is deleted or announced for a
@@ -19,11 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from kubernetes.client.exceptions import ApiException
 
+from .. import backends
 from ..catalog import instance_type
 from ..spec import API_VERSION, KIND
 from ..status import Phase
 from . import accounting, taints, tenancy
-from .observe import attempt_of, owned_by
+from .observe import attempt_of, is_kind, owned_by
 from .snapshot import CreateResult, Event, Observed, Plan
 
 if TYPE_CHECKING:
@@ -52,26 +54,27 @@ def api_message(err: ApiException) -> str:
 
 
 def create(op: Operator, o: Observed, obj: dict) -> CreateResult:
-    """Step 1. A 409 adopts the one already there (an operator restart must never duplicate)."""
+    """Step 1. A 409 adopts the one already there (an operator restart must never duplicate). A 404
+    of the create is a kind the API server does not serve (asked again of API discovery): the
+    backend's CRD is not installed, which decide fails the job on, naming it."""
     name = obj["metadata"]["name"]
+    backend = backends.get(o.backend)
     try:
-        # what the attempt needs besides its PyTorchJob: the job's NetworkPolicy, its rendezvous credentials
+        # what the attempt needs besides its child: the job's NetworkPolicy, its rendezvous credentials
         assert o.spec is not None  # attempts start only for a valid spec
         tenancy.prepare_attempt(op.config, o.spec, o.namespace, o.name, o.uid, attempt_of(obj) or o.attempt)
-        ptj, was_created = op.kube.create_pytorchjob(obj)
+        child, was_created = op.kube.create_child(backend.child, obj)
     except ApiException as err:
+        if err.status == 404 and not op.kube.served(backend.child):
+            return CreateResult(name, "not-served", api_message(err))
         if err.status not in (400, 403, 422) and not op.rejections.final(o.namespace, o.name, o.attempt, err):
             raise  # retried with backoff (rejections.py: a 413, or a 5xx a few times, is final)
         return CreateResult(name, "rejected", api_message(err))
     op.rejections.forget(o.namespace, o.name)
-    op.attempts.put(ptj)
-    if not owned_by(ptj, o.uid):
+    op.attempts.put(child)
+    if not owned_by(child, o.uid):
         return CreateResult(name, "not-owned")
-    return CreateResult(
-        name,
-        "created" if was_created else "adopted",
-        rendezvous_id=((ptj.get("spec") or {}).get("elasticPolicy") or {}).get("rdzvId"),
-    )
+    return CreateResult(name, "created" if was_created else "adopted", rendezvous_id=backend.state(child).rendezvous_id)
 
 
 def write_status(op: Operator, o: Observed, update: dict) -> dict | str:
@@ -93,13 +96,24 @@ def finish(op: Operator, o: Observed, plan: Plan, job: dict) -> None:
     status = job.get("status") or {}
     attempt = status.get("attempt") or 1
     doomed = dict.fromkeys(n for n in plan.delete if n)
-    for name, ptj in op.attempts.of(o.namespace, o.name).items():  # left over from a crash between two steps
-        older = (attempt_of(ptj) or attempt) < attempt
-        if older and owned_by(ptj, o.uid) and not ptj["metadata"].get("deletionTimestamp") and name not in doomed:
-            log.info("deleting %s/%s: superseded by attempt %s", o.namespace, name, attempt)
-            doomed[name] = None
+    backend = backends.BACKENDS.get(o.backend)
+    if backend is None:  # not a backend this operator knows (status.backend edited by hand): touch nothing
+        doomed.clear()
+    else:
+        for name, child in op.attempts.of(o.namespace, o.name).items():  # left over from a crash between two steps
+            older = (attempt_of(child) or attempt) < attempt
+            if (
+                older
+                and is_kind(child, backend)
+                and owned_by(child, o.uid)
+                and not child["metadata"].get("deletionTimestamp")
+                and name not in doomed
+            ):
+                log.info("deleting %s/%s: superseded by attempt %s", o.namespace, name, attempt)
+                doomed[name] = None
     for name in doomed:
-        op.kube.delete_pytorchjob(o.namespace, name)
+        assert backend is not None
+        op.kube.delete_child(backend.child, o.namespace, name)
     for event in plan.events:
         post_event(op, o, event)
     m = op.metrics
@@ -131,7 +145,7 @@ def finish(op: Operator, o: Observed, plan: Plan, job: dict) -> None:
                 o.name,
             )
     # A run that only waits for the watch (awaiting_watch) leaves the job's series to the run its
-    # PyTorchJob's event brings; after an operator restart that is most jobs' first run.
+    # child's event brings; after an operator restart that is most jobs' first run.
     if status.get("goodput") and not plan.waiting:
         terminal = status.get("phase") in (Phase.SUCCEEDED.value, Phase.FAILED.value)
         summary = status["goodput"] if terminal else accounting.derived(o.with_(raw_status=status), status["goodput"])
@@ -147,14 +161,14 @@ def post_event(op: Operator, o: Observed, event: Event) -> None:
     op.kube.post_event(ref, event.warning, event.reason.value, event.message)
 
 
-def drop_superseded(op: Operator, namespace: str, created: list[str], status: dict | None) -> None:
-    """A PyTorchJob this run created for an attempt that the job's final status (the last read,
-    or our last write) does not point at (another actor started a later attempt, the job failed,
-    was suspended or went away between our read and our write) must not live on beside the
-    current one."""
-    current = (status or {}).get("pytorchJob")
+def drop_superseded(op: Operator, namespace: str, created: list[tuple[str, str]], status: dict | None) -> None:
+    """A child this run created (backend, name) for an attempt that the job's final status (the
+    last read, or our last write) does not point at (another actor started a later attempt, the
+    job failed, was suspended or went away between our read and our write) must not live on
+    beside the current one."""
+    current = (status or {}).get("child") or (status or {}).get("pytorchJob")
     gone = status is None or status.get("phase") in (Phase.FAILED.value, Phase.SUSPENDED.value)
-    for ptj_name in created:
-        if ptj_name != current or gone:
-            log.warning("deleting %s/%s: created for an attempt that was superseded", namespace, ptj_name)
-            op.kube.delete_pytorchjob(namespace, ptj_name)
+    for backend, name in created:
+        if name != current or gone:
+            log.warning("deleting %s/%s: created for an attempt that was superseded", namespace, name)
+            op.kube.delete_child(backends.get(backend).child, namespace, name)

@@ -1,9 +1,9 @@
 """What the watches have seen, kept in memory for the reconciler's snapshots (observe.py): the
-PyTorchJobs of every job, the worker pods of every attempt, the monitor's latest scrape of every
+children (PyTorchJobs, JobSets) of every job, the worker pods of every attempt, the monitor's latest scrape of every
 Running attempt, the resolved spec of every job generation, and the jobs per phase (a gauge).
 
 None of them is a kopf index: kopf starts no handler before every index's initial list is
-processed, and at ~25 ms of kopf's per-object work per PyTorchJob that held a restarted operator's
+processed, and at ~25 ms of kopf's per-object work per child that held a restarted operator's
 re-adoption of 1,000 jobs back for tens of seconds (the pods of 1,000 running jobs, longer).
 Written on the event loop and by the workers, so every table is touched under its lock.
 """
@@ -43,8 +43,8 @@ class PhaseGauge:
 
 
 class AttemptCache:
-    """The PyTorchJobs the operator's watch has seen (and those it created itself, from the create's
-    response), per job."""
+    """The children the operator's watches have seen (and those it created itself, from the create's
+    response), per job: every backend's kind, by name (observe.py keeps the job's backend's)."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -67,10 +67,14 @@ class AttemptCache:
             known[meta["name"]] = ptj
             return True
 
-    def drop(self, namespace: str, job: str, name: str) -> None:
+    def drop(self, namespace: str, job: str, name: str, kind: str | None = None) -> None:
+        """Forget child `name` (only if it is of `kind`, when given: a deleted PyTorchJob's event
+        must not drop a JobSet of the same name, a job re-created on the other backend)."""
         with self._lock:
             known = self._by_job.get((namespace, job))
             if known is not None:
+                if kind is not None and name in known and known[name].get("kind") != kind:
+                    return
                 known.pop(name, None)
                 if not known:
                     del self._by_job[(namespace, job)]
@@ -128,30 +132,37 @@ class ProgressFacts:
 
 
 class SpecCache:
-    """Each job's spec, validated and resolved once per generation (a spec never changes without a
-    new generation), keyed by uid: a deleted job's entry goes in O(1). The admission policy is the
-    process's (its environment, read once when the operator starts)."""
+    """Each job's spec, validated and resolved once per generation and backend (a spec never changes
+    without a new generation; a job's backend is decided once), keyed by uid: a deleted job's entry
+    goes in O(1). The admission policy is the process's (its environment, read once when the
+    operator starts), and so are the backends it enables."""
 
     LIMIT = 20000
 
-    def __init__(self, default_etcd_endpoint: str | None, policy: Policy | None = None):
+    def __init__(
+        self,
+        default_etcd_endpoint: str | None,
+        policy: Policy | None = None,
+        enabled: tuple[str, ...] | None = None,
+    ):
         self._etcd = default_etcd_endpoint
         self._policy = policy if policy is not None else Policy.from_env()
+        self._enabled = enabled
         self._lock = threading.Lock()
-        # uid → ((generation, name), (spec, error))
+        # uid → ((generation, name, backend), (spec, error))
         self._specs: OrderedDict[str, tuple[tuple, tuple[LLMTrainingJobSpec | None, str | None]]] = OrderedDict()
 
     def resolve(
-        self, uid: str, generation: int | None, name: str, raw: dict
+        self, uid: str, generation: int | None, name: str, raw: dict, backend: str | None = None
     ) -> tuple[LLMTrainingJobSpec | None, str | None]:
-        version = (generation, name)
+        version = (generation, name, backend)
         with self._lock:
             hit = self._specs.get(uid)
             if hit is not None and hit[0] == version:
                 self._specs.move_to_end(uid)
                 return hit[1]
         try:
-            found: tuple = (validate(raw, name, self._etcd, self._policy), None)
+            found: tuple = (validate(raw, name, self._etcd, self._policy, backend, self._enabled), None)
         except InvalidJob as err:
             found = (None, str(err))
         with self._lock:

@@ -1,6 +1,6 @@
 """status.checkpoint: the checkpoint interval the current attempt uses, and why. Pure; decide writes it.
 
-* When an attempt's PyTorchJob is created (`at_creation`): for a number, the spec's minutes; for
+* When an attempt's child is created (`at_creation`): for a number, the spec's minutes; for
   `auto`, the interval the trainer starts with, from the job's MTBF (reliability.py: the
   instance type's node MTBF over the job's nodes) and the blocking cost it starts from (what
   the previous attempt's trainer measured, else the planner's estimate). Both go into the
@@ -51,7 +51,7 @@ def render_inputs(o: Observed) -> tuple[float, float] | None:
 
 
 def at_creation(o: Observed, attempt: int) -> dict | None:
-    """status.checkpoint for attempt `attempt`, as its PyTorchJob is created (None: no checkpoints)."""
+    """status.checkpoint for attempt `attempt`, as its child is created (None: no checkpoints)."""
     spec = o.spec
     if spec is None or not spec.checkpoint.uri:
         return None

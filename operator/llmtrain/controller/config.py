@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..render import METRICS_PORT
-from ..spec import DEFAULT_ETCD_ENDPOINT
+from ..spec import DEFAULT_BACKEND, DEFAULT_ETCD_ENDPOINT
 
 
 @dataclass
@@ -38,3 +38,14 @@ class OperatorConfig:
     reliability_configmap: tuple[str, str] | None = None
     # how often a job's status.goodput figures are recomputed and written between transitions (seconds)
     goodput_interval: float = 300.0
+    # The training backends (llmtrain.backends) this platform installed: the kinds the operator
+    # watches, creates and has RBAC for, and the only ones a job may name (spec.cluster.backend).
+    backends: tuple[str, ...] = (DEFAULT_BACKEND,)
+    # the backend of a job that names none (chart: backends.default), and per namespace
+    # (backends.namespaceDefaults: a namespace moved to another backend before the platform is)
+    default_backend: str = DEFAULT_BACKEND
+    namespace_backends: dict[str, str] = field(default_factory=dict)
+    # A queued attempt whose child has no Kueue Workload this long after its creation (seconds) is
+    # said to be one Kueue does not manage (status reason NoKueueWorkload, an event naming
+    # Kueue's integrations.frameworks): Kueue makes a job's Workload within a second or so.
+    kueue_workload_wait: float = 60.0

@@ -13,8 +13,8 @@ read from its fields, never from its name (status.goodput, accounting.py: from t
 
 The situations live by lifecycle stage, each module in the table's order: situations_start.py
 (terminal, a new job, an edited spec, awaiting the watch), situations_attempt.py (suspend and
-resume, the restart backoff, a missing, deleting or failed PyTorchJob), situations_kueue.py
-(preempted, queued, admitted) and situations_running.py (following the PyTorchJob, pods that do
+resume, the restart backoff, a missing, deleting or failed child), situations_kueue.py
+(preempted, queued, admitted) and situations_running.py (following the child, pods that do
 not start, the health verdicts, steady); situation.py holds what they share.
 
 Every plan then gets its amendments, each in a module of its own: the end of a job (ending.py:
@@ -25,7 +25,8 @@ Invariants (tests/operator_core/test_decide_properties.py checks them over rando
   * status.attempt and status.restarts never go down; a restart raises attempt by one;
   * restarts never exceed spec.resilience.maxRestarts: beyond it the job is Failed;
   * a terminal phase (Succeeded, Failed) stays;
-  * attempt N's PyTorchJob is created only from a snapshot that says attempt N and has none.
+  * attempt N's child (its backend's kind) is created only from a snapshot that says attempt N and
+    has none.
 """
 
 from __future__ import annotations

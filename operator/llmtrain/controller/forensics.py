@@ -1,7 +1,7 @@
 """What a failed or stuck attempt leaves behind, folded into the restart that follows it. Pure: the
 pod failures (podfailure.py, caught by the pod watch in nodes.py) and the Ready nodes come in the snapshot.
 
-- `failed_attempt`: the PyTorchJob of an attempt turned Failed. Tells a failed preflight
+- `failed_attempt`: the child (PyTorchJob, JobSet) of an attempt turned Failed. Tells a failed preflight
   (preflight.py) from a training failure: the restart's reason, message, whether it spends the
   restart budget, and the nodes to blame.
 - `amend_failed` / `amend_stuck`: the fields the restart writes in the same conditional write:
@@ -34,8 +34,8 @@ def flight_recorder_status(spec: LLMTrainingJobSpec | None, attempt: int, reason
         "note": (
             "beside the checkpoints"
             if persistent
-            else "on each pod's node-local staging volume: gone with the pod; the PyTorchJob of a "
-            "hung attempt is deleted at the restart"
+            else "on each pod's node-local staging volume: gone with the pod; the PyTorchJob or JobSet "
+            "of a hung attempt is deleted at the restart"
         ),
     }
 
@@ -54,7 +54,7 @@ def failed_attempt(
     failures: tuple[dict, ...], ptj_message: str, preflight_failures: int, ran: frozenset[str] = frozenset()
 ) -> FailedAttempt:
     """The restart that a failed attempt calls for, from its pods' failures (only the pods of the
-    attempt's own PyTorchJob: anyone can label a pod like a worker). `ran`: the nodes the
+    attempt's own child: anyone can label a pod like a worker). `ran`: the nodes the
     attempt's pods ran on, as the API says."""
     seen = list(failures)
     ignored: list[str] = []

@@ -1,7 +1,9 @@
 """The few Kubernetes API calls the operator makes, through the official client's ApiClient.
 
-LLMTrainingJobs (get, patch status), PyTorchJobs (get, create, delete), Events (create), Kueue
-Workloads (list, for a queued job's message). Every permission the operator needs, these and
+LLMTrainingJobs (get, patch status), the attempts' children of every backend (get, create, delete:
+`kind` is a backend's `child`, llmtrain.backends), the objects between a child and its pods (get:
+`owner`, a JobSet's Jobs), Events (create), Kueue Workloads (list, for a queued job's message) and
+API discovery (whether a backend's kind is served). Every permission the operator needs, these and
 the others' (nodes.py, taints.py, tenancy.py, leader.py, kopf), is listed in rbac.py.
 
 These, and the pod, node and Secret calls of nodes.py, taints.py and tenancy.py, are raw requests
@@ -24,9 +26,9 @@ from functools import cache
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
+from ..backends import ApiKind
 from ..spec import GROUP, PLURAL, VERSION
 
-PTJ_GROUP, PTJ_VERSION, PTJ_PLURAL = "kubeflow.org", "v1", "pytorchjobs"
 # Kueue's Workloads (read only: controller/kueue.py); v1beta2 is served and stored since Kueue v0.15
 KUEUE_GROUP, KUEUE_VERSION, WORKLOAD_PLURAL = "kueue.x-k8s.io", "v1beta2", "workloads"
 
@@ -140,12 +142,12 @@ def patch_running_progress(namespace: str, name: str, progress: dict) -> dict | 
         raise
 
 
-def get_pytorchjob(namespace: str, name: str) -> dict | None:
+def get_child(kind: ApiKind, namespace: str, name: str) -> dict | None:
     try:
         return _request(
             "GET",
             _OBJECTS + "/{name}",
-            {"group": PTJ_GROUP, "version": PTJ_VERSION, "namespace": namespace, "plural": PTJ_PLURAL, "name": name},
+            {"group": kind.group, "version": kind.version, "namespace": namespace, "plural": kind.plural, "name": name},
         )
     except ApiException as err:
         if err.status == 404:
@@ -153,34 +155,69 @@ def get_pytorchjob(namespace: str, name: str) -> dict | None:
         raise
 
 
-def create_pytorchjob(obj: dict) -> tuple[dict, bool]:
+def create_child(kind: ApiKind, obj: dict) -> tuple[dict, bool]:
     """Create, or adopt the one already there (an operator restart must never duplicate).
     Returns (object, created)."""
     ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
     try:
         return _request(
-            "POST", _OBJECTS, {"group": PTJ_GROUP, "version": PTJ_VERSION, "namespace": ns, "plural": PTJ_PLURAL}, obj
+            "POST",
+            _OBJECTS,
+            {"group": kind.group, "version": kind.version, "namespace": ns, "plural": kind.plural},
+            obj,
         ), True
     except ApiException as err:
         if err.status != 409:
             raise
-    existing = get_pytorchjob(ns, name)
+    existing = get_child(kind, ns, name)
     if existing is None:  # deleted between our create and get: let the caller retry
-        raise RuntimeError(f"PyTorchJob {ns}/{name} vanished while being adopted")
+        raise RuntimeError(f"{kind.kind} {ns}/{name} vanished while being adopted")
     return existing, False
 
 
-def delete_pytorchjob(namespace: str, name: str) -> None:
+def delete_child(kind: ApiKind, namespace: str, name: str) -> None:
     try:
         _request(
             "DELETE",
             _OBJECTS + "/{name}",
-            {"group": PTJ_GROUP, "version": PTJ_VERSION, "namespace": namespace, "plural": PTJ_PLURAL, "name": name},
+            {"group": kind.group, "version": kind.version, "namespace": namespace, "plural": kind.plural, "name": name},
             {"propagationPolicy": "Background"},
         )
     except ApiException as err:
         if err.status != 404:
             raise
+
+
+def get_owner(owner: ApiKind, namespace: str, name: str) -> dict | None:
+    """One object between a child and its pods (a JobSet's Job), to check whose it is (owners.py)."""
+    try:
+        return _request(
+            "GET",
+            _OBJECTS + "/{name}",
+            {
+                "group": owner.group,
+                "version": owner.version,
+                "namespace": namespace,
+                "plural": owner.plural,
+                "name": name,
+            },
+        )
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def served(kind: ApiKind) -> bool:
+    """Whether the API server serves `kind` (its CRD is installed and established): API discovery,
+    which every authenticated client may read (system:discovery), no RBAC of ours."""
+    try:
+        found = _request("GET", "/apis/{group}/{version}", {"group": kind.group, "version": kind.version})
+    except ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+    return any(r.get("name") == kind.plural for r in found.get("resources") or [])
 
 
 def list_workloads(namespace: str, label_selector: str) -> list[dict]:

@@ -1,16 +1,19 @@
-"""Kueue's side of a job: the Workload Kueue keeps for each PyTorchJob, read into a `Workload` fact
-for decide (situations `queued`, `admitted`, `preempted`).
+"""Kueue's side of a job: the Workload Kueue keeps for each attempt's child (a PyTorchJob, a JobSet),
+read into a `Workload` fact for decide (situations `queued`, `admitted`, `preempted`).
 
-A job with `spec.cluster.queueName` gets its PyTorchJob created suspended (`runPolicy.suspend`),
-and from then on the suspend flag is Kueue's: it unsuspends the PyTorchJob when it admits its
+A job with `spec.cluster.queueName` gets its child created suspended (a PyTorchJob's
+`runPolicy.suspend`, a JobSet's `spec.suspend`), with Kueue's queue label, and from then on the
+suspend flag is Kueue's: it unsuspends the child when it admits its
 Workload, and suspends it again when it preempts or evicts it. The operator never writes the
 flag, nor what Kueue injects at admission (the ResourceFlavor's nodeSelector and tolerations); it
 only reads the Workload to say in `status.message` why the job waits, in Kueue's own words.
 
-The Workload is found by Kueue's `kueue.x-k8s.io/job-uid` label (the PyTorchJob's uid), one LIST in
+The Workload is found by Kueue's `kueue.x-k8s.io/job-uid` label (the child's uid, for every kind
+Kueue integrates; Kueue names it `<kind>-<name>-<hash>`, which is not looked up), one LIST in
 the job's namespace, made only while a situation asks for it (`Plan.need == "workload"`). Without
-Kueue's CRD, or without the permission, there is no Workload to read: the job is still Queued, with
-a message that says so.
+Kueue's CRD, or without the permission, or when Kueue does not manage the child's kind, there is
+no Workload to read: the job is still Queued, and says so once it has waited long enough for one
+(situations_kueue.py, NoKueueWorkload).
 """
 
 from __future__ import annotations
@@ -58,13 +61,13 @@ def workload_of(obj: dict) -> Workload:
     )
 
 
-def read(namespace: str, pytorchjob_uid: str) -> Workload | None:
-    """The Workload of a PyTorchJob, or None: none yet, no Kueue here, or no permission to read it
+def read(namespace: str, child_uid: str) -> Workload | None:
+    """The Workload of a child, or None: none yet, no Kueue here, or no permission to read it
     (logged once per cause, the job carries on as Queued)."""
-    if not pytorchjob_uid:
+    if not child_uid:
         return None
     try:
-        items = kube.list_workloads(namespace, f"{JOB_UID_LABEL}={pytorchjob_uid}")
+        items = kube.list_workloads(namespace, f"{JOB_UID_LABEL}={child_uid}")
     except ApiException as err:
         if err.status in (403, 404):
             _note(err.status)

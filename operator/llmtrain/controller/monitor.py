@@ -4,8 +4,8 @@ status.progress, and only while the job is Running (the write that ends a job le
 progress: ending.py), and never restarts anything: the progress write's watch event brings the
 job to the reconciler, whose decide() judges hangs, NaN losses and spikes on the new facts.
 
-Thousands of running jobs cost coroutines, not threads, and nothing here delays a new job's
-PyTorchJob: blocking API calls run on the monitor's own pool, never on the reconciler's workers.
+Thousands of running jobs cost coroutines, not threads, and nothing here delays a new job's child:
+blocking API calls run on the monitor's own pool, never on the reconciler's workers.
 """
 
 from __future__ import annotations
@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 
-from ..render import pytorchjob_name
+from .. import backends
+from ..render import child_name
 from ..spec import TrainingSpec
-from . import scrape
+from . import owners, scrape
 from .clock import now
+from .observe import child_of, is_kind
 from .progress import GOODPUT_KEYS, eta
 from .status import timestamp
 
@@ -34,7 +36,8 @@ log = logging.getLogger("llmtrain.operator")
 
 
 def rank0_ip(pods: list[dict]) -> str | None:
-    """IP of the attempt's first worker pod (replica index 0), where local rank 0 serves metrics."""
+    """IP of the attempt's first worker pod (index 0: the backend's rank label), where local rank 0
+    serves metrics."""
     for pod in sorted(pods, key=lambda p: (p.get("index") or "~", p["name"])):
         if pod.get("ip"):
             return pod["ip"]
@@ -98,11 +101,24 @@ class Monitor:
         finally:
             self._running.discard(key)
 
+    async def _rank0_ip(self, namespace: str, name: str, uid: str, attempt: int, backend: str | None) -> str | None:
+        """Rank 0's pod among the attempt's own (owners.py: the uid chain to the job's child)."""
+        b = backends.BACKENDS.get(backend or backends.DEFAULT_BACKEND)
+        obj = self.op.attempts.of(namespace, name).get(child_name(name, attempt))
+        if b is None or obj is None or not is_kind(obj, b):
+            return None
+        child = child_of(obj, uid, b)
+        if not child.owned:
+            return None
+        trusted = self.op.owners.cached(b, namespace, child)
+        if trusted is None:  # a read (a JobSet's Job): on the pool, not the event loop
+            trusted = await self._in_pool(self.op.owners.of, b, namespace, child)
+        return rank0_ip(owners.trusted(self.op.pods.of(namespace, name, attempt), trusted))
+
     async def check_progress(self, job: dict) -> None:
         meta, status = job["metadata"], job.get("status") or {}
         namespace, name, attempt = meta["namespace"], meta["name"], status.get("attempt") or 1
-        ptj = self.op.attempts.of(namespace, name).get(pytorchjob_name(name, attempt))
-        ip = rank0_ip(scrape.owned_pods(self.op.pods.of(namespace, name, attempt), ptj, meta["uid"]))
+        ip = await self._rank0_ip(namespace, name, meta.get("uid") or "", attempt, status.get("backend"))
         progress = await self.scrape_progress(ip) if ip else None
         if progress is None:
             return  # the time rules (hang, no first step) are judged at the reconciler's next look

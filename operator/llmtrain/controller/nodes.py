@@ -3,13 +3,14 @@ which nodes the next attempt keeps away from. What a failed pod says (its reason
 failed by itself, whether it only lost its peer) is podfailure.py's; here are the node verdicts
 made from it and the watch that catches it.
 
-Why from the pods and not from the PyTorchJob: Kubeflow's training-operator deletes every pod of a
-failed job at once (cleanPodPolicy), and its Failed condition only says "replica worker failed".
+Why from the pods and not from the child: Kubeflow's training-operator deletes every pod of a failed
+PyTorchJob at once (cleanPodPolicy), a failed batch Job terminates the rest of a JobSet's pods, and
+their Failed conditions only say "replica worker failed" or "BackoffLimitExceeded".
 The pod's own terminated state (exit code, OOMKilled, the termination message with the
 NCCL/EFA/XID text) lives for milliseconds. So a pod watch handler (`pod_event`, on the event loop)
 copies each failure into the operator's `PodFailures` the moment it is seen, and the restart that
-the PyTorchJob's Failed condition calls for (decide.attempt_failed, with forensics.py) folds them
-into its own conditional status write:
+the child's Failed condition calls for (decide.attempt_failed, with forensics.py) folds them into
+its own conditional status write:
 
   status.badNodes    the last MAX_BAD_NODES failures: [{node, reason, attempt, pod, exitCode, time}]
                      (`record`)
@@ -19,7 +20,7 @@ into its own conditional status write:
 Avoidance never makes a job unschedulable: a node is only avoided while enough other Ready,
 schedulable nodes of the instance type remain for the job (`plan_avoidance`); otherwise the message
 says which nodes were kept in play and why. Bystanders are not blamed: a pod that was already being
-deleted when its container ended (the training-operator killing the rest of the gang) is skipped
+deleted when its container ended (the backend's controller killing the rest of the gang) is skipped
 (podfailure.raw_failure).
 
 Optionally (operator flag --suspect-taint-fraction, chart value suspectNodeTaint) a bad node also
@@ -37,6 +38,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 
 from ..render import ATTEMPT_LABEL, JOB_LABEL
@@ -64,6 +66,13 @@ log = logging.getLogger("llmtrain.operator.nodes")
 # --- what the pod watch saw (event loop writes, handler threads read) ----------------------------
 
 _MAX_TRACKED = 10000  # attempts remembered; oldest dropped first (dicts keep insertion order)
+
+
+def _owners(owner: str | Collection[str] | None) -> Collection[str] | None:
+    """One controller uid, or the uids of an attempt's pod controllers (owners.py), or None: any."""
+    return {owner} if isinstance(owner, str) else owner
+
+
 MAX_PODS_PER_ATTEMPT = 1024  # failures kept per attempt (a job's nodes are bounded far lower)
 
 
@@ -94,7 +103,8 @@ class PodFailures:
     def saw_pod(
         self, namespace: str, job: str, attempt: str, node: str | None = None, owner: str | None = None
     ) -> None:
-        """A pod of the attempt (controlled by PyTorchJob `owner`) was seen, on `node` if bound."""
+        """A pod of the attempt (controlled by `owner`: a PyTorchJob, a JobSet's Job) was seen, on
+        `node` if bound."""
         with self._lock:
             ran = self._seen_pods.setdefault((namespace, job, str(attempt)), {})
             if node and owner and len(ran) < MAX_PODS_PER_ATTEMPT:
@@ -102,19 +112,23 @@ class PodFailures:
             while len(self._seen_pods) > _MAX_TRACKED:
                 self._seen_pods.pop(next(iter(self._seen_pods)))
 
-    def attempt_nodes(self, namespace: str, job: str, attempt: int | str, owner: str) -> set[str]:
-        """The nodes where the pods of the attempt's PyTorchJob `owner` ran, as the pod watch saw them
-        (the scheduler's binding, not anything the pods said)."""
+    def attempt_nodes(self, namespace: str, job: str, attempt: int | str, owner: str | Collection[str]) -> set[str]:
+        """The nodes where the pods the attempt's `owner` (uid, or uids) controls ran, as the pod
+        watch saw them (the scheduler's binding, not anything the pods said)."""
+        owners = _owners(owner) or ()
         with self._lock:
             ran = self._seen_pods.get((namespace, job, str(attempt))) or {}
-            return {node for node, uid in ran.items() if uid == owner}
+            return {node for node, uid in ran.items() if uid in owners}
 
-    def failures(self, namespace: str, job: str, attempt: int | str, owner: str | None = None) -> list[dict]:
+    def failures(
+        self, namespace: str, job: str, attempt: int | str, owner: str | Collection[str] | None = None
+    ) -> list[dict]:
         """The attempt's pod failures, classified (on the caller's thread), oldest first; with `owner`
-        only those of pods that the PyTorchJob with that uid controls."""
+        only those of pods controlled by that uid (or one of those uids)."""
+        owners = _owners(owner)
         with self._lock:
             known = list((self._failures.get((namespace, job, str(attempt))) or {}).values())
-        out = [classified(f) for f in known if owner is None or f.get("owner") == owner]
+        out = [classified(f) for f in known if owners is None or f.get("owner") in owners]
         return sorted(out, key=lambda f: (f.get("finishedAt") or "", f["pod"] or ""))
 
     def forget(self, namespace: str, job: str) -> None:
@@ -125,12 +139,17 @@ class PodFailures:
                 self._seen_pods.pop(key, None)
 
     def wait_for_failures(
-        self, namespace: str, job: str, attempt: int | str, timeout: float = 5.0, owner: str | None = None
+        self,
+        namespace: str,
+        job: str,
+        attempt: int | str,
+        timeout: float = 5.0,
+        owner: str | Collection[str] | None = None,
     ) -> list[dict]:
-        """The attempt's pod failures (of the pods PyTorchJob `owner` controls), waiting up to `timeout`
-        for the first one: the PyTorchJob's Failed condition and the pod's Failed state arrive on two
-        watches, in either order. If the watch saw none (the operator was restarted in between), the
-        pods that still exist are read."""
+        """The attempt's pod failures (of the pods `owner` controls), waiting up to `timeout` for the
+        first one: the child's Failed condition and the pod's Failed state arrive on two watches,
+        in either order. If the watch saw none (the operator was restarted in between), the pods
+        that still exist are read."""
         deadline = time.monotonic() + timeout
         with self._lock:
             pods_seen = (namespace, job, str(attempt)) in self._seen_pods
@@ -144,7 +163,9 @@ class PodFailures:
                 return self._listed(namespace, job, attempt, owner)
             time.sleep(0.05)
 
-    def _listed(self, namespace: str, job: str, attempt: int | str, owner: str | None = None) -> list[dict]:
+    def _listed(
+        self, namespace: str, job: str, attempt: int | str, owner: str | Collection[str] | None = None
+    ) -> list[dict]:
         from kubernetes.client.exceptions import ApiException
 
         if self._kube is None:
@@ -200,8 +221,8 @@ def register(kopf, config, seen: PodFailures, registry=None) -> None:
     )
     async def pod_event(event, body, namespace, labels, **_):
         # async and cheap (a dict insert): failures are caught at watch speed, before the
-        # training-operator's teardown deletes the pod; only pods a PyTorchJob controls count
-        # (raw_failure), and whose PyTorchJob is the attempt's is checked when it is read.
+        # backend's teardown deletes the pod; only pods a backend's pod controller controls count
+        # (raw_failure), and whether that controller is the attempt's is checked when it is read.
         if event["type"] == "DELETED":
             return
         raw = raw_failure(dict(body))

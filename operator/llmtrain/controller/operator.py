@@ -17,6 +17,7 @@ from .config import OperatorConfig
 from .metrics import OperatorMetrics
 from .monitor import Monitor
 from .observe import unseen_child
+from .owners import PodOwners
 from .reconciler import reconcile
 from .reliability import FleetReliability
 from .retired import RetiredJobs
@@ -25,7 +26,7 @@ from .workqueue import WorkQueue
 
 log = logging.getLogger("llmtrain.operator")
 
-UNSEEN_GRACE = 5.0  # seconds after the watch starts in which a recorded PyTorchJob is waited for
+UNSEEN_GRACE = 5.0  # seconds after the watch starts in which a recorded child is waited for
 
 
 class Operator:
@@ -35,7 +36,8 @@ class Operator:
         self.kube = kube
         self.phases = PhaseGauge(self.metrics.jobs)
         self.attempts, self.pods, self.progress = AttemptCache(), PodCache(), ProgressFacts()
-        self.specs = SpecCache(config.default_etcd_endpoint)
+        self.specs = SpecCache(config.default_etcd_endpoint, enabled=config.backends)
+        self.owners = PodOwners(kube)  # which objects' pods are an attempt's (owners.py)
         self.failures = nodes.PodFailures(kube)  # what the pod watch saw fail, and where pods ran
         self.rejections = rejections.Refusals()  # refused creates per job (when one is final)
         self.monitor = Monitor(self)
@@ -61,9 +63,9 @@ class Operator:
             self.queue.start([contextvars.copy_context() for _ in range(self.config.workers)])
 
     def saw_job(self, namespace: str, name: str, job: dict) -> None:
-        """A job's watch event: queue it. Right after the watch starts, a job whose recorded
-        PyTorchJob the watch has not brought yet is kept (not run) until that PyTorchJob's event
-        queues it, or WATCH_WAIT passes: run now, it would only find the child missing and wait
+        """A job's watch event: queue it. Right after the watch starts, a job whose recorded child
+        the watch has not brought yet is kept (not run) until that child's event queues it, or
+        WATCH_WAIT passes: run now, it would only find the child missing and wait
         (awaiting_watch), and after a restart that was most jobs' first run, a second reconcile per
         job. The run then replaces this timer with its own requeue (workqueue.py)."""
         key = (namespace, name)

@@ -140,7 +140,7 @@ NODE_EVICTIONS = ("DeletionByTaintManager",)
 def raw_failure(pod: dict) -> dict | None:
     """What a failed worker pod says about its node, unclassified (no pattern runs: this is what the
     pod watch does on the event loop), or None if it did not fail (or was a bystander killed by the
-    gang's teardown, or never ran on a node, or is not a pod of a PyTorchJob). A pod evicted for
+    gang's teardown, or never ran on a node, or is not a pod of a backend's). A pod evicted for
     its node (NODE_EVICTIONS) failed on that node, from the moment it is marked. Pod as the API
     returns it (camelCase)."""
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}

@@ -12,6 +12,7 @@ Keys are (API group, resource[/subresource]); values are verbs.
 
 from __future__ import annotations
 
+from ..backends import BACKENDS
 from ..spec import GROUP, PLURAL
 
 # In every namespace the operator watches (a ClusterRole when it watches all of them, else a Role
@@ -22,8 +23,6 @@ JOB_RULES: dict[tuple[str, str], frozenset[str]] = {
     # kube.patch_job_status (a merge patch) and kube.patch_running_progress (the monitor's JSON
     # patch of status.progress): the only writes to a job, both of the status subresource.
     (GROUP, f"{PLURAL}/status"): frozenset({"patch"}),
-    # kopf watches the PyTorchJobs; kube.get_pytorchjob / create_pytorchjob / delete_pytorchjob.
-    ("kubeflow.org", "pytorchjobs"): frozenset({"get", "list", "watch", "create", "delete"}),
     # caches.PodCache (watch.py) and nodes.py watch them (kopf on.event); nodes.PodFailures._listed
     # lists an attempt's pods.
     ("", "pods"): frozenset({"list", "watch"}),
@@ -32,6 +31,20 @@ JOB_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("", "events"): frozenset({"create"}),
     # kueue.read (kube.list_workloads): why a queued job waits, in Kueue's words. Read only.
     ("kueue.x-k8s.io", "workloads"): frozenset({"list"}),
+}
+
+# Per backend the platform enabled (chart: backends.enabled), in the same namespaces as JOB_RULES:
+# kopf watches its children (watch.py, one watch per enabled backend); kube.get_child /
+# create_child / delete_child. With an `owner` kind between the child and its pods (a JobSet's
+# batch Jobs): kube.get_owner reads one to check whose its pods are (owners.py). Read only.
+CHILD_VERBS = frozenset({"get", "list", "watch", "create", "delete"})
+OWNER_VERBS = frozenset({"get"})
+BACKEND_RULES: dict[str, dict[tuple[str, str], frozenset[str]]] = {
+    name: {
+        (b.child.group, b.child.plural): CHILD_VERBS,
+        **({(b.owner.group, b.owner.plural): OWNER_VERBS} if b.owner is not None else {}),
+    }
+    for name, b in BACKENDS.items()
 }
 
 # Cluster-scoped, in both modes.

@@ -24,9 +24,9 @@ MAX_STEPS = 12
 class Run:
     def __init__(self, op: Operator, namespace: str, name: str, first_sight: bool):
         self.op, self.namespace, self.name, self.first_sight = op, namespace, name, first_sight
-        self.created: list[str] = []  # PyTorchJobs this run created
+        self.created: list[tuple[str, str]] = []  # (backend, name) of the children this run created
         self.outcome: str | None = None
-        self.waiting = False  # for the watch to show a recorded PyTorchJob
+        self.waiting = False  # for the watch to show a recorded child
         self.settled_on: dict | None = None  # the object on which nothing was left to do
         self.final: dict | None = None  # the job's status as last read or written
 
@@ -45,7 +45,7 @@ class Run:
                 if plan.create is not None:
                     result = act.create(op, o, plan.create)
                     if result.outcome == "created":
-                        self.created.append(result.name)
+                        self.created.append((o.backend, result.name))
                     o = o.with_(created=result)
                     continue
                 if plan.status is None:

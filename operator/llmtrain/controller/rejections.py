@@ -1,7 +1,7 @@
-"""When a refused PyTorchJob create is final.
+"""When a refused create of an attempt's child is final.
 
-400/403/422 are final at once (the reconciler marks the job Failed, PyTorchJobRejected). Others
-were retried forever with the work queue's backoff, so a job whose PyTorchJob the API server (or
+400/403/422 are final at once (the reconciler marks the job Failed, AttemptRejected). Others
+were retried forever with the work queue's backoff, so a job whose child the API server (or
 etcd behind it) can never store kept a worker and a create every minute for good. Now:
 
   413            final at once: the same object is too large every time;

@@ -24,7 +24,7 @@ halve the MTBF the others start from (the interval by √2), and the interval it
 cadence's clamp. badNodes keeps a job's newest 20 failures.
 
 Cost: one pass over the cached jobs per instance type, at most every TTL seconds (an attempt of an
-`auto` job asks when its PyTorchJob is created: observe.more("node_mtbf")).
+`auto` job asks when its child is created: observe.more("node_mtbf")).
 """
 
 from __future__ import annotations

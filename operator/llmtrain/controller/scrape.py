@@ -3,8 +3,8 @@
 One shared operator scrapes every running job, so one endpoint must not be able to cost it more
 than a bounded amount of memory and CPU:
 
-  * only the pods of the attempt's own PyTorchJob are scraped (ownerReferences uid, `owned_pods`):
-    a pod a tenant creates by hand with the job's labels is never asked;
+  * only the pods of the attempt's own child are scraped (their controller chain of uids up to the
+    child, owners.py): a pod a tenant creates by hand with the job's labels is never asked;
   * the body is read streamed, at most MAX_BODY_BYTES (an oversized body, announced or not, is
     dropped at the bound, never read to its end);
   * no content encoding: the request asks for identity and a compressed answer is refused
@@ -31,17 +31,6 @@ _CHUNK = 16 * 1024
 
 class Refused(Exception):
     """The endpoint answered with something the operator does not read."""
-
-
-def owned_pods(pods: list[dict], ptj: dict | None, job_uid: str) -> list[dict]:
-    """The pod summaries (status.pod_summary) that belong to the attempt's PyTorchJob `ptj`, which
-    itself must be owned by the job: no PyTorchJob known, no pods."""
-    if ptj is None:
-        return []
-    meta = ptj.get("metadata") or {}
-    if not any(ref.get("uid") == job_uid for ref in meta.get("ownerReferences") or []):
-        return []
-    return [p for p in pods if p.get("owner") and p.get("owner") == meta.get("uid")]
 
 
 async def fetch(session: aiohttp.ClientSession, url: str, limit: int = MAX_BODY_BYTES) -> bytes:

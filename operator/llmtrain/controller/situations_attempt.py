@@ -1,13 +1,13 @@
-"""The decide table's situations about the current attempt's PyTorchJob itself, in the order
-decide.py tries them: spec.suspend deletes it (and resumes as a new attempt), the restart backoff
-waits, a missing one is created, a deleting one is waited for, and a failed one is judged
+"""The decide table's situations about the current attempt's child (PyTorchJob, JobSet) itself, in
+the order decide.py tries them: spec.suspend deletes it (and resumes as a new attempt), the restart
+backoff waits, a missing one is created, a deleting one is waited for, and a failed one is judged
 (forensics.py) into the next attempt or Failed when the restart budget is spent."""
 
 from __future__ import annotations
 
 from ..status import Phase, Reason
 from . import forensics
-from .situation import ANY_ACTIVE, Transition, current_child, situation
+from .situation import ANY_ACTIVE, Transition, current_child, kind, situation
 from .snapshot import Event, Observed, Plan
 from .status import parse_time, timestamp
 from .transitions import READY, cond, conds_of, create_attempt, fail, needs_ready_nodes, resilience_of, restart
@@ -17,14 +17,14 @@ from .transitions import READY, cond, conds_of, create_attempt, fail, needs_read
     Transition(("Suspended",), "Pending", Reason.RESUMED), Transition(("Suspended",), "Restarting", Reason.RESUMED)
 )
 def suspended(o: Observed, cfg) -> Plan | None:
-    """Suspended: keep the PyTorchJob deleted; spec.suspend false again resumes as a new attempt
-    that spends no restart."""
+    """Suspended: keep the child deleted; spec.suspend false again resumes as a new attempt that
+    spends no restart."""
     if o.status.phase != Phase.SUSPENDED:
         return None
     current = current_child(o)
     if o.raw_spec.get("suspend"):
         return Plan("suspended", delete=(current.name,) if current is not None and not current.deleting else ())
-    if not o.status.pytorch_job:  # created suspended: attempt 1 never started
+    if not o.status.current_child:  # created suspended: attempt 1 never started
         return Plan(
             "resumed",
             outcome="resumed",
@@ -32,7 +32,7 @@ def suspended(o: Observed, cfg) -> Plan | None:
                 "phase": Phase.PENDING,
                 "reason": Reason.RESUMED,
                 "message": "spec.suspend is false: starting",
-                "conditions": cond(o, conds_of(o), READY, False, Reason.PENDING, "waiting for the PyTorchJob to run"),
+                "conditions": cond(o, conds_of(o), READY, False, Reason.PENDING, f"waiting for the {kind(o)} to run"),
             },
         )
     return restart(o, "resumed", Reason.RESUMED, "spec.suspend is false", spend=False, outcome="resumed")
@@ -40,8 +40,8 @@ def suspended(o: Observed, cfg) -> Plan | None:
 
 @situation(Transition(ANY_ACTIVE, "Suspended", Reason.SUSPENDED))
 def suspend(o: Observed, cfg) -> Plan | None:
-    """spec.suspend true: Suspended, the attempt's PyTorchJob deleted (its pods get their grace
-    period, the trainer checkpoints on SIGTERM); the restart budget is kept."""
+    """spec.suspend true: Suspended, the attempt's child deleted (its pods get their grace period,
+    the trainer checkpoints on SIGTERM); the restart budget is kept."""
     if not o.raw_spec.get("suspend"):
         return None
     current = current_child(o)
@@ -79,12 +79,13 @@ def backoff(o: Observed, cfg) -> Plan | None:
     Transition(ANY_ACTIVE, "=", Reason.CREATED),
     Transition(ANY_ACTIVE, "Failed", Reason.INVALID_SPEC),
     Transition(ANY_ACTIVE, "Failed", Reason.RENDER_FAILED),
-    Transition(ANY_ACTIVE, "Failed", Reason.PYTORCHJOB_REJECTED),
+    Transition(ANY_ACTIVE, "Failed", Reason.ATTEMPT_REJECTED),
+    Transition(ANY_ACTIVE, "Failed", Reason.BACKEND_NOT_INSTALLED),
     Transition(ANY_ACTIVE, "Failed", Reason.NAME_CONFLICT),
 )
 def missing_child(o: Observed, cfg) -> Plan | None:
-    """Status names attempt N but its PyTorchJob does not exist (a restart, a crash between two
-    steps, a PyTorchJob deleted by hand): create attempt N's."""
+    """Status names attempt N but its child does not exist (a restart, a crash between two steps, a
+    child deleted by hand): create attempt N's."""
     if current_child(o) is not None:
         return None
     if o.spec is None:
@@ -94,7 +95,7 @@ def missing_child(o: Observed, cfg) -> Plan | None:
 
 @situation()
 def child_deleting(o: Observed, cfg) -> Plan | None:
-    """The current PyTorchJob is being deleted: wait for its DELETED event."""
+    """The current child is being deleted: wait for its DELETED event."""
     current = current_child(o)
     if current is not None and current.deleting:
         return Plan("child_deleting")  # its DELETED event brings us back
@@ -107,9 +108,9 @@ def child_deleting(o: Observed, cfg) -> Plan | None:
     Transition(ANY_ACTIVE, "Failed", Reason.RESTART_BUDGET_EXHAUSTED),
 )
 def attempt_failed(o: Observed, cfg) -> Plan | None:
-    """The current attempt's PyTorchJob failed: the next attempt, or Failed when the budget is
-    spent. Its pods' failures (caught by the pod watch before the training-operator deleted the
-    pods) say which nodes to blame and whether it was the preflight check."""
+    """The current attempt's child failed: the next attempt, or Failed when the budget is spent. Its
+    pods' failures (caught by the pod watch before the backend's controller deleted the pods) say
+    which nodes to blame and whether it was the preflight check."""
     current = current_child(o)
     if current is None or current.state != "Failed":
         return None

@@ -1,4 +1,4 @@
-"""The decide table's last situations, once the attempt's PyTorchJob exists and runs: its state is
+"""The decide table's last situations, once the attempt's child exists and runs: its state is
 followed into the job's phase, pods that do not start are explained or time out, the health rules
 (health.py) restart an unhealthy attempt or change its conditions, and `steady` (always applies)
 changes nothing but says when to look again."""
@@ -9,28 +9,33 @@ import datetime as dt
 
 from ..status import Phase, Reason
 from . import cadence, health
-from .situation import ANY_ACTIVE, Transition, current_child, situation
-from .situations_kueue import KUEUE_WORDS_WAIT, awaiting_kueue_words
+from .situation import ANY_ACTIVE, Transition, current_child, kind, situation
+from .situations_kueue import kueue_look_again
 from .snapshot import Event, Observed, Plan
 from .status import PHASE_OF, parse_time, startup_problem, timestamp
 from .transitions import READY, cond, conds_of, resilience_of, restart_stuck
 
 
 @situation(
-    Transition(("Running", "Restarting"), "Pending", Reason.CREATED),
+    Transition(("Restarting",), "Pending", Reason.CREATED),
     Transition(("Pending", "Restarting"), "Running", Reason.RUNNING),
     Transition(("Pending", "Running"), "Restarting", Reason.RESTARTING),
     Transition(ANY_ACTIVE, "Succeeded", Reason.SUCCEEDED),
 )
 def follow(o: Observed, cfg) -> Plan | None:
-    """Copy the PyTorchJob's (non-failed) state into the job's phase."""
+    """Copy the child's (non-failed) state into the job's phase. Running does not go back to
+    Pending: a child whose pods turn unready for a moment (a node's kubelet late with its
+    heartbeat: a JobSet counts ready pods) still trains; what ends an attempt is its failure,
+    Kueue's suspension (preempted) or the health rules."""
     current = current_child(o)
     if current is None or current.state is None or PHASE_OF[current.state] == o.status.phase:
         return None
     if current.suspended:  # Kueue holds it (queued, preempted): its conditions may still say Running
         return None
     phase = PHASE_OF[current.state]
-    message = f"PyTorchJob {current.name} is {current.state}"
+    if o.status.phase == Phase.RUNNING and phase == Phase.PENDING:
+        return None
+    message = f"{kind(o)} {current.name} is {current.state}"
     update: dict = {
         "phase": phase,
         "reason": current.state,
@@ -162,16 +167,17 @@ def steady(o: Observed, cfg) -> Plan:
     phase = o.status.phase
     active = phase is not None and phase.active and current_child(o) is not None
     requeue = cfg.progress_interval if active else None
-    if active and awaiting_kueue_words(o):
-        requeue = min(cfg.progress_interval, KUEUE_WORDS_WAIT)
+    sooner = kueue_look_again(o, cfg) if active else None
+    if sooner is not None:
+        requeue = min(cfg.progress_interval, sooner)
     checkpoint = cadence.refreshed(o)
     status = {"checkpoint": checkpoint} if checkpoint is not None else None
     plan = Plan("steady", status=status, requeue=requeue, monitor=active and phase == Phase.RUNNING, periodic=True)
     if not o.first_sight:
         return plan
-    exists = o.child(o.status.pytorch_job) is not None
+    exists = o.child(o.status.current_child) is not None
     events = (
-        (Event(False, Reason.ADOPTED, f"Adopted PyTorchJob {o.status.pytorch_job} (attempt {o.attempt})"),)
+        (Event(False, Reason.ADOPTED, f"Adopted {kind(o)} {o.status.current_child} (attempt {o.attempt})"),)
         if exists and phase is not None and phase.active
         else ()
     )

@@ -1,7 +1,7 @@
 """The decide table's first situations (decide.py tries them in this order): a terminal job stays,
 a new job is judged and its attempt 1 created (or it starts suspended, or fails on its spec), an
-edited spec is accepted or refused, and right after an operator start a recorded PyTorchJob is
-awaited from the watch."""
+edited spec is accepted or refused, and right after an operator start a recorded child is awaited
+from the watch."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from .transitions import (
     validated_conditions,
 )
 
-WATCH_WAIT = 1.0  # seconds between looks while the watch may still bring a recorded PyTorchJob
+WATCH_WAIT = 1.0  # seconds between looks while the watch may still bring a recorded child
 
 
 @situation()
@@ -36,7 +36,7 @@ def terminal(o: Observed, cfg) -> Plan | None:
 
 @situation(Transition(("[*]",), "Failed", Reason.INVALID_SPEC))
 def new_invalid(o: Observed, cfg) -> Plan | None:
-    """A new job whose spec does not validate: Failed with the validation's message, no PyTorchJob."""
+    """A new job whose spec does not validate: Failed with the validation's message, no child."""
     if not o.is_new or o.spec is not None:
         return None
     return fail(o, "new_invalid", Reason.INVALID_SPEC, o.spec_error or "invalid spec")
@@ -53,6 +53,7 @@ def new_suspended(o: Observed, cfg) -> Plan | None:
         "new_suspended",
         status={
             "phase": Phase.SUSPENDED,
+            "backend": o.backend,  # decided now: a default changed while it is suspended does not move it
             "attempt": 1,
             "restarts": 0,
             "observedGeneration": o.generation,
@@ -70,11 +71,12 @@ def new_suspended(o: Observed, cfg) -> Plan | None:
 @situation(
     Transition(("[*]",), "Pending", Reason.CREATED),
     Transition(("[*]",), "Failed", Reason.RENDER_FAILED),
-    Transition(("[*]",), "Failed", Reason.PYTORCHJOB_REJECTED),
+    Transition(("[*]",), "Failed", Reason.ATTEMPT_REJECTED),
+    Transition(("[*]",), "Failed", Reason.BACKEND_NOT_INSTALLED),
     Transition(("[*]",), "Failed", Reason.NAME_CONFLICT),
 )
 def new_job(o: Observed, cfg) -> Plan | None:
-    """A new job: create (or adopt) attempt 1's PyTorchJob, then Pending."""
+    """A new job: create (or adopt) attempt 1's child, then Pending."""
     if not o.is_new:
         return None
     return create_attempt(o, cfg, 1, "new_job")
@@ -96,7 +98,7 @@ def spec_changed(o: Observed, cfg) -> Plan | None:
     (condition SpecAccepted; observedGeneration moves only when the change is accepted)."""
     if o.generation == o.status.observed_generation or _spec_answered(o):
         return None
-    current = o.child(o.status.pytorch_job)
+    current = o.child(o.status.current_child)
     if current is not None and current.spec_hash != spec_hash(o.raw_spec):
         # The CRD's CEL rules normally stop this at the API server; this catches a CRD without them.
         msg = (
@@ -121,8 +123,8 @@ def spec_changed(o: Observed, cfg) -> Plan | None:
 
 @situation()
 def awaiting_watch(o: Observed, cfg) -> Plan | None:
-    """Right after an operator start the jobs' events come before their PyTorchJobs': a recorded
-    PyTorchJob not seen yet is waited for a little (its event queues the job) before one GET."""
+    """Right after an operator start the jobs' events come before their children's: a recorded child
+    not seen yet is waited for a little (its event queues the job) before one GET."""
     if o.awaiting_watch and current_child(o) is None:
         return Plan("awaiting_watch", requeue=WATCH_WAIT, waiting=True)
     return None

@@ -12,30 +12,30 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ..cadence import NodeMTBF
-from ..spec import LLMTrainingJobSpec
+from ..spec import DEFAULT_BACKEND, LLMTrainingJobSpec
 from ..status import LLMTrainingJobStatus, Reason
 from .status import Progress
 
 
 @dataclass(frozen=True)
 class Child:
-    """One PyTorchJob labelled as an attempt of the job."""
+    """One child object (of the job's backend's kind) labelled as an attempt of the job."""
 
     name: str
     attempt: int | None
     owned: bool  # ownerReferences name this job's uid (else: a name conflict)
     deleting: bool = False  # deletionTimestamp set: its DELETED event will follow
-    state: str | None = None  # status.pytorchjob_state: Created/Running/Restarting/Succeeded/Failed
+    state: str | None = None  # its backend's ChildState: Created/Suspended/Running/Restarting/Succeeded/Failed
     failure_message: str = ""  # its Failed condition's message
     spec_hash: str | None = None
     rendezvous_id: str | None = None
-    uid: str = ""  # its own uid: the pods it controls carry it
-    suspended: bool = False  # spec.runPolicy.suspend: Kueue has not admitted it (or took it back)
+    uid: str = ""  # its own uid: its pods' controller chain leads to it (controller/owners.py)
+    suspended: bool = False  # its own suspend flag: Kueue has not admitted it (or took it back)
 
 
 @dataclass(frozen=True)
 class Workload:
-    """What Kueue says about a PyTorchJob's Workload (controller/kueue.py reads it)."""
+    """What Kueue says about a child's Workload (controller/kueue.py reads it)."""
 
     name: str
     admitted: bool = False
@@ -46,10 +46,11 @@ class Workload:
 
 @dataclass(frozen=True)
 class CreateResult:
-    """What creating attempt N's PyTorchJob came to (act.py's first step), decided on again."""
+    """What creating attempt N's child came to (act.py's first step), decided on again.
+    "not-served": the API server does not serve the backend's kind (its CRD is not installed)."""
 
     name: str
-    outcome: Literal["created", "adopted", "rejected", "not-owned"]
+    outcome: Literal["created", "adopted", "rejected", "not-owned", "not-served"]
     message: str = ""  # the API server's words for a rejection
     rendezvous_id: str | None = None
 
@@ -67,10 +68,11 @@ class Observed:
     raw_status: dict[str, Any]
     status: LLMTrainingJobStatus
     now: dt.datetime
+    backend: str = DEFAULT_BACKEND  # what runs its attempts (backends.choose: status.backend once written)
     creation_time: dt.datetime | None = None  # metadata.creationTimestamp
     children: tuple[Child, ...] = ()
     first_sight: bool = False  # this process has not reconciled the job before
-    awaiting_watch: bool = False  # its recorded PyTorchJob may still come through the watch
+    awaiting_watch: bool = False  # its recorded child may still come through the watch
     pods: tuple[dict, ...] = ()  # the current attempt's pods (status.pod_summary)
     failures: tuple[dict, ...] | None = None  # the current attempt's pod failures; None: not read
     ran_nodes: frozenset[str] = frozenset()  # where the current attempt's pods ran (read with failures)
@@ -79,7 +81,7 @@ class Observed:
     progress: Progress | None = None  # the monitor's latest scrape of the current attempt
     final: Progress | None = None  # the trainer's final summary from the attempt's pods (ending.py)
     final_read: bool = False
-    workload: Workload | None = None  # Kueue's Workload of the current PyTorchJob (None: none found)
+    workload: Workload | None = None  # Kueue's Workload of the current child (None: none found)
     workload_read: bool = False
     node_mtbf: NodeMTBF | None = None  # one node's MTBF on the instance type (reliability.py)
     node_mtbf_read: bool = False

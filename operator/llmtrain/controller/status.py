@@ -1,4 +1,4 @@
-"""Pure status logic: PyTorchJob conditions → our phase, conditions lists, trainer progress.
+"""Pure status logic: a child's state → our phase, conditions lists, worker pods, trainer progress.
 
 No API calls here, so every rule is unit-testable.
 """
@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import datetime as dt
 
+from ..backends import BACKENDS
 from ..final_summary import from_pod as final_summary
-from ..render import REPLICA_INDEX_LABEL
 from ..status import Phase
 from .progress import _HEALTH_STATUS, _PROGRESS_METRICS, Progress, parse_progress, timestamp  # noqa: F401 — re-exported
 
-# Kubeflow's JobConditionType values (training-operator v1), in the order a job passes them.
-PTJ_CONDITIONS = ("Created", "Suspended", "Running", "Restarting", "Succeeded", "Failed")
+# A child's state (llmtrain.backends.base.STATES, each backend's `state` maps its own to them) →
+# the job's phase while the attempt runs.
 PHASE_OF = {
     "Created": Phase.PENDING,
     "Suspended": Phase.PENDING,
@@ -22,39 +22,12 @@ PHASE_OF = {
     "Succeeded": Phase.SUCCEEDED,
     "Failed": Phase.FAILED,
 }
-TERMINAL = ("Succeeded", "Failed")  # the PyTorchJob's terminal conditions
 
 
 def parse_time(value: str | None) -> dt.datetime | None:
     if not value:
         return None
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
-def pytorchjob_state(ptj: dict) -> str | None:
-    """The PyTorchJob's current state: its terminal condition if any, else the latest True one."""
-    conds = [c for c in (ptj.get("status") or {}).get("conditions") or [] if c.get("status") == "True"]
-    types = {c["type"] for c in conds}
-    for terminal in TERMINAL:
-        if terminal in types:
-            return terminal
-    if not conds:
-        return None
-    latest = max(
-        conds,
-        key=lambda c: (
-            c.get("lastTransitionTime") or "",
-            PTJ_CONDITIONS.index(c["type"]) if c["type"] in PTJ_CONDITIONS else -1,
-        ),
-    )
-    return latest["type"]
-
-
-def failure_message(ptj: dict) -> str:
-    for c in (ptj.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Failed" and c.get("status") == "True":
-            return c.get("message") or c.get("reason") or "the PyTorchJob failed"
-    return "the PyTorchJob failed"
 
 
 def set_condition(
@@ -113,14 +86,19 @@ STUCK_WAITING = (
 )
 
 
-PYTORCHJOB_KIND = ("kubeflow.org/v1", "PyTorchJob")
+# The controllers of worker pods, one per backend (a PyTorchJob; a JobSet's batch Job), and the
+# labels that give a pod's index (rank 0's pod is index "0").
+POD_CONTROLLERS = frozenset(b.pod_controller for b in BACKENDS.values())
+RANK_LABELS = tuple(dict.fromkeys(b.rank_label for b in BACKENDS.values()))
 
 
 def owner_uid(pod: dict) -> str | None:
-    """uid of the PyTorchJob that controls `pod` (the training-operator's controller reference),
-    or None: labels alone say nothing, any tenant can set them on a pod of their own."""
+    """uid of the object that controls `pod` if it is a backend's pod controller (the
+    training-operator's PyTorchJob, a JobSet's Job), or None: labels alone say nothing, any tenant
+    can set them on a pod of their own. Whether that controller is the attempt's own is checked
+    where the pods are read (controller/owners.py)."""
     for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
-        if (ref.get("apiVersion"), ref.get("kind")) == PYTORCHJOB_KIND and ref.get("controller"):
+        if (ref.get("apiVersion"), ref.get("kind")) in POD_CONTROLLERS and ref.get("controller"):
             return ref.get("uid")
     return None
 
@@ -142,9 +120,10 @@ def pod_summary(pod: dict) -> dict:
         for c in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
         if (c.get("state") or {}).get("waiting")
     ]
+    labels = meta.get("labels") or {}
     return {
         "name": meta.get("name"),
-        "index": (meta.get("labels") or {}).get(REPLICA_INDEX_LABEL),
+        "index": next((labels[k] for k in RANK_LABELS if k in labels), None),
         "owner": owner_uid(pod),
         "node": (pod.get("spec") or {}).get("nodeName"),
         "ip": status.get("podIP"),

@@ -1,4 +1,4 @@
-"""What an attempt needs besides its PyTorchJob, so other namespaces cannot reach its training
+"""What an attempt needs besides its child (PyTorchJob, JobSet), so other namespaces cannot reach its training
 (docs/operations/tenant-isolation.md): the job's NetworkPolicy, and with a rendezvous CA the
 Secret with its namespace's etcd credentials.
 
@@ -83,7 +83,7 @@ def create_secret(obj: dict) -> bool:
 def prepare_attempt(
     cfg: OperatorConfig, spec: LLMTrainingJobSpec, ns: str, name: str, uid: str | None, attempt: int
 ) -> None:
-    """Before attempt N's PyTorchJob: its NetworkPolicy (with --job-network-policy) and, when it
+    """Before attempt N's child: its NetworkPolicy (with --job-network-policy) and, when it
     meets on the operator's etcd and the operator holds the rendezvous CA, its credentials."""
     if cfg.job_network_policy:
         create_networkpolicy(render_networkpolicy(spec, name, ns, uid))

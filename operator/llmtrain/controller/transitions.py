@@ -1,5 +1,6 @@
 """The writes decide()'s situations share: Failed, the next attempt (restart), creating an
-attempt's PyTorchJob. Pure, like decide.py: the time is the snapshot's."""
+attempt's child (the job's backend's kind: llmtrain.backends). Pure, like decide.py: the time is the
+snapshot's."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from collections.abc import Callable
 
 import yaml
 
+from .. import backends
 from ..planner import plan_job
-from ..render import pytorchjob_name, render_pytorchjob, rendezvous_id
+from ..render import child_name, rendezvous_id
 from ..spec import LLMTrainingJobSpec, ResilienceSpec, model_summary
 from ..status import STUCK, ConditionType, Phase, Reason
 from . import cadence, forensics
 from .config import OperatorConfig
+from .situation import kind
 from .snapshot import Event, Observed, Plan
 from .status import set_condition, timestamp
 
@@ -115,7 +118,7 @@ def restart(
     may return the plan fields it implies (taints)."""
     st, r = o.status, resilience_of(o)
     restarts, attempt = st.restarts or 0, o.attempt
-    old = st.pytorch_job
+    old = st.current_child
     if spend and restarts >= r.max_restarts:
         update = failed_update(
             o,
@@ -143,7 +146,7 @@ def restart(
         "attempt": nxt,
         "restarts": restarts + (1 if spend else 0),
         "reason": cause,
-        "pytorchJob": pytorchjob_name(o.name, nxt),
+        **child_fields(o, child_name(o.name, nxt)),
         "rendezvousId": rendezvous_id(o.namespace, o.name, o.uid, nxt),
         "attemptCreationTime": timestamp(due),
         "nextAttemptTime": timestamp(due) if delay >= 1 else None,
@@ -197,13 +200,25 @@ def validated_conditions(o: Observed, conds: list[dict]) -> list[dict]:
     return cond(o, conds, VALIDATED, True, Reason.SPEC_VALID, "the spec passed validation")
 
 
+def child_fields(o: Observed, name: str) -> dict:
+    """status.child (and status.backend, written once) for a new attempt's child; the field older
+    operators wrote instead (status.pytorchJob) is cleared, so that it never names an old attempt."""
+    out: dict = {"child": name}
+    if not o.status.backend:
+        out["backend"] = o.backend
+    if "pytorchJob" in o.raw_status:
+        out["pytorchJob"] = None
+    return out
+
+
 def create_attempt(o: Observed, cfg: OperatorConfig, attempt: int, name: str) -> Plan:
-    """Attempt N's PyTorchJob: render it and have act.py create (or adopt) it; decided again with
-    what the create came to, the status update records it, conditionally on the snapshot that
-    said attempt N (a write that finds the job moved on deletes what was created: act.py)."""
-    ptj_name = pytorchjob_name(o.name, attempt)
-    existing = o.child(ptj_name)
-    created = o.created if o.created is not None and o.created.name == ptj_name else None
+    """Attempt N's child: render it and have act.py create (or adopt) it; decided again with what
+    the create came to, the status update records it, conditionally on the snapshot that said
+    attempt N (a write that finds the job moved on deletes what was created: act.py)."""
+    child = child_name(o.name, attempt)
+    what = kind(o)
+    existing = o.child(child)
+    created = o.created if o.created is not None and o.created.name == child else None
     if o.spec is not None and o.spec.checkpoint.auto and o.spec.checkpoint.uri and not o.node_mtbf_read:
         return Plan(name, need="node_mtbf")  # the interval it starts with (controller/cadence.py)
     if created is None and existing is not None and not existing.deleting:
@@ -211,7 +226,7 @@ def create_attempt(o: Observed, cfg: OperatorConfig, attempt: int, name: str) ->
     elif created is None:
         assert o.spec is not None  # attempts start only for a valid spec
         try:
-            obj = render_pytorchjob(
+            obj = backends.get(o.backend).render(
                 o.spec,
                 o.name,
                 o.namespace,
@@ -224,13 +239,13 @@ def create_attempt(o: Observed, cfg: OperatorConfig, attempt: int, name: str) ->
                 cadence_inputs=cadence.render_inputs(o),
             )
         except (ValueError, TypeError, yaml.YAMLError) as err:  # what validation could not foresee
-            return fail(o, name, Reason.RENDER_FAILED, f"cannot render the PyTorchJob of attempt {attempt}: {err}")
+            return fail(o, name, Reason.RENDER_FAILED, f"cannot render the {what} of attempt {attempt}: {err}")
         obj["metadata"]["annotations"][SPEC_HASH] = spec_hash(o.raw_spec)
         return Plan(name, create=obj)
     elif created.outcome == "rejected":
-        return fail(
-            o, name, Reason.PYTORCHJOB_REJECTED, f"the API server refused PyTorchJob {ptj_name}: {created.message}"
-        )
+        return fail(o, name, Reason.ATTEMPT_REJECTED, f"the API server refused {what} {child}: {created.message}")
+    elif created.outcome == "not-served":
+        return fail(o, name, Reason.BACKEND_NOT_INSTALLED, not_installed(o, cfg))
     else:
         verb = {"created": "Created", "adopted": "Adopted"}.get(created.outcome)
         rdzv = created.rendezvous_id
@@ -239,13 +254,13 @@ def create_attempt(o: Observed, cfg: OperatorConfig, attempt: int, name: str) ->
             o,
             name,
             Reason.NAME_CONFLICT,
-            f"a PyTorchJob named {ptj_name} already exists in {o.namespace} and "
+            f"a {what} named {child} already exists in {o.namespace} and "
             "is not owned by this job; delete it or rename the job",
         )
     update = {
         "attempt": attempt,
         "restarts": o.status.restarts or 0,
-        "pytorchJob": ptj_name,
+        **child_fields(o, child),
         "rendezvousId": rdzv or rendezvous_id(o.namespace, o.name, o.uid, attempt),
         "attemptCreationTime": timestamp(o.now),
         "nextAttemptTime": None,
@@ -262,7 +277,26 @@ def create_attempt(o: Observed, cfg: OperatorConfig, attempt: int, name: str) ->
             observedGeneration=o.generation,
             model=model_summary(o.spec.model),
             plan=plan_status(o.spec),
-            conditions=cond(o, conds, READY, False, Reason.PENDING, "waiting for the PyTorchJob to run"),
+            conditions=cond(o, conds, READY, False, Reason.PENDING, f"waiting for the {what} to run"),
         )
-    message = f"{verb} PyTorchJob {ptj_name} (attempt {attempt})"
+    message = f"{verb} {what} {child} (attempt {attempt})"
     return Plan(name, status=update, events=(Event(False, Reason(verb), message),), outcome=verb.lower())
+
+
+def not_installed(o: Observed, cfg: OperatorConfig) -> str:
+    """Why a job's backend cannot run here, and what to change: the CRD, and the setting that chose it."""
+    b = backends.get(o.backend)
+    spec_backend = o.spec.cluster.backend if o.spec is not None else None
+    if spec_backend:
+        chose = f"spec.cluster.backend is {b.name}: set it to another backend the platform installed"
+    elif o.backend == cfg.namespace_backends.get(o.namespace):
+        chose = (
+            f"the namespace's default backend is {b.name}: change the operator chart's "
+            f"backends.namespaceDefaults.{o.namespace}, or set spec.cluster.backend"
+        )
+    else:
+        chose = f"the platform's default backend is {b.name}: change the operator chart's backends.default"
+    return (
+        f"the {b.child.kind} CRD ({b.child.crd}) is not installed in this cluster, so no attempt can start: "
+        f"install {b.installs}, or remove {b.name} from the chart's backends.enabled; {chose}"
+    )

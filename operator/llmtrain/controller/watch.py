@@ -1,7 +1,7 @@
 """kopf as the watch layer only: `on.event` handlers that put what they see into the Operator's
 caches and queue (kopf stores nothing on our objects: no annotations, no finalizers, no
-status.kopf). Every event of a job or of one of its PyTorchJobs queues the job; the reconciler
-(reconciler.py) decides on a snapshot of all of it."""
+status.kopf). Every event of a job or of one of its children (each enabled backend's kind, one
+watch each) queues the job; the reconciler (reconciler.py) decides on a snapshot of all of it."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 import kopf
 
+from .. import backends
 from ..render import ATTEMPT_LABEL, JOB_LABEL
 from ..spec import GROUP, PLURAL, VERSION
 from . import nodes
@@ -32,16 +33,22 @@ def register(op: Operator, registry: kopf.OperatorRegistry | None = None) -> Non
         op.phases.track(namespace, name, (status or {}).get("phase"))
         op.saw_job(namespace, name, dict(body))
 
-    @kopf.on.event("kubeflow.org", "v1", "pytorchjobs", labels={JOB_LABEL: kopf.PRESENT}, **kw)
-    async def pytorchjob_event(event, body, namespace, name, labels, **_):
+    async def child_event(event, body, namespace, name, labels, **_):
         op.start_workers()
         if event["type"] == "DELETED":
-            op.attempts.drop(namespace, labels[JOB_LABEL], name)
+            op.attempts.drop(namespace, labels[JOB_LABEL], name, body.get("kind"))
+            op.owners.forget(namespace, (body.get("metadata") or {}).get("uid") or "")
         elif not op.attempts.put(dict(body)):
             return  # the echo of our own create: the run that created it decided with it already
         key = (namespace, labels[JOB_LABEL])
         if op.queue.get(key) is not None:  # the job's own first event queues it otherwise
             op.queue.add(key)
+
+    # Only the backends this platform installed (and has RBAC for): a watch of a kind without its
+    # CRD would only wait for it.
+    for name in op.config.backends:
+        kind = backends.get(name).child
+        kopf.on.event(kind.group, kind.version, kind.plural, labels={JOB_LABEL: kopf.PRESENT}, **kw)(child_event)
 
     @kopf.on.event("", "v1", "pods", labels={JOB_LABEL: kopf.PRESENT, ATTEMPT_LABEL: kopf.PRESENT}, **kw)
     async def attempt_pod_event(event, body, namespace, name, labels, **_):
@@ -50,7 +57,7 @@ def register(op: Operator, registry: kopf.OperatorRegistry | None = None) -> Non
             op.pods.drop(namespace, job, attempt, name)
             return
         summary = pod_summary(dict(body))
-        if summary["owner"]:  # a PyTorchJob's pod (nodes: a failure may follow), not a hand-made one
+        if summary["owner"]:  # a backend's pod (nodes: a failure may follow), not a hand-made one
             op.failures.saw_pod(namespace, job, attempt, summary["node"], summary["owner"])
         op.pods.put(namespace, job, attempt, name, summary)
 

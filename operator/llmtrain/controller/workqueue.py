@@ -15,7 +15,7 @@ reconciler makes blocking API calls with the official client).
   * `add_after(key, seconds)` schedules timed work (requeue-after), keeping only the earliest;
   * the handler's answer (when to look again, or None: not unless something happens) replaces what
     an earlier run of the key scheduled: it decided on everything seen so far. So a job requeued at
-    1 s while its PyTorchJob was awaited, then adopted by the run that PyTorchJob's event caused,
+    1 s while its child was awaited, then adopted by the run that child's event caused,
     is next looked at on that run's interval, not also at 1 s;
   * a handler that raises is retried with capped exponential backoff (per key, reset on success);
   * one timer thread moves due keys to the ready queue; idle workers wait only for ready keys. Had

@@ -218,11 +218,13 @@ def scale_job_document(doc: dict, name: str, nodes: int, max_steps: int | None) 
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name, "labels": labels}, "spec": spec}
 
 
-def scale_job_name(base: str, nodes: int) -> str:
-    from llmtrain.validation import MAX_NAME_LENGTH
+def scale_job_name(base: str, nodes: int, backend: str | None = None) -> str:
+    """`<base>-scale-<nodes>`, the base cut so that the name fits what `backend` (default: the
+    default backend) names after it (llmtrain.backends: Backend.max_job_name)."""
+    from llmtrain.backends import get
 
     suffix = f"-scale-{nodes}"
-    return base[: MAX_NAME_LENGTH - len(suffix)].rstrip("-") + suffix
+    return base[: get(backend).max_job_name(nodes) - len(suffix)].rstrip("-") + suffix
 
 
 def _api(kubeconfig: str | None):

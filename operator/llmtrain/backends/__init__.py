@@ -1,0 +1,45 @@
+"""The training backends: which kind of object runs an attempt's pods (base.py says what one is).
+
+`BACKENDS` names each (the values of spec.cluster.backend and of the chart's `backends.*`, in
+spec.BACKENDS' order); `get(name)` finds one; `choose` is the one place a job's backend is decided.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..spec import BACKENDS as NAMES
+from ..spec import DEFAULT_BACKEND
+from .base import ApiKind, Backend, ChildState
+from .jobset import JOBSET
+from .pytorchjob import PYTORCHJOB
+
+__all__ = ["BACKENDS", "DEFAULT_BACKEND", "ApiKind", "Backend", "ChildState", "choose", "get"]
+
+BACKENDS: dict[str, Backend] = {b.name: b for b in (PYTORCHJOB, JOBSET)}
+assert tuple(BACKENDS) == NAMES, "spec.BACKENDS lists the backends of llmtrain.backends, in order"
+
+
+def get(name: str | None) -> Backend:
+    """The backend called `name` (None: the default); KeyError for an unknown one."""
+    return BACKENDS[name or DEFAULT_BACKEND]
+
+
+def choose(
+    recorded: str | None,
+    legacy: bool,
+    requested: str | None,
+    namespace: str,
+    default: str = DEFAULT_BACKEND,
+    namespace_defaults: Mapping[str, str] | None = None,
+) -> str:
+    """A job's backend, decided once: the one its status records (status.backend, written with its
+    first status); a job an operator without backends already runs (`legacy`: a phase, no
+    status.backend) is a PyTorchJob one; else the job's own spec.cluster.backend, its namespace's
+    default (the chart's backends.namespaceDefaults) or the platform's (backends.default). A
+    default changed later never moves a job that exists."""
+    if recorded:
+        return recorded
+    if legacy:
+        return PYTORCHJOB.name
+    return requested or (namespace_defaults or {}).get(namespace) or default
