@@ -89,6 +89,8 @@ class Reason(str, Enum):
     NON_FINITE_LOSS = "NonFiniteLoss"
     LOSS_SPIKE = "LossSpike"
     NO_FIRST_STEP = "NoFirstStep"
+    # a node under the attempt reports a health condition False (controller/sicknodes.py): moved away
+    NODE_UNHEALTHY = "NodeUnhealthy"
     COLLECTIVE_TIMEOUT = "CollectiveTimeout"  # only in status.flightRecorder: what the dumps are of
     # why the pods of a Pending attempt do not start (in the pods' own words: status.STUCK_WAITING)
     UNSCHEDULABLE = "Unschedulable"
@@ -114,7 +116,14 @@ class Reason(str, Enum):
 # the budget is spent. A failed child's pods are gone already (the training-operator's
 # cleanPodPolicy; a failed Job's pods are terminated), so it is kept for `kubectl describe`.
 STUCK = frozenset(
-    {Reason.HANG, Reason.STARTUP_TIMEOUT, Reason.NON_FINITE_LOSS, Reason.LOSS_SPIKE, Reason.NO_FIRST_STEP}
+    {
+        Reason.HANG,
+        Reason.STARTUP_TIMEOUT,
+        Reason.NON_FINITE_LOSS,
+        Reason.LOSS_SPIKE,
+        Reason.NO_FIRST_STEP,
+        Reason.NODE_UNHEALTHY,
+    }
 )
 # restart causes after which an NCCL flight recorder dump is worth reading
 DUMPS = frozenset({Reason.HANG, Reason.STARTUP_TIMEOUT, Reason.COLLECTIVE_TIMEOUT})
@@ -387,6 +396,11 @@ class LLMTrainingJobStatus(_Status):
     avoid_nodes: list[str] | None = None
     preflight: PreflightStatus | None = None
     preflight_failures: int | None = None
+    node_moves: int | None = Field(
+        None,
+        description="attempts moved off a node whose health condition turned False (controller/sicknodes.py); "
+        "only goes up",
+    )
     flight_recorder: FlightRecorder | None = None
     goodput: GoodputStatus | None = None
     checkpoint: CheckpointCadence | None = None

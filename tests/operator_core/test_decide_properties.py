@@ -23,12 +23,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llmtrain.controller.act import wire
+from llmtrain.controller.sicknodes import SickNode
 from llmtrain.controller.snapshot import CreateResult
 from llmtrain.controller.status import Progress, timestamp
 
 from .decide_world import CFG, NOW, child, decide_, jobset_status, snap, tiny
 
-NO_FLOOR = replace(CFG, min_restart_backoff=0.0)  # restartBackoffSeconds 0 restarts at once
+NO_FLOOR = replace(CFG, min_restart_backoff=0.0)
+SICK = SickNode("n1", "AcceleratedHardwareReady", "NvidiaXID79Error")  # restartBackoffSeconds 0 restarts at once
 
 STATES = ("Created", "Running", "Restarting", "Succeeded", "Failed")
 EVENTS = st.one_of(
@@ -43,6 +45,7 @@ EVENTS = st.one_of(
     st.tuples(st.just("reject_create"), st.none()),
     st.tuples(st.just("kueue_suspend"), st.booleans()),  # Kueue takes the child back / admits it
     st.tuples(st.just("scrape"), st.none()),  # the monitor's write: progress with an ETA, while Running
+    st.tuples(st.just("sick"), st.booleans()),  # a watched condition of the attempt's node False / True again
 )
 FINAL_STEP = 20  # tiny()'s maxSteps: where the trainer's final summary says it ended
 BACKENDS = ("pytorchjob", "jobset")
@@ -88,6 +91,7 @@ class World:
         self.reject_next = False
         self.summary = summary  # the pods leave the trainer's final summary when they succeed
         self.history: list = []
+        self.sick = False  # a watched condition False on the node under every attempt (sicknodes.py)
 
     def current(self) -> dict | None:
         return self.children.get(f"j-a{self.status.get('attempt') or 1}")
@@ -142,6 +146,8 @@ class World:
             attempt = self.status.get("attempt") or 1
             eta = {"estimatedRemainingSeconds": 60, "estimatedCompletionTime": timestamp(self.now)}
             self.status = merged(self.status, {"progress": {"attempt": attempt, "step": 5, **eta}})
+        elif kind == "sick":
+            self.sick = arg
 
     def observed(self, **facts):
         attempt = self.status.get("attempt") or 1
@@ -155,6 +161,7 @@ class World:
             first_sight=self.first_sight,
             progress=progress if self.status.get("phase") == "Running" else None,
             backend=self.backend,
+            sick_nodes=(SICK,) if self.sick and self.current() is not None else (),
             **facts,
         )
 
@@ -213,6 +220,7 @@ class World:
         assert (after.get("attempt") or 1) >= (before.get("attempt") or 1), hist
         assert (after.get("restarts") or 0) >= (before.get("restarts") or 0), hist
         assert (after.get("restarts") or 0) <= self.max_restarts, (after, hist)
+        assert (after.get("nodeMoves") or 0) >= (before.get("nodeMoves") or 0), hist
         if before.get("phase") in ("Succeeded", "Failed"):
             raise AssertionError(f"a terminal job was written: {before} → {update} after {hist}")
         if (after.get("attempt") or 1) > (before.get("attempt") or 1):
@@ -313,3 +321,34 @@ def test_failing_again_and_again_ends_failed_after_exactly_the_budget(backend, m
     assert world.status["phase"] == "Failed" and world.status["reason"] == "RestartBudgetExhausted"
     assert world.status["restarts"] == max_restarts and world.status["attempt"] == max_restarts + 1
     assert sorted(world.created) == sorted(f"j-a{i}" for i in range(1, max_restarts + 2))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    max_restarts=st.integers(0, 3),
+    flaps=st.lists(st.tuples(st.booleans(), st.sampled_from(("Created", "Running", None))), min_size=1, max_size=40),
+)
+def test_a_flapping_sick_node_cannot_restart_a_job_without_end(backend, max_restarts, flaps):
+    """The worst case for a flapping node: no other node to go to (the Ready nodes cannot be
+    counted, so nothing is avoided) and every new attempt lands on it again. However its condition
+    flaps, the job is moved at most free_node_moves times without spending a restart, then spends
+    its budget, then fails: attempts ≤ 1 + free moves + maxRestarts."""
+    world = World(max_restarts, 0, backend=backend)
+    world.reconcile()
+    for sick, state in flaps:
+        world.apply("sick", sick)
+        if state is not None:
+            world.apply("state", state)
+        world.reconcile()
+        world.check()
+        moves = world.status.get("nodeMoves") or 0
+        assert world.status["attempt"] <= 1 + moves + (world.status.get("restarts") or 0), world.history
+        assert world.status["attempt"] <= 1 + NO_FLOOR.free_node_moves + max_restarts, world.history
+    world.apply("sick", True)
+    for _ in range(NO_FLOOR.free_node_moves + max_restarts + 2):
+        world.apply("state", "Running")
+        world.reconcile()
+    assert world.status["phase"] == "Failed" and world.status["reason"] == "RestartBudgetExhausted", world.history
+    assert world.status["attempt"] == 1 + NO_FLOOR.free_node_moves + max_restarts
+    assert world.status["restarts"] == max_restarts and world.status["nodeMoves"] >= NO_FLOOR.free_node_moves

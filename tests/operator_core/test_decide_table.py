@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from llmtrain.controller.sicknodes import SickNode
 from llmtrain.controller.snapshot import CreateResult, Workload
 from llmtrain.controller.status import Progress, timestamp
 from llmtrain.status import LLMTrainingJobStatus, Reason, wire_fields
@@ -1285,7 +1286,128 @@ KUEUE_CASES = [
         "steady",
     ),
 ]
-CASES = CASES + KUEUE_CASES
+# --- a sick node under the attempt (controller/sicknodes.py: a watched node condition False) ---
+GPU_SICK = SickNode("n1", "AcceleratedHardwareReady", "NvidiaXID79Error", "GPU has fallen off the bus")
+GPU2 = gpu()  # 2 nodes
+
+
+def moved(*nodes):
+    def check(plan):
+        assert [b["node"] for b in plan.status["badNodes"]] == list(nodes)
+        assert plan.status["badNodes"][0]["reason"] == "AcceleratedHardwareReady=False"
+        assert [b["node"] for b in plan.blamed] == list(nodes) and plan.taint == ()  # the cluster marked it
+
+    return check
+
+
+SICK_CASES = [
+    Case(
+        "a sick node under a running attempt needs the Ready nodes to plan avoidance",
+        snap(running(), spec=GPU2, children=[ptj(1, "Running", raw_spec=GPU2)], sick_nodes=(GPU_SICK,)),
+        "sick_node",
+        need="ready_nodes",
+    ),
+    Case(
+        "a sick node → attempt 2 at once, away from it, no restart spent, the reason names node and condition",
+        snap(
+            running(),
+            spec=GPU2,
+            children=[ptj(1, "Running", raw_spec=GPU2)],
+            sick_nodes=(GPU_SICK,),
+            ready_nodes_read=True,
+            ready_nodes=frozenset({"n1", "n2", "n3"}),
+        ),
+        "sick_node",
+        status={
+            "phase": "Restarting",
+            "reason": "NodeUnhealthy",
+            "attempt": 2,
+            "restarts": 0,
+            "nodeMoves": 1,
+            "avoidNodes": ["n1"],
+            "nextAttemptTime": None,
+        },
+        delete=("j-a1",),
+        events=[(True, "Restarting")],
+        restart=Reason.NODE_UNHEALTHY,
+        check=all_of(
+            moved("n1"),
+            message_has("node n1 has AcceleratedHardwareReady=False (NvidiaXID79Error: GPU has fallen off the bus)"),
+            message_has("avoiding n1"),
+        ),
+    ),
+    Case(
+        "a sick node under a Pending attempt's placed pod moves it too",
+        snap(
+            pending(),
+            spec=GPU2,
+            children=[ptj(1, "Created", raw_spec=GPU2)],
+            sick_nodes=(GPU_SICK,),
+            ready_nodes_read=True,
+            ready_nodes=frozenset({"n1", "n2", "n3"}),
+        ),
+        "sick_node",
+        status={"phase": "Restarting", "attempt": 2, "restarts": 0, "avoidNodes": ["n1"]},
+        restart=Reason.NODE_UNHEALTHY,
+    ),
+    Case(
+        "a sick node with too few Ready nodes left: moved, the node stays in play, the message says why",
+        snap(
+            running(),
+            spec=GPU2,
+            children=[ptj(1, "Running", raw_spec=GPU2)],
+            sick_nodes=(GPU_SICK,),
+            ready_nodes_read=True,
+            ready_nodes=frozenset({"n1", "n2"}),
+        ),
+        "sick_node",
+        status={"attempt": 2, "restarts": 0, "avoidNodes": []},
+        restart=Reason.NODE_UNHEALTHY,
+        check=message_has("not avoiding n1"),
+    ),
+    Case(
+        "a flapping node: past the free moves a move spends the restart budget, with its backoff",
+        snap(
+            running(nodeMoves=3),
+            spec=GPU2,
+            children=[ptj(1, "Running", raw_spec=GPU2)],
+            sick_nodes=(GPU_SICK,),
+            ready_nodes_read=True,
+            ready_nodes=frozenset({"n1", "n2"}),
+        ),
+        "sick_node",
+        status={"attempt": 2, "restarts": 1, "nodeMoves": 4, "nextAttemptTime": later(seconds=10)},
+        restart=Reason.NODE_UNHEALTHY,
+        check=message_has("3 moves off sick nodes already made without spending a restart"),
+    ),
+    Case(
+        "...and with the budget spent the job fails, its pods leave the sick node",
+        snap(
+            running(restarts=3, nodeMoves=5),
+            spec=gpu(resilience={"maxRestarts": 3}),
+            children=[ptj(1, "Running", raw_spec=gpu(resilience={"maxRestarts": 3}))],
+            sick_nodes=(GPU_SICK,),
+        ),
+        "sick_node",
+        status={"phase": "Failed", "reason": "RestartBudgetExhausted", "restarts": ABSENT},
+        delete=("j-a1",),
+        events=[(True, "RestartBudgetExhausted")],
+        check=moved("n1"),
+    ),
+    Case(
+        "a failed child on a sick node is judged by its pods' failures first",
+        snap(running(), spec=GPU2, children=[ptj(1, "Failed", raw_spec=GPU2)], sick_nodes=(GPU_SICK,)),
+        "attempt_failed",
+        need="failures",
+    ),
+    Case(
+        "a child Kueue holds suspended has no pods on the sick node to move",
+        snap(pending(), spec=GPU2, children=[ptj(1, "Created", raw_spec=GPU2, suspended=True)], sick_nodes=(GPU_SICK,)),
+        "queued",
+        need="workload",
+    ),
+]
+CASES = CASES + KUEUE_CASES + SICK_CASES
 
 
 def _config(case: Case):

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from ..cadence import NodeMTBF
 from ..spec import DEFAULT_BACKEND, LLMTrainingJobSpec
 from ..status import LLMTrainingJobStatus, Reason
+from .sicknodes import SickNode
 from .status import Progress
 
 
@@ -86,6 +87,8 @@ class Observed:
     node_mtbf: NodeMTBF | None = None  # one node's MTBF on the instance type (reliability.py)
     node_mtbf_read: bool = False
     created: CreateResult | None = None
+    # watched node conditions False on the nodes of the current attempt's own pods (sicknodes.py)
+    sick_nodes: tuple[SickNode, ...] = ()
 
     @property
     def is_new(self) -> bool:
