@@ -91,6 +91,11 @@ class Reason(str, Enum):
     NO_FIRST_STEP = "NoFirstStep"
     # a node under the attempt reports a health condition False (controller/sicknodes.py): moved away
     NODE_UNHEALTHY = "NodeUnhealthy"
+    # a rank slower than the others (controller/slownodes.py): condition StragglerDetected, its
+    # event, and the restart cause of spec.resilience.stragglers.action replace
+    STRAGGLER = "Straggler"
+    REPLACE_DECLINED = "ReplaceDeclined"  # replace would not pay (or its cap is reached): the event says why
+    NO_STRAGGLER = "NoStraggler"
     COLLECTIVE_TIMEOUT = "CollectiveTimeout"  # only in status.flightRecorder: what the dumps are of
     # why the pods of a Pending attempt do not start (in the pods' own words: status.STUCK_WAITING)
     UNSCHEDULABLE = "Unschedulable"
@@ -155,6 +160,7 @@ class ConditionType(str, Enum):
     SPEC_ACCEPTED = "SpecAccepted"
     TRAINING_HEALTHY = "TrainingHealthy"
     CHECKPOINT_STALE = "CheckpointStale"
+    STRAGGLER_DETECTED = "StragglerDetected"
 
 
 class Condition(_Status):
@@ -345,6 +351,17 @@ class PreflightStatus(_Status):
     time: str | None = Field(None, json_schema_extra=DATE_TIME)
 
 
+class StragglerStatus(_Status):
+    """The straggler the current attempt's rank 0 reports (controller/slownodes.py)."""
+
+    attempt: int | None = None
+    rank: int | None = None
+    node: str | None = None
+    score: float | None = Field(None, description="its compute time over the median of the other ranks'")
+    slowdown: float | None = Field(None, description="the job's step time over what it would be without it")
+    since: str | None = Field(None, json_schema_extra=DATE_TIME, description="first seen on this node, this attempt")
+
+
 class FlightRecorder(_Status):
     attempt: int | None = None
     reason: str | None = Field(None, description="the restart cause in words (Reason.words)")
@@ -402,6 +419,10 @@ class LLMTrainingJobStatus(_Status):
         "only goes up",
     )
     flight_recorder: FlightRecorder | None = None
+    straggler: StragglerStatus | None = None
+    straggler_replacements: int | None = Field(
+        None, description="restarts away from a straggler's node (spec.resilience.stragglers); only goes up"
+    )
     goodput: GoodputStatus | None = None
     checkpoint: CheckpointCadence | None = None
     conditions: list[Condition] | None = None

@@ -224,3 +224,15 @@ def test_parse_cost_is_bounded_by_the_body_not_by_what_it_claims():
     assert time.process_time() - start < 0.5
     assert [r.rank for r in window.ranks] == [1]
     assert parse(b"x" * 10**7 + both("1", "node-1")).ranks == ()  # beyond the bound: not read
+
+
+def test_the_monitors_parse_carries_the_window_beside_the_progress():
+    from llmtrain.controller.progress import parse_progress
+
+    compute = [1.0] * 4
+    compute[2] = 1.5
+    body = b"llmtrain_trainer_step 7\n" + exposition(top(scores(simulate(compute))))
+    progress = parse_progress(body)
+    assert progress.step == 7
+    assert progress.stragglers is not None and progress.stragglers.ranks[0].rank == 2
+    assert parse_progress(b"llmtrain_trainer_step 7\n").stragglers is None  # no series: no window

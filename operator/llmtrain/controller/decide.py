@@ -37,7 +37,7 @@ from .config import OperatorConfig
 from .situation import Situation, Transition
 from .situations_attempt import attempt_failed, backoff, child_deleting, missing_child, suspend, suspended
 from .situations_kueue import admitted, preempted, queued
-from .situations_nodes import sick_node
+from .situations_nodes import sick_node, slow_node
 from .situations_running import follow, health_conditions, pods_stuck, startup_timeout, steady, unhealthy
 from .situations_start import awaiting_watch, new_invalid, new_job, new_suspended, spec_changed, terminal
 from .snapshot import Observed, Plan
@@ -68,6 +68,7 @@ SITUATIONS: tuple[Situation, ...] = (
     pods_stuck,
     unhealthy,
     health_conditions,
+    slow_node,
     steady,
 )
 

@@ -134,6 +134,11 @@ def observe(op: Operator, job: dict, first_sight: bool) -> Observed:
         health = op.node_health.of({p["node"] for p in seen if p.get("node")})
         if health:  # only then the owner chain (a JobSet's Job: a read): a hand-made pod blames no node
             sick = sicknodes.under(owners.trusted(seen, op.owners.of(backend, namespace, current)), health)
+    progress = op.progress.of(namespace, name, attempt) if status.phase == Phase.RUNNING else None
+    pod_nodes = None
+    if progress is not None and progress.stragglers is not None and current is not None and backend is not None:
+        trusted = owners.trusted(op.pods.of(namespace, name, attempt), op.owners.of(backend, namespace, current))
+        pod_nodes = frozenset(p["node"] for p in trusted if p.get("node"))
     return Observed(
         namespace=namespace,
         name=name,
@@ -152,8 +157,9 @@ def observe(op: Operator, job: dict, first_sight: bool) -> Observed:
         first_sight=first_sight,
         awaiting_watch=awaiting,
         pods=pods,
-        progress=op.progress.of(namespace, name, attempt) if status.phase == Phase.RUNNING else None,
+        progress=progress,
         sick_nodes=sick,
+        pod_nodes=pod_nodes,
     )
 
 

@@ -89,6 +89,9 @@ class Observed:
     created: CreateResult | None = None
     # watched node conditions False on the nodes of the current attempt's own pods (sicknodes.py)
     sick_nodes: tuple[SickNode, ...] = ()
+    # the nodes of the current attempt's own pods, read when rank 0 reports a straggler (its node
+    # must be one of them: slownodes.py); None: not read
+    pod_nodes: frozenset[str] | None = None
 
     @property
     def is_new(self) -> bool:
