@@ -235,6 +235,13 @@ def training() -> gdash.Dashboard:
                         [(f"rate(llmtrain_trainer_tokens_total{{{JOB_SEL}}}[{rate}])",
                           "{{llmtrain_job}} rank {{rank}}")],
                         desc="From the tokens counter; a rank below the others is a straggler."))
+    d = d.with_panel(ts("Straggler's node (the job's slowdown)",
+                        [(f"max by (namespace, llmtrain_job, node, rank) "
+                          f"(llmtrain_job_straggler_slowdown{{{JOB_SEL}}})",
+                          "{{llmtrain_job}} rank {{rank}} on {{node}}")],
+                        desc="The straggler the operator recorded (condition StragglerDetected): how many times "
+                             "slower the job runs because of that rank's node. Empty: no straggler.",
+                        minv=1))
 
     d = d.with_row(gdash.Row("Efficiency"))
     d = d.with_panel(ts("MFU", [(f"avg {by} (llmtrain_trainer_mfu{{{JOB_SEL}}})", lj)],
