@@ -44,7 +44,9 @@ stragglers.py) acts on s (the spec's threshold) and weighs a replacement with (3
 from the rank's node saves about remaining × (1 − 1/slowdown).
 
 **Cardinality.** Rank 0 exports the TOP_RANKS highest scores only, each with its rank and node,
-and the world's median step seconds: a job of 1,000 ranks exports 8 series of each, not 1,000.
+a job of 1,000 ranks exports 8 series of each, not 1,000.
+On these two series `rank` is the scored rank (every other trainer series is labelled with the
+rank that exports it); `llmtrain_job` is there too.
 """
 
 from __future__ import annotations
@@ -57,7 +59,6 @@ from dataclasses import dataclass
 TOP_RANKS = 8  # ranks exported per window (the highest scores)
 SCORE = "llmtrain_trainer_straggler_score"  # {rank, node}: s_i
 SLOWDOWN = "llmtrain_trainer_straggler_slowdown"  # {rank, node}: (3)
-STEP_SECONDS = "llmtrain_trainer_straggler_window_step_seconds"  # T per step over the window
 MIN_SLOWDOWN = 1.02  # below this the job loses < 2 %: within step-to-step noise, never a verdict
 MAX_FIGURE = 1000.0  # a score or slowdown above this is not a measurement (hostile or broken)
 
@@ -149,7 +150,7 @@ MAX_RANK = 1 << 20
 # a node name: a DNS-1123 subdomain (what Kubernetes accepts as a Node's name)
 NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LINE = re.compile(
-    rb"^(" + SCORE.encode() + rb"|" + SLOWDOWN.encode() + rb"|" + STEP_SECONDS.encode() + rb")"
+    rb"^(" + SCORE.encode() + rb"|" + SLOWDOWN.encode() + rb")"
     rb"(?:\{([^}\n]{0,512})\})?[ \t]+([^ \t\n]{1,64})[^\n]{0,128}$",
     re.MULTILINE,
 )
@@ -158,11 +159,9 @@ _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]{0,31})="([^"\\]{0,253})"')
 
 @dataclass(frozen=True)
 class Window:
-    """What the operator read of rank 0's straggler series: the exported ranks (highest score
-    first) and the window's step time."""
+    """What the operator read of rank 0's straggler series: the exported ranks, highest score first."""
 
     ranks: tuple[RankScore, ...] = ()
-    step_seconds: float | None = None
 
 
 def _labels(raw: str) -> dict[str, str] | None:
@@ -188,23 +187,19 @@ def _figure(raw: bytes, low: float) -> float | None:
 
 def parse(body: bytes | str) -> Window:
     """The straggler series of a Prometheus text body. Bounded: the first MAX_BODY_BYTES, at most
-    MAX_LINES of our lines, TOP_RANKS ranks (the first seen); a line whose rank is not a number,
+    MAX_LINES of our lines, TOP_RANKS ranks (the first seen); labels rank and node (and the
+    trainer's llmtrain_job), nothing else; a line whose rank is not a number,
     whose node is not a node name, or whose figure is not finite and in range is skipped. A rank
     counts only with both its score and its slowdown, on the same node."""
     if isinstance(body, str):
         body = body.encode()
     found: dict[int, dict] = {}
-    step: float | None = None
     for n, m in enumerate(_LINE.finditer(body[:MAX_BODY_BYTES])):
         if n >= MAX_LINES:
             break
         name, raw_labels, raw_value = m.group(1).decode(), (m.group(2) or b"").decode("ascii", "replace"), m.group(3)
-        if name == STEP_SECONDS:
-            if step is None:
-                step = _figure(raw_value, 0.0)
-            continue
         labels = _labels(raw_labels)
-        if labels is None or set(labels) != {"rank", "node"}:
+        if labels is None or not {"rank", "node"} <= set(labels) <= {"rank", "node", "llmtrain_job"}:
             continue
         rank_s, node = labels["rank"], labels["node"]
         if not rank_s.isdigit() or len(rank_s) > 7 or int(rank_s) > MAX_RANK:
@@ -221,4 +216,4 @@ def parse(body: bytes | str) -> Window:
     ranks = [
         RankScore(rank, e["node"], e[SCORE], e[SLOWDOWN]) for rank, e in found.items() if SCORE in e and SLOWDOWN in e
     ]
-    return Window(tuple(top(ranks)), step)
+    return Window(tuple(top(ranks)))

@@ -1409,7 +1409,7 @@ SICK_CASES = [
     ),
 ]
 # --- a straggler rank 0 reports (controller/slownodes.py) ---
-SLOW = Window((RankScore(5, "n2", 1.5, 1.5), RankScore(0, "n1", 1.0, 1.0)), step_seconds=2.0)
+SLOW = Window((RankScore(5, "n2", 1.5, 1.5), RankScore(0, "n1", 1.0, 1.0)))
 NODES = frozenset({"n1", "n2"})
 CKPT = {"uri": "s3://bucket/ckpt/"}
 REPORT = gpu(checkpoint=CKPT)

@@ -141,7 +141,7 @@ def test_property_a_healthy_job_has_no_verdict(n, base, noise, transfer):
 # --- reading them back: rank 0's body is the tenant's --------------------------------------------
 
 
-def exposition(ranked: list[RankScore], step: float | None = 1.5) -> bytes:
+def exposition(ranked: list[RankScore]) -> bytes:
     """What a Prometheus client writes for the series (prometheus_client, not our writer)."""
     reg = CollectorRegistry()
     score = Gauge(stragglers.SCORE, "s", ["rank", "node"], registry=reg)
@@ -149,8 +149,6 @@ def exposition(ranked: list[RankScore], step: float | None = 1.5) -> bytes:
     for r in ranked:
         score.labels(str(r.rank), r.node).set(r.score)
         slow.labels(str(r.rank), r.node).set(r.slowdown)
-    if step is not None:
-        Gauge(stragglers.STEP_SECONDS, "s", registry=reg).set(step)
     return generate_latest(reg)
 
 
@@ -159,7 +157,6 @@ def test_parse_reads_what_a_prometheus_client_writes():
     compute[9] = 1.6
     exported = top(scores(simulate(compute)))
     window = parse(exposition(exported))
-    assert window.step_seconds == 1.5
     assert [r.rank for r in window.ranks] == [r.rank for r in exported]
     assert window.ranks[0] == RankScore(9, "node-4", pytest.approx(1.6), pytest.approx(exported[0].slowdown))
 
@@ -213,7 +210,6 @@ def test_parse_keeps_at_most_top_ranks_and_the_first_sample():
     assert len(window.ranks) <= stragglers.TOP_RANKS
     assert {r.rank for r in window.ranks} <= set(range(stragglers.TOP_RANKS))
     assert next(r for r in window.ranks if r.rank == 0).score == 1.0
-    assert window.step_seconds is None
 
 
 def test_parse_cost_is_bounded_by_the_body_not_by_what_it_claims():
