@@ -324,9 +324,10 @@ def test_metrics_names_types_and_labels():
 
 
 def test_straggler_series_name_the_scored_rank_and_its_node_and_follow_the_window():
+    from prometheus_client import generate_latest
+
     from llmtrain.stragglers import RankScore, parse
     from llmtrain_trainer.metrics.prometheus import TrainerMetrics
-    from prometheus_client import generate_latest
 
     m = TrainerMetrics(job="job", rank=0)
     m.export_stragglers([RankScore(5, "node-b", 1.5, 1.3), RankScore(2, "node-a", 1.0, 1.0)])
