@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -83,3 +84,34 @@ def test_the_slow_rank_is_named_with_its_node_and_its_victims_are_not():
         for r in ranked:
             if r.rank != SLOW_RANK:
                 assert r.score < 1.2 and r.slowdown < MIN_SLOWDOWN, ranked  # the victims waited: not flagged
+
+
+def test_the_slow_hook_is_off_without_its_test_module(monkeypatch):
+    """Production: the variable alone does nothing (the module is in no package and no image)."""
+    import sys
+
+    from llmtrain_trainer.metrics.stragglers import TESTHOOK_ENV, test_slowness
+
+    monkeypatch.setenv(TESTHOOK_ENV, "0:5")
+    hooks = str(Path(__file__).parent / "hooks")
+    assert hooks not in sys.path
+    assert test_slowness(0) == 0.0
+    monkeypatch.syspath_prepend(hooks)  # what a test does for its workers (PYTHONPATH)
+    assert test_slowness(0) == 5.0 and test_slowness(1) == 0.0
+    monkeypatch.delenv(TESTHOOK_ENV)
+    assert test_slowness(0) == 0.0
+
+
+def test_a_spec_cannot_reach_the_slow_hook():
+    """Neither its variable nor an import path can be set through spec.cluster.env."""
+    from llmtrain.validation import InvalidJob, validate
+    from llmtrain_trainer.metrics.stragglers import TESTHOOK_ENV
+
+    for name in (TESTHOOK_ENV, "PYTHONPATH"):
+        spec = {
+            "model": {"preset": "tiny"},
+            "cluster": {"instanceType": "cpu", "nodes": 1, "env": {name: "0:5"}},
+            "training": {"maxSteps": 2},
+        }
+        with pytest.raises(InvalidJob, match=f"spec.cluster.env.{name}"):
+            validate(spec, "j", "etcd:2379")

@@ -21,6 +21,9 @@ and one float add; per window: one all-gather of 2 floats per rank.
 
 from __future__ import annotations
 
+import importlib
+import logging
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,7 +33,16 @@ import torch.distributed as dist
 
 from llmtrain.stragglers import MAX_RANK, NODE_NAME, RankScore, RankTiming, scores, top
 
+log = logging.getLogger(__name__)
+
 WINDOW_STEPS = 20  # steps per exchange
+# The test-only slow hook (docs: tests/trainer/hooks/straggler_testhook.py). Off in production:
+# honoured only when this variable is set AND the module TESTHOOK_MODULE imports. The module ships
+# in no package and no image (it lives under tests/, outside the packages setuptools finds); a
+# job's spec can set neither the variable (spec.cluster.env refuses the LLMTRAIN_ prefix) nor the
+# import path (it refuses PYTHONPATH and the other loader variables).
+TESTHOOK_ENV = "LLMTRAIN_TEST_SLOW_RANK"
+TESTHOOK_MODULE = "straggler_testhook"
 
 
 class WaitClock:
@@ -140,3 +152,17 @@ class StragglerWindow:
             return None
         timings = [RankTiming(r, self.nodes[r], *t.tolist()) for r, t in enumerate(gathered)]
         return top(scores(timings))
+
+
+def test_slowness(rank: int) -> float:
+    """Seconds the test-only hook makes this rank sleep in each step's compute; 0.0 in production
+    (no LLMTRAIN_TEST_SLOW_RANK, or no straggler_testhook module to honour it)."""
+    value = os.environ.get(TESTHOOK_ENV)
+    if not value:
+        return 0.0
+    try:
+        hook = importlib.import_module(TESTHOOK_MODULE)
+    except ImportError:
+        log.warning("%s is set but the test hook module is not installed: ignored", TESTHOOK_ENV)
+        return 0.0
+    return float(hook.seconds_for(value, rank))
