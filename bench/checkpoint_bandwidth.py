@@ -152,7 +152,7 @@ def s3_speed(bucket: str, directory: str, nbytes: int, files: int) -> dict:
     """upload_file / download_file of `files` files concurrently, with the trainer's TransferConfig."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from llmtrain_trainer import s3
+    from llmtrain_trainer.storage import s3
 
     client, cfg = s3.client(), s3.transfer_config()
     per_file = nbytes // files
@@ -240,6 +240,7 @@ def trainer_with_resume_timers(argv: list[str]) -> None:
 
     import llmtrain_trainer.checkpoint.checkpointer as ck
     import llmtrain_trainer.checkpoint.reader as cr
+    import llmtrain_trainer.checkpoint.stores as cs
     import llmtrain_trainer.train as tr
 
     t: dict[str, float] = collections.defaultdict(float)
@@ -274,7 +275,7 @@ def trainer_with_resume_timers(argv: list[str]) -> None:
         setattr(dp.DefaultLoadPlanner, name, timed("plan", getattr(dp.DefaultLoadPlanner, name)))
     du._DistWrapper.reduce_scatter = timed("plan_collective", du._DistWrapper.reduce_scatter)
     du._DistWrapper.all_gather = timed("read_collective", du._DistWrapper.all_gather)
-    for cls in (ck._LocalReader, ck._S3Reader):
+    for cls in (cs._LocalReader, cs._S3Reader):
         cls.read_data = timed("read", cls.read_data)
     sd.set_state_dict = timed("set_state_dict", sd.set_state_dict)
     ck.Checkpointer.resume = timed("resume", ck.Checkpointer.resume)
@@ -373,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         # checkpointer here for its step_name() cost this driver a torch import (~4 s of CPU)
         name = final[0]["uri"].rstrip("/").rsplit("/", 1)[-1]
         if a.target == "s3":
-            from llmtrain_trainer import s3
+            from llmtrain_trainer.storage import s3
 
             objs = s3.client().list_objects_v2(Bucket=bucket, Prefix=f"ckpt/{name}/").get("Contents", [])
             nbytes = sum(o["Size"] for o in objs)
@@ -462,7 +463,7 @@ class _s3_server:  # noqa: N801 — used as a function: `with _s3_server(...) as
             }
         )
         os.environ.update({k: v for k, v in self.env.items() if k.startswith("AWS_")})
-        from llmtrain_trainer import s3
+        from llmtrain_trainer.storage import s3
 
         s3.client().create_bucket(Bucket="bench")
         return "bench"

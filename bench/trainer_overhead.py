@@ -150,21 +150,16 @@ def trainer_turn(spec, port: int) -> dict:
     import llmtrain_trainer.train as train
     from llmtrain_trainer.config import JobIdentity
 
-    emit = train.emit
     ends, cpu = [], []
 
     def emit_stamped(event: dict) -> None:
-        emit(event)
+        train.emit(event)
         if event.get("event") == "step":
             ends.append(time.time())
             cpu.append(time.process_time())
 
     os.environ["LLMTRAIN_METRICS_PORT"] = str(port)  # a fresh port per turn: the last turn's server lives on
-    train.emit = emit_stamped
-    try:
-        rc = train.run(spec, JobIdentity.from_env())
-    finally:
-        train.emit = emit
+    rc = train.run(spec, JobIdentity.from_env(), emit=emit_stamped)
     if rc:
         raise SystemExit(f"trainer turn failed with {rc}")
     return {"ends": ends, "cpu": cpu}
@@ -207,10 +202,10 @@ def bookkeeping(n: int = 3000) -> dict:
     agreement all-reduce itself (a collective; it is in the side-by-side figure)."""
     import torch
 
-    import llmtrain_trainer.train as train
     from llmtrain.defaults import resolve
     from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
     from llmtrain_trainer.config import dumps
+    from llmtrain_trainer.metrics.memory import MemoryGauge
     from llmtrain_trainer.metrics.prometheus import TrainerMetrics
     from llmtrain_trainer.metrics.throughput import step_throughput
 
@@ -218,7 +213,7 @@ def bookkeeping(n: int = 3000) -> dict:
     dims = resolve_dims(spec.model)
     m = TrainerMetrics(job="bench", rank=0)
     dev = torch.device("cpu")
-    mem = train._Memory(dev)
+    mem = MemoryGauge(dev)
     loss_sum = torch.zeros(())
     null = open(os.devnull, "w")
     event = {

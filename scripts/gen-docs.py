@@ -190,7 +190,7 @@ def cli_md() -> str:
 def _families(registry) -> list[tuple[str, str, str, list[str]]]:
     out = []
     for collector in list(registry._collector_to_names):  # the declared metrics, children or not
-        if hasattr(collector, "families"):  # a custom collector (controller/metrics.py JobGoodput)
+        if hasattr(collector, "families"):  # a custom collector (controller/adapters/metrics.py JobGoodput)
             out += collector.families()
             continue
         kind = collector._type
@@ -202,14 +202,14 @@ def _families(registry) -> list[tuple[str, str, str, list[str]]]:
 def metrics_md() -> str:
     from prometheus_client import CollectorRegistry
 
-    from llmtrain.controller.metrics import OperatorMetrics
+    from llmtrain.controller.adapters.metrics import OperatorMetrics
     from llmtrain_trainer.metrics.prometheus import TrainerMetrics
 
     op, tr = CollectorRegistry(), CollectorRegistry()
     OperatorMetrics(op)
     TrainerMetrics(tr, job="job", rank=0)
     lines = [
-        HEADER.format(source="llmtrain.controller.metrics and llmtrain_trainer.metrics.prometheus"),
+        HEADER.format(source="llmtrain.controller.adapters.metrics and llmtrain_trainer.metrics.prometheus"),
         "# Metrics",
         "",
         "Histograms are exposed as `_bucket`, `_sum` and `_count` series. Dashboards and alert rules "

@@ -156,14 +156,24 @@ def test_the_time_per_suite_closes_every_run(tmp_path, workers):
             "conftest.py": "",
             "tests/one/test_a.py": "def test_a(): pass\ndef test_b(): pass\n",
             "tests/two/test_c.py": "import time\ndef test_c(): time.sleep(0.3)\n",
+            # CPU in a child process (as a cluster's or torchrun's): the suite's CPU counts it
+            "tests/three/test_d.py": (
+                "import subprocess, sys\n"
+                "def test_d():\n"
+                "    busy = 'import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.5: pass'\n"
+                "    subprocess.run([sys.executable, '-c', busy], check=True)\n"
+            ),
         },
     )
     r = _run(tmp_path, "-p", "plugins.suite_times", "-p", "plugins.schedule", *workers)
     assert r.returncode == 0, r.stdout + r.stderr
     table = r.stdout.split("time per suite", 1)[1].splitlines()
     rows = {ln.split()[0]: ln.split() for ln in table[2:] if ln.strip() and not ln.startswith("=")}
-    assert rows["one"][1] == "2" and rows["two"][1] == "1" and rows["all"][1] == "3", table
+    assert rows["one"][1] == "2" and rows["two"][1] == "1" and rows["all"][1] == "4", table
     assert float(rows["two"][2].rstrip("s")) >= 0.3, table
+    # columns: suite, tests, test time, CPU, wall; a sleep costs time, not CPU
+    assert float(rows["two"][3].rstrip("s")) < 0.2, table
+    assert float(rows["three"][3].rstrip("s")) >= 0.5, table
 
 
 class _Item:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import functools
 import json
 import os
+import random
 import shutil
 import signal
 import socket
 import ssl
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -95,31 +97,82 @@ def with_private_tmp(tmp: Path, argv: Sequence[str | Path], *, keep: Sequence[Pa
     return [*prefix, "sh", "-c", _PRIVATE_TMP_SH, "sh", str(tmp), str(len(kept)), *kept, *argv]
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that the OS reports free right now."""
+# Ports handed out by free_port() come from below the kernel's ephemeral range, so no outgoing
+# connection (a component's to the API server, a client's) can take one between free_port() and the
+# server's bind, and each is reserved for RESERVE_S across processes (see free_port()).
+PORTS_FROM = 16384
+RESERVE_S = 300.0
+_reserved: list[tuple[float, socket.socket]] = []  # (when, the reservation's socket), oldest first
+_rng = random.Random()
+_lock = threading.Lock()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def _reserve(port: int) -> bool:
+    """Claim ``port`` for RESERVE_S against every other free_port() caller on this machine (other
+    processes, other xdist workers): an abstract Unix socket named after it, which no other process
+    can bind while this one holds it and which the kernel drops when this process ends. No file is
+    written (a dev cluster writes nothing outside its state directory)."""
+    now = time.monotonic()
+    while _reserved and now - _reserved[0][0] > RESERVE_S:
+        _reserved.pop(0)[1].close()
+    claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        claim.bind(f"\0llmtrain-port-{port}")
+    except OSError:
+        claim.close()
+        return False
+    _reserved.append((now, claim))
+    return True
+
+
+def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def free_port_block(n: int) -> int:
-    """A base port with ``n`` consecutive ports on 127.0.0.1 free right now (a trainer's metrics
-    port + LOCAL_RANK)."""
-    for _ in range(50):
-        base = free_port()
-        socks: list[socket.socket] = []
-        try:
-            for i in range(n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", base + i))
+    """A base port with ``n`` consecutive ports on 127.0.0.1, free right now and handed out to no
+    other free_port() caller for RESERVE_S (a trainer's metrics port + LOCAL_RANK).
+
+    ``bind(port 0)`` and close, as before, let two xdist workers get the same port at once, or an
+    outgoing connection take it before the server bound it. Here ports come from
+    [PORTS_FROM, start of the ephemeral range) and each is reserved (:func:`_reserve`); where that
+    range is too small (a machine whose ephemeral range starts low) from ``bind(0)``, reserved too."""
+    lo, hi = PORTS_FROM, _ephemeral_range()[0]
+    with _lock:
+        return _free_block(n, lo, hi)
+
+
+def _free_block(n: int, lo: int, hi: int) -> int:
+    for _ in range(200):
+        if hi - lo >= 1024:
+            base = _rng.randrange(lo, hi - n + 1)
+        else:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind(("127.0.0.1", 0))
+                base = s.getsockname()[1]
+        ports = range(base, base + n)
+        if all(_bindable(p) for p in ports) and all(_reserve(p) for p in ports):
             return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
     raise RuntimeError(f"no block of {n} free ports on 127.0.0.1")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now and that no other free_port() caller on this
+    machine gets for RESERVE_S (see :func:`free_port_block`)."""
+    return free_port_block(1)
 
 
 def log_tail(path: Path | str, lines: int = 40) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from importlib.metadata import entry_points
 
 import yaml
 
@@ -185,7 +186,7 @@ def cmd_goodput(args) -> int:
         if not args.job:
             print("llmtrain goodput: give a job name or --from-file", file=sys.stderr)
             return 2
-        from .controller import kube
+        from .controller.adapters import kube
 
         job = kube.get_job(args.namespace, args.job)
         if job is None:
@@ -267,11 +268,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--from-file", metavar="FILE", help="read the job from a `kubectl get -o yaml` dump instead")
     g.add_argument("--png", metavar="FILE", help="also draw the attempts' timeline into FILE")
     g.set_defaults(func=cmd_goodput)
-    try:  # the trainer's commands need torch, which the operator image does not carry
-        from llmtrain_trainer.cli.commands import register
-    except ImportError:
-        pass
-    else:
+    for plugin in entry_points(group="llmtrain.cli"):  # the trainer's verbs (pyproject.toml)
+        try:
+            register = plugin.load()
+        except ImportError:  # an image that ships the CLI without the trainer's package
+            continue
         register(sub)
     return parser
 

@@ -110,7 +110,7 @@ PRINTER_COLUMNS = [
     # written beside the ratios (llmtrain.status.percent says why)
     {"name": "MFU", "type": "string", "jsonPath": ".status.progress.mfuPercent"},
     {"name": "Goodput", "type": "string", "jsonPath": ".status.goodput.ratioPercent"},
-    # when it will be done (controller/progress.py's eta: recent step time, steps left, checkpoint
+    # when it will be done (controller/policy/progress.py's eta: recent step time, steps left, checkpoint
     # stall); removed when the job ends
     {"name": "ETA", "type": "string", "jsonPath": ".status.progress.estimatedCompletionTime"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

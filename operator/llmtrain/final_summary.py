@@ -14,7 +14,7 @@ agreed, tokens/s is the job's at the pod's own step time), as they are at the mo
 replica 0, which need not be global rank 0 either.
 
 The format, one value per line, each the final value of the trainer's own series (the names the
-monitor scrapes, controller/progress.py's `_PROGRESS_METRICS`):
+monitor scrapes, controller/policy/progress.py's `_PROGRESS_METRICS`):
 
     llmtrain final summary v1
     llmtrain_trainer_step 40.0

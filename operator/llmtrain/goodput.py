@@ -231,7 +231,7 @@ def _int(d: dict, key: str) -> int | None:
     return int(v) if v is not None else None
 
 
-# The trainer's counters as status.progress carries them (controller/progress.py) ↔ Attempt fields.
+# The trainer's counters as status.progress carries them (controller/policy/progress.py) ↔ Attempt fields.
 COUNTERS = {
     "trainStartTime": "train_start",
     "heartbeatTime": "last_heartbeat",

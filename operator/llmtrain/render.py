@@ -332,7 +332,7 @@ def flight_recorder_env(spec: LLMTrainingJobSpec, attempt: int) -> dict[str, str
 
 def node_anti_affinity(avoid_nodes) -> dict[str, Any] | None:
     """Required node anti-affinity that keeps an attempt's pods off `avoid_nodes` (the nodes the
-    operator blamed for earlier failures; controller/nodes.py decides which, never so many that
+    operator blamed for earlier failures; controller/adapters/nodes.py decides which, never so many that
     the job cannot schedule)."""
     names = sorted(set(avoid_nodes or ()))
     if not names:
@@ -468,7 +468,7 @@ def render_attempt(
     backend (llmtrain.backends) passes its template, the c10d host its controller names, what its
     controller does not inject (`backend_env`) and the pod's `restart_policy` when its controller
     does not set one. `resume_before_step`: a loss rollback the operator decided
-    (status.resumeBeforeStep, controller/health.py). `cadence_inputs`: (job MTBF, blocking seconds
+    (status.resumeBeforeStep, controller/policy/health.py). `cadence_inputs`: (job MTBF, blocking seconds
     to start from) for intervalMinutes auto (llmtrain/cadence.py; without them the trainer uses the
     prior and the planner's estimate). `avoid_nodes`: node names this attempt's pods must not land
     on (status.avoidNodes). `rendezvous_credentials`: the operator's etcd requires client

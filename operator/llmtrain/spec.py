@@ -472,7 +472,7 @@ class ResilienceSpec(_Spec):
         "--min-restart-backoff-seconds (5 s by default), which is also what 0 gives",
     )
     max_restart_backoff_seconds: int = Field(300, ge=0, le=86400, description="cap of the restart backoff")
-    # Health rules (operator/llmtrain/controller/health.py); each verdict is a status condition.
+    # Health rules (operator/llmtrain/controller/policy/health.py); each verdict is a status condition.
     first_step_timeout_minutes: int | None = Field(
         None,
         ge=1,

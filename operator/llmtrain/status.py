@@ -9,7 +9,7 @@ the two vocabularies every part of the operator shares:
   `status.flightRecorder.reason` spell a reason in words (`Reason.words`: `StartupTimeout` →
   `startup-timeout`), as they always did.
 
-Only the decide step (`controller/decide.py` and its `situations_*.py`) sets phase, attempt, restarts,
+Only the decide step (`controller/policy/decide.py` and its `situations_*.py`) sets phase, attempt, restarts,
 reason and conditions. Reading is lenient (`parse`): an object written by an older operator (or with
 fields a newer one added) still reads.
 """
@@ -50,7 +50,7 @@ class Reason(str, Enum):
     reasons are); they never change, because existing objects, events and alerts carry them."""
 
     # the attempt's child's own states (llmtrain.backends.base.STATES), copied while it is not failed
-    # (controller/status.PHASE_OF)
+    # (controller/policy/child_status.PHASE_OF)
     CREATED = "Created"
     RUNNING = "Running"
     RESTARTING = "Restarting"
@@ -67,7 +67,7 @@ class Reason(str, Enum):
     IMMUTABLE_FIELD_CHANGED = "ImmutableFieldChanged"
     ROLLED_BACK = "RolledBack"  # event: resumeBeforeStep applied by the attempt
     POD_FAILED_ON_NODE = "PodFailedOnNode"  # event from the pod watch (nodes.py)
-    # Kueue (controller/kueue.py): the attempt's child waits suspended until Kueue admits it
+    # Kueue (controller/adapters/kueue.py): the attempt's child waits suspended until Kueue admits it
     QUEUED = "Queued"  # not admitted yet: Kueue's words in status.message
     # queued, and Kueue made no Workload for it in time: Kueue does not manage the child's kind
     # (integrations.frameworks), or another cause the message names; still waiting
@@ -89,9 +89,9 @@ class Reason(str, Enum):
     NON_FINITE_LOSS = "NonFiniteLoss"
     LOSS_SPIKE = "LossSpike"
     NO_FIRST_STEP = "NoFirstStep"
-    # a node under the attempt reports a health condition False (controller/sicknodes.py): moved away
+    # a node under the attempt reports a health condition False (controller/policy/sicknodes.py): moved away
     NODE_UNHEALTHY = "NodeUnhealthy"
-    # a rank slower than the others (controller/slownodes.py): condition StragglerDetected, its
+    # a rank slower than the others (controller/policy/slownodes.py): condition StragglerDetected, its
     # event, and the restart cause of spec.resilience.stragglers.action replace
     STRAGGLER = "Straggler"
     REPLACE_DECLINED = "ReplaceDeclined"  # replace would not pay (or its cap is reached): the event says why
@@ -106,7 +106,7 @@ class Reason(str, Enum):
     CREATE_CONTAINER_ERROR = "CreateContainerError"
     CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
     RUN_CONTAINER_ERROR = "RunContainerError"
-    # training health (controller/health.py)
+    # training health (controller/policy/health.py)
     STEPS_COMPLETING = "StepsCompleting"
     NO_RECENT_CHECKPOINT = "NoRecentCheckpoint"
     CHECKPOINT_RECENT = "CheckpointRecent"
@@ -182,7 +182,7 @@ class PlanSummary(_Status):
 
 class ProgressStatus(_Status):
     """The trainer's progress. While the job is Running, the monitor's scrape of rank 0's /metrics
-    (controller/monitor.py, every --progress-interval; its write applies only while the phase is
+    (controller/adapters/monitor.py, every --progress-interval; its write applies only while the phase is
     Running). When the job ends, decide's write that ends it: on Succeeded the trainer's final
     summary, from the termination message its pods leave on a clean exit (llmtrain/final_summary.py;
     tokensPerSecond and mfu are then the means over the steps after the first, and updateTime the
@@ -230,7 +230,7 @@ class ProgressStatus(_Status):
     )
     in_place_redone_steps: int | None = Field(None, description="steps redone after them (from a checkpoint)")
     in_place_redone_seconds: float | None = Field(None, description="those steps' measured time")
-    # ETA (controller/progress.py): the recent step time × the steps left, plus the checkpoint stall
+    # ETA (controller/policy/progress.py): the recent step time × the steps left, plus the checkpoint stall
     # expected at this attempt's rate
     estimated_remaining_seconds: int | None = None
     estimated_completion_time: str | None = Field(None, json_schema_extra=DATE_TIME)
@@ -352,7 +352,7 @@ class PreflightStatus(_Status):
 
 
 class StragglerStatus(_Status):
-    """The straggler the current attempt's rank 0 reports (controller/slownodes.py)."""
+    """The straggler the current attempt's rank 0 reports (controller/policy/slownodes.py)."""
 
     attempt: int | None = None
     rank: int | None = None
@@ -406,16 +406,16 @@ class LLMTrainingJobStatus(_Status):
     model: str | None = None
     plan: PlanSummary | None = None
     progress: ProgressStatus | None = None
-    # a NaN/spike rollback the next attempt still has to apply (controller/health.py)
+    # a NaN/spike rollback the next attempt still has to apply (controller/policy/health.py)
     resume_before_step: int | None = None
-    # failure forensics, preflight and flight recorder (controller/forensics.py)
+    # failure forensics, preflight and flight recorder (controller/policy/forensics.py)
     bad_nodes: list[BadNode] | None = None
     avoid_nodes: list[str] | None = None
     preflight: PreflightStatus | None = None
     preflight_failures: int | None = None
     node_moves: int | None = Field(
         None,
-        description="attempts moved off a node whose health condition turned False (controller/sicknodes.py); "
+        description="attempts moved off a node whose health condition turned False (controller/policy/sicknodes.py); "
         "only goes up",
     )
     flight_recorder: FlightRecorder | None = None

@@ -62,7 +62,7 @@ from kubernetes.client.exceptions import ApiException
 from goodput_hand import compare, generations, hand
 from llmtrain import goodput as gp
 from llmtrain.backends.pytorchjob import REPLICA_INDEX_LABEL
-from llmtrain.controller.status import parse_time
+from llmtrain.controller.policy.child_status import parse_time
 from llmtrain.render import child_name
 from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from llmtrain_devcluster.chain import COMPLETE_POD_LABEL

@@ -25,7 +25,7 @@ from llmtrain_devcluster.process import free_port
 from operator_core.conftest import OperatorProcess
 from plugins.needs import needs
 
-from .conftest import PTJ, wait_for
+from .conftest import PTJ, delete_namespace_and_its_pods, wait_for
 
 pytestmark = [pytest.mark.slow]
 
@@ -92,8 +92,7 @@ def queue_ns(kueue_cluster, api):
     try:
         yield name
     finally:
-        core.delete_namespace(name)
-        wait_for(lambda: not core.list_namespaced_pod(name).items, 90, f"pods of namespace {name} gone")
+        delete_namespace_and_its_pods(core, name, 90)
 
 
 def p5_job(name: str, priority: str | None = None) -> dict:

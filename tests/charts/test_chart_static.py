@@ -294,7 +294,7 @@ def test_the_operator_accepts_the_flags_the_chart_gives_it(helm):
 
 def test_node_health_conditions_reach_the_operator(helm):
     from llmtrain.controller.__main__ import node_conditions, parse_args
-    from llmtrain.controller.sicknodes import DEFAULT_CONDITIONS
+    from llmtrain.controller.policy.sicknodes import DEFAULT_CONDITIONS
 
     def conditions(*values):
         args = parse_args([a for a in _args(helm.manifests(*values)) if a.startswith(("--node-conditions", "--free"))])

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from promql_names import metric_names, variable_query_selector
 
 pytestmark = pytest.mark.infra
@@ -25,14 +24,14 @@ RULES = ROOT / "dashboards" / "rules" / "llmtrain.rules.yaml"
 # DCGM exporter fields the dashboards/rules use; all are in dcgm-exporter's default counter set
 # (etc/default-counters.csv). Note the real name is DCGM_FI_DEV_MEM_COPY_UTIL (with DEV_).
 DCGM_FIELDS = {
-    "DCGM_FI_DEV_GPU_UTIL",        # GPU utilisation, %
-    "DCGM_FI_DEV_MEM_COPY_UTIL",   # memory (copy engine) utilisation, %
-    "DCGM_FI_DEV_XID_ERRORS",      # value of the last XID error
-    "DCGM_FI_DEV_SM_CLOCK",        # SM clock, MHz
-    "DCGM_FI_DEV_GPU_TEMP",        # GPU temperature, C
-    "DCGM_FI_DEV_POWER_USAGE",     # power draw, W
-    "DCGM_FI_DEV_FB_USED",         # framebuffer used, MiB
-    "DCGM_FI_DEV_FB_FREE",         # framebuffer free, MiB
+    "DCGM_FI_DEV_GPU_UTIL",  # GPU utilisation, %
+    "DCGM_FI_DEV_MEM_COPY_UTIL",  # memory (copy engine) utilisation, %
+    "DCGM_FI_DEV_XID_ERRORS",  # value of the last XID error
+    "DCGM_FI_DEV_SM_CLOCK",  # SM clock, MHz
+    "DCGM_FI_DEV_GPU_TEMP",  # GPU temperature, C
+    "DCGM_FI_DEV_POWER_USAGE",  # power draw, W
+    "DCGM_FI_DEV_FB_USED",  # framebuffer used, MiB
+    "DCGM_FI_DEV_FB_FREE",  # framebuffer free, MiB
 }
 
 
@@ -63,15 +62,20 @@ def _registered_names() -> set[str]:
     """Sample names (counter _total, histogram _bucket/_sum/_count) the code registers."""
     from prometheus_client import CollectorRegistry
 
-    from llmtrain.controller.metrics import OperatorMetrics
+    from llmtrain.controller.adapters.metrics import OperatorMetrics
     from llmtrain_trainer.metrics.prometheus import TrainerMetrics
 
     op, tr = CollectorRegistry(), CollectorRegistry()
     OperatorMetrics(op)
     TrainerMetrics(registry=tr, job="names", rank=0)
     names = set()
-    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"),
-                "gauge": ("",), "summary": ("_sum", "_count", ""), "info": ("_info",)}
+    suffixes = {
+        "counter": ("_total",),
+        "histogram": ("_bucket", "_sum", "_count"),
+        "gauge": ("",),
+        "summary": ("_sum", "_count", ""),
+        "info": ("_info",),
+    }
     for reg in (op, tr):
         for fam in reg.collect():
             names |= {fam.name + s for s in suffixes.get(fam.type, ("",))}
@@ -146,8 +150,16 @@ def test_every_query_is_valid_promql(promtool, tmp_path):
                 sel = variable_query_selector(v["query"])
                 if sel:
                     exprs.append(sel)
-    rules = {"groups": [{"name": "dashboards", "rules": [
-        {"record": f"dashboard:query_{i}", "expr": _grafana_to_promql(e)} for i, e in enumerate(exprs)]}]}
+    rules = {
+        "groups": [
+            {
+                "name": "dashboards",
+                "rules": [
+                    {"record": f"dashboard:query_{i}", "expr": _grafana_to_promql(e)} for i, e in enumerate(exprs)
+                ],
+            }
+        ]
+    }
     f = tmp_path / "dashboard-queries.yaml"
     f.write_text(yaml.safe_dump(rules))
     r = subprocess.run([promtool, "check", "rules", f], capture_output=True, text=True, timeout=60)
@@ -158,7 +170,7 @@ def test_every_query_is_valid_promql(promtool, tmp_path):
 def test_name_extractor_finds_the_metrics():
     assert metric_names(
         'histogram_quantile(0.95, sum by (le, llmtrain_job) (rate(a_bucket{x=~"$job"}[5m]))) '
-        '/ on (ns) group_left (llmtrain_job) b offset 10m > 0.5 and time() - c:rec:avg'
+        "/ on (ns) group_left (llmtrain_job) b offset 10m > 0.5 and time() - c:rec:avg"
     ) == {"a_bucket", "b", "c:rec:avg"}
 
 

@@ -18,7 +18,7 @@ PERF = ROOT / "docs" / "performance"
 
 
 def test_a_zero_restart_backoff_is_the_operators_floor():
-    from llmtrain.controller.config import OperatorConfig
+    from llmtrain.controller.policy.config import OperatorConfig
     from llmtrain.spec import ResilienceSpec
 
     floor = f"{OperatorConfig.min_restart_backoff:g} s"

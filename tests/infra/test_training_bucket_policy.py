@@ -99,9 +99,10 @@ def obj(key: str) -> str:
     return f"{BUCKET}/{key}"
 
 
-@pytest.fixture
-def policy(terraform_bin, tmp_path):
-    return _evaluate(terraform_bin, tmp_path)
+@pytest.fixture(scope="module")
+def policy(terraform_bin, tmp_path_factory):
+    """One evaluation for the module's tests (they only read it): each test ran terraform once."""
+    return _evaluate(terraform_bin, tmp_path_factory.mktemp("policy"))
 
 
 TEAM_A = {"kubernetes-namespace": "team-a", "kubernetes-service-account": "llmtrain-trainer"}

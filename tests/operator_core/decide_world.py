@@ -7,11 +7,11 @@ from __future__ import annotations
 import datetime as dt
 
 from llmtrain import backends
-from llmtrain.controller.config import OperatorConfig
-from llmtrain.controller.decide import SPEC_HASH, decide, spec_hash
-from llmtrain.controller.observe import child_of
-from llmtrain.controller.snapshot import Observed
-from llmtrain.controller.status import timestamp
+from llmtrain.controller.adapters.observe import child_of
+from llmtrain.controller.policy.config import OperatorConfig
+from llmtrain.controller.policy.decide import SPEC_HASH, decide, spec_hash
+from llmtrain.controller.policy.progress import timestamp
+from llmtrain.controller.policy.snapshot import Observed
 from llmtrain.render import ATTEMPT_LABEL, JOB_LABEL, PREFLIGHT_EXIT_CODE
 from llmtrain.status import parse
 from llmtrain.validation import InvalidJob, validate

@@ -11,11 +11,11 @@ import datetime as dt
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 
-from llmtrain.controller.config import OperatorConfig
-from llmtrain.controller.metrics import OperatorMetrics
+from llmtrain.controller.adapters.metrics import OperatorMetrics
 from llmtrain.controller.operator import Operator
+from llmtrain.controller.policy.config import OperatorConfig
+from llmtrain.controller.policy.progress import timestamp
 from llmtrain.controller.reconciler import reconcile
-from llmtrain.controller.status import timestamp
 
 from .decide_world import UID, ptj, tiny
 

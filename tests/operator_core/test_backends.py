@@ -13,8 +13,8 @@ import pytest
 
 from llmtrain import backends
 from llmtrain.backends import JOBSET, PYTORCHJOB, choose
-from llmtrain.controller.owners import PodOwners, trusted
-from llmtrain.controller.snapshot import Child
+from llmtrain.controller.adapters.owners import PodOwners, trusted
+from llmtrain.controller.policy.snapshot import Child
 from llmtrain.validation import InvalidJob, parse_spec, validate
 
 from .decide_world import jobset_status
@@ -262,7 +262,7 @@ def test_a_pytorchjobs_pods_are_trusted_by_its_own_uid_without_a_read():
 
 
 def test_pod_summaries_know_both_backends_controllers_and_rank_labels():
-    from llmtrain.controller.status import pod_summary
+    from llmtrain.controller.policy.child_status import pod_summary
 
     def pod(owner_kind, api_version, labels):
         ref = {"apiVersion": api_version, "kind": owner_kind, "uid": "u", "controller": True}

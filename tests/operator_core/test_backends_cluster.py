@@ -153,10 +153,10 @@ def test_a_backend_whose_crd_is_not_installed_fails_the_job_naming_the_crd(dev_c
     from prometheus_client import CollectorRegistry
 
     from llmtrain.backends.jobset import JobSetBackend
-    from llmtrain.controller import kube as opkube
-    from llmtrain.controller.config import OperatorConfig
-    from llmtrain.controller.metrics import OperatorMetrics
+    from llmtrain.controller.adapters import kube as opkube
+    from llmtrain.controller.adapters.metrics import OperatorMetrics
     from llmtrain.controller.operator import Operator
+    from llmtrain.controller.policy.config import OperatorConfig
     from llmtrain.controller.reconciler import Run
 
     api = kubernetes.config.new_client_from_config(config_file=str(dev_cluster.kubeconfig))

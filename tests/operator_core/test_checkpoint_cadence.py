@@ -10,9 +10,9 @@ import math
 import pytest
 
 from llmtrain import cadence
-from llmtrain.controller import reliability
-from llmtrain.controller.snapshot import CreateResult
-from llmtrain.controller.status import Progress, timestamp
+from llmtrain.controller.adapters import reliability
+from llmtrain.controller.policy.progress import Progress, timestamp
+from llmtrain.controller.policy.snapshot import CreateResult
 from llmtrain.crd import spec_schema
 from llmtrain.spec import CheckpointSpec
 from llmtrain.validation import InvalidJob, validate
@@ -90,7 +90,7 @@ def test_auto_interval_follows_the_measured_blocking_cost():
     assert auto.measured_saves == 2
 
 
-# --- the fleet's failures (controller/reliability.py) -------------------------------------------------
+# --- the fleet's failures (controller/adapters/reliability.py) -------------------------------------------------
 
 
 def _job(ns, instance, nodes, ran_s, bad=(), wall=None, created=None):
@@ -319,7 +319,7 @@ def test_the_next_attempt_starts_from_the_measured_blocking_cost():
 
 
 def test_checkpoint_stale_follows_the_auto_interval():
-    from llmtrain.controller import health
+    from llmtrain.controller.policy import health
     from llmtrain.validation import validate as v
 
     spec = v(AUTO, "j", "etcd:2379")
@@ -333,7 +333,7 @@ def test_checkpoint_stale_follows_the_auto_interval():
 def test_checkpoint_stale_counts_the_interval_the_attempt_runs_with():
     """A change of intervalMinutes applies from the next attempt: until then the trainer saves at
     the interval its pods were rendered with (status.checkpoint), so staleness counts that one."""
-    from llmtrain.controller import health
+    from llmtrain.controller.policy import health
     from llmtrain.validation import validate as v
 
     now_60 = v(gpu(16, checkpoint={"uri": "s3://b/ckpt/", "intervalMinutes": 60}), "j", "etcd:2379")
@@ -351,10 +351,10 @@ def test_observe_reads_the_mtbf_from_the_jobs_the_operator_caches():
     a restarted operator, seeing the same statuses, starts the next attempt with the same MTBF."""
     from prometheus_client import CollectorRegistry
 
-    from llmtrain.controller.config import OperatorConfig
-    from llmtrain.controller.metrics import OperatorMetrics
-    from llmtrain.controller.observe import more
+    from llmtrain.controller.adapters.metrics import OperatorMetrics
+    from llmtrain.controller.adapters.observe import more
     from llmtrain.controller.operator import Operator
+    from llmtrain.controller.policy.config import OperatorConfig
 
     def operator_with(jobs):
         op = Operator(OperatorConfig(default_etcd_endpoint="etcd:2379"), OperatorMetrics(CollectorRegistry()))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from llmtrain.controller.snapshot import CreateResult, Workload
+from llmtrain.controller.policy.snapshot import CreateResult, Workload
 
 from .decide_world import CFG, NOW, ago, decide_, jobset, pending, ptj, running, snap, tiny
 

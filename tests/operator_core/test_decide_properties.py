@@ -22,10 +22,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmtrain.controller.act import wire
-from llmtrain.controller.sicknodes import SickNode
-from llmtrain.controller.snapshot import CreateResult
-from llmtrain.controller.status import Progress, parse_time, timestamp
+from llmtrain.controller.adapters.act import wire
+from llmtrain.controller.policy.child_status import parse_time
+from llmtrain.controller.policy.progress import Progress, timestamp
+from llmtrain.controller.policy.sicknodes import SickNode
+from llmtrain.controller.policy.snapshot import CreateResult
 from llmtrain.stragglers import RankScore, Window
 
 from .decide_world import CFG, NOW, child, decide_, jobset_status, snap, tiny
@@ -301,7 +302,7 @@ def test_waiting_in_kueue_never_spends_a_restart(backend, ticks, preempt, manage
     stays Pending at attempt 1 with restarts 0: queued is not stuck. When Kueue does not manage
     the child's kind (no Workload: Kueue's default integrations leave PyTorchJob out since v0.19),
     a new attempt says so once the wait for one is over (NoKueueWorkload), instead of Queued."""
-    from llmtrain.controller.snapshot import Workload
+    from llmtrain.controller.policy.snapshot import Workload
 
     workload = (
         Workload("w", message="couldn't assign flavors to pod set worker: insufficient quota") if managed else None

@@ -1,10 +1,10 @@
 """decide() is pure by construction: no module it can reach performs I/O.
 
-"Performs I/O", checkably, for every module in the import closure of controller/decide.py (every
+"Performs I/O", checkably, for every module in the import closure of controller/policy/decide.py (every
 import counts, inside functions too; only TYPE_CHECKING blocks are left out, they never run):
   * it imports nothing that talks to the world: the Kubernetes client, kopf, an HTTP or socket
     library, processes, the environment, the file system, threads or event loops, the clock and
-    sleep (`time`), logging; nor controller.kube, the operator's API calls;
+    sleep (`time`), logging; nor controller.adapters.kube, the operator's API calls;
   * it calls no built-in that reads or writes (open, print, input) and reads no clock
     (`.now()`, `.utcnow()`, `.today()`): decide's time is its snapshot's `now`.
 Reading the package's own data files (the catalog's YAML, the PyTorchJob template) is not I/O
@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import ast
 
-from .test_import_graph import PKG, _all_imports, _module
+from .test_import_graph import PACKAGES, _all_imports, _module
 
-DECIDE = "llmtrain.controller.decide"
+PKG = PACKAGES["llmtrain"]
+
+DECIDE = "llmtrain.controller.policy.decide"
+POLICY = "llmtrain.controller.policy"
 IO_MODULES = (
     # the API server, and any network
     "kubernetes",
     "kopf",
-    "llmtrain.controller.kube",
+    "llmtrain.controller.adapters.kube",
     "aiohttp",
     "urllib",
     "http",
@@ -57,7 +60,7 @@ PACKAGE_DATA = {
 
 
 def _graph() -> dict[str, set[str]]:
-    return {_module(p): _all_imports(p) for p in PKG.rglob("*.py")}
+    return {_module(p, PKG): _all_imports(p, PKG) for p in PKG.rglob("*.py")}
 
 
 def closure(start: str, graph: dict[str, set[str]]) -> dict[str, list[str]]:
@@ -110,11 +113,25 @@ def test_no_module_decide_reaches_performs_io():
     assert not bad, "\n".join(bad)
 
 
+def test_the_policy_package_is_pure_and_decide_reaches_nothing_else_of_the_controller():
+    """The layout says it: controller/policy/ holds decide and every pure verdict it reads, and no
+    module of it performs I/O (nor any module one of them reaches); the I/O is controller/adapters/."""
+    graph = _graph()
+    policy = sorted(m for m in graph if m == POLICY or m.startswith(POLICY + "."))
+    assert DECIDE in policy and len(policy) > 10
+    bad = sorted({v for m in policy for v in violations(m)})
+    assert not bad, "\n".join(bad)
+    outside = sorted(
+        m for m in closure(DECIDE, graph) if m.startswith("llmtrain.controller.") and not m.startswith(POLICY)
+    )
+    assert outside == []
+
+
 def test_the_check_sees_io_where_there_is_some():
     """The same check on the reconciler (observe → decide → act) finds the API client, so an empty
     answer for decide means something."""
     bad = "\n".join(violations("llmtrain.controller.reconciler"))
-    assert "llmtrain.controller.kube: kubernetes" in bad, bad
+    assert "llmtrain.controller.adapters.kube: kubernetes" in bad, bad
     assert [where for _, where in _io_calls("import datetime as dt\nprint(dt.datetime.now())")] == [
         "print() at line 2",
         "dt.datetime.now() at line 2",

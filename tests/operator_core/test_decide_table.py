@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from llmtrain.controller.sicknodes import SickNode
-from llmtrain.controller.snapshot import CreateResult, Workload
-from llmtrain.controller.status import Progress, timestamp
+from llmtrain.controller.policy.progress import Progress, timestamp
+from llmtrain.controller.policy.sicknodes import SickNode
+from llmtrain.controller.policy.snapshot import CreateResult, Workload
 from llmtrain.status import LLMTrainingJobStatus, Reason, wire_fields
 from llmtrain.stragglers import RankScore, Window
 
@@ -1041,7 +1041,7 @@ CASES = [
     ),
 ]
 
-# --- Kueue (controller/kueue.py): a queued PyTorchJob waits suspended; queued is not stuck ---
+# --- Kueue (controller/adapters/kueue.py): a queued PyTorchJob waits suspended; queued is not stuck ---
 QUEUED_SPEC = tiny(cluster={"instanceType": "cpu", "nodes": 1, "queueName": "team-a"})
 NO_QUOTA = Workload(
     "pytorchjob-j-a1-1a2b3",
@@ -1287,7 +1287,7 @@ KUEUE_CASES = [
         "steady",
     ),
 ]
-# --- a sick node under the attempt (controller/sicknodes.py: a watched node condition False) ---
+# --- a sick node under the attempt (controller/policy/sicknodes.py: a watched node condition False) ---
 GPU_SICK = SickNode("n1", "AcceleratedHardwareReady", "NvidiaXID79Error", "GPU has fallen off the bus")
 GPU2 = gpu()  # 2 nodes
 
@@ -1408,7 +1408,7 @@ SICK_CASES = [
         need="workload",
     ),
 ]
-# --- a straggler rank 0 reports (controller/slownodes.py) ---
+# --- a straggler rank 0 reports (controller/policy/slownodes.py) ---
 SLOW = Window((RankScore(5, "n2", 1.5, 1.5), RankScore(0, "n1", 1.0, 1.0)))
 NODES = frozenset({"n1", "n2"})
 CKPT = {"uri": "s3://bucket/ckpt/"}
@@ -1626,13 +1626,13 @@ def test_decide(case: Case):
         case.check(plan)
     if plan.status is not None:  # whatever decide writes is in the typed status (the CRD prunes the rest)
         assert set(plan.status) <= wire_fields(), set(plan.status) - wire_fields()
-        from llmtrain.controller.act import wire
+        from llmtrain.controller.adapters.act import wire
 
         LLMTrainingJobStatus.model_validate({k: v for k, v in wire(plan.status).items() if v is not None})
 
 
 def test_the_table_covers_every_situation_and_has_60_cases():
-    from llmtrain.controller.decide import SITUATIONS
+    from llmtrain.controller.policy.decide import SITUATIONS
 
     covered = {c.situation for c in CASES}
     named = {s.__name__ for s in SITUATIONS} | {"resumed"}

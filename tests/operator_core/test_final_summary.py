@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from llmtrain.controller.ending import summary_of
-from llmtrain.controller.progress import _PROGRESS_METRICS
-from llmtrain.controller.status import pod_summary
+from llmtrain.controller.policy.child_status import pod_summary
+from llmtrain.controller.policy.ending import summary_of
+from llmtrain.controller.policy.progress import _PROGRESS_METRICS
 from llmtrain.final_summary import HEADER, MAX_BYTES, SERIES, format_summary, from_pod, parse_summary
 from llmtrain.status import ProgressStatus
 
@@ -94,7 +94,7 @@ def test_parsing_is_linear_in_the_bounded_message():
 def test_the_largest_values_a_summary_may_hold_still_make_a_valid_status():
     """At the bound, every time is a date and every count an int64: the write that ends the job
     cannot be refused by the API server for what a tenant put in its summary."""
-    from llmtrain.controller.ending import summary_of as _summary_of
+    from llmtrain.controller.policy.ending import summary_of as _summary_of
 
     top = parse_summary(format_summary(dict.fromkeys(SERIES, 1e11)))
     progress = _summary_of([{"name": "p", "index": "0", "final": top}])

@@ -1,5 +1,5 @@
 """Failure forensics, bad-node avoidance and preflight verdicts: the pure rules
-(controller/podfailure.py, nodes.py, preflight.py, forensics.py). The chain tests (tests/chain/test_bad_nodes.py)
+(controller/policy/podfailure.py, nodes.py, preflight.py, forensics.py). The chain tests (tests/chain/test_bad_nodes.py)
 prove the same behaviour end to end."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from llmtrain.controller import forensics, podfailure, preflight
-from llmtrain.controller.nodes import plan_avoidance, record, taint_budget, taint_value
-from llmtrain.controller.podfailure import PREFLIGHT_EXIT_CODE, classify, failure_of, xid_of
+from llmtrain.controller.adapters.taints import taint_budget, taint_value
+from llmtrain.controller.policy import forensics, podfailure, preflight
+from llmtrain.controller.policy.badnodes import plan_avoidance, record
+from llmtrain.controller.policy.podfailure import PREFLIGHT_EXIT_CODE, classify, failure_of, xid_of
 from llmtrain.status import Reason
 
 PTJ_UID = "ptj-uid"

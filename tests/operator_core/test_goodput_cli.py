@@ -152,7 +152,7 @@ def test_goodput_reads_a_live_job_and_its_events_from_the_api_server(kube, monke
     # the job and its events through the operator's own raw client calls, against a real API server
     import uuid
 
-    from llmtrain.controller import kube as opkube
+    from llmtrain.controller.adapters import kube as opkube
     from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
     from .decide_world import tiny

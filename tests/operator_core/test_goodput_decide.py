@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 
 from llmtrain import goodput as gp
-from llmtrain.controller.snapshot import CreateResult
+from llmtrain.controller.policy.snapshot import CreateResult
 
 from .decide_world import NOW, ago, decide_, pending, ptj, running, snap, tiny
 
@@ -107,7 +107,7 @@ def test_a_hang_that_spends_the_last_restart_is_still_a_hang():
 def test_the_scrape_decide_judges_is_the_one_recorded():
     """The record keeps the monitor's newest scrape of the attempt (the snapshot's fact), over
     what status.progress held before it."""
-    from llmtrain.controller.status import Progress
+    from llmtrain.controller.policy.progress import Progress
 
     old = {
         "attempt": 1,
@@ -144,7 +144,7 @@ def test_in_place_restarts_spend_no_restart_and_close_into_the_attempt_record():
     """torchrun restarted the workers in place twice (the pods and the PyTorchJob kept running):
     nothing for decide to restart, status.restarts stays; when the attempt ends anyway (here a
     hang), its record keeps the in-place figures and the goodput counts them."""
-    from llmtrain.controller.status import Progress
+    from llmtrain.controller.policy.progress import Progress
 
     live = {
         "attempt": 1,

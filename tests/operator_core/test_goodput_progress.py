@@ -8,8 +8,7 @@ import datetime as dt
 import pytest
 from prometheus_client import generate_latest
 
-from llmtrain.controller.progress import eta
-from llmtrain.controller.scrape import parse_progress
+from llmtrain.controller.policy.progress import eta, parse_progress
 from llmtrain_trainer.metrics.prometheus import TrainerMetrics
 
 AT = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)

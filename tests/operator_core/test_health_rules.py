@@ -1,4 +1,4 @@
-"""The health rules as pure functions (controller/health.py) and the trainer's per-step loss facts
+"""The health rules as pure functions (controller/policy/health.py) and the trainer's per-step loss facts
 they read (llmtrain_trainer/metrics/losswatch.py): every rule fires on its trigger and stays quiet just
 below it, with the spec's thresholds."""
 
@@ -9,8 +9,9 @@ import math
 
 import pytest
 
-from llmtrain.controller import health
-from llmtrain.controller.status import Progress, progress_from_metrics, timestamp
+from llmtrain.controller.policy import health
+from llmtrain.controller.policy.child_status import progress_from_metrics
+from llmtrain.controller.policy.progress import Progress, timestamp
 from llmtrain.defaults import first_step_timeout_minutes, resolve
 from llmtrain.spec import LLMTrainingJobSpec
 from llmtrain.status import Reason

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from llmtrain.controller.config import OperatorConfig
+from llmtrain.controller.policy.config import OperatorConfig
 from llmtrain.spec import GROUP, PLURAL, VERSION
 from llmtrain_devcluster.process import free_port
 from llmtrain_devcluster.standins import running_at, worker0_pod
@@ -111,7 +111,7 @@ def _scrape(port: int, monkeypatch):
     bytes the Python heap grew by during the scrape)."""
     from types import SimpleNamespace
 
-    from llmtrain.controller.monitor import Monitor
+    from llmtrain.controller.adapters.monitor import Monitor
 
     monitor = Monitor(SimpleNamespace(config=OperatorConfig(trainer_metrics_port=port)))
 
@@ -238,7 +238,7 @@ def _best_of(fn, n: int = 5) -> float:
 
 @pytest.mark.parametrize("kind", list(HOSTILE_MESSAGES))
 def test_classifying_a_hostile_termination_message_takes_milliseconds(kind):
-    from llmtrain.controller import podfailure
+    from llmtrain.controller.policy import podfailure
 
     message = HOSTILE_MESSAGES[kind]
     if kind == "xid spaces 4k" and not _linear_xid():
@@ -250,14 +250,14 @@ def test_classifying_a_hostile_termination_message_takes_milliseconds(kind):
 
 
 def _linear_xid() -> bool:
-    from llmtrain.controller import podfailure
+    from llmtrain.controller.policy import podfailure
 
     # ~50 ms of CPU with the cubic pattern, microseconds without
     return _best_of(lambda: podfailure.xid_of("xid" + " " * 300 + "!"), n=3) < 0.02
 
 
 def test_a_termination_message_is_cut_before_any_pattern_runs():
-    from llmtrain.controller import podfailure
+    from llmtrain.controller.policy import podfailure
 
     # Through the API a pod status has no 4 KiB limit: 8 MiB of it costs the same as 4 KiB.
     huge = "NCCL " + "a" * (8 * MiB)
@@ -269,7 +269,8 @@ def test_a_termination_message_is_cut_before_any_pattern_runs():
 
 def test_a_pod_no_pytorchjob_controls_is_no_failure():
     """Labels are anyone's: a hand-made pod with a worker's labels names no node and no reason."""
-    from llmtrain.controller import nodes, podfailure
+    from llmtrain.controller.adapters import nodes
+    from llmtrain.controller.policy import podfailure
 
     assert podfailure.failure_of(_failed_pod("NVRM: Xid (PCI:0000:53:00): 79", owned=False)) is None
     assert nodes.pod_failed(_failed_pod("x", owned=False)) is False
@@ -279,7 +280,8 @@ def test_a_pod_no_pytorchjob_controls_is_no_failure():
 def test_an_attempts_failures_are_only_those_of_its_own_pytorchjobs_pods():
     """A PyTorchJob a tenant makes (with our labels) for pods of their own does not feed another
     attempt's forensics: failures are read by the attempt's PyTorchJob uid."""
-    from llmtrain.controller import nodes, podfailure
+    from llmtrain.controller.adapters import nodes
+    from llmtrain.controller.policy import podfailure
 
     seen = nodes.PodFailures()
     theirs = _failed_pod("boom", name="fake-pod", node="victim-node")
@@ -454,7 +456,8 @@ def test_a_preflight_verdict_blames_only_nodes_the_attempts_pods_ran_on(monkeypa
     attempt's pods ran (another tenant's) is not blamed, avoided or tainted."""
     import json
 
-    from llmtrain.controller import forensics, nodes, podfailure
+    from llmtrain.controller.adapters import nodes
+    from llmtrain.controller.policy import forensics, podfailure
     from llmtrain.render import PREFLIGHT_EXIT_CODE
 
     verdict = {
@@ -495,7 +498,7 @@ def test_nodes(dev_cluster, monkeypatch):
 
     from kubernetes import client
 
-    from llmtrain.controller import kube as opkube
+    from llmtrain.controller.adapters import kube as opkube
     from llmtrain.spec import INSTANCE_TYPE_LABEL
 
     itype = f"test-{uuid.uuid4().hex[:8]}"
@@ -515,7 +518,7 @@ def test_nodes(dev_cluster, monkeypatch):
 def test_suspect_taints_are_capped_per_namespace_and_expire(test_nodes):
     import datetime as dt
 
-    from llmtrain.controller import nodes
+    from llmtrain.controller.adapters import taints
 
     core, itype, names = test_nodes
     # the node's own taints, one with the time the API server keeps for a NoExecute taint
@@ -530,25 +533,25 @@ def test_suspect_taints_are_capped_per_namespace_and_expire(test_nodes):
         return {
             n.metadata.name
             for n in core.list_node(label_selector=f"node.kubernetes.io/instance-type={itype}").items
-            if any(t.key == nodes.SUSPECT_TAINT for t in n.spec.taints or [])
+            if any(t.key == taints.SUSPECT_TAINT for t in n.spec.taints or [])
         }
 
     # Every node of the group may be tainted (fraction 1), but one namespace only gets 2 of them.
-    assert nodes.taint_nodes(bad, itype, True, 1.0, "team-a", "j1", 2, 3600) == names[:2]
-    assert nodes.taint_nodes(bad, itype, True, 1.0, "team-a", "j2", 2, 3600) == []
-    assert nodes.taint_nodes(bad, itype, True, 1.0, "team-b", "j3", 2, 60) == names[2:]
+    assert taints.taint_nodes(bad, itype, True, 1.0, "team-a", "j1", 2, 3600) == names[:2]
+    assert taints.taint_nodes(bad, itype, True, 1.0, "team-a", "j2", 2, 3600) == []
+    assert taints.taint_nodes(bad, itype, True, 1.0, "team-b", "j3", 2, 60) == names[2:]
     assert suspect() == set(names)
     node = core.read_node(names[2])
-    assert node.metadata.labels[nodes.SUSPECT_NAMESPACE_LABEL] == "team-b"
-    assert node.metadata.annotations[nodes.SUSPECT_JOB_ANNOTATION] == "team-b/j3"
+    assert node.metadata.labels[taints.SUSPECT_NAMESPACE_LABEL] == "team-b"
+    assert node.metadata.annotations[taints.SUSPECT_JOB_ANNOTATION] == "team-b/j3"
     now = dt.datetime.now(dt.UTC)
-    assert nodes.untaint_expired(now) == []  # nothing expired yet
+    assert taints.untaint_expired(now) == []  # nothing expired yet
     # 2 minutes on: team-b's 60 s taints are gone, team-a's hour-long ones stay.
-    assert sorted(nodes.untaint_expired(now + dt.timedelta(minutes=2))) == names[2:]
+    assert sorted(taints.untaint_expired(now + dt.timedelta(minutes=2))) == names[2:]
     assert suspect() == set(names[:2])
-    assert nodes.SUSPECT_NAMESPACE_LABEL not in (core.read_node(names[2]).metadata.labels or {})
+    assert taints.SUSPECT_NAMESPACE_LABEL not in (core.read_node(names[2]).metadata.labels or {})
     # ... and team-b may taint again; after the hour, everything is clean, other taints kept.
-    assert sorted(nodes.untaint_expired(now + dt.timedelta(hours=2))) == names[:2]
+    assert sorted(taints.untaint_expired(now + dt.timedelta(hours=2))) == names[:2]
     assert suspect() == set()
     kept = json.loads(core.read_node(names[0], _preload_content=False).data)["spec"]["taints"]
     assert kept == others  # through two read-modify-writes, timeAdded included
@@ -610,7 +613,7 @@ def _reconcile_with_refused_create(monkeypatch, status: int, runs: int):
     boundary faked here; what the reconciler does with it is what is tested."""
     from kubernetes.client.exceptions import ApiException
 
-    from llmtrain.controller import kube as opkube
+    from llmtrain.controller.adapters import kube as opkube
 
     job = {
         "apiVersion": "llmtrain.dev/v1alpha1",
@@ -629,7 +632,7 @@ def _reconcile_with_refused_create(monkeypatch, status: int, runs: int):
 
     from prometheus_client import CollectorRegistry
 
-    from llmtrain.controller.metrics import OperatorMetrics
+    from llmtrain.controller.adapters.metrics import OperatorMetrics
     from llmtrain.controller.operator import Operator
     from llmtrain.controller.reconciler import Run
 
@@ -670,7 +673,7 @@ def test_a_conflict_or_throttled_create_is_still_retried(monkeypatch):
 def test_the_restart_backoff_has_a_floor():
     """restartBackoffSeconds 0 made a job that fails at once a create/delete loop (the chart's
     example default is 10 s, but a tenant may write 0)."""
-    from llmtrain.controller.decide import restart_backoff
+    from llmtrain.controller.policy.decide import restart_backoff
 
     assert OperatorConfig().min_restart_backoff == 5.0  # the documented default (--min-restart-backoff-seconds)
     assert restart_backoff({"restartBackoffSeconds": 0, "maxRestartBackoffSeconds": 0}, 0) == 5.0
@@ -732,7 +735,8 @@ def test_a_malformed_preflight_verdict_is_ignored_with_a_warning_not_a_crash_loo
     the restart posts as a Warning event) and the failure is an ordinary one."""
     import json
 
-    from llmtrain.controller import forensics, nodes, podfailure, preflight
+    from llmtrain.controller.adapters import nodes
+    from llmtrain.controller.policy import forensics, podfailure, preflight
     from llmtrain.render import PREFLIGHT_EXIT_CODE
 
     for bad in (

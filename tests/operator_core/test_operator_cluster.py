@@ -15,7 +15,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmtrain.backends.pytorchjob import render_pytorchjob
-from llmtrain.controller.status import parse_time
+from llmtrain.controller.policy.child_status import parse_time
 from llmtrain.planner import checkpoint_blocking_estimate, plan_job
 from llmtrain.validation import load_job, parse_spec
 from llmtrain_devcluster.standins import running_at, worker0_pod
@@ -312,7 +312,7 @@ def test_a_job_that_succeeds_shows_its_end(operator, trainer_endpoint, kube, nam
     """kubectl get llmtj after a job succeeds: the trainer's final step, loss, tokens/s and MFU (its
     pod's termination message), goodput, shares as percentages, and no ETA. Before: the monitor's
     last scrape (here three steps short of the end), its ETA, and MFU and GOODPUT as bare ratios."""
-    from llmtrain.controller import kube as opkube
+    from llmtrain.controller.adapters import kube as opkube
     from llmtrain_devcluster.standins import exited
     from llmtrain_trainer.metrics.prometheus import TrainerMetrics
 

@@ -1,4 +1,4 @@
-"""The operator's per-job goodput series (controller/metrics.py): what /metrics shows, that a
+"""The operator's per-job goodput series (controller/adapters/metrics.py): what /metrics shows, that a
 deleted job's series go with it, and what a job costs the operator to add and to remove."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmtrain.controller.metrics import OperatorMetrics
+from llmtrain.controller.adapters.metrics import OperatorMetrics
 from llmtrain.goodput import BADPUT
 
 

@@ -56,15 +56,15 @@ def test_no_controller_module_creates_state_at_import():
 def _operator():
     from prometheus_client import CollectorRegistry
 
-    from llmtrain.controller.config import OperatorConfig
-    from llmtrain.controller.metrics import OperatorMetrics
+    from llmtrain.controller.adapters.metrics import OperatorMetrics
     from llmtrain.controller.operator import Operator
+    from llmtrain.controller.policy.config import OperatorConfig
 
     return Operator(OperatorConfig(default_etcd_endpoint="etcd.test.svc:2379"), OperatorMetrics(CollectorRegistry()))
 
 
 def test_two_operators_share_no_pod_failures_or_refusals():
-    from llmtrain.controller import nodes
+    from llmtrain.controller.adapters import nodes
 
     a, b = _operator(), _operator()
     failure = {

@@ -7,9 +7,9 @@ import threading
 
 from prometheus_client import CollectorRegistry
 
-from llmtrain.controller.caches import PhaseGauge
-from llmtrain.controller.metrics import OperatorMetrics
-from llmtrain.controller.status import pod_summary, startup_problem
+from llmtrain.controller.adapters.caches import PhaseGauge
+from llmtrain.controller.adapters.metrics import OperatorMetrics
+from llmtrain.controller.policy.child_status import pod_summary, startup_problem
 
 
 def test_the_phase_gauge_is_exact_when_many_handler_threads_update_it():
@@ -86,7 +86,7 @@ def _ptj(rv: int) -> dict:
 
 
 def test_the_attempt_cache_tells_a_new_pytorchjob_version_from_one_it_already_has():
-    from llmtrain.controller.caches import AttemptCache
+    from llmtrain.controller.adapters.caches import AttemptCache
 
     cache = AttemptCache()
     assert cache.put(_ptj(5)) is True
@@ -101,8 +101,8 @@ def test_kopf_builds_no_diff_base_only_while_no_handler_needs_one():
     import kopf
 
     from llmtrain.controller import kopfconfig, watch
-    from llmtrain.controller.config import OperatorConfig
     from llmtrain.controller.operator import Operator
+    from llmtrain.controller.policy.config import OperatorConfig
 
     registry = kopf.OperatorRegistry()
     watch.register(Operator(OperatorConfig(), OperatorMetrics(CollectorRegistry())), registry)
@@ -124,7 +124,7 @@ def test_kopf_builds_no_diff_base_only_while_no_handler_needs_one():
 
 
 def test_the_pod_cache_keeps_each_attempts_pods_until_they_are_deleted():
-    from llmtrain.controller.caches import PodCache
+    from llmtrain.controller.adapters.caches import PodCache
 
     pods = PodCache()
     pods.put("ns", "j", "1", "j-a1-worker-0", {"name": "j-a1-worker-0", "phase": "Pending"})

@@ -239,7 +239,7 @@ def test_checkpoint_staging_is_memory_on_gpu_nodes(itype, medium):
     assert pod["terminationGracePeriodSeconds"] == 120
 
 
-# --- bad-node avoidance, preflight, NCCL flight recorder (controller/nodes.py, forensics.py) -------
+# --- bad-node avoidance, preflight, NCCL flight recorder (controller/adapters/nodes.py, forensics.py) -------
 
 
 def _pod_spec(obj):

@@ -1,6 +1,6 @@
 """A deleted job's node faults still count in the node MTBF of `checkpoint.intervalMinutes: auto`,
 and still after an operator restart: the operator, as a real process against the real API server,
-keeps them in its ConfigMap (controller/retired.py). Before it, the MTBF came from the cached jobs'
+keeps them in its ConfigMap (controller/adapters/retired.py). Before it, the MTBF came from the cached jobs'
 statuses alone, so deleting a job forgot its failures."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import uuid
 
 import yaml
 
-from llmtrain.controller import retired
+from llmtrain.controller.adapters import retired
 from llmtrain.spec import GROUP, PLURAL, VERSION
 from llmtrain_devcluster.process import free_port
 

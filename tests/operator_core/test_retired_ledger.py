@@ -1,4 +1,4 @@
-"""Deleted jobs' node faults and node-hours stay evidence for the node MTBF (controller/retired.py):
+"""Deleted jobs' node faults and node-hours stay evidence for the node MTBF (controller/adapters/retired.py):
 the ledger's arithmetic by hand, its bounds, and its conditional writes against a fake API boundary
 (the real API server: test_retired_cluster.py)."""
 
@@ -9,7 +9,7 @@ import json
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from llmtrain.controller import reliability, retired
+from llmtrain.controller.adapters import reliability, retired
 
 from .decide_world import NOW
 from .test_checkpoint_cadence import P5_NODE_MTBF_H, H, _bad, _job

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from llmtrain.controller import __main__ as cli
-from llmtrain.controller.caches import NodeHealth, PodCache
-from llmtrain.controller.sicknodes import DEFAULT_CONDITIONS, SickNode, amend_move, sick_conditions, under
+from llmtrain.controller.adapters.caches import NodeHealth, PodCache
+from llmtrain.controller.policy.sicknodes import DEFAULT_CONDITIONS, SickNode, amend_move, sick_conditions, under
 
 
 def node(name: str, **conditions) -> dict:

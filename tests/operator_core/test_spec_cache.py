@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from llmtrain.controller.caches import SpecCache
+from llmtrain.controller.adapters.caches import SpecCache
 from llmtrain.validation import Policy
 
 from .decide_world import ETCD, tiny

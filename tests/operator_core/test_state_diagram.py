@@ -21,7 +21,7 @@ def test_the_state_diagram_page_is_generated_from_the_decide_table():
 
 
 def test_every_reason_a_situation_writes_is_in_the_diagram():
-    from llmtrain.controller.decide import SITUATIONS
+    from llmtrain.controller.policy.decide import SITUATIONS
 
     page = (ROOT / "docs" / "reference" / "state-machine.md").read_text()
     reasons = {t.reason.value for rule in SITUATIONS for t in rule.transitions if t.reason is not None}

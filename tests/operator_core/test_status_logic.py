@@ -5,7 +5,7 @@ import datetime as dt
 from prometheus_client import CollectorRegistry, generate_latest
 
 from llmtrain.backends.pytorchjob import state_of as pytorchjob_state
-from llmtrain.controller.status import progress_from_metrics, set_condition
+from llmtrain.controller.policy.child_status import progress_from_metrics, set_condition
 
 
 def _ptj(*conds):

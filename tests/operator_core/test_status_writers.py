@@ -1,5 +1,5 @@
 """One writer of the job's lifecycle: act.write_status is the only code that writes status.phase,
-attempt, restarts or reason, and it writes decide's plan (controller/decide.py sets them).
+attempt, restarts or reason, and it writes decide's plan (controller/policy/decide.py sets them).
 
 Read from the operator package's source (ast), every path to the status subresource:
   * the raw request on `.../{name}/status` is made in kube.patch_job_status, or in
@@ -17,13 +17,15 @@ from __future__ import annotations
 import ast
 import textwrap
 
-from .test_import_graph import PKG, _module
+from .test_import_graph import PACKAGES, _module
+
+PKG = PACKAGES["llmtrain"]
 
 OWNED = {"phase", "attempt", "restarts", "reason"}
-STATUS_WRITER = ("llmtrain.controller.kube", "patch_job_status")
-PROGRESS_WRITER = ("llmtrain.controller.kube", "patch_running_progress")
+STATUS_WRITER = ("llmtrain.controller.adapters.kube", "patch_job_status")
+PROGRESS_WRITER = ("llmtrain.controller.adapters.kube", "patch_running_progress")
 PROGRESS_PATH = "/status/progress"
-THE_WRITER = ("llmtrain.controller.act", "write_status")
+THE_WRITER = ("llmtrain.controller.adapters.act", "write_status")
 
 
 def _functions(tree: ast.AST) -> dict[int, str]:
@@ -120,14 +122,14 @@ def writers(sources: dict[str, str]) -> list[str]:
 
 
 def _package() -> dict[str, str]:
-    return {_module(p): p.read_text() for p in sorted(PKG.rglob("*.py"))}
+    return {_module(p, PKG): p.read_text() for p in sorted(PKG.rglob("*.py"))}
 
 
 def test_only_act_write_status_writes_phase_attempt_restarts_reason():
     sources = _package()
     uses = [m for m, src in sources.items() if STATUS_WRITER[1] in src]
     assert set(uses) >= {STATUS_WRITER[0], THE_WRITER[0]}, uses  # what is scanned
-    assert "llmtrain.controller.monitor" in [m for m, src in sources.items() if PROGRESS_WRITER[1] in src]
+    assert "llmtrain.controller.adapters.monitor" in [m for m, src in sources.items() if PROGRESS_WRITER[1] in src]
     assert writers(sources) == []
 
 
@@ -173,4 +175,4 @@ def test_the_scan_finds_another_writer():
     assert writers({PROGRESS_WRITER[0]: only_progress}) == []
     # the monitor's own write, as it is written, is not one
     monitor = 'async def check(self):\n    await self._in_pool(self.op.kube.patch_job_status, ns, n, {"progress": p})\n'
-    assert writers({"llmtrain.controller.monitor": monitor}) == []
+    assert writers({"llmtrain.controller.adapters.monitor": monitor}) == []

@@ -223,7 +223,7 @@ def test_parse_cost_is_bounded_by_the_body_not_by_what_it_claims():
 
 
 def test_the_monitors_parse_carries_the_window_beside_the_progress():
-    from llmtrain.controller.progress import parse_progress
+    from llmtrain.controller.policy.progress import parse_progress
 
     compute = [1.0] * 4
     compute[2] = 1.5

@@ -7,7 +7,7 @@ import contextvars
 import threading
 import time
 
-from llmtrain.controller.decide import restart_backoff
+from llmtrain.controller.policy.decide import restart_backoff
 from llmtrain.controller.workqueue import WorkQueue
 
 

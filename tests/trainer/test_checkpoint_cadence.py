@@ -29,18 +29,16 @@ def _gauge(metrics, name: str) -> float:
 def test_the_checkpointers_interval_follows_the_measured_blocking_cost(tmp_path, one_process_group):
     from llmtrain.cadence import AutoInterval
     from llmtrain_trainer.checkpoint.checkpointer import Checkpointer
+    from llmtrain_trainer.job_config import CheckpointConfig
     from llmtrain_trainer.metrics.prometheus import TrainerMetrics
 
     metrics, events = TrainerMetrics(job="j", rank=0), []
     ckpt = Checkpointer(
-        str(tmp_path / "ckpt"),
-        keep=2,
-        interval_minutes=0,
-        interval_steps=0,
-        timeout_minutes=1,
+        CheckpointConfig(
+            str(tmp_path / "ckpt"), keep=2, interval_minutes=0, timeout_minutes=1, auto=AutoInterval(M, 0.5)
+        ),
         metrics=metrics,
         emit=events.append,
-        auto=AutoInterval(M, blocking_seconds=0.5),
     )
     # from the estimate: √(2 · 0.5 · 1,440,000) = 1,200 s
     assert ckpt.interval_s == pytest.approx(1200)
@@ -75,8 +73,9 @@ def test_the_checkpointers_interval_follows_the_measured_blocking_cost(tmp_path,
 
 def test_a_numeric_interval_ignores_the_blocking_cost(tmp_path, one_process_group):
     from llmtrain_trainer.checkpoint.checkpointer import Checkpointer
+    from llmtrain_trainer.job_config import CheckpointConfig
 
-    ckpt = Checkpointer(str(tmp_path / "c"), keep=1, interval_minutes=60, interval_steps=0, timeout_minutes=1)
+    ckpt = Checkpointer(CheckpointConfig(str(tmp_path / "c"), keep=1, interval_minutes=60, timeout_minutes=1))
     ckpt.saved(30)
     assert ckpt.interval_s == 3600
     ckpt.close()

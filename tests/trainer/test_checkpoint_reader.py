@@ -36,7 +36,7 @@ def _saved_state() -> dict:
 def _write(root) -> str:
     """A checkpoint as the trainer writes it (LocalStore's writer: DCP's FileSystemWriter, one file
     per rank), the format every checkpoint before and after this reader has."""
-    from llmtrain_trainer.checkpoint.checkpointer import LocalStore
+    from llmtrain_trainer.checkpoint.stores import LocalStore
 
     store = LocalStore(str(root))
     dcp.save(_saved_state(), storage_writer=store.writer(1, 0, on_commit=lambda: None), no_dist=True)
@@ -71,7 +71,7 @@ def test_the_trainers_reader_loads_a_dcp_checkpoint_bit_exactly_without_torch_lo
     """Defect: every tensor record went through `torch.load` (~0.5 ms of Python and a copy per
     record), so a resume ran at 0.24-0.46x the disk's read speed. Now tensor records are read into
     their destinations directly; the only torch.load calls left are the non-tensor records'."""
-    from llmtrain_trainer.checkpoint.checkpointer import LocalStore
+    from llmtrain_trainer.checkpoint.stores import LocalStore
 
     path = _write(tmp_path)
     expected = _blank(_saved_state())
@@ -171,7 +171,8 @@ def test_parts_of_a_record_a_resharded_load_asks_for(tmp_path, fqn, storage_offs
 def test_a_record_it_does_not_recognise_goes_through_torchs_reader(tmp_path):
     """A tensor saved with a non-plain pickle (here: a Parameter, rebuilt by another function) is
     not guessed at: DCP's reader loads it, with the same result."""
-    from llmtrain_trainer.checkpoint.reader import DirectFileReader, _NotPlain, parse_record
+    from llmtrain_trainer.checkpoint.reader import DirectFileReader
+    from llmtrain_trainer.checkpoint.records import _NotPlain, parse_record
 
     path = _write(tmp_path)
     reader = DirectFileReader(path)
@@ -215,16 +216,24 @@ def test_a_torch_without_the_storage_type_map_falls_back_to_dcps_reader(tmp_path
     expected = _blank(_saved_state())
     dcp.load(expected, storage_reader=FileSystemReader(path), no_dist=True)
 
-    # inside the package, so its relative imports (.safety) resolve as the installed one's do
-    spec = importlib.util.spec_from_file_location("llmtrain_trainer.checkpoint._reader_without_map", installed.__file__)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # a module of its own: the installed one stays
-    # Only our module's import sees the attribute missing (torch.save itself, which wrote the
+    import llmtrain_trainer.checkpoint.records as installed_records
+
+    def fresh(name: str, file: str):
+        """A fresh import of `file` as `name` in sys.modules (restored after the test), so that the
+        reader's own relative import (.records) finds the fresh record module."""
+        spec = importlib.util.spec_from_file_location(name, file)
+        mod = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, name, mod)
+        spec.loader.exec_module(mod)
+        return mod
+
+    # Only our modules' imports see the attribute missing (torch.save itself, which wrote the
     # checkpoint above, uses it in this torch).
     with pytest.MonkeyPatch.context() as mp:
         mp.delattr(torch.storage, "_dtype_to_storage_type_map")
-        with pytest.warns(RuntimeWarning, match="_dtype_to_storage_type_map"):
-            spec.loader.exec_module(module)  # a fresh import, as a trainer on that torch would do
+        with pytest.warns(RuntimeWarning, match="_dtype_to_storage_type_map"):  # as a trainer on that torch
+            fresh("llmtrain_trainer.checkpoint.records", installed_records.__file__)
+        module = fresh("llmtrain_trainer.checkpoint._reader_without_map", installed.__file__)
     assert module.DIRECT_READS is False
 
     loads = []

@@ -40,14 +40,10 @@ def _state(value: float, step=None) -> dict:
 
 def _checkpointer(uri: str, events=None):
     from llmtrain_trainer.checkpoint.checkpointer import Checkpointer
+    from llmtrain_trainer.job_config import CheckpointConfig
 
     return Checkpointer(
-        uri,
-        keep=5,
-        interval_minutes=60,
-        interval_steps=0,
-        timeout_minutes=1,
-        emit=(events.append if events is not None else None),
+        CheckpointConfig(uri, keep=5, timeout_minutes=1), emit=(events.append if events is not None else None)
     )
 
 
@@ -363,7 +359,7 @@ def test_export_copies_the_tokenizer_prepare_wrote(tmp_path):
     """The accepted case: a plain file name, a regular file in the dataset directory (a symlink
     that stays inside it is fine too)."""
     from llmtrain_trainer.cli.export import tokenizer_path
-    from llmtrain_trainer.data.loader import open_storage
+    from llmtrain_trainer.storage import open_storage
 
     data = _dataset_naming(tmp_path, "tok.json")
     (tmp_path / "tokens" / "tok.json").write_text("{}")

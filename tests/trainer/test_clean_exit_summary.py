@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import STEPS, base_spec, run_to_end
-from llmtrain.controller.ending import summary_of
-from llmtrain.controller.status import pod_summary
+from llmtrain.controller.policy.child_status import pod_summary
+from llmtrain.controller.policy.ending import summary_of
 from llmtrain.final_summary import parse_summary
 from llmtrain_devcluster.standins import exited
 

@@ -2,7 +2,7 @@
 of the first SIGKILLed, the second resuming from its checkpoint and running to the end.
 
 The test plays the operator's part with the operator's own code: it scrapes rank 0's /metrics
-(controller/scrape.py, as the monitor does), opens and closes the attempt records
+(controller/adapters/scrape.py, as the monitor does), opens and closes the attempt records
 (llmtrain/goodput.py, as decide does) and computes the buckets. They must match a hand
 computation from the trainer's step log (each step's end time, step time and data wait:
 tests/goodput_hand.py, which the chain's proof shares) within 2% of the wall time.
@@ -21,7 +21,7 @@ import pytest
 from conftest import base_spec
 from goodput_hand import generations, hand
 from llmtrain import goodput as gp
-from llmtrain.controller.scrape import parse_progress
+from llmtrain.controller.policy.progress import parse_progress
 
 pytestmark = [pytest.mark.trainer, pytest.mark.slow]
 

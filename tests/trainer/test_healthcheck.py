@@ -191,7 +191,7 @@ def test_preflight_exit_code_has_one_definition_that_both_sides_import():
             if any(isinstance(t, ast.Name) and t.id == "PREFLIGHT_EXIT_CODE" for t in targets):
                 defined_in.append(str(path.relative_to(root)))
     assert defined_in == ["operator/llmtrain/render.py"]
-    from llmtrain.controller import podfailure
+    from llmtrain.controller.policy import podfailure
     from llmtrain.render import PREFLIGHT_EXIT_CODE
 
     assert podfailure.PREFLIGHT_EXIT_CODE is PREFLIGHT_EXIT_CODE
@@ -246,7 +246,7 @@ def launch(tmp_path, nproc: int, fault: str | None, spec: str):
 @pytest.mark.trainer
 @pytest.mark.slow
 def test_launch_preflight_with_a_slow_rank_exits_distinctly_and_never_trains(tmp_path):
-    from llmtrain.controller.preflight import preflight_verdict, suspect_failures
+    from llmtrain.controller.policy.preflight import preflight_verdict, suspect_failures
     from llmtrain.render import PREFLIGHT_EXIT_CODE
 
     missing = tmp_path / "never-read-spec.yaml"  # training would fail on it (exit 1), not exit 86

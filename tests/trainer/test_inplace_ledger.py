@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import generate_latest
 
-from llmtrain.controller.scrape import parse_progress
+from llmtrain.controller.policy.progress import parse_progress
 from llmtrain_trainer.metrics.prometheus import TrainerMetrics
 from llmtrain_trainer.metrics.restarts import SLOT_BYTES, AttemptLedger, ledger_path, read_ledger
 

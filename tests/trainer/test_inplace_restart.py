@@ -102,9 +102,10 @@ def _kubelet_tail(text: str) -> str:
 def test_a_rank_that_keeps_failing_in_place_fails_its_pod_and_names_its_node(launch, etcd, tmp_path):
     """Once the pod's in-place restarts are spent, torchrun gives up: the pod's container exits
     non-zero and its log tail (the termination message) is the last failure's, so the operator's
-    existing bad-node path (controller/podfailure.py, nodes.py) blames the node it ran on, as for any pod failure."""
+    existing bad-node path (controller/policy/podfailure.py, badnodes.py) blames the node it ran on,
+    as for any pod failure."""
     from llmtrain import render
-    from llmtrain.controller import nodes, podfailure
+    from llmtrain.controller.policy import badnodes, podfailure
 
     spec = base_spec(
         **{
@@ -150,5 +151,5 @@ def test_a_rank_that_keeps_failing_in_place_fails_its_pod_and_names_its_node(lau
     failure = podfailure.failure_of(pod)
     assert failure is not None and failure["node"] == "ip-10-0-0-7" and failure["exitCode"] == rc
     assert podfailure.culprits([failure]) == [failure] and failure["reason"] == "exit 1: SIGKILL"
-    (bad,) = nodes.record([], [failure], attempt=1, when="2026-12-01T00:00:00Z")
+    (bad,) = badnodes.record([], [failure], attempt=1, when="2026-12-01T00:00:00Z")
     assert bad["node"] == "ip-10-0-0-7" and bad["reason"] == failure["reason"] and bad["attempt"] == 1

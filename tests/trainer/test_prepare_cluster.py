@@ -47,7 +47,7 @@ def corpus_bucket(s3, tmp_path):
 
 
 def _stream(storage_uri: str, index: dict) -> np.ndarray:
-    from llmtrain_trainer.data.loader import open_storage
+    from llmtrain_trainer.storage import open_storage
 
     st = open_storage(storage_uri)
     item = np.dtype(index["dtype"]).itemsize

@@ -5,7 +5,7 @@ torchrun, run as llmtrain_trainer.torchrun, writes every failed rank (or its age
 to a file of the launcher's, and the launcher writes the container's termination message from it,
 first line llmtrain.render.ROOT_CAUSE. With 8 ranks per pod the kubelet's 2 KiB log tail was
 torchrun's summary alone ("exitcode: 1", "error_file: <N/A>"): neither the exception nor whether the
-rank only lost a peer. The operator's classification (controller/podfailure.py) reads the root cause
+rank only lost a peer. The operator's classification (controller/policy/podfailure.py) reads the root cause
 from that line; a rank killed by a signal comes before the ranks that lost it, and a pod whose agent
 could not rejoin a rendezvous a peer closed stays a victim.
 """
@@ -19,7 +19,8 @@ from test_inplace_restart import _kubelet_tail
 
 from conftest import base_spec
 from llmtrain import render
-from llmtrain.controller import podfailure, reliability
+from llmtrain.controller.adapters import reliability
+from llmtrain.controller.policy import podfailure
 from llmtrain_trainer.launch import TERMINATION_MESSAGE_BYTES, root_cause_message
 from llmtrain_trainer.torchrun import agent_record, failure_record
 

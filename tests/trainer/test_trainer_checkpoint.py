@@ -24,16 +24,13 @@ def test_failed_background_save_is_reported_and_the_next_save_retries(tmp_path, 
     """Defect: DCP raises CheckpointException (a BaseException) for a failed save, which escaped the
     `except Exception` at the next save and killed training."""
     from llmtrain_trainer.checkpoint.checkpointer import Checkpointer
+    from llmtrain_trainer.job_config import CheckpointConfig
     from llmtrain_trainer.metrics.prometheus import TrainerMetrics
 
     events: list[dict] = []
     metrics = TrainerMetrics(job="j", rank=0)
     ckpt = Checkpointer(
-        str(tmp_path / "ckpt"),
-        keep=3,
-        interval_minutes=60,
-        interval_steps=0,
-        timeout_minutes=1,
+        CheckpointConfig(str(tmp_path / "ckpt"), keep=3, interval_minutes=60, interval_steps=0, timeout_minutes=1),
         metrics=metrics,
         emit=events.append,
     )
@@ -99,10 +96,12 @@ def _corrupt(step_dir, how: str) -> None:
 def test_corrupt_newest_checkpoint_falls_back_to_the_newest_that_loads(tmp_path, one_process_group, how):
     """Defect: a corrupt newest checkpoint blocked every resume although an older good one existed."""
     from llmtrain_trainer.checkpoint.checkpointer import Checkpointer
+    from llmtrain_trainer.job_config import CheckpointConfig
 
     def make(events):
         return Checkpointer(
-            str(tmp_path / "ckpt"), keep=3, interval_minutes=60, interval_steps=0, timeout_minutes=1, emit=events.append
+            CheckpointConfig(str(tmp_path / "ckpt"), keep=3, interval_minutes=60, interval_steps=0, timeout_minutes=1),
+            emit=events.append,
         )
 
     ckpt = make([])
@@ -126,8 +125,11 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_newest_that_loads(tmp_path,
 def test_no_loadable_checkpoint_is_an_error_naming_each(tmp_path, one_process_group):
     """Never silently start over (and overwrite) when checkpoints exist but none loads."""
     from llmtrain_trainer.checkpoint.checkpointer import Checkpointer
+    from llmtrain_trainer.job_config import CheckpointConfig
 
-    ckpt = Checkpointer(str(tmp_path / "ckpt"), keep=3, interval_minutes=60, interval_steps=0, timeout_minutes=1)
+    ckpt = Checkpointer(
+        CheckpointConfig(str(tmp_path / "ckpt"), keep=3, interval_minutes=60, interval_steps=0, timeout_minutes=1)
+    )
     for step in (1, 2):
         ckpt.save(step, _state(float(step)), blocking=True)
         _corrupt(tmp_path / "ckpt" / f"step-{step:010d}", "empty-metadata")
@@ -172,10 +174,11 @@ def test_truncated_newest_shard_resumes_two_ranks_from_the_older_checkpoint(corp
 def test_unwritable_local_checkpoint_location_fails_at_start_up(tmp_path, one_process_group):
     """Defect: found only at the first save, an hour in by default."""
     from llmtrain_trainer.checkpoint.checkpointer import Checkpointer
+    from llmtrain_trainer.job_config import CheckpointConfig
 
     (tmp_path / "file").write_text("not a directory")
     with pytest.raises(RuntimeError, match=r"checkpoint.uri .*file/ckpt.* is not writable") as err:
-        Checkpointer(str(tmp_path / "file" / "ckpt"), keep=1, interval_minutes=60, interval_steps=0, timeout_minutes=1)
+        Checkpointer(CheckpointConfig(str(tmp_path / "file" / "ckpt"), keep=1, timeout_minutes=1))
     assert "Not a directory" in str(err.value)
 
 
@@ -183,13 +186,14 @@ def test_unwritable_s3_checkpoint_location_fails_at_start_up(s3, one_process_gro
     import boto3
 
     from llmtrain_trainer.checkpoint.checkpointer import Checkpointer
+    from llmtrain_trainer.job_config import CheckpointConfig
 
     with pytest.raises(RuntimeError, match=r"checkpoint.uri s3://no-such-bucket/run/ is not writable") as err:
-        Checkpointer("s3://no-such-bucket/run/", keep=1, interval_minutes=60, interval_steps=0, timeout_minutes=1)
+        Checkpointer(CheckpointConfig("s3://no-such-bucket/run/", keep=1, timeout_minutes=1))
     assert "NoSuchBucket" in str(err.value)
     c = boto3.client("s3")
     c.create_bucket(Bucket="writable")
-    Checkpointer("s3://writable/run/", keep=1, interval_minutes=60, interval_steps=0, timeout_minutes=1).close()
+    Checkpointer(CheckpointConfig("s3://writable/run/", keep=1, timeout_minutes=1)).close()
     assert "Contents" not in c.list_objects_v2(Bucket="writable")  # the probe object is removed again
 
 
@@ -202,12 +206,13 @@ def test_s3_fencing_a_late_writer_of_an_old_attempt_cannot_commit_a_broken_check
     import boto3
 
     from llmtrain_trainer.checkpoint.checkpointer import Checkpointer
+    from llmtrain_trainer.job_config import CheckpointConfig
 
     boto3.client("s3").create_bucket(Bucket="fence")
     uri = "s3://fence/run/"
 
     def make(attempt):
-        return Checkpointer(uri, keep=5, interval_minutes=60, interval_steps=0, timeout_minutes=1, attempt=attempt)
+        return Checkpointer(CheckpointConfig(uri, keep=5, timeout_minutes=1, attempt=attempt))
 
     old = make(0)
     old.save(2, _state(2.0), blocking=True)

@@ -74,6 +74,7 @@ def test_quarantine_sets_aside_every_checkpoint_from_the_step_on_and_retention_i
     where, tmp_path, one_process_group, request
 ):
     from llmtrain_trainer.checkpoint.checkpointer import Checkpointer
+    from llmtrain_trainer.job_config import CheckpointConfig
 
     if where == "s3":
         import boto3
@@ -85,7 +86,7 @@ def test_quarantine_sets_aside_every_checkpoint_from_the_step_on_and_retention_i
         uri = str(tmp_path / "ckpt")
 
     def make(attempt: int, keep: int) -> Checkpointer:
-        return Checkpointer(uri, keep=keep, interval_minutes=60, interval_steps=0, timeout_minutes=1, attempt=attempt)
+        return Checkpointer(CheckpointConfig(uri, keep=keep, timeout_minutes=1, attempt=attempt))
 
     first = make(1, keep=5)
     for step in (2, 4, 6):

@@ -459,9 +459,9 @@ def test_memory_gauge_reads_current_rss_through_a_kept_descriptor():
     it, and touching 64 MiB more shows up in the next read from the same kept descriptor."""
     import os
 
-    from llmtrain_trainer.train import _Memory
+    from llmtrain_trainer.metrics.memory import MemoryGauge
 
-    mem = _Memory(torch.device("cpu"))
+    mem = MemoryGauge(torch.device("cpu"))
     try:
         before, reserved = mem.read()
         with open("/proc/self/statm") as f:

@@ -1,11 +1,15 @@
-"""The worker's inputs: the job spec (wire JSON/YAML) and the job identity, from args and env."""
+"""The worker's inputs: the job spec (wire JSON/YAML), the job identity and the worker's environment
+(`WorkerEnv`: the one place a worker reads torchrun's and the operator's variables)."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
-from dataclasses import dataclass
+import socket
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import yaml
 
@@ -62,6 +66,80 @@ class JobIdentity:
             os.environ.get("LLMTRAIN_JOB_NAME", "local"),
             os.environ.get("LLMTRAIN_JOB_NAMESPACE", "default"),
             int(os.environ.get("LLMTRAIN_ATTEMPT", "0")),
+        )
+
+
+def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
+    """`env[name]` as a non-negative integer; unset or empty: `default`; anything else is an error
+    naming the variable (it comes from torchrun, the operator or the user's shell)."""
+    raw = env.get(name) or ""
+    if not raw.strip():
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"environment variable {name}={raw!r}: expected a non-negative integer")
+    return value
+
+
+STAGING_ENV = "LLMTRAIN_CHECKPOINT_STAGING"
+
+
+def staging_dir(env: Mapping[str, str] | None = None) -> str:
+    """Node-local scratch for checkpoint shards on their way to or from S3 and for the in-place
+    restart ledger: $LLMTRAIN_CHECKPOINT_STAGING (the pod's emptyDir), else <tmp>/llmtrain-ckpt."""
+    env = os.environ if env is None else env
+    return env.get(STAGING_ENV) or os.path.join(tempfile.gettempdir(), "llmtrain-ckpt")
+
+
+@dataclass(frozen=True)
+class WorkerEnv:
+    """What a training worker takes from its environment, read once, here (`from_environ`); the
+    trainer's components get these values, never `os.environ`.
+
+    torchrun sets LOCAL_RANK, LOCAL_WORLD_SIZE, TORCHELASTIC_RESTART_COUNT and TORCHELASTIC_RUN_ID;
+    the operator renders the LLMTRAIN_* ones into the pod (llmtrain/render.py)."""
+
+    local_rank: int = 0  # LOCAL_RANK
+    local_world_size: int | None = None  # LOCAL_WORLD_SIZE; None: the world (one node)
+    restart_count: int = 0  # TORCHELASTIC_RESTART_COUNT: in-place restarts torchrun counted
+    run_id: str = ""  # TORCHELASTIC_RUN_ID: the rendezvous run (the in-place ledger's key)
+    resume_before_step: int = 0  # LLMTRAIN_RESUME_BEFORE_STEP: a loss-spike rollback (0: none)
+    metrics_port: int = 9410  # LLMTRAIN_METRICS_PORT: /metrics of local rank r on this + r
+    staging: str | None = None  # LLMTRAIN_CHECKPOINT_STAGING (None: unset)
+    cache_dir: str | None = None  # LLMTRAIN_CACHE_DIR: where S3 pretrained weights are downloaded
+    master_addr: str = ""  # MASTER_ADDR (this host's name when unset), for the rank-0 banner
+    master_port: str = ""  # MASTER_PORT
+    # LLMTRAIN_FINAL_SUMMARY: where local rank 0 writes the final summary, which the launcher makes
+    # the termination message (None: not under the launcher or `llmtrain local`, nothing written)
+    final_summary: str | None = None
+    # intervalMinutes auto: LLMTRAIN_CHECKPOINT_MTBF_SECONDS / _BLOCKING_SECONDS as the operator
+    # rendered them (parsed by checkpoint.checkpointer.auto_interval, which says what is accepted)
+    checkpoint_auto: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_environ(cls, env: Mapping[str, str] | None = None) -> WorkerEnv:
+        from llmtrain.cadence import BLOCKING_ENV, MTBF_ENV
+
+        from .torchrun import FINAL_SUMMARY_ENV
+
+        env = os.environ if env is None else env
+        local_world = _int_env(env, "LOCAL_WORLD_SIZE", 0)
+        return cls(
+            local_rank=_int_env(env, "LOCAL_RANK", 0),
+            local_world_size=local_world or None,
+            restart_count=_int_env(env, "TORCHELASTIC_RESTART_COUNT", 0),
+            run_id=env.get("TORCHELASTIC_RUN_ID") or "",
+            resume_before_step=_int_env(env, "LLMTRAIN_RESUME_BEFORE_STEP", 0),
+            metrics_port=_int_env(env, "LLMTRAIN_METRICS_PORT", 9410),
+            staging=env.get(STAGING_ENV) or None,
+            cache_dir=env.get("LLMTRAIN_CACHE_DIR") or None,
+            master_addr=env.get("MASTER_ADDR", socket.gethostname()),
+            master_port=env.get("MASTER_PORT", ""),
+            final_summary=env.get(FINAL_SUMMARY_ENV) or None,
+            checkpoint_auto={k: env[k] for k in (MTBF_ENV, BLOCKING_ENV) if k in env},
         )
 
 

@@ -17,7 +17,7 @@ id of its own (`<id>-preflight`, so the training rendezvous starts fresh). Healt
 Unhealthy (a failed device/compute/memory check, a slow node, or bus bandwidth below the catalog's):
 training does not start; the check's compact verdict becomes the container's termination message and
 the wrapper exits llmtrain.render.PREFLIGHT_EXIT_CODE (86), which the operator reads from the pod's terminated state
-(controller/preflight.py) to avoid the suspect node(s) and retry without spending a restart.
+(controller/policy/preflight.py) to avoid the suspect node(s) and retry without spending a restart.
 LLMTRAIN_PREFLIGHT_ARGS adds healthcheck options (e.g. "--size-mib 256 --iters 10"). The preflight
 round never restarts in place (`--max-restarts=0`): its verdict is the point, not getting through.
 
@@ -58,7 +58,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 
-from .torchrun import FAILURES_ENV, MAX_FAILURES
+from .torchrun import FAILURES_ENV, FINAL_SUMMARY_ENV, MAX_FAILURES
 
 
 def free_port() -> int:
@@ -150,9 +150,6 @@ def preflight_args(args: list[str], report: str, extra: Sequence[str] = ()) -> l
     raise ValueError("no -m MODULE in the torchrun arguments")
 
 
-# Where the workers' local rank 0 writes the final summary (llmtrain/final_summary.py; train.py's
-# write_final_summary), a file of this wrapper's: on a clean exit it becomes the termination message.
-FINAL_SUMMARY_ENV = "LLMTRAIN_FINAL_SUMMARY"
 TERMINATION_MESSAGE_BYTES = 4096  # the kubelet reads at most this much of a termination message
 MAX_FAILURES_FILE_BYTES = 1 << 20  # of what llmtrain_trainer.torchrun wrote: a larger one is not parsed
 MAX_OTHERS = 15  # failed ranks listed after the root cause (8 GPUs per node: all of them)

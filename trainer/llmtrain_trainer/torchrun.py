@@ -22,6 +22,11 @@ import os
 import traceback
 
 FAILURES_ENV = "LLMTRAIN_TORCHRUN_FAILURES"
+# Where the workers' local rank 0 writes the final summary (llmtrain/final_summary.py;
+# MetricsLogger.write_final_summary), a file of llmtrain_trainer.launch's: on a clean exit it becomes
+# the termination message. Here, with the other file the launcher hands down, so the workers'
+# environment (config.WorkerEnv) reads its name without importing the launcher.
+FINAL_SUMMARY_ENV = "LLMTRAIN_FINAL_SUMMARY"
 MAX_FAILURES = 64
 MAX_TEXT_CHARS = 16384  # of each message and traceback
 NO_ERROR_FILE = "<N/A>"  # ProcessFailure.error_file without one (torch's _NOT_AVAILABLE)

@@ -1,30 +1,42 @@
-"""The training loop that runs in every worker process.
+"""The training loop that runs in every worker process: `run` builds a `Trainer` and trains.
 
 Per step: this rank's micro-batches (gradient accumulation up to the global batch), forward/backward
 under FSDP2, gradient clipping, AdamW, then ONE small all-reduce of [loss, stop, save] so that every
 rank agrees on the logged loss, on stopping (SIGTERM/SIGINT reached any rank) and on checkpointing
 (the time-based interval elapsed on any rank's clock) at the same step — a checkpoint or a stop
 decided by one rank alone would deadlock the others in the next collective.
+
+The trainer is a handful of components, each built from its own config (job_config.py): the model
+(distributed/parallel.py), the optimizer (optimizer.py), the data loader (data/loader.py), the
+checkpointer (checkpoint/checkpointer.py), the metrics (metrics/logger.py) and the attempt's ledger
+(metrics/restarts.py). `Trainer` wires them and does one thing per method:
+
+    build    (the constructor) the components, in an order every rank shares
+    resume   rollback, then the newest checkpoint that loads, or pretrained weights, or a fresh init
+    step     one optimizer step → StepResult (the loss and the agreed stop/save flags)
+    log      that step's metrics and step line
+    save     a periodic checkpoint, when every rank agreed one is due
+    stop     the one way out of the loop: say why, wait for the save in flight, save the final state
+    train    the loop over the above; returns the process's exit code
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 import signal
-import socket
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-from llmtrain.catalog import instance_type
-from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
+from llmtrain.spec import LLMTrainingJobSpec
 
-from .checkpoint.checkpointer import Checkpointer, auto_interval, init_optimizer_state
-from .config import JobIdentity, dumps, global_batch_seqs, lr_at
+from .checkpoint.checkpointer import Checkpointer, init_optimizer_state
+from .config import JobIdentity, WorkerEnv, dumps
 from .data.loader import DataLoader, open_dataset
 from .distributed.parallel import (
     AllReduceCounter,
@@ -35,15 +47,17 @@ from .distributed.parallel import (
     init_distributed,
     parallelize,
 )
-from .launch import FINAL_SUMMARY_ENV
-from .metrics.losswatch import LossWatch
-from .metrics.prometheus import TrainerMetrics
+from .job_config import JobConfig, OptimizerConfig
+from .metrics.logger import MetricsLogger
 from .metrics.restarts import AttemptLedger
-from .metrics.throughput import SteadyThroughput, Throughput, step_throughput
 from .models.init import init_weights
 from .models.llama import Llama, cross_entropy
+from .optimizer import build_optimizer as _build_optimizer
+from .optimizer import clip_grad_norm
 
 log = logging.getLogger("llmtrain_trainer")
+
+Emit = Callable[[dict], None]
 
 
 def emit(event: dict) -> None:
@@ -54,12 +68,14 @@ def emit(event: dict) -> None:
 
 class StopFlag:
     """SIGTERM (node drain, spot interruption, torchrun shutting down) or SIGINT: finish the current
-    step, checkpoint, exit 0. Handlers only set a flag; the loop acts on it between steps."""
+    step, checkpoint, exit 0. Handlers only set a flag; the loop acts on it between steps (and between
+    micro-batches). `install=False`: no handlers (a test sets `signal` itself)."""
 
-    def __init__(self):
+    def __init__(self, install: bool = True):
         self.signal: int | None = None
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._handle)
+        if install:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, self._handle)
 
     def _handle(self, signum, frame) -> None:
         self.signal = signum
@@ -69,53 +85,6 @@ class StopFlag:
         return self.signal is not None
 
 
-class _Memory:
-    """Allocated/reserved bytes for the memory gauges, read every step: the CUDA allocator's
-    counters, or the process RSS on CPU — from /proc/self/statm through a descriptor kept open (an
-    open/read/close per step cost ~24 µs of CPU, a pread ~2 µs: bench/trainer_overhead.py)."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-        self._fd = os.open("/proc/self/statm", os.O_RDONLY) if device.type != "cuda" else None
-        self._page = os.sysconf("SC_PAGE_SIZE")
-
-    def read(self) -> tuple[int, int]:
-        if self._fd is None:
-            return torch.cuda.memory_allocated(self.device), torch.cuda.memory_reserved(self.device)
-        rss = int(os.pread(self._fd, 128, 0).split()[1]) * self._page
-        return rss, rss
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-def write_final_summary(metrics: TrainerMetrics, steady: Throughput | None) -> None:
-    """The final summary (TrainerMetrics.final_summary) to $LLMTRAIN_FINAL_SUMMARY, which
-    llmtrain_trainer.launch makes the container's termination message on a clean exit. Local rank 0
-    of every pod writes it; unset (not under the launcher or `llmtrain local`), nothing is written."""
-    path = os.environ.get(FINAL_SUMMARY_ENV)
-    if not path:
-        return
-    text = metrics.final_summary(*((steady.tokens_per_second, steady.mfu) if steady is not None else ()))
-    try:
-        with open(path, "w") as f:
-            f.write(text)
-    except OSError as err:  # the operator then keeps its last scrape: not worth failing the run
-        log.warning("final summary not written to %s: %s", path, err)
-
-
-def build_optimizer(model: torch.nn.Module, spec: LLMTrainingJobSpec) -> torch.optim.Optimizer:
-    """AdamW (β = 0.9, 0.95, as Llama); weight decay on matrices only, not on norm gains."""
-    decay: list[torch.nn.Parameter] = []
-    no_decay: list[torch.nn.Parameter] = []
-    for p in model.parameters():
-        (decay if p.dim() >= 2 else no_decay).append(p)
-    groups = [{"params": decay, "weight_decay": spec.training.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=spec.training.learning_rate, betas=(0.9, 0.95), eps=1e-8, foreach=True)
-
-
 def _stop_agreed(stop: StopFlag, group) -> bool:
     """Whether any rank was asked to stop (a collective: every rank calls it at the same point)."""
     flag = torch.tensor([float(stop.set)])
@@ -123,329 +92,297 @@ def _stop_agreed(stop: StopFlag, group) -> bool:
     return flag.item() > 0
 
 
-def run(spec: LLMTrainingJobSpec, job: JobIdentity) -> int:
-    stop = StopFlag()
-    device = device_for_rank()
-    if spec.fsdp.float8:
-        check_float8_device(device)  # before joining the job: a clear error, not a failed matmul later
-    init_distributed(device, spec.resilience.collective_timeout_minutes)
-    rank, world = dist.get_rank(), dist.get_world_size()
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
-    is_main = rank == 0
-    t = spec.training
-    dims = resolve_dims(spec.model)
-    seq_len = spec.data.seq_len
-    assert seq_len is not None, "unresolved spec: data.seqLen"
-    if seq_len > dims.max_seq_len:
-        raise ValueError(f"data.seqLen {seq_len} exceeds the model's max_seq_len {dims.max_seq_len}")
-    g = global_batch_seqs(spec)
-    tokens_per_step = g * seq_len
-    peak = instance_type(spec.cluster.instance_type).peak_flops_per_device
-    torch.manual_seed(t.seed)
+def build_optimizer(model: torch.nn.Module, spec: LLMTrainingJobSpec) -> torch.optim.Optimizer:
+    """The trainer's optimizer for `spec` (optimizer.py), for loops outside the trainer: the
+    single-process reference of the tests, the benches' minimal loop."""
+    return _build_optimizer(model, OptimizerConfig.from_spec(spec))
 
-    # The job name alone: the scrape adds `namespace`, as for the operator's own metrics.
-    metrics = TrainerMetrics(job=job.name, rank=rank)
-    # The attempt so far, when torchrun restarted this worker in place (metrics/restarts.py): the
-    # attempt-wide gauges carry on from it, before the first scrape of this process can see them.
-    ledger = AttemptLedger.from_env(local_rank, job.attempt)
-    restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0)
-    metrics.export_ledger(ledger, restart_count)
-    carried = ledger.state
-    if carried.train_start is not None:  # an earlier process of this attempt trained
-        metrics.train_start_timestamp_seconds.set(carried.train_start)
-        metrics.resume_step.set(carried.resume_step or 0)
-        metrics.step.set(carried.high_step)
-    metrics.serve(int(os.environ.get("LLMTRAIN_METRICS_PORT", "9410")) + local_rank)
-    metrics.hang_timeout_seconds.set(spec.resilience.hang_timeout_minutes * 60)
 
-    if is_main:
-        print(
-            f"master_addr={os.environ.get('MASTER_ADDR', socket.gethostname())} "
-            f"master_port={os.environ.get('MASTER_PORT', '')} world_size={world} "
-            f"local_world_size={local_world} backend={dist.get_backend()} device={device.type} "
-            f"job={job.label} attempt={job.attempt}",
-            flush=True,
+@dataclass
+class StepResult:
+    """What one call of `Trainer.step` did. `dropped` > 0: a stop was agreed between micro-batches and
+    the step was given up after that many (no optimizer step; `step` is the last completed one)."""
+
+    step: int
+    lr: float
+    loss: float = math.nan  # mean over the global batch (all-reduced)
+    grad_norm: torch.Tensor | None = None  # before clipping; read on rank 0 only (log)
+    seconds: float = 0.0  # wall time, batch wait to agreement included (the step timing)
+    data_wait: float = 0.0  # of which waiting for this step's batch
+    stop: bool = False  # some rank was asked to stop
+    save: bool = False  # some rank's checkpoint interval elapsed
+    dropped: int = 0
+    allreduce_bytes: int | None = None  # NO_SHARD / HYBRID_SHARD: gradient bytes all-reduced across replicas
+
+    @property
+    def completed(self) -> bool:
+        return not self.dropped
+
+
+class Trainer:
+    """One worker's training: built from a `JobConfig` inside an initialised process group."""
+
+    def __init__(self, cfg: JobConfig, *, device: torch.device, stop: StopFlag, emit: Emit = emit):
+        self.cfg, self.device, self.stop_flag = cfg, device, stop
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.local_world = cfg.env.local_world_size or self.world
+        torch.manual_seed(cfg.seed)
+
+        self.ledger = AttemptLedger.open(cfg.ledger)
+        self.metrics = MetricsLogger(
+            cfg.metrics,
+            rank=self.rank,
+            world=self.world,
+            device=device,
+            ledger=self.ledger,
+            restart_count=cfg.env.restart_count,
+            emit=emit,
         )
-        emit(
-            {
-                "event": "config",
-                "job": job.label,
-                "attempt": job.attempt,
-                "in_place_restarts": max(carried.in_place_restarts, restart_count),
-                "world_size": world,
-                "device": device.type,
-                "global_batch_seqs": g,
-                "tokens_per_step": tokens_per_step,
-                "grad_accum": g // (world * t.micro_batch_size),
-                "dims": dims.__dict__,
-                "spec": spec.wire(),
-            }
+        self.metrics.started(cfg, local_world=self.local_world, backend=dist.get_backend())
+        self.model = self._build_model()
+        self.optimizer = _build_optimizer(self.model, cfg.optimizer)
+        d = cfg.data
+        self.loader = DataLoader(
+            open_dataset(d.uri, d.seq_len, d.seed, d.vocab_size),
+            global_batch_seqs=d.global_batch_seqs,
+            dp_rank=self.rank,
+            dp_size=self.world,
+            micro_batch=d.micro_batch_size,
+            device=device,
         )
-    else:
-        log.info("rank=%d pid=%d started", rank, os.getpid())
+        carried = self.ledger.state
+        self.checkpointer = Checkpointer(
+            cfg.checkpoint,
+            metrics=self.metrics.prom,
+            emit=emit if self.rank == 0 else None,
+            carried=(carried.checkpoint_blocking_seconds, carried.saves),
+        )
+        self._build_step()
+        self.step_no = 0
+        self.resumed_step = 0
 
-    # Model: meta → wrapped/sharded → materialised shard by shard.
-    mesh = build_mesh(spec.fsdp.sharding_strategy, device.type, world, local_world)
-    with torch.device("meta"):
-        model = Llama(dims)
-    parallelize(model, mesh, spec.fsdp, device)
-    model.to_empty(device=device)
-    model.init_rope(device)
-    optimizer = build_optimizer(model, spec)
+    def _build_model(self) -> torch.nn.Module:
+        """Meta → wrapped/sharded → materialised shard by shard (the weights come in `resume`)."""
+        m = self.cfg.model
+        mesh = build_mesh(m.fsdp.sharding_strategy, self.device.type, self.world, self.local_world)
+        with torch.device("meta"):
+            model = Llama(m.dims)
+        parallelize(model, mesh, m.fsdp, self.device)
+        model.to_empty(device=self.device)
+        model.init_rope(self.device)
+        return model
 
-    dataset = open_dataset(spec.data.uri, seq_len, t.seed, dims.vocab_size)
-    loader = DataLoader(
-        dataset, global_batch_seqs=g, dp_rank=rank, dp_size=world, micro_batch=t.micro_batch_size, device=device
-    )
-    ckpt = Checkpointer(
-        spec.checkpoint.uri,
-        keep=spec.checkpoint.keep,
-        interval_minutes=(spec.checkpoint.fixed_interval_seconds or 0) / 60,
-        interval_steps=spec.checkpoint.interval_steps,
-        timeout_minutes=spec.resilience.collective_timeout_minutes,
-        metrics=metrics,
-        emit=emit if is_main else None,
-        attempt=job.attempt,
-        auto=auto_interval(spec, os.environ, (carried.checkpoint_blocking_seconds, carried.saves)),
-    )
+    def _build_step(self) -> None:
+        """What the step needs beyond the model and optimizer: the loss, the fp16 scaler, gradient
+        accumulation and replica all-reduce, the stop-agreement group."""
+        d = self.cfg.data
+        self.loss_fn = cross_entropy
+        self.params = list(self.model.parameters())
+        # fp16 has 5 exponent bits: without loss scaling small gradients underflow to zero. The sharded
+        # scaler all-reduces "found inf" so every rank skips the same steps. (bf16 needs no scaling.)
+        self.scaler = None
+        if self.cfg.model.fp16:
+            from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+            self.scaler = ShardedGradScaler(device=self.device.type)
+        self.accum = d.global_batch_seqs // (self.world * d.micro_batch_size)
+        # NO_SHARD / HYBRID_SHARD: all-reduce gradients across replicas (nodes) once per step, on the
+        # last micro-batch, not once per micro-batch; earlier micro-batches accumulate locally.
+        self.replicas = has_replicas(self.cfg.model.fsdp.sharding_strategy)
+        self.allreduce = AllReduceCounter(self.model) if self.replicas else None
+        # A stop request is acted on at the next micro-batch boundary, not only after the whole step
+        # (~37 s at 70B on 16 nodes): the partial step is dropped and the last completed step saved.
+        # Agreeing needs a collective on every boundary; a 1-float gloo all-reduce on its own group
+        # (never the GPU stream, never the checkpoint thread's group) costs well under a millisecond.
+        self.control = dist.new_group(backend="gloo") if self.accum > 1 else None
 
-    def state(step: int) -> dict:
-        msd, osd = get_state_dict(model, optimizer)
+    # -- checkpoint state ------------------------------------------------------------------------
+
+    def state_dict(self, step: int) -> dict:
+        """What a checkpoint holds: model, optimizer, and the step, world size, data position and RNG."""
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        msd, osd = get_state_dict(self.model, self.optimizer)
         return {
             "model": msd,
             "optim": osd,
-            "train": {"step": step, "world_size": world, "data": loader.state_dict(), "rng": torch.get_rng_state()},
+            "train": {
+                "step": step,
+                "world_size": self.world,
+                "data": self.loader.state_dict(),
+                "rng": torch.get_rng_state(),
+            },
         }
 
-    step = resumed_step = 0
-    t0 = time.time()
-    # A loss-spike/NaN rollback decided by the operator: resume from before that step, keeping the
-    # checkpoints from it on aside for inspection (checkpoint/checkpointer.py, "Loss-spike rollback").
-    before = int(os.environ.get("LLMTRAIN_RESUME_BEFORE_STEP") or 0)
-    if before > 0:
-        moved = ckpt.quarantine_from(before)
-        metrics.resumed_before_step.set(before)
-        if is_main:
-            emit({"event": "rollback", "before_step": before, "quarantined": moved})
-
-    def empty_state() -> dict:
+    def _empty_state(self) -> dict:
         # The optimizer state DCP loads into, created directly rather than by get_state_dict's
         # zero-gradient optimizer step (most of a resume's time before: init_optimizer_state).
-        init_optimizer_state(optimizer)
-        return state(0)
+        init_optimizer_state(self.optimizer)
+        return self.state_dict(0)
 
-    found = ckpt.resume(empty_state)
-    if found is not None:
-        latest, sd = found
-        set_state_dict(model, optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+    def load_state_dict(self, sd: dict, where: int) -> int:
+        """Hand a loaded checkpoint (`where`: its step) to the model, optimizer, RNG and data; its step."""
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        set_state_dict(self.model, self.optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
         torch.set_rng_state(sd["train"]["rng"])
-        loader.load_state_dict(sd["train"]["data"])
-        step = resumed_step = int(sd["train"]["step"])
-        if loader.step != step:
-            raise RuntimeError(f"checkpoint {latest}: data position {loader.step} != step {step}")
-        metrics.last_checkpoint_step.set(step)
-        if is_main:
-            emit(
-                {
-                    "event": "resume",
-                    "step": step,
-                    "from_world_size": int(sd["train"]["world_size"]),
-                    "world_size": world,
-                    "seconds": round(time.time() - t0, 3),
-                }
-            )
-    elif spec.model.pretrained_uri:
-        # Initial weights only when there is no checkpoint to resume: at 70B, re-reading them on
-        # every restart before the checkpoint overwrites them costs ~138 GB of reads per node.
-        from .models.pretrained import load_pretrained
+        self.loader.load_state_dict(sd["train"]["data"])
+        step = int(sd["train"]["step"])
+        if self.loader.step != step:
+            raise RuntimeError(f"checkpoint {where}: data position {self.loader.step} != step {step}")
+        return step
 
-        n = load_pretrained(model, spec.model.pretrained_uri)
-        if is_main:
-            emit({"event": "pretrained", "uri": spec.model.pretrained_uri, "tensors": n})
-    else:
-        init_weights(model, t.seed)
-    metrics.step.set(step)
+    # -- the five verbs --------------------------------------------------------------------------
 
-    params = list(model.parameters())
-    # fp16 has 5 exponent bits: without loss scaling small gradients underflow to zero. The sharded
-    # scaler all-reduces "found inf" so every rank skips the same steps. (bf16 needs no scaling.)
-    scaler = None
-    if spec.fsdp.mixed_precision == "fp16":
-        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+    def resume(self) -> int:
+        """Where this attempt starts; returns that step. A loss-spike rollback decided by the operator
+        first sets aside the checkpoints from its step on (checkpoint/checkpointer.py, "Loss-spike
+        rollback"); then the newest checkpoint that loads, else the pretrained weights — only when
+        there is no checkpoint: at 70B, re-reading them on every restart before the checkpoint
+        overwrites them costs ~138 GB of reads per node — else a fresh initialisation."""
+        r, ckpt = self.cfg.resume, self.checkpointer
+        t0 = time.time()
+        if r.before_step > 0:
+            self.metrics.rolled_back(r.before_step, ckpt.quarantine_from(r.before_step))
+        found = ckpt.resume(self._empty_state)
+        step = 0
+        if found is not None:
+            latest, sd = found
+            step = self.load_state_dict(sd, latest)
+            self.metrics.resumed(step, int(sd["train"]["world_size"]), time.time() - t0)
+        elif r.pretrained_uri:
+            from .models.pretrained import load_pretrained
 
-        scaler = ShardedGradScaler(device=device.type)
-    accum = g // (world * t.micro_batch_size)
-    # NO_SHARD / HYBRID_SHARD: all-reduce gradients across replicas (nodes) once per step, on the
-    # last micro-batch, not once per micro-batch; earlier micro-batches accumulate locally.
-    replicas = has_replicas(spec.fsdp.sharding_strategy)
-    allreduce = AllReduceCounter(model) if replicas else None
-    # A stop request is acted on at the next micro-batch boundary, not only after the whole step
-    # (~37 s at 70B on 16 nodes): the partial step is dropped and the last completed step saved.
-    # Agreeing needs a collective on every boundary; a 1-float gloo all-reduce on its own group
-    # (never the GPU stream, never the checkpoint thread's group) costs well under a millisecond.
-    control = dist.new_group(backend="gloo") if accum > 1 else None
-    r = spec.resilience
-    watch = LossWatch(r.loss_spike_window, r.loss_spike_factor, r.loss_spike_min_steps)
-    memory = _Memory(device)
-    steady = SteadyThroughput()
-    reason = "finished"
-    ledger.loop_started(time.time(), resumed_step)
-    # the attempt's: the first process's loop start and resume step (this one's after an in-place restart)
-    metrics.resume_step.set(ledger.state.resume_step or 0)
-    metrics.train_start_timestamp_seconds.set(ledger.state.train_start or 0)
-    try:
-        while step < t.max_steps:
-            t0 = time.perf_counter()
-            lr = lr_at(step + 1, t)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            micro = loader.next()
-            loss_sum = torch.zeros((), device=device)
-            for i, (x, y) in enumerate(micro):
-                if replicas and accum > 1:
-                    model.set_requires_all_reduce(i == len(micro) - 1)
-                loss = cross_entropy(model(x), y) / accum
-                (scaler.scale(loss) if scaler else loss).backward()
-                loss_sum += loss.detach()
-                if control is not None and i < len(micro) - 1 and _stop_agreed(stop, control):
-                    dropped = i + 1
-                    break
-            else:
-                dropped = 0
-            if dropped:
-                optimizer.zero_grad(set_to_none=True)
-                loader.rewind()
-                reason = "signal"
-                if is_main:
-                    emit(
-                        {
-                            "event": "stop",
-                            "step": step,
-                            "reason": "signal",
-                            "signal": signal.Signals(stop.signal).name if stop.signal else "peer",
-                            "dropped_micro_batches": dropped,
-                            "of": accum,
-                        }
-                    )
-                break
-            if scaler:
-                scaler.unscale_(optimizer)
-            grad_norm = torch.nn.utils.clip_grad_norm_(
-                params, t.grad_clip if t.grad_clip > 0 else float("inf"), foreach=True
-            )
-            if scaler:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            # [loss, stop, save]: one host→device copy of the two flags, the loss added on device.
-            flags = torch.tensor([0.0, float(stop.set), float(ckpt.due(step))], device=device)
-            flags[0] += loss_sum
-            dist.all_reduce(flags)
-            loss_v, stop_v, save_v = flags.tolist()
-            loss_v /= world
-            dt_ = time.perf_counter() - t0
+            n = load_pretrained(self.model, r.pretrained_uri, local_rank=r.local_rank, cache_dir=r.cache_dir)
+            self.metrics.pretrained(r.pretrained_uri, n)
+        else:
+            init_weights(self.model, self.cfg.model.seed)
+        self.step_no = self.resumed_step = step
+        self.metrics.at_step(step)
+        return step
 
-            tp = step_throughput(tokens_per_step, dt_, world, dims, seq_len, peak)
-            steady.add(tokens_per_step, dt_)
-            now = time.time()
-            metrics.step.set(step)
-            metrics.loss.set(loss_v)
-            metrics.tokens_per_second.set(tp.tokens_per_second)
-            metrics.tokens_total.inc(tokens_per_step // world)  # this rank's share: a sum over ranks is the job's
-            metrics.tflops_per_device.set(tp.tflops_per_device)
-            metrics.mfu.set(tp.mfu)
-            metrics.step_seconds.observe(dt_)
-            metrics.data_wait_seconds.observe(loader.last_wait)
-            alloc, reserved = memory.read()
-            metrics.memory_allocated_bytes.set(alloc)
-            metrics.memory_reserved_bytes.set(reserved)
-            watch.observe(step, loss_v)
-            watch.export(metrics)
-            metrics.heartbeat_timestamp_seconds.set(now)
-            ledger.step(step, dt_, loader.last_wait, now)
-            metrics.export_ledger(ledger, restart_count)
-            if is_main:
-                gn = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-                emit(
-                    {
-                        "event": "step",
-                        "step": step,
-                        "loss": round(loss_v, 6),
-                        "lr": lr,
-                        "grad_norm": round(float(gn), 6),
-                        "tokens_per_second": round(tp.tokens_per_second, 2),
-                        "tflops_per_device": tp.tflops_per_device,
-                        "mfu": tp.mfu,
-                        "step_seconds": round(dt_, 6),
-                        "data_wait_seconds": round(loader.last_wait, 6),
-                        **({"allreduce_bytes": allreduce.take()} if allreduce else {}),
-                        "sample_start": (step - 1) * g,
-                        "samples": g,
-                        "tokens": tokens_per_step,
-                        "max_steps": t.max_steps,
-                        "time": round(now, 6),
-                    }
-                )
+    def step(self) -> StepResult:
+        """One optimizer step over this rank's micro-batches, then the agreement all-reduce."""
+        t0 = time.perf_counter()
+        model, opt, stop = self.model, self.optimizer, self.stop_flag
+        lr = self.cfg.optimizer.lr_at(self.step_no + 1)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        micro = self.loader.next()
+        loss_sum = torch.zeros((), device=self.device)
+        last = len(micro) - 1
+        for i, (x, y) in enumerate(micro):
+            if self.replicas and self.accum > 1:
+                model.set_requires_all_reduce(i == last)
+            loss = self.loss_fn(model(x), y) / self.accum
+            (self.scaler.scale(loss) if self.scaler else loss).backward()
+            loss_sum += loss.detach()
+            if self.control is not None and i < last and _stop_agreed(stop, self.control):
+                opt.zero_grad(set_to_none=True)
+                self.loader.rewind()
+                return StepResult(step=self.step_no, lr=lr, stop=True, dropped=i + 1)
+        if self.scaler:
+            self.scaler.unscale_(opt)
+        grad_norm = clip_grad_norm(self.params, self.cfg.optimizer)
+        if self.scaler:
+            self.scaler.step(opt)
+            self.scaler.update()
+        else:
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+        self.step_no += 1
+        # [loss, stop, save]: one host→device copy of the two flags, the loss added on device.
+        flags = torch.tensor([0.0, float(stop.set), float(self.checkpointer.due(self.step_no))], device=self.device)
+        flags[0] += loss_sum
+        dist.all_reduce(flags)
+        loss_v, stop_v, save_v = flags.tolist()
+        return StepResult(
+            step=self.step_no,
+            lr=lr,
+            loss=loss_v / self.world,
+            grad_norm=grad_norm,
+            seconds=time.perf_counter() - t0,
+            data_wait=self.loader.last_wait,
+            stop=stop_v > 0,
+            save=save_v > 0,
+            allreduce_bytes=self.allreduce.take() if self.allreduce else None,
+        )
 
-            if stop_v > 0:
-                reason = "signal"
-                if is_main:
-                    emit(
-                        {
-                            "event": "stop",
-                            "step": step,
-                            "reason": "signal",
-                            "signal": signal.Signals(stop.signal).name if stop.signal else "peer",
-                        }
-                    )
-                break
-            # Never checkpoint a NaN/Inf state (every rank sees the same all-reduced loss, so all
-            # skip together): a restart must find a checkpoint from before the loss went bad.
-            if save_v > 0 and step < t.max_steps and ckpt.enabled and math.isfinite(loss_v):
-                blocked = time.perf_counter()
-                ckpt.save(step, state(step))
-                blocking = time.perf_counter() - blocked
-                metrics.checkpoint_blocking_seconds.inc(blocking)
-                ckpt.saved(blocking)  # intervalMinutes auto: the next interval follows it
-                ledger.saved(blocking, time.time())
-                metrics.export_ledger(ledger, restart_count)
+    def log(self, result: StepResult) -> None:
+        self.metrics.log(result)
+
+    def save(self, result: StepResult) -> None:
+        """The periodic checkpoint every rank agreed on. Never of a NaN/Inf state (every rank sees
+        the same all-reduced loss, so all skip together): a restart must find a checkpoint from
+        before the loss went bad; never of the last step (`stop` saves that one, blocking)."""
+        ckpt = self.checkpointer
+        if not (result.save and result.step < self.cfg.max_steps and ckpt.enabled and math.isfinite(result.loss)):
+            return
+        blocked = time.perf_counter()
+        ckpt.save(result.step, self.state_dict(result.step))
+        blocking = time.perf_counter() - blocked
+        ckpt.saved(blocking)  # intervalMinutes auto: the next interval follows it
+        self.metrics.saved(blocking)
+
+    def stop(self, result: StepResult | None) -> None:
+        """The one way out of the loop: `result` is the step a stop was agreed at (None: training
+        reached maxSteps). Says so, waits for the save in flight, and saves the final state
+        synchronously — it is the last thing this process does (also when the background save of
+        this very step failed) — unless the loss is not finite."""
+        ckpt, step = self.checkpointer, self.step_no
+        if result is not None:
+            self.metrics.stopped(step, self.stop_flag.signal, result.dropped, self.accum)
         ckpt.wait()
-        if watch.streak:
+        if self.metrics.nonfinite_streak:
             log.error(
                 "the loss of the final step %d is not finite: no final checkpoint (the newest is %s)",
                 step,
                 ckpt.last_committed,
             )
-        if ckpt.enabled and ckpt.last_committed != step and not watch.streak:
-            # End of training or a stop request: save synchronously, it's the last thing we do
-            # (also when the background save of this very step failed).
-            ckpt.save(step, state(step), blocking=True)
-    finally:
-        loader.close()
-        memory.close()
-    mean = steady.result(world, dims, seq_len, peak)
-    if is_main:
-        emit(
-            {
-                "event": "end",
-                "reason": reason,
-                "step": step,
-                "last_checkpoint": ckpt.last_committed,
-                # the steady means (SteadyThroughput), as the final summary reports them
-                **({"tokens_per_second": mean.tokens_per_second, "mfu": mean.mfu} if mean is not None else {}),
-            }
-        )
-    ckpt.close()
+        elif ckpt.enabled and ckpt.last_committed != step:
+            ckpt.save(step, self.state_dict(step), blocking=True)
+
+    def train(self) -> int:
+        """Steps until maxSteps or an agreed stop; then the final checkpoint. 0, or 1 when the final
+        checkpoint failed (the newest one is older than the last step)."""
+        self.metrics.loop_started(self.resumed_step)
+        stopped: StepResult | None = None
+        try:
+            while self.step_no < self.cfg.max_steps:
+                result = self.step()
+                if result.completed:
+                    self.log(result)
+                if result.stop:
+                    stopped = result
+                    break
+                self.save(result)
+            self.stop(stopped)
+        finally:
+            self.loader.close()
+            self.metrics.close()
+        ckpt, step = self.checkpointer, self.step_no
+        self.metrics.ended("signal" if stopped else "finished", step, ckpt.last_committed)
+        ckpt.close()
+        if ckpt.enabled and ckpt.last_committed != step and not self.metrics.nonfinite_streak:
+            log.error(
+                "the checkpoint of the final step %d failed; the newest checkpoint is %s", step, ckpt.last_committed
+            )
+            return 1
+        if self.cfg.env.local_rank == 0:
+            self.metrics.write_final_summary(self.cfg.env.final_summary)
+        return 0
+
+
+def run(spec: LLMTrainingJobSpec, job: JobIdentity, *, env: WorkerEnv | None = None, emit: Emit = emit) -> int:
+    """A worker's whole life: join the job, build the trainer, resume, train, leave. The exit code."""
+    env = WorkerEnv.from_environ() if env is None else env
+    stop = StopFlag()
+    device = device_for_rank(env.local_rank)
+    if spec.fsdp.float8:
+        check_float8_device(device)  # before joining the job: a clear error, not a failed matmul later
+    init_distributed(device, spec.resilience.collective_timeout_minutes)
+    trainer = Trainer(JobConfig.from_spec(spec, job, env), device=device, stop=stop, emit=emit)
+    trainer.resume()
+    rc = trainer.train()
     dist.destroy_process_group()
-    if ckpt.enabled and ckpt.last_committed != step and not watch.streak:
-        log.error("the checkpoint of the final step %d failed; the newest checkpoint is %s", step, ckpt.last_committed)
-        return 1
-    if local_rank == 0:
-        write_final_summary(metrics, mean)
-    return 0
+    return rc

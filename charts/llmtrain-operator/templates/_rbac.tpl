@@ -25,7 +25,7 @@ cluster-admin.
   resources: [jobsets]
   verbs: [get, list, watch, create, delete]
 {{- /* A JobSet's pods are its batch Jobs': the operator reads the Job to check it is the JobSet's
-(controller/owners.py) before it trusts its pods. Read only. */}}
+(controller/adapters/owners.py) before it trusts its pods. Read only. */}}
 - apiGroups: [batch]
   resources: [jobs]
   verbs: [get]
@@ -36,18 +36,18 @@ cluster-admin.
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
-{{- /* Why a queued job waits, in Kueue's words (controller/kueue.py). Read only. */}}
+{{- /* Why a queued job waits, in Kueue's words (controller/adapters/kueue.py). Read only. */}}
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads]
   verbs: [list]
 {{- if .Values.jobNetworkPolicy.enabled }}
-{{- /* One NetworkPolicy per job (controller/tenancy.py); created, never read or changed. */}}
+{{- /* One NetworkPolicy per job (controller/adapters/tenancy.py); created, never read or changed. */}}
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [create]
 {{- end }}
 {{- if include "llmtrain-operator.rendezvousAuth" . }}
-{{- /* Each attempt's etcd credentials (controller/tenancy.py). create only: no get/list, so the
+{{- /* Each attempt's etcd credentials (controller/adapters/tenancy.py). create only: no get/list, so the
 operator cannot read the tenants' Secrets. */}}
 - apiGroups: [""]
   resources: [secrets]

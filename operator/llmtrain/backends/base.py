@@ -21,7 +21,7 @@ from typing import ClassVar
 
 from ..render import child_name, render_attempt
 
-# The states of a child, in the words decide reads (controller/status.PHASE_OF maps them to phases,
+# The states of a child, in the words decide reads (controller/policy/child_status.PHASE_OF maps them to phases,
 # and the Created/Running/Restarting/Succeeded reasons are these words). None: it says nothing yet.
 STATES = ("Created", "Suspended", "Running", "Restarting", "Succeeded", "Failed")
 # A Kubernetes name in a DNS-1035 label (pods' hostnames, Services): at most 63 characters.

@@ -28,7 +28,7 @@ termination message of a crashed worker is its log's tail (FallbackToLogsOnError
 
 Which pods are an attempt's: a pod's controller owner is the batch Job, whose controller owner is
 the JobSet. The operator reads the Job (by its name) and trusts the pods of that Job's uid only
-when the JobSet's uid is its controller (controller/owners.py), as it trusts a PyTorchJob's pods by
+when the JobSet's uid is its controller (controller/adapters/owners.py), as it trusts a PyTorchJob's pods by
 the PyTorchJob's uid: a pod labelled like a worker by hand is never one.
 
 The JobSet's state, in decide's words: Failed and Completed (→ Succeeded) are its conditions;

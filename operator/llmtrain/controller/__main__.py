@@ -18,8 +18,8 @@ from prometheus_client import start_http_server
 
 from ..spec import BACKENDS, DEFAULT_BACKEND, DEFAULT_ETCD_ENDPOINT
 from . import kopfconfig
-from .config import OperatorConfig
-from .sicknodes import CONDITION_TYPE
+from .policy.config import OperatorConfig
+from .policy.sicknodes import CONDITION_TYPE
 
 DEFAULTS = OperatorConfig()
 
@@ -234,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         namespace_backends=namespace_backends,
         kueue_workload_wait=args.kueue_workload_wait_seconds,
     )
-    from . import tenancy, watch
+    from . import watch
+    from .adapters import tenancy
     from .operator import Operator
 
     tenancy.warm(config)
@@ -266,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
 def _become_leader(args):
     """Block until this replica holds the Lease, serving /healthz meanwhile; then keep renewing
     and exit the process the moment the lease is lost (a stale leader must not act)."""
-    from .leader import LeaderElector, LeaseConfig
+    from .adapters.leader import LeaderElector, LeaseConfig
 
     identity = os.environ.get("POD_NAME") or f"{os.uname().nodename}-{os.getpid()}"
     lease = args.leader_lease_seconds

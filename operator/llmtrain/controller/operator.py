@@ -10,18 +10,18 @@ import logging
 import threading
 import time
 
-from . import kube as kube_calls
-from . import nodes, rejections
-from .caches import AttemptCache, NodeHealth, PhaseGauge, PodCache, ProgressFacts, SpecCache
-from .config import OperatorConfig
-from .metrics import OperatorMetrics
-from .monitor import Monitor
-from .observe import unseen_child
-from .owners import PodOwners
+from .adapters import kube as kube_calls
+from .adapters import nodes, rejections
+from .adapters.caches import AttemptCache, NodeHealth, PhaseGauge, PodCache, ProgressFacts, SpecCache
+from .adapters.metrics import OperatorMetrics
+from .adapters.monitor import Monitor
+from .adapters.observe import unseen_child
+from .adapters.owners import PodOwners
+from .adapters.reliability import FleetReliability
+from .adapters.retired import RetiredJobs
+from .policy.config import OperatorConfig
+from .policy.situations_start import WATCH_WAIT
 from .reconciler import reconcile
-from .reliability import FleetReliability
-from .retired import RetiredJobs
-from .situations_start import WATCH_WAIT
 from .workqueue import WorkQueue
 
 log = logging.getLogger("llmtrain.operator")

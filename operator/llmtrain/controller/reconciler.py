@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from . import act
-from .decide import decide
-from .observe import more, observe
+from .adapters import act
+from .adapters.observe import more, observe
+from .policy.decide import decide
 
 if TYPE_CHECKING:
     from .operator import Operator

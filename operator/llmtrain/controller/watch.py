@@ -14,9 +14,10 @@ import kopf
 from .. import backends
 from ..render import ATTEMPT_LABEL, JOB_LABEL
 from ..spec import GROUP, PLURAL, VERSION
-from . import nodes, sicknodes
+from .adapters import nodes
 from .operator import Operator
-from .status import pod_summary
+from .policy import sicknodes
+from .policy.child_status import pod_summary
 
 
 def register(op: Operator, registry: kopf.OperatorRegistry | None = None) -> None:

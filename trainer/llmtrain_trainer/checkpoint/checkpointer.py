@@ -5,12 +5,10 @@ step, the data position (samples consumed), and the RNG state. DCP stores the gl
 offset of every shard, so a checkpoint written by N ranks loads on M ranks under any sharding
 strategy (resharding happens at load time).
 
-Layout, under spec.checkpoint.uri:
-
-    step-0000001000/   .metadata  __0_0.distcp  __1_0.distcp ...     complete checkpoints only
-    .partial-step-0000002000/                                         (local) being written
-    step-0000002000/   (S3) objects without _COMPLETE                 being written
-    quarantine/step-0000003000/                                       set aside by a loss-spike rollback
+Where and how a checkpoint is written, committed and read back (the layout, atomic commits, S3
+fencing by attempt, ranged S3 loads): stores.py, on the storage layer (llmtrain_trainer/storage).
+The newest `keep` complete checkpoints are kept; older ones and leftovers of interrupted saves are
+deleted (rank 0).
 
 Loss-spike rollback (LLMTRAIN_RESUME_BEFORE_STEP=S, set by the operator): the attempt resumes from
 the newest complete checkpoint with step < S; rank 0 first moves every complete checkpoint with
@@ -18,68 +16,42 @@ step >= S to `quarantine/step-N/` (`.2`, `.3`... if that name is taken), where n
 retention nor the clean-up of partial saves ever looks, so they stay for inspection and the new
 attempt can write those step numbers again. Deleting them is the user's decision.
 
-Atomicity: a checkpoint becomes visible only once every rank has written its part. DCP gathers
-all ranks' write results on rank 0 before calling the storage writer's `finish`, so `finish` on
-rank 0 is the one place that knows the checkpoint is whole; it then commits:
-- local / FSx: write into `.partial-step-N/`, then rename it to `step-N/` (atomic in POSIX);
-- S3: each rank writes its shard file to a node-local staging directory and uploads it in its
-  `write_data` (the background thread; a 70B shard upload never stalls training); `finish` uploads
-  `.metadata` and then the `_COMPLETE` marker object. Readers ignore prefixes without the marker.
-The newest `keep` complete checkpoints are kept; older ones and leftovers of interrupted saves are
-deleted (rank 0).
-
 Asynchrony: `dcp.async_save` first copies the state to host memory (the only part training waits
 for: a device→host copy of this rank's shard), then writes/uploads in a background thread over a
 dedicated gloo process group, so its collectives never interleave with the training collectives
 of the default group. One save is in flight at a time; the next one, or the end of training, waits
 for it.
-
-S3 loads read only what this rank needs: after planning, the reader knows the byte ranges of its
-items in each `__r_k.distcp` file and fetches each file's needed span with one ranged GET
-(bounded parallelism) into a sparse local file, which the file reader then reads.
-
-Both readers read tensor records straight into the state being loaded (reader.py),
-not through DCP's per-record `torch.load`; the files are the ones DCP's writer always wrote.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import gc
-import json
 import logging
 import math
-import os
-import re
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
 
 from llmtrain import cadence
 from llmtrain.cadence import AutoInterval
 
-from .reader import DirectFileReader
 from .safety import RecordLoadPlanner, UnsafeCheckpoint, refusal
+from .stores import open_store, step_name
+
+if TYPE_CHECKING:  # job_config builds CheckpointConfig.auto with auto_interval, from here
+    from ..job_config import CheckpointConfig
 
 # DCP reports a failed save/load as CheckpointException, which derives from BaseException (not
 # Exception): catch it explicitly, or one full disk ends the training run at the next save.
 SAVE_ERRORS = (Exception, CheckpointException)
 
 log = logging.getLogger(__name__)
-
-STEP_RE = re.compile(r"^step-(\d{10})$")
-QUARANTINE = "quarantine"
-MARKER = "_COMPLETE"
-METADATA = ".metadata"
 
 
 def _short(err: BaseException) -> str:
@@ -92,384 +64,6 @@ def _short(err: BaseException) -> str:
             causes.setdefault(f"{type(exc).__name__}: {exc}".rstrip(": "), []).append(rank)
         return "; ".join(f"{msg} (rank {','.join(map(str, ranks))})" for msg, ranks in causes.items())
     return f"{type(err).__name__}: {err}".rstrip(": ")
-
-
-def step_name(step: int) -> str:
-    return f"step-{step:010d}"
-
-
-def _free_name(path: str, exists: Callable[[str], bool]) -> str:
-    """`path`, or `path.2`, `path.3`... : the first that does not exist yet."""
-    candidate, n = path, 1
-    while exists(candidate):
-        n += 1
-        candidate = f"{path}.{n}"
-    return candidate
-
-
-# ----------------------------------------------------------------------------------------------
-# Local / FSx store.
-
-
-class _LocalWriter(FileSystemWriter):
-    def __init__(self, partial: str, final: str, on_commit: Callable[[], None]):
-        super().__init__(partial, single_file_per_rank=True, sync_files=True)
-        self._partial, self._final, self._on_commit = partial, final, on_commit
-
-    def finish(self, metadata, results) -> None:
-        super().finish(metadata, results)
-        old = None
-        if os.path.exists(self._final):  # a re-save of the same step: move the old one aside first
-            old = os.path.join(os.path.dirname(self._final), f".old-{os.path.basename(self._final)}")
-            os.rename(self._final, old)
-        os.rename(self._partial, self._final)
-        _fsync_dir(os.path.dirname(self._final))
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
-        self._on_commit()
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _needed_spans(reader: FileSystemReader, plan) -> dict[str, list[int]]:
-    """File → [first byte, end] of the items this rank's load plan reads from it."""
-    spans: dict[str, list[int]] = {}
-    for item in plan.items:
-        info = reader.storage_data[item.storage_index]
-        lo, hi = spans.setdefault(info.relative_path, [info.offset, info.offset + info.length])
-        spans[info.relative_path] = [min(lo, info.offset), max(hi, info.offset + info.length)]
-    return spans
-
-
-class _LocalReader(DirectFileReader):
-    def read_data(self, plan, planner):
-        # The reader works item by item (resolving each destination, parsing each record's head)
-        # between its reads: telling the kernel up front which bytes this rank needs lets it read
-        # them ahead in the background, so the disk does not idle meanwhile.
-        for rel, (lo, hi) in _needed_spans(self, plan).items():
-            try:
-                fd = os.open(os.path.join(self.path, rel), os.O_RDONLY)
-            except OSError:
-                continue  # DCP's own read reports it
-            try:
-                os.posix_fadvise(fd, lo, hi - lo, os.POSIX_FADV_WILLNEED)
-            finally:
-                os.close(fd)
-        return super().read_data(plan, planner)
-
-
-class LocalStore:
-    def __init__(self, root: str):
-        self.root = os.path.abspath(root)
-
-    def __str__(self) -> str:
-        return self.root
-
-    def check_writable(self) -> None:
-        """Create the directory and write, sync and remove a probe file (raises OSError)."""
-        os.makedirs(self.root, exist_ok=True)
-        probe = os.path.join(self.root, f".write-test-{os.getpid()}")
-        with open(probe, "wb") as f:
-            f.write(b"llmtrain")
-            f.flush()
-            os.fsync(f.fileno())
-        os.remove(probe)
-
-    def list_complete(self) -> list[int]:
-        if not os.path.isdir(self.root):
-            return []
-        return sorted(
-            int(m.group(1))
-            for n in os.listdir(self.root)
-            if (m := STEP_RE.match(n)) and os.path.exists(os.path.join(self.root, n, METADATA))
-        )
-
-    def writer(self, step: int, rank: int, on_commit: Callable[[], None]):
-        os.makedirs(self.root, exist_ok=True)
-        return _LocalWriter(
-            os.path.join(self.root, f".partial-{step_name(step)}"), os.path.join(self.root, step_name(step)), on_commit
-        )
-
-    def reader(self, step: int, rank: int):
-        return _LocalReader(os.path.join(self.root, step_name(step)))
-
-    def delete(self, step: int) -> None:
-        shutil.rmtree(os.path.join(self.root, step_name(step)), ignore_errors=True)
-
-    def quarantine(self, step: int) -> str:
-        """Move the complete checkpoint `step` aside (a rename: instant at any size)."""
-        qdir = os.path.join(self.root, QUARANTINE)
-        os.makedirs(qdir, exist_ok=True)
-        dest = _free_name(os.path.join(qdir, step_name(step)), os.path.exists)
-        os.rename(os.path.join(self.root, step_name(step)), dest)
-        _fsync_dir(self.root)
-        return dest
-
-    def discard_partial(self, step: int) -> None:
-        """What a failed save of `step` left behind (never the committed step directory)."""
-        shutil.rmtree(os.path.join(self.root, f".partial-{step_name(step)}"), ignore_errors=True)
-
-    def clean_partials(self) -> None:
-        if os.path.isdir(self.root):
-            for n in os.listdir(self.root):
-                if n.startswith((".partial-", ".old-")):
-                    shutil.rmtree(os.path.join(self.root, n), ignore_errors=True)
-
-    def finish_load(self, rank: int) -> None:
-        pass
-
-    def locations(self) -> None:
-        return None
-
-    def adopt(self, locations) -> None:
-        pass
-
-
-# ----------------------------------------------------------------------------------------------
-# S3 store.
-
-
-def _staging_root() -> str:
-    return os.environ.get("LLMTRAIN_CHECKPOINT_STAGING", os.path.join(tempfile.gettempdir(), "llmtrain-ckpt"))
-
-
-class _S3Writer(FileSystemWriter):
-    def __init__(self, store: S3Store, step: int, rank: int, on_commit: Callable[[], None]):
-        self._staging = os.path.join(_staging_root(), f"{os.getpid()}-{step_name(step)}-r{rank}")
-        shutil.rmtree(self._staging, ignore_errors=True)
-        super().__init__(self._staging, single_file_per_rank=True, sync_files=False)
-        self._store, self._step, self._on_commit = store, step, on_commit
-        self._attempt = store.attempt
-
-    def prepare_global_plan(self, plans):
-        # Rank 0, before any rank writes: a re-save of this step by this same attempt (a re-run of
-        # `llmtrain local`) first withdraws the old marker, so old metadata never vouches for new shards.
-        self._store.delete_key(self._step, self._attempt, MARKER)
-        return super().prepare_global_plan(plans)
-
-    def write_data(self, plan, planner):
-        fut = super().write_data(plan, planner)
-        results = fut.wait()  # a torch.futures.Future, already completed by the file writer
-        files = sorted({r.storage_data.relative_path for r in results})
-        for f in files:  # one file per rank in single_file_per_rank mode: one multipart upload
-            self._store.upload(os.path.join(self._staging, f), self._step, self._attempt, f)
-            os.remove(os.path.join(self._staging, f))
-        return fut
-
-    def finish(self, metadata, results) -> None:
-        super().finish(metadata, results)
-        # The commit marker names its attempt and every object the checkpoint consists of, with the
-        # size each must have: a checkpoint is complete only if all of them are there (see
-        # S3Store.list_complete), so shards deleted under a late writer can never look complete.
-        files: dict[str, int] = {}
-        for per_rank in results:
-            for r in per_rank:
-                sd = r.storage_data
-                files[sd.relative_path] = max(files.get(sd.relative_path, 0), sd.offset + sd.length)
-        meta_path = os.path.join(self._staging, METADATA)
-        files[METADATA] = os.path.getsize(meta_path)
-        self._store.upload(meta_path, self._step, self._attempt, METADATA)
-        marker = {"step": self._step, "attempt": self._attempt, "time": time.time(), "files": files}
-        self._store.put(self._step, self._attempt, MARKER, json.dumps(marker).encode())
-        shutil.rmtree(self._staging, ignore_errors=True)
-        self._on_commit()
-
-
-class _S3Reader(DirectFileReader):
-    def __init__(self, store: S3Store, step: int, attempt: int, cache: str):
-        shutil.rmtree(cache, ignore_errors=True)
-        os.makedirs(cache)
-        super().__init__(cache, source=f"s3://{store.bucket}/{store._dir(step, attempt)}")
-        self._store, self._step, self._attempt, self._cache = store, step, attempt, cache
-
-    def read_metadata(self, *args, **kwargs):
-        self._store.download(self._step, self._attempt, METADATA, os.path.join(self._cache, METADATA))
-        return super().read_metadata(*args, **kwargs)
-
-    def read_data(self, plan, planner):
-        spans = _needed_spans(self, plan)
-
-        def fetch(rel: str) -> None:
-            lo, hi = spans[rel]
-            data = self._store.get_range(self._step, self._attempt, rel, lo, hi - lo)
-            with open(os.path.join(self._cache, rel), "wb") as f:  # sparse: only [lo, hi) holds data
-                f.seek(lo)
-                f.write(data)
-
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            list(pool.map(fetch, spans))
-        return super().read_data(plan, planner)
-
-
-ATTEMPT_RE = re.compile(r"^a(\d+)$")
-
-
-class S3Store:
-    """Checkpoints under s3://bucket/prefix/step-NNNNNNNNNN/a<attempt>/.
-
-    Fencing by attempt: every attempt writes only under its own `a<attempt>/` directory, and a step
-    is complete only through a commit marker that names the attempt and lists every object with its
-    size. A new attempt may therefore delete uncommitted directories at start-up while the previous
-    attempt's pods, still in their grace period, keep uploading: whatever the old writer commits
-    afterwards is either whole (all listed objects present) or not complete — never a checkpoint
-    that looks complete over deleted shards.
-    """
-
-    def __init__(self, uri: str, attempt: int = 0):
-        from .. import s3
-
-        self.uri = uri if uri.endswith("/") else uri + "/"
-        self.bucket, self.prefix = s3.split_uri(uri)
-        self.attempt = attempt
-        self.client = s3.client()
-        self._transfer = s3.transfer_config()
-        self.owner: dict[int, int] = {}  # complete step → the attempt whose directory holds it
-
-    def __str__(self) -> str:
-        return self.uri
-
-    def _dir(self, step: int, attempt: int) -> str:
-        return f"{self.prefix}{step_name(step)}/a{attempt}/"
-
-    def _key(self, step: int, attempt: int, name: str) -> str:
-        return self._dir(step, attempt) + name
-
-    def check_writable(self) -> None:
-        """PUT and DELETE a probe object under the prefix (raises botocore's ClientError)."""
-        key = f"{self.prefix}.write-test-{os.getpid()}"
-        self.client.put_object(Bucket=self.bucket, Key=key, Body=b"llmtrain")
-        self.client.delete_object(Bucket=self.bucket, Key=key)
-
-    def upload(self, path: str, step: int, attempt: int, name: str) -> None:
-        self.client.upload_file(path, self.bucket, self._key(step, attempt, name), Config=self._transfer)
-
-    def put(self, step: int, attempt: int, name: str, body: bytes) -> None:
-        self.client.put_object(Bucket=self.bucket, Key=self._key(step, attempt, name), Body=body)
-
-    def delete_key(self, step: int, attempt: int, name: str) -> None:
-        self.client.delete_object(Bucket=self.bucket, Key=self._key(step, attempt, name))
-
-    def download(self, step: int, attempt: int, name: str, path: str) -> None:
-        self.client.download_file(self.bucket, self._key(step, attempt, name), path, Config=self._transfer)
-
-    def get_range(self, step: int, attempt: int, name: str, offset: int, length: int) -> bytes:
-        if length == 0:
-            return b""
-        r = self.client.get_object(
-            Bucket=self.bucket, Key=self._key(step, attempt, name), Range=f"bytes={offset}-{offset + length - 1}"
-        )
-        return r["Body"].read()
-
-    def _objects(self) -> dict[tuple[int, int], dict[str, int]]:
-        """(step, attempt) → {object name: size} for everything under the prefix."""
-        out: dict[tuple[int, int], dict[str, int]] = {}
-        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix):
-            for o in page.get("Contents", []):
-                parts = o["Key"][len(self.prefix) :].split("/", 2)
-                if len(parts) == 3 and (m := STEP_RE.match(parts[0])) and (a := ATTEMPT_RE.match(parts[1])):
-                    out.setdefault((int(m.group(1)), int(a.group(1))), {})[parts[2]] = o["Size"]
-        return out
-
-    def _committed(self, step: int, attempt: int, names: dict[str, int]) -> bool:
-        if MARKER not in names:
-            return False
-        try:
-            body = self.client.get_object(Bucket=self.bucket, Key=self._key(step, attempt, MARKER))["Body"].read()
-            marker = json.loads(body)
-            files = marker["files"]
-        except (ValueError, KeyError, TypeError, self.client.exceptions.ClientError) as err:
-            log.warning("%s: unreadable commit marker, ignored: %s", self._key(step, attempt, MARKER), err)
-            return False
-        if marker.get("attempt") != attempt or marker.get("step") != step:
-            return False
-        missing = [f for f, size in files.items() if names.get(f, -1) < size]
-        if missing:
-            log.warning(
-                "%s: commit marker of attempt %d lists objects that are missing or short (%s): "
-                "not a complete checkpoint",
-                self._dir(step, attempt),
-                attempt,
-                ", ".join(missing[:4]),
-            )
-            return False
-        return True
-
-    def list_complete(self) -> list[int]:
-        self.owner = {}
-        for (step, attempt), names in sorted(self._objects().items()):
-            if self._committed(step, attempt, names):
-                self.owner[step] = attempt  # sorted: the newest attempt that committed the step wins
-        return sorted(self.owner)
-
-    def locations(self) -> dict[int, int]:
-        return dict(self.owner)
-
-    def adopt(self, locations: dict[int, int]) -> None:
-        self.owner = dict(locations)
-
-    def writer(self, step: int, rank: int, on_commit: Callable[[], None]):
-        return _S3Writer(self, step, rank, on_commit)
-
-    def reader(self, step: int, rank: int):
-        return _S3Reader(self, step, self.owner.get(step, self.attempt), self._cache_dir(step, rank))
-
-    def _cache_dir(self, step: int, rank: int) -> str:
-        return os.path.join(_staging_root(), f"{os.getpid()}-load-{step_name(step)}-r{rank}")
-
-    def finish_load(self, rank: int) -> None:
-        for n in os.listdir(_staging_root()):
-            if n.startswith(f"{os.getpid()}-load-"):
-                shutil.rmtree(os.path.join(_staging_root(), n), ignore_errors=True)
-
-    def _delete_prefix(self, prefix: str) -> None:
-        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
-        for page in pages:
-            keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-            if keys:
-                # Markers first, so a checkpoint being deleted is never seen as complete-but-partial.
-                marker = [k for k in keys if k["Key"].endswith("/" + MARKER)]
-                if marker:
-                    self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": marker})
-                self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": keys})
-
-    def delete(self, step: int) -> None:
-        self._delete_prefix(f"{self.prefix}{step_name(step)}/")
-
-    def quarantine(self, step: int) -> str:
-        """Copy every object of `step` (all attempts) under quarantine/step-N/ (server-side,
-        multipart for large shards), then delete the originals, markers first."""
-        src = f"{self.prefix}{step_name(step)}/"
-
-        def exists(prefix: str) -> bool:
-            return bool(self.client.list_objects_v2(Bucket=self.bucket, Prefix=prefix + "/", MaxKeys=1).get("KeyCount"))
-
-        dest = _free_name(f"{self.prefix}{QUARANTINE}/{step_name(step)}", exists) + "/"
-        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=src):
-            for o in page.get("Contents", []):
-                self.client.copy(
-                    {"Bucket": self.bucket, "Key": o["Key"]},
-                    self.bucket,
-                    dest + o["Key"][len(src) :],
-                    Config=self._transfer,
-                )
-        self._delete_prefix(src)
-        return f"s3://{self.bucket}/{dest}"
-
-    def discard_partial(self, step: int) -> None:
-        pass  # uncommitted objects are never loaded; the next attempt's start-up removes them
-
-    def clean_partials(self) -> None:
-        """Remove every attempt directory without a valid commit (also one a previous attempt may
-        still be writing: fencing makes that safe, see the class docstring)."""
-        for (step, attempt), names in self._objects().items():
-            if not self._committed(step, attempt, names):
-                self._delete_prefix(self._dir(step, attempt))
 
 
 def init_optimizer_state(optimizer) -> None:
@@ -548,21 +142,21 @@ def auto_interval(spec, env: Mapping[str, str], carried: tuple[float, int] = (0.
     if mtbf is None or mtbf == 0:
         inst = instance_type(spec.cluster.instance_type)
         mtbf = cadence.node_mtbf(inst.name, inst.gpus_per_node).job_seconds(spec.cluster.nodes)
-    total, saves = carried
-    if saves > 0 and math.isfinite(total) and total >= 0:
-        return AutoInterval(mtbf, total / saves, measured_saves=saves)
     blocking = _positive(env, cadence.BLOCKING_ENV)
     if blocking is None:
         blocking = checkpoint_blocking_estimate(plan_job(spec))
-    return AutoInterval(mtbf, blocking)
+    return carry_measured(AutoInterval(mtbf, blocking), carried)
 
 
-def open_store(uri: str, attempt: int = 0):
-    if uri.startswith("s3://"):
-        return S3Store(uri, attempt)
-    from ..config import local_path
-
-    return LocalStore(local_path(uri))
+def carry_measured(auto: AutoInterval | None, carried: tuple[float, int]) -> AutoInterval | None:
+    """`auto` (a copy: the checkpointer's own), or, when this attempt's earlier processes measured
+    saves (`carried`: their blocking seconds and count), the same MTBF with their mean blocking cost."""
+    if auto is None:
+        return None
+    total, saves = carried
+    if saves > 0 and math.isfinite(total) and total >= 0:
+        return AutoInterval(auto.mtbf_seconds, total / saves, measured_saves=saves)
+    return AutoInterval(auto.mtbf_seconds, auto.blocking_seconds, auto.measured_saves)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -573,23 +167,21 @@ class Checkpointer:
 
     def __init__(
         self,
-        uri: str | None,
+        cfg: CheckpointConfig,
         *,
-        keep: int,
-        interval_minutes: float,
-        interval_steps: int,
-        timeout_minutes: float,
         metrics=None,
         emit: Callable[[dict], None] | None = None,
-        attempt: int = 0,
-        auto: AutoInterval | None = None,
+        carried: tuple[float, int] = (0.0, 0),
     ):
-        self.store = open_store(uri, attempt) if uri else None
-        self.keep = keep
+        """`carried`: the blocking seconds and saves of this attempt's earlier processes (an in-place
+        restart: the ledger); with intervalMinutes auto their mean replaces the estimate."""
+        self.cfg = cfg
+        self.store = open_store(cfg.uri, cfg.attempt, cfg.staging) if cfg.uri else None
+        self.keep = cfg.keep
         # intervalMinutes auto: the interval follows the measured blocking cost (`saved`)
-        self.auto = auto
-        self.interval_s = auto.seconds if auto is not None else interval_minutes * 60
-        self.interval_steps = interval_steps
+        self.auto = carry_measured(cfg.auto, carried)
+        self.interval_s = self.auto.seconds if self.auto is not None else cfg.interval_minutes * 60
+        self.interval_steps = cfg.interval_steps
         self.metrics = metrics
         self.emit = emit or (lambda event: None)
         self.rank = dist.get_rank()
@@ -602,7 +194,7 @@ class Checkpointer:
         # A separate gloo group for the background save: its collectives run in another thread and
         # must not interleave with the training collectives on the default group. Uploads can be
         # slow, hence the generous timeout.
-        self.pg = dist.new_group(backend="gloo", timeout=dt.timedelta(minutes=max(60.0, timeout_minutes)))
+        self.pg = dist.new_group(backend="gloo", timeout=dt.timedelta(minutes=max(60.0, cfg.timeout_minutes)))
         self._export_interval()
         if self.store is not None:
             # Rank 0 checks that it can write there now, not at the first save an hour in; every

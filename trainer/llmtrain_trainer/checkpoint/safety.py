@@ -188,7 +188,7 @@ def check_directory(path: str) -> dict[str, int]:
     damaged one); returns how many records of each kind it holds."""
     import os
 
-    from .reader import _NotPlain, parse_record
+    from .records import _NotPlain, parse_record
 
     where = os.path.join(path, ".metadata")
     with open(where, "rb") as f:

@@ -17,33 +17,29 @@ import json
 import os
 import shutil
 import warnings
-from typing import Any
 
 import torch
 
 from llmtrain.spec import LLMTrainingJobSpec, resolve_dims
 
-from ..checkpoint.checkpointer import open_store, step_name
+from ..checkpoint.stores import open_store, step_name
 from ..models.hf import hf_config
 from ..models.llama import Llama
+from ..storage import LocalStorage, Storage, open_storage
 
 DTYPES = {"bf16": (torch.bfloat16, "bfloat16"), "fp16": (torch.float16, "float16"), "fp32": (torch.float32, "float32")}
 
 
-def _data_index(uri: str) -> tuple[dict | None, Any]:
+def _data_index(uri: str) -> tuple[dict | None, Storage | None]:
     if uri == "synthetic":
         return None, None
-    from ..data.loader import INDEX, open_storage
+    from ..data.loader import INDEX
 
     storage = open_storage(uri)
     try:
         return json.loads(storage.read_text(INDEX)), storage
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError):  # StorageError is an OSError: no index to read
         return None, None
-    except Exception as err:  # botocore's ClientError: treat as "no index"
-        if type(err).__name__ == "ClientError":
-            return None, None
-        raise
 
 
 def tokenizer_path(data_uri: str, storage, name) -> str:
@@ -59,7 +55,7 @@ def tokenizer_path(data_uri: str, storage, name) -> str:
             'prepare writes the tokenizer\'s file name, e.g. "tokenizer.json", beside the shards); '
             "not exported"
         )
-    if not hasattr(storage, "root"):
+    if not isinstance(storage, LocalStorage):
         return name
     root = os.path.realpath(storage.root)
     path = os.path.realpath(os.path.join(root, name))
@@ -164,11 +160,11 @@ def export(
         json.dump({"eos_token_id": eos} if eos is not None else {}, f, indent=2)
     if source is not None:
         dest = os.path.join(output, "tokenizer.json")
-        if hasattr(storage, "root"):
-            shutil.copyfile(source, dest)
+        if isinstance(storage, LocalStorage):
+            shutil.copyfile(source, dest)  # the resolved path tokenizer_path checked
         else:
-            with open(dest, "w") as f:
-                f.write(storage.read_text(source))
+            assert storage is not None  # a tokenizer name comes from the index it holds
+            storage.download(source, dest)
     return {
         "step": step,
         "checkpoint": meta["llmtrain_checkpoint"],

@@ -1,4 +1,7 @@
-"""Training data: the token-shard format, local/S3 readers, a deterministic resumable order.
+"""Training data: the token-shard format, a deterministic resumable order, the prefetching loader.
+
+Shards are read through the storage layer (llmtrain_trainer/storage: local/FSx paths and S3 prefixes,
+exact ranged reads).
 
 Token-shard format (`llmtrain-tokens/v1`), written by `llmtrain prepare`
 -----------------------------------------------------------------------
@@ -40,9 +43,7 @@ takes the sub-range [s·G + r·G/R, s·G + (r+1)·G/R). Hence
 from __future__ import annotations
 
 import json
-import os
 import re
-import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
@@ -70,78 +71,6 @@ def check_name(name, where: str) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
-# Storage: read byte ranges of shard files.
-
-
-class LocalStorage:
-    """Files under a local / FSx / PVC directory, read with pread (no shared file offset: thread-safe)."""
-
-    def __init__(self, root: str):
-        self.root = root
-        self._fds: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def read_text(self, name: str) -> str:
-        with open(os.path.join(self.root, name)) as f:
-            return f.read()
-
-    def read_range(self, name: str, offset: int, length: int) -> bytes:
-        with self._lock:
-            fd = self._fds.get(name)
-            if fd is None:
-                fd = self._fds[name] = os.open(os.path.join(self.root, name), os.O_RDONLY)
-        out = bytearray()
-        while len(out) < length:
-            chunk = os.pread(fd, length - len(out), offset + len(out))
-            if not chunk:
-                raise EOFError(f"{name}: short read at {offset + len(out)}")
-            out += chunk
-        return bytes(out)
-
-    def close(self) -> None:
-        with self._lock:
-            fds, self._fds = list(self._fds.values()), {}
-        for fd in fds:
-            os.close(fd)
-
-
-class S3Storage:
-    """Objects under s3://bucket/prefix/, read with ranged GETs (endpoint from AWS_ENDPOINT_URL)."""
-
-    def __init__(self, uri: str):
-        from ..s3 import client, split_uri
-
-        self.bucket, self.prefix = split_uri(uri)
-        self.client = client()
-
-    def _key(self, name: str) -> str:
-        return f"{self.prefix}{name}"
-
-    def read_text(self, name: str) -> str:
-        return self.client.get_object(Bucket=self.bucket, Key=self._key(name))["Body"].read().decode()
-
-    def read_range(self, name: str, offset: int, length: int) -> bytes:
-        r = self.client.get_object(
-            Bucket=self.bucket, Key=self._key(name), Range=f"bytes={offset}-{offset + length - 1}"
-        )
-        data = r["Body"].read()
-        if len(data) != length:
-            raise EOFError(f"s3://{self.bucket}/{self._key(name)}: got {len(data)} of {length} bytes")
-        return data
-
-    def close(self) -> None:
-        pass
-
-
-def open_storage(uri: str):
-    if uri.startswith("s3://"):
-        return S3Storage(uri)
-    from ..config import local_path
-
-    return LocalStorage(os.path.abspath(local_path(uri)))
-
-
-# ----------------------------------------------------------------------------------------------
 # Datasets: global sample index → tokens.
 
 
@@ -149,6 +78,8 @@ class ShardDataset:
     """Pre-tokenized shards in the `llmtrain-tokens/v1` format, in a sample-level shuffled order."""
 
     def __init__(self, uri: str, seq_len: int, seed: int):
+        from ..storage import open_storage  # local or S3, ranged reads (llmtrain_trainer/storage)
+
         self.storage = open_storage(uri)
         self.index = json.loads(self.storage.read_text(INDEX))
         if self.index.get("format") != FORMAT:

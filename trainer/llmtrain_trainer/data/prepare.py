@@ -369,22 +369,18 @@ def run_prepare(
     if workers is None:  # starting a process costs more than tokenizing a few batches
         workers = max(1, min(default_workers(), sum(s.size for s in sources) // (4 * batch_bytes)))
 
-    to_s3 = output.startswith("s3://")
     from ..config import local_path
+    from ..storage import open_storage
 
+    out = open_storage(output)  # the output directory or S3 prefix (llmtrain_trainer/storage)
+    to_s3 = output.startswith("s3://")
     out_dir = tempfile.mkdtemp(prefix="llmtrain-prepare-") if to_s3 else os.path.join(local_path(output), shard_prefix)
     os.makedirs(out_dir, exist_ok=True)
     upload = None
     if to_s3:  # each shard goes up as soon as it is full, so local disk holds at most two shards
-        from .. import s3
 
-        bucket, prefix = s3.split_uri(output)
-        c = s3.client()
-
-        def upload(name: str, key: str | None = None) -> None:
-            c.upload_file(
-                os.path.join(out_dir, name), bucket, prefix + (key or shard_prefix + name), Config=s3.transfer_config()
-            )
+        def upload(name: str) -> None:
+            out.upload(os.path.join(out_dir, name), shard_prefix + name)
             os.remove(os.path.join(out_dir, name))
 
     writer = _ShardWriter(out_dir, shard_tokens, dtype, on_shard=upload, prefix=shard_prefix)
@@ -461,21 +457,12 @@ def run_prepare(
         **(extra or {}),
     }
     t = time.perf_counter()
-    index_dir = local_path(output) if not to_s3 else out_dir
     if tokenizer and copy_tokenizer:
-        shutil.copyfile(tokenizer, os.path.join(index_dir, os.path.basename(tokenizer)))
-    index_name = shard_prefix + INDEX
+        out.upload(tokenizer, os.path.basename(tokenizer))
+    # index.json last, atomically: a reader that finds it finds complete data
+    out.write(shard_prefix + INDEX, json.dumps(index, indent=1).encode())
     if to_s3:
-        with open(os.path.join(out_dir, INDEX), "w") as out:
-            json.dump(index, out, indent=1)
-        for name in sorted(os.listdir(out_dir)):  # the tokenizer; index.json last: readers see complete data
-            if name != INDEX:
-                upload(name, name)
-        upload(INDEX, index_name)
         shutil.rmtree(out_dir)
-    else:
-        with open(os.path.join(local_path(output), index_name), "w") as out:
-            json.dump(index, out, indent=1)
     rep.shards = len(shards)
     rep.stages = {
         "list": stages["list"],

@@ -86,44 +86,19 @@ def _join(output: str, name: str) -> str:
 
 def read_object(output: str, name: str, limit: int = MAX_MANIFEST_BYTES) -> bytes | None:
     """The bytes of `output`/`name`, None if it does not exist; refused past `limit` bytes."""
-    uri = _join(output, name)
-    if uri.startswith("s3://"):
-        from botocore.exceptions import ClientError
+    from ..storage import open_storage
 
-        from .. import s3
-
-        bucket, key = uri[5:].partition("/")[::2]
-        try:
-            body = s3.client().get_object(Bucket=bucket, Key=key)["Body"]
-        except ClientError as err:
-            if err.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
-                return None
-            raise OSError(f"{uri}: {err}") from None
-        data = body.read(limit + 1)
-    else:
-        try:
-            with open(uri, "rb") as f:
-                data = f.read(limit + 1)
-        except FileNotFoundError:
-            return None
-    if len(data) > limit:
-        raise ValueError(f"{uri}: larger than {limit:,} bytes")
-    return data
+    try:
+        return open_storage(output).read(name, limit)
+    except FileNotFoundError:  # S3's NotFound is one too
+        return None
 
 
 def write_object(output: str, name: str, data: bytes) -> None:
-    uri = _join(output, name)
-    if uri.startswith("s3://"):
-        from .. import s3
+    """Create or replace `output`/`name`, atomically: readers never see half an index."""
+    from ..storage import open_storage
 
-        bucket, key = uri[5:].partition("/")[::2]
-        s3.client().put_object(Bucket=bucket, Key=key, Body=data)
-    else:
-        os.makedirs(os.path.dirname(uri), exist_ok=True)
-        tmp = uri + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, uri)  # readers never see half an index
+    open_storage(output).write(name, data)
 
 
 def parse_json(data: bytes, where: str) -> dict:

@@ -81,16 +81,8 @@ def check_extensions(extensions) -> tuple[str, ...]:
 def list_sources(inputs: list[str], extensions=DEFAULT_EXTENSIONS) -> list[Source]:
     exts = check_extensions(extensions)
     out: list[Source] = []
-    for inp in inputs:
-        if inp.startswith("s3://"):
-            from botocore.exceptions import BotoCoreError, ClientError
-
-            try:
-                out += _list_s3(inp, exts)
-            except (BotoCoreError, ClientError) as err:  # no such bucket, access denied, no endpoint
-                raise OSError(f"{inp}: {err}") from None
-        else:
-            out += _list_local(inp, exts)
+    for inp in inputs:  # a missing bucket, denied access, no endpoint: a StorageError naming the input
+        out += _list_s3(inp, exts) if inp.startswith("s3://") else _list_local(inp, exts)
     if not out:
         raise FileNotFoundError(f"no {'/'.join(exts)} files in {' '.join(inputs)}")
     return out
@@ -115,73 +107,33 @@ def _list_local(inp: str, exts) -> list[Source]:
 
 
 def _list_s3(inp: str, exts) -> list[Source]:
-    from .. import s3
+    from ..storage import S3Storage
 
     bucket, key = inp[5:].partition("/")[::2]
-    c = s3.client()
+    st = S3Storage(f"s3://{bucket}/")
     if key and not key.endswith("/"):
-        from botocore.exceptions import ClientError
-
         try:
-            head = c.head_object(Bucket=bucket, Key=key)
-        except ClientError as err:
-            if err.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
-                raise
+            size = st.size(key)
+        except FileNotFoundError:
+            key += "/"  # not an object: a prefix
         else:
             _refuse_unknown(inp, exts)
-            return [Source(inp, int(head["ContentLength"]))]
-        key += "/"
-    found = []
-    for page in c.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key):
-        for o in page.get("Contents", []):
-            if not o["Key"].endswith("/") and suffix_of(o["Key"]) in exts:
-                found.append(Source(f"s3://{bucket}/{o['Key']}", int(o["Size"])))
+            return [Source(inp, size)]
+    found = [
+        Source(st.url(e.name), e.size) for e in st.list(key) if not e.name.endswith("/") and suffix_of(e.name) in exts
+    ]
     if not found:
         raise FileNotFoundError(f"{inp}: no {'/'.join(exts)} objects under this prefix")
     return sorted(found, key=lambda s: s.uri)
 
 
-class S3RangeReader(io.RawIOBase):
-    """A read-only, seekable file over one S3 object: each read is a ranged GET (wrap it in an
-    io.BufferedReader of READ_BUFFER bytes). Parquet needs the seeks (the footer is at the end)."""
-
-    def __init__(self, uri: str, size: int):
-        from .. import s3
-
-        self.uri, self.size, self.pos = uri, size, 0
-        self.bucket, self.key = uri[5:].partition("/")[::2]
-        self.client = s3.client()
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
-        self.pos = max(0, base + offset)
-        return self.pos
-
-    def readinto(self, buf) -> int:
-        n = min(len(buf), self.size - self.pos)
-        if n <= 0:
-            return 0
-        body = self.client.get_object(Bucket=self.bucket, Key=self.key, Range=f"bytes={self.pos}-{self.pos + n - 1}")[
-            "Body"
-        ].read()
-        buf[: len(body)] = body
-        self.pos += len(body)
-        return len(body)
-
-
 def open_binary(src: Source):
-    if src.uri.startswith("s3://"):
-        return io.BufferedReader(S3RangeReader(src.uri, src.size), buffer_size=READ_BUFFER)
-    return open(src.uri, "rb", buffering=LOCAL_READ_BUFFER)
+    """A buffered binary file over `src` (S3: ranged GETs of READ_BUFFER bytes, through the storage layer)."""
+    from ..storage import locate
+
+    storage, name = locate(src.uri)
+    buffer = READ_BUFFER if src.uri.startswith("s3://") else LOCAL_READ_BUFFER
+    return storage.open(name, size=src.size, buffer_size=buffer)
 
 
 @dataclass

@@ -36,10 +36,12 @@ log = logging.getLogger(__name__)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
-def device_for_rank() -> torch.device:
-    """cuda:LOCAL_RANK when a GPU is visible, else CPU."""
+def device_for_rank(local_rank: int | None = None) -> torch.device:
+    """cuda:<local rank> when a GPU is visible, else CPU (`local_rank` None: $LOCAL_RANK)."""
     if torch.cuda.is_available():
-        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        if local_rank is None:
+            local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        dev = torch.device("cuda", local_rank)
         torch.cuda.set_device(dev)
         return dev
     return torch.device("cpu")

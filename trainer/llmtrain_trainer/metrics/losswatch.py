@@ -1,4 +1,4 @@
-"""Per-step loss facts for the operator's health rules (operator/llmtrain/controller/health.py).
+"""Per-step loss facts for the operator's health rules (operator/llmtrain/controller/policy/health.py).
 
 The operator sees rank 0's /metrics only once per scrape interval, so a NaN streak or a spike
 between two scrapes would be invisible if it only read the current loss. The trainer therefore

@@ -28,42 +28,32 @@ from .init import canonical_name, local_rows
 log = logging.getLogger(__name__)
 
 
-def _download_s3(uri: str) -> str:
-    from .. import s3
+def _download_s3(uri: str, local_rank: int, cache_dir: str | None) -> str:
+    """The node-local copy of the weights at `uri` (local rank 0 downloads, the node's others wait)."""
+    from ..storage.s3 import S3Storage, split_uri
 
-    bucket, prefix = s3.split_uri(uri)
+    bucket, prefix = split_uri(uri)
     key_or_prefix = uri[5 + len(bucket) + 1 :]
-    cache = os.path.join(
-        os.environ.get("LLMTRAIN_CACHE_DIR", tempfile.gettempdir()),
-        "llmtrain-pretrained",
-        bucket,
-        key_or_prefix.strip("/"),
-    )
-    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        c = s3.client()
+    cache = os.path.join(cache_dir or tempfile.gettempdir(), "llmtrain-pretrained", bucket, key_or_prefix.strip("/"))
+    if local_rank == 0:
+        st = S3Storage(f"s3://{bucket}/")
         if key_or_prefix.endswith(".safetensors"):
             os.makedirs(os.path.dirname(cache), exist_ok=True)
-            c.download_file(bucket, key_or_prefix, cache, Config=s3.transfer_config())
+            st.download(key_or_prefix, cache)
         else:
             os.makedirs(cache, exist_ok=True)
-            for page in c.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-                for o in page.get("Contents", []):
-                    if o["Key"].endswith((".safetensors", "/config.json")):
-                        c.download_file(
-                            bucket,
-                            o["Key"],
-                            os.path.join(cache, os.path.basename(o["Key"])),
-                            Config=s3.transfer_config(),
-                        )
+            for e in st.list(prefix):
+                if e.name.endswith((".safetensors", "/config.json")):
+                    st.download(e.name, os.path.join(cache, os.path.basename(e.name)))
     if dist.is_initialized():
         dist.barrier()
     return cache
 
 
-def safetensors_files(uri: str) -> list[str]:
+def safetensors_files(uri: str, local_rank: int = 0, cache_dir: str | None = None) -> list[str]:
     from ..config import local_path
 
-    path = _download_s3(uri) if uri.startswith("s3://") else local_path(uri)
+    path = _download_s3(uri, local_rank, cache_dir) if uri.startswith("s3://") else local_path(uri)
     if os.path.isdir(path):
         files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
     else:
@@ -98,11 +88,12 @@ def check_config(files: list[str], uri: str, dims) -> dict | None:
 
 
 @torch.no_grad()
-def load_pretrained(model: nn.Module, uri: str) -> int:
-    """Copy each parameter's local shard from the safetensors at `uri`; returns parameters loaded."""
+def load_pretrained(model: nn.Module, uri: str, *, local_rank: int = 0, cache_dir: str | None = None) -> int:
+    """Copy each parameter's local shard from the safetensors at `uri`; returns parameters loaded.
+    S3 weights are downloaded once per node, by local rank 0, under `cache_dir` (None: the temp dir)."""
     from safetensors import safe_open
 
-    files = safetensors_files(uri)
+    files = safetensors_files(uri, local_rank, cache_dir)
     check_config(files, uri, model.dims)
     handles = [safe_open(f, framework="pt") for f in files]
     where = {k: h for h in handles for k in h.keys()}
