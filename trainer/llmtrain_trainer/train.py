@@ -50,6 +50,7 @@ from .distributed.parallel import (
 from .job_config import JobConfig, OptimizerConfig
 from .metrics.logger import MetricsLogger
 from .metrics.restarts import AttemptLedger
+from .metrics.stragglers import StragglerWindow, WaitClock, test_slowness, time_fsdp_collectives
 from .models.init import init_weights
 from .models.llama import Llama, cross_entropy
 from .optimizer import build_optimizer as _build_optimizer
@@ -195,6 +196,14 @@ class Trainer:
         # Agreeing needs a collective on every boundary; a 1-float gloo all-reduce on its own group
         # (never the GPU stream, never the checkpoint thread's group) costs well under a millisecond.
         self.control = dist.new_group(backend="gloo") if self.accum > 1 else None
+        # Stragglers (metrics/stragglers.py): the seconds this rank waits in collectives, FSDP2's
+        # timed where gloo blocks (CPU; on GPUs NCCL's wait does not block the host: not measured
+        # yet), the step's agreement all-reduce below; (compute, wait) exchanged every window.
+        self.waits = WaitClock()
+        if self.device.type == "cpu":
+            time_fsdp_collectives(self.model, self.waits)
+        self.stragglers = StragglerWindow(self.cfg.env.node_name, device=self.device)
+        self.slow = test_slowness(self.rank, self.cfg.env.test_slow_rank or "")
 
     # -- checkpoint state ------------------------------------------------------------------------
 
@@ -264,6 +273,8 @@ class Trainer:
     def step(self) -> StepResult:
         """One optimizer step over this rank's micro-batches, then the agreement all-reduce."""
         t0 = time.perf_counter()
+        if self.slow:
+            time.sleep(self.slow)  # the test-only slow hook (metrics/stragglers.py): a slower device
         model, opt, stop = self.model, self.optimizer, self.stop_flag
         lr = self.cfg.optimizer.lr_at(self.step_no + 1)
         for group in opt.param_groups:
@@ -294,7 +305,8 @@ class Trainer:
         # [loss, stop, save]: one host→device copy of the two flags, the loss added on device.
         flags = torch.tensor([0.0, float(stop.set), float(self.checkpointer.due(self.step_no))], device=self.device)
         flags[0] += loss_sum
-        dist.all_reduce(flags)
+        with self.waits.timed():
+            dist.all_reduce(flags)
         loss_v, stop_v, save_v = flags.tolist()
         return StepResult(
             step=self.step_no,
@@ -310,6 +322,10 @@ class Trainer:
 
     def log(self, result: StepResult) -> None:
         self.metrics.log(result)
+        # every rank, every completed step: the window's end is a collective (the same step everywhere)
+        top = self.stragglers.add(result.seconds, self.waits.take())
+        if top is not None:
+            self.metrics.prom.export_stragglers(top)
 
     def save(self, result: StepResult) -> None:
         """The periodic checkpoint every rank agreed on. Never of a NaN/Inf state (every rank sees
@@ -346,6 +362,7 @@ class Trainer:
         """Steps until maxSteps or an agreed stop; then the final checkpoint. 0, or 1 when the final
         checkpoint failed (the newest one is older than the last step)."""
         self.metrics.loop_started(self.resumed_step)
+        self.waits.take()  # the resume's collectives are no step's
         stopped: StepResult | None = None
         try:
             while self.step_no < self.cfg.max_steps:

@@ -154,10 +154,11 @@ class StragglerWindow:
         return top(scores(timings))
 
 
-def test_slowness(rank: int) -> float:
+def test_slowness(rank: int, value: str | None = None) -> float:
     """Seconds the test-only hook makes this rank sleep in each step's compute; 0.0 in production
-    (no LLMTRAIN_TEST_SLOW_RANK, or no straggler_testhook module to honour it)."""
-    value = os.environ.get(TESTHOOK_ENV)
+    (no LLMTRAIN_TEST_SLOW_RANK, or no straggler_testhook module to honour it). `value`: the
+    variable as WorkerEnv read it (None: from the environment)."""
+    value = os.environ.get(TESTHOOK_ENV) if value is None else value
     if not value:
         return 0.0
     try:
