@@ -25,6 +25,7 @@ import importlib
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -36,6 +37,10 @@ from llmtrain.stragglers import MAX_RANK, NODE_NAME, RankScore, RankTiming, scor
 log = logging.getLogger(__name__)
 
 WINDOW_STEPS = 20  # steps per exchange
+# Rank 0 scores the sums of the last this many exchanges (a rolling 60 steps): one 20-step window
+# on a busy machine is too short to tell a slow rank from scheduling noise (a healthy 10-minute run
+# on 2 shared cores crossed 1.2 in 3.8 % of single windows: bench/results/stragglers_healthy_*.json).
+ROLLING_WINDOWS = 3
 # The test-only slow hook (docs: tests/trainer/hooks/straggler_testhook.py). Off in production:
 # honoured only when this variable is set AND the module TESTHOOK_MODULE imports. The module ships
 # in no package and no image (it lives under tests/, outside the packages setuptools finds); a
@@ -122,8 +127,8 @@ def node_name(value: str | None) -> str:
 
 class StragglerWindow:
     """Every `steps` steps, one exchange of each rank's (compute, wait) sums; rank 0 gets the
-    window's highest scores. The ranks' nodes are exchanged once, at construction (a collective:
-    every rank builds its window at the same point)."""
+    highest scores over the last ROLLING_WINDOWS exchanges. The ranks' nodes are exchanged once,
+    at construction (a collective: every rank builds its window at the same point)."""
 
     def __init__(self, node: str | None, *, device: torch.device, steps: int = WINDOW_STEPS) -> None:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
@@ -133,6 +138,7 @@ class StragglerWindow:
         self.nodes = [node_name(n if isinstance(n, str) else None) for n in nodes]
         self.compute = self.wait = 0.0
         self.n = 0
+        self.recent: deque[torch.Tensor] = deque(maxlen=ROLLING_WINDOWS)  # rank 0: the last exchanges
 
     def add(self, step_seconds: float, wait_seconds: float) -> list[RankScore] | None:
         """One step's wall time and the part of it spent waiting in collectives. At the end of a
@@ -150,7 +156,9 @@ class StragglerWindow:
         self.n = 0
         if self.rank != 0 or self.world > MAX_RANK:
             return None
-        timings = [RankTiming(r, self.nodes[r], *t.tolist()) for r, t in enumerate(gathered)]
+        self.recent.append(torch.stack(gathered))
+        summed = torch.stack(list(self.recent)).sum(dim=0)  # (world, 2) over the rolling windows
+        timings = [RankTiming(r, self.nodes[r], *summed[r].tolist()) for r in range(self.world)]
         return top(scores(timings))
 
 
