@@ -239,6 +239,24 @@ def training() -> gdash.Dashboard:
                         [(f"rate(llmtrain_trainer_tokens_total{{{JOB_SEL}}}[{rate}])",
                           "{{llmtrain_job}} rank {{rank}}")],
                         desc="From the tokens counter; a rank below the others is a straggler."))
+    d = d.with_panel(ts("Straggler score per rank (the 8 highest)",
+                        [(f"max by (namespace, llmtrain_job, rank, node) "
+                          f"(llmtrain_trainer_straggler_score{{{JOB_SEL}}})",
+                          "{{llmtrain_job}} rank {{rank}} on {{node}}")],
+                        desc="Each rank's compute time over the median of the other ranks' (rank 0's last "
+                             "window). A rank that makes the others wait scores above 1; the ranks that wait "
+                             "for it score about 1. spec.resilience.stragglers.threshold is 1.2 by default.",
+                        thresholds=_thresholds((None, "green"), (1.2, "red"))))
+    d = d.with_panel(ts("Straggler's node (the job's slowdown)",
+                        [(f"max by (namespace, llmtrain_job, node, rank) "
+                          f"(llmtrain_job_straggler_slowdown{{{JOB_SEL}}})",
+                          "{{llmtrain_job}} rank {{rank}} on {{node}} (recorded)"),
+                         (f"max by (namespace, llmtrain_job) (llmtrain_trainer_straggler_slowdown{{{JOB_SEL}}})",
+                          "{{llmtrain_job}} now")],
+                        desc="The straggler the operator recorded (condition StragglerDetected): how many times "
+                             "slower the job runs because of that rank's node; and the largest slowdown of the "
+                             "last window. Empty: no straggler.",
+                        minv=1))
 
     d = d.with_row(gdash.Row("Efficiency"))
     d = d.with_panel(ts("MFU", [(f"avg {by} (llmtrain_trainer_mfu{{{JOB_SEL}}})", lj)],

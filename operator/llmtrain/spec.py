@@ -410,6 +410,37 @@ class CheckpointSpec(_Spec):
         return None if isinstance(m, str) else m * 60.0
 
 
+class StragglersSpec(_Spec):
+    """What the operator does about a straggler: a rank whose own compute is slower than the other
+    ranks' (llmtrain/stragglers.py: its score, from rank 0's metrics), which makes every collective
+    of the job wait for it."""
+
+    action: Literal["report", "replace"] = Field(
+        "report",
+        description="report: a StragglerDetected condition naming the node and the measured slowdown, and an "
+        "event; replace: also restart the job away from that node once the slowdown has lasted "
+        "durationMinutes, when the time it would save over the rest of the run (remaining × (1 − 1/slowdown)) "
+        "beats the measured cost of a restart (start-up and the work since the newest checkpoint); the event "
+        "says which way it went",
+    )
+    threshold: float = Field(
+        1.2,
+        gt=1,
+        le=10,
+        description="a rank is a straggler when its compute time is this many times the median of the other "
+        "ranks' (and the others measurably waited for it)",
+    )
+    duration_minutes: int = Field(
+        10, ge=1, le=10080, description="how long the slowdown must last before replace acts (and the alert fires)"
+    )
+    max_replacements: int = Field(
+        2,
+        ge=0,
+        le=100,
+        description="replacements per job at most; they spend no restart of maxRestarts",
+    )
+
+
 class ResilienceSpec(_Spec):
     max_restarts: int = Field(10, ge=0, le=1000)
     hang_timeout_minutes: int = Field(30, ge=1, le=10080)
@@ -480,6 +511,10 @@ class ResilienceSpec(_Spec):
         description="run the health check (GPUs, matmul, memory, all-reduce bandwidth) on every rank "
         "before training; a failing or slow node is avoided and the attempt retried without spending a "
         "restart. Unset: on for GPU jobs of 2 or more nodes",
+    )
+    stragglers: StragglersSpec = Field(
+        default_factory=StragglersSpec,
+        description="a rank slower than the others (the Slow and sick nodes page): report it, or replace its node",
     )
 
 

@@ -89,6 +89,13 @@ class Reason(str, Enum):
     NON_FINITE_LOSS = "NonFiniteLoss"
     LOSS_SPIKE = "LossSpike"
     NO_FIRST_STEP = "NoFirstStep"
+    # a node under the attempt reports a health condition False (controller/policy/sicknodes.py): moved away
+    NODE_UNHEALTHY = "NodeUnhealthy"
+    # a rank slower than the others (controller/policy/slownodes.py): condition StragglerDetected, its
+    # event, and the restart cause of spec.resilience.stragglers.action replace
+    STRAGGLER = "Straggler"
+    REPLACE_DECLINED = "ReplaceDeclined"  # replace would not pay (or its cap is reached): the event says why
+    NO_STRAGGLER = "NoStraggler"
     COLLECTIVE_TIMEOUT = "CollectiveTimeout"  # only in status.flightRecorder: what the dumps are of
     # why the pods of a Pending attempt do not start (in the pods' own words: status.STUCK_WAITING)
     UNSCHEDULABLE = "Unschedulable"
@@ -114,7 +121,14 @@ class Reason(str, Enum):
 # the budget is spent. A failed child's pods are gone already (the training-operator's
 # cleanPodPolicy; a failed Job's pods are terminated), so it is kept for `kubectl describe`.
 STUCK = frozenset(
-    {Reason.HANG, Reason.STARTUP_TIMEOUT, Reason.NON_FINITE_LOSS, Reason.LOSS_SPIKE, Reason.NO_FIRST_STEP}
+    {
+        Reason.HANG,
+        Reason.STARTUP_TIMEOUT,
+        Reason.NON_FINITE_LOSS,
+        Reason.LOSS_SPIKE,
+        Reason.NO_FIRST_STEP,
+        Reason.NODE_UNHEALTHY,
+    }
 )
 # restart causes after which an NCCL flight recorder dump is worth reading
 DUMPS = frozenset({Reason.HANG, Reason.STARTUP_TIMEOUT, Reason.COLLECTIVE_TIMEOUT})
@@ -146,6 +160,7 @@ class ConditionType(str, Enum):
     SPEC_ACCEPTED = "SpecAccepted"
     TRAINING_HEALTHY = "TrainingHealthy"
     CHECKPOINT_STALE = "CheckpointStale"
+    STRAGGLER_DETECTED = "StragglerDetected"
 
 
 class Condition(_Status):
@@ -336,6 +351,17 @@ class PreflightStatus(_Status):
     time: str | None = Field(None, json_schema_extra=DATE_TIME)
 
 
+class StragglerStatus(_Status):
+    """The straggler the current attempt's rank 0 reports (controller/policy/slownodes.py)."""
+
+    attempt: int | None = None
+    rank: int | None = None
+    node: str | None = None
+    score: float | None = Field(None, description="its compute time over the median of the other ranks'")
+    slowdown: float | None = Field(None, description="the job's step time over what it would be without it")
+    since: str | None = Field(None, json_schema_extra=DATE_TIME, description="first seen on this node, this attempt")
+
+
 class FlightRecorder(_Status):
     attempt: int | None = None
     reason: str | None = Field(None, description="the restart cause in words (Reason.words)")
@@ -387,7 +413,16 @@ class LLMTrainingJobStatus(_Status):
     avoid_nodes: list[str] | None = None
     preflight: PreflightStatus | None = None
     preflight_failures: int | None = None
+    node_moves: int | None = Field(
+        None,
+        description="attempts moved off a node whose health condition turned False (controller/policy/sicknodes.py); "
+        "only goes up",
+    )
     flight_recorder: FlightRecorder | None = None
+    straggler: StragglerStatus | None = None
+    straggler_replacements: int | None = Field(
+        None, description="restarts away from a straggler's node (spec.resilience.stragglers); only goes up"
+    )
     goodput: GoodputStatus | None = None
     checkpoint: CheckpointCadence | None = None
     conditions: list[Condition] | None = None

@@ -672,6 +672,25 @@ def fits_in_memory(j: Subject) -> Iterator[Problem]:
         )
 
 
+# --- resilience -----------------------------------------------------------------------------------
+
+
+@rule("spec.resilience.stragglers.action")
+def straggler_replace_needs_checkpoints(j: Subject) -> Iterator[Problem]:
+    """stragglers action replace needs a checkpoint.uri.
+
+    A replacement restarts the job away from the slow node and resumes from the newest checkpoint;
+    without checkpoints it would start the training over, which no slowdown is worth."""
+    s = j.spec
+    if s.resilience.stragglers.action == "replace" and not s.checkpoint.uri:
+        yield Problem(
+            "spec.resilience.stragglers.action",
+            "replace restarts the job away from a slow node, and without spec.checkpoint.uri every restart "
+            "starts the training over",
+            "report, or a spec.checkpoint.uri",
+        )
+
+
 # --- rendezvous -----------------------------------------------------------------------------------
 
 
@@ -729,6 +748,7 @@ RULES: tuple[Rule, ...] = (
     batch_of_whole_micro_steps,
     seq_len_within_context,
     fits_in_memory,
+    straggler_replace_needs_checkpoints,
     endpoint_port,
     etcd_endpoint,
 )

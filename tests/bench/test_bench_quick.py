@@ -124,3 +124,13 @@ def test_inplace_restart_quick():
         assert 0 < t["first_step_s"] <= t["productive_step_s"]
         assert t["in_place_restarts"] == (1 if t["mode"] == "in_place" else 0)
     assert r["ratio_in_place_to_new_attempt"]["productive_step_s"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.trainer
+def test_stragglers_healthy_quick():
+    r = run_bench("stragglers_healthy.py", "--quick")
+    assert r["windows"] >= 1 and r["nproc"] == 2
+    # a healthy run: the ranks' scores sit around 1 (each against the other)
+    assert 0.8 <= r["score"]["p50"] <= 1.25, r["score"]
+    assert r["verdicts_at_1.2"] == len(r["verdict_windows_at_1.2"])

@@ -17,6 +17,7 @@ text): the message the operator reads is exactly the text given.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -294,3 +295,68 @@ def test_a_gang_drops_only_the_node_its_preflight_names(chain, spare_p5, chain_n
     # the slow node out; the healthy one kept; the third p5 (the spare, or the other default node
     # when the scheduler had put attempt 1 on the spare) in
     assert {p.spec.node_name for p in pods2} == p5s - {slow} and healthy in p5s - {slow}
+
+
+def _condition(chain, node: str, status: str | None) -> None:
+    """Set the node's AcceleratedHardwareReady as the EKS node monitoring agent does (a status
+    patch of the node); None removes it."""
+    cond: dict = {"type": "AcceleratedHardwareReady"}
+    if status is None:
+        cond["$patch"] = "delete"
+    else:
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        cond.update(
+            status=status,
+            reason="NvidiaXID79Error" if status == "False" else "AcceleratedHardwareIsReady",
+            message="GPU has fallen off the bus" if status == "False" else "",
+            lastTransitionTime=now,
+            lastHeartbeatTime=now,
+        )
+    chain.core.patch_node_status(node, {"status": {"conditions": [cond]}})
+
+
+@pytest.fixture
+def healthy_again(chain):
+    """The condition outlives the test's namespace: take it off every kwok node afterwards."""
+    yield
+    for node in chain.nodes_by_type():
+        _condition(chain, node, None)
+
+
+def test_a_sick_node_moves_the_attempt_away_without_spending_a_restart(chain, chain_ns, operator, healthy_again):
+    name = "sick"
+    _job(chain, chain_ns, name, nodes=1)
+    (pod,) = _running(chain, chain_ns, name, 1, 1)
+    bad = pod.spec.node_name
+    wait_for(lambda: _status(chain, chain_ns, name).get("phase") == "Running", 60, f"{name} Running")
+
+    _condition(chain, bad, "False")
+    wait_for(lambda: _status(chain, chain_ns, name).get("attempt") == 2, 60, f"attempt 2 (log: {operator.log_path})")
+    st = _status(chain, chain_ns, name)
+    assert (st["restarts"], st["reason"], st["nodeMoves"]) == (0, "NodeUnhealthy", 1)
+    assert (
+        f"node {bad} has AcceleratedHardwareReady=False (NvidiaXID79Error: GPU has fallen off the bus)"
+        in (st["message"])
+    )
+    assert st["avoidNodes"] == [bad] and st["badNodes"][0]["reason"] == "AcceleratedHardwareReady=False"
+    (pod2,) = _running(chain, chain_ns, name, 2, 1)
+    other = pod2.spec.node_name
+    assert other != bad and chain.nodes_by_type()[other] == P5
+    _event(chain, chain_ns, "Restarting", "node-unhealthy", f"node {bad} has AcceleratedHardwareReady=False")
+
+    # The avoided node flaps and ends healthy: no pod of the job is there, so nothing moves. Then
+    # the node under attempt 2 turns sick: exactly one more move (a flap that had moved the job
+    # would show as attempt 4), still no restart spent; with only 2 p5s the first node is given
+    # back (too few Ready nodes to avoid both), and attempt 3 runs there.
+    for status in ("False", "True", "False", "True"):
+        _condition(chain, bad, status)
+    _condition(chain, other, "False")
+    wait_for(lambda: _status(chain, chain_ns, name).get("attempt") == 3, 60, f"attempt 3 (log: {operator.log_path})")
+    (pod3,) = _running(chain, chain_ns, name, 3, 1)
+    assert pod3.spec.node_name == bad
+    wait_for(lambda: _status(chain, chain_ns, name).get("phase") == "Running", 60, f"{name} Running again")
+    st = _status(chain, chain_ns, name)
+    assert (st["attempt"], st["restarts"], st["nodeMoves"]) == (3, 0, 2)
+    _event(
+        chain, chain_ns, "Restarting", "attempt 2 node-unhealthy", f"node {other} has AcceleratedHardwareReady=False"
+    )

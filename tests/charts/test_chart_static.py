@@ -292,6 +292,22 @@ def test_the_operator_accepts_the_flags_the_chart_gives_it(helm):
     assert backend_config(parse_args(args)) == (("pytorchjob", "jobset"), "pytorchjob", {"team-a": "jobset"})
 
 
+def test_node_health_conditions_reach_the_operator(helm):
+    from llmtrain.controller.__main__ import node_conditions, parse_args
+    from llmtrain.controller.policy.sicknodes import DEFAULT_CONDITIONS
+
+    def conditions(*values):
+        args = parse_args([a for a in _args(helm.manifests(*values)) if a.startswith(("--node-conditions", "--free"))])
+        return node_conditions(args.node_conditions), args.free_node_moves
+
+    assert conditions() == (DEFAULT_CONDITIONS, 3)  # the EKS node monitoring agent's, by default
+    assert conditions("--set-json", 'nodeHealth={"conditions": ["example.com/GpuHealthy"], "freeMoves": 1}') == (
+        ("example.com/GpuHealthy",), 1)
+    assert conditions("--set-json", 'nodeHealth={"conditions": []}') == ((), 3)  # off
+    r = helm.template("--set-json", 'nodeHealth={"conditions": ["Kernel Ready"]}', check=False)
+    assert r.returncode != 0 and "nodeHealth" in r.stderr, r.stderr
+
+
 def test_user_roles_aggregate_into_view_edit_admin(helm):
     roles = {r["metadata"]["name"]: r for r in by_kind(helm.manifests(), "ClusterRole")}
     view, edit = roles["llmtrain-view"], roles["llmtrain-edit"]

@@ -27,6 +27,7 @@ REQUIRED_ALERTS = {
     "LLMTrainGPUTemperatureHigh",
     "LLMTrainJobGPUsIdle",
     "LLMTrainJobNoHeartbeat",
+    "LLMTrainJobStraggler",
     "LLMTrainJobMFUDrop",
     "LLMTrainCheckpointStale",
     "LLMTrainJobRestartsClimbing",

@@ -23,12 +23,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llmtrain.controller.adapters.act import wire
+from llmtrain.controller.policy.child_status import parse_time
 from llmtrain.controller.policy.progress import Progress, timestamp
+from llmtrain.controller.policy.sicknodes import SickNode
 from llmtrain.controller.policy.snapshot import CreateResult
+from llmtrain.stragglers import RankScore, Window
 
 from .decide_world import CFG, NOW, child, decide_, jobset_status, snap, tiny
 
-NO_FLOOR = replace(CFG, min_restart_backoff=0.0)  # restartBackoffSeconds 0 restarts at once
+NO_FLOOR = replace(CFG, min_restart_backoff=0.0)
+SICK = SickNode("n1", "AcceleratedHardwareReady", "NvidiaXID79Error")
+SLOW = Window((RankScore(3, "n1", 2.0, 1.8),))
+HEALTHY = Window((RankScore(3, "n1", 1.05, 1.0),))  # restartBackoffSeconds 0 restarts at once
 
 STATES = ("Created", "Running", "Restarting", "Succeeded", "Failed")
 EVENTS = st.one_of(
@@ -43,6 +49,8 @@ EVENTS = st.one_of(
     st.tuples(st.just("reject_create"), st.none()),
     st.tuples(st.just("kueue_suspend"), st.booleans()),  # Kueue takes the child back / admits it
     st.tuples(st.just("scrape"), st.none()),  # the monitor's write: progress with an ETA, while Running
+    st.tuples(st.just("sick"), st.booleans()),  # a watched condition of the attempt's node False / True again
+    st.tuples(st.just("slow"), st.booleans()),  # rank 0 reports a straggler on the attempt's node / none
 )
 FINAL_STEP = 20  # tiny()'s maxSteps: where the trainer's final summary says it ended
 BACKENDS = ("pytorchjob", "jobset")
@@ -63,7 +71,13 @@ def merged(before: dict, update: dict) -> dict:
 
 class World:
     def __init__(
-        self, max_restarts: int, backoff: int, summary: bool = False, backend: str = "pytorchjob", workload=None
+        self,
+        max_restarts: int,
+        backoff: int,
+        summary: bool = False,
+        backend: str = "pytorchjob",
+        workload=None,
+        stragglers: dict | None = None,
     ):
         self.backend = backend
         self.workload = workload  # what Kueue says about the child (None: no Workload, Kueue does not manage it)
@@ -73,7 +87,9 @@ class World:
                 "restartBackoffSeconds": backoff,
                 "startupTimeoutMinutes": 30,
                 "hangTimeoutMinutes": 30,
-            }
+                **({"stragglers": stragglers} if stragglers else {}),
+            },
+            **({"checkpoint": {"uri": "s3://bucket/ckpt/"}} if stragglers else {}),
         )
         self.max_restarts = max_restarts
         self.generation = 1
@@ -88,6 +104,8 @@ class World:
         self.reject_next = False
         self.summary = summary  # the pods leave the trainer's final summary when they succeed
         self.history: list = []
+        self.sick = False  # a watched condition False on the node under every attempt (sicknodes.py)
+        self.slow = False  # rank 0 reports a straggler on the node of every attempt (slownodes.py)
 
     def current(self) -> dict | None:
         return self.children.get(f"j-a{self.status.get('attempt') or 1}")
@@ -142,10 +160,17 @@ class World:
             attempt = self.status.get("attempt") or 1
             eta = {"estimatedRemainingSeconds": 60, "estimatedCompletionTime": timestamp(self.now)}
             self.status = merged(self.status, {"progress": {"attempt": attempt, "step": 5, **eta}})
+        elif kind == "sick":
+            self.sick = arg
+        elif kind == "slow":
+            self.slow = arg
 
     def observed(self, **facts):
         attempt = self.status.get("attempt") or 1
         progress = self.progress[1] if self.progress and self.progress[0] == attempt else None
+        if self.status.get("phase") == "Running":
+            window = SLOW if self.slow else HEALTHY
+            progress = replace(progress or Progress(step=5), stragglers=window)
         return snap(
             self.status,
             spec=self.spec,
@@ -155,6 +180,8 @@ class World:
             first_sight=self.first_sight,
             progress=progress if self.status.get("phase") == "Running" else None,
             backend=self.backend,
+            sick_nodes=(SICK,) if self.sick and self.current() is not None else (),
+            pod_nodes=frozenset({"n1"}),
             **facts,
         )
 
@@ -213,6 +240,8 @@ class World:
         assert (after.get("attempt") or 1) >= (before.get("attempt") or 1), hist
         assert (after.get("restarts") or 0) >= (before.get("restarts") or 0), hist
         assert (after.get("restarts") or 0) <= self.max_restarts, (after, hist)
+        assert (after.get("nodeMoves") or 0) >= (before.get("nodeMoves") or 0), hist
+        assert (after.get("stragglerReplacements") or 0) >= (before.get("stragglerReplacements") or 0), hist
         if before.get("phase") in ("Succeeded", "Failed"):
             raise AssertionError(f"a terminal job was written: {before} → {update} after {hist}")
         if (after.get("attempt") or 1) > (before.get("attempt") or 1):
@@ -313,3 +342,72 @@ def test_failing_again_and_again_ends_failed_after_exactly_the_budget(backend, m
     assert world.status["phase"] == "Failed" and world.status["reason"] == "RestartBudgetExhausted"
     assert world.status["restarts"] == max_restarts and world.status["attempt"] == max_restarts + 1
     assert sorted(world.created) == sorted(f"j-a{i}" for i in range(1, max_restarts + 2))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    max_restarts=st.integers(0, 3),
+    flaps=st.lists(st.tuples(st.booleans(), st.sampled_from(("Created", "Running", None))), min_size=1, max_size=40),
+)
+def test_a_flapping_sick_node_cannot_restart_a_job_without_end(backend, max_restarts, flaps):
+    """The worst case for a flapping node: no other node to go to (the Ready nodes cannot be
+    counted, so nothing is avoided) and every new attempt lands on it again. However its condition
+    flaps, the job is moved at most free_node_moves times without spending a restart, then spends
+    its budget, then fails: attempts ≤ 1 + free moves + maxRestarts."""
+    world = World(max_restarts, 0, backend=backend)
+    world.reconcile()
+    for sick, state in flaps:
+        world.apply("sick", sick)
+        if state is not None:
+            world.apply("state", state)
+        world.reconcile()
+        world.check()
+        moves = world.status.get("nodeMoves") or 0
+        assert world.status["attempt"] <= 1 + moves + (world.status.get("restarts") or 0), world.history
+        assert world.status["attempt"] <= 1 + NO_FLOOR.free_node_moves + max_restarts, world.history
+    world.apply("sick", True)
+    for _ in range(NO_FLOOR.free_node_moves + max_restarts + 2):
+        world.apply("state", "Running")
+        world.reconcile()
+    assert world.status["phase"] == "Failed" and world.status["reason"] == "RestartBudgetExhausted", world.history
+    assert world.status["attempt"] == 1 + NO_FLOOR.free_node_moves + max_restarts
+    assert world.status["restarts"] == max_restarts and world.status["nodeMoves"] >= NO_FLOOR.free_node_moves
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    cap=st.integers(0, 3),
+    events=st.lists(
+        st.one_of(
+            st.tuples(st.just("slow"), st.booleans()),
+            st.tuples(st.just("tick"), st.sampled_from((15, 400, 1900))),
+            st.tuples(st.just("state"), st.just("Running")),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+)
+def test_replacing_stragglers_never_passes_its_cap_nor_spends_a_restart(backend, cap, events):
+    """stragglers action replace, a run that always has hours left (every replacement pays): however
+    the straggler comes and goes, the job is replaced at most maxReplacements times, never before it
+    was slow for durationMinutes, and no restart is spent."""
+    world = World(3, 0, backend=backend, stragglers={"action": "replace", "durationMinutes": 5, "maxReplacements": cap})
+    world.reconcile()
+    for kind, arg in events:
+        if kind == "tick" and world.status.get("phase") != "Running":
+            kind, arg = "state", "Running"  # time passes while it trains (not while it starts: StartupTimeout)
+        world.apply(kind, arg)
+        if world.status.get("phase") == "Running":  # steps complete (no Hang); the ETA: ten hours left
+            world.apply("heartbeat", None)
+            world.status = merged(world.status, {"progress": {"estimatedRemainingSeconds": 36000}})
+        before = world.status.get("stragglerReplacements") or 0
+        since = (world.status.get("straggler") or {}).get("since")
+        world.reconcile()
+        world.check()
+        after = world.status.get("stragglerReplacements") or 0
+        assert after <= cap and (world.status.get("restarts") or 0) == 0, world.history
+        assert world.status["attempt"] == 1 + after, world.history
+        if after > before:  # replaced: it had been slow for durationMinutes
+            assert since is not None and (world.now - parse_time(since)).total_seconds() >= 300, world.history

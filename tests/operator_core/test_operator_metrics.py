@@ -76,3 +76,22 @@ def test_adding_and_removing_a_thousand_jobs_costs_milliseconds_not_seconds():
         m.forget_job("ns", n)
     removed = time.process_time() - started
     assert added < 0.1 and removed < 1.0, (added, removed)
+
+
+def test_a_jobs_recorded_straggler_is_three_series_while_it_lasts():
+    reg = CollectorRegistry()
+    m = OperatorMetrics(reg)
+    straggler = {"attempt": 1, "rank": 5, "node": "n7", "score": 1.5, "slowdown": 1.31, "since": "2026-03-01T12:00:00Z"}
+    m.stragglers.set("a", "j1", straggler, 600.0)
+    got = {k: v for k, v in _samples(reg).items() if "straggler" in k[0]}
+    labels = (("llmtrain_job", "j1"), ("namespace", "a"), ("node", "n7"), ("rank", "5"))
+    assert got == {
+        ("llmtrain_job_straggler_slowdown", *labels): 1.31,
+        ("llmtrain_job_straggler_since_timestamp_seconds", *labels): 1772366400.0,  # 2026-03-01T12:00:00Z
+        ("llmtrain_job_straggler_act_after_seconds", ("llmtrain_job", "j1"), ("namespace", "a")): 600.0,
+    }
+    m.stragglers.set("a", "j1", None, 600.0)  # replaced, or no straggler any more: gone
+    assert not [k for k in _samples(reg) if "straggler" in k[0]]
+    m.stragglers.set("a", "j1", straggler, 600.0)
+    m.forget_job("a", "j1")
+    assert 'llmtrain_job="j1"' not in generate_latest(reg).decode()

@@ -50,6 +50,7 @@ from llmtrain.validation_rules import (
     preset_or_dims,
     processes_per_node_on_cpu_only,
     seq_len_within_context,
+    straggler_replace_needs_checkpoints,
     toleration_operators,
     topology_level,
     unique_mount_paths,
@@ -502,6 +503,22 @@ CASES = [
         [
             f"spec.checkpoint.uri: /ckpt {SHARED} (accepted: a path under /mnt/fsx, /scratch, or s3://)",
             f"spec.model.pretrainedUri: /mnt/fsx2/w {SHARED} (accepted: a path under /mnt/fsx, /scratch, or s3://)",
+        ],
+    ),
+    # --- resilience ---
+    Case(
+        "stragglers replace with checkpoints",
+        straggler_replace_needs_checkpoints,
+        {"resilience": {"stragglers": {"action": "replace"}}},
+    ),
+    Case("stragglers report without checkpoints", straggler_replace_needs_checkpoints, {"checkpoint": None}),
+    Case(
+        "stragglers replace without checkpoints",
+        straggler_replace_needs_checkpoints,
+        {"resilience": {"stragglers": {"action": "replace"}}, "checkpoint": None},
+        [
+            "spec.resilience.stragglers.action: replace restarts the job away from a slow node, and without "
+            "spec.checkpoint.uri every restart starts the training over (accepted: report, or a spec.checkpoint.uri)"
         ],
     ),
     # --- FSDP ---

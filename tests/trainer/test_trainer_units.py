@@ -306,6 +306,9 @@ EXPECTED_METRICS = {
     "llmtrain_trainer_checkpoint_blocking_estimate_seconds": "gauge",
     "llmtrain_trainer_checkpoint_blocking_measured_saves": "gauge",
     "llmtrain_trainer_checkpoint_mtbf_seconds": "gauge",
+    # stragglers (llmtrain/stragglers.py): rank 0's window, one series per scored rank
+    "llmtrain_trainer_straggler_score": "gauge",
+    "llmtrain_trainer_straggler_slowdown": "gauge",
 }
 
 
@@ -320,6 +323,20 @@ def test_metrics_names_types_and_labels():
         for s in f.samples:
             assert s.labels["llmtrain_job"] == "job" and s.labels["rank"] == "3"
     TrainerMetrics(job="other", rank=0)  # independent registries can coexist
+
+
+def test_straggler_series_name_the_scored_rank_and_its_node_and_follow_the_window():
+    from prometheus_client import generate_latest
+
+    from llmtrain.stragglers import RankScore, parse
+    from llmtrain_trainer.metrics.prometheus import TrainerMetrics
+
+    m = TrainerMetrics(job="job", rank=0)
+    m.export_stragglers([RankScore(5, "node-b", 1.5, 1.3), RankScore(2, "node-a", 1.0, 1.0)])
+    window = parse(generate_latest(m.registry))  # what the operator reads back
+    assert window.ranks == (RankScore(5, "node-b", 1.5, 1.3), RankScore(2, "node-a", 1.0, 1.0))
+    m.export_stragglers([RankScore(2, "node-a", 1.1, 1.0)])  # rank 5 left the top: its series go
+    assert parse(generate_latest(m.registry)).ranks == (RankScore(2, "node-a", 1.1, 1.0),)
 
 
 def test_lr_schedule_shapes():

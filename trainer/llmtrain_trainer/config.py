@@ -118,11 +118,16 @@ class WorkerEnv:
     # intervalMinutes auto: LLMTRAIN_CHECKPOINT_MTBF_SECONDS / _BLOCKING_SECONDS as the operator
     # rendered them (parsed by checkpoint.checkpointer.auto_interval, which says what is accepted)
     checkpoint_auto: Mapping[str, str] = field(default_factory=dict)
+    node_name: str | None = None  # LLMTRAIN_NODE_NAME: the pod's node (downward API), for the straggler scores
+    # LLMTRAIN_TEST_SLOW_RANK: the test-only slow hook (metrics/stragglers.py: honoured only with its
+    # test module installed, which no package or image has)
+    test_slow_rank: str | None = None
 
     @classmethod
     def from_environ(cls, env: Mapping[str, str] | None = None) -> WorkerEnv:
         from llmtrain.cadence import BLOCKING_ENV, MTBF_ENV
 
+        from .metrics.stragglers import TESTHOOK_ENV
         from .torchrun import FINAL_SUMMARY_ENV
 
         env = os.environ if env is None else env
@@ -140,6 +145,8 @@ class WorkerEnv:
             master_port=env.get("MASTER_PORT", ""),
             final_summary=env.get(FINAL_SUMMARY_ENV) or None,
             checkpoint_auto={k: env[k] for k in (MTBF_ENV, BLOCKING_ENV) if k in env},
+            node_name=env.get("LLMTRAIN_NODE_NAME") or None,
+            test_slow_rank=env.get(TESTHOOK_ENV) or None,
         )
 
 

@@ -58,6 +58,7 @@ from .garbage import GarbageCollection
 from .job_config import JobConfig, OptimizerConfig
 from .metrics.logger import MetricsLogger
 from .metrics.restarts import AttemptLedger
+from .metrics.stragglers import StragglerWindow, WaitClock, test_slowness, time_fsdp_collectives
 from .models.init import init_weights
 from .models.llama import Llama, cross_entropy
 from .optimizer import Implementation, clip_grad_norm
@@ -129,6 +130,11 @@ class StepResult:
     # it, so a checkpoint's cost shows in them (on the step after it); `seconds` excludes it.
     wall_seconds: float = 0.0
     data_wait: float = 0.0  # of which waiting for this step's batch
+    # The straggler score's inputs (metrics/stragglers.py): this step's own time, from its start to the
+    # agreement (nothing of what ran between steps, such as a window's exchange), and the part of it
+    # this rank spent waiting in collectives. Taken in `step`, since the step is logged one step late.
+    own_seconds: float = 0.0
+    wait_seconds: float = 0.0
     stop: bool = False  # some rank was asked to stop
     save: bool = False  # some rank's checkpoint interval elapsed
     dropped: int = 0
@@ -229,6 +235,14 @@ class Trainer:
         # request is acted on there, not only after the whole step — ~37 s at 70B on 16 nodes — the
         # partial step dropped and the last completed step saved). Neither waits for the device.
         self.control = dist.new_group(backend="gloo")
+        # Stragglers (metrics/stragglers.py): the seconds this rank waits in collectives, FSDP2's
+        # timed where gloo blocks (CPU; on GPUs NCCL's wait does not block the host: not measured
+        # yet), the step's agreement all-reduce below; (compute, wait) exchanged every window.
+        self.waits = WaitClock()
+        if self.device.type == "cpu":
+            time_fsdp_collectives(self.model, self.waits)
+        self.stragglers = StragglerWindow(self.cfg.env.node_name, device=self.device)
+        self.slow = test_slowness(self.rank, self.cfg.env.test_slow_rank or "")
 
     # -- checkpoint state ------------------------------------------------------------------------
 
@@ -298,6 +312,8 @@ class Trainer:
     def step(self) -> StepResult:
         """One optimizer step over this rank's micro-batches, then the agreement all-reduce."""
         t0 = time.perf_counter()
+        if self.slow:
+            time.sleep(self.slow)  # the test-only slow hook (metrics/stragglers.py): a slower device
         model, opt, stop = self.model, self.optimizer, self.stop_flag
         lr = self.cfg.optimizer.lr_at(self.step_no + 1)
         for group in opt.param_groups:
@@ -329,11 +345,13 @@ class Trainer:
         self.step_no += 1
         # [stop, save]: CPU flags, agreed on the gloo group; the loss is all-reduced on the device and
         # read only when the step is logged, so the host does not wait for the device here and can
-        # queue the next step while this one runs (no per-step host sync).
+        # queue the next step while this one runs (no per-step host sync). Both are waits for the
+        # straggler score (metrics/stragglers.py): a rank that arrives first waits here for the others.
         flags = torch.tensor([float(stop.set), float(self.checkpointer.due(self.step_no))])
-        dist.all_reduce(flags, group=self.control)
+        with self.waits.timed():
+            dist.all_reduce(flags, group=self.control)
+            dist.all_reduce(loss_sum)
         stop_v, save_v = flags.tolist()
-        dist.all_reduce(loss_sum)
         end = time.perf_counter()
         since = t0 if self._last_step_end is None else self._last_step_end
         self._last_step_end = end
@@ -346,6 +364,8 @@ class Trainer:
             grad_norm=grad_norm,
             seconds=end - since - blocked,
             wall_seconds=end - since,
+            own_seconds=end - t0,
+            wait_seconds=self.waits.take(),
             data_wait=self.loader.last_wait,
             stop=stop_v > 0,
             save=save_v > 0,
@@ -354,6 +374,10 @@ class Trainer:
 
     def log(self, result: StepResult) -> None:
         self.metrics.log(result)
+        # every rank, every completed step: the window's end is a collective (the same step everywhere)
+        top = self.stragglers.add(result.own_seconds, result.wait_seconds)
+        if top is not None:
+            self.metrics.prom.export_stragglers(top)
 
     def save(self, result: StepResult) -> None:
         """The periodic checkpoint every rank agreed on. Never of a NaN/Inf state (every rank sees
@@ -393,6 +417,7 @@ class Trainer:
         self.metrics.loop_started(self.resumed_step)
         self._last_step_end = time.perf_counter()
         collector = GarbageCollection(self.cfg.gc_every_steps)
+        self.waits.take()  # the resume's collectives are no step's
         stopped: StepResult | None = None
         # A completed step whose loss is read and logged once the next step is queued: the host never
         # waits for the device between steps. A step that stops, saves or ends training is logged at

@@ -65,9 +65,10 @@ cluster-scoped, so it needs a ClusterRole even when the operator watches only so
   resources: [customresourcedefinitions]
   verbs: [list, watch]
 {{- /* Bad-node avoidance lists the Ready nodes of an instance type before keeping a failed
-attempt's nodes out of the next one (never so many that the job cannot schedule). Read-only;
-patch (the llmtrain.dev/suspect taint) only when suspectNodeTaint.enabled. */}}
+attempt's nodes out of the next one (never so many that the job cannot schedule); the node watch
+reads the health conditions that move an attempt off a sick node (nodeHealth.conditions).
+Read-only; patch (the llmtrain.dev/suspect taint) only when suspectNodeTaint.enabled. */}}
 - apiGroups: [""]
   resources: [nodes]
-  verbs: [{{ if .Values.suspectNodeTaint.enabled }}list, patch{{ else }}list{{ end }}]
+  verbs: [{{ if .Values.suspectNodeTaint.enabled }}list, patch, watch{{ else }}list, watch{{ end }}]
 {{- end }}

@@ -19,6 +19,7 @@ from prometheus_client import start_http_server
 from ..spec import BACKENDS, DEFAULT_BACKEND, DEFAULT_ETCD_ENDPOINT
 from . import kopfconfig
 from .policy.config import OperatorConfig
+from .policy.sicknodes import CONDITION_TYPE
 
 DEFAULTS = OperatorConfig()
 
@@ -144,8 +145,33 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="a queued attempt whose child has no Kueue Workload this long after its creation is reported as "
         f"one Kueue does not manage (default {DEFAULTS.kueue_workload_wait:g})",
     )
+    p.add_argument(
+        "--node-conditions",
+        default=",".join(DEFAULTS.node_conditions),
+        help="comma-separated node conditions that, False on a node under a job's attempt, move the attempt "
+        "off the node (default: the EKS node monitoring agent's, " + ",".join(DEFAULTS.node_conditions) + "; "
+        "empty: nodes' health is not watched)",
+    )
+    p.add_argument(
+        "--free-node-moves",
+        type=int,
+        default=DEFAULTS.free_node_moves,
+        help="moves off a sick node per job that spend no restart; later ones spend the restart budget "
+        f"(default {DEFAULTS.free_node_moves})",
+    )
     p.add_argument("--verbose", action="store_true")
     return p.parse_args(argv)
+
+
+def node_conditions(flag: str) -> tuple[str, ...]:
+    """--node-conditions as a tuple, or SystemExit naming the flag and what a name may be."""
+    names = tuple(dict.fromkeys(n.strip() for n in flag.split(",") if n.strip()))
+    for n in names:
+        if not CONDITION_TYPE.fullmatch(n):
+            raise SystemExit(
+                f"--node-conditions: {n!r} is not a condition type (letters, digits, '.', '_', '-', '/'; at most 316)"
+            )
+    return names
 
 
 def backend_config(args: argparse.Namespace) -> tuple[tuple[str, ...], str, dict[str, str]]:
@@ -183,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--rendezvous-ca-dir needs --default-etcd-endpoint (the etcd it secures)")
     if not args.kueue_workload_wait_seconds > 0:
         raise SystemExit("--kueue-workload-wait-seconds must be > 0")
+    if args.free_node_moves < 0:
+        raise SystemExit(f"--free-node-moves must be ≥ 0, got {args.free_node_moves}")
+    conditions = node_conditions(args.node_conditions)
     enabled, default_backend, namespace_backends = backend_config(args)
     config = OperatorConfig(
         default_etcd_endpoint=args.default_etcd_endpoint or None,
@@ -193,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         suspect_taint_max_per_namespace=args.suspect_taint_max_per_namespace,
         suspect_taint_ttl=args.suspect_taint_ttl_hours * 3600,
         min_restart_backoff=args.min_restart_backoff_seconds,
+        node_conditions=conditions,
+        free_node_moves=args.free_node_moves,
         job_network_policy=args.job_network_policy,
         rendezvous_ca_dir=args.rendezvous_ca_dir,
         reliability_configmap=(args.reliability_namespace, args.reliability_configmap)

@@ -12,7 +12,7 @@ import time
 
 from .adapters import kube as kube_calls
 from .adapters import nodes, rejections
-from .adapters.caches import AttemptCache, PhaseGauge, PodCache, ProgressFacts, SpecCache
+from .adapters.caches import AttemptCache, NodeHealth, PhaseGauge, PodCache, ProgressFacts, SpecCache
 from .adapters.metrics import OperatorMetrics
 from .adapters.monitor import Monitor
 from .adapters.observe import unseen_child
@@ -36,6 +36,7 @@ class Operator:
         self.kube = kube
         self.phases = PhaseGauge(self.metrics.jobs)
         self.attempts, self.pods, self.progress = AttemptCache(), PodCache(), ProgressFacts()
+        self.node_health = NodeHealth()  # watched node conditions False, per node (sicknodes.py)
         self.specs = SpecCache(config.default_etcd_endpoint, enabled=config.backends)
         self.owners = PodOwners(kube)  # which objects' pods are an attempt's (owners.py)
         self.failures = nodes.PodFailures(kube)  # what the pod watch saw fail, and where pods ran

@@ -51,8 +51,10 @@ BACKEND_RULES: dict[str, dict[tuple[str, str], frozenset[str]]] = {
 CLUSTER_RULES: dict[tuple[str, str], frozenset[str]] = {
     # kopf watches CRDs to notice its resources appearing and going away.
     ("apiextensions.k8s.io", "customresourcedefinitions"): frozenset({"list", "watch"}),
-    # taints.ready_nodes / taint_nodes count the Ready nodes of an instance type.
-    ("", "nodes"): frozenset({"list"}),
+    # taints.ready_nodes / taint_nodes count the Ready nodes of an instance type; the node watch
+    # (watch.py, kopf on.event) reads the health conditions that move attempts off sick nodes
+    # (sicknodes.py; not started with --node-conditions empty).
+    ("", "nodes"): frozenset({"list", "watch"}),
 }
 
 # Only with --suspect-taint-fraction > 0 (chart: suspectNodeTaint.enabled): taints.taint_nodes and

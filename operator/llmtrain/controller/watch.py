@@ -1,7 +1,8 @@
 """kopf as the watch layer only: `on.event` handlers that put what they see into the Operator's
 caches and queue (kopf stores nothing on our objects: no annotations, no finalizers, no
 status.kopf). Every event of a job or of one of its children (each enabled backend's kind, one
-watch each) queues the job; the reconciler (reconciler.py) decides on a snapshot of all of it."""
+watch each) queues the job, and so does a node whose watched health conditions turn False under one of its
+pods (sicknodes.py); the reconciler (reconciler.py) decides on a snapshot of all of it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ..render import ATTEMPT_LABEL, JOB_LABEL
 from ..spec import GROUP, PLURAL, VERSION
 from .adapters import nodes
 from .operator import Operator
+from .policy import sicknodes
 from .policy.child_status import pod_summary
 
 
@@ -60,6 +62,19 @@ def register(op: Operator, registry: kopf.OperatorRegistry | None = None) -> Non
         if summary["owner"]:  # a backend's pod (nodes: a failure may follow), not a hand-made one
             op.failures.saw_pod(namespace, job, attempt, summary["node"], summary["owner"])
         op.pods.put(namespace, job, attempt, name, summary)
+
+    if op.config.node_conditions:
+
+        @kopf.on.event("", "v1", "nodes", **kw)
+        async def node_event(event, body, name, **_):
+            # a node's watched conditions (sicknodes.py): a change queues the jobs with pods there
+            sick = (
+                () if event["type"] == "DELETED" else sicknodes.sick_conditions(dict(body), op.config.node_conditions)
+            )
+            if op.node_health.put(name, sick) and sick:
+                for key in op.pods.jobs_on(name):
+                    if op.queue.get(key) is not None:
+                        op.queue.add(key)
 
     # the pod watch that catches failures before the pods are deleted
     nodes.register(kopf, op.config, op.failures, registry)

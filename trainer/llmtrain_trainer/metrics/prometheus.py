@@ -188,6 +188,34 @@ class TrainerMetrics:
             "llmtrain_trainer_inplace_redone_seconds", "Their measured wall time, less their data wait"
         )
 
+        # Stragglers (llmtrain/stragglers.py): rank 0 exports the highest scores of each window, one
+        # series per scored rank with its node; on these `rank` is the scored rank.
+        from llmtrain import stragglers
+
+        self._job = job
+        self.straggler_score = Gauge(
+            stragglers.SCORE,
+            "A rank's compute time over the median of the other ranks' in the last window (the highest "
+            f"{stragglers.TOP_RANKS}; exported by rank 0)",
+            ("llmtrain_job", "rank", "node"),
+            registry=r,
+        )
+        self.straggler_slowdown = Gauge(
+            stragglers.SLOWDOWN,
+            "How many times slower the job ran in the last window because of that rank (1: not at all)",
+            ("llmtrain_job", "rank", "node"),
+            registry=r,
+        )
+
+    def export_stragglers(self, ranked) -> None:
+        """The window's highest scores (stragglers.top): the previous window's series are replaced,
+        so a rank that left the top goes."""
+        self.straggler_score.clear()
+        self.straggler_slowdown.clear()
+        for s in ranked:
+            self.straggler_score.labels(self._job, str(s.rank), s.node).set(s.score)
+            self.straggler_slowdown.labels(self._job, str(s.rank), s.node).set(s.slowdown)
+
     def export_ledger(self, ledger, restart_count: int = 0) -> None:
         """The attempt-wide gauges from this worker's ledger (metrics/restarts.py); `restart_count`:
         torchrun's TORCHELASTIC_RESTART_COUNT, a lower bound when no ledger could be kept."""

@@ -151,6 +151,9 @@ def finish(op: Operator, o: Observed, plan: Plan, job: dict) -> None:
         terminal = status.get("phase") in (Phase.SUCCEEDED.value, Phase.FAILED.value)
         summary = status["goodput"] if terminal else accounting.derived(o.with_(raw_status=status), status["goodput"])
         m.set_goodput(o.namespace, o.name, summary)
+    if not plan.waiting and o.spec is not None:  # the straggler's series follow status.straggler
+        act_after = o.spec.resilience.stragglers.duration_minutes * 60.0
+        m.stragglers.set(o.namespace, o.name, status.get("straggler"), act_after)
     if plan.monitor:
         op.monitor.schedule(job)
 

@@ -18,6 +18,7 @@ from ...spec import LLMTrainingJobSpec
 from ...status import Phase
 from ...validation import InvalidJob, Policy, validate
 from ..policy.progress import Progress
+from ..policy.sicknodes import SickNode
 from ..workqueue import newer
 
 
@@ -107,6 +108,41 @@ class PodCache:
     def of(self, namespace: str, job: str, attempt: int | str) -> list[dict]:
         with self._lock:
             return list((self._by_attempt.get((namespace, job, str(attempt))) or {}).values())
+
+    def jobs_on(self, node: str) -> set[tuple[str, str]]:
+        """The jobs with a pod placed on `node` (a node's health changed: only then, so a scan)."""
+        with self._lock:
+            return {
+                (ns, job)
+                for (ns, job, _), pods in self._by_attempt.items()
+                if any(p.get("node") == node for p in pods.values())
+            }
+
+
+class NodeHealth:
+    """The watched node conditions that are False, per node (the node watch: watch.py), for the
+    snapshots of the jobs whose pods run there (sicknodes.py). Only sick nodes are kept."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._sick: dict[str, tuple[SickNode, ...]] = {}
+
+    def put(self, node: str, sick: tuple[SickNode, ...]) -> bool:
+        """Record `node`'s sick conditions (none: healthy); True when they changed."""
+        with self._lock:
+            old = self._sick.get(node, ())
+            if sick:
+                self._sick[node] = sick
+            else:
+                self._sick.pop(node, None)
+            return old != sick
+
+    def of(self, nodes) -> dict[str, tuple[SickNode, ...]]:
+        """The sick ones among `nodes`."""
+        with self._lock:
+            if not self._sick:
+                return {}
+            return {n: self._sick[n] for n in nodes if n in self._sick}
 
 
 class ProgressFacts:

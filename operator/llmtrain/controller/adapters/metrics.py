@@ -91,6 +91,76 @@ class JobGoodput(Collector):
         yield badput
 
 
+class JobStragglers(Collector):
+    """Each job's recorded straggler (status.straggler, controller/policy/slownodes.py) as series, for the
+    training dashboard (the straggler's node) and the LLMTrainJobStraggler alert (slow for longer
+    than the job's stragglers.durationMinutes, and nothing acted: a replacement clears it). One
+    series per job and family while a straggler is recorded; none otherwise."""
+
+    FAMILIES = (
+        (
+            "llmtrain_job_straggler_slowdown",
+            "How many times slower a job runs because of its straggler rank (status.straggler)",
+            ("namespace", "llmtrain_job", "node", "rank"),
+        ),
+        (
+            "llmtrain_job_straggler_since_timestamp_seconds",
+            "Since when the straggler's node has been slowing the job's current attempt (Unix seconds)",
+            ("namespace", "llmtrain_job", "node", "rank"),
+        ),
+        (
+            "llmtrain_job_straggler_act_after_seconds",
+            "The job's spec.resilience.stragglers.durationMinutes, in seconds, while a straggler is recorded",
+            ("namespace", "llmtrain_job"),
+        ),
+    )
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: dict[tuple[str, str], tuple[str, str, float, float, float]] = {}
+
+    def set(self, namespace: str, name: str, straggler: dict | None, act_after: float) -> None:
+        """From the job's status.straggler (None or incomplete: no straggler, its series go)."""
+        from ..policy.child_status import parse_time
+
+        since = parse_time((straggler or {}).get("since")) if straggler else None
+        slowdown = (straggler or {}).get("slowdown")
+        with self._lock:
+            if since is None or not isinstance(slowdown, (int, float)) or not straggler:
+                self._jobs.pop((namespace, name), None)
+                return
+            self._jobs[(namespace, name)] = (
+                str(straggler.get("node") or ""),
+                str(straggler.get("rank") if straggler.get("rank") is not None else ""),
+                float(slowdown),
+                since.timestamp(),
+                act_after,
+            )
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._jobs.pop((namespace, name), None)
+
+    def families(self) -> list[tuple[str, str, str, list[str]]]:
+        return [(n, "gauge", doc, list(labels)) for n, doc, labels in self.FAMILIES]
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        for n, doc, labels in self.FAMILIES:
+            yield GaugeMetricFamily(n, doc, labels=labels)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        slow, since, act = (GaugeMetricFamily(n, doc, labels=labels) for n, doc, labels in self.FAMILIES)
+        with self._lock:
+            jobs = list(self._jobs.items())
+        for (namespace, name), (node, rank, slowdown, at, act_after) in jobs:
+            slow.add_metric([namespace, name, node, rank], slowdown)
+            since.add_metric([namespace, name, node, rank], at)
+            act.add_metric([namespace, name], act_after)
+        yield slow
+        yield since
+        yield act
+
+
 class OperatorMetrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         kw: dict[str, Any] = {"registry": registry} if registry is not None else {}
@@ -123,6 +193,9 @@ class OperatorMetrics:
         # goodput (llmtrain/goodput.py), from each job's status.goodput whenever it is reconciled
         self.goodput = JobGoodput()
         (registry if registry is not None else REGISTRY).register(self.goodput)
+        # the straggler each job's status records (controller/policy/slownodes.py)
+        self.stragglers = JobStragglers()
+        (registry if registry is not None else REGISTRY).register(self.stragglers)
         for outcome in RECONCILE_OUTCOMES:
             self.reconciles.labels(outcome)
         for phase in Phase:
@@ -135,6 +208,7 @@ class OperatorMetrics:
         """Drop a deleted job's own series: with one series per job (and restart reason), an
         operator that outlives many jobs would otherwise grow /metrics (and its memory) forever."""
         self.goodput.forget(namespace, name)
+        self.stragglers.forget(namespace, name)
         for metric in (self.restarts, self.preflight_busbw):
             names = metric._labelnames
             for family in metric.collect():

@@ -2,13 +2,14 @@
 
 The job comes from the watch (or our last write's response, or a GET after a conflict); its backend
 is decided once (backends.choose: status.backend once written) and its spec resolved once per uid
-and generation; its children (of its backend's kind), pods and the monitor's latest scrape come
-from the watch-fed caches (caches.py). Five reads are made only when a situation asks for them
-(`Plan.need`, `more`): the failed attempt's pod failures (nodes.py: they may still be on their way
-through the pod watch), the Ready nodes of the instance type (for avoidNodes), the Kueue Workload
-of a suspended (queued or preempted) child (kueue.py), for a new attempt of a job with
-checkpoint.intervalMinutes auto, the instance type's node MTBF (reliability.py), and, for the
-write that marks a job Succeeded, the trainer's final summary its pods left (ending.py).
+and generation; its children (of its backend's kind), pods, the monitor's latest scrape and the
+sick nodes under its pods (sicknodes.py) come from the watch-fed caches (caches.py). Five reads are
+made only when a situation asks for them (`Plan.need`, `more`): the failed attempt's pod failures
+(nodes.py: they may still be on their way through the pod watch), the Ready nodes of the instance
+type (for avoidNodes), the Kueue Workload of a suspended (queued or preempted) child (kueue.py),
+for a new attempt of a job with checkpoint.intervalMinutes auto, the instance type's node MTBF
+(reliability.py), and, for the write that marks a job Succeeded, the trainer's final summary its
+pods left (ending.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ... import backends
 from ...catalog import instance_type
 from ...render import ATTEMPT_LABEL, child_name
 from ...status import TERMINAL, Phase, parse
-from ..policy import ending
+from ..policy import ending, sicknodes
 from ..policy.child_status import parse_time, startup_problem
 from ..policy.decide import SPEC_HASH
 from ..policy.snapshot import Child, Observed
@@ -66,6 +67,7 @@ def is_kind(obj: dict, backend: backends.Backend) -> bool:
 
 # the live phases on the wire (a phase this version cannot read is not live: parse() reads it as None)
 _LIVE = frozenset(p.value for p in Phase if p not in TERMINAL)
+_ACTIVE = (Phase.PENDING, Phase.RUNNING, Phase.RESTARTING)
 
 
 def job_backend(op: Operator, namespace: str, raw_status: dict, raw_spec: dict) -> str:
@@ -127,6 +129,17 @@ def observe(op: Operator, job: dict, first_sight: bool) -> Observed:
         # none among the trusted ones, so the owner chain (a JobSet's Job: a read) is checked only then.
         if seen and startup_problem(seen) is not None:
             pods = tuple(owners.trusted(seen, op.owners.of(backend, namespace, current)))
+    sick: tuple[sicknodes.SickNode, ...] = ()
+    if status.phase in _ACTIVE and current is not None and backend is not None and not current.suspended:
+        seen = op.pods.of(namespace, name, attempt)
+        health = op.node_health.of({p["node"] for p in seen if p.get("node")})
+        if health:  # only then the owner chain (a JobSet's Job: a read): a hand-made pod blames no node
+            sick = sicknodes.under(owners.trusted(seen, op.owners.of(backend, namespace, current)), health)
+    progress = op.progress.of(namespace, name, attempt) if status.phase == Phase.RUNNING else None
+    pod_nodes = None
+    if progress is not None and progress.stragglers is not None and current is not None and backend is not None:
+        trusted = owners.trusted(op.pods.of(namespace, name, attempt), op.owners.of(backend, namespace, current))
+        pod_nodes = frozenset(p["node"] for p in trusted if p.get("node"))
     return Observed(
         namespace=namespace,
         name=name,
@@ -145,7 +158,9 @@ def observe(op: Operator, job: dict, first_sight: bool) -> Observed:
         first_sight=first_sight,
         awaiting_watch=awaiting,
         pods=pods,
-        progress=op.progress.of(namespace, name, attempt) if status.phase == Phase.RUNNING else None,
+        progress=progress,
+        sick_nodes=sick,
+        pod_nodes=pod_nodes,
     )
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from ...render import METRICS_PORT
 from ...spec import DEFAULT_BACKEND, DEFAULT_ETCD_ENDPOINT
+from .sicknodes import DEFAULT_CONDITIONS, FREE_MOVES
 
 
 @dataclass
@@ -49,3 +50,10 @@ class OperatorConfig:
     # said to be one Kueue does not manage (status reason NoKueueWorkload, an event naming
     # Kueue's integrations.frameworks): Kueue makes a job's Workload within a second or so.
     kueue_workload_wait: float = 60.0
+    # Node conditions that, False on a node under a running attempt, move the attempt away
+    # (controller/policy/sicknodes.py; chart: nodeHealth.conditions): the EKS node monitoring agent's by
+    # default, or another node problem detector's
+    node_conditions: tuple[str, ...] = DEFAULT_CONDITIONS
+    # moves off a sick node that spend no restart, per job; later ones spend the restart budget, so
+    # a flapping node cannot restart a job without end (sicknodes.py)
+    free_node_moves: int = FREE_MOVES

@@ -14,7 +14,8 @@ read from its fields, never from its name (status.goodput, accounting.py: from t
 The situations live by lifecycle stage, each module in the table's order: situations_start.py
 (terminal, a new job, an edited spec, awaiting the watch), situations_attempt.py (suspend and
 resume, the restart backoff, a missing, deleting or failed child), situations_kueue.py
-(preempted, queued, admitted) and situations_running.py (following the child, pods that do
+(preempted, queued, admitted), situations_nodes.py (a sick node under the attempt) and
+situations_running.py (following the child, pods that do
 not start, the health verdicts, steady); situation.py holds what they share.
 
 Every plan then gets its amendments, each in a module of its own: the end of a job (ending.py:
@@ -36,6 +37,7 @@ from .config import OperatorConfig
 from .situation import Situation, Transition
 from .situations_attempt import attempt_failed, backoff, child_deleting, missing_child, suspend, suspended
 from .situations_kueue import admitted, preempted, queued
+from .situations_nodes import sick_node, slow_node
 from .situations_running import follow, health_conditions, pods_stuck, startup_timeout, steady, unhealthy
 from .situations_start import awaiting_watch, new_invalid, new_job, new_suspended, spec_changed, terminal
 from .snapshot import Observed, Plan
@@ -60,11 +62,13 @@ SITUATIONS: tuple[Situation, ...] = (
     preempted,
     queued,
     admitted,
+    sick_node,
     follow,
     startup_timeout,
     pods_stuck,
     unhealthy,
     health_conditions,
+    slow_node,
     steady,
 )
 

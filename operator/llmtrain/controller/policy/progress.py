@@ -9,6 +9,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from ... import stragglers
 from ...status import percent
 
 MAX_BODY_BYTES = 256 * 1024
@@ -72,6 +73,8 @@ class Progress:
     checkpoint_interval_seconds: float | None = None
     checkpoint_blocking_estimate_seconds: float | None = None
     checkpoint_blocking_measured_saves: float | None = None
+    # rank 0's latest straggler window (llmtrain/stragglers.py): the highest scores, each with its node
+    stragglers: stragglers.Window | None = None
 
     def as_status(self) -> dict:
         """The status.progress fields (the scrape is the tenant's: a number no field can hold, an
@@ -222,7 +225,8 @@ _PROGRESS_METRICS = {
 
 def parse_progress(body: bytes | str) -> Progress:
     """Our series of a Prometheus text exposition → Progress; everything else is skipped unread.
-    `name{labels} value [timestamp]`: the first sample of each of our names counts."""
+    `name{labels} value [timestamp]`: the first sample of each of our names counts. The straggler
+    series (labelled by rank and node) are read by stragglers.parse, bounded the same way."""
     if isinstance(body, str):
         body = body.encode()
     values: dict = {}
@@ -249,4 +253,7 @@ def parse_progress(body: bytes | str) -> Progress:
         except ValueError:
             continue
         values[field] = value
+    window = stragglers.parse(body)
+    if window.ranks:
+        values["stragglers"] = window
     return Progress(**values)

@@ -15,6 +15,7 @@ from ...cadence import NodeMTBF
 from ...spec import DEFAULT_BACKEND, LLMTrainingJobSpec
 from ...status import LLMTrainingJobStatus, Reason
 from .progress import Progress
+from .sicknodes import SickNode
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,11 @@ class Observed:
     node_mtbf: NodeMTBF | None = None  # one node's MTBF on the instance type (reliability.py)
     node_mtbf_read: bool = False
     created: CreateResult | None = None
+    # watched node conditions False on the nodes of the current attempt's own pods (sicknodes.py)
+    sick_nodes: tuple[SickNode, ...] = ()
+    # the nodes of the current attempt's own pods, read when rank 0 reports a straggler (its node
+    # must be one of them: slownodes.py); None: not read
+    pod_nodes: frozenset[str] | None = None
 
     @property
     def is_new(self) -> bool:
