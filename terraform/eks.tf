@@ -24,6 +24,7 @@ resource "aws_cloudwatch_log_group" "cluster" {
 }
 
 resource "aws_eks_cluster" "this" {
+  #checkov:skip=CKV_AWS_339:checkov 3.3.30 (the newest release) lists EKS versions up to 1.35; EKS supports 1.36, the default, and variables.tf refuses versions out of support (tests/infra pin both).
   name     = var.cluster_name
   version  = var.kubernetes_version
   role_arn = aws_iam_role.cluster.arn

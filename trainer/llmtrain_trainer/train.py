@@ -377,7 +377,7 @@ class Trainer:
         # every rank, every completed step: the window's end is a collective (the same step everywhere)
         top = self.stragglers.add(result.own_seconds, result.wait_seconds)
         if top is not None:
-            self.metrics.prom.export_stragglers(top)
+            self.metrics.stragglers(result.step, top)
 
     def save(self, result: StepResult) -> None:
         """The periodic checkpoint every rank agreed on. Never of a NaN/Inf state (every rank sees

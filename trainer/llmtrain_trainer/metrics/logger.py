@@ -5,7 +5,7 @@ Two outputs, both read by the operator and by people:
   hang and goodput rules), including the attempt-wide ledger's (metrics/restarts.py) and the
   per-step loss facts (losswatch.py);
 - one structured JSON line per event on rank 0's stdout (`config`, `rollback`, `resume`,
-  `pretrained`, `step`, `stop`, `end`; the checkpointer emits its own `checkpoint*` events), which
+  `pretrained`, `step`, `stragglers`, `stop`, `end`; the checkpointer emits its own `checkpoint*` events), which
   `llmtrain local`, `kubectl logs` readers and the tests parse.
 
 Per step the trainer makes ONE call, `log(result)`: the throughput/MFU arithmetic, the gauges, the
@@ -194,6 +194,21 @@ class MetricsLogger:
                     "time": round(now, 6),
                 }
             )
+
+    def stragglers(self, step: int, ranked) -> None:
+        """A window's highest straggler scores (rank 0): the series, and a `stragglers` event saying at
+        which step the window ended, so the log shows when a rank was first named."""
+        self.prom.export_stragglers(ranked)
+        self.emit(
+            {
+                "event": "stragglers",
+                "step": step,
+                "ranks": [
+                    {"rank": s.rank, "node": s.node, "score": round(s.score, 3), "slowdown": round(s.slowdown, 3)}
+                    for s in ranked
+                ],
+            }
+        )
 
     def saved(self, blocking_seconds: float) -> None:
         """A save between steps blocked training for `blocking_seconds`."""
