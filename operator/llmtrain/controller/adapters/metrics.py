@@ -30,7 +30,31 @@ RECONCILE_OUTCOMES = (
 )
 
 
-class JobGoodput(Collector):
+class _PerJobFamilies(Collector):
+    """Gauge families with one entry per job, kept in a dict and turned into series only when
+    Prometheus scrapes (`collect`): forgetting a deleted job is one dict pop. Subclasses give
+    FAMILIES ((name, help, labels), ...), fill `_jobs` under `_lock` and write `collect`."""
+
+    FAMILIES: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: dict[tuple[str, str], Any] = {}
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._jobs.pop((namespace, name), None)
+
+    def families(self) -> list[tuple[str, str, str, list[str]]]:
+        """(name, type, help, labels) of each family, for the metrics reference."""
+        return [(n, "gauge", doc, list(labels)) for n, doc, labels in self.FAMILIES]
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        for n, doc, labels in self.FAMILIES:
+            yield GaugeMetricFamily(n, doc, labels=labels)
+
+
+class JobGoodput(_PerJobFamilies):
     """``llmtrain_job_goodput_ratio`` and ``llmtrain_job_badput_seconds``: one series per job (and
     badput kind), from each job's status.goodput as last reconciled, rendered at scrape time.
 
@@ -53,9 +77,7 @@ class JobGoodput(Collector):
         ),
     )
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._jobs: dict[tuple[str, str], tuple[float | None, tuple[float, ...]]] = {}
+    _jobs: dict[tuple[str, str], tuple[float | None, tuple[float, ...]]]
 
     def set(self, namespace: str, name: str, ratio: float | None, seconds: dict) -> None:
         """A ratio of None keeps the job's last one (a summary without it says nothing new)."""
@@ -64,18 +86,6 @@ class JobGoodput(Collector):
             if ratio is None:
                 ratio = (self._jobs.get((namespace, name)) or (None,))[0]
             self._jobs[(namespace, name)] = (ratio, values)
-
-    def forget(self, namespace: str, name: str) -> None:
-        with self._lock:
-            self._jobs.pop((namespace, name), None)
-
-    def families(self) -> list[tuple[str, str, str, list[str]]]:
-        """(name, type, help, labels) of each family, for the metrics reference."""
-        return [(n, "gauge", doc, list(labels)) for n, doc, labels in self.FAMILIES]
-
-    def describe(self) -> Iterator[GaugeMetricFamily]:
-        for n, doc, labels in self.FAMILIES:
-            yield GaugeMetricFamily(n, doc, labels=labels)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         (rn, rdoc, rlabels), (bn, bdoc, blabels) = self.FAMILIES
@@ -91,7 +101,7 @@ class JobGoodput(Collector):
         yield badput
 
 
-class JobStragglers(Collector):
+class JobStragglers(_PerJobFamilies):
     """Each job's recorded straggler (status.straggler, controller/policy/slownodes.py) as series, for the
     training dashboard (the straggler's node) and the LLMTrainJobStraggler alert (slow for longer
     than the job's stragglers.durationMinutes, and nothing acted: a replacement clears it). One
@@ -115,9 +125,7 @@ class JobStragglers(Collector):
         ),
     )
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._jobs: dict[tuple[str, str], tuple[str, str, float, float, float]] = {}
+    _jobs: dict[tuple[str, str], tuple[str, str, float, float, float]]
 
     def set(self, namespace: str, name: str, straggler: dict | None, act_after: float) -> None:
         """From the job's status.straggler (None or incomplete: no straggler, its series go)."""
@@ -136,17 +144,6 @@ class JobStragglers(Collector):
                 since.timestamp(),
                 act_after,
             )
-
-    def forget(self, namespace: str, name: str) -> None:
-        with self._lock:
-            self._jobs.pop((namespace, name), None)
-
-    def families(self) -> list[tuple[str, str, str, list[str]]]:
-        return [(n, "gauge", doc, list(labels)) for n, doc, labels in self.FAMILIES]
-
-    def describe(self) -> Iterator[GaugeMetricFamily]:
-        for n, doc, labels in self.FAMILIES:
-            yield GaugeMetricFamily(n, doc, labels=labels)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         slow, since, act = (GaugeMetricFamily(n, doc, labels=labels) for n, doc, labels in self.FAMILIES)
