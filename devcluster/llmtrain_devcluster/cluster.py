@@ -609,5 +609,5 @@ class DevCluster:
         """Create or update each CRD (dicts or YAML files) and wait until it is Established
         (see :func:`.crds.install_crds`)."""
         return install_crds(
-            crds, kubectl=self.kubectl, server=self.server, context=self._admin_ssl_context(), timeout=timeout
+            crds, apply=self.apply, server=self.server, context=self._admin_ssl_context(), timeout=timeout
         )

@@ -7,14 +7,13 @@ from __future__ import annotations
 import importlib
 import json
 import ssl
-import subprocess
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import yaml
 
-from .process import DevClusterError, http_get, wait_until
+from .process import http_get, wait_until
 from .tools import jobset_crd_path, pytorchjob_crd_path
 
 __all__ = ["default_crds", "install_crds", "load_crd", "project_crd_manifest"]
@@ -57,34 +56,21 @@ def default_crds(install_project_crd: bool) -> list[dict | Path]:
 def install_crds(
     crds: Iterable[dict | Path | str],
     *,
-    kubectl: Callable[..., subprocess.CompletedProcess],
+    apply: Callable[[Iterable[dict]], None],
     server: str,
     context: ssl.SSLContext,
     timeout: float = 60.0,
 ) -> list[str]:
-    """Create or update each CRD with ``kubectl`` and wait until it is Established (polled at
-    ``server`` with the admin's TLS ``context``); return their names.
+    """Create or update each CRD with ``apply`` (the cluster's server-side apply, which names the
+    CRD the API server rejected) and wait until it is Established (polled at ``server`` with the
+    admin's TLS ``context``); return their names.
 
     Server-side apply: large CRDs (Kubeflow's is ~8k lines) don't fit client-side apply's
     last-applied annotation, and the API server does all validation.
     """
     docs = [d for item in crds for d in load_crd(item)]
-    names = []
-    for doc in docs:
-        name = doc["metadata"]["name"]
-        names.append(name)
-        r = kubectl(
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=llmtrain-devcluster",
-            "-f",
-            "-",
-            input=json.dumps(doc),
-            check=False,
-        )
-        if r.returncode != 0:
-            raise DevClusterError(f"CRD {name} was rejected by the API server:\n{r.stderr.strip()}")
+    apply(docs)
+    names = [doc["metadata"]["name"] for doc in docs]
     for name in names:
         url = f"{server}/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
 

@@ -17,6 +17,7 @@ from kubernetes import client
 
 from llmtrain_devcluster import (
     DevCluster,
+    DevClusterError,
     KubectlError,
     ToolNotFoundError,
     find_tool,
@@ -271,15 +272,28 @@ def _jobset(name: str, replicas) -> dict:
     }
 
 
-def test_jobset_crd_is_installed_in_a_light_cluster_and_validates_server_side(dev_cluster, namespace):
-    """JobSet's own CRD is one of every dev cluster's, as the PyTorchJob CRD is (no controller
-    in light mode: objects, RBAC and schema only)."""
-    crd = json.loads(dev_cluster.kubectl("get", "crd", "jobsets.jobset.x-k8s.io", "-o", "json").stdout)
-    assert {c["type"]: c["status"] for c in crd["status"]["conditions"]}.get("Established") == "True"
+@pytest.mark.parametrize(
+    ("crd", "plural", "make"),
+    [
+        ("pytorchjobs.kubeflow.org", "pytorchjob.kubeflow.org", _pytorchjob),
+        ("jobsets.jobset.x-k8s.io", "jobset.jobset.x-k8s.io", _jobset),
+    ],
+    ids=["pytorchjob", "jobset"],
+)
+def test_backend_crd_is_installed_in_a_light_cluster_and_validates_server_side(
+    dev_cluster, namespace, crd, plural, make
+):
+    """Both backends' CRDs are every dev cluster's (no controller in light mode: objects, RBAC and
+    schema only): Established, a valid object passes a server dry run, a string where the schema
+    says integer is refused naming the field, and a dry run persists nothing."""
+    got = json.loads(dev_cluster.kubectl("get", "crd", crd, "-o", "json").stdout)
+    assert {c["type"]: c["status"] for c in got["status"]["conditions"]}.get("Established") == "True"
+
     ok = dev_cluster.kubectl(
-        "apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(_jobset("valid", 1))
+        "apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(make("valid", 1))
     )
-    assert "jobset.jobset.x-k8s.io/valid created (server dry run)" in ok.stdout
+    assert f"{plural}/valid created (server dry run)" in ok.stdout
+
     bad = dev_cluster.kubectl(
         "apply",
         "--dry-run=server",
@@ -287,10 +301,36 @@ def test_jobset_crd_is_installed_in_a_light_cluster_and_validates_server_side(de
         namespace,
         "-f",
         "-",
-        input=yaml.safe_dump(_jobset("bad", "one")),
+        input=yaml.safe_dump(make("invalid", "two")),
         check=False,
     )
-    assert bad.returncode != 0 and "replicas" in bad.stderr and "integer" in bad.stderr, bad.stderr
+    assert bad.returncode != 0
+    assert "replicas" in bad.stderr and "integer" in bad.stderr, bad.stderr
+
+    listed = json.loads(dev_cluster.kubectl("get", crd.split(".")[0], "-n", namespace, "-o", "json").stdout)
+    assert listed["items"] == []
+
+
+def test_a_crd_the_api_server_refuses_is_named_in_the_error(dev_cluster):
+    """install_crds applies through the cluster's own server-side apply: a CRD whose name is not
+    <plural>.<group> is refused by the API server, and the error names it (nothing is created)."""
+    bad = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.wrong.example"},
+        "spec": {
+            "group": "example.dev",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "scope": "Namespaced",
+            "versions": [
+                {"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {"type": "object"}}}
+            ],
+        },
+    }
+    with pytest.raises(DevClusterError, match=r"CustomResourceDefinition widgets\.wrong\.example was rejected"):
+        dev_cluster.install_crds([bad], timeout=10)
+    gone = dev_cluster.kubectl("get", "crd", "widgets.wrong.example", check=False)
+    assert gone.returncode != 0 and "NotFound" in gone.stderr
 
 
 def test_kubectl_error_carries_stderr(dev_cluster):
