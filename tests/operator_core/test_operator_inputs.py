@@ -8,6 +8,8 @@ their own (restarts, failover) are in test_operator_consistency.py, where none i
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 from kubernetes import client
 
@@ -241,7 +243,11 @@ def test_no_other_operator_starts_beside_the_shared_one(operator, dev_cluster, t
     second = OperatorProcess(
         dev_cluster.kubeconfig, tmp_path / "second.log", trainer_endpoint[1], ["--namespace", namespace]
     )
-    with pytest.raises(AssertionError, match="already acts on every namespace"):
-        second.start()
+    try:
+        with pytest.raises(AssertionError, match="already acts on every namespace"):
+            second.start()
+    finally:
+        if second.proc is not None:  # it ran after all: the test fails, the process goes
+            second.stop(signal.SIGKILL)
     assert second.proc is None  # refused before it ran
     assert operator.proc.poll() is None
