@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from llmtrain.backends import BACKENDS
+from llmtrain.backends.jobset import JOBSET_NAME_LABEL
 from llmtrain.render import render_rendezvous_secret
 from llmtrain.rendezvous_auth import CertificateAuthority
 from llmtrain.validation import parse_spec
@@ -24,7 +25,12 @@ from llmtrain.validation import parse_spec
 pytestmark = [pytest.mark.infra]
 
 RELEASE = "llmtrain"
-TRAINING_OPERATOR = "system:serviceaccount:kubeflow:training-operator"  # the chart's default
+TRAINING_OPERATOR = "system:serviceaccount:kubeflow:training-operator"  # the chart's defaults
+JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"  # the dev cluster's too
+JOBSET_CONTROLLER = "system:serviceaccount:jobset-system:jobset-controller"  # JobSet's chart, release jobset
+# who creates an attempt's pods, and the controller owner they name
+POD_CREATOR = {"pytorchjob": TRAINING_OPERATOR, "jobset": JOB_CONTROLLER}
+MANAGED_BY = "app.kubernetes.io/managed-by"
 JOB = {"model": {"preset": "tiny"}, "data": {"seqLen": 64},
        "cluster": {"instanceType": "cpu", "nodes": 1, "processesPerNode": 1, "image": "public.ecr.aws/llmtrain/t:1"},
        "training": {"maxSteps": 2, "globalBatchTokens": 128, "microBatchSize": 2},
@@ -283,19 +289,33 @@ def test_a_queue_controller_may_admit_an_operator_pytorchjob_but_not_change_its_
     assert _denied(patch({"spec": {"pytorchReplicaSpecs": {"Worker": host}}}, kueue), "only the llmtrain operator")
 
 
-def _efa_pod(c, ns: str, over=None) -> dict:
-    ptj = _rendered(c, ns, EFA, rendezvous_credentials=True)
-    tpl = copy.deepcopy(ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"])
-    meta = {**tpl["metadata"], "name": f"owner-a1-worker-{uuid.uuid4().hex[:5]}", "ownerReferences": [
-        {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "owner-a1", "uid": str(uuid.uuid4()),
-         "controller": True}]}
+def _template(child: dict) -> dict:
+    """The pod template of a rendered child, as its controller copies it onto the pods."""
+    if child["kind"] == "JobSet":
+        return child["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    return child["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+
+
+def _efa_pod(c, ns: str, over=None, backend: str = "pytorchjob") -> dict:
+    """An attempt's EFA worker pod as its controller creates it: the rendered template, the
+    controller's labels (JobSet's), its controller owner (a PyTorchJob; a JobSet's Job)."""
+    child = _rendered(c, ns, EFA, backend, rendezvous_credentials=True)
+    tpl = copy.deepcopy(_template(child))
+    owner = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "owner-a1"}
+    if backend == "jobset":
+        tpl["metadata"]["labels"][JOBSET_NAME_LABEL] = "owner-a1"
+        owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "owner-a1-worker-0"}
+    meta = {**tpl["metadata"], "name": f"owner-a1-worker-{uuid.uuid4().hex[:5]}",
+            "ownerReferences": [{**owner, "uid": str(uuid.uuid4()), "controller": True}]}
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": tpl["spec"]}
     if over:
         over(pod["spec"])
     return pod
 
 
-def test_baseline_efa_namespaces_admit_exactly_the_efa_difference(setup, dev_cluster):
+@pytest.fixture(scope="module")
+def efa_namespaces(setup, dev_cluster):
+    """A baseline-efa namespace and a baseline one; the pods' creators and bob may write there."""
     c = dev_cluster
     efa_ns = _new_namespace(c, {"pod-security.kubernetes.io/enforce": "privileged",
                                 "llmtrain.dev/pod-security": "baseline-efa"})
@@ -303,15 +323,23 @@ def test_baseline_efa_namespaces_admit_exactly_the_efa_difference(setup, dev_clu
     setup["made"] += [efa_ns, baseline_ns]
     for n in (efa_ns, baseline_ns):
         c.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([
-            _binding(n, TRAINING_OPERATOR, "edit"), _binding(n, "bob", "edit")]))
-    pod = _efa_pod(c, efa_ns)
+            _binding(n, user, "edit") for user in (TRAINING_OPERATOR, JOB_CONTROLLER, JOBSET_CONTROLLER, "bob")
+        ] + [_binding(n, "bob", "llmtrain-edit")]))
+    return efa_ns, baseline_ns
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_baseline_efa_namespaces_admit_exactly_the_efa_difference(setup, dev_cluster, efa_namespaces, backend):
+    c, (efa_ns, baseline_ns) = dev_cluster, efa_namespaces
+    creator, other = POD_CREATOR[backend], POD_CREATOR[{"pytorchjob": "jobset", "jobset": "pytorchjob"}[backend]]
+    pod = _efa_pod(c, efa_ns, backend=backend)
     caps = pod["spec"]["containers"][0]["securityContext"]["capabilities"]["add"]
     assert caps == ["IPC_LOCK"]
-    # The training-operator's EFA worker: admitted in the baseline-efa namespace...
-    r = _create(c, pod, efa_ns, TRAINING_OPERATOR)
+    # The attempt's EFA worker from its controller: admitted in the baseline-efa namespace...
+    r = _create(c, pod, efa_ns, creator)
     assert r.returncode == 0, r.stderr
     # ...refused by Pod Security itself in a baseline one (why the policy exists)
-    r = _create(c, _efa_pod(c, efa_ns), baseline_ns, TRAINING_OPERATOR)
+    r = _create(c, _efa_pod(c, efa_ns, backend=backend), baseline_ns, creator)
     assert r.returncode != 0 and "violates PodSecurity" in r.stderr, r.stderr
     # Anything beyond the difference is refused
     for what, over in {
@@ -321,18 +349,123 @@ def test_baseline_efa_namespaces_admit_exactly_the_efa_difference(setup, dev_clu
         "hostNetwork": lambda s: s.update(hostNetwork=True),
         "hostPort": lambda s: s["containers"][0]["ports"][0].update(hostPort=9410),
     }.items():
-        r = _create(c, _efa_pod(c, efa_ns, over), efa_ns, TRAINING_OPERATOR)
+        r = _create(c, _efa_pod(c, efa_ns, over, backend), efa_ns, creator)
         assert _denied(r, "baseline"), f"{what}: {r.stderr or 'admitted'}"
-    # IPC_LOCK is for llmtrain's EFA workers from the training-operator only: not for a tenant's pod
-    r = _create(c, _efa_pod(c, efa_ns), efa_ns, "bob")
-    assert _denied(r, "baseline"), r.stderr or "admitted"
+    # IPC_LOCK is for llmtrain's EFA workers from their controller only: not for a tenant's pod,
+    # nor one the other backend's controller creates (each names its own kind of owner)
+    for user in ("bob", other):
+        r = _create(c, _efa_pod(c, efa_ns, backend=backend), efa_ns, user)
+        assert _denied(r, "baseline"), f"{user}: {r.stderr or 'admitted'}"
+    look_alikes = {"not llmtrain's": lambda p: p["metadata"]["labels"].pop(MANAGED_BY),
+                   "no controller owner": lambda p: p["metadata"]["ownerReferences"][0].pop("controller")}
+    if backend == "jobset":  # a Job's pod that no JobSet's Job made
+        look_alikes["no JobSet"] = lambda p: p["metadata"]["labels"].pop(JOBSET_NAME_LABEL)
+    for what, change in look_alikes.items():
+        fake = _efa_pod(c, efa_ns, backend=backend)
+        change(fake)
+        r = _create(c, fake, efa_ns, creator)
+        assert _denied(r, "baseline"), f"{what}: {r.stderr or 'admitted'}"
 
     def no_efa(s):
         for part in ("requests", "limits"):
             s["containers"][0]["resources"][part].pop("vpc.amazonaws.com/efa")
-    r = _create(c, _efa_pod(c, efa_ns, no_efa), efa_ns, TRAINING_OPERATOR)
+    r = _create(c, _efa_pod(c, efa_ns, no_efa, backend), efa_ns, creator)
     assert _denied(r, "baseline"), r.stderr or "admitted"
     # and a tenant's ordinary baseline pod is fine there
-    plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain"},
+    plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"plain-{backend}"},
              "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
     assert _create(c, plain, efa_ns, "bob").returncode == 0
+
+
+# --- nobody makes a look-alike of llmtrain's children to borrow the exception ----------------------
+
+
+def _unlabelled(child: dict) -> dict:
+    child = copy.deepcopy(child)
+    _template(child)["metadata"]["labels"].pop(MANAGED_BY)
+    return child
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_nobody_but_the_operator_makes_a_child_whose_pods_get_the_exception(setup, dev_cluster, backend):
+    """Not even a cluster admin by hand, neither by creating one nor by adding the label to a child
+    that had none (its controller would then make labelled pods from it)."""
+    c, ns = dev_cluster, setup["ns"]
+    kind = BACKENDS[backend].child
+    child = _rendered(c, ns, EFA, backend, attempt=31, rendezvous_credentials=True)
+    assert _denied(_create(c, child, ns), "only the llmtrain operator"), "admitted"
+    plain = _unlabelled(child)
+    assert _create(c, plain, ns).returncode == 0  # no label: nothing to borrow
+    name = plain["metadata"]["name"]
+    labelled = json.dumps(_template(child)["metadata"]["labels"])
+    path = {"pytorchjob": "/spec/pytorchReplicaSpecs/Worker/template/metadata/labels",
+            "jobset": "/spec/replicatedJobs/0/template/spec/template/metadata/labels"}[backend]
+    r = c.kubectl("patch", kind.plural + "." + kind.group, name, "-n", ns, "--type=json",
+                  "-p", f'[{{"op": "replace", "path": "{path}", "value": {labelled}}}]', check=False)
+    assert _denied(r, "nobody adds that label"), r.stderr or "admitted"
+
+
+def test_only_the_jobset_controller_makes_jobs_whose_pods_get_the_exception(setup, dev_cluster, efa_namespaces):
+    """The real Job controller of the dev cluster makes the pods: from the JobSet controller's Job of
+    an operator's JobSet, an EFA worker is admitted; a tenant's Job like it is refused, and so is
+    the label added to a tenant's suspended Job, and the pods of a tenant's unlabelled EFA Job."""
+    c, (ns, _) = dev_cluster, efa_namespaces
+    js = _rendered(c, ns, EFA, "jobset", attempt=41, rendezvous_credentials=True)
+    assert _create(c, js, ns, setup["operator"]).returncode == 0
+    js = json.loads(c.kubectl("get", "jobsets.jobset.x-k8s.io", js["metadata"]["name"], "-n", ns, "-o", "json").stdout)
+    rjob = js["spec"]["replicatedJobs"][0]["template"]
+
+    def job(name: str, owner: bool = True) -> dict:
+        spec = copy.deepcopy(rjob["spec"])
+        spec["template"]["metadata"]["labels"][JOBSET_NAME_LABEL] = js["metadata"]["name"]
+        meta = {"name": name, "labels": dict(rjob["metadata"].get("labels") or {})}
+        if owner:  # as the JobSet controller sets it
+            meta["ownerReferences"] = [{"apiVersion": js["apiVersion"], "kind": "JobSet", "name": js["metadata"]["name"],
+                                        "uid": js["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]
+        return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
+
+    def pods(name: str) -> list:
+        out = c.kubectl("get", "pods", "-n", ns, "-l", f"job-name={name}", "-o", "json").stdout
+        return json.loads(out)["items"]
+
+    def refusal(name: str) -> str:
+        out = c.kubectl("get", "events", "-n", ns, "--field-selector",
+                        f"involvedObject.name={name},reason=FailedCreate", "-o", "json").stdout
+        return " ".join(e["message"] for e in json.loads(out)["items"])
+
+    good = f"{js['metadata']['name']}-worker-0"
+    r = _create(c, job(good), ns, JOBSET_CONTROLLER)
+    assert r.returncode == 0, r.stderr
+    deadline = time.monotonic() + 60
+    while not pods(good):
+        assert time.monotonic() < deadline, f"the Job controller made no pod: {refusal(good)}"
+        time.sleep(0.5)
+    (pod,) = pods(good)[:1]
+    assert pod["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+    # A tenant's Job like it, and one without an owner even from the JobSet controller's name
+    for name, user, owned in (("bob-copy", "bob", True), ("no-owner", JOBSET_CONTROLLER, False)):
+        r = _create(c, job(name, owned), ns, user)
+        assert _denied(r, "only the JobSet controller", "jobsetControllerUsers"), f"{name}: {r.stderr or 'admitted'}"
+    # Outside baseline-efa namespaces the label earns nothing, so Jobs there are none of the policy's
+    # (a JobSet controller under another name breaks no other namespace)
+    away = job("bob-away", owner=False)
+    away["spec"]["suspend"] = True
+    assert _create(c, away, setup["ns"], "bob").returncode == 0
+    # The label added to a tenant's suspended Job (whose pod template labels Kubernetes lets change)
+    quiet = job("bob-later", owner=False)
+    quiet["spec"]["suspend"] = True
+    quiet["spec"]["template"]["metadata"]["labels"].pop(MANAGED_BY)
+    assert _create(c, quiet, ns, "bob").returncode == 0
+    r = c.kubectl("patch", "job", "bob-later", "-n", ns, "--type=merge", "--as=bob", "-p",
+                  json.dumps({"spec": {"template": {"metadata": {"labels": {MANAGED_BY: "llmtrain-operator"}}}}}),
+                  check=False)
+    assert _denied(r, "nobody adds that label"), r.stderr or "admitted"
+    # A tenant's unlabelled EFA Job is admitted, but the Job controller's pods get no IPC_LOCK
+    plain = job("bob-plain", owner=False)
+    plain["spec"]["template"]["metadata"]["labels"].pop(MANAGED_BY)
+    assert _create(c, plain, ns, "bob").returncode == 0
+    deadline = time.monotonic() + 60
+    while "baseline" not in refusal("bob-plain"):
+        assert time.monotonic() < deadline, "no refused pod creation for bob-plain"
+        time.sleep(0.5)
+    assert not pods("bob-plain")

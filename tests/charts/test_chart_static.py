@@ -261,6 +261,9 @@ def test_backends_reach_the_operator_and_its_rbac_and_admission_policies_follow_
     assert {"--backend=pytorchjob", "--default-backend=pytorchjob"} <= set(_args(default))
     assert not any(a.startswith(("--backend=jobset", "--namespace-backend")) for a in _args(default))
     assert {"operator-pytorchjobs"} <= _policies(default) and "operator-jobsets" not in _policies(default)
+    # the EFA exception reaches JobSet's pods (and its guards on JobSets and Jobs) only with jobset
+    jobset_efa = {"llmtrain-jobsets", "llmtrain-jobset-jobs"}
+    assert not jobset_efa & _policies(default)
     assert (("jobset.x-k8s.io", "jobsets") not in _rules(operator_role(default))
             and ("batch", "jobs") not in _rules(operator_role(default)))
 
@@ -269,7 +272,7 @@ def test_backends_reach_the_operator_and_its_rbac_and_admission_policies_follow_
     args = _args(both)
     assert {"--backend=pytorchjob", "--backend=jobset", "--default-backend=jobset",
             "--namespace-backend=team-a=pytorchjob"} <= set(args)
-    assert {"operator-pytorchjobs", "operator-jobsets"} <= _policies(both)
+    assert {"operator-pytorchjobs", "operator-jobsets", *jobset_efa} <= _policies(both)
     want = {**EXPECTED_RULES, **FRAMEWORK_RULES, **{k: set(v) for k, v in rbac.BACKEND_RULES["jobset"].items()}}
     assert _rules(operator_role(both)) == want
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import yaml
@@ -31,8 +32,21 @@ def wait_for(fn, timeout: float = 30, what: str = "condition"):
     return wait_until(fn, timeout=timeout, what=what, on_fail=AssertionError)
 
 
+def _flag_values(args: list[str], flag: str) -> list[str]:
+    return [args[i + 1] for i, a in enumerate(args[:-1]) if a == flag]
+
+
 class OperatorProcess:
-    """`llmtrain-operator` run as a real process against the dev cluster's kubeconfig."""
+    """`llmtrain-operator` run as a real process against the dev cluster's kubeconfig.
+
+    Two of them never act on the same namespace of one cluster at once, unless both contend for
+    the same leader Lease (start() refuses): the other one would act on this test's jobs too, so a
+    test of what one operator does (fails over, survives a restart, keeps serving under an attack)
+    would pass on the other's work, or fail on it (one not serving the job's backend fails the job).
+    A module's shared operator watches every namespace: a test that runs its own goes in a module
+    without one, and scopes its own to its namespace (--namespace)."""
+
+    running: ClassVar[list[OperatorProcess]] = []  # started and not stopped, in this test process
 
     def __init__(self, kubeconfig: Path, log: Path, trainer_metrics_port: int, extra_args=()):
         self.kubeconfig, self.log_path = kubeconfig, log
@@ -41,7 +55,44 @@ class OperatorProcess:
         self.extra_args = list(extra_args)
         self.proc: subprocess.Popen | None = None
 
+    @property
+    def watches(self) -> set[str] | None:
+        """The namespaces it acts on (--namespace); None: all of them."""
+        return set(_flag_values(self.extra_args, "--namespace")) or None
+
+    @property
+    def lease(self) -> tuple[str, str] | None:
+        """(namespace, name) of the leader Lease it contends for (--leader-elect), else None."""
+        if "--leader-elect" not in self.extra_args:
+            return None
+        ns = _flag_values(self.extra_args, "--leader-election-namespace") or ["default"]
+        name = _flag_values(self.extra_args, "--leader-election-name") or ["llmtrain-operator"]
+        return ns[-1], name[-1]
+
+    def overlaps(self, other: OperatorProcess) -> bool:
+        """Whether both could act on one job at the same time."""
+        if Path(self.kubeconfig).resolve() != Path(other.kubeconfig).resolve():
+            return False  # another cluster
+        if self.lease is not None and self.lease == other.lease:
+            return False  # one leader at a time
+        mine, theirs = self.watches, other.watches
+        return mine is None or theirs is None or bool(mine & theirs)
+
+    def _refuse_overlaps(self) -> None:
+        OperatorProcess.running[:] = [
+            op for op in OperatorProcess.running if op.proc is not None and op.proc.poll() is None
+        ]
+        for other in OperatorProcess.running:
+            if other is not self and self.overlaps(other):
+                where = "every namespace" if other.watches is None else ", ".join(sorted(other.watches))
+                raise AssertionError(
+                    f"another operator (log: {other.log_path}) already acts on {where} of this cluster: "
+                    f"it would act on the jobs of this one (log: {self.log_path}) too. Run the test that "
+                    "starts its own operator in a module without a shared one, with --namespace"
+                )
+
     def start(self) -> None:
+        self._refuse_overlaps()
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         cmd = [
             sys.executable,
@@ -66,6 +117,8 @@ class OperatorProcess:
         ]
         self.log = open(self.log_path, "a")
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        if self not in OperatorProcess.running:
+            OperatorProcess.running.append(self)
         wait_for(self.healthy, 60, f"operator health (log: {self.log_path})")
 
     def healthy(self) -> bool:
@@ -85,6 +138,8 @@ class OperatorProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self in OperatorProcess.running:
+            OperatorProcess.running.remove(self)
         self.log.close()
 
     def metrics(self) -> str:
