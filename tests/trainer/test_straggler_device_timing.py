@@ -160,3 +160,16 @@ def test_the_window_exchanges_the_device_figures_and_scores_nothing_before_it_ha
         assert window.recent[0].tolist() == [[1.5, 0.5]]
     finally:
         dist.destroy_process_group()
+
+
+def test_events_read_are_recorded_again_so_a_long_run_makes_only_two_windows_of_them():
+    dev = Device()
+    _, steps = step_clocks(torch.device("cuda"), event=dev.event)
+    assert steps is not None
+    for window in range(6):
+        for _ in range(3):
+            _step(dev, steps, 1.0 + window, [(0.1, 0.4)])  # 4 events a step: 12 a window
+        figures = steps.window()
+        if window:  # each reused event still times its own step: the window before's figures
+            assert figures == pytest.approx((3 * (0.7 + window - 1), 3 * 0.3))
+    assert len(dev.events) == 2 * 12

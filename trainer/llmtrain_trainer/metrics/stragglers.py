@@ -100,8 +100,14 @@ class DeviceWaitClock(WaitClock):
 
     def __init__(self, event: Callable[[], Any] = _cuda_event) -> None:
         super().__init__()
-        self.event = event
+        self.make = event
+        self.free: list[Any] = []  # events read already (DeviceSteps.window), recorded again
         self.pairs: list[tuple[Any, Any]] = []
+
+    def event(self) -> Any:
+        """An event to record: a read one again, else a new one (a model of many blocks records
+        hundreds a step: they are made during the first two windows only)."""
+        return self.free.pop() if self.free else self.make()
 
     def issued(self) -> Any:
         start = self.event()
@@ -164,6 +170,7 @@ class DeviceSteps:
             waited = min(step, sum(_seconds(a, b) for a, b in pairs))
             compute += step - waited
             wait += waited
+            self.clock.free += [start, end, *(e for pair in pairs for e in pair)]
         return compute, wait
 
 
