@@ -30,8 +30,8 @@ What must happen, all of it from the real parts:
    than nothing and less than it ran.
 
 Its cost on top of the chain (the slow rank sleeps, the other one waits in gloo for it), printed
-by the test: about 44 CPU-seconds of trainer processes and 3 minutes of wall, most of it the
-minute durationMinutes asks for.
+by the test: 45-63 CPU-seconds of trainer processes, about 5 of the operator's, and 3-6 minutes of
+wall on this machine, most of it the minute durationMinutes asks for and the start-ups.
 
 Run it: `.venv/bin/python -m pytest tests/chain/test_straggler_chain.py -p no:cacheprovider -s`
 """
@@ -59,8 +59,11 @@ from .pod_trainer import REPO, PodTrainer
 
 pytestmark = [pytest.mark.slow]
 
-STEPS, EVERY = 160, 10
-SLEEP = 1.0  # seconds rank 1 sleeps per step on the slow node: ~20 steps to the first window, 60 to the minute
+STEPS, EVERY = 140, 10
+# Seconds rank 1 sleeps per step on the slow node: the first window at step 20, the minute 30 steps
+# later, and ~90 steps left at about 2.5 s each, so the replacement pays about twice over even with
+# a minute of start-up on a loaded machine (at 1 s a step one run weighed 76 s saved vs 76 s).
+SLEEP = 2.0
 HOOKS = str(REPO / "tests" / "trainer" / "hooks")
 
 
@@ -223,9 +226,10 @@ def test_replace_moves_a_straggling_job_off_its_node_and_it_finishes(
     recs = {r["attempt"]: r for r in g["attempts"]}
     assert recs[1]["endReason"] == "Straggler" and recs[1]["slowSeconds"] > 0, recs[1]
     # Attempt 2 runs unthrottled, but on this CPU trainer rank 0 also serves the operator's scrapes
-    # (every 0.5 s here) and commits the checkpoints, so its score creeps up (1.07 → 1.16 over its
-    # windows in one run; another run crossed 1.2 for about a second): what it lost is bounded,
-    # not asserted zero, and printed.
+    # (every 0.5 s here) and commits the checkpoints, and a loaded machine lands unevenly on the
+    # ranks: at load averages of 10-14 its score crossed 1.2 for a second in one run, for three
+    # windows in another (docs: Slow and sick nodes). What attempt 2 lost is bounded, not asserted
+    # zero, and printed.
     windows2 = [(e["step"], [(r["rank"], r["score"], r["slowdown"]) for r in e["ranks"]]) for e in t2.of("stragglers")]
     print(f"\nattempt 2's windows (step, [(rank, score, slowdown)]): {windows2}")
     ran1 = _t(recs[1]["endTime"]) - _t(recs[1]["createdTime"])
