@@ -362,8 +362,9 @@ def training() -> gdash.Dashboard:
                           "{{namespace}}/{{llmtrain_job}} {{kind}}")],
                         unit="percentunit", minv=0, stack=True,
                         desc="Seconds of badput per second of wall time, stacked by kind (queued, starting, "
-                             "restarting, hang, lost work, checkpoint stall, data wait): what the job "
-                             "pays for and does not train with."))
+                             "restarting, hang, lost work, checkpoint stall, data wait, and slow: the "
+                             "time a straggler verdict cost, (1 - 1/slowdown) of the productive time "
+                             "while it stood): what the job pays for and does not train with."))
     d = d.with_panel(ts("Checkpoint stall share of wall time (per rank)",
                         [(f"rate(llmtrain_trainer_checkpoint_blocking_seconds_total{{{JOB_SEL}}}[{rate}])",
                           "{{llmtrain_job}} rank {{rank}}")],

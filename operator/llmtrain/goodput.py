@@ -31,6 +31,15 @@ One attempt, from its PyTorchJob's creation to its end:
     done (inPlaceRedoneSeconds, each at its own measured time). Nothing of an earlier process can
     be dropped or counted twice by a scrape that missed it, and an operator restart changes
     nothing: the figures are the trainer's, cumulative;
+  * slow: while a straggler verdict stands (status.straggler: rank 0 names a rank the others wait
+    for, and the job runs `slowdown` times slower than it would without it), the share
+    (1 − 1/slowdown) of the productive time over the verdict's span is the time the job lost to
+    it. The record keeps what the verdict's closed spans lost (slowSeconds: (1 − 1/slowdown) ×
+    their wall seconds) and the open one (slowSince, slowdown); of trainStart → lastHeartbeat,
+    that weighted time over the whole is the fraction of what the other cuts leave that moves
+    from productive to slow (the counters are not placed in time: the verdict's span is taken to
+    hold the attempt's share of productive time). With the counters as they are, the bucket
+    grows while the verdict stands and never goes down;
   * the tail, lastHeartbeat → end: hang when the attempt ended as Hang (last heartbeat →
     detection); checkpoint stall when it ended Succeeded or Suspended (the final save, exit);
     restarting otherwise (the failure → its detection).
@@ -45,6 +54,7 @@ clamped to what is left).
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +65,7 @@ BUCKETS = (
     "queued",
     "starting",
     "productive",
+    "slow",
     "lostWork",
     "restarting",
     "hang",
@@ -92,6 +103,11 @@ class Attempt:
     # the newest complete checkpoint as the attempt last reported it (the report marks it; no bucket)
     last_checkpoint_step: int | None = None
     last_checkpoint_time: float | None = None
+    # time lost to a straggler (the module's docstring: slow): the closed spans' weighted seconds,
+    # and the open span's start and slowdown (None: no verdict stands)
+    slow_seconds: float | None = None
+    slow_since: float | None = None
+    slowdown: float | None = None
 
 
 @dataclass(frozen=True)
@@ -167,12 +183,32 @@ def buckets(t: Timeline, now: float) -> dict[str, float]:
                 cut = min(max(want or 0.0, 0.0), left)
                 out[kind] += cut
                 left -= cut
-            out["productive"] += left
+            slow = left * _slow_share(a, loop, last, end)
+            out["slow"] += slow
+            out["productive"] += left - slow
         if a.last_step is not None:
             high = max(high, a.last_step)
         cursor = end
     gap(cursor, now, "restarting" if t.attempts or t.folded else "queued")
     return out
+
+
+def lost_to_slowness(slowdown: float, seconds: float) -> float:
+    """Wall seconds a run `slowdown` times slower than it would be loses in `seconds`."""
+    return max(0.0, seconds) * (1 - 1 / slowdown) if slowdown > 1 else 0.0
+
+
+def _slow_share(a: Attempt, loop: float, last: float, end: float) -> float:
+    """The fraction of loop → last the straggler verdicts took (the module's docstring: slow): the
+    closed spans' weighted seconds and the open span's, up to `end`, over last − loop, at most 1."""
+    span = last - loop
+    if span <= 0:
+        return 0.0
+    weighted = max(0.0, a.slow_seconds or 0.0)
+    if a.slow_since is not None and a.slowdown is not None:
+        lo, hi = max(a.slow_since, loop), min(end, last)
+        weighted += lost_to_slowness(a.slowdown, hi - lo)
+    return min(1.0, weighted / span)
 
 
 def _lost(a: Attempt, high: int) -> float:
@@ -248,6 +284,8 @@ COUNTERS = {
     "lastCheckpointStep": "last_checkpoint_step",
     "lastCheckpointTime": "last_checkpoint_time",
 }
+# The straggler verdict's spans, as decide records them in the attempt's record (slow_began, slow_ended).
+SLOW_FIELDS = {"slowSeconds": "slow_seconds", "slowSince": "slow_since", "slowdown": "slowdown"}
 _INTS = ("resume_step", "last_step", "steps", "in_place_restarts", "in_place_redone_steps", "last_checkpoint_step")
 _TIMES = ("trainStartTime", "heartbeatTime", "lastCheckpointTime")
 
@@ -275,12 +313,16 @@ def attempt_from(rec: dict, progress: dict | None = None) -> Attempt | None:
             kw[attr] = _int(src, key)
         else:
             kw[attr] = _num(src, key)
+    slowdown = _num(rec, "slowdown")
     return Attempt(
         attempt=n,
         created=created,
         end=_t(rec.get("endTime")),
         end_reason=rec.get("endReason"),
         admitted=_t(rec.get("admittedTime")),
+        slow_seconds=_num(rec, "slowSeconds"),
+        slow_since=_t(rec.get("slowSince")),
+        slowdown=slowdown if slowdown is not None and math.isfinite(slowdown) and slowdown >= 1 else None,
         **kw,
     )
 
@@ -354,8 +396,9 @@ def admitted(goodput: dict | None, attempt: int, at: float) -> dict:
 
 
 def closed(goodput: dict | None, attempt: int, at: float, reason: str, progress: dict | None) -> dict:
-    """Attempt `attempt` ended at `at` for `reason`: its record keeps the trainer's last counters."""
-    g = dict(goodput or {})
+    """Attempt `attempt` ended at `at` for `reason`: its record keeps the trainer's last counters
+    (and a straggler verdict still standing ends with it)."""
+    g = slow_ended(goodput, attempt, at)
     recs = []
     for r in g.get("attempts") or []:
         if isinstance(r, dict) and r.get("attempt") == attempt and r.get("endTime") is None:
@@ -363,6 +406,43 @@ def closed(goodput: dict | None, attempt: int, at: float, reason: str, progress:
         recs.append(r)
     g["attempts"] = recs
     return g
+
+
+def _open_record(g: dict, attempt: int, edit) -> dict:
+    """g with `edit` applied to attempt `attempt`'s record while it is open (not ended)."""
+    g = dict(g)
+    g["attempts"] = [
+        edit(r) if isinstance(r, dict) and r.get("attempt") == attempt and r.get("endTime") is None else r
+        for r in g.get("attempts") or []
+    ]
+    return g
+
+
+def _close_span(r: dict, at: float) -> dict:
+    """The record with its open straggler span (if any) ended at `at`: its lost time added to slowSeconds."""
+    since, slowdown = _t(r.get("slowSince")), _num(r, "slowdown")
+    r = {k: v for k, v in r.items() if k not in ("slowSince", "slowdown")}
+    if since is not None and slowdown is not None and math.isfinite(slowdown):
+        lost = (_num(r, "slowSeconds") or 0.0) + lost_to_slowness(slowdown, at - since)
+        r["slowSeconds"] = round(lost, 3)
+    return r
+
+
+def slow_began(goodput: dict | None, attempt: int, at: float, slowdown: float) -> dict:
+    """A straggler verdict stands on attempt `attempt` from `at`, the job `slowdown` times slower (a
+    new verdict, or new figures of the standing one: its span so far is closed at its own slowdown)."""
+
+    def edit(r: dict) -> dict:
+        if _num(r, "slowdown") == slowdown and r.get("slowSince"):
+            return r
+        return {**_close_span(r, at), "slowSince": stamp(at), "slowdown": slowdown}
+
+    return _open_record(dict(goodput or {}), attempt, edit)
+
+
+def slow_ended(goodput: dict | None, attempt: int, at: float) -> dict:
+    """Attempt `attempt`'s straggler verdict no longer stands from `at`."""
+    return _open_record(dict(goodput or {}), attempt, lambda r: _close_span(r, at) if r.get("slowSince") else r)
 
 
 def suspended(goodput: dict | None, at: float) -> dict:

@@ -242,6 +242,10 @@ class GoodputSeconds(_Status):
     queued: float = 0.0
     starting: float = 0.0
     productive: float = 0.0
+    slow: float = Field(
+        0.0,
+        description="time lost to a straggler: (1 - 1/slowdown) of the productive time while a straggler verdict stood",
+    )
     lost_work: float = 0.0
     restarting: float = 0.0
     hang: float = 0.0
@@ -277,6 +281,13 @@ class AttemptRecord(_Status):
         None, description="the newest complete checkpoint when the attempt ended (`llmtrain goodput` marks it)"
     )
     last_checkpoint_time: str | None = Field(None, json_schema_extra=DATE_TIME)
+    slow_seconds: float | None = Field(
+        None, description="time lost to ended straggler verdicts: (1 - 1/slowdown) x their seconds"
+    )
+    slow_since: str | None = Field(
+        None, json_schema_extra=DATE_TIME, description="a straggler verdict stands since (status.straggler)"
+    )
+    slowdown: float | None = Field(None, description="its slowdown since slowSince")
 
 
 class Suspension(_Status):

@@ -10,7 +10,10 @@ write, delete older attempts), these must hold after every step, on every backen
   * Succeeded and Failed stay;
   * never two live children, and none of an attempt later than status.attempt;
   * an ended job has no ETA, and one that succeeded shows the trainer's final step when its pods
-    left a final summary.
+    left a final summary;
+  * status.goodput's buckets add up to its wall time; what an attempt's record says its straggler
+    verdicts lost (slowSeconds) never goes down, and only the current attempt's open record has an
+    open span (slowSince), while status.straggler names that attempt.
 """
 
 from __future__ import annotations
@@ -159,7 +162,8 @@ class World:
         elif kind == "scrape" and self.status.get("phase") == "Running":
             attempt = self.status.get("attempt") or 1
             eta = {"estimatedRemainingSeconds": 60, "estimatedCompletionTime": timestamp(self.now)}
-            self.status = merged(self.status, {"progress": {"attempt": attempt, "step": 5, **eta}})
+            loop = {"trainStartTime": self.status.get("attemptStartTime") or timestamp(self.now)}
+            self.status = merged(self.status, {"progress": {"attempt": attempt, "step": 5, **eta, **loop}})
         elif kind == "sick":
             self.sick = arg
         elif kind == "slow":
@@ -182,6 +186,7 @@ class World:
             backend=self.backend,
             sick_nodes=(SICK,) if self.sick and self.current() is not None else (),
             pod_nodes=frozenset({"n1"}),
+            creation_time=NOW,
             **facts,
         )
 
@@ -246,6 +251,10 @@ class World:
             raise AssertionError(f"a terminal job was written: {before} → {update} after {hist}")
         if (after.get("attempt") or 1) > (before.get("attempt") or 1):
             assert after["attempt"] == (before.get("attempt") or 1) + 1, hist
+        kept = {r["attempt"]: r for r in (after.get("goodput") or {}).get("attempts") or []}
+        for r in (before.get("goodput") or {}).get("attempts") or []:  # the lost time is a tally: it only grows
+            if r["attempt"] in kept:
+                assert (kept[r["attempt"]].get("slowSeconds") or 0) >= (r.get("slowSeconds") or 0), hist
         self.status = after
 
     def _delete(self, names) -> None:
@@ -260,6 +269,13 @@ class World:
         live = [c for c in self.children.values() if not c["metadata"].get("deletionTimestamp")]
         assert len(live) <= 1, (list(self.children), self.history)
         assert all(int(c["metadata"]["labels"]["llmtrain.dev/attempt"]) <= attempt for c in live), self.history
+        g = self.status.get("goodput") or {}
+        if g.get("seconds"):  # each bucket is rounded to 0.1 s
+            assert sum(g["seconds"].values()) == pytest.approx(g["wallSeconds"], abs=0.5), (g, self.history)
+        spans = [r for r in g.get("attempts") or [] if r.get("slowSince")]
+        for r in spans:
+            straggler = self.status.get("straggler") or {}
+            assert r["attempt"] == attempt == straggler.get("attempt") and not r.get("endTime"), (g, self.history)
         progress = self.status.get("progress") or {}
         if self.status.get("phase") in ("Succeeded", "Failed"):
             assert "estimatedCompletionTime" not in progress, (self.status, self.history)

@@ -1,6 +1,6 @@
 """The goodput bucket arithmetic (llmtrain/goodput.py) on hand-made timelines.
 
-Every case states all nine buckets, worked out by hand in the comments from the timeline's times
+Every case states all ten buckets, worked out by hand in the comments from the timeline's times
 and counters: a bucket counted twice or left out changes one figure (and the sum) and fails.
 """
 
@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llmtrain import goodput as gp
 from llmtrain.goodput import Attempt, Timeline
@@ -372,3 +374,100 @@ def test_time_a_queue_held_the_attempt_is_queued_not_starting():
     g = gp.admitted(gp.opened({}, 1, 10.0, job_created=0.0), 1, 70.0)
     assert gp.timeline_of(g, 0.0).attempts[0].admitted == 70.0
     assert gp.admitted(g, 1, 90.0) == g  # the first admission counts
+
+
+# --- slow: the time lost to a straggler (status.straggler's verdict spans) -----------------------
+
+
+def test_a_standing_straggler_verdict_takes_its_share_of_the_productive_time():
+    # test_one_running_attempt's attempt (loop 40 → now 160: 120 s, 112 s of it productive), with a
+    # straggler verdict standing since 100 at slowdown 2: its 60 s hold 60 × 112/120 = 56 s of
+    # productive time, of which a job twice as slow as it would be loses half: 28 s
+    a = Attempt(
+        1,
+        created=10,
+        train_start=40,
+        last_heartbeat=150,
+        resume_step=0,
+        last_step=50,
+        steps=50,
+        step_seconds=110,
+        checkpoint_blocking_seconds=5,
+        data_wait_seconds=3,
+        slow_since=100,
+        slowdown=2.0,
+    )
+    got = check(
+        Timeline(start=0.0, attempts=(a,)),
+        160.0,
+        expect(queued=10, starting=30, checkpointStall=5, dataWait=3, slow=28, productive=84),
+    )
+    assert gp.ratio(got) == pytest.approx(84 / 160)
+    assert "slow" in gp.BADPUT  # the gauge llmtrain_job_badput_seconds{kind="slow"}
+
+
+def test_ended_verdicts_of_an_ended_attempt_keep_their_lost_seconds():
+    # loop 20 → last step 180 (160 s, no counters), the final save 180 → 200; the verdicts that
+    # stood lost 40 s (slowSeconds): a quarter of the 160 s
+    a = Attempt(1, created=0, end=200, end_reason=gp.SUCCEEDED, train_start=20, last_heartbeat=180, slow_seconds=40)
+    check(
+        Timeline(start=0.0, attempts=(a,)),
+        200.0,
+        expect(starting=20, slow=40, productive=120, checkpointStall=20),
+    )
+
+
+def test_a_verdict_span_opens_changes_figures_and_closes_in_the_record():
+    g = gp.opened({}, 1, 10.0, job_created=0.0)
+    g1 = gp.slow_began(g, 1, 100.0, 2.0)
+    rec = g1["attempts"][0]
+    assert (rec["slowSince"], rec["slowdown"], rec.get("slowSeconds")) == (gp.stamp(100.0), 2.0, None)
+    assert gp.slow_began(g1, 1, 110.0, 2.0) == g1  # the same figures: the span goes on
+    g2 = gp.slow_began(g1, 1, 130.0, 4.0)  # new figures: 30 s at 2× lost 15 s; from 130 at 4×
+    rec = g2["attempts"][0]
+    assert (rec["slowSince"], rec["slowdown"], rec["slowSeconds"]) == (gp.stamp(130.0), 4.0, 15.0)
+    g3 = gp.slow_ended(g2, 1, 150.0)  # 20 s at 4×: 15 s more
+    rec = g3["attempts"][0]
+    assert rec["slowSeconds"] == 30.0 and "slowSince" not in rec and "slowdown" not in rec
+    assert gp.slow_ended(g3, 1, 170.0) == g3
+    # the attempt ends while the verdict stands: the span closes with it, and nothing reopens it
+    ended = gp.closed(g2, 1, 150.0, "Failed", None)
+    assert ended["attempts"][0]["slowSeconds"] == 30.0 and "slowSince" not in ended["attempts"][0]
+    assert gp.slow_began(ended, 1, 160.0, 3.0) == ended
+    # the report's form: loop 40 → now 160 (120 s, no counters), 30 s of it lost
+    progress = {"attempt": 1, "trainStartTime": gp.stamp(40.0)}
+    b = gp.buckets(gp.timeline_of(g3, 0.0, progress), 160.0)
+    assert b == pytest.approx(expect(queued=10, starting=30, slow=30, productive=90))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    stall=st.integers(0, 200),
+    edits=st.lists(st.tuples(st.integers(1, 120), st.sampled_from((None, 1.05, 1.5, 2.0, 4.0))), max_size=12),
+)
+def test_slow_never_goes_down_and_the_buckets_still_sum(stall, edits):
+    """A running attempt (counters as scraped: `stall` s of checkpoint stall) whose straggler
+    verdict comes (a slowdown), changes and goes (None) at random times: at every edit and between
+    them the buckets sum to the wall time, slow never goes down, and it never exceeds what the
+    verdicts' spans could lose, nor what the other cuts leave."""
+    progress = {"attempt": 1, "trainStartTime": gp.stamp(50.0), "checkpointBlockingSeconds": float(stall)}
+    g = gp.opened({}, 1, 10.0, job_created=0.0)
+    now, last, bound, since = 50, 0.0, 0.0, None
+    for dt_, slowdown in edits:
+        for t in (now + dt_ // 2, now + dt_):  # between the edits, and at the next one (before it)
+            b = gp.buckets(gp.timeline_of(g, 0.0, progress), float(t))
+            assert sum(b.values()) == pytest.approx(t)
+            assert b["slow"] >= last - 1e-3, (b["slow"], last)
+            open_part = gp.lost_to_slowness(since[1], t - since[0]) if since else 0.0
+            assert b["slow"] <= bound + open_part + 1e-3
+            assert b["slow"] + b["productive"] == pytest.approx(max(0.0, t - 50 - stall), abs=1e-6)
+            last = b["slow"]
+        now += dt_
+        if since is not None and (slowdown is None or slowdown != since[1]):
+            bound += gp.lost_to_slowness(since[1], now - since[0])
+            since = None
+        if slowdown is None:
+            g = gp.slow_ended(g, 1, float(now))
+        else:
+            g = gp.slow_began(g, 1, float(now), slowdown)
+            since = since or (now, slowdown)

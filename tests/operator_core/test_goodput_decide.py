@@ -8,9 +8,11 @@ import datetime as dt
 import pytest
 
 from llmtrain import goodput as gp
+from llmtrain.controller.policy.progress import Progress
 from llmtrain.controller.policy.snapshot import CreateResult
+from llmtrain.stragglers import RankScore, Window
 
-from .decide_world import NOW, ago, decide_, pending, ptj, running, snap, tiny
+from .decide_world import NOW, ago, decide_, gpu, pending, ptj, running, snap, tiny
 
 CREATED = NOW - dt.timedelta(minutes=20)
 
@@ -182,3 +184,84 @@ def test_in_place_restarts_spend_no_restart_and_close_into_the_attempt_record():
     # steps 55 → 40 min ago = 900 s: restarting 45, lost work 60, productive the rest
     assert (s["restarting"], s["lostWork"], s["productive"]) == (45.0, 60.0, 795.0)
     assert plan.status["goodput"]["stepsRedone"] == 10
+
+
+# --- slow: status.straggler's verdict spans move lost time from productive to slow ---------------
+
+REPLACE = gpu(
+    checkpoint={"uri": "s3://bucket/ckpt/"}, resilience={"stragglers": {"action": "replace", "durationMinutes": 10}}
+)
+SLOW = Window((RankScore(5, "n2", 1.5, 1.5), RankScore(0, "n1", 1.0, 1.0)))
+HEALTHY = Window((RankScore(5, "n2", 1.05, 1.0),))
+
+
+def _straggling(window: Window, status: dict, **facts):
+    return snap(
+        status,
+        spec=REPLACE,
+        children=[ptj(1, "Running", raw_spec=REPLACE)],
+        progress=Progress(step=50, stragglers=window),
+        pod_nodes=frozenset({"n1", "n2"}),
+        creation_time=CREATED,
+        **facts,
+    )
+
+
+def _verdict(minutes: float, slowdown: float = 1.5) -> dict:
+    return {"attempt": 1, "rank": 5, "node": "n2", "score": 1.5, "slowdown": slowdown, "since": at(minutes=minutes)}
+
+
+def test_a_straggler_verdict_opens_the_attempts_slow_span_and_its_end_closes_it():
+    progress = {"attempt": 1, "step": 50, "heartbeatTime": ago(seconds=20), "trainStartTime": at(minutes=10)}
+    rec = {"attempt": 1, "createdTime": at(minutes=12)}
+    goodput = {"attempts": [rec], "updateTime": at(seconds=10)}
+    plan = decide_(_straggling(SLOW, running(progress=progress, goodput=goodput)))
+    assert plan.situation == "slow_node" and plan.status["straggler"]["slowdown"] == 1.5
+    (opened,) = plan.status["goodput"]["attempts"]
+    assert (opened["slowSince"], opened["slowdown"]) == (gp.stamp(NOW.timestamp()), 1.5)
+    assert plan.status["goodput"]["seconds"]["slow"] == 0  # it has lasted no time yet
+
+    # five minutes later its figures drift (1.5× → 3×): the span so far closes at 1.5×, lost 300 × 1/3
+    drifted = Window((RankScore(5, "n2", 3.2, 3.0),))
+    st = running(progress=progress, goodput={**goodput, "attempts": [{**rec, **_span(5, 1.5)}]}, straggler=_verdict(5))
+    plan = decide_(_straggling(drifted, st))
+    assert plan.situation == "slow_node" and plan.status["straggler"]["slowdown"] == 3.0
+    (rec2,) = plan.status["goodput"]["attempts"]
+    assert (rec2["slowSeconds"], rec2["slowSince"], rec2["slowdown"]) == (100.0, gp.stamp(NOW.timestamp()), 3.0)
+
+    # no rank is one any more: the span closes; of the attempt's 10 min of steps (no stall or
+    # wait counted), 5 min at 1.5× lost 100 s: queued 8 min, starting 2 min, the steps 10 min
+    st = running(progress=progress, goodput={**goodput, "attempts": [{**rec, **_span(5, 1.5)}]}, straggler=_verdict(5))
+    plan = decide_(_straggling(HEALTHY, st))
+    assert plan.situation == "slow_node" and plan.status["straggler"] is None
+    g = plan.status["goodput"]
+    (closed,) = g["attempts"]
+    assert closed["slowSeconds"] == 100.0 and "slowSince" not in closed
+    assert g["seconds"] == pytest.approx({**gp.zero(), "queued": 480, "starting": 120, "slow": 100, "productive": 500})
+    assert g["ratio"] == pytest.approx(500 / 1200, abs=1e-4)
+
+
+def test_a_replacement_closes_the_attempt_with_the_time_the_straggler_cost():
+    """replace: attempt 1 ends while its verdict stands (12 min at 1.5×: 240 s lost); its record keeps them."""
+    progress = {
+        "attempt": 1,
+        "step": 50,
+        "heartbeatTime": ago(seconds=0),
+        "trainStartTime": at(minutes=14),
+        "lastCheckpointTime": ago(seconds=60),
+        "estimatedRemainingSeconds": 36000,
+    }
+    rec = {"attempt": 1, "createdTime": at(minutes=16), **_span(12, 1.5)}
+    goodput = {"attempts": [rec], "updateTime": at(seconds=10), "seconds": {"starting": 120.0}}
+    st = running(progress=progress, goodput=goodput, straggler=_verdict(12))
+    plan = decide_(_straggling(SLOW, st, ready_nodes_read=True, ready_nodes=frozenset({"n1", "n2", "n3"})))
+    assert plan.situation == "slow_node" and plan.status["attempt"] == 2 and plan.status["restarts"] == 0
+    (ended,) = plan.status["goodput"]["attempts"]
+    assert ended["endReason"] == "Straggler" and ended["slowSeconds"] == 240.0 and "slowSince" not in ended
+    # queued 4 min, starting 2 min, steps 14 min of which 240 s lost
+    s = plan.status["goodput"]["seconds"]
+    assert s == pytest.approx({**gp.zero(), "queued": 240, "starting": 120, "slow": 240, "productive": 600})
+
+
+def _span(minutes: float, slowdown: float) -> dict:
+    return {"slowSince": at(minutes=minutes), "slowdown": slowdown}

@@ -36,6 +36,7 @@ EXPECTED = {
     "queued": 1.0,  # 0 → 1
     "starting": 2.0,  # 1 → 2, 10 → 11
     "productive": 3.9,  # steps 1 (less its wait), 2, 3 (first time) and 4
+    "slow": 0.0,  # no straggler verdict
     "lostWork": 2.0,  # step 2 in the second process, step 3 in attempt 2
     "restarting": 3.5,  # 4.5 → 6 in place, 8 → 9 the failure, 9 → 10 the backoff
     "hang": 0.0,

@@ -58,7 +58,7 @@ from .garbage import GarbageCollection
 from .job_config import JobConfig, OptimizerConfig
 from .metrics.logger import MetricsLogger
 from .metrics.restarts import AttemptLedger
-from .metrics.stragglers import StragglerWindow, WaitClock, test_slowness, time_fsdp_collectives
+from .metrics.stragglers import StragglerWindow, step_clocks, test_slowness, time_fsdp_collectives
 from .models.init import init_weights
 from .models.llama import Llama, cross_entropy
 from .optimizer import Implementation, clip_grad_norm
@@ -235,13 +235,13 @@ class Trainer:
         # request is acted on there, not only after the whole step — ~37 s at 70B on 16 nodes — the
         # partial step dropped and the last completed step saved). Neither waits for the device.
         self.control = dist.new_group(backend="gloo")
-        # Stragglers (metrics/stragglers.py): the seconds this rank waits in collectives, FSDP2's
-        # timed where gloo blocks (CPU; on GPUs NCCL's wait does not block the host: not measured
-        # yet), the step's agreement all-reduce below; (compute, wait) exchanged every window.
-        self.waits = WaitClock()
-        if self.device.type == "cpu":
-            time_fsdp_collectives(self.model, self.waits)
-        self.stragglers = StragglerWindow(self.cfg.env.node_name, device=self.device)
+        # Stragglers (metrics/stragglers.py): the seconds this rank waits in collectives, FSDP2's and
+        # the step's agreement all-reduce below; (compute, wait) exchanged every window. On CPU the
+        # host's clock, where gloo blocks; on CUDA, where NCCL does not block the host, CUDA events
+        # on the device's timeline, read one window late (no per-step host sync).
+        self.waits, self.device_steps = step_clocks(self.device)
+        time_fsdp_collectives(self.model, self.waits)
+        self.stragglers = StragglerWindow(self.cfg.env.node_name, device=self.device, device_steps=self.device_steps)
         self.slow = test_slowness(self.rank, self.cfg.env.test_slow_rank or "")
 
     # -- checkpoint state ------------------------------------------------------------------------
@@ -312,6 +312,8 @@ class Trainer:
     def step(self) -> StepResult:
         """One optimizer step over this rank's micro-batches, then the agreement all-reduce."""
         t0 = time.perf_counter()
+        if self.device_steps is not None:
+            self.device_steps.begin()
         if self.slow:
             time.sleep(self.slow)  # the test-only slow hook (metrics/stragglers.py): a slower device
         model, opt, stop = self.model, self.optimizer, self.stop_flag
@@ -351,6 +353,8 @@ class Trainer:
         with self.waits.timed():
             dist.all_reduce(flags, group=self.control)
             dist.all_reduce(loss_sum)
+        if self.device_steps is not None:
+            self.device_steps.end()
         stop_v, save_v = flags.tolist()
         end = time.perf_counter()
         since = t0 if self._last_step_end is None else self._last_step_end

@@ -1,7 +1,9 @@
 """status.goodput's writes, added to the plan decide() chose (so they go out in act's one
 conditional status write, and only decide writes status.goodput): an attempt's record opens when
 its child is created or adopted and closes, with the trainer's last counters from
-status.progress, when the attempt ends; suspend and resume mark a suspension; the derived figures
+status.progress, when the attempt ends; suspend and resume mark a suspension; a straggler verdict
+(slow_node's write of status.straggler: set, its slowdown changed, or cleared) opens and closes
+the attempt's slow span; the derived figures
 (buckets, ratio) are recomputed with every such edit and, while a job is active, at most every
 `OperatorConfig.goodput_interval` seconds. The arithmetic is llmtrain/goodput.py's."""
 
@@ -44,6 +46,16 @@ def _due(o: Observed, g: dict, cfg: OperatorConfig) -> bool:
     return last is None or (o.now - last).total_seconds() >= cfg.goodput_interval
 
 
+def _slow(g: dict, attempt: int, now: float, straggler: dict | None) -> dict:
+    """status.goodput after a write of status.straggler: the verdict stands (at its slowdown) or not."""
+    if straggler is None:
+        return gp.slow_ended(g, attempt, now)
+    slowdown = straggler.get("slowdown")
+    if straggler.get("attempt") != attempt or not isinstance(slowdown, (int, float)) or isinstance(slowdown, bool):
+        return g
+    return gp.slow_began(g, attempt, now, float(slowdown))
+
+
 def amend(o: Observed, plan: Plan, cfg: OperatorConfig) -> Plan:
     """The plan with status.goodput's edits that its write implies (read from the plan's fields:
     its status update, `ended`, `restart`, `outcome`), or, for a `periodic` plan, the figures
@@ -64,6 +76,8 @@ def amend(o: Observed, plan: Plan, cfg: OperatorConfig) -> Plan:
                 g = gp.opened(g, o.attempt, since.timestamp(), job_created(o))
         phase = update.get("phase")
         attempt = update.get("attempt", o.attempt)
+        if "straggler" in update and was == Phase.RUNNING:
+            g = _slow(g, o.attempt, now, update["straggler"])
         if was in ACTIVE and (attempt > o.attempt or phase in (Phase.FAILED, Phase.SUCCEEDED, Phase.SUSPENDED)):
             reason = plan.ended or plan.restart or update.get("reason")
             g = gp.closed(g, o.attempt, now, getattr(reason, "value", reason) or "", progress_of(o))
