@@ -10,6 +10,11 @@ part of `make test`.
 
     nice -n 10 .venv/bin/python bench/stragglers_healthy.py --minutes 10 --json bench/results/stragglers_healthy.json
     .venv/bin/python bench/stragglers_healthy.py --quick     # a smoke run for the test suite
+
+`--windows N` ends the run once N distinct windows have been read (`--minutes` still bounds it).
+`--quick`: 2 processes until 4 windows are read (at least 80 steps, past one rolling span), within
+3 minutes. A smoke run needs a few windows, not a fixed time: a fixed 25 s trained for all of it on a
+quiet machine, and at load 11 ended before the first window (no windows: the check failed).
 """
 
 from __future__ import annotations
@@ -56,10 +61,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=float, default=2.0, help="seconds between reads of rank 0's /metrics")
     p.add_argument("--threshold", type=float, default=1.2)
     p.add_argument("--json", help="also write the result here")
-    p.add_argument("--quick", action="store_true", help="25 seconds, 2 processes (a smoke run, not a measurement)")
+    p.add_argument("--windows", type=int, default=0, help="stop once this many windows were read (0: run --minutes)")
+    p.add_argument(
+        "--quick", action="store_true", help="2 processes, 4 windows within 3 minutes (a smoke run, not a measurement)"
+    )
     a = p.parse_args(argv)
     if a.quick:
-        a.minutes, a.nproc, a.every = 25 / 60, 2, 1.0
+        a.minutes, a.nproc, a.every, a.windows = 3.0, 2, 0.5, 4
 
     port = metrics_port()
     seen: dict[tuple, dict] = {}  # one entry per window (its exported figures), in order
@@ -78,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=errf, start_new_session=True)
         start = time.monotonic()
         try:
-            while time.monotonic() - start < a.minutes * 60:
+            while time.monotonic() - start < a.minutes * 60 and not (a.windows and len(seen) >= a.windows):
                 time.sleep(a.every)
                 if proc.poll() is not None:
                     errf.seek(0)
@@ -93,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                     seen.setdefault(key, {"at": round(time.monotonic() - start, 1), "ranks": window.ranks})
                 loads.append(os.getloadavg()[0])
         finally:
+            ran_s = time.monotonic() - start
             os.killpg(proc.pid, 15)
             proc.wait(60)
             errf.close()
@@ -102,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     out: dict = {
         "what": "healthy run, no rank slowed: straggler scores of every window rank 0 exported",
         "minutes": a.minutes,
+        "seconds": round(ran_s, 1),
         "nproc": a.nproc,
         "windows": len(windows),
         "load_average": [round(min(loads), 1), round(max(loads), 1)],

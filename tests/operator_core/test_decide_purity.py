@@ -14,6 +14,7 @@ here: they ship with the code and do not change while it runs.
 from __future__ import annotations
 
 import ast
+import functools
 
 from .test_import_graph import PACKAGES, _all_imports, _module
 
@@ -59,11 +60,14 @@ PACKAGE_DATA = {
 }
 
 
-def _graph() -> dict[str, set[str]]:
-    return {_module(p, PKG): _all_imports(p, PKG) for p in PKG.rglob("*.py")}
+# Parsed once per process: the sources do not change while the tests run, and the policy test asks
+# for every policy module's closure, which parsed the whole package again for each (10 s of CPU).
+@functools.cache
+def _graph() -> dict[str, frozenset[str]]:
+    return {_module(p, PKG): frozenset(_all_imports(p, PKG)) for p in PKG.rglob("*.py")}
 
 
-def closure(start: str, graph: dict[str, set[str]]) -> dict[str, list[str]]:
+def closure(start: str, graph: dict[str, frozenset[str]]) -> dict[str, list[str]]:
     """Every llmtrain module reachable from `start`, with one import chain that reaches it."""
     chains = {start: [start]}
     todo = [start]
@@ -76,7 +80,7 @@ def closure(start: str, graph: dict[str, set[str]]) -> dict[str, list[str]]:
     return chains
 
 
-def _io_imports(imports: set[str]) -> list[tuple[str, str]]:
+def _io_imports(imports: frozenset[str]) -> list[tuple[str, str]]:
     """(what, where) of each I/O module imported."""
     return sorted((m, m) for m in imports if any(m == io or m.startswith(io + ".") for io in IO_MODULES))
 
@@ -94,15 +98,21 @@ def _io_calls(source: str) -> list[tuple[str, str]]:
     return found
 
 
+@functools.cache
+def _found(mod: str) -> tuple[str, ...]:
+    """Where module `mod` performs I/O (what PACKAGE_DATA allows it left out)."""
+    path = PKG.parent / (mod.replace(".", "/") + ".py")
+    if not path.is_file():
+        path = PKG.parent / mod.replace(".", "/") / "__init__.py"
+    allowed = PACKAGE_DATA.get(mod, set())
+    found = _io_imports(_graph()[mod]) + _io_calls(path.read_text())
+    return tuple(where for what, where in found if what not in allowed)
+
+
 def violations(start: str) -> list[str]:
-    graph = _graph()
     out = []
-    for mod, chain in sorted(closure(start, graph).items()):
-        path = PKG.parent / (mod.replace(".", "/") + ".py")
-        if not path.is_file():
-            path = PKG.parent / mod.replace(".", "/") / "__init__.py"
-        allowed = PACKAGE_DATA.get(mod, set())
-        found = [where for what, where in _io_imports(graph[mod]) + _io_calls(path.read_text()) if what not in allowed]
+    for mod, chain in sorted(closure(start, _graph()).items()):
+        found = _found(mod)
         if found:
             out.append(f"{' → '.join(chain)}: {', '.join(found)}")
     return out
