@@ -186,8 +186,8 @@ class _Item:
         return iter(getattr(pytest.mark, m).mark for m in self.marks)
 
 
-def test_units_start_longest_first_and_the_chain_tests_share_one():
-    from plugins.schedule import order_units, unit_of
+def test_units_start_longest_first_and_each_chain_module_stays_whole():
+    from plugins.schedule import assign_units, order_units
 
     items = [
         _Item("tests/a/test_units.py::test_1"),
@@ -201,27 +201,57 @@ def test_units_start_longest_first_and_the_chain_tests_share_one():
         _Item("tests/chain/test_two.py::test_y[pytorchjob]", ("chain_cluster",), ("cluster", "slow")),
     ]
     ordered = [i.nodeid for i in order_units(items)]
-    # chain (3 slow tests, both backends, one cluster) before the two slow trainer tests, before
-    # the light-cluster module, before the unit tests; within a unit, collection order.
+    units = assign_units(items)
+    # The chain modules: test_two (2 slow tests, both backends on one cluster: 60 s) and test_one
+    # (30 s) in the two chain units; the two slow trainer tests (60 s) tie with test_two's unit and
+    # come first, as the first of them is collected before test_two; then test_one's unit, the
+    # light-cluster module, the unit tests; within a unit, collection order.
     assert ordered == [
-        "tests/chain/test_one.py::test_x[pytorchjob]",
-        "tests/chain/test_two.py::test_y[jobset]",
-        "tests/chain/test_two.py::test_y[pytorchjob]",
         "tests/c/test_trainer.py::test_1",
         "tests/c/test_trainer.py::test_2",
+        "tests/chain/test_two.py::test_y[jobset]",
+        "tests/chain/test_two.py::test_y[pytorchjob]",
+        "tests/chain/test_one.py::test_x[pytorchjob]",
         "tests/b/test_light.py::test_1",
         "tests/a/test_units.py::test_1",
         "tests/a/test_units.py::test_2",
         "tests/chain/test_pure.py::test_invariant",
     ]
-    assert {unit_of(i) for i in items if "chain_cluster" in i.fixturenames} == {"chain"}
-    assert unit_of(items[4]) == "tests/chain/test_pure.py"  # no chain cluster: its own module
+    assert units["tests/chain/test_two.py::test_y[jobset]"] == units["tests/chain/test_two.py::test_y[pytorchjob]"]
+    assert {units[i.nodeid] for i in items if "chain_cluster" in i.fixturenames} == {"chain-1", "chain-2"}
+    assert units["tests/chain/test_pure.py::test_invariant"] == "tests/chain/test_pure.py"  # no chain cluster
+
+
+def test_the_chain_units_are_balanced_by_the_seconds_a_test_declares():
+    """Longest first onto the least-loaded chain unit, by ``slow(seconds=N)`` where a test declares
+    it (its own mark before its module's), else 30 s a slow test: 200 | 120 + 50 + 30."""
+    from plugins.schedule import assign_units, estimate_s
+
+    class _Declared(_Item):
+        def __init__(self, nodeid: str, seconds: float):
+            super().__init__(nodeid, ("chain_cluster",))
+            self.seconds = seconds
+
+        def iter_markers(self):
+            return iter([pytest.mark.slow(seconds=self.seconds).mark, pytest.mark.slow.mark])
+
+    items = [
+        _Item("tests/chain/test_a.py::test_1", ("chain_cluster",), ("cluster", "slow")),
+        _Declared("tests/chain/test_b.py::test_1", 120),
+        _Declared("tests/chain/test_c.py::test_1", 200),
+        _Declared("tests/chain/test_d.py::test_1", 50),
+    ]
+    assert [estimate_s(i) for i in items] == [30.0, 120.0, 200.0, 50.0]
+    units = assign_units(items)
+    assert units["tests/chain/test_c.py::test_1"] != units["tests/chain/test_b.py::test_1"]
+    assert units["tests/chain/test_b.py::test_1"] == units["tests/chain/test_d.py::test_1"]
+    assert units["tests/chain/test_a.py::test_1"] == units["tests/chain/test_b.py::test_1"]
 
 
 @pytest.mark.slow
-def test_under_xdist_a_unit_runs_on_one_worker_and_the_chain_tests_share_one(tmp_path):
-    """make test's options, on a small suite: each module's tests on one worker, and the tests of
-    two modules that use the chain cluster on one worker (one cluster for both)."""
+def test_under_xdist_a_unit_runs_on_one_worker_and_the_chain_modules_on_two(tmp_path):
+    """make test's options, on a small suite: each module's tests on one worker, and the two modules
+    that use the chain cluster in two units, each whole on its own worker (one cluster each)."""
     log = tmp_path / "ran.log"
     test = (
         "import os\n"
@@ -234,7 +264,7 @@ def test_under_xdist_a_unit_runs_on_one_worker_and_the_chain_tests_share_one(tmp
         files[f"test_{module}.py"] = test + "".join(f"def test_{module}{i}(): _ran('{module}')\n" for i in range(4))
     for module in ("chain1", "chain2"):
         files[f"test_{module}.py"] = test + "".join(
-            f"def test_{module}_{i}(chain_cluster): _ran('chain')\n" for i in range(3)
+            f"def test_{module}_{i}(chain_cluster): _ran('{module}')\n" for i in range(3)
         )
     _write(tmp_path, files)
     r = _run(tmp_path, "-p", "plugins.schedule", "-n", "3", "--dist", "loadgroup", "--no-loadscope-reorder")
@@ -243,5 +273,6 @@ def test_under_xdist_a_unit_runs_on_one_worker_and_the_chain_tests_share_one(tmp
     for line in log.read_text().splitlines():
         unit, worker = line.split()
         workers.setdefault(unit, set()).add(worker)
-    assert set(workers) == {"a", "b", "c", "d", "chain"}, workers
+    assert set(workers) == {"a", "b", "c", "d", "chain1", "chain2"}, workers
     assert all(len(w) == 1 for w in workers.values()), workers
+    assert workers["chain1"] != workers["chain2"], workers

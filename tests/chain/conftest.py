@@ -38,7 +38,7 @@ def delete_namespace_and_its_pods(core: client.CoreV1Api, name: str, timeout: fl
     wait_for(lambda: not core.list_namespaced_pod(name).items, timeout, f"pods of namespace {name} gone")
 
 
-# Package scope: only tests/chain uses it, and make test runs all its tests as one unit on one worker
+# Package scope: only tests/chain uses it, and make test runs its tests as two units, each whole on one worker
 # (tests/plugins/schedule.py), so it stops when they are done instead of idling to the end of the
 # session (a chain cluster idles at ~2.6 CPU-seconds a minute, measured at load 20).
 @pytest.fixture(scope="package")

@@ -160,6 +160,7 @@ def _time(stamp: str) -> float:
     return parse_time(stamp).timestamp()
 
 
+@pytest.mark.slow(seconds=75)  # 65-82 s a backend, quiet
 def test_goodput_on_the_chain_matches_the_step_log(
     chain, cpu_node, chain_ns, operator, scrape_port, trainers, tmp_path, backend
 ):

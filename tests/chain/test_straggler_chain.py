@@ -148,6 +148,7 @@ def trainers():
             t.kill()
 
 
+@pytest.mark.slow(seconds=180)  # 3-6 min at load 7-14: its minute of durationMinutes and two start-ups
 def test_replace_moves_a_straggling_job_off_its_node_and_it_finishes(
     chain, cpu_nodes, chain_ns, operator, scrape_port, trainers, tmp_path
 ):
