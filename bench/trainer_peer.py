@@ -1,28 +1,38 @@
-"""llmtrain against its peer, Kubeflow Trainer v2 (TrainJob → JobSet → Jobs → pods), in one run on one
-chain dev cluster: ``bench/operator_scale.py --nodes N --peer`` (see :func:`run_peer`).
+"""llmtrain on its two backends against its peer, Kubeflow Trainer v2, in one run on one chain dev
+cluster: ``bench/operator_scale.py --nodes N --peer`` (see :func:`run_peer`).
 
-Per phase (its own namespace; phases alternate llmtrain, trainer, llmtrain, trainer, ...):
+Three paths (``--paths``, all by default), from one object a user writes to the same pod on a
+simulated p5 node:
 
-* ``--jobs`` one-node p5 jobs created by ``--threads`` client threads: ``LLMTrainingJob``s (the
-  operator renders a PyTorchJob, the training-operator v1 its pods) or equivalent ``TrainJob``s (the
-  Trainer creates a JobSet, the JobSet controller its Jobs, the job controller their pods) against a
-  ``ClusterTrainingRuntime`` made from the very pod template llmtrain renders (same image, resources,
-  node selector, tolerations, env: :func:`torch_runtime`);
+* ``llmtrain-jobset``: ``LLMTrainingJob`` (``spec.cluster.backend: jobset``) → the operator renders
+  a JobSet → the JobSet controller its Job → the job controller its pod;
+* ``llmtrain-pytorchjob``: ``LLMTrainingJob`` → the operator renders a PyTorchJob → the
+  training-operator v1 its pod;
+* ``trainer``: an equivalent ``TrainJob`` → the Trainer applies a JobSet → Job → pod, against a
+  ``ClusterTrainingRuntime`` made from the very pod template llmtrain renders (same image,
+  resources, node selector, tolerations, env: :func:`torch_runtime`).
+
+The operator of an llmtrain phase runs with only that phase's backend enabled. Per phase (its own
+namespace; the order of the phases is :func:`phase_order`'s, mirrored across repeats):
+
+* ``--jobs`` one-node p5 jobs created by ``--threads`` client threads;
 * per job: create → first child (PyTorchJob / JobSet), create → pods created, create → all pods
-  Running (p50/p95/p99); jobs/s to the last first child and to the last Running;
+  Running (p50/p95/p99); jobs/s to the last first child and to the last Running; each stage on the
+  way (:func:`stage_breakdown`: child → Job → pods → bound → Running);
 * CPU per job of every process (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok,
   training-operator, the llmtrain operator, jobset-controller, trainer-controller-manager, this bench),
   from /proc over the phase (create → all Running), and the same less each process's idle rate
-  sampled for ``--idle-sample`` s before the phase (a longer phase accrues more idle CPU);
-  each controller's peak RSS;
+  sampled for ``--idle-sample`` s before the phase (a longer phase accrues more idle CPU; the
+  previous phase's namespace is gone by then); each controller's peak RSS; API requests per job
+  (the API server's own counters) and the operator's reconciles per job;
 * lost (no child, no pods, or fewer jobs Running than the nodes hold) and duplicated (a child or a
-  pod created twice) jobs. With ``--jobs`` above ``--nodes`` (each one-node job takes a whole p5),
-  the jobs beyond the nodes' capacity stay Pending on both paths: the Running figures are over the
-  jobs that fit, as in the bench without the peer;
-* the second stage of each path: child → pods created / Running (training-operator v1 for llmtrain,
-  JobSet + job controller for Trainer v2);
-* clean-up: delete all → no child and no pod left.
-Then, per figure, the ratio llmtrain / Trainer v2 over the phases of each kind.
+  pod created twice) jobs, and training pods seen Succeeded or Failed (kwok must leave them
+  Running on every path). With ``--jobs`` above ``--nodes`` (each one-node job takes a whole p5),
+  the jobs beyond the nodes' capacity stay Pending on every path: the Running figures are over the
+  jobs that fit;
+* clean-up: delete all → no child and no pod left, then the namespace gone.
+Then, per figure, the median over each path's phases, the ratios of llmtrain-jobset against
+Trainer v2 and against llmtrain-pytorchjob, and issue 28's targets (:func:`targets`).
 """
 
 from __future__ import annotations
@@ -37,7 +47,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from chainbench import PTJ, ChainRun, ResumingWatches, api_client, job_spec, stats, training_operator_args
+from chainbench import (
+    PTJ,
+    ChainRun,
+    ResumingWatches,
+    api_client,
+    job_spec,
+    stats,
+    training_operator_args,
+    wait_for,
+)
 from llmtrain_devcluster.jobset import JOBSET
 
 RUNTIME_NAME = "llmtrain-bench-torch"
@@ -271,7 +290,7 @@ def run_phase(
 
     from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
     from llmtrain_devcluster.trainer_v2 import TRAINJOB
-    from operator_scale import _cleanup, make_namespace
+    from operator_scale import _cleanup, make_namespace, request_counts
 
     custom = client.CustomObjectsApi(api)
     ns = f"bench-{path.name}-{index}-{tag}"
@@ -305,6 +324,7 @@ def run_phase(
     idle1, idle_s = _usage(pids), time.monotonic() - i0
     idle_rate = {n: (idle1[n][0] - idle0[n][0]) / idle_s for n in idle1 if n in idle0}
     loadavg0 = os.getloadavg()
+    requests0 = request_counts(api)
     before = _usage(pids)
     t0 = time.monotonic()
     with ThreadPoolExecutor(a.threads) as pool:
@@ -315,6 +335,7 @@ def run_phase(
     running = _wait_stage(view, names, "pods_running", a.timeout, a.settle, want=fit)
     span = time.monotonic() - t0
     after = _usage(pids)
+    requests = request_counts(api)
     res: dict = {
         "kind": path.name,
         "namespace": ns,
@@ -347,6 +368,15 @@ def run_phase(
     }
     res["cpu_ms_per_job_above_idle_total"] = round(sum(res["cpu_ms_per_job_above_idle"].values()), 2)
     res["peak_rss_mib"] = {n: round(u[1], 1) for n, u in after.items() if n != "bench"}
+    # What every client asked of the API server per job over the phase (the bench's creates and
+    # watches included; the kinds of at least one request per 10 jobs).
+    delta = {k: v - requests0.get(k, 0.0) for k, v in requests.items()}
+    res["api_requests_per_job"] = round(sum(delta.values()) / len(names), 2)
+    res["api_requests_per_job_by_kind"] = {
+        k: round(v / len(names), 2) for k, v in sorted(delta.items(), key=lambda kv: -kv[1]) if v >= len(names) / 10
+    }
+    if op is not None:  # how often the operator reconciled a job, by outcome
+        res["operator_reconciles_per_job"] = {k: round(v / len(names), 2) for k, v in op.reconciles().items()}
     # Lost: no child, or not every pod Running. Duplicated: a child or a pod created twice.
     res["capacity"] = fit
     res["lost"] = sum(1 for n in names if n not in children or n not in pods) + max(0, fit - len(running))
@@ -370,8 +400,33 @@ def run_phase(
         run.operator = None
     res["cleanup_s"] = _cleanup(api, ns, gvp, a.timeout, path.child)
     view.stop()
-    client.CoreV1Api(api).delete_namespace(ns)
+    res["namespace_gone_s"] = delete_namespace(api, ns, a.timeout)
     return res
+
+
+def delete_namespace(api, ns: str, timeout: float) -> float:
+    """Delete ``ns`` and wait until it is gone: the namespace controller's deletion of what is left
+    (the jobs' events, services, ...) costs etcd and the API server for tens of seconds, and would
+    fall in the next phase's idle sample, which is subtracted from that phase's CPU (measured: etcd
+    idle 30 ms/s before the first phase, 120-134 ms/s before the next ones)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    core = client.CoreV1Api(api)
+    started = time.monotonic()
+    core.delete_namespace(ns)
+
+    def gone() -> bool:
+        try:
+            core.read_namespace(ns)
+        except ApiException as err:
+            if err.status == 404:
+                return True
+            raise
+        return False
+
+    wait_for(gone, timeout, f"namespace {ns} deleted", interval=0.5)
+    return time.monotonic() - started
 
 
 def stage_breakdown(view: StageRecorder, path: BenchPath, names: list[str], created_at: dict[str, float]) -> dict:
@@ -523,7 +578,7 @@ def direct_floor(api, names: list[str], a: argparse.Namespace, tag: str) -> dict
         list(pool.map(lambda o: custom.create_namespaced_custom_object(*PTJ[:2], ns, PTJ[2], o), objs))
     rate = len(names) / (time.monotonic() - t0)
     cleanup = _cleanup(api, ns, PTJ, a.timeout)
-    client.CoreV1Api(api).delete_namespace(ns)
+    delete_namespace(api, ns, a.timeout)
     return {"jobs_per_s": rate, "cleanup_s": cleanup}
 
 
