@@ -670,6 +670,13 @@ def main(argv=None) -> int:
         help="--peer: seconds of each process's idle CPU sampled before each phase",
     )
     p.add_argument(
+        "--quiet",
+        type=float,
+        default=5.0,
+        help="--peer: each phase's CPU window ends once the API server served no write but the nodes' "
+        "heartbeats for this long after the last job's pods ran",
+    )
+    p.add_argument(
         "--direct-floor",
         action="store_true",
         help="--peer: first time the bench creating the rendered PyTorchJobs itself (a floor)",
