@@ -339,7 +339,7 @@ def run_phase(
     # ended at the last pod Running, it cut off each path's trailing work by a different amount
     # (measured at 200 jobs: 1.05 status writes per job on PyTorchJob, whose Running comes after
     # the training-operator's, against 1.42 on JobSet).
-    requests = quiesce(api, a.quiet, a.settle)
+    requests, late_writes = quiesce(api, a.quiet, a.settle)
     span = time.monotonic() - t0
     after = _usage(pids)
     res: dict = {
@@ -365,6 +365,7 @@ def run_phase(
     res["cpu_window_s"] = span
     # False: something still wrote at the cap (phase_s + settle); the window is then that long
     res["cpu_window_quiet"] = span - phase_s < a.settle
+    res["writes_after_running"] = late_writes
     res["cpu_ms_per_job"] = {
         n: round(1000 * (after[n][0] - before[n][0]) / len(names), 2) for n in after if n in before
     }
@@ -384,7 +385,7 @@ def run_phase(
     res["api_requests_per_job_by_kind"] = {
         k: round(v / len(names), 2) for k, v in sorted(delta.items(), key=lambda kv: -kv[1]) if v >= len(names) / 10
     }
-    if op is not None:  # how often the operator reconciled a job, by outcome
+    if op is not None:  # the operator's reconciles that acted (created, updated, ...), per job, by outcome
         res["operator_reconciles_per_job"] = {k: round(v / len(names), 2) for k, v in op.reconciles().items()}
     # Lost: no child, or not every pod Running. Duplicated: a child or a pod created twice.
     res["capacity"] = fit
@@ -418,23 +419,26 @@ WRITES = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
 BACKGROUND = ("leases", "nodes", "nodes/status")
 
 
-def quiesce(api, quiet_s: float, timeout: float) -> dict[str, float]:
+def quiesce(api, quiet_s: float, timeout: float) -> tuple[dict[str, float], dict[str, float]]:
     """Wait until the API server has served no write (but the nodes' heartbeats) for ``quiet_s``
-    seconds, or at most ``timeout``; its request counts then."""
+    seconds, or at most ``timeout``; its request counts then, and the writes served while waiting,
+    by kind (what each path's controllers still wrote after the last pod ran)."""
     from operator_scale import request_counts
 
-    def writes(counts: dict[str, float]) -> float:
-        return sum(v for k, v in counts.items() if k.split()[0] in WRITES and k.split()[-1] not in BACKGROUND)
+    def writes(counts: dict[str, float]) -> dict[str, float]:
+        return {k: v for k, v in counts.items() if k.split()[0] in WRITES and k.split()[-1] not in BACKGROUND}
 
     deadline = time.monotonic() + timeout
     counts = request_counts(api)
-    last, last_change = writes(counts), time.monotonic()
+    first = last = writes(counts)
+    last_change = time.monotonic()
     while time.monotonic() - last_change < quiet_s and time.monotonic() < deadline:
         time.sleep(0.5)
         counts = request_counts(api)
         if (w := writes(counts)) != last:
             last, last_change = w, time.monotonic()
-    return counts
+    late = {k: v - first.get(k, 0.0) for k, v in last.items() if v != first.get(k, 0.0)}
+    return counts, late
 
 
 def delete_namespace(api, ns: str, timeout: float) -> float:
