@@ -211,6 +211,16 @@ class OperatorProcess:
                     return float(line.split()[-1])
         return 0.0
 
+    def reconciles(self) -> dict[str, float]:
+        """llmtrain_operator_reconciles_total by outcome (that family only, as ``counter``)."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics?name[]=llmtrain_operator_reconciles_total"
+        out = {}
+        with urllib.request.urlopen(url, timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith('llmtrain_operator_reconciles_total{outcome="'):
+                    out[line.split('"')[1]] = float(line.split()[-1])
+        return out
+
     def usage(self) -> tuple[float, float]:
         """(peak RSS MiB, CPU seconds) of the operator process, from /proc."""
         rss = 0.0

@@ -25,8 +25,9 @@ create→Running (p50/p95/p99), and clean-up (delete all → no PyTorchJob, no p
 
     .venv/bin/python bench/operator_scale.py                      # 1,000 jobs, 8 threads, own dev cluster
     .venv/bin/python bench/operator_scale.py --quick              # 20 jobs, 4 threads (the test suite runs this)
-    .venv/bin/python bench/operator_scale.py --nodes 200 --jobs 200 --peer --repeat 2 --direct-floor
-                                       # against Kubeflow Trainer v2 (make peer-tools; bench/trainer_peer.py)
+    .venv/bin/python bench/operator_scale.py --nodes 200 --jobs 200 --peer --repeat 2
+                                       # three paths on one cluster: llmtrain on JobSet, llmtrain on PyTorchJob,
+                                       # Kubeflow Trainer v2 (make peer-tools; bench/trainer_peer.py)
     .venv/bin/python bench/operator_scale.py --peer --quick       # its smoke run: 3 jobs, 4 nodes, one phase each
     .venv/bin/python bench/operator_scale.py --kubeconfig K --running --jobs 1000
     .venv/bin/python bench/operator_scale.py --nodes 500 --jobs 1000 --training-operator-threads 4 \
@@ -633,8 +634,14 @@ def main(argv=None) -> int:
     p.add_argument(
         "--peer",
         action="store_true",
-        help="--nodes: alternate llmtrain and Kubeflow Trainer v2 (TrainJob → JobSet) phases on the same "
-        "cluster (needs `make peer-tools`); see bench/trainer_peer.py",
+        help="--nodes: phases of llmtrain (on each backend) and Kubeflow Trainer v2 (TrainJob → JobSet) on the "
+        "same cluster, their order alternated (needs `make peer-tools`); see bench/trainer_peer.py",
+    )
+    p.add_argument(
+        "--paths",
+        default="llmtrain-jobset,llmtrain-pytorchjob,trainer",
+        help="--peer: the paths measured, comma-separated: llmtrain-jobset (llmtrain, JobSet backend), "
+        "llmtrain-pytorchjob (llmtrain, PyTorchJob backend), trainer (Kubeflow Trainer v2); default all three",
     )
     p.add_argument("--repeat", type=int, default=2, help="--peer / --baseline-tree: phases of each kind")
     p.add_argument(
@@ -663,6 +670,13 @@ def main(argv=None) -> int:
         help="--peer: seconds of each process's idle CPU sampled before each phase",
     )
     p.add_argument(
+        "--quiet",
+        type=float,
+        default=5.0,
+        help="--peer: each phase's CPU window ends once the API server served no write but the nodes' "
+        "heartbeats for this long after the last job's pods ran",
+    )
+    p.add_argument(
         "--direct-floor",
         action="store_true",
         help="--peer: first time the bench creating the rendered PyTorchJobs itself (a floor)",
@@ -677,7 +691,12 @@ def main(argv=None) -> int:
     if a.peer:
         if not a.nodes:
             p.error("--peer needs --nodes N (a chain cluster with N simulated p5 nodes)")
-        from trainer_peer import print_peer, run_peer
+        from trainer_peer import parse_paths, print_peer, run_peer
+
+        try:
+            parse_paths(a.paths)
+        except ValueError as err:
+            p.error(str(err))
 
         with tempfile.TemporaryDirectory(prefix="operator-scale-peer-") as tmp:
             out = run_peer(a, Path(tmp))
