@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -68,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.quick:
         a.minutes, a.nproc, a.every, a.windows = 3.0, 2, 0.5, 4
+    # The trainer runs in its own session (so it can be stopped as a group): `kill` must unwind
+    # through the `finally` below that stops it, or it trains on, orphaned, for 10 million steps.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
 
     port = metrics_port()
     seen: dict[tuple, dict] = {}  # one entry per window (its exported figures), in order

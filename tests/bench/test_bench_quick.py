@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,9 +20,26 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def run_bench(script: str, *args: str, timeout: int = 600) -> dict:
-    out = subprocess.run(
-        [sys.executable, str(REPO / "bench" / script), *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
-    )
+    """Run a bench to its JSON line. Past ``timeout`` it gets SIGTERM first (a bench stops what it
+    started, as Ctrl-C would), then SIGKILL; subprocess.run's timeout would SIGKILL it at once and
+    leave its trainer, which runs in its own session, training on."""
+    with subprocess.Popen(
+        [sys.executable, str(REPO / "bench" / script), *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                proc.communicate(timeout=60)
+            finally:
+                proc.kill()
+            raise
+    out = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     assert out.returncode == 0, out.stderr[-4000:]
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     assert lines, out.stdout[-2000:]
@@ -134,3 +152,46 @@ def test_stragglers_healthy_quick():
     # a healthy run: the ranks' scores sit around 1 (each against the other)
     assert 0.8 <= r["score"]["p50"] <= 1.25, r["score"]
     assert r["verdicts_at_1.2"] == len(r["verdict_windows_at_1.2"])
+
+
+@pytest.mark.slow
+@pytest.mark.trainer
+def test_a_killed_straggler_bench_leaves_no_trainer_behind():
+    """`kill` (SIGTERM) the healthy-run bench while its ranks train: it stops its trainer (which runs
+    in a session of its own) before it exits. Before, the ranks trained on, orphaned, for 10 million
+    steps (found at 40% of a core each, an hour after their bench was stopped)."""
+    from llmtrain_trainer.launch import descendants
+
+    bench = subprocess.Popen(
+        [sys.executable, str(REPO / "bench" / "stragglers_healthy.py"), "--quick"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        ranks: list[int] = []
+        while len(ranks) < 2:
+            assert bench.poll() is None and time.monotonic() < deadline, "the bench's two ranks never started"
+            time.sleep(0.2)
+            ranks = [pid for pid in descendants(bench.pid) if RANK_ARGS in _cmdline(pid)]
+        tree = descendants(bench.pid)
+        bench.terminate()
+        assert bench.wait(90) == 128 + 15
+        deadline = time.monotonic() + 60
+        while (alive := [pid for pid in tree if _cmdline(pid)]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not alive, f"left running: {[_cmdline(pid) for pid in alive]}"
+    finally:
+        bench.kill()
+        bench.wait()
+
+
+RANK_ARGS = b"\0-u\0-m\0llmtrain_trainer\0--spec\0"  # a training rank's command line, as torchrun starts it
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
