@@ -65,3 +65,47 @@ def test_async_saves_share_one_stager_and_each_checkpoint_holds_its_own_step(tmp
     finally:
         ckpt.close()
     assert ckpt._stager is None
+
+
+def test_wait_books_the_async_save_before_its_future_callbacks_run(tmp_path, one_process_group, monkeypatch):
+    """A future's result is ready before its done-callbacks run (in the saving thread). `wait` must
+    still return with the save booked: `stop` reads `last_committed` right after it, and when it saw
+    the older step it saved the same step again, blocking (a second `checkpoint` event for step 4 in
+    make test, once). Here the callbacks run half a second late, every time."""
+    import concurrent.futures
+    import threading
+    import time
+
+    from llmtrain_trainer.checkpoint import checkpointer as mod
+    from llmtrain_trainer.job_config import CheckpointConfig
+
+    callbacks_ran = threading.Event()
+
+    class LateCallbacks(concurrent.futures.Future):
+        def _invoke_callbacks(self):
+            time.sleep(0.5)  # the delay under test: wait() returns inside it
+            super()._invoke_callbacks()
+            callbacks_ran.set()
+
+    real_async_save = mod.dcp.async_save
+
+    def async_save(*args, **kwargs):
+        real, late = real_async_save(*args, **kwargs), LateCallbacks()
+        real.add_done_callback(lambda f: threading.Thread(target=late.set_result, args=(f.result(),)).start())
+        return late
+
+    monkeypatch.setattr(mod.dcp, "async_save", async_save)
+    events: list[dict] = []
+    ckpt = mod.Checkpointer(
+        CheckpointConfig(f"file://{tmp_path}/ckpt", keep=3, interval_minutes=60, interval_steps=0, timeout_minutes=1),
+        emit=events.append,
+    )
+    try:
+        ckpt.save(4, {"model": {"w": torch.ones(64)}, "train": {"step": 4}})
+        ckpt.wait()
+        assert ckpt.last_committed == 4
+        assert callbacks_ran.wait(30)  # then the late callbacks: they must not book it twice
+        assert [e["step"] for e in events if e["event"] == "checkpoint"] == [4]
+        assert ckpt.last_committed == 4
+    finally:
+        ckpt.close()

@@ -164,6 +164,20 @@ def carry_measured(auto: AutoInterval | None, carried: tuple[float, int]) -> Aut
 # ----------------------------------------------------------------------------------------------
 
 
+class _Once:
+    """Call ``fn`` once, whoever calls first; a second caller returns only after the first call
+    is complete (an async save is booked by its future's callback or by `wait`, not both)."""
+
+    def __init__(self, fn: Callable[[Any], None]):
+        self.fn, self.lock, self.ran = fn, threading.Lock(), False
+
+    def __call__(self, arg: Any) -> None:
+        with self.lock:
+            if not self.ran:
+                self.ran = True
+                self.fn(arg)
+
+
 class Checkpointer:
     """Decides when to save (collectively), saves asynchronously, commits, prunes, resumes."""
 
@@ -187,7 +201,7 @@ class Checkpointer:
         self.metrics = metrics
         self.emit = emit or (lambda event: None)
         self.rank = dist.get_rank()
-        self._future = None
+        self._future: tuple[Any, _Once] | None = None  # the save in flight and its booking
         self._stager = None  # staging.py: one for the run, its host buffers reused by every async save
         self._last_save = time.monotonic()
         self._lock = threading.Lock()
@@ -356,8 +370,9 @@ class Checkpointer:
         if self._stager is None:
             self._stager = open_stager(torch.cuda.is_available())
         fut = dcp.async_save(state, storage_writer=writer, process_group=self.pg, async_stager=self._stager)
-        fut.add_done_callback(lambda f: self._done(step, t0, f))
-        self._future = fut
+        done = _Once(lambda f: self._done(step, t0, f))
+        fut.add_done_callback(done)
+        self._future = (fut, done)
 
     def _committer(self, step: int, t0: float) -> Callable[[], None]:
         def commit() -> None:  # rank 0, inside DCP's finish: the checkpoint is whole and visible
@@ -394,13 +409,20 @@ class Checkpointer:
             self.metrics.checkpoint_duration_seconds.observe(time.time() - t0)
 
     def wait(self) -> None:
-        """Block until the in-flight save (if any) is complete."""
-        fut, self._future = self._future, None
-        if fut is not None:
+        """Block until the in-flight save (if any) is complete and booked (`last_committed`).
+
+        A future's result is ready before its done-callbacks run (in the saving thread), so the
+        booking is done here too, once, whichever comes first: `stop` read `last_committed` right
+        after this and, seeing the old step, saved the same step again, blocking, inside the
+        SIGTERM grace period."""
+        pending, self._future = self._future, None
+        if pending is not None:
+            fut, done = pending
             try:
                 fut.result()
-            except SAVE_ERRORS:  # already reported by _done; the next save tries again
+            except SAVE_ERRORS:  # reported by _done (below, once); the next save tries again
                 pass
+            done(fut)
 
     def close(self) -> None:
         self.wait()
