@@ -251,7 +251,11 @@ def test_the_chain_units_are_balanced_by_the_seconds_a_test_declares():
 @pytest.mark.slow
 def test_under_xdist_a_unit_runs_on_one_worker_and_the_chain_modules_on_two(tmp_path):
     """make test's options, on a small suite: each module's tests on one worker, and the two modules
-    that use the chain cluster in two units, each whole on its own worker (one cluster each)."""
+    that use the chain cluster in two units, each whole on its own worker (one cluster each).
+
+    The chain tests are marked slow, as the real ones are: the longest units go out first, one to
+    each worker; shorter units go to whichever worker runs low first, which with tests this quick
+    was once the same worker for both chain units."""
     log = tmp_path / "ran.log"
     test = (
         "import os\n"
@@ -263,8 +267,8 @@ def test_under_xdist_a_unit_runs_on_one_worker_and_the_chain_modules_on_two(tmp_
     for module in ("a", "b", "c", "d"):
         files[f"test_{module}.py"] = test + "".join(f"def test_{module}{i}(): _ran('{module}')\n" for i in range(4))
     for module in ("chain1", "chain2"):
-        files[f"test_{module}.py"] = test + "".join(
-            f"def test_{module}_{i}(chain_cluster): _ran('{module}')\n" for i in range(3)
+        files[f"test_{module}.py"] = "import pytest\n" + test + "".join(
+            f"@pytest.mark.slow\ndef test_{module}_{i}(chain_cluster): _ran('{module}')\n" for i in range(3)
         )
     _write(tmp_path, files)
     r = _run(tmp_path, "-p", "plugins.schedule", "-n", "3", "--dist", "loadgroup", "--no-loadscope-reorder")
