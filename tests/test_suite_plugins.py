@@ -267,8 +267,10 @@ def test_under_xdist_a_unit_runs_on_one_worker_and_the_chain_modules_on_two(tmp_
     for module in ("a", "b", "c", "d"):
         files[f"test_{module}.py"] = test + "".join(f"def test_{module}{i}(): _ran('{module}')\n" for i in range(4))
     for module in ("chain1", "chain2"):
-        files[f"test_{module}.py"] = "import pytest\n" + test + "".join(
-            f"@pytest.mark.slow\ndef test_{module}_{i}(chain_cluster): _ran('{module}')\n" for i in range(3)
+        files[f"test_{module}.py"] = (
+            "import pytest\n"
+            + test
+            + "".join(f"@pytest.mark.slow\ndef test_{module}_{i}(chain_cluster): _ran('{module}')\n" for i in range(3))
         )
     _write(tmp_path, files)
     r = _run(tmp_path, "-p", "plugins.schedule", "-n", "3", "--dist", "loadgroup", "--no-loadscope-reorder")

@@ -187,11 +187,17 @@ def test_replace_moves_a_straggling_job_off_its_node_and_it_finishes(
     s = status()
     assert (s.get("restarts"), s.get("stragglerReplacements")) == (0, 1), s
     assert slow_node in (s.get("avoidNodes") or []), s
-    (moved,) = [
-        e.message
-        for e in chain.core.list_namespaced_event(ns).items
-        if e.reason == "Restarting" and e.involved_object.name == name
-    ]
+
+    def restarting() -> list[str]:
+        return [
+            e.message
+            for e in chain.core.list_namespaced_event(ns).items
+            if e.reason == "Restarting" and e.involved_object.name == name
+        ]
+
+    # act.finish posts a transition's events after its status write applied: poll for it
+    wait_for(restarting, 30, f"{name} Restarting event {log}")
+    (moved,) = restarting()
     m = re.search(
         rf"replacing node {re.escape(slow_node)}: (\S+ \S+) saved vs (\S+ \S+) restart "
         rf"\((\S+ \S+) start-up \+ (\S+ \S+) since the newest checkpoint\); "

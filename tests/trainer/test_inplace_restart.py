@@ -135,7 +135,9 @@ def test_a_rank_that_keeps_failing_in_place_fails_its_pod_and_names_its_node(lau
     # peer), whose traceback then fills the 2 KiB the kubelet keeps; the launcher's own line comes
     # last, so the kubelet's tail still names the SIGKILLed rank
     tail = _kubelet_tail(log)
-    assert tail.rstrip().splitlines()[-1] == f"llmtrain launch: {render.ROOT_CAUSE} rank 1 (local 1): SIGKILL (signal 9)", tail
+    assert (
+        tail.rstrip().splitlines()[-1] == f"llmtrain launch: {render.ROOT_CAUSE} rank 1 (local 1): SIGKILL (signal 9)"
+    ), tail
     # the termination message (the launcher's, else the kubelet's tail of the log) puts it first,
     # before any rank that only lost it (llmtrain_trainer.launch.root_cause_message)
     message = (term.read_text() if term.exists() else "") or _kubelet_tail(log)
