@@ -23,7 +23,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from backend_child import OPERATOR_ARGS, attempt_pods, get_child, on, pod_template, suspended
+from backend_child import OPERATOR_ARGS, attempt_pods, get_child, on, pod_template, rank0, suspended
 from llmtrain.spec import GROUP, PLURAL, VERSION
 from llmtrain_devcluster.process import free_port
 from operator_core.conftest import OperatorProcess
@@ -191,7 +191,10 @@ def test_quota_for_one_the_second_waits_queued_then_runs(kueue_cluster, kueue_op
     running = jobs.wait("second", "Running", timeout=180)
     assert (running["attempt"], running["restarts"]) == (1, 0) and running["admissionTime"]
     pods = chain.wait_pods_running(queue_ns, attempt_pods("second", 1), 2, 120)
-    for p in pods:
+    # rank 0's pod last: a PyTorchJob without a Master succeeds when worker 0 completes, and the
+    # training-operator then deletes the other pods (once before this loop reached them)
+    first_rank = rank0(backend, pods)
+    for p in [p for p in pods if p is not first_rank] + [first_rank]:
         chain.core.patch_namespaced_pod(
             p.metadata.name, queue_ns, {"metadata": {"labels": {COMPLETE_POD_LABEL: "true"}}}
         )
