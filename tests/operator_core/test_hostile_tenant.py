@@ -437,6 +437,32 @@ def test_nodes(dev_cluster, monkeypatch):
                 core.delete_node(name)
 
 
+def test_a_node_written_between_read_and_taint_is_read_again_and_still_tainted(test_nodes, monkeypatch):
+    """The taint patch carries the resourceVersion read with the group; a write in between (the TTL
+    controller annotates every new node) answers 409. The node is read again and tainted, rather
+    than the taint moving on to another bad node (which once made the cap test below fail)."""
+    from llmtrain.controller.adapters import taints
+
+    core, itype, names = test_nodes
+    listed = taints._nodes
+    calls = []
+
+    def list_then_someone_writes(selector):
+        items = listed(selector)
+        if not calls:  # after the first read of the group: another writer touches the first node
+            core.patch_node(names[0], {"metadata": {"annotations": {"example.com/touched": "yes"}}})
+        calls.append(selector)
+        return items
+
+    monkeypatch.setattr(taints, "_nodes", list_then_someone_writes)
+    bad = [{"node": n, "reason": "XID 79"} for n in names]
+    assert taints.taint_nodes(bad, itype, True, 1.0, "team-c", "j1", 1, 3600) == names[:1]
+    node = core.read_node(names[0])
+    assert [t.key for t in node.spec.taints] == [taints.SUSPECT_TAINT]
+    assert node.metadata.annotations["example.com/touched"] == "yes"  # the other writer's change kept
+    assert len(calls) >= 2  # the group was read again after the conflict
+
+
 def test_suspect_taints_are_capped_per_namespace_and_expire(test_nodes):
     import datetime as dt
 

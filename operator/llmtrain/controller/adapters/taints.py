@@ -49,6 +49,7 @@ def _node_selector(instance_type: str, is_gpu: bool) -> str | None:
 # patches stay written out in taint_nodes and untaint_expired: the RBAC test allows node patches
 # only there (the chart grants them only with suspectNodeTaint on).
 NODE_PATCH = "application/strategic-merge-patch+json"
+CONFLICT_RETRIES = 3  # tries of one node's taint patch, each after reading the node again
 
 
 def _is_ready(node: dict) -> bool:
@@ -129,30 +130,44 @@ def taint_nodes(
         node = by_name.get(b["node"])
         if budget <= 0 or node is None or b["node"] in tainted or b["node"] in done:
             continue
-        taints = [*_taints(node), {"key": SUSPECT_TAINT, "value": taint_value(b["reason"]), "effect": "NoSchedule"}]
-        try:
-            kube._request(
-                "PATCH",
-                "/api/v1/nodes/{name}",
-                {"name": b["node"]},
-                {
-                    "metadata": {
-                        "resourceVersion": node["metadata"].get("resourceVersion"),
-                        "labels": {SUSPECT_NAMESPACE_LABEL: namespace[:63]},
-                        "annotations": {
-                            SUSPECT_JOB_ANNOTATION: f"{namespace}/{job}",
-                            SUSPECT_EXPIRES_ANNOTATION: expires,
+        # A 409 means someone else wrote the node since it was read (the TTL controller annotates
+        # every new node, kubelets update theirs): read it again and retry, so that a routine
+        # write elsewhere does not move the taint onto another of the bad nodes.
+        for attempt in range(1, CONFLICT_RETRIES + 1):
+            taints = [*_taints(node), {"key": SUSPECT_TAINT, "value": taint_value(b["reason"]), "effect": "NoSchedule"}]
+            try:
+                kube._request(
+                    "PATCH",
+                    "/api/v1/nodes/{name}",
+                    {"name": b["node"]},
+                    {
+                        "metadata": {
+                            "resourceVersion": node["metadata"].get("resourceVersion"),
+                            "labels": {SUSPECT_NAMESPACE_LABEL: namespace[:63]},
+                            "annotations": {
+                                SUSPECT_JOB_ANNOTATION: f"{namespace}/{job}",
+                                SUSPECT_EXPIRES_ANNOTATION: expires,
+                            },
                         },
+                        "spec": {"taints": taints},
                     },
-                    "spec": {"taints": taints},
-                },
-                NODE_PATCH,
-            )
-        except ApiException as err:
-            log.warning("cannot taint node %s: %s %s", b["node"], err.status, err.reason)
-            continue
-        done.append(b["node"])
-        budget -= 1
+                    NODE_PATCH,
+                )
+            except ApiException as err:
+                if err.status == 409 and attempt < CONFLICT_RETRIES:
+                    try:  # the group's list again: the operator may list nodes, not get one
+                        node = {_name(n): n for n in _nodes(_node_selector(instance_type, is_gpu))}.get(b["node"])
+                    except ApiException as again:
+                        log.warning("cannot read node %s again: %s %s", b["node"], again.status, again.reason)
+                        break
+                    if node is None or any(t.get("key") == SUSPECT_TAINT for t in _taints(node)):
+                        break  # another replica or job tainted it meanwhile: nothing to add
+                    continue
+                log.warning("cannot taint node %s: %s %s", b["node"], err.status, err.reason)
+                break
+            done.append(b["node"])
+            budget -= 1
+            break
     return done
 
 
