@@ -143,7 +143,7 @@ if ((${#k8s_missing[@]})); then
     done
     tmp="$DEST/.build"
     rm -rf "$tmp" && mkdir -p "$tmp"
-    log "go build ${k8s_missing[*]} $V: the longest step, ~2,400 packages cold (about 5 min on 2 idle cores, measured for v1.35; far longer on busy ones)"
+    log "go build ${k8s_missing[*]} $V: the longest step, ~2,400 packages cold (5 min on 2 idle cores with its module downloads; far longer on busy ones)"
     t0=$(now)
     go_build "$MOD" "$tmp" -ldflags="$ldflags" "${k8s_missing[@]/#/k8s.io/kubernetes/cmd/}"
     for b in "${k8s_missing[@]}"; do mv -f "$tmp/$b" "$BIN/$b"; done
@@ -160,7 +160,7 @@ if ((${#missing[@]})); then
     for b in "${missing[@]}"; do pkgs+=("${PKG[$b]}"); done
     tmp="$DEST/.build-controllers"
     rm -rf "$tmp" && mkdir -p "$tmp"
-    log "go build ${missing[*]} (kwok $KWOK_VERSION, training-operator $TO_VERSION, jobset $JOBSET_VERSION, kueue $KUEUE_VERSION): ~430 more packages cold, the rest reused"
+    log "go build ${missing[*]} (kwok $KWOK_VERSION, training-operator $TO_VERSION, jobset $JOBSET_VERSION, kueue $KUEUE_VERSION): ~430 more packages cold, the rest reused (about 1 min on 2 idle cores)"
     t0=$(now)
     go_build "$MOD" "$tmp" -ldflags="-s -w" "${pkgs[@]}"
     for b in "${missing[@]}"; do mv -f "$tmp/${BUILT[$b]}" "$BIN/$b"; done
