@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -26,15 +28,16 @@ _CHILD = r"""
 import json, os, sys
 from llmtrain_devcluster import DevCluster
 
-KEEP = os.environ.get("LLMTRAIN_TEST_KEEP") or None  # the checkout, bound back when it lives under /tmp
+# the checkout, the Python layer and the tools, bound back where they live under /tmp
+KEEP = [k for k in os.environ.get("LLMTRAIN_TEST_KEEP", "").split(os.pathsep) if k]
 
 def outside():
     found = []
     for root, dirs, files in os.walk("/tmp"):
         if root == "/tmp":
             dirs[:] = [d for d in dirs if d != "state"]
-        dirs[:] = [d for d in dirs if os.path.join(root, d) != KEEP]
-        on_path = {os.path.join(root, d) for d in dirs if KEEP and KEEP.startswith(os.path.join(root, d) + "/")}
+        dirs[:] = [d for d in dirs if os.path.join(root, d) not in KEEP]
+        on_path = {os.path.join(root, d) for d in dirs if any(k.startswith(os.path.join(root, d) + "/") for k in KEEP)}
         found += [os.path.join(root, n) for n in dirs + files if os.path.join(root, n) not in on_path]
     return sorted(found)
 
@@ -45,6 +48,12 @@ with cluster:
 after = outside()
 print(json.dumps({"during": during, "after": after}))
 """
+
+
+def _under_tmp(paths: list[Path]) -> list[str]:
+    """The real paths among `paths` that lie under /tmp, none inside another."""
+    real = sorted({str(p.resolve()) for p in paths if p.resolve().is_relative_to("/tmp")})
+    return [p for p in real if not any(p.startswith(q + "/") for q in real if q != p)]
 
 
 def _private_tmp_prefix() -> list[str] | None:
@@ -64,15 +73,23 @@ def test_a_chain_cluster_writes_nothing_outside_its_state_dir(own_clusters):
     if prefix is None:
         pytest.skip("needs a private mount namespace (unshare --mount) to give the cluster an empty /tmp")
     env = {k: v for k, v in os.environ.items() if k != "TMPDIR"}  # tempfile's default: /tmp
-    # A checkout under /tmp (CI's clean clone may be one) would vanish under the new tmpfs with the
-    # interpreter and the code: it is held open on fd 3 first and bound back at the same path.
-    script = 'mount -t tmpfs tmpfs /tmp && exec "$0" "$@"'
-    if REPO.is_relative_to("/tmp"):
-        env["LLMTRAIN_TEST_KEEP"] = str(REPO)
-        script = (
-            'exec 3<"$LLMTRAIN_TEST_KEEP" && mount -t tmpfs tmpfs /tmp && mkdir -p "$LLMTRAIN_TEST_KEEP" '
-            '&& mount --no-canonicalize --bind /proc/self/fd/3 "$LLMTRAIN_TEST_KEEP" && exec 3<&- && exec "$0" "$@"'
-        )
+    # What the child runs from would vanish under the new tmpfs where it lives under /tmp (CI's
+    # clean clone may; a cold measurement's caches may too): the checkout, the interpreter's
+    # dependency layer and the llmtrain cache (the tools) are each held open on an fd first and
+    # bound back at the same path.
+    cache = Path(os.environ.get("LLMTRAIN_CACHE") or Path.home() / ".cache/llmtrain")
+    keep = _under_tmp([REPO, Path(sys.prefix), *map(Path, site.getsitepackages()), cache])
+    env["LLMTRAIN_TEST_KEEP"] = os.pathsep.join(keep)
+    fds = range(3, 3 + len(keep))
+    script = " && ".join(
+        [f"exec {fd}<{shlex.quote(p)}" for fd, p in zip(fds, keep, strict=True)]
+        + ["mount -t tmpfs tmpfs /tmp"]
+        + [
+            f"mkdir -p {q} && mount --no-canonicalize --bind /proc/self/fd/{fd} {q} && exec {fd}<&-"
+            for fd, q in zip(fds, map(shlex.quote, keep), strict=True)
+        ]
+        + ['exec "$0" "$@"']
+    )
     r = subprocess.run(
         [*prefix, "sh", "-c", script, sys.executable, "-c", _CHILD],
         capture_output=True,
