@@ -24,6 +24,12 @@ import uuid
 # process only spins. The trainer launches and benches already set it (their figures do not
 # depend on this); in the in-process trainer unit tests it cut CPU by a fifth on a quiet machine.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# One Go scheduler thread (P) for every Go process the tests start: each test cluster's etcd,
+# kube-apiserver and controllers, kwok, Kueue, helm, kubectl, terraform. With four workers' clusters
+# on two cores, a second P mostly spins looking for work: a light cluster idles at 1.5 CPU-seconds
+# a minute with one against 2.0 with two, and starts on a fifth less CPU (measured, docs: Build and
+# test). The product's own processes (make demo, the benches' clusters) keep Go's default.
+os.environ.setdefault("GOMAXPROCS", "1")
 
 import pytest
 

@@ -25,15 +25,24 @@ from chart_helpers import ROOT
 pytestmark = pytest.mark.infra
 
 CONTROLLER = ROOT / "operator" / "llmtrain" / "controller"
-# Every method of the official client's API classes: a call by one of these names is an API call.
-# (kubernetes.client loads its classes lazily: dir() + getattr, not vars().)
-CLIENT_METHODS = {
-    name
-    for cls_name in dir(kubernetes.client)
-    if cls_name.endswith("Api")
-    for name in vars(getattr(kubernetes.client, cls_name))
-    if not name.startswith("_") and not name.endswith("_with_http_info") and name != "close"
-}  # closing a connection (scrape.py's aiohttp response) asks nothing
+
+
+@cache
+def client_methods() -> frozenset[str]:
+    """Every method of the official client's API classes: a call by one of these names is an API
+    call. (kubernetes.client loads its classes lazily: dir() + getattr, not vars().) Built on first
+    use, not at import: loading every API class costs ~2 CPU-seconds, which every xdist worker would
+    pay while collecting."""
+    return frozenset(
+        name
+        for cls_name in dir(kubernetes.client)
+        if cls_name.endswith("Api")
+        for name in vars(getattr(kubernetes.client, cls_name))
+        # closing a connection (scrape.py's aiohttp response) asks nothing
+        if not name.startswith("_") and not name.endswith("_with_http_info") and name != "close"
+    )
+
+
 CLIENT_VERB = {
     "read": "get",
     "get": "get",
@@ -182,7 +191,7 @@ def code_needs() -> list[tuple[str, str, str, str]]:
                     found.append(_raw_call(node, where))
             elif func in ("_request", "kube._request"):
                 found += _request_call(module, node, where)
-            elif isinstance(node.func, ast.Attribute) and node.func.attr in CLIENT_METHODS:
+            elif isinstance(node.func, ast.Attribute) and node.func.attr in client_methods():
                 m = METHOD.match(node.func.attr)
                 assert m, f"{where}: client call {node.func.attr} this test cannot classify; extend it"
                 verb, namespaced, kind, status = CLIENT_VERB[m.group(1)], m.group(2), m.group(3), m.group(4)
