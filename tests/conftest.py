@@ -30,8 +30,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # memory the machine has (a chain test's kube-apiserver peaks at ~1.0 GB RSS instead of ~0.6) for
 # CPU it lacks, and GOMEMLIMIT keeps any Go process from growing past 1 GiB on that account.
 # Measured (docs: Build and test): the operator_core and charts suites on 4 workers 221 -> 208 CPU-s
-# with one P, then -> 185 with GOGC=300; three chain modules 120 -> 99 -> 92. The product's own
-# processes (make demo, the benches' clusters) keep Go's defaults.
+# with one P, then -> 185 with GOGC=300; three chain modules 120 -> 99 -> 92. Outside the tests
+# (make demo, make dev-cluster, a bench run by hand) Go's defaults hold.
 os.environ.setdefault("GOMAXPROCS", "1")
 os.environ.setdefault("GOGC", "300")
 os.environ.setdefault("GOMEMLIMIT", "1GiB")
