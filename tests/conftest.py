@@ -28,7 +28,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Kueue; helm, kubectl, terraform) run with one scheduler thread (P) and collect garbage less often.
 # With four workers' clusters on two cores a second P mostly spins looking for work; GOGC=300 trades
 # memory the machine has (a chain test's kube-apiserver peaks at ~1.0 GB RSS instead of ~0.6) for
-# CPU it lacks, and GOMEMLIMIT keeps any Go process from growing past 1 GiB on that account.
+# CPU it lacks; GOMEMLIMIT (soft) has a Go process past 1 GiB collect as often as it must, so the
+# memory GOGC=300 adds stays bounded.
 # Measured (docs: Build and test): the operator_core and charts suites on 4 workers 221 -> 208 CPU-s
 # with one P, then -> 185 with GOGC=300; three chain modules 120 -> 99 -> 92. Outside the tests
 # (make demo, make dev-cluster, a bench run by hand) Go's defaults hold.

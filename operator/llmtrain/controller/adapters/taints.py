@@ -67,6 +67,10 @@ def _name(node: dict) -> str:
     return node["metadata"]["name"]
 
 
+def _is_suspect(node: dict) -> bool:
+    return any(t.get("key") == SUSPECT_TAINT for t in _taints(node))
+
+
 def _nodes(selector: str | None) -> list[dict]:
     """The nodes matching the label selector (all of them for None); ApiException as the API says."""
     from . import kube
@@ -88,7 +92,7 @@ def ready_nodes(instance_type: str, is_gpu: bool) -> set[str] | None:
 
 def _suspect_nodes_of(namespace: str) -> set[str]:
     items = _nodes(f"{SUSPECT_NAMESPACE_LABEL}={namespace}")
-    return {_name(n) for n in items if any(t.get("key") == SUSPECT_TAINT for t in _taints(n))}
+    return {_name(n) for n in items if _is_suspect(n)}
 
 
 def taint_nodes(
@@ -115,13 +119,14 @@ def taint_nodes(
 
     if fraction <= 0 or not bad or per_namespace <= 0:
         return []
+    selector = _node_selector(instance_type, is_gpu)
     try:
-        group = _nodes(_node_selector(instance_type, is_gpu))
+        group = _nodes(selector)
         ours = _suspect_nodes_of(namespace)
     except ApiException as err:
         log.warning("cannot list nodes to taint: %s %s", err.status, err.reason)
         return []
-    tainted = {_name(n) for n in group if any(t.get("key") == SUSPECT_TAINT for t in _taints(n))}
+    tainted = {_name(n) for n in group if _is_suspect(n)}
     budget = min(taint_budget(len(group), len(tainted), fraction), max(0, per_namespace - len(ours)))
     expires = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=ttl_seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
     done: list[str] = []
@@ -156,11 +161,11 @@ def taint_nodes(
             except ApiException as err:
                 if err.status == 409 and attempt < CONFLICT_RETRIES:
                     try:  # the group's list again: the operator may list nodes, not get one
-                        node = {_name(n): n for n in _nodes(_node_selector(instance_type, is_gpu))}.get(b["node"])
+                        node = next((n for n in _nodes(selector) if _name(n) == b["node"]), None)
                     except ApiException as again:
                         log.warning("cannot read node %s again: %s %s", b["node"], again.status, again.reason)
                         break
-                    if node is None or any(t.get("key") == SUSPECT_TAINT for t in _taints(node)):
+                    if node is None or _is_suspect(node):
                         break  # another replica or job tainted it meanwhile: nothing to add
                     continue
                 log.warning("cannot taint node %s: %s %s", b["node"], err.status, err.reason)
