@@ -73,13 +73,22 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
 
 
-def chain_cluster(state_dir: Path, p5_nodes: int, training_operator_args=()):
+def chain_cluster(state_dir: Path, p5_nodes: int, training_operator_args=(), controller_manager_args=()):
     """A started chain dev cluster with ``p5_nodes`` simulated p5.48xlarge nodes (nothing else)."""
     from llmtrain_devcluster import DevCluster
 
-    return DevCluster(state_dir, chain=True, nodes={P5: p5_nodes}, training_operator_args=training_operator_args).up(
-        timeout=600
-    )
+    return DevCluster(
+        state_dir,
+        chain=True,
+        nodes={P5: p5_nodes},
+        training_operator_args=training_operator_args,
+        controller_manager_args=controller_manager_args,
+    ).up(timeout=600)
+
+
+def qps_args(qps: int | None) -> list[str]:
+    """client-go's --kube-api-qps and --kube-api-burst (1.5x, the ratio of Kubernetes' 20/30)."""
+    return [f"--kube-api-qps={qps}", f"--kube-api-burst={qps * 3 // 2}"] if qps else []
 
 
 def training_operator_args(threads: int | None, qps: int | None) -> list[str]:
@@ -87,9 +96,7 @@ def training_operator_args(threads: int | None, qps: int | None) -> list[str]:
     args = []
     if threads:
         args.append(f"--controller-threads={threads}")
-    if qps:
-        args += [f"--kube-api-qps={qps}", f"--kube-api-burst={qps * 3 // 2}"]
-    return args
+    return args + qps_args(qps)
 
 
 def api_client(kubeconfig: Path, pool: int = 32):
@@ -246,9 +253,15 @@ class ChainRun:
     failure the tail of the operator's log is printed first (its tempdir is gone afterwards)."""
 
     def __init__(
-        self, state_dir: Path, p5_nodes: int, training_operator_args, operator_log: Path, log_tail: int = 6000
+        self,
+        state_dir: Path,
+        p5_nodes: int,
+        training_operator_args,
+        operator_log: Path,
+        log_tail: int = 6000,
+        controller_manager_args=(),
     ):
-        self.cluster = chain_cluster(state_dir, p5_nodes, training_operator_args)
+        self.cluster = chain_cluster(state_dir, p5_nodes, training_operator_args, controller_manager_args)
         self.operator_log, self.log_tail = operator_log, log_tail
         self.operator: OperatorProcess | None = None
 

@@ -670,6 +670,20 @@ def main(argv=None) -> int:
         help="--peer: seconds of each process's idle CPU sampled before each phase",
     )
     p.add_argument(
+        "--controller-manager-qps",
+        type=int,
+        default=None,
+        help="--peer: kube-controller-manager's --kube-api-qps, each controller's client (burst 1.5x; "
+        "default Kubernetes', 20): the Job controller's pace, shared by every path",
+    )
+    p.add_argument(
+        "--control-plane-nice",
+        type=int,
+        default=0,
+        help="--peer: renice etcd, kube-apiserver, kube-controller-manager and kube-scheduler (every "
+        "thread) to this (e.g. -5), as if the control plane had its own machines as on EKS; 0: as started",
+    )
+    p.add_argument(
         "--quiet",
         type=float,
         default=5.0,

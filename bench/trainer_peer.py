@@ -53,6 +53,7 @@ from chainbench import (
     ResumingWatches,
     api_client,
     job_spec,
+    qps_args,
     stats,
     training_operator_args,
     wait_for,
@@ -300,7 +301,8 @@ def run_phase(
     view = StageRecorder(api, ns, path)
     if path.backend:
         # Only this path's backend enabled: the operator watches and creates that one kind.
-        op = run.start_operator(ns, ["--progress-interval", "3600", "--backend", path.backend])
+        workers = ["--workers", str(a.workers)] if a.workers else []
+        op = run.start_operator(ns, ["--progress-interval", "3600", "--backend", path.backend, *workers])
         pids["llmtrain-operator"] = op.proc.pid
         raw = job_spec(nodes=1)
         raw["cluster"]["backend"] = path.backend
@@ -620,6 +622,21 @@ def direct_floor(api, names: list[str], a: argparse.Namespace, tag: str) -> dict
     return {"jobs_per_s": rate, "cleanup_s": cleanup}
 
 
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+
+def renice(pids: dict[str, int], nice: int) -> dict[str, int]:
+    """Every thread of each process to ``nice`` (Linux nice values are per thread; threads a process
+    starts later inherit its creator's). Returns the threads changed per process."""
+    changed = {}
+    for name, pid in pids.items():
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        for tid in tids:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+        changed[name] = len(tids)
+    return changed
+
+
 def run_peer(a: argparse.Namespace, workdir: Path) -> dict:
     """``--nodes N --peer``: phases of ``--paths`` (``--repeat`` of each, order per phase_order) on
     one chain cluster with N simulated p5 nodes (with ``--jobs`` above N, the N that fit run)."""
@@ -641,7 +658,11 @@ def run_peer(a: argparse.Namespace, workdir: Path) -> dict:
         "loadavg_start": [round(x, 2) for x in os.getloadavg()],
     }
     started = time.monotonic()
-    with ChainRun(workdir / "cluster", a.nodes, to_args, workdir / "operator.log") as run:
+    cm_args = qps_args(a.controller_manager_qps)
+    out["controller_manager_args"] = cm_args
+    with ChainRun(
+        workdir / "cluster", a.nodes, to_args, workdir / "operator.log", controller_manager_args=cm_args
+    ) as run:
         cluster = run.cluster
         peer = TrainerV2(cluster) if "trainer" in paths else None
         try:
@@ -653,6 +674,10 @@ def run_peer(a: argparse.Namespace, workdir: Path) -> dict:
             names = [f"job-{i:05d}" for i in range(a.jobs)]
             tag = uuid.uuid4().hex[:6]
             base = {k: p.pid for k, p in cluster._procs.items()}
+            if a.control_plane_nice:
+                out["control_plane_nice"] = renice(
+                    {k: base[k] for k in CONTROL_PLANE if k in base}, a.control_plane_nice
+                )
             if peer is not None:
                 rendered = render_pytorchjob(
                     parse_spec(job_spec(nodes=1)), names[0], "ns", 1, None, "etcd.bench.svc:2379"

@@ -80,6 +80,7 @@ class DevCluster:
         chain: bool | None = None,
         nodes: dict[str, int] | None = None,
         training_operator_args: Sequence[str] = (),
+        controller_manager_args: Sequence[str] = (),
         kueue: bool | None = None,
         kueue_topology: bool = False,
         kueue_frameworks: Sequence[str] = kueue_mod.CHAIN_FRAMEWORKS,
@@ -88,7 +89,9 @@ class DevCluster:
         default :data:`.chain.DEFAULT_NODES`, e.g. ``{"p5.48xlarge": 500}`` for a scale test), the
         JobSet controller and the training-operator (``training_operator_args``: extra flags, e.g.
         ``["--controller-threads=4"]``; default: Kubeflow's own defaults, one worker thread and 20
-        API QPS). ``chain=None``: whatever the cluster running from ``state_dir`` was started with
+        API QPS; ``controller_manager_args``: extra kube-controller-manager flags, e.g.
+        ``["--kube-api-qps=100"]``; default Kubernetes' own, 20 QPS per controller). ``chain=None``:
+        whatever the cluster running from ``state_dir`` was started with
         (light when there is none). ``kueue=True`` (chain mode) also runs the pinned Kueue with
         its webhooks registered, queues generated from the nodes (see :mod:`.kueue`);
         ``kueue_topology=True`` makes its flavors topology-aware (the nodes' EKS network labels);
@@ -102,6 +105,7 @@ class DevCluster:
         self.kueue_frameworks = tuple(kueue_frameworks)
         self._nodes = nodes
         self.training_operator_args = list(training_operator_args)
+        self.controller_manager_args = list(controller_manager_args)
         self._procs: dict[str, subprocess.Popen] = {}
 
     @property
@@ -260,6 +264,7 @@ class DevCluster:
                 cert_dir=self.state_dir / "controller-manager-certs",
                 pki=p,
                 verbosity=self.verbosity,
+                extra=self.controller_manager_args,
             ),
             lambda: http_get(f"https://127.0.0.1:{cm_port}/healthz", context=insecure) == (200, "ok"),
             timeout,

@@ -88,7 +88,7 @@ def apiserver_argv(apiserver: Path, *, etcd_url: str, port: int, pki: Path, verb
 
 
 def controller_manager_argv(
-    cm: Path, *, kubeconfig: Path, port: int, cert_dir: Path, pki: Path, verbosity: int
+    cm: Path, *, kubeconfig: Path, port: int, cert_dir: Path, pki: Path, verbosity: int, extra: Sequence[str] = ()
 ) -> list:
     p = pki
     return [
@@ -107,6 +107,7 @@ def controller_manager_argv(
         f"--cluster-signing-key-file={p / 'ca.key'}",
         "--controllers=*," + ",".join(f"-{c}" for c in DISABLED_CONTROLLERS),
         f"--v={verbosity}",
+        *extra,  # after the defaults: a later flag wins
     ]
 
 

@@ -91,6 +91,29 @@ def test_the_targets_compare_llmtrain_on_jobset_with_the_right_path_and_directio
     assert [t["figure"] for t in targets({k: {"llmtrain-jobset": 1.0} for k in summary})] == []
 
 
+def test_control_plane_nice_reaches_every_thread_of_the_process():
+    # Linux nice values are per thread: renicing only the pid would leave a Go process's other
+    # threads (where its work runs) as they were.
+    import time
+
+    from trainer_peer import renice
+
+    threads = "import threading, time; [threading.Thread(target=time.sleep, args=(60,)).start() for _ in range(3)]"
+    proc = subprocess.Popen([sys.executable, "-c", threads + "; time.sleep(60)"])
+    try:
+        tasks = Path(f"/proc/{proc.pid}/task")
+        deadline = time.monotonic() + 30
+        while len(list(tasks.iterdir())) < 4:  # the main thread and its three
+            assert time.monotonic() < deadline, "threads never started"
+            time.sleep(0.01)
+        changed = renice({"p": proc.pid}, 3)
+        nices = [int((t / "stat").read_text().rsplit(")", 1)[1].split()[16]) for t in tasks.iterdir()]
+        assert changed["p"] == len(nices) >= 4 and set(nices) == {3}
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.mark.peer
 @pytest.mark.slow
 def test_peer_quick_smoke(own_clusters):
