@@ -39,10 +39,13 @@ from __future__ import annotations
 
 import argparse
 import copy
+import datetime as dt
+import json
 import os
 import threading
 import time
 import uuid
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -276,6 +279,23 @@ def _wait_stage(
         time.sleep(0.2)
 
 
+def made_per_bucket(made: dict[str, list[str]], width: int) -> dict[str, dict[str, int]]:
+    """Objects made per ``width``-second bucket of their creationTimestamps, per kind, counted from the
+    first child's: ``{"jobs": {"0": 7, "5": 6, ...}}`` (buckets with none left out)."""
+
+    def seconds(stamp: str) -> float:
+        return dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
+
+    if not made.get("child"):
+        return {}
+    t0 = min(seconds(s) for s in made["child"])
+    out = {}
+    for kind, stamps in made.items():
+        counts = Counter(int((seconds(s) - t0) // width) * width for s in stamps)
+        out[kind] = {str(k): v for k, v in sorted(counts.items())}
+    return out
+
+
 def run_phase(
     path: BenchPath,
     api,
@@ -404,6 +424,16 @@ def run_phase(
         or (not view.relisted and view.added.get(n, 0) > 1)
         or len(view.pod_names.get(n, ())) > 1
     )
+    # When each stage's objects were made, by the API server's clock (creationTimestamp, 1-s
+    # resolution), independent of the bench's watches: whether a controller kept up with its input
+    # or made its objects in a rush after the creates stopped.
+    made = {"child": [c["metadata"]["creationTimestamp"] for c in items]}
+    if path.has_jobs:
+        jobs = client.BatchV1Api(api).list_namespaced_job(ns, _preload_content=False)
+        made["jobs"] = [j["metadata"]["creationTimestamp"] for j in json.loads(jobs.data)["items"]]
+    pods_now = client.CoreV1Api(api).list_namespaced_pod(ns, _preload_content=False)
+    made["pods"] = [p["metadata"]["creationTimestamp"] for p in json.loads(pods_now.data)["items"]]
+    res["made_per_5s_from_first_child"] = made_per_bucket(made, 5)
     # kwok's pod-complete must leave training pods Running on every path (Job-owned or not): a pod
     # that ended would free its node for a job beyond the capacity, and the paths would not compare.
     res["pods_ended"] = len(view.ended_pods)

@@ -91,6 +91,23 @@ def test_the_targets_compare_llmtrain_on_jobset_with_the_right_path_and_directio
     assert [t["figure"] for t in targets({k: {"llmtrain-jobset": 1.0} for k in summary})] == []
 
 
+def test_objects_made_are_counted_per_bucket_from_the_first_child():
+    from trainer_peer import made_per_bucket
+
+    made = {
+        "child": ["2026-12-04T07:00:02Z", "2026-12-04T07:00:00Z", "2026-12-04T07:00:04Z"],
+        "jobs": ["2026-12-04T07:00:01Z", "2026-12-04T07:00:27Z", "2026-12-04T07:00:29Z", "2026-12-04T07:00:30Z"],
+        "pods": [],
+    }
+    # 07:00:00 is second 0: 0-4 in bucket 0, 25-29 in 25, 30 in 30; a kind with none has no bucket
+    assert made_per_bucket(made, 5) == {
+        "child": {"0": 3},
+        "jobs": {"0": 1, "25": 2, "30": 1},
+        "pods": {},
+    }
+    assert made_per_bucket({"child": []}, 5) == {}
+
+
 def test_control_plane_nice_reaches_every_thread_of_the_process():
     # Linux nice values are per thread: renicing only the pid would leave a Go process's other
     # threads (where its work runs) as they were.
