@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import datetime as dt
 import json
 import os
 import threading
@@ -282,9 +281,10 @@ def _wait_stage(
 def made_per_bucket(made: dict[str, list[str]], width: int) -> dict[str, dict[str, int]]:
     """Objects made per ``width``-second bucket of their creationTimestamps, per kind, counted from the
     first child's: ``{"jobs": {"0": 7, "5": 6, ...}}`` (buckets with none left out)."""
+    from llmtrain.controller.policy.child_status import parse_time
 
     def seconds(stamp: str) -> float:
-        return dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
+        return parse_time(stamp).timestamp()
 
     if not made.get("child"):
         return {}
