@@ -91,6 +91,11 @@ def qps_args(qps: int | None) -> list[str]:
     return [f"--kube-api-qps={qps}", f"--kube-api-burst={qps * 3 // 2}"] if qps else []
 
 
+def llmtrain_operator_args(workers: int | None, extra: list[str] | None) -> list[str]:
+    """Flags for the llmtrain operator a bench starts: --workers, then the --operator-arg ones verbatim."""
+    return (["--workers", str(workers)] if workers else []) + list(extra or [])
+
+
 def training_operator_args(threads: int | None, qps: int | None) -> list[str]:
     """Flags for the training-operator; None keeps Kubeflow's default (1 thread, 20 QPS, burst 30)."""
     args = []

@@ -48,7 +48,16 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from chainbench import PTJ, REPO, OperatorProcess, exit_on_sigterm, percentile, print_operator_log_tail, wait_for
+from chainbench import (
+    PTJ,
+    REPO,
+    OperatorProcess,
+    exit_on_sigterm,
+    llmtrain_operator_args,
+    percentile,
+    print_operator_log_tail,
+    wait_for,
+)
 
 
 def crd_path(tree: Path) -> Path:
@@ -242,7 +251,7 @@ def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path, pids: dict[
     tree = a.operator_tree.resolve() if a.operator_tree else REPO
     out["operator_tree"] = tree_commit(tree)
     op = OperatorProcess(
-        kubeconfig, ns_op, workdir / "operator.log", ["--workers", str(a.workers)] if a.workers else [], tree
+        kubeconfig, ns_op, workdir / "operator.log", llmtrain_operator_args(a.workers, a.operator_arg), tree
     )
     op.start()
     pids["operator"] = op.proc.pid
@@ -594,6 +603,13 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=1000)
     p.add_argument("--threads", type=int, default=8, help="client threads creating objects")
     p.add_argument("--workers", type=int, default=None, help="operator --workers (default: its own)")
+    p.add_argument(
+        "--operator-arg",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help="a flag for the llmtrain operator, verbatim (repeatable; e.g. --operator-arg=--max-children-untaken=64)",
+    )
     p.add_argument("--quick", action="store_true", help="20 jobs, 4 threads")
     p.add_argument("--kubeconfig", type=Path, help="an existing cluster (default: start a light dev cluster)")
     p.add_argument("--running", action="store_true", help="also wait for Running (needs a full chain)")

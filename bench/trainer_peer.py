@@ -55,6 +55,7 @@ from chainbench import (
     ResumingWatches,
     api_client,
     job_spec,
+    llmtrain_operator_args,
     qps_args,
     stats,
     training_operator_args,
@@ -321,8 +322,8 @@ def run_phase(
     view = StageRecorder(api, ns, path)
     if path.backend:
         # Only this path's backend enabled: the operator watches and creates that one kind.
-        workers = ["--workers", str(a.workers)] if a.workers else []
-        op = run.start_operator(ns, ["--progress-interval", "3600", "--backend", path.backend, *workers])
+        flags = llmtrain_operator_args(a.workers, a.operator_arg)
+        op = run.start_operator(ns, ["--progress-interval", "3600", "--backend", path.backend, *flags])
         pids["llmtrain-operator"] = op.proc.pid
         raw = job_spec(nodes=1)
         raw["cluster"]["backend"] = path.backend
@@ -684,6 +685,7 @@ def run_peer(a: argparse.Namespace, workdir: Path) -> dict:
         "repeat": a.repeat,
         "paths": paths,
         "training_operator_args": to_args,
+        "llmtrain_operator_args": llmtrain_operator_args(a.workers, a.operator_arg),
         "cpus": os.cpu_count(),
         "loadavg_start": [round(x, 2) for x in os.getloadavg()],
     }

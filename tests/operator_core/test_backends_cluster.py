@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
 from llmtrain.backends import JOBSET, ApiKind
 from llmtrain.spec import GROUP, PLURAL, VERSION
@@ -117,6 +118,48 @@ def test_a_job_names_its_backend_and_keeps_it_when_the_default_changes(start, ku
     # a new job takes the new default
     kube.apply(namespace, kube.job_doc("new", _spec()))
     wait_for(lambda: _names(_jobsets(kube, namespace, "new")) == {"new-a1"}, 30, "new's JobSet")
+
+
+def _gauge(operator, name: str) -> float | None:
+    for family in text_string_to_metric_families(operator.metrics()):
+        if family.name == name:
+            return family.samples[0].value
+    return None
+
+
+def test_jobset_creates_wait_for_the_controller_to_take_up_earlier_ones_first_come_first_served(start, kube, namespace):
+    # At most two JobSets that JobSet's controller has not taken up (its first status write): the
+    # third and fourth jobs wait, with no JobSet and no status, and get theirs in the order they came
+    # as the controller (here, its status writes by hand) takes the earlier ones up.
+    op = start("--backend", "jobset", "--max-children-untaken", "2")
+    all_sets = (
+        lambda: _names(  # noqa: E731
+            kube.custom.list_namespaced_custom_object(*JS[:2], namespace, JS[2], label_selector="llmtrain.dev/job")[
+                "items"
+            ]
+        )
+    )
+    for job in ("p0", "p1"):
+        kube.apply(namespace, kube.job_doc(job, _spec()))
+    wait_for(lambda: all_sets() == {"p0-a1", "p1-a1"}, 30, "the first two JobSets")
+    for held, n in (("p2", 1), ("p3", 2)):
+        kube.apply(namespace, kube.job_doc(held, _spec()))
+        wait_for(lambda n=n: _gauge(op, "llmtrain_operator_creates_held") == n, 30, f"{held} held")
+    assert all_sets() == {"p0-a1", "p1-a1"}
+    assert _gauge(op, "llmtrain_operator_children_untaken") == 2
+    assert not kube.job(namespace, "p3").get("status"), "a held job is written nothing"
+    taken = {
+        "replicatedJobsStatus": [
+            {"name": "worker", "ready": 0, "succeeded": 0, "failed": 0, "active": 1, "suspended": 0}
+        ]
+    }
+    _set_jobset_status(kube, namespace, "p0-a1", taken)
+    wait_for(lambda: all_sets() == {"p0-a1", "p1-a1", "p2-a1"}, 30, "p2's JobSet, first in line")
+    kube.wait_phase(namespace, "p2", "Pending")
+    assert _gauge(op, "llmtrain_operator_creates_held") == 1 and not kube.job(namespace, "p3").get("status")
+    _set_jobset_status(kube, namespace, "p1-a1", taken)
+    wait_for(lambda: "p3-a1" in all_sets(), 30, "p3's JobSet")
+    wait_for(lambda: _gauge(op, "llmtrain_operator_creates_held") == 0, 30, "no job held")
 
 
 def test_a_backend_the_platform_did_not_enable_fails_the_job_naming_the_field(start, kube, namespace):

@@ -14,7 +14,7 @@ from .base import ApiKind, Backend, ChildState
 from .jobset import JOBSET
 from .pytorchjob import PYTORCHJOB
 
-__all__ = ["BACKENDS", "DEFAULT_BACKEND", "ApiKind", "Backend", "ChildState", "choose", "get"]
+__all__ = ["BACKENDS", "DEFAULT_BACKEND", "ApiKind", "Backend", "ChildState", "choose", "get", "of_kind"]
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in (PYTORCHJOB, JOBSET)}
 assert tuple(BACKENDS) == NAMES, "spec.BACKENDS lists the backends of llmtrain.backends, in order"
@@ -23,6 +23,11 @@ assert tuple(BACKENDS) == NAMES, "spec.BACKENDS lists the backends of llmtrain.b
 def get(name: str | None) -> Backend:
     """The backend called `name` (None: the default); KeyError for an unknown one."""
     return BACKENDS[name or DEFAULT_BACKEND]
+
+
+def of_kind(kind: str | None) -> Backend | None:
+    """The backend whose child is of this kind (a watch event's object), or None."""
+    return next((b for b in BACKENDS.values() if b.child.kind == kind), None)
 
 
 def choose(

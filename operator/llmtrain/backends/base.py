@@ -81,6 +81,9 @@ class Backend:
     # controller does not set that the trainer's pods rely on
     backend_env: ClassVar[Mapping[str, str]] = MappingProxyType({})
     restart_policy: str | None = None  # the pod template's restartPolicy, where the controller sets none
+    # creates paced by the controller's progress (controller/adapters/pacing.py): measured to pay on
+    # JobSet (one controller worker); not measured on the others
+    pace_creates: bool = False
 
     # --- names --------------------------------------------------------------------------------
     def child_name(self, job: str, attempt: int) -> str:
@@ -151,3 +154,8 @@ class Backend:
 
     def state(self, obj: dict) -> ChildState:
         raise NotImplementedError
+
+    def taken_up(self, obj: dict) -> bool:
+        """Its controller has reconciled it at least once: the first status write (a new child
+        has none: the status subresource ignores what a create carries)."""
+        return bool(obj.get("status"))

@@ -63,6 +63,9 @@ class JobSetBackend(Backend):
     installs = "JobSet (its CRD and controller, with its webhooks)"
     backend_env = MappingProxyType({"PYTHONUNBUFFERED": "1"})
     restart_policy = "Never"
+    # v0.12's controller writes a new JobSet's first status (replicatedJobsStatus) in the reconcile
+    # that made its Service and Jobs, with one worker for all JobSets: paced (pacing.py)
+    pace_creates = True
 
     def job_name(self, child: str) -> str:
         return f"{child}-{REPLICATED_JOB}-0"

@@ -159,6 +159,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="moves off a sick node per job that spend no restart; later ones spend the restart budget "
         f"(default {DEFAULTS.free_node_moves})",
     )
+    p.add_argument(
+        "--max-children-untaken",
+        type=int,
+        default=DEFAULTS.max_children_untaken,
+        help="at most this many children created that their controller has not taken up yet, on a backend whose "
+        "creates are paced (JobSet); further creates wait their turn (0: never held; "
+        f"default {DEFAULTS.max_children_untaken})",
+    )
     p.add_argument("--verbose", action="store_true")
     return p.parse_args(argv)
 
@@ -209,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--rendezvous-ca-dir needs --default-etcd-endpoint (the etcd it secures)")
     if not args.kueue_workload_wait_seconds > 0:
         raise SystemExit("--kueue-workload-wait-seconds must be > 0")
+    if args.max_children_untaken < 0:
+        raise SystemExit(f"--max-children-untaken must be ≥ 0, got {args.max_children_untaken}")
     if args.free_node_moves < 0:
         raise SystemExit(f"--free-node-moves must be ≥ 0, got {args.free_node_moves}")
     conditions = node_conditions(args.node_conditions)
@@ -233,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         default_backend=default_backend,
         namespace_backends=namespace_backends,
         kueue_workload_wait=args.kueue_workload_wait_seconds,
+        max_children_untaken=args.max_children_untaken,
     )
     from . import watch
     from .adapters import tenancy

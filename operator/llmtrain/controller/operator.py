@@ -17,6 +17,7 @@ from .adapters.metrics import OperatorMetrics
 from .adapters.monitor import Monitor
 from .adapters.observe import unseen_child
 from .adapters.owners import PodOwners
+from .adapters.pacing import CreatePacer
 from .adapters.reliability import FleetReliability
 from .adapters.retired import RetiredJobs
 from .policy.config import OperatorConfig
@@ -46,6 +47,10 @@ class Operator:
             lambda key, job: reconcile(self, key, job),  # type: ignore[arg-type]  # keys are (ns, name)
             workers=config.workers,
         )
+        # creates held while a paced backend's controller is behind (pacing.py); woken through the queue
+        self.pacer = CreatePacer(config.max_children_untaken, wake=self.queue.add)
+        self.metrics.children_untaken.set_function(lambda: self.pacer.counts()[0])
+        self.metrics.creates_held.set_function(lambda: self.pacer.counts()[1])
         # node MTBF per instance type, from the cached jobs' statuses and the deleted ones'
         # (intervalMinutes auto)
         where = config.reliability_configmap
@@ -111,5 +116,6 @@ class Operator:
         self.specs.forget(uid)
         self.metrics.forget_job(namespace, name)  # a deleted job's own series go with it
         self.rejections.forget(namespace, name)
+        self.pacer.forget(key)
         with self._seen_lock:
             self._seen.discard(key)

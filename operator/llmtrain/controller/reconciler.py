@@ -27,6 +27,7 @@ class Run:
         self.created: list[tuple[str, str]] = []  # (backend, name) of the children this run created
         self.outcome: str | None = None
         self.waiting = False  # for the watch to show a recorded child
+        self.held = False  # in the pacer's line, woken when its turn comes
         self.settled_on: dict | None = None  # the object on which nothing was left to do
         self.final: dict | None = None  # the job's status as last read or written
 
@@ -44,6 +45,9 @@ class Run:
                 self.waiting = self.waiting or plan.waiting
                 if plan.create is not None:
                     result = act.create(op, o, plan.create)
+                    if result is None:  # held: the backend's controller is behind (pacing.py)
+                        self.outcome, self.held = "held", True
+                        return op.pacer.recheck_in(key)
                     if result.outcome == "created":
                         self.created.append((o.backend, result.name))
                     o = o.with_(created=result)
@@ -70,6 +74,8 @@ class Run:
                 o = observe(op, job, self.first_sight and self.outcome is None)
             return 0.0  # still moving: run again (after any other key that waits)
         finally:
+            if not self.held:
+                op.pacer.leave(key)
             act.drop_superseded(op, self.namespace, self.created, self.final)
 
 

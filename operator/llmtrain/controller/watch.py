@@ -37,6 +37,9 @@ def register(op: Operator, registry: kopf.OperatorRegistry | None = None) -> Non
 
     async def child_event(event, body, namespace, name, labels, **_):
         op.start_workers()
+        backend = backends.of_kind(body.get("kind"))
+        if event["type"] == "DELETED" or (backend is not None and backend.taken_up(body)):
+            op.pacer.taken((namespace, name))  # a slot of the paced creates freed (pacing.py)
         if event["type"] == "DELETED":
             op.attempts.drop(namespace, labels[JOB_LABEL], name, body.get("kind"))
             op.owners.forget(namespace, (body.get("metadata") or {}).get("uid") or "")

@@ -54,23 +54,32 @@ def api_message(err: ApiException) -> str:
         return f"{err.status} {err.reason}"
 
 
-def create(op: Operator, o: Observed, obj: dict) -> CreateResult:
+def create(op: Operator, o: Observed, obj: dict) -> CreateResult | None:
     """Step 1. A 409 adopts the one already there (an operator restart must never duplicate). A 404
     of the create is a kind the API server does not serve (asked again of API discovery): the
-    backend's CRD is not installed, which decide fails the job on, naming it."""
+    backend's CRD is not installed, which decide fails the job on, naming it. None: held, before
+    any API call, while the backend's controller is behind (pacing.py); the job is woken in turn."""
     name = obj["metadata"]["name"]
     backend = backends.get(o.backend)
+    slot = (o.namespace, name)
+    if backend.pace_creates and not op.pacer.admit((o.namespace, o.name), slot):
+        return None
+    made = False
     try:
         # what the attempt needs besides its child: the job's NetworkPolicy, its rendezvous credentials
         assert o.spec is not None  # attempts start only for a valid spec
         tenancy.prepare_attempt(op.config, o.spec, o.namespace, o.name, o.uid, attempt_of(obj) or o.attempt)
         child, was_created = op.kube.create_child(backend.child, obj)
+        made = was_created
     except ApiException as err:
         if err.status == 404 and not op.kube.served(backend.child):
             return CreateResult(name, "not-served", api_message(err))
         if err.status not in (400, 403, 422) and not op.rejections.final(o.namespace, o.name, o.attempt, err):
             raise  # retried with backoff (rejections.py: a 413, or a 5xx a few times, is final)
         return CreateResult(name, "rejected", api_message(err))
+    finally:
+        if backend.pace_creates and (not made or backend.taken_up(child)):
+            op.pacer.taken(slot)  # nothing new for its controller to take up
     op.rejections.forget(o.namespace, o.name)
     op.attempts.put(child)
     if not owned_by(child, o.uid):

@@ -26,6 +26,7 @@ RECONCILE_OUTCOMES = (
     "restarted",
     "suspended",
     "resumed",
+    "held",
     "error",
 )
 
@@ -171,6 +172,17 @@ class OperatorMetrics:
             **kw,
         )
         self.jobs = Gauge("llmtrain_operator_jobs", "LLMTrainingJobs this operator owns, by phase", ["phase"], **kw)
+        # creates paced by the child's controller (controller/adapters/pacing.py); set_function by the Operator
+        self.children_untaken = Gauge(
+            "llmtrain_operator_children_untaken",
+            "Children this operator created that their controller has not taken up yet (paced backends)",
+            **kw,
+        )
+        self.creates_held = Gauge(
+            "llmtrain_operator_creates_held",
+            "Jobs whose child create waits for their backend's controller to take up earlier ones",
+            **kw,
+        )
         self.restarts = Counter(
             "llmtrain_operator_job_restarts",
             "Attempts started after a failure or hang",

@@ -57,3 +57,6 @@ class OperatorConfig:
     # moves off a sick node that spend no restart, per job; later ones spend the restart budget, so
     # a flapping node cannot restart a job without end (sicknodes.py)
     free_node_moves: int = FREE_MOVES
+    # at most this many of the operator's children that their controller has not taken up yet, on a
+    # backend whose creates are paced (controller/adapters/pacing.py; 0: never held)
+    max_children_untaken: int = 64
