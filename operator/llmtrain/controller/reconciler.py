@@ -46,7 +46,7 @@ class Run:
                 if plan.create is not None:
                     result = act.create(op, o, plan.create)
                     if result is None:  # held: the backend's controller is behind (pacing.py)
-                        self.outcome, self.held = "held", True
+                        self.outcome, self.held = self.outcome or "held", True
                         return op.pacer.recheck_in(key)
                     if result.outcome == "created":
                         self.created.append((o.backend, result.name))

@@ -7,7 +7,7 @@ in 25 s it made 1.4 Jobs a second while the creates went on, then 14-20 a second
 (docs/performance/operator-scale.md). So the operator keeps at most `limit` of its own children
 that their controller has not taken up yet (`Backend.taken_up`: its first status write, made in the
 reconcile that created the child's Jobs). A create beyond that is held: the job's reconcile ends
-without a write (it is a plain new job a little longer), and the job waits in line to be woken when
+without a write (a new job keeps an empty status until its turn), and it waits in line to be woken when
 a child ahead is taken up, deleted or given up on. The namespaces take turns, first come first
 served within each: one tenant's burst of a thousand jobs does not keep another's one job waiting
 behind it (JobSet's own queue is one line for all).
@@ -17,6 +17,12 @@ missing controller slows creates to `limit` per `ttl`, never stops them); so doe
 did not make it. Suspended children count like the rest: JobSet's controller takes a suspended
 JobSet up too (it makes its Jobs suspended and writes its status). After an operator restart only
 this process's creates count, so the first window may overlap the last one's.
+
+Measured at 1,000 jobs on 500 simulated nodes (docs/performance/operator-scale.md, "Pacing JobSet
+creates"): the user's create call 3x faster, JobSet -> Job in seconds instead of ~40 s, and with
+kube-controller-manager at Kubernetes' default 20 QPS within 3% of Kubeflow Trainer v2 (from 5-15%
+behind); at 100 QPS it costs ~5% jobs/s (JobSet's controller, fed a few at a time, makes 9-11 Jobs
+a second where after an unpaced burst it reaches 14-20). `--max-children-untaken=0` turns it off.
 
 Only the line's head gets a timer (the next expiry): the rest move up as it moves, so a held burst
 costs one reconcile per job when its turn comes, not one per job per tick.
