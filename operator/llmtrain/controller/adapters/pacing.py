@@ -20,8 +20,8 @@ this process's creates count, so the first window may overlap the last one's.
 
 Measured at 1,000 jobs on 500 simulated nodes (docs/performance/operator-scale.md, "Pacing JobSet
 creates"): the user's create call 3x faster, JobSet -> Job in seconds instead of ~40 s, and with
-kube-controller-manager at Kubernetes' default 20 QPS within 3% of Kubeflow Trainer v2 (from 5-15%
-behind); at 100 QPS it costs ~5% jobs/s (JobSet's controller, fed a few at a time, makes 9-11 Jobs
+kube-controller-manager at Kubernetes' default 20 QPS within 3-6% of Kubeflow Trainer v2 (from
+5-20% behind); at 100 QPS it costs ~5% jobs/s (JobSet's controller, fed a few at a time, makes 9-11 Jobs
 a second where after an unpaced burst it reaches 14-20). `--max-children-untaken=0` turns it off.
 
 Only the line's head gets a timer (the next expiry): the rest move up as it moves, so a held burst
