@@ -64,13 +64,12 @@ def create(op: Operator, o: Observed, obj: dict) -> CreateResult | None:
     slot = (o.namespace, name)
     if backend.pace_creates and not op.pacer.admit((o.namespace, o.name), slot):
         return None
-    made = False
+    was_created = False
     try:
         # what the attempt needs besides its child: the job's NetworkPolicy, its rendezvous credentials
         assert o.spec is not None  # attempts start only for a valid spec
         tenancy.prepare_attempt(op.config, o.spec, o.namespace, o.name, o.uid, attempt_of(obj) or o.attempt)
         child, was_created = op.kube.create_child(backend.child, obj)
-        made = was_created
     except ApiException as err:
         if err.status == 404 and not op.kube.served(backend.child):
             return CreateResult(name, "not-served", api_message(err))
@@ -78,8 +77,8 @@ def create(op: Operator, o: Observed, obj: dict) -> CreateResult | None:
             raise  # retried with backoff (rejections.py: a 413, or a 5xx a few times, is final)
         return CreateResult(name, "rejected", api_message(err))
     finally:
-        if backend.pace_creates and (not made or backend.taken_up(child)):
-            op.pacer.taken(slot)  # nothing new for its controller to take up
+        if backend.pace_creates and not was_created:
+            op.pacer.taken(slot)  # nothing new for its controller to take up (a new child has no status yet)
     op.rejections.forget(o.namespace, o.name)
     op.attempts.put(child)
     if not owned_by(child, o.uid):

@@ -54,10 +54,9 @@ class CreatePacer:
         self.limit, self._wake, self._ttl, self._clock = limit, wake, ttl, clock
         self._lock = threading.Lock()
         self._untaken: dict[Hashable, float] = {}  # child key → when it stops counting
-        # held jobs per namespace, first come first; the namespaces take turns (as in the work queue)
-        self._line: dict[Hashable, OrderedDict[Hashable, None]] = {}
-        self._turns: OrderedDict[Hashable, None] = OrderedDict()
-        self._held = 0
+        # held jobs per namespace, first come first; the namespaces take turns in this dict's order
+        # (as in the work queue): one that was just served moves to its end
+        self._line: OrderedDict[Hashable, OrderedDict[Hashable, None]] = OrderedDict()
         self._woken: set[Hashable] = set()  # in line and woken, not yet run again
 
     def admit(self, job: Hashable, child: Hashable) -> bool:
@@ -73,8 +72,8 @@ class CreatePacer:
             self._woken.discard(job)  # admitted, or woken too early (the slot went): woken again in turn
             if ok:
                 self._leave(job)
-                if _tenant(job) in self._turns:  # its next job waits for the other namespaces' turns
-                    self._turns.move_to_end(_tenant(job))
+                if _tenant(job) in self._line:  # its next job waits for the other namespaces' turns
+                    self._line.move_to_end(_tenant(job))
                 self._untaken[child] = now + self._ttl
             wake = self._release() if freed else []
         self._wake_all(wake)
@@ -110,17 +109,14 @@ class CreatePacer:
     def counts(self) -> tuple[int, int]:
         """(children not taken up, jobs held)."""
         with self._lock:
-            return len(self._untaken), self._held
+            return len(self._untaken), sum(len(line) for line in self._line.values())
 
     # --- under the lock ---
 
     def _join(self, job: Hashable) -> None:
         tenant = _tenant(job)
         line = self._line.setdefault(tenant, OrderedDict())
-        if job not in line:
-            line[job] = None
-            self._held += 1
-            self._turns.setdefault(tenant, None)
+        line.setdefault(job, None)
 
     def _leave(self, job: Hashable) -> bool:
         tenant = _tenant(job)
@@ -128,17 +124,15 @@ class CreatePacer:
         if line is None or job not in line:
             return False
         del line[job]
-        self._held -= 1
         self._woken.discard(job)
         if not line:
             del self._line[tenant]
-            del self._turns[tenant]
         return True
 
     def _order(self) -> Iterator[Hashable]:
         """The held jobs in the order slots go to them: each namespace's first, in turn, then each
         one's second...: one tenant's burst does not keep another's job waiting behind it."""
-        iters = [iter(self._line[t]) for t in self._turns]
+        iters = [iter(line) for line in self._line.values()]
         while iters:
             going = []
             for it in iters:
