@@ -43,6 +43,13 @@ def test_kopf_stores_nothing_on_the_jobs(operator, kube, namespace):
     assert "kopf" not in job["status"]
     managers = {m["manager"] for m in job["metadata"]["managedFields"]}
     assert not any("kopf" in m for m in managers), managers
+    # The operator's writes are its own by name (its User-Agent), not the Python client's default
+    # `OpenAPI-Generator`, which this test's own writes are: the status and the child it created.
+    status_managers = {m["manager"] for m in job["metadata"]["managedFields"] if m.get("subresource") == "status"}
+    assert status_managers == {"llmtrain-operator"}, job["metadata"]["managedFields"]
+    ptj = kube.ptj(namespace, "clean-a1")
+    child_managers = {m["manager"] for m in ptj["metadata"]["managedFields"] if not m.get("subresource")}
+    assert child_managers == {"llmtrain-operator"}, ptj["metadata"]["managedFields"]
 
 
 def test_a_recorded_attempt_without_its_pytorchjob_gets_it(operator, kube, namespace):
