@@ -8,8 +8,12 @@ IMAGE_REPO ?= public.ecr.aws/llmtrain
 
 ## infra-tools: build/install the pinned terraform (fmt/console) and checkov
 infra-tools:
-	bash scripts/infra-terraform.sh
-	bash scripts/infra-checkov.sh
+	@bash scripts/infra-terraform.sh >/dev/null
+	@bash scripts/infra-checkov.sh >/dev/null
+
+# Built before the suite starts, not inside its fixtures: a failed build stops `make test` with the
+# tool's own message (and `make infra-tools` to retry) instead of erroring every test that uses it.
+test: infra-tools
 
 ## infra-test: only the terraform/Dockerfile checks (they are part of `make test` too)
 infra-test: $(VENV)/.installed infra-tools

@@ -37,7 +37,7 @@ go_version_of() {
     sed -n 's/^go version go\([0-9][0-9.]*\).*/\1/p' <<<"$out"
 }
 
-at_least() { [[ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" == "$2" ]]; }  # $1 >= $2
+at_least() { printf '%s\n%s\n' "$2" "$1" | sort -V -C; }  # $1 >= $2: already in version order
 
 NEED="$(required_version)"
 candidate="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"

@@ -36,8 +36,12 @@ if ! complete; then  # still missing once we hold the lock: nobody else built it
   mkdir -p "$tmp" "$dest/bin"
   GOBIN="$tmp" GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0 \
     "$GO" install -trimpath -ldflags="-s -w" "github.com/hashicorp/terraform@v$VERSION" >&2
-  "$tmp/terraform" version -json | grep -q "\"terraform_version\": \"$VERSION\"" ||
-    { echo "infra-terraform: built binary is not v$VERSION" >&2; exit 1; }
+  # Read the whole output first: `terraform version | grep -q` under pipefail failed at random
+  # (grep exits at its match, terraform's next write gets SIGPIPE, the pipeline fails).
+  built="$("$tmp/terraform" version -json)" ||
+    { echo "infra-terraform: the built terraform does not run (\`terraform version -json\` failed); retry with: make infra-tools" >&2; exit 1; }
+  grep -q "\"terraform_version\": \"$VERSION\"" <<<"$built" ||
+    { echo "infra-terraform: built binary is not v$VERSION (it says: ${built:0:200}); retry with: make infra-tools" >&2; exit 1; }
   mv -f "$tmp/terraform" "$bin"
   rm -rf "$tmp"
   touch "$dest/.complete"

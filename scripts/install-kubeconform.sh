@@ -36,8 +36,11 @@ if [ ! -f "$dest/.complete" ]; then
   chmod -R u+w "$work" 2>/dev/null || true
   rm -rf "$work"
   # `go install` stamps the module version into the binary (kubeconform -v prints "development").
-  "$GO" version -m "$dest/bin/kubeconform" | grep -Eq "^\s+mod\s+github.com/yannh/kubeconform\s+$KUBECONFORM_VERSION\s" ||
-    { echo "install-kubeconform: built binary is not $KUBECONFORM_VERSION" >&2; exit 1; }
+  # The whole output first, then the match: `go version -m | grep -q` under pipefail fails whenever
+  # go is still writing when grep exits (SIGPIPE).
+  stamp="$("$GO" version -m "$dest/bin/kubeconform")"
+  grep -Eq "^\s+mod\s+github.com/yannh/kubeconform\s+$KUBECONFORM_VERSION\s" <<<"$stamp" ||
+    { echo "install-kubeconform: built binary is not $KUBECONFORM_VERSION; retry with: make kubeconform" >&2; exit 1; }
   touch "$dest/.complete"
 fi
 echo "$dest"

@@ -52,7 +52,8 @@ mod_dir() {
     (cd "$1" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly "$(go_bin)" mod download -json "$2") |
         sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
 }
-mod_version() { sed -n "s|^[[:space:]]*\(require[[:space:]]*\)\{0,1\}$2 \(v[^[:space:]]*\).*|\2|p" "$1/go.mod" | head -n1; }
+# The first match only: sed quits there itself (no `| head` to SIGPIPE it under pipefail).
+mod_version() { sed -n "s|^[[:space:]]*\(require[[:space:]]*\)\{0,1\}$2 \(v[^[:space:]]*\).*|\2|;T;p;q" "$1/go.mod"; }
 
 TRAINER_VERSION="$(mod_version "$TRAINER_MOD" github.com/kubeflow/trainer/v2)"
 JOBSET_VERSION="$(mod_version "$JOBSET_MOD" sigs.k8s.io/jobset)"

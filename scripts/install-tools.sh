@@ -120,7 +120,8 @@ mod_dir() {
     (cd "$MOD" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly "$(go_bin)" mod download -json "$1") |
         sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
 }
-mod_version() { sed -n "s|^[[:space:]]*\(require[[:space:]]*\)\{0,1\}$1 \(v[^[:space:]]*\).*|\2|p" "$MOD/go.mod" | head -n1; }
+# The first match only: sed quits there itself (no `| head` to SIGPIPE it under pipefail).
+mod_version() { sed -n "s|^[[:space:]]*\(require[[:space:]]*\)\{0,1\}$1 \(v[^[:space:]]*\).*|\2|;T;p;q" "$MOD/go.mod"; }
 KWOK_VERSION="$(mod_version sigs.k8s.io/kwok)"
 TO_VERSION="$(mod_version github.com/kubeflow/training-operator)"
 JOBSET_VERSION="$(mod_version sigs.k8s.io/jobset)"
@@ -266,7 +267,8 @@ EOF
 mv -f "$DEST/env.sh.tmp" "$DEST/env.sh"
 ln -sfn "$KEY" "$CACHE/tools/current.tmp" && mv -Tf "$CACHE/tools/current.tmp" "$CACHE/tools/current"
 
-first() { head -n1 | tr -s ' ' | cut -c1-100; }
+# Reads all its input (a `head` would SIGPIPE a tool that prints more than one line).
+first() { sed -n 1p | tr -s ' ' | cut -c1-100; }
 {
     echo "kube-apiserver          $("$BIN/kube-apiserver" --version | first)"
     echo "kube-controller-manager $("$BIN/kube-controller-manager" --version | first)"

@@ -24,7 +24,10 @@ def _tool(script: str) -> Path:
         ["bash", str(ROOT / "scripts" / script)], cwd=ROOT, capture_output=True, text=True, timeout=900
     )
     if proc.returncode != 0:
-        pytest.fail(f"scripts/{script} failed (rc={proc.returncode}):\n{proc.stderr[-4000:]}")
+        pytest.fail(
+            f"scripts/{script} failed (rc={proc.returncode}); `make infra-tools` builds it on its own "
+            f"(make test does so before the suite):\n{proc.stderr[-4000:]}"
+        )
     path = Path(proc.stdout.strip().splitlines()[-1])
     assert path.is_file() and os.access(path, os.X_OK), f"scripts/{script} printed {path}, not an executable"
     return path
