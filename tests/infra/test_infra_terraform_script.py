@@ -26,9 +26,10 @@ FAKE_GO = """#!/usr/bin/env bash
 [ "$1" = version ] && { echo "go version go9.99.0 linux/amd64"; exit 0; }
 echo "build GOMODCACHE=${GOMODCACHE:-} GOCACHE=${GOCACHE:-}" >> "$FAKE_GO_LOG"
 sleep 1
+# Its version in several writes, as a real terraform may write it (tests/tool_scripts/tool_standins.py).
 cat > "$GOBIN/terraform" <<'TF'
 #!/usr/bin/env bash
-echo '{"terraform_version": "1.5.7", "platform": "linux_amd64"}'
+for l in '{' '  "terraform_version": "1.5.7",' '  "platform": "linux_amd64"' '}'; do echo "$l"; sleep 0.1; done
 TF
 chmod +x "$GOBIN/terraform"
 """
