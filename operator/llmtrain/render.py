@@ -6,9 +6,11 @@ labels, Kueue topology annotations, volumes). Each backend (`llmtrain.backends`)
 own kind's template (`templates/<backend>.yaml.j2`, which includes the pod template) and says where
 the c10d rendezvous host is and what its controller does not inject. Choices a user should know about:
 
-- One child per attempt, named `<job>-a<attempt>` (`child_name`); the rendezvous id
+- One child per attempt, named `<job>-a<attempt>` (pod_contract.child_name); the rendezvous id
   `<namespace>.<job>-<uid prefix>-a<attempt>` (1-3 dots, rendezvous_keys.tenant_prefix) is never
-  reused, so a restarted attempt never meets a closed rendezvous (RendezvousClosedError).
+  reused, so a restarted attempt never meets a closed rendezvous (RendezvousClosedError). What the
+  pods and the operator agree on besides the spec (names, environment, exit code, termination
+  message) is pod_contract.py's: the policy and the trainer read it without the templates.
 - Workers run `torchrun ... -m llmtrain_trainer` with every torchrun setting as an argument (node
   count, processes per node, rendezvous, restarts): nothing depends on what a backend's controller
   injects. The trainer reads the whole spec from the `LLMTRAIN_SPEC` environment variable (JSON), so
@@ -44,15 +46,14 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 import yaml
 
-from . import cadence, rendezvous_keys
+from . import rendezvous_keys
 from .catalog import InstanceType, instance_type
-from .rendezvous_keys import tenant_prefix
+from .pod_contract import METRICS_PORT, STAGING_PATH, child_name, rendezvous_id, worker_env
 from .spec import API_VERSION, INSTANCE_TYPE_LABEL, KIND, LLMTrainingJobSpec
 
 if TYPE_CHECKING:  # rendezvous_auth issues them (I/O); rendering only reads them
     from .rendezvous_auth import Credentials
 
-METRICS_PORT = 9410
 C10D_PORT = 29400
 DEFAULT_ETCD_PORT = 2379
 REQUEST_FRACTION = 0.85
@@ -61,28 +62,14 @@ REQUEST_FRACTION = 0.85
 # command is llmtrain_trainer.launch, which hands SIGTERM to the workers so they get this whole
 # period rather than torchrun's own 30 s shutdown timeout, and exits 0 on a clean stop.
 TERMINATION_GRACE_SECONDS = 120
-# Where each rank stages its checkpoint shard before the S3 upload. On GPU nodes it is memory
-# (tmpfs): a disk-backed emptyDir on a default EBS root volume (~125 MB/s) would need ~400 s for
-# the 70B example's 52 GB per node, far past the grace period. The size limit bounds what staging
-# may take from the pod's memory limit.
-STAGING_PATH = "/var/lib/llmtrain/staging"
+# The staging volume (pod_contract.STAGING_PATH) is memory (tmpfs) on GPU nodes: a disk-backed
+# emptyDir on a default EBS root volume (~125 MB/s) would need ~400 s for the 70B example's 52 GB
+# per node, far past the grace period. The size limit bounds what staging may take from the pod's
+# memory limit.
 STAGING_MEMORY_FRACTION = 0.25
 CPU_WORKER_MEMORY_GIB = 4
 TRAINER_MODULE = "llmtrain_trainer"
 COMMAND = ["python", "-m", "llmtrain_trainer.launch"]
-# COMMAND's exit code when the preflight health check found the nodes unfit (its termination
-# message is the check's JSON verdict); the operator reads it back from the pod (controller/
-# nodes.py, preflight.py). Not 1 (any error), 3 (the healthcheck worker's own "unhealthy"),
-# 137/143 (signals) or torchrun's codes.
-PREFLIGHT_EXIT_CODE = 86
-# The first line of the termination message COMMAND writes when torchrun fails with a record of what
-# failed (llmtrain_trainer.launch): ROOT_CAUSE, then "rank 3 (local 1): ValueError: boom" (a worker's
-# exception), "rank 3 (local 1): SIGKILL (signal 9)" or, torchrun's own, "RendezvousClosedError";
-# the other failed ranks (ALSO_FAILED) and the end of the traceback follow. The operator classifies
-# the pod by the root cause and its traceback, not by the other ranks' lines (controller/
-# podfailure.py). Without a record COMMAND writes none, and the kubelet keeps the log's tail instead.
-ROOT_CAUSE = "torchrun failed; root cause:"
-ALSO_FAILED = "also rank"  # starts each line about another failed rank of the pod, after ROOT_CAUSE's
 GPU_TOLERATIONS = [
     {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
     {"key": "vpc.amazonaws.com/efa", "operator": "Exists", "effect": "NoSchedule"},
@@ -104,15 +91,13 @@ TOPOLOGY_ANNOTATION = {
     "preferred": "kueue.x-k8s.io/podset-preferred-topology",
 }
 HOSTNAME_LABEL = "kubernetes.io/hostname"
-# NCCL flight recorder (PyTorch's ProcessGroupNCCL): each rank keeps the last N collectives in a
-# ring buffer and, when the watchdog sees a collective time out, dumps it to
-# TORCH_NCCL_DEBUG_INFO_TEMP_FILE + <rank>. 2000 entries is PyTorch's own suggestion for
-# debugging hangs (torch docs, "Flight Recorder"); the buffer costs a few MB per rank.
-FLIGHT_RECORDER_ENTRIES = 2000
-FLIGHT_RECORDER_DIR = "flight-recorder"
 
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# What rendering a spec that passed validation can still raise (what validation could not foresee):
+# the policy (controller/policy/writes.py) fails the attempt with RenderFailed on these, and names
+# them through the backends without importing YAML itself.
+RENDER_ERRORS: tuple[type[Exception], ...] = (ValueError, TypeError, yaml.YAMLError)
 
 
 # The trainer image's user (Dockerfile: ARG UID=65532).
@@ -215,17 +200,6 @@ def _fill(node, slots: list[str]):
     return node
 
 
-def child_name(job: str, attempt: int) -> str:
-    """The name of attempt `attempt`'s child object (PyTorchJob or JobSet, whichever backend)."""
-    return f"{job}-a{attempt}"
-
-
-def rendezvous_id(namespace: str, job: str, uid: str | None, attempt: int) -> str:
-    # Starts with the namespace's own prefix (`<namespace>.`, padded): the rendezvous etcd grants
-    # each namespace's identity exactly the keys of ids with that prefix (rendezvous_keys.py).
-    return f"{tenant_prefix(namespace)}{job}-{(uid or 'local')[:8]}-a{attempt}"
-
-
 def _rendezvous(
     spec: LLMTrainingJobSpec, c10d_host: str, rdzv_id: str, default_etcd_endpoint: str | None
 ) -> dict[str, Any]:
@@ -259,83 +233,6 @@ def _resources(inst: InstanceType, procs: int) -> dict[str, Any]:
     requests = {**exact, "cpu": str(int(inst.vcpus * REQUEST_FRACTION)), "memory": memory}
     # A memory limit at the request: a leaking rank is OOM-killed in its pod, not the kubelet.
     return {"requests": requests, "limits": {**exact, "memory": memory}}
-
-
-def _env(
-    spec: LLMTrainingJobSpec,
-    inst: InstanceType,
-    job: str,
-    namespace: str,
-    attempt: int,
-    resume_before_step: int | None = None,
-    cadence_inputs: tuple[float, float] | None = None,
-    backend_env: Mapping[str, str] | None = None,
-) -> list[dict[str, Any]]:
-    values: dict[str, Any] = dict(inst.nccl_env)
-    values.update(backend_env or {})  # what the backend's controller does not set (backends/)
-    values.update(
-        {
-            # Let a NCCL error or timeout abort the process instead of hanging the collective.
-            "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
-            "LLMTRAIN_COLLECTIVE_TIMEOUT_SECONDS": str(spec.resilience.collective_timeout_minutes * 60),
-            "LLMTRAIN_JOB_NAME": job,
-            "LLMTRAIN_JOB_NAMESPACE": namespace,
-            "LLMTRAIN_ATTEMPT": str(attempt),
-            "LLMTRAIN_METRICS_PORT": str(METRICS_PORT),
-            "LLMTRAIN_CHECKPOINT_STAGING": STAGING_PATH,
-            "LLMTRAIN_SPEC": json.dumps(spec.wire(), sort_keys=True, separators=(",", ":")),
-        }
-    )
-    if resume_before_step:  # the trainer resumes from the newest checkpoint before this step
-        values["LLMTRAIN_RESUME_BEFORE_STEP"] = str(int(resume_before_step))
-    if cadence_inputs is not None and spec.checkpoint.auto:
-        # intervalMinutes auto: the job's MTBF and the blocking cost the trainer starts from
-        mtbf, blocking = cadence_inputs
-        values[cadence.MTBF_ENV] = f"{mtbf:.0f}"
-        values[cadence.BLOCKING_ENV] = f"{blocking:.6g}"
-    if spec.resilience.preflight:
-        # launch.py runs `healthcheck` on every rank (its own rendezvous id) before training
-        values["LLMTRAIN_PREFLIGHT"] = "1"
-    if inst.is_gpu:
-        values.update(flight_recorder_env(spec, attempt))
-        values.update(CUDA_ALLOCATOR_ENV)
-    values.update(spec.cluster.env)
-    env = [{"name": k, "value": v} for k, v in values.items()]
-    env.append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
-    # The node this pod runs on: the preflight verdict names suspects by it (status.badNodes).
-    env.append({"name": "LLMTRAIN_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
-    # No HF_TOKEN, even with spec.model.hfTokenSecretRef: nothing in the trainer talks to the
-    # Hugging Face Hub (weights come from s3:// or file://), and a secret in every rank's
-    # environment is one more thing code run in a rank could take.
-    return env
-
-
-# PyTorch's CUDA caching allocator grows segments in place instead of allocating new fixed-size ones:
-# far less fragmentation when block sizes vary from step to step (FSDP's gathered parameters, the
-# loss's chunks, checkpoint staging), so fewer out-of-memory errors and cache flushes at the same
-# batch size. torchtitan's launch scripts set it too. GPU pods only (it names the CUDA allocator).
-CUDA_ALLOCATOR_ENV = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
-
-
-def flight_recorder_location(spec: LLMTrainingJobSpec, attempt: int) -> tuple[str, bool]:
-    """(directory the NCCL flight recorder dumps of `attempt` go to, whether it outlives the pod).
-    A file:// checkpoint (a shared volume such as FSx) keeps them beside the checkpoints, per
-    attempt; with S3 or no checkpoints they stay on the pod's node-local staging volume, which
-    is gone with the pod (read them with `kubectl cp` while an attempt hangs)."""
-    uri = spec.checkpoint.uri or ""
-    if uri.startswith("file://"):
-        return f"{uri[len('file://') :].rstrip('/')}/{FLIGHT_RECORDER_DIR}/attempt-{attempt}", True
-    return f"{STAGING_PATH}/{FLIGHT_RECORDER_DIR}/attempt-{attempt}", False
-
-
-def flight_recorder_env(spec: LLMTrainingJobSpec, attempt: int) -> dict[str, str]:
-    where, _ = flight_recorder_location(spec, attempt)
-    return {
-        "TORCH_NCCL_TRACE_BUFFER_SIZE": str(FLIGHT_RECORDER_ENTRIES),
-        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-        # PyTorch appends the global rank to this prefix: .../attempt-N/rank_<rank>
-        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{where}/rank_",
-    }
 
 
 def node_anti_affinity(avoid_nodes) -> dict[str, Any] | None:
@@ -559,7 +456,7 @@ def render_attempt(
         command=COMMAND,
         args=_args(spec, procs, min_nodes, rdzv),
         in_place_restarts=spec.resilience.in_place_restarts,
-        env=_env(spec, inst, name, namespace, attempt, resume_before_step, cadence_inputs, backend_env),
+        env=worker_env(spec, inst, name, namespace, attempt, resume_before_step, cadence_inputs, backend_env),
         resources=_resources(inst, procs),
         volume_mounts=mounts,
         volumes=volumes,

@@ -43,7 +43,8 @@ from kubernetes.client.exceptions import ApiException
 
 from llmtrain.backends import Backend
 from llmtrain.backends import get as get_backend
-from llmtrain.render import ATTEMPT_LABEL, JOB_LABEL, child_name
+from llmtrain.pod_contract import child_name
+from llmtrain.render import ATTEMPT_LABEL, JOB_LABEL
 from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from llmtrain.status import Reason
 from llmtrain_devcluster.chain import (

@@ -158,7 +158,7 @@ def test_a_pod_failing_on_a_node_keeps_the_next_attempt_off_it(chain, chain_ns, 
 def test_a_failed_preflight_is_retried_elsewhere_without_spending_a_restart(
     chain, chain_ns, operator, untaint, backend
 ):
-    from llmtrain.render import PREFLIGHT_EXIT_CODE
+    from llmtrain.pod_contract import PREFLIGHT_EXIT_CODE
     from llmtrain_trainer.distributed.healthcheck import RankResult, judge, termination_message
 
     name = "preflight"
@@ -256,7 +256,7 @@ def spare_p5(chain_cluster, chain):
 
 
 def test_a_gang_drops_only_the_node_its_preflight_names(chain, spare_p5, chain_ns, operator, untaint):
-    from llmtrain.render import PREFLIGHT_EXIT_CODE
+    from llmtrain.pod_contract import PREFLIGHT_EXIT_CODE
     from llmtrain_trainer.distributed.healthcheck import RankResult, judge, termination_message
 
     name = "gang-preflight"

@@ -62,7 +62,7 @@ from backend_child import rank0 as rank0_of
 from goodput_hand import compare, generations, hand
 from llmtrain import goodput as gp
 from llmtrain.controller.policy.child_status import parse_time
-from llmtrain.render import child_name
+from llmtrain.pod_contract import child_name
 from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from llmtrain_devcluster.chain import COMPLETE_POD_LABEL
 from llmtrain_devcluster.process import free_port_block

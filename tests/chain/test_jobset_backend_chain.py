@@ -23,7 +23,7 @@ from kubernetes import client
 
 from llmtrain.backends import JOBSET
 from llmtrain.backends.jobset import COMPLETION_INDEX_LABEL, JOBSET_NAME_LABEL
-from llmtrain.render import child_name
+from llmtrain.pod_contract import child_name
 from llmtrain.spec import GROUP, PLURAL, VERSION
 from llmtrain.validation import parse_spec
 from llmtrain_devcluster.chain import COMPLETE_POD_LABEL

@@ -19,7 +19,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from llmtrain.backends.pytorchjob import REPLICA_INDEX_LABEL
-from llmtrain.render import child_name
+from llmtrain.pod_contract import child_name
 from llmtrain.spec import GROUP, PLURAL, VERSION
 from operator_core.conftest import OperatorProcess
 

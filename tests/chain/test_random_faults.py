@@ -29,7 +29,7 @@ import pytest
 from kubernetes import client
 
 from backend_child import OPERATOR_ARGS, attempt_pods, children, get_child, kind, state
-from llmtrain.render import child_name
+from llmtrain.pod_contract import child_name
 from llmtrain.spec import GROUP, PLURAL, VERSION
 from llmtrain_devcluster.chain import COMPLETE_POD_LABEL, node_manifest
 from llmtrain_devcluster.process import free_port

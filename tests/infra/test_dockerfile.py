@@ -290,7 +290,7 @@ def test_rendered_command_exists_in_the_trainer_image(df, pyproject):
     assert str(pkg_dirs[0].relative_to(ROOT)) in copies, f"{module} is not copied into the trainer image"
     # metrics port the renderer declares is exposed
     ports = re.findall(r"(\d+)(?:-(\d+))?", last(df, "trainer", "EXPOSE"))
-    from llmtrain.render import METRICS_PORT
+    from llmtrain.pod_contract import METRICS_PORT
 
     assert any(int(a) <= METRICS_PORT <= int(b or a) for a, b in ports)
 

@@ -12,7 +12,8 @@ from llmtrain.controller.policy.config import OperatorConfig
 from llmtrain.controller.policy.decide import SPEC_HASH, decide, spec_hash
 from llmtrain.controller.policy.progress import timestamp
 from llmtrain.controller.policy.snapshot import Observed
-from llmtrain.render import ATTEMPT_LABEL, JOB_LABEL, PREFLIGHT_EXIT_CODE
+from llmtrain.pod_contract import PREFLIGHT_EXIT_CODE
+from llmtrain.render import ATTEMPT_LABEL, JOB_LABEL
 from llmtrain.status import parse
 from llmtrain.validation import InvalidJob, validate
 

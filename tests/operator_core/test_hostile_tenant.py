@@ -238,7 +238,7 @@ HOSTILE_MESSAGES = {
     "watchdog": "watchdog " * 455,
     "nccl": "NCCL " * 819,
     "timeout ms": "Timeout(ms)=" + "1" * 4084,
-    # the launcher's root-cause line (llmtrain.render.ROOT_CAUSE), faked
+    # the launcher's root-cause line (llmtrain.pod_contract.ROOT_CAUSE), faked
     "root cause": "torchrun failed; root cause: rank 1 (local 1): " + "A" * 4040,
     "root cause lines": "torchrun failed; root cause:" + "\nalso rank" * 400,
 }
@@ -380,7 +380,7 @@ def test_a_preflight_verdict_blames_only_nodes_the_attempts_pods_ran_on(monkeypa
 
     from llmtrain.controller.adapters import nodes
     from llmtrain.controller.policy import forensics, podfailure
-    from llmtrain.render import PREFLIGHT_EXIT_CODE
+    from llmtrain.pod_contract import PREFLIGHT_EXIT_CODE
 
     verdict = {
         "event": "healthcheck",
@@ -685,7 +685,7 @@ def test_a_malformed_preflight_verdict_is_ignored_with_a_warning_not_a_crash_loo
 
     from llmtrain.controller.adapters import nodes
     from llmtrain.controller.policy import forensics, podfailure, preflight
-    from llmtrain.render import PREFLIGHT_EXIT_CODE
+    from llmtrain.pod_contract import PREFLIGHT_EXIT_CODE
 
     for bad in (
         {"suspectNodes": ["n1", 5]},

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from llmtrain.render import rendezvous_id
+from llmtrain.pod_contract import rendezvous_id
 from llmtrain.spec import GROUP, PLURAL, VERSION
 
 from .conftest import wait_for

@@ -9,13 +9,8 @@ import pytest
 
 from llmtrain import rendezvous_auth as ra
 from llmtrain.backends.pytorchjob import render_pytorchjob
-from llmtrain.render import (
-    METRICS_PORT,
-    networkpolicy_name,
-    render_networkpolicy,
-    render_rendezvous_secret,
-    rendezvous_id,
-)
+from llmtrain.pod_contract import METRICS_PORT, rendezvous_id
+from llmtrain.render import networkpolicy_name, render_networkpolicy, render_rendezvous_secret
 from llmtrain.validation import parse_spec
 
 

@@ -25,7 +25,7 @@ import pytest
 import urllib3
 
 from llmtrain import rendezvous_auth as ra
-from llmtrain.render import rendezvous_id
+from llmtrain.pod_contract import rendezvous_id
 
 NAMESPACES = ("team-a", "team-b")
 STRANGER = "someone-else"  # a certificate of the CA whose CommonName is no etcd user: a guest
@@ -60,7 +60,7 @@ def torch_keys(namespace: str) -> dict[str, bool]:
 
 def own_space(namespace: str) -> tuple[str, ...]:
     """Where every key of every run id of `namespace` lies: ids start with the namespace's prefix
-    (render.rendezvous_id), which no other namespace's ids start with."""
+    (pod_contract.rendezvous_id), which no other namespace's ids start with."""
     p = ra.tenant_prefix(namespace)
     store = base64.b64encode(f"torch.rendezvous.{p}".encode()).decode()
     return (f"{TORCH_STATE}/{p}", f"{TORCH_STORE}/{store}", legacy_prefix(namespace), f"{TORCH_LEGACY}/run_{p}")

@@ -170,8 +170,8 @@ def test_preflight_args_reuse_torchrun_with_an_own_rendezvous_and_the_healthchec
 
 
 def test_preflight_exit_code_has_one_definition_that_both_sides_import():
-    """The launcher (trainer image) and the operator take the code from llmtrain.render, the pod
-    contract both packages already import: no second literal to drift from the first."""
+    """The launcher (trainer image) and the operator take the code from llmtrain.pod_contract, the
+    pod contract both packages import: no second literal to drift from the first."""
     import ast
     from pathlib import Path
 
@@ -190,9 +190,9 @@ def test_preflight_exit_code_has_one_definition_that_both_sides_import():
             )
             if any(isinstance(t, ast.Name) and t.id == "PREFLIGHT_EXIT_CODE" for t in targets):
                 defined_in.append(str(path.relative_to(root)))
-    assert defined_in == ["operator/llmtrain/render.py"]
+    assert defined_in == ["operator/llmtrain/pod_contract.py"]
     from llmtrain.controller.policy import podfailure
-    from llmtrain.render import PREFLIGHT_EXIT_CODE
+    from llmtrain.pod_contract import PREFLIGHT_EXIT_CODE
 
     assert podfailure.PREFLIGHT_EXIT_CODE is PREFLIGHT_EXIT_CODE
 
@@ -247,7 +247,7 @@ def launch(tmp_path, nproc: int, fault: str | None, spec: str):
 @pytest.mark.slow
 def test_launch_preflight_with_a_slow_rank_exits_distinctly_and_never_trains(tmp_path):
     from llmtrain.controller.policy.preflight import preflight_verdict, suspect_failures
-    from llmtrain.render import PREFLIGHT_EXIT_CODE
+    from llmtrain.pod_contract import PREFLIGHT_EXIT_CODE
 
     missing = tmp_path / "never-read-spec.yaml"  # training would fail on it (exit 1), not exit 86
     proc, term = launch(tmp_path, 4, "slow=1:20", str(missing))
@@ -268,7 +268,7 @@ def test_launch_preflight_with_a_slow_rank_exits_distinctly_and_never_trains(tmp
 @pytest.mark.trainer
 @pytest.mark.slow
 def test_launch_preflight_that_passes_goes_on_to_train(tmp_path):
-    from llmtrain.render import ROOT_CAUSE
+    from llmtrain.pod_contract import ROOT_CAUSE
 
     missing = tmp_path / "the-training-spec.yaml"
     proc, term = launch(tmp_path, 2, None, str(missing))

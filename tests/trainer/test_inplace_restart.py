@@ -104,7 +104,7 @@ def test_a_rank_that_keeps_failing_in_place_fails_its_pod_and_names_its_node(lau
     non-zero and its log tail (the termination message) is the last failure's, so the operator's
     existing bad-node path (controller/policy/podfailure.py, badnodes.py) blames the node it ran on,
     as for any pod failure."""
-    from llmtrain import render
+    from llmtrain import pod_contract, render
     from llmtrain.controller.policy import badnodes, podfailure
 
     spec = base_spec(
@@ -125,7 +125,7 @@ def test_a_rank_that_keeps_failing_in_place_fails_its_pod_and_names_its_node(lau
     second = w.worker(1)
     os.kill(second, signal.SIGKILL)  # again: the restart is spent
     rc = w.wait(120)
-    assert rc not in (0, None, render.PREFLIGHT_EXIT_CODE), rc
+    assert rc not in (0, None, pod_contract.PREFLIGHT_EXIT_CODE), rc
     assert [c["in_place_restarts"] for c in w.of("config")] == [0, 1]
 
     log = w.stderr_path.read_text()
@@ -136,12 +136,13 @@ def test_a_rank_that_keeps_failing_in_place_fails_its_pod_and_names_its_node(lau
     # last, so the kubelet's tail still names the SIGKILLed rank
     tail = _kubelet_tail(log)
     assert (
-        tail.rstrip().splitlines()[-1] == f"llmtrain launch: {render.ROOT_CAUSE} rank 1 (local 1): SIGKILL (signal 9)"
+        tail.rstrip().splitlines()[-1]
+        == f"llmtrain launch: {pod_contract.ROOT_CAUSE} rank 1 (local 1): SIGKILL (signal 9)"
     ), tail
     # the termination message (the launcher's, else the kubelet's tail of the log) puts it first,
     # before any rank that only lost it (llmtrain_trainer.launch.root_cause_message)
     message = (term.read_text() if term.exists() else "") or _kubelet_tail(log)
-    assert message.startswith(f"{render.ROOT_CAUSE} rank 1 (local 1): SIGKILL (signal 9)"), message
+    assert message.startswith(f"{pod_contract.ROOT_CAUSE} rank 1 (local 1): SIGKILL (signal 9)"), message
     pod = {
         "metadata": {
             "name": "j-a1-worker-0",

@@ -22,7 +22,7 @@ import pytest
 from conftest import base_spec, run_to_end
 from llmtrain import rendezvous_auth as ra
 from llmtrain.backends.pytorchjob import render_pytorchjob
-from llmtrain.render import rendezvous_id
+from llmtrain.pod_contract import rendezvous_id
 from llmtrain.validation import parse_spec
 
 

@@ -3,7 +3,7 @@
 The workers' entry point records its exception with torch's `@record` (llmtrain_trainer/__main__.py);
 torchrun, run as llmtrain_trainer.torchrun, writes every failed rank (or its agent's own exception)
 to a file of the launcher's, and the launcher writes the container's termination message from it,
-first line llmtrain.render.ROOT_CAUSE. With 8 ranks per pod the kubelet's 2 KiB log tail was
+first line llmtrain.pod_contract.ROOT_CAUSE. With 8 ranks per pod the kubelet's 2 KiB log tail was
 torchrun's summary alone ("exitcode: 1", "error_file: <N/A>"): neither the exception nor whether the
 rank only lost a peer. The operator's classification (controller/policy/podfailure.py) reads the root cause
 from that line; a rank killed by a signal comes before the ranks that lost it, and a pod whose agent
@@ -18,13 +18,13 @@ import pytest
 from test_inplace_restart import _kubelet_tail
 
 from conftest import base_spec
-from llmtrain import render
+from llmtrain import pod_contract, render
 from llmtrain.controller.adapters import reliability
 from llmtrain.controller.policy import podfailure
 from llmtrain_trainer.launch import TERMINATION_MESSAGE_BYTES, root_cause_message
 from llmtrain_trainer.torchrun import agent_record, failure_record
 
-RC = render.ROOT_CAUSE
+RC = pod_contract.ROOT_CAUSE
 
 
 def _pod(message: str, exit_code: int, node: str = "ip-10-0-0-7", name: str = "j-a1-worker-0") -> dict:
@@ -150,7 +150,7 @@ def test_the_termination_message_is_bounded_whatever_the_record_holds(tmp_path):
     assert lines[0].startswith(f"{RC} rank 0 (local 0): éé") and len(lines[0]) < 600
     assert lines[1].startswith("also rank 1 (local 1): éé") and len(lines[1]) < 230
     shown = [line for line in lines if line.startswith("also rank ")]
-    assert f"{render.ALSO_FAILED}s: {39 - len(shown)} more" in lines
+    assert f"{pod_contract.ALSO_FAILED}s: {39 - len(shown)} more" in lines
     assert message.endswith("end")  # the traceback's last line
     path = tmp_path / "junk.json"
     for junk in (

@@ -14,6 +14,17 @@ from dataclasses import dataclass, field
 import yaml
 
 from llmtrain.defaults import resolve
+from llmtrain.pod_contract import (
+    ATTEMPT_ENV,
+    JOB_NAME_ENV,
+    JOB_NAMESPACE_ENV,
+    METRICS_PORT,
+    METRICS_PORT_ENV,
+    NODE_NAME_ENV,
+    RESUME_BEFORE_STEP_ENV,
+    SPEC_ENV,
+    STAGING_ENV,
+)
 from llmtrain.spec import LLMTrainingJobSpec, TrainingSpec
 
 
@@ -29,9 +40,9 @@ def load_spec(path: str | None) -> LLMTrainingJobSpec:
     if path:
         with open(path) as f:
             return parse_spec(f.read())
-    text = os.environ.get("LLMTRAIN_SPEC")
+    text = os.environ.get(SPEC_ENV)
     if not text:
-        raise SystemExit("no job spec: pass --spec FILE or set LLMTRAIN_SPEC")
+        raise SystemExit(f"no job spec: pass --spec FILE or set {SPEC_ENV}")
     return parse_spec(text)
 
 
@@ -63,9 +74,9 @@ class JobIdentity:
     @classmethod
     def from_env(cls) -> JobIdentity:
         return cls(
-            os.environ.get("LLMTRAIN_JOB_NAME", "local"),
-            os.environ.get("LLMTRAIN_JOB_NAMESPACE", "default"),
-            int(os.environ.get("LLMTRAIN_ATTEMPT", "0")),
+            os.environ.get(JOB_NAME_ENV, "local"),
+            os.environ.get(JOB_NAMESPACE_ENV, "default"),
+            int(os.environ.get(ATTEMPT_ENV, "0")),
         )
 
 
@@ -84,9 +95,6 @@ def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
     return value
 
 
-STAGING_ENV = "LLMTRAIN_CHECKPOINT_STAGING"
-
-
 def staging_dir(env: Mapping[str, str] | None = None) -> str:
     """Node-local scratch for checkpoint shards on their way to or from S3 and for the in-place
     restart ledger: $LLMTRAIN_CHECKPOINT_STAGING (the pod's emptyDir), else <tmp>/llmtrain-ckpt."""
@@ -100,14 +108,14 @@ class WorkerEnv:
     trainer's components get these values, never `os.environ`.
 
     torchrun sets LOCAL_RANK, LOCAL_WORLD_SIZE, TORCHELASTIC_RESTART_COUNT and TORCHELASTIC_RUN_ID;
-    the operator renders the LLMTRAIN_* ones into the pod (llmtrain/render.py)."""
+    the operator renders the LLMTRAIN_* ones into the pod, by the names of llmtrain/pod_contract.py."""
 
     local_rank: int = 0  # LOCAL_RANK
     local_world_size: int | None = None  # LOCAL_WORLD_SIZE; None: the world (one node)
     restart_count: int = 0  # TORCHELASTIC_RESTART_COUNT: in-place restarts torchrun counted
     run_id: str = ""  # TORCHELASTIC_RUN_ID: the rendezvous run (the in-place ledger's key)
     resume_before_step: int = 0  # LLMTRAIN_RESUME_BEFORE_STEP: a loss-spike rollback (0: none)
-    metrics_port: int = 9410  # LLMTRAIN_METRICS_PORT: /metrics of local rank r on this + r
+    metrics_port: int = METRICS_PORT  # LLMTRAIN_METRICS_PORT: /metrics of local rank r on this + r
     staging: str | None = None  # LLMTRAIN_CHECKPOINT_STAGING (None: unset)
     cache_dir: str | None = None  # LLMTRAIN_CACHE_DIR: where S3 pretrained weights are downloaded
     master_addr: str = ""  # MASTER_ADDR (this host's name when unset), for the rank-0 banner
@@ -137,15 +145,15 @@ class WorkerEnv:
             local_world_size=local_world or None,
             restart_count=_int_env(env, "TORCHELASTIC_RESTART_COUNT", 0),
             run_id=env.get("TORCHELASTIC_RUN_ID") or "",
-            resume_before_step=_int_env(env, "LLMTRAIN_RESUME_BEFORE_STEP", 0),
-            metrics_port=_int_env(env, "LLMTRAIN_METRICS_PORT", 9410),
+            resume_before_step=_int_env(env, RESUME_BEFORE_STEP_ENV, 0),
+            metrics_port=_int_env(env, METRICS_PORT_ENV, METRICS_PORT),
             staging=env.get(STAGING_ENV) or None,
             cache_dir=env.get("LLMTRAIN_CACHE_DIR") or None,
             master_addr=env.get("MASTER_ADDR", socket.gethostname()),
             master_port=env.get("MASTER_PORT", ""),
             final_summary=env.get(FINAL_SUMMARY_ENV) or None,
             checkpoint_auto={k: env[k] for k in (MTBF_ENV, BLOCKING_ENV) if k in env},
-            node_name=env.get("LLMTRAIN_NODE_NAME") or None,
+            node_name=env.get(NODE_NAME_ENV) or None,
             test_slow_rank=env.get(TESTHOOK_ENV) or None,
         )
 

@@ -16,8 +16,9 @@ the same torchrun arguments run `-m llmtrain_trainer healthcheck` on every rank,
 id of its own (`<id>-preflight`, so the training rendezvous starts fresh). Healthy: training starts.
 Unhealthy (a failed device/compute/memory check, a slow node, or bus bandwidth below the catalog's):
 training does not start; the check's compact verdict becomes the container's termination message and
-the wrapper exits llmtrain.render.PREFLIGHT_EXIT_CODE (86), which the operator reads from the pod's terminated state
-(controller/policy/preflight.py) to avoid the suspect node(s) and retry without spending a restart.
+the wrapper exits llmtrain.pod_contract.PREFLIGHT_EXIT_CODE (86), which the operator reads from the
+pod's terminated state (controller/policy/preflight.py) to avoid the suspect node(s) and retry without
+spending a restart.
 LLMTRAIN_PREFLIGHT_ARGS adds healthcheck options (e.g. "--size-mib 256 --iters 10"). The preflight
 round never restarts in place (`--max-restarts=0`): its verdict is the point, not getting through.
 
@@ -33,7 +34,7 @@ writes a failing rank's exception to the error file torchrun gives it; torchrun 
 llmtrain_trainer.torchrun, which on a failure writes every failed rank (exit code, signal, recorded
 exception), or its agent's own exception (such as `RendezvousClosedError`), to a file of this
 wrapper's. From it the wrapper writes the container's termination message (`root_cause_message`):
-llmtrain.render.ROOT_CAUSE and the root cause in one line (a rank killed by a signal such as
+llmtrain.pod_contract.ROOT_CAUSE and the root cause in one line (a rank killed by a signal such as
 SIGKILL first, one that torchrun's teardown stopped last), the other failed ranks a line each, then
 the end of the root cause's traceback, within Kubernetes' 4 KiB. Without it the kubelet keeps the
 log's last 2 KiB (`FallbackToLogsOnError`), which with 8 ranks per pod is torchrun's summary alone:
@@ -57,6 +58,8 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
+
+from llmtrain.pod_contract import ALSO_FAILED, PREFLIGHT_ENV, PREFLIGHT_EXIT_CODE, ROOT_CAUSE
 
 from .torchrun import FAILURES_ENV, FINAL_SUMMARY_ENV, MAX_FAILURES
 
@@ -212,7 +215,7 @@ def _failures(data: object) -> list[dict]:
 
 def root_cause_message(failures_file: str, limit: int = TERMINATION_MESSAGE_BYTES) -> str | None:
     """The termination message of a torchrun that failed, from what llmtrain_trainer.torchrun wrote:
-    llmtrain.render.ROOT_CAUSE and the root cause in a line, the pod's other failed ranks a line
+    llmtrain.pod_contract.ROOT_CAUSE and the root cause in a line, the pod's other failed ranks a line
     each, then as much of the end of the root cause's traceback as fits in `limit` bytes (UTF-8),
     cut at a line. The root cause is the first failure in `_rank_of`'s order, then by time and
     rank (torchrun's own pick is the smallest whole-second time, then rank); or torchrun's own
@@ -223,10 +226,6 @@ def root_cause_message(failures_file: str, limit: int = TERMINATION_MESSAGE_BYTE
             data = json.loads(file.read(MAX_FAILURES_FILE_BYTES))
     except (OSError, ValueError):  # absent, cut, not JSON, not UTF-8
         return None
-    # Imported only here, on the way out of a failed run (as for the preflight's verdict): the
-    # wrapper stays stdlib-only while training runs.
-    from llmtrain.render import ALSO_FAILED, ROOT_CAUSE
-
     failures = _failures(data)
     agent = data.get("agent") if isinstance(data, dict) else None
     if failures:
@@ -344,9 +343,7 @@ class Launcher:
                 verdict = None
         if verdict is not None and not verdict.get("healthy", True):
             # Imported only here: the wrapper lives as long as the training and stays stdlib-only
-            # (llmtrain.render, the pod contract shared with the operator, pulls pydantic/jinja2).
-            from llmtrain.render import PREFLIGHT_EXIT_CODE
-
+            # (the health check pulls torch).
             from .distributed.healthcheck import termination_message
 
             text = termination_message(verdict)
@@ -370,7 +367,7 @@ class Launcher:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     launcher = Launcher()
-    if os.environ.get("LLMTRAIN_PREFLIGHT") == "1":
+    if os.environ.get(PREFLIGHT_ENV) == "1":
         code = launcher.preflight(args)
         if code != 0 or launcher.signals:  # unfit nodes, an error, or asked to stop meanwhile
             return code

@@ -1,20 +1,32 @@
 """The training backends: which kind of object runs an attempt's pods (base.py says what one is).
 
 `BACKENDS` names each (the values of spec.cluster.backend and of the chart's `backends.*`, in
-spec.BACKENDS' order); `get(name)` finds one; `choose` is the one place a job's backend is decided.
+spec.BACKENDS' order); `get(name)` finds one; `choose` is the one place a job's backend is decided;
+`RENDER_ERRORS` is what a backend's `render` can raise for a spec that passed validation.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..render import RENDER_ERRORS
 from ..spec import BACKENDS as NAMES
 from ..spec import DEFAULT_BACKEND
 from .base import ApiKind, Backend, ChildState
 from .jobset import JOBSET
 from .pytorchjob import PYTORCHJOB
 
-__all__ = ["BACKENDS", "DEFAULT_BACKEND", "ApiKind", "Backend", "ChildState", "choose", "get", "of_kind"]
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_BACKEND",
+    "RENDER_ERRORS",
+    "ApiKind",
+    "Backend",
+    "ChildState",
+    "choose",
+    "get",
+    "of_kind",
+]
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in (PYTORCHJOB, JOBSET)}
 assert tuple(BACKENDS) == NAMES, "spec.BACKENDS lists the backends of llmtrain.backends, in order"

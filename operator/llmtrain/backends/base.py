@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import ClassVar
 
-from ..render import child_name, render_attempt
+from ..pod_contract import child_name
+from ..render import render_attempt
 
 # The states of a child, in the words decide reads (controller/policy/child_status.PHASE_OF maps them to phases,
 # and the Created/Running/Restarting/Succeeded reasons are these words). None: it says nothing yet.

@@ -34,6 +34,8 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
+from llmtrain.pod_contract import ATTEMPT_ENV, JOB_NAME_ENV, JOB_NAMESPACE_ENV, METRICS_PORT_ENV, STAGING_ENV
+
 from ..config import dumps, load_job_file
 from ..launch import FINAL_SUMMARY_ENV, free_port, torchrun_command, torchrun_env
 from ..metrics.restarts import clear_ledgers
@@ -280,20 +282,20 @@ def run_local(
     env.update(spec.cluster.env)
     env.update(
         {
-            "LLMTRAIN_JOB_NAME": name,
-            "LLMTRAIN_JOB_NAMESPACE": meta.get("namespace") or "local",
-            "LLMTRAIN_ATTEMPT": env.get("LLMTRAIN_ATTEMPT", "0"),
+            JOB_NAME_ENV: name,
+            JOB_NAMESPACE_ENV: meta.get("namespace") or "local",
+            ATTEMPT_ENV: env.get(ATTEMPT_ENV, "0"),
             "PYTHONUNBUFFERED": "1",
         }
     )
     if metrics_port is not None:
-        env["LLMTRAIN_METRICS_PORT"] = str(metrics_port)
+        env[METRICS_PORT_ENV] = str(metrics_port)
     # node-local staging, as a pod's volume: the in-place restart ledger and S3 checkpoint shards
-    env.setdefault("LLMTRAIN_CHECKPOINT_STAGING", str(work / "staging"))
+    env.setdefault(STAGING_ENV, str(work / "staging"))
     # Each run is a new attempt, as a pod's emptyDir is: an earlier run's ledgers in the same
     # --workdir would otherwise read as this attempt's (same job, attempt 0) and its resume as a
     # restart in place.
-    clear_ledgers(env["LLMTRAIN_CHECKPOINT_STAGING"])
+    clear_ledgers(env[STAGING_ENV])
     # what a pod's termination message would say on a clean exit (llmtrain_trainer.launch)
     final = work / "final-summary"
     final.unlink(missing_ok=True)

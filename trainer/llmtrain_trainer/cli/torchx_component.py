@@ -19,7 +19,7 @@ import torchx.specs as specs
 from torchx.components.dist import torchrun
 
 from llmtrain.catalog import instance_type
-from llmtrain.render import METRICS_PORT, _env
+from llmtrain.pod_contract import METRICS_PORT, METRICS_PORT_ENV, worker_env
 from llmtrain.validation import load_job
 
 
@@ -39,8 +39,8 @@ def llmtrain(
     spec = job.spec
     inst = instance_type(spec.cluster.instance_type)
     procs = inst.workers_per_node(spec.cluster.processes_per_node)
-    env = {e["name"]: e["value"] for e in _env(spec, inst, job.name, job.namespace, attempt) if "value" in e}
-    env["LLMTRAIN_METRICS_PORT"] = str(metrics_port)
+    env = {e["name"]: e["value"] for e in worker_env(spec, inst, job.name, job.namespace, attempt) if "value" in e}
+    env[METRICS_PORT_ENV] = str(metrics_port)
     nodes = spec.cluster.nodes
     min_nodes = spec.cluster.min_nodes or nodes
     app = torchrun(

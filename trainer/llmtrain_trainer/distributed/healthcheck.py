@@ -46,6 +46,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 import torch.distributed as dist
 
+from llmtrain.pod_contract import NODE_NAME_ENV, SPEC_ENV
+
 EXIT_UNHEALTHY = 3
 TERMINATION_LOG = "/dev/termination-log"
 TERMINATION_MESSAGE_BYTES = 4096  # the kubelet truncates a container's termination message here
@@ -248,7 +250,7 @@ def termination_message(verdict: dict, limit: int = TERMINATION_MESSAGE_BYTES) -
 
 
 def _instance_type_from_spec() -> str | None:
-    if not os.environ.get("LLMTRAIN_SPEC"):
+    if not os.environ.get(SPEC_ENV):
         return None
     from ..config import load_spec
 
@@ -272,7 +274,7 @@ def run(
         devices_ok=True,
         compute_ok=True,
         memory_ok=True,
-        node_name=os.environ.get("LLMTRAIN_NODE_NAME") or None,
+        node_name=os.environ.get(NODE_NAME_ENV) or None,
     )
     for attr, check in (
         ("devices_ok", lambda: check_devices(device, rank)),

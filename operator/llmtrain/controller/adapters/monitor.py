@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from ... import backends
-from ...render import child_name
+from ...pod_contract import child_name
 from ...spec import TrainingSpec
 from ..policy.progress import GOODPUT_KEYS, eta, timestamp
 from . import owners, scrape

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 
 from ... import backends
 from ...catalog import instance_type
-from ...render import ATTEMPT_LABEL, child_name
+from ...pod_contract import child_name
+from ...render import ATTEMPT_LABEL
 from ...status import TERMINAL, Phase, parse
 from ..policy import ending, sicknodes
 from ..policy.child_status import parse_time, startup_problem

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...render import METRICS_PORT
+from ...pod_contract import METRICS_PORT
 from ...spec import DEFAULT_BACKEND, DEFAULT_ETCD_ENDPOINT
 from .sicknodes import DEFAULT_CONDITIONS, FREE_MOVES
 

@@ -7,7 +7,7 @@ pod failures (podfailure.py, caught by the pod watch in nodes.py) and the Ready 
 - `amend_failed` / `amend_stuck`: the fields the restart writes in the same conditional write:
   status.badNodes / avoidNodes / preflight / flightRecorder, and the message's suffixes. A hang or
   start-up timeout names where the NCCL flight recorder dumped the stuck collectives
-  (render.flight_recorder_location), and plans the nodes to avoid again against the nodes Ready
+  (pod_contract.flight_recorder_location), and plans the nodes to avoid again against the nodes Ready
   now (an attempt that could not start because too few nodes were left gets them back).
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...catalog import instance_type
-from ...render import flight_recorder_location
+from ...pod_contract import flight_recorder_location
 from ...spec import LLMTrainingJobSpec
 from ...status import DUMPS, Phase, Reason
 from . import badnodes, podfailure, preflight

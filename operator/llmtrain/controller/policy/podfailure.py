@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ...render import ALSO_FAILED, PREFLIGHT_EXIT_CODE, ROOT_CAUSE
+from ...pod_contract import ALSO_FAILED, PREFLIGHT_EXIT_CODE, ROOT_CAUSE
 from .child_status import owner_uid
 
 # Every pattern here runs on a termination message the tenant's container wrote. So each is linear
@@ -37,12 +37,12 @@ _REMOTE = (
     "connection closed by remote peer",
     "rendezvousclosederror",
 )
-# The first line the launcher writes for torchrun's root cause (llmtrain.render.ROOT_CAUSE):
+# The first line the launcher writes for torchrun's root cause (pod_contract.ROOT_CAUSE):
 # "torchrun failed; root cause: rank 3 (local 1): ValueError: boom", "... rank 3 (local 1): SIGKILL
 # (signal 9)" or "... RendezvousClosedError". Only a Python identifier is taken from it, and it goes
 # after the exit code ("exit 1: ValueError"), so a tenant's text can never read as a reason that
 # means something else (a lost node's, an XID's). The pod is classified by its root cause and that
-# one's traceback (`_own`): the lines about its other failed ranks (render.ALSO_FAILED), which
+# one's traceback (`_own`): the lines about its other failed ranks (pod_contract.ALSO_FAILED), which
 # typically only lost the root cause's rank, are left out.
 _ROOT_CAUSE_TYPE = re.compile(
     re.escape(ROOT_CAUSE) + r"(?: rank \d{1,7} \(local \d{1,5}\):)? ([A-Za-z_]\w{0,99})(?=:| \(|\n|$)", re.ASCII

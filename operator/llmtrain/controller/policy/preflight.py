@@ -1,10 +1,10 @@
 """The preflight health check's verdict, as the operator reads it from a failed worker pod.
 
 `python -m llmtrain_trainer.launch` runs `healthcheck` on every rank before training (when
-spec.resilience.preflight is on; render.py sets LLMTRAIN_PREFLIGHT). If the nodes are unfit it
-exits PREFLIGHT_EXIT_CODE with the check's compact JSON verdict as the container's termination
-message, so the verdict survives in the pod's terminated state (which nodes.pod_event catches before
-the training-operator deletes the pod) without anyone scraping logs:
+spec.resilience.preflight is on: pod_contract.worker_env sets LLMTRAIN_PREFLIGHT). If the nodes are
+unfit it exits PREFLIGHT_EXIT_CODE with the check's compact JSON verdict as the container's
+termination message, so the verdict survives in the pod's terminated state (which nodes.pod_event
+catches before the training-operator deletes the pod) without anyone scraping logs:
 
   {"event": "healthcheck", "healthy": false, "busBandwidthGBps": 1.2, "expectedBusBandwidthGBps": 400,
    "degraded": false, "suspectNodes": [{"node": 1, "host": "<pod>", "nodeName": "<k8s node>"}],
@@ -25,7 +25,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from ...render import PREFLIGHT_EXIT_CODE
+from ...pod_contract import PREFLIGHT_EXIT_CODE
 
 MAX_FREE_RETRIES = 3
 MAX_SUSPECTS = 64  # suspect nodes (and ranks) read from one verdict

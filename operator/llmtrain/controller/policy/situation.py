@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...backends import BACKENDS
-from ...render import child_name
+from ...pod_contract import child_name
 from ...status import Reason
 from .config import OperatorConfig
 from .snapshot import Observed, Plan

@@ -9,11 +9,9 @@ import hashlib
 import json
 from collections.abc import Callable
 
-import yaml
-
 from ... import backends
 from ...planner import plan_job
-from ...render import child_name, rendezvous_id
+from ...pod_contract import child_name, rendezvous_id
 from ...spec import LLMTrainingJobSpec, ResilienceSpec, model_summary
 from ...status import STUCK, ConditionType, Phase, Reason
 from . import checkpoint_status, forensics
@@ -239,7 +237,7 @@ def create_attempt(o: Observed, cfg: OperatorConfig, attempt: int, name: str) ->
                 rendezvous_credentials=bool(cfg.rendezvous_ca_dir),
                 cadence_inputs=checkpoint_status.render_inputs(o),
             )
-        except (ValueError, TypeError, yaml.YAMLError) as err:  # what validation could not foresee
+        except backends.RENDER_ERRORS as err:  # what validation could not foresee
             return fail(o, name, Reason.RENDER_FAILED, f"cannot render the {what} of attempt {attempt}: {err}")
         obj["metadata"]["annotations"][SPEC_HASH] = spec_hash(o.raw_spec)
         return Plan(name, create=obj)
