@@ -3,11 +3,17 @@ the Kubeflow training-operator; the operator as a process; and one watch per kin
 each job's attempt reached each stage (PyTorchJob created / Failed, pods created / scheduled /
 Running / Failed, the job's status.attempt), as seen by this process's clock.
 
-Used by ``recovery.py --control-plane`` and ``operator_scale.py --nodes N``.
+Also the cluster chores the benches on it repeat: a namespace, the API server's request counts,
+deleting every object of a kind and waiting until its children and pods are gone, and each figure
+logged as soon as it is measured.
+
+Used by ``recovery.py --control-plane``, ``operator_scale.py``, ``trainer_peer.py``,
+``crd_write_cost.py`` and ``readopt_abba.py``; it imports none of them (tests/bench/test_bench_imports.py).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -111,6 +117,83 @@ def api_client(kubeconfig: Path, pool: int = 32):
     config.load_kube_config(str(kubeconfig), client_configuration=cfg)
     cfg.connection_pool_maxsize = pool
     return client.ApiClient(cfg)
+
+
+def make_namespace(api, name: str) -> None:
+    from kubernetes import client
+
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
+
+
+def request_counts(api) -> dict[str, float]:
+    """The API server's own count of requests served (all clients), by verb and resource."""
+    method, url, headers, body, post = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    response = api.call_api(method, url, headers, body, post)
+    response.read()
+    data = response.data.decode()
+    from prometheus_client.parser import text_string_to_metric_families
+
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(data):
+        if family.name != "apiserver_request":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_total"):
+                key = f"{sample.labels.get('verb')} {sample.labels.get('resource')}" + (
+                    f"/{sample.labels['subresource']}" if sample.labels.get("subresource") else ""
+                )
+                counts[key] = counts.get(key, 0) + sample.value
+    return counts
+
+
+def delete_all(custom, group_version, namespace: str, plural: str) -> None:
+    """Delete every object of a kind in a namespace. A large deletecollection can time out at the
+    API server (504) after deleting part of the set: issue it again until it completes."""
+    from kubernetes.client.exceptions import ApiException
+
+    for _ in range(20):
+        try:
+            custom.delete_collection_namespaced_custom_object(
+                *group_version, namespace, plural, propagation_policy="Background"
+            )
+            return
+        except ApiException as err:
+            if err.status not in (500, 504):
+                raise
+
+
+def clean_up(
+    api, namespace: str, group_version_plural: tuple[str, str, str], timeout: float, child: tuple[str, str, str] = PTJ
+) -> float:
+    """Delete every object of a kind in ``namespace``; seconds until no ``child`` (PyTorchJob, or
+    the peer's JobSet) and no pod is left."""
+    import urllib3
+    from kubernetes import client
+
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    started = time.monotonic()
+    for _attempt in range(20):
+        # A deletecollection of 1,000 objects on a busy server can outlive the request: the server
+        # then drops the connection (measured) or answers 5xx after deleting part. Issue it again.
+        try:
+            delete_all(custom, group_version_plural[:2], namespace, group_version_plural[2])
+            break
+        except urllib3.exceptions.HTTPError as err:
+            print(f"deletecollection again after {err!r}", file=sys.stderr)
+    wait_for(
+        lambda: (
+            not custom.list_namespaced_custom_object(*child[:2], namespace, child[2], limit=1)["items"]
+            and not core.list_namespaced_pod(namespace, limit=1).items
+        ),
+        timeout,
+        f"every {child[2]} and pod in {namespace} gone",
+    )
+    return time.monotonic() - started
+
+
+def log(out: dict) -> None:
+    """Each figure as soon as it is measured (stderr), so a late failure loses nothing."""
+    print(json.dumps(out, sort_keys=True), file=sys.stderr, flush=True)
 
 
 def job_spec(nodes: int = 1, max_restarts: int = 1000) -> dict:

@@ -75,9 +75,8 @@ def _drop(node, key: str) -> None:
 
 def capture_statuses(cluster, custom, spec: dict, workdir: Path, wait_for) -> tuple[dict, dict]:
     """The operator's first two status writes of one JobSet-backed job, as it made them."""
-    from chainbench import OperatorProcess
+    from chainbench import OperatorProcess, make_namespace
     from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
-    from operator_scale import make_namespace
 
     ns = "capture"
     make_namespace(custom.api_client, ns)
@@ -157,11 +156,11 @@ def main(argv=None) -> int:
     import yaml
     from kubernetes import client
 
-    from chainbench import api_client, job_spec, wait_for
+    from chainbench import api_client, job_spec, make_namespace, wait_for
     from llmtrain.spec import GROUP, KIND, PLURAL, VERSION
     from llmtrain_devcluster.cluster import DevCluster
     from llmtrain_devcluster.tools import ToolNotFoundError
-    from operator_scale import crd_path, make_namespace
+    from operator_scale import crd_path
 
     spec = job_spec(nodes=1)
     spec["cluster"]["backend"] = "jobset"

@@ -52,10 +52,15 @@ from chainbench import (
     PTJ,
     REPO,
     OperatorProcess,
+    clean_up,
+    delete_all,
     exit_on_sigterm,
     llmtrain_operator_args,
+    log,
+    make_namespace,
     percentile,
     print_operator_log_tail,
+    request_counts,
     wait_for,
 )
 
@@ -120,33 +125,6 @@ class PTJWatch:
         self._watch.stop()
 
 
-def request_counts(api) -> dict[str, float]:
-    """The API server's own count of requests served (all clients), by verb and resource."""
-    method, url, headers, body, post = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
-    response = api.call_api(method, url, headers, body, post)
-    response.read()
-    data = response.data.decode()
-    from prometheus_client.parser import text_string_to_metric_families
-
-    counts: dict[str, float] = {}
-    for family in text_string_to_metric_families(data):
-        if family.name != "apiserver_request":
-            continue
-        for sample in family.samples:
-            if sample.name.endswith("_total"):
-                key = f"{sample.labels.get('verb')} {sample.labels.get('resource')}" + (
-                    f"/{sample.labels['subresource']}" if sample.labels.get("subresource") else ""
-                )
-                counts[key] = counts.get(key, 0) + sample.value
-    return counts
-
-
-def make_namespace(api, name: str) -> None:
-    from kubernetes import client
-
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
-
-
 def make_pods(api, namespace: str, names: list[str], per_job: int, threads: int) -> None:
     """`per_job` pods per job labelled as attempt 1's workers (what the operator's pod watch
     selects), as the training-operator creates them; nothing schedules them here."""
@@ -190,27 +168,6 @@ def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
 
 def cpu_ms_per_job(before: dict[str, float], after: dict[str, float], jobs: int) -> dict[str, float]:
     return {k: round(1000 * (after[k] - before[k]) / jobs, 2) for k in after if k in before}
-
-
-def log(out: dict) -> None:
-    """Each figure as soon as it is measured (stderr), so a late failure loses nothing."""
-    print(json.dumps(out, sort_keys=True), file=sys.stderr, flush=True)
-
-
-def delete_all(custom, group_version, namespace: str, plural: str) -> None:
-    """Delete every object of a kind in a namespace. A large deletecollection can time out at the
-    API server (504) after deleting part of the set: issue it again until it completes."""
-    from kubernetes.client.exceptions import ApiException
-
-    for _ in range(20):
-        try:
-            custom.delete_collection_namespaced_custom_object(
-                *group_version, namespace, plural, propagation_policy="Background"
-            )
-            return
-        except ApiException as err:
-            if err.status not in (500, 504):
-                raise
 
 
 def run(a: argparse.Namespace, kubeconfig: Path, api, workdir: Path, pids: dict[str, int] | None = None) -> dict:
@@ -388,35 +345,6 @@ def _reached_running(
         time.sleep(0.5)
 
 
-def _cleanup(
-    api, namespace: str, group_version_plural: tuple[str, str, str], timeout: float, child: tuple[str, str, str] = PTJ
-) -> float:
-    """Delete every object of a kind in ``namespace``; seconds until no ``child`` (PyTorchJob, or
-    the peer's JobSet) and no pod is left."""
-    import urllib3
-    from kubernetes import client
-
-    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-    started = time.monotonic()
-    for _attempt in range(20):
-        # A deletecollection of 1,000 objects on a busy server can outlive the request: the server
-        # then drops the connection (measured) or answers 5xx after deleting part. Issue it again.
-        try:
-            delete_all(custom, group_version_plural[:2], namespace, group_version_plural[2])
-            break
-        except urllib3.exceptions.HTTPError as err:
-            print(f"deletecollection again after {err!r}", file=sys.stderr)
-    wait_for(
-        lambda: (
-            not custom.list_namespaced_custom_object(*child[:2], namespace, child[2], limit=1)["items"]
-            and not core.list_namespaced_pod(namespace, limit=1).items
-        ),
-        timeout,
-        f"every {child[2]} and pod in {namespace} gone",
-    )
-    return time.monotonic() - started
-
-
 def chain_phases(a: argparse.Namespace) -> list[tuple[str, Path | None]]:
     """(label, operator tree) per phase: the direct baseline (no operator), then this checkout's
     operator; with ``--baseline-tree`` that tree's and this one's alternate ``--repeat`` times,
@@ -531,7 +459,7 @@ def run_chain(a: argparse.Namespace, workdir: Path) -> dict:
                     )
                     res["readopt_s"] = time.monotonic() - restarted
             log({phase: res})  # before the clean-up, so a failure there loses nothing measured
-            res["cleanup_s"] = _cleanup(api, ns, gvp, a.timeout)
+            res["cleanup_s"] = clean_up(api, ns, gvp, a.timeout)
             rec.stop()
             if a.baseline_tree and tree is not None:
                 out["phases"].append({"tree": phase, **res})

@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parent)]
 
 import operator_scale as osc  # noqa: E402
-from chainbench import OperatorProcess, wait_for  # noqa: E402
+from chainbench import OperatorProcess, make_namespace, request_counts, wait_for  # noqa: E402
 
 
 def set_up(api, custom, cluster, tree: Path, ns: str, workdir: Path, jobs: int) -> OperatorProcess:
@@ -41,7 +41,7 @@ def set_up(api, custom, cluster, tree: Path, ns: str, workdir: Path, jobs: int) 
     from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
     cluster.install_crds([osc.crd_path(tree)])
-    osc.make_namespace(api, ns)
+    make_namespace(api, ns)
     names = [f"job-{i:05d}" for i in range(jobs)]
     op = OperatorProcess(cluster.kubeconfig, ns, workdir / f"{ns}.log", [], tree)
     op.start()
@@ -69,12 +69,12 @@ def set_up(api, custom, cluster, tree: Path, ns: str, workdir: Path, jobs: int) 
 def readopt(api, cluster, op: OperatorProcess, label: str, round_: int, jobs: int) -> dict:
     """One SIGKILLed operator's successor started, timed until every job is re-adopted, killed."""
     cluster.install_crds([osc.crd_path(op.tree)])
-    before = osc.request_counts(api)
+    before = request_counts(api)
     started = op.start()
     healthy, cpu_healthy = time.monotonic(), op.usage()[1]
     wait_for(lambda: op.counter("adopted") + op.counter("unchanged") >= jobs, 600, "re-adoption", interval=0.5)
     done, cpu_done = time.monotonic(), op.usage()[1]
-    after = osc.request_counts(api)
+    after = request_counts(api)
     op.stop(signal.SIGKILL)
     made = {k: v - before.get(k, 0) for k, v in after.items()}
     return {

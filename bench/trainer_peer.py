@@ -54,9 +54,13 @@ from chainbench import (
     ChainRun,
     ResumingWatches,
     api_client,
+    clean_up,
     job_spec,
     llmtrain_operator_args,
+    log,
+    make_namespace,
     qps_args,
+    request_counts,
     stats,
     training_operator_args,
     wait_for,
@@ -312,7 +316,6 @@ def run_phase(
 
     from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
     from llmtrain_devcluster.trainer_v2 import TRAINJOB
-    from operator_scale import _cleanup, make_namespace, request_counts
 
     custom = client.CustomObjectsApi(api)
     ns = f"bench-{path.name}-{index}-{tag}"
@@ -441,7 +444,7 @@ def run_phase(
     if op is not None:
         op.stop()
         run.operator = None
-    res["cleanup_s"] = _cleanup(api, ns, gvp, a.timeout, path.child)
+    res["cleanup_s"] = clean_up(api, ns, gvp, a.timeout, path.child)
     view.stop()
     res["namespace_gone_s"] = delete_namespace(api, ns, a.timeout)
     return res
@@ -456,7 +459,6 @@ def quiesce(api, quiet_s: float, timeout: float) -> tuple[dict[str, float], dict
     """Wait until the API server has served no write (but the nodes' heartbeats) for ``quiet_s``
     seconds, or at most ``timeout``; its request counts then, and the writes served while waiting,
     by kind (what each path's controllers still wrote after the last pod ran)."""
-    from operator_scale import request_counts
 
     def writes(counts: dict[str, float]) -> dict[str, float]:
         return {k: v for k, v in counts.items() if k.split()[0] in WRITES and k.split()[-1] not in BACKGROUND}
@@ -636,7 +638,6 @@ def direct_floor(api, names: list[str], a: argparse.Namespace, tag: str) -> dict
 
     from llmtrain.backends.pytorchjob import render_pytorchjob
     from llmtrain.validation import parse_spec
-    from operator_scale import _cleanup, make_namespace
 
     custom = client.CustomObjectsApi(api)
     ns = f"bench-direct-{tag}"
@@ -648,7 +649,7 @@ def direct_floor(api, names: list[str], a: argparse.Namespace, tag: str) -> dict
     with ThreadPoolExecutor(a.threads) as pool:
         list(pool.map(lambda o: custom.create_namespaced_custom_object(*PTJ[:2], ns, PTJ[2], o), objs))
     rate = len(names) / (time.monotonic() - t0)
-    cleanup = _cleanup(api, ns, PTJ, a.timeout)
+    cleanup = clean_up(api, ns, PTJ, a.timeout)
     delete_namespace(api, ns, a.timeout)
     return {"jobs_per_s": rate, "cleanup_s": cleanup}
 
@@ -674,7 +675,6 @@ def run_peer(a: argparse.Namespace, workdir: Path) -> dict:
     from llmtrain.backends.pytorchjob import render_pytorchjob
     from llmtrain.validation import parse_spec
     from llmtrain_devcluster.trainer_v2 import TrainerV2
-    from operator_scale import log
 
     to_args = training_operator_args(a.training_operator_threads, a.training_operator_qps)
     paths = parse_paths(a.paths)
