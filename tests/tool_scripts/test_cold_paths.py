@@ -14,6 +14,7 @@ tests/devcluster/test_go_toolchain.py against a loopback module proxy.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -210,18 +211,19 @@ def test_install_tools_cold_builds_everything_once(tmp_path, stand):
 
 # --- scripts/install-peer-tools.sh ----------------------------------------------------------------
 
+PEER_TREE = (
+    "scripts/install-peer-tools.sh",
+    "scripts/go-toolchain.sh",
+    "tools/k8s/go.mod",
+    "tools/trainer/go.mod",
+    "tools/trainer/go.sum",
+    "tools/go/pins.env",
+)
+
 
 def test_install_peer_tools_cold_builds_the_trainer_controller_once(tmp_path, stand):
     _, env = stand
-    root = _tree(
-        tmp_path,
-        "scripts/install-peer-tools.sh",
-        "scripts/go-toolchain.sh",
-        "tools/k8s/go.mod",
-        "tools/trainer/go.mod",
-        "tools/trainer/go.sum",
-        "tools/go/pins.env",
-    )
+    root = _tree(tmp_path, *PEER_TREE)
     manifests = [
         "crds/trainer.kubeflow.org_clustertrainingruntimes.yaml",
         "crds/trainer.kubeflow.org_trainingruntimes.yaml",
@@ -251,20 +253,12 @@ def test_install_peer_tools_cold_builds_the_trainer_controller_once(tmp_path, st
 
 def test_install_peer_tools_refuses_a_jobset_the_trainer_does_not_require(tmp_path, stand):
     _, env = stand
-    root = _tree(
-        tmp_path,
-        "scripts/install-peer-tools.sh",
-        "scripts/go-toolchain.sh",
-        "tools/k8s/go.mod",
-        "tools/trainer/go.mod",
-        "tools/trainer/go.sum",
-        "tools/go/pins.env",
-    )
+    root = _tree(tmp_path, *PEER_TREE)
     gomod = root / "tools/k8s/go.mod"
-    lines = gomod.read_text().splitlines()
-    bumped = [ln.replace(ln.split()[-1], "v9.9.9") if "sigs.k8s.io/jobset v" in ln else ln for ln in lines]
-    assert bumped != lines
-    gomod.write_text("\n".join(bumped) + "\n")
+    text = gomod.read_text()
+    bumped = re.sub(r"(sigs\.k8s\.io/jobset) v\S+", r"\1 v9.9.9", text)
+    assert bumped != text
+    gomod.write_text(bumped)
     r = _run(root / "scripts" / "install-peer-tools.sh", env)
     assert r.returncode == 1
     assert "tools/k8s pins sigs.k8s.io/jobset v9.9.9 but Trainer" in r.stderr
