@@ -2,8 +2,8 @@
 replicated Jobs, their headless Service, its failure and success policies, and its admission
 webhooks, really served.
 
-``make tools`` builds the controller from ``tools/jobset`` (the version Kubeflow Trainer v2's go.mod
-requires) and copies the module's CRD (every dev cluster, light or chain, installs it, as it does
+``make tools`` builds the controller from ``tools/k8s`` (JobSet at the version Kubeflow Trainer v2's
+go.mod requires) and copies the module's CRD (every dev cluster, light or chain, installs it, as it does
 the PyTorchJob CRD) and webhook manifests into the tools cache (:mod:`.tools`). In chain mode
 :class:`~.cluster.DevCluster` starts it after the training-operator: the controller serves its
 webhooks on a loopback port with a certificate the dev cluster's CA issued (its cert rotator is

@@ -4,8 +4,9 @@ While a job runs, the operator scrapes rank 0's /metrics every --progress-interv
 of a job that ends is up to one interval old (the demo's 40-step job ended `Succeeded` at step 37,
 with an ETA still set). At its end the trainer knows its final figures, so every pod's local rank 0
 writes them, and llmtrain_trainer.launch makes them the container's termination message on a clean
-exit. The operator reads them from the attempt's succeeded pods (controller/final.py) and writes
-them into status.progress in the status write that marks the job Succeeded.
+exit. The operator reads them from the attempt's succeeded pods (controller/adapters/observe.py,
+controller/policy/ending.py) and writes them into status.progress in the status write that marks the
+job Succeeded.
 
 Every pod writes its own copy, not only global rank 0's: the training-operator marks an elastic
 PyTorchJob Succeeded as soon as *one* worker succeeds, and its cleanPodPolicy (Running) deletes the
