@@ -2,11 +2,11 @@
 docstrings of every Python file in the repository.
 
 A path is a backticked word of path characters that either starts at a top-level folder of the
-repository (`operator/…`, `tests/…`) or holds a `/` and ends in a file extension (`controller/final.py`,
+repository (`operator/…`, `tests/…`) or holds a `/` and ends in a file extension (`policy/decide.py`,
 relative to a package). It exists when some tracked file or folder is that path or ends with it, so
 `policy/decide.py` is found under operator/llmtrain/controller/. Placeholders (`<device>`, `*`, `$X`)
 and absolute or home paths (`/dev/shm`, `~/.cache/…`: the machine's, not the repository's) are not
-paths of the repository. Renames left `controller/final.py` and `controller/handlers.py` in the docs
+paths of the repository. Renames left controller/final.py and controller/handlers.py in the docs
 long after those files were gone.
 """
 
