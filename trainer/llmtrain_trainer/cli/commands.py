@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 
+from llmtrain.pod_contract import METRICS_PORT
+
 
 def cmd_local(args: argparse.Namespace) -> int:
     import sys
@@ -313,7 +315,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("--max-steps", type=int, help="override training.maxSteps")
     p.add_argument("--checkpoint-uri", help="override checkpoint.uri (a directory or s3://...)")
-    p.add_argument("--metrics-port", type=int, help="base port of the workers' /metrics (default 9410)")
+    p.add_argument("--metrics-port", type=int, help=f"base port of the workers' /metrics (default {METRICS_PORT})")
     p.add_argument("--workdir", help="spec copy and worker log (default .llmtrain/<job name>)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     p.add_argument(
@@ -406,7 +408,7 @@ def register(subparsers) -> None:
     t.add_argument("--max-steps", type=int, help="steps per size (default: training.maxSteps)")
     t.add_argument("--warmup", type=int, default=2, help="first steps left out of the medians (default: %(default)s)")
     t.add_argument("--output", "-o", help="output directory (default .llmtrain/<job name>-scale-test)")
-    t.add_argument("--metrics-port", type=int, help="base port of the workers' /metrics (default 9410)")
+    t.add_argument("--metrics-port", type=int, help=f"base port of the workers' /metrics (default {METRICS_PORT})")
     t.add_argument(
         "--cluster",
         action="store_true",
