@@ -59,18 +59,8 @@ now() { date +%s; }
 record_time() { echo "$1 $2s $(date -u +%Y-%m-%dT%H:%M:%SZ)" >>"$DEST/build-times.txt"; }
 
 # --- Debian packages: etcd (3.4, v2 API available) and promtool -------------
-apt_install() {
-    local pkgs=("$@")
-    local sudo=()
-    if [[ $(id -u) -ne 0 ]]; then
-        command -v sudo >/dev/null || die "need root (or sudo) to apt-get install ${pkgs[*]}"
-        sudo=(sudo)
-    fi
-    log "apt-get install ${pkgs[*]}"
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >&2
-}
+# shellcheck source=lib/apt.sh
+source "$ROOT/scripts/lib/apt.sh"
 # The system binary behind a tool: the first one on PATH that does not resolve into the tools
 # cache. With env.sh sourced, `command -v etcd` is the cache's own symlink; linking bin/etcd to
 # that would make it a link to itself (issue 10, defect 2).

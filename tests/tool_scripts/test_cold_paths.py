@@ -159,6 +159,7 @@ def test_install_tools_cold_builds_everything_once(tmp_path, stand):
     root = _tree(
         tmp_path,
         "scripts/install-tools.sh",
+        "scripts/lib/apt.sh",
         "scripts/go-toolchain.sh",
         "tools/k8s/pins.env",
         "tools/k8s/go.mod",

@@ -8,7 +8,7 @@ machine's first `make test`). The forms that avoid it: capture the output, then 
 (`out=$(cmd)`; `grep -q … <<<"$out"`), or let the reader consume everything (`sed -n 1p`, `sort -C`,
 sed's own `q` on a file).
 
-Checked everywhere a shell line lives: scripts/*.sh, mk/*.mk, the Makefile and .ci/run, pipefail or
+Checked everywhere a shell line lives: scripts/**/*.sh, mk/*.mk, the Makefile and .ci/run, pipefail or
 not (a recipe or script may gain it later; the safe forms cost nothing).
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-FILES = sorted([*(REPO / "scripts").glob("*.sh"), *(REPO / "mk").glob("*.mk"), REPO / "Makefile", REPO / ".ci" / "run"])
+FILES = sorted([*(REPO / "scripts").glob("**/*.sh"), *(REPO / "mk").glob("*.mk"), REPO / "Makefile", REPO / ".ci" / "run"])
 
 
 _CONTROL = {";", ";;", "&&", "||", "&", "(", ")", "{", "}", "then", "do", "else", "elif", "fi", "done"}
