@@ -21,7 +21,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-FILES = sorted([*(REPO / "scripts").glob("**/*.sh"), *(REPO / "mk").glob("*.mk"), REPO / "Makefile", REPO / ".ci" / "run"])
+FILES = sorted(
+    [*(REPO / "scripts").glob("**/*.sh"), *(REPO / "mk").glob("*.mk"), REPO / "Makefile", REPO / ".ci" / "run"]
+)
 
 
 _CONTROL = {";", ";;", "&&", "||", "&", "(", ")", "{", "}", "then", "do", "else", "elif", "fi", "done"}
