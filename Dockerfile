@@ -10,7 +10,17 @@
 # build once you have pulled and checked them; this repository cannot verify a digest for you.
 #
 # Layer order is for the build cache: OS + EFA (changes rarely) < third-party wheels (change when
-# pyproject.toml/constraints.txt change) < our source (changes every commit).
+# requirements/*.txt change) < our source (changes every commit). The trainer image keeps the last
+# two in separate layers (the ~5.7 GB venv, then llmtrain's own few hundred KB), so a source change
+# rebuilds, pushes and pulls only the small one.
+#
+# Two build args exist for builds that cannot reach everything (scripts/trainer-image.sh, the local
+# image on a machine with no registry): CUDA_BASE_IMAGE (a local Ubuntu 24.04 base) and
+# EFA_INSTALLER_VERSION=none (no EFA installer); the image's labels io.llmtrain.base-image and
+# io.llmtrain.efa-installer say which were used. Behind a TLS-intercepting proxy, pass its CA bundle
+# as the build secret `build-ca` (docker build --secret id=build-ca,src=/etc/ssl/certs/ca-certificates.crt);
+# pip uses it during the build and it never enters the image. Without the secret pip uses the
+# image's own CAs.
 
 # CUDA 13 base: torch 2.15.0 from PyPI is a CUDA 13 build (+cu132) and brings its CUDA runtime and
 # NCCL as wheels; the base supplies the CUDA 13 userspace expectations and NVIDIA_* settings, the
@@ -31,6 +41,9 @@ ARG EFA_INSTALLER_VERSION=1.50.0
 ARG EFA_INSTALLER_SHA256=fa6dff8593d866866c13cb4640d9059835cd4efa427971f100ab40c97bef2841
 ENV DEBIAN_FRONTEND=noninteractive
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG CUDA_BASE_IMAGE
+# EFA_INSTALLER_VERSION=none skips the installer: a local build whose machine cannot reach its
+# host, for CPU pods; such an image has no libfabric or aws-ofi-nccl and cannot use EFA.
 # DL3008 (pin apt versions): Ubuntu's archive drops superseded package versions, so exact apt pins
 # break rebuilds within weeks; the base image tag pins the distribution release instead.
 # DL3003 (cd instead of WORKDIR): the EFA installer must run from its unpacked directory, and the
@@ -38,38 +51,54 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # hadolint ignore=DL3008,DL3003
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates curl python3 python3-venv libcap2-bin \
- && curl -fsSL "https://efa-installer.amazonaws.com/aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz" -o /tmp/efa.tar.gz \
+ && if [ "${EFA_INSTALLER_VERSION}" = none ]; then echo "EFA installer skipped (EFA_INSTALLER_VERSION=none)"; else \
+    curl -fsSL "https://efa-installer.amazonaws.com/aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz" -o /tmp/efa.tar.gz \
  && echo "${EFA_INSTALLER_SHA256}  /tmp/efa.tar.gz" | sha256sum -c - \
  && tar -xzf /tmp/efa.tar.gz -C /tmp \
  && cd /tmp/aws-efa-installer \
  && ./efa_installer.sh -y --skip-kmod --skip-limit-conf --no-verify \
- && cd / && rm -rf /tmp/aws-efa-installer /tmp/efa.tar.gz \
+ && cd / && rm -rf /tmp/aws-efa-installer /tmp/efa.tar.gz; fi \
  && apt-get purge -y curl && apt-get autoremove -y \
  && rm -rf /var/lib/apt/lists/*
+LABEL io.llmtrain.base-image="${CUDA_BASE_IMAGE}" \
+      io.llmtrain.efa-installer="${EFA_INSTALLER_VERSION}"
 
 # ------------------------------------------------------------------------------------------------
-# trainer-build: a venv with the trainer's dependencies at the constraints.txt pins, then llmtrain
+# trainer-deps: a venv with the trainer's third-party dependencies, from the lock only (its layer is
+# keyed by requirements/bootstrap.txt and requirements/trainer-image.txt, not by pyproject.toml)
 # ------------------------------------------------------------------------------------------------
-FROM trainer-base AS trainer-build
-# Versions the image must end up with; the build fails if pip resolved anything else.
-ARG TORCH_VERSION=2.15.0
-ARG NCCL_VERSION=2.30.7
+FROM trainer-base AS trainer-deps
 # The same pip/setuptools scripts/venv.sh uses.
 ARG PIP_VERSION=26.3
 ARG SETUPTOOLS_VERSION=84.2.1
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY requirements/bootstrap.txt requirements/trainer-image.txt ./requirements/
-RUN python3 -m venv /opt/venv \
+# The build secret build-ca, when given, is the CA bundle pip trusts (a TLS-intercepting proxy's).
+RUN --mount=type=secret,id=build-ca \
+    if [ -s /run/secrets/build-ca ]; then export PIP_CERT=/run/secrets/build-ca; fi \
+ && python3 -m venv /opt/venv \
  && /opt/venv/bin/pip install --require-hashes --no-deps -r requirements/bootstrap.txt \
  && /opt/venv/bin/python -c "import pip; assert pip.__version__ == '${PIP_VERSION}', pip.__version__"
+# Core + [trainer], locked with hashes. --no-build-isolation: python-etcd is an sdist only, built
+# with the locked setuptools.
+RUN --mount=type=secret,id=build-ca \
+    if [ -s /run/secrets/build-ca ]; then export PIP_CERT=/run/secrets/build-ca; fi \
+ && /opt/venv/bin/pip install --require-hashes --no-deps --no-build-isolation -r requirements/trainer-image.txt
+
+# ------------------------------------------------------------------------------------------------
+# trainer-build: llmtrain itself, installed into the venv under a staging root (/opt/llmtrain-root
+# holds only its files, at their /opt/venv paths), then checked in place with the dependencies
+# ------------------------------------------------------------------------------------------------
+FROM trainer-deps AS trainer-build
+# Versions the image must end up with; the build fails if pip resolved anything else.
+ARG TORCH_VERSION=2.15.0
+ARG NCCL_VERSION=2.30.7
 COPY pyproject.toml constraints.txt ./
-# Dependencies first (core + [trainer], locked with hashes), so editing source reuses this layer.
-# --no-build-isolation: python-etcd is an sdist only, built with the locked setuptools.
-RUN /opt/venv/bin/pip install --require-hashes --no-deps --no-build-isolation -r requirements/trainer-image.txt
 COPY operator/llmtrain ./operator/llmtrain
 COPY trainer/llmtrain_trainer ./trainer/llmtrain_trainer
-RUN /opt/venv/bin/pip install --no-deps --no-build-isolation . \
+RUN /opt/venv/bin/pip install --no-deps --no-build-isolation --root /opt/llmtrain-root . \
+ && cp -a /opt/llmtrain-root/. / \
  && /opt/venv/bin/python -c "import torch, llmtrain_trainer; assert torch.__version__.split('+')[0] == '${TORCH_VERSION}', torch.__version__; assert '.'.join(map(str, torch.cuda.nccl.version())) == '${NCCL_VERSION}', torch.cuda.nccl.version()" \
  && /opt/venv/bin/python -m llmtrain_trainer.launch --help > /dev/null
 
@@ -81,7 +110,8 @@ FROM trainer-base AS trainer
 ARG UID=65532
 RUN groupadd --gid "${UID}" llmtrain \
  && useradd --uid "${UID}" --gid "${UID}" --create-home --home-dir /home/llmtrain --shell /usr/sbin/nologin llmtrain
-COPY --from=trainer-build /opt/venv /opt/venv
+# The third-party venv: one layer that changes only with the lock.
+COPY --from=trainer-deps /opt/venv /opt/venv
 # IPC_LOCK for EFA pods (libfabric pins registered buffers), usable by the non-root user: a
 # permitted-only file capability on the interpreter (no effective bit, so pods that drop every
 # capability, CPU jobs, still exec it; they simply gain nothing), raised into the effective set
@@ -91,6 +121,8 @@ COPY --from=trainer-build /opt/venv /opt/venv
 RUN setcap cap_ipc_lock=+p "$(readlink -f /opt/venv/bin/python)" \
  && printf '%s\n' /opt/amazon/ofi-nccl/lib /opt/amazon/efa/lib > /etc/ld.so.conf.d/llmtrain-efa.conf \
  && ldconfig
+# llmtrain's own packages and console scripts, into the same venv: the small layer a commit changes.
+COPY --from=trainer-build /opt/llmtrain-root/ /
 # aws-ofi-nccl and libfabric first on the library path so NCCL (from the nvidia-nccl wheel) finds
 # the EFA plugin; NCCL_DEBUG=INFO in a job shows "NET/OFI Selected provider is efa".
 ENV PATH=/opt/venv/bin:/opt/amazon/efa/bin:${PATH} \

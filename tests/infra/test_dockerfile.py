@@ -227,9 +227,9 @@ def test_locked_requirements_are_the_constraints_pins_of_what_the_image_needs(df
 
 def test_extras_installed_per_target(df):
     run = {
-        s: " ".join(r for i, r in df["stages"][s]["lines"] if i == "RUN") for s in ("trainer-build", "operator-build")
+        s: " ".join(r for i, r in df["stages"][s]["lines"] if i == "RUN") for s in ("trainer-deps", "operator-build")
     }
-    assert "requirements/trainer-image.txt" in run["trainer-build"]
+    assert "requirements/trainer-image.txt" in run["trainer-deps"]
     assert "requirements/operator-image.txt" in run["operator-build"]
     assert "trainer-image" not in run["operator-build"], "the operator image must not pull torch"
 
@@ -327,7 +327,8 @@ def test_efa_installer_is_current_and_verified_before_use(df):
     assert re.fullmatch(r"[0-9a-f]{64}", args["EFA_INSTALLER_SHA256"])
     (run,) = [r for i, r in df["stages"]["trainer-base"]["lines"] if i == "RUN" and "efa-installer" in r]
     steps = [s.strip() for s in run.split("&&")]
-    download = next(i for i, s in enumerate(steps) if s.startswith("curl") and "efa-installer" in s)
+    # (inside the `if ...; else` of EFA_INSTALLER_VERSION=none, so not at the start of its step)
+    download = next(i for i, s in enumerate(steps) if "curl " in s and "efa-installer" in s)
     verify = next(i for i, s in enumerate(steps) if "sha256sum -c" in s)
     unpack = next(i for i, s in enumerate(steps) if s.startswith("tar "))
     assert download < verify < unpack and "${EFA_INSTALLER_SHA256}" in steps[verify]
@@ -340,3 +341,93 @@ def test_trainer_interpreter_carries_ipc_lock_as_permitted_only_file_capability(
     runs = " ".join(r for i, r in df["stages"]["trainer"]["lines"] if i == "RUN")
     assert "setcap cap_ipc_lock=+p " in runs and "+ep" not in runs
     assert "/etc/ld.so.conf.d/" in runs and "ldconfig" in runs  # secure-exec ignores LD_LIBRARY_PATH
+
+
+# --- local builds (scripts/trainer-image.sh): the two build args, the skip, the layers, the CA --------
+
+
+def _efa_run(df) -> str:
+    (run,) = [r for i, r in df["stages"]["trainer-base"]["lines"] if i == "RUN" and "efa-installer" in r]
+    return run
+
+
+def test_efa_installer_none_skips_exactly_the_installer(df):
+    """EFA_INSTALLER_VERSION=none (a machine that cannot reach the installer's host) skips the
+    download, the check and the installer, and nothing else: the OS packages are still installed
+    and curl still purged."""
+    run = _efa_run(df)
+    m = re.search(r'if \[ "\$\{EFA_INSTALLER_VERSION\}" = none \]; then (.*?); else (.*?); fi(.*)', run)
+    assert m, run
+    skipped, installed, after = m.groups()
+    assert "curl" not in skipped and "efa_installer.sh" not in skipped
+    for step in ("curl -fsSL", "sha256sum -c", "tar -xzf", "./efa_installer.sh", "rm -rf /tmp/aws-efa-installer"):
+        assert step in installed, step
+    assert "apt-get purge -y curl" in after and "rm -rf /var/lib/apt/lists/*" in after
+    assert run.index("apt-get install") < m.start()
+
+
+def test_trainer_image_labels_say_which_base_and_efa_installer(df):
+    """The labels name the build args' values; a global ARG is empty inside a stage unless the stage
+    declares it again before use."""
+    lines = df["stages"]["trainer-base"]["lines"]
+    (label,) = [r for i, r in lines if i == "LABEL"]
+    assert 'io.llmtrain.base-image="${CUDA_BASE_IMAGE}"' in label
+    assert 'io.llmtrain.efa-installer="${EFA_INSTALLER_VERSION}"' in label
+    declared = [r.split("=")[0] for i, r in lines[: lines.index(("LABEL", label))] if i == "ARG"]
+    assert {"CUDA_BASE_IMAGE", "EFA_INSTALLER_VERSION"} <= set(declared)
+    assert stage_chain(df, "trainer")[0] == "trainer-base"  # the trainer image inherits them
+
+
+def test_the_venv_layer_is_keyed_by_the_lock_and_our_packages_come_after(df):
+    """The ~5.7 GB third-party venv is one layer that only the lock (and the base) change; llmtrain's
+    own files come in a later, small layer, so a commit does not rebuild, push or pull the venv."""
+    deps = df["stages"]["trainer-deps"]
+    assert deps["from"] == "trainer-base"
+    copies = [r for i, r in deps["lines"] if i in ("COPY", "ADD")]
+    assert copies == ["requirements/bootstrap.txt requirements/trainer-image.txt ./requirements/"], copies
+    build = df["stages"]["trainer-build"]
+    assert build["from"] == "trainer-deps"
+    (install,) = [r for i, r in build["lines"] if i == "RUN" and "pip install" in r]
+    assert "--root /opt/llmtrain-root ." in install
+    # the checks run on llmtrain installed in the venv (the staging root copied over it)
+    assert install.index("cp -a /opt/llmtrain-root/. /") < install.index("import torch, llmtrain_trainer")
+    final = df["stages"]["trainer"]["lines"]
+    venv = final.index(("COPY", "--from=trainer-deps /opt/venv /opt/venv"))
+    ours = final.index(("COPY", "--from=trainer-build /opt/llmtrain-root/ /"))
+    assert venv < ours
+    assert not [r for i, r in final if i == "COPY" and "--from=trainer-build /opt/venv" in r]
+    assert not [i for i, _ in final[ours + 1 :] if i in ("RUN", "COPY", "ADD")], (
+        "a layer after ours changes every commit"
+    )
+
+
+def test_the_build_ca_is_a_secret_used_only_when_given(df):
+    """pip behind a TLS-intercepting proxy needs that proxy's CA; it comes in as the build secret
+    build-ca (docker build --secret, buildah bud --secret: scripts/trainer-image.sh), never as a file
+    in a layer, and a build without it (docker on EKS) uses the image's own CAs."""
+    downloads = 0
+    for name, st in df["stages"].items():
+        for instr, rest in st["lines"]:
+            assert not (instr in ("COPY", "ADD") and re.search(r"\.(crt|pem)\b|pip\.conf", rest)), (name, rest)
+            if instr != "RUN" or not re.search(r"pip install .*-r requirements/", rest):
+                continue
+            if not name.startswith("trainer"):
+                continue
+            downloads += 1
+            assert rest.startswith("--mount=type=secret,id=build-ca "), rest
+            assert "if [ -s /run/secrets/build-ca ]; then export PIP_CERT=/run/secrets/build-ca; fi" in rest
+    assert downloads == 2
+    script = (ROOT / "scripts/trainer-image.sh").read_text()
+    assert '--secret "id=build-ca,src=$f"' in script
+
+
+def test_the_local_build_sets_only_the_two_build_args(df):
+    """scripts/trainer-image.sh changes the base and skips EFA, and nothing else (the header says so)."""
+    script = (ROOT / "scripts/trainer-image.sh").read_text()
+    m = re.search(r"^BUILD_ARGS=\((.*)\)$", script, re.M)
+    assert m, "no BUILD_ARGS=(...) line"
+    names = [a.split("=")[0] for a in shlex.split(m.group(1))]
+    assert names == ["CUDA_BASE_IMAGE", "EFA_INSTALLER_VERSION"]
+    assert "CUDA_BASE_IMAGE" in df["args"] and "EFA_INSTALLER_VERSION" in stage_args(df, "trainer-base")
+    header = DOCKERFILE.read_text().split("\nARG ", 1)[0]
+    assert "CUDA_BASE_IMAGE" in header and "EFA_INSTALLER_VERSION=none" in header
