@@ -3,16 +3,20 @@
 Layout (outside the repo, shared by every clone on the machine)::
 
     ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/<key>/bin/{kube-apiserver,kube-controller-manager,
-                      kube-scheduler,kubectl,kwok,training-operator,jobset-controller,kueue,etcd,helm,promtool}
+                      kube-scheduler,kubectl,kubelet,kwok,training-operator,jobset-controller,kueue,etcd,helm,
+                      promtool,coredns,containerd,containerd-shim-runc-v2,ctr,runc,busybox}
+    ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/<key>/cni/{bridge,host-local,loopback}
+    ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/<key>/images/{pause,busybox}.tar
     ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/<key>/crds/{kubeflow.org_pytorchjobs,jobset.x-k8s.io_jobsets}.yaml
     ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/<key>/jobset/webhook/{manifests.yaml,patches/*.yaml}
     ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/<key>/kueue/{crds,webhook,manager}/...
     ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/<key>/kwok/stages/{node,pod}/...
     ${LLMTRAIN_CACHE:-~/.cache/llmtrain}/tools/current -> <key>
 
-``<key>`` is the first 16 hex digits of sha256 over the tools module's pin files (``_KEY_FILES``,
-relative to ``tools/``: one module, ``tools/k8s``, pins every Go-built tool), computed here exactly
-as the script computes it, so a checkout always finds the tools matching its pins.
+``<key>`` is the first 16 hex digits of sha256 over the tools modules' pin files (``_KEY_FILES``,
+relative to ``tools/``: ``tools/k8s`` pins every Kubernetes tool, ``tools/coredns`` the real node's
+DNS), computed here exactly as the script computes it, so a checkout always finds the tools
+matching its pins.
 ``LLMTRAIN_TOOLS_DIR`` (a ``<key>`` directory) overrides the lookup.
 """
 
@@ -23,6 +27,7 @@ import os
 from pathlib import Path
 
 __all__ = [
+    "NODE_TOOLS",
     "TOOLS",
     "ToolNotFoundError",
     "UnmarkedTestError",
@@ -30,6 +35,8 @@ __all__ = [
     "jobset_crd_path",
     "jobset_webhook_dir",
     "kwok_stages_dir",
+    "node_cni_dir",
+    "node_image",
     "pytorchjob_crd_path",
     "refuse_in_unmarked_test",
     "tools_dir",
@@ -40,6 +47,7 @@ TOOLS = (
     "kube-controller-manager",
     "kube-scheduler",
     "kubectl",
+    "kubelet",
     "kwok",
     "training-operator",
     "jobset-controller",
@@ -47,10 +55,14 @@ TOOLS = (
     "etcd",
     "helm",
     "promtool",
+    "coredns",
 )
+# The real node's runtime: Debian's binaries, which install-tools.sh links into bin/ (dpkg says
+# where), and what it builds beside them.
+NODE_TOOLS = ("containerd", "containerd-shim-runc-v2", "ctr", "runc", "busybox")
 
 # Same files, same order as KEY_FILES in scripts/install-tools.sh.
-_KEY_FILES = ("k8s/pins.env", "k8s/go.mod", "k8s/go.sum")
+_KEY_FILES = ("k8s/pins.env", "k8s/go.mod", "k8s/go.sum", "coredns/pins.env", "coredns/go.mod", "coredns/go.sum")
 _HINT = "run `make tools` (scripts/install-tools.sh) first"
 
 
@@ -159,4 +171,20 @@ def jobset_webhook_dir() -> Path:
     p = tools_dir() / "jobset" / "webhook"
     if not (p / ".complete").is_file():
         raise ToolNotFoundError(f"JobSet webhook manifests not found at {p}; {_HINT}")
+    return p
+
+
+def node_cni_dir() -> Path:
+    """The CNI plugins the real node uses (links to Debian's ``containernetworking-plugins``)."""
+    p = tools_dir() / "cni"
+    if not all((p / n).exists() for n in ("bridge", "host-local", "loopback")):
+        raise ToolNotFoundError(f"CNI plugins (bridge, host-local, loopback) not found in {p}; {_HINT}")
+    return p
+
+
+def node_image(name: str) -> Path:
+    """One of the real node's OCI image archives built by ``make tools`` (``pause``, ``busybox``)."""
+    p = tools_dir() / "images" / f"{name}.tar"
+    if not p.is_file():
+        raise ToolNotFoundError(f"the node's {name} image archive not found at {p}; {_HINT}")
     return p

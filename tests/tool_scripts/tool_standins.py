@@ -114,6 +114,66 @@ def module(mods: Path, path: str, files: dict[str, str]) -> Path:
     return root
 
 
+def debian(bindir: Path) -> None:
+    """A ``dpkg-query`` and an ``apt-get`` over a stand-in package database, ``$STANDIN_DEBS``.
+
+    ``$STANDIN_DEBS/available/<pkg>/{version,root/...}`` is what ``apt-get install <pkg>`` can
+    install (it copies the entry to ``$STANDIN_DEBS/installed/<pkg>``); ``dpkg-query -W -f=FMT <pkg>``
+    answers ``ii <version>`` for an installed one (status 1 otherwise) and ``dpkg-query -L <pkg>``
+    lists the installed files, whose paths lie under the entry's ``root`` (in several writes)."""
+    executable(
+        bindir / "dpkg-query",
+        "#!/usr/bin/env bash\n"
+        + SLOW_EMIT
+        + r"""
+echo "dpkg-query $*" >> "$STANDIN_LOG"
+pkg="${@: -1}"; d="$STANDIN_DEBS/installed/$pkg"
+[ -d "$d" ] || { echo "dpkg-query: no packages found matching $pkg" >&2; exit 1; }
+case "$1" in
+-W) printf 'ii %s' "$(cat "$d/version")" ;;
+-L) mapfile -t files < <(find "$d/root" -mindepth 1 | sort); emit "${files[@]}" ;;
+*) echo "stand-in dpkg-query: no '$1'" >&2; exit 2 ;;
+esac
+""",
+    )
+    executable(
+        bindir / "apt-get",
+        r"""#!/usr/bin/env bash
+echo "apt-get $*" >> "$STANDIN_LOG"
+[ "$1" = update ] && exit 0
+for a in "$@"; do
+    case "$a" in -*|install) continue ;; esac
+    [ -d "$STANDIN_DEBS/available/$a" ] || { echo "E: Unable to locate package $a" >&2; exit 100; }
+    mkdir -p "$STANDIN_DEBS/installed" && cp -a "$STANDIN_DEBS/available/$a" "$STANDIN_DEBS/installed/"
+done
+""",
+    )
+
+
+def debian_package(debs: Path, name: str, version: str, files: dict[str, str]) -> Path:
+    """Package ``name`` at ``version``, available to the stand-in apt-get: ``files`` maps a path
+    under its root (``usr/bin/containerd``) to the lines its executable prints. Returns its root."""
+    d = debs / "available" / name
+    (d / "root").mkdir(parents=True, exist_ok=True)
+    (d / "version").write_text(version)
+    for rel, says in files.items():
+        slow_tool(d / "root" / rel, *says.splitlines())
+    return d / "root"
+
+
+def gcc(bindir: Path) -> Path:
+    """A ``gcc`` that "compiles" any source into a stand-in binary at ``-o``."""
+    return executable(
+        bindir / "gcc",
+        "#!/usr/bin/env bash\n"
+        + r"""
+echo "gcc $*" >> "$STANDIN_LOG"
+while [ $# -gt 0 ]; do [ "$1" = -o ] && { out="$2"; shift; }; shift; done
+printf '#!/bin/sh\necho pause\n' > "${out:?gcc needs -o here}" && chmod +x "$out"
+""",
+    )
+
+
 def helm_wheel(dest: Path, helm_script: str) -> tuple[Path, str]:
     """A wheel laid out like the pinned kubectl layer wheel: *.jsii.tgz > package/lib/layer.zip > helm/helm.
 
@@ -175,6 +235,7 @@ def env(tmp: Path, bindir: Path, **extra: str) -> dict[str, str]:
         "STANDIN_LOG": str(tmp / "calls.log"),
         "STANDIN_MODS": str(tmp / "mods"),
         "STANDIN_SAYS": str(tmp / "says"),
+        "STANDIN_DEBS": str(tmp / "debs"),
         "GO": str(bindir / "go"),
         **extra,
     }
