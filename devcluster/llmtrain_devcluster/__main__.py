@@ -1,4 +1,4 @@
-"""``python -m llmtrain_devcluster up|down|status [--state-dir .dev-cluster] [--chain]``."""
+"""``python -m llmtrain_devcluster up|down|status [--state-dir .dev-cluster] [--chain [--real-node]]``."""
 
 from __future__ import annotations
 
@@ -69,7 +69,15 @@ def main(argv: list[str] | None = None) -> int:
         help="with --chain: also run Kubeflow Trainer v2 (make peer-tools) on the chain's JobSet, its "
         "CRDs, loopback-served webhooks and the release's torch-distributed runtime",
     )
+    ap.add_argument(
+        "--real-node",
+        action="store_true",
+        help="with --chain: also run a real node on this machine (kubelet, containerd, a CNI bridge, "
+        "CoreDNS; needs root), tainted llmtrain.dev/real-node so only pods that tolerate it land there",
+    )
     args = ap.parse_args(argv)
+    if args.real_node and not args.chain:
+        ap.error("--real-node needs --chain (light mode runs no kube-scheduler to bind its pods)")
     if args.trainer_v2 and not args.chain:
         ap.error("--trainer-v2 needs --chain (its pods need the scheduler and kwok nodes)")
     frameworks: tuple[str, ...] = kueue.CHAIN_FRAMEWORKS
@@ -85,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         nodes=args.nodes,
         kueue=True if args.kueue else None,
         kueue_frameworks=frameworks,
+        real_node=True if args.real_node else None,
     )
     try:
         if args.command == "up":
@@ -123,6 +132,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"ready:      {st['ready']}")
                 for name, c in st["components"].items():
                     print(f"{name:24s} pid {c['pid']:<8d} {'running' if c['running'] else 'NOT running'}")
+                node = st.get("real_node")
+                if node:
+                    print(
+                        f"real node:  {node.get('name')} (slot {node.get('slot')}, bridge {node.get('bridge')}, "
+                        f"ip {node.get('ip')}, cgroup {node.get('cgroup_root')})"
+                    )
+                    for name, c in node.get("processes", {}).items():
+                        state = "running" if c["running"] else "NOT running"
+                        print(f"  {name:22s} pid {c['pid']:<8d} {state}")
                 if st["ready"]:
                     print(f"export KUBECONFIG={st['kubeconfig']}")
             return 0 if st["ready"] else 3

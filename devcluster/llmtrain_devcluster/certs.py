@@ -13,8 +13,9 @@ __all__ = ["admin_ssl_context", "insecure_ssl_context", "load_ca", "write_cluste
 
 
 def write_cluster_pki(p: Path) -> None:
-    """CA, API-server serving cert, admin / controller-manager / scheduler client certs, the
-    service-account key pair and the front-proxy CA, all under ``p``."""
+    """CA, API-server serving cert, admin / controller-manager / scheduler client certs, the API
+    server's kubelet client cert, the service-account key pair and the front-proxy CA, all under
+    ``p``."""
     ca = pki.CertificateAuthority.create()
     ca.save(p / "ca.crt", p / "ca.key")
     ca.issue_to_files(
@@ -36,6 +37,14 @@ def write_cluster_pki(p: Path) -> None:
         p / "controller-manager.crt", p / "controller-manager.key", "system:kube-controller-manager", client=True
     )
     ca.issue_to_files(p / "scheduler.crt", p / "scheduler.key", "system:kube-scheduler", client=True)
+    # The API server's identity towards kubelets (the real node's): logs, exec, port-forward.
+    ca.issue_to_files(
+        p / "apiserver-kubelet-client.crt",
+        p / "apiserver-kubelet-client.key",
+        "kube-apiserver-kubelet-client",
+        orgs=("system:masters",),
+        client=True,
+    )
     pki.write_service_account_keypair(p / "sa.key", p / "sa.pub")
     # Front-proxy (aggregation layer) CA: the controller-manager's delegated authentication
     # reads it from kube-system/extension-apiserver-authentication and errors without it.

@@ -38,6 +38,7 @@ from . import kueue as kueue_mod
 from .crds import default_crds, install_crds, project_crd_manifest
 from .etcd import start_etcd
 from .kubectl import KubectlError, run_helm, run_kubectl
+from .node import lifecycle as node_mod
 from .process import (
     DevClusterError,
     free_port,
@@ -84,6 +85,7 @@ class DevCluster:
         kueue: bool | None = None,
         kueue_topology: bool = False,
         kueue_frameworks: Sequence[str] = kueue_mod.CHAIN_FRAMEWORKS,
+        real_node: bool | None = None,
     ):
         """``chain=True`` adds kube-scheduler, kwok nodes (``nodes``: ``{instance_type: count}``,
         default :data:`.chain.DEFAULT_NODES`, e.g. ``{"p5.48xlarge": 500}`` for a scale test), the
@@ -96,11 +98,14 @@ class DevCluster:
         its webhooks registered, queues generated from the nodes (see :mod:`.kueue`);
         ``kueue_topology=True`` makes its flavors topology-aware (the nodes' EKS network labels);
         ``kueue_frameworks``: its integrations (default both backends' kinds; e.g.
-        :func:`.kueue.release_default_frameworks` for what a default install of the release enables)."""
+        :func:`.kueue.release_default_frameworks` for what a default install of the release enables).
+        ``real_node=True`` (chain mode) also runs a real node beside the kwok ones: kubelet,
+        containerd, a CNI bridge and CoreDNS on this machine (:mod:`.node`; needs root)."""
         self.state_dir = Path(state_dir).resolve()
         self.verbosity = verbosity
         self._chain = chain
         self._kueue = kueue
+        self._real_node = real_node
         self.kueue_topology = kueue_topology
         self.kueue_frameworks = tuple(kueue_frameworks)
         self._nodes = nodes
@@ -119,6 +124,12 @@ class DevCluster:
         if self._kueue is not None:
             return self._kueue and self.chain
         return bool(self._info().get("kueue"))
+
+    @property
+    def real_node(self) -> bool:
+        if self._real_node is not None:
+            return self._real_node
+        return bool(self._info().get("real_node"))
 
     @property
     def nodes(self) -> dict[str, int]:
@@ -185,6 +196,10 @@ class DevCluster:
         On failure everything started is stopped and DevClusterError carries the log tail.
         """
         refuse_in_unmarked_test("cluster", "a dev cluster")
+        if self.real_node and not self.chain:
+            raise DevClusterError(
+                "a real node needs chain mode (--chain): light mode runs no kube-scheduler to bind its pods"
+            )
         if self.is_running():
             self.install_crds(default_crds(install_project_crd) + list(extra_crds))
             return self
@@ -201,6 +216,8 @@ class DevCluster:
             self.install_crds(default_crds(install_project_crd) + list(extra_crds))
             if self.chain:
                 self._start_chain(timeout)
+            if self.real_node:
+                node_mod.start(self, timeout=timeout, verbosity=self.verbosity)
         except BaseException:
             self.down()
             raise
@@ -242,13 +259,29 @@ class DevCluster:
         api_port = free_port()
         server = f"https://127.0.0.1:{api_port}"
         self._info_file.write_text(
-            json.dumps({"server": server, "etcd": etcd_url, "chain": self.chain, "kueue": self.kueue}, indent=2)
+            json.dumps(
+                {
+                    "server": server,
+                    "etcd": etcd_url,
+                    "chain": self.chain,
+                    "kueue": self.kueue,
+                    "real_node": self.real_node,
+                },
+                indent=2,
+            )
         )
         kubeconfigs.write_component_kubeconfigs(self.state_dir, p, server)
         ctx = self._admin_ssl_context()
         self._start_component(
             "kube-apiserver",
-            components.apiserver_argv(apiserver_bin, etcd_url=etcd_url, port=api_port, pki=p, verbosity=self.verbosity),
+            components.apiserver_argv(
+                apiserver_bin,
+                etcd_url=etcd_url,
+                port=api_port,
+                pki=p,
+                verbosity=self.verbosity,
+                kubelet_client=self.real_node,
+            ),
             lambda: http_get(f"{server}/readyz", context=ctx) == (200, "ok"),
             timeout,
         )
@@ -278,11 +311,12 @@ class DevCluster:
         write_pids(self._pids_file, {n: pid_record(p) for n, p in self._procs.items()})
 
     def down(self, term_timeout: float = 15.0) -> None:
-        """Stop every component (SIGTERM, SIGKILL after ``term_timeout``); no process is left."""
+        """Stop every component (SIGTERM, SIGKILL after ``term_timeout``); no process is left.
+        The real node goes first, with everything it made (:func:`.node.lifecycle.down`)."""
+        errors = [f"real node: {p}" for p in node_mod.down(self.state_dir)]
         records = read_pids(self._pids_file)
         for name, proc in self._procs.items():
             records.setdefault(name, pid_record(proc))
-        errors = []
         for name in _STOP_ORDER:
             rec = records.get(name)
             if not rec:
@@ -308,6 +342,10 @@ class DevCluster:
         recs = read_pids(self._pids_file)
         if set(recs) != set(self.components) or not all(is_running(r) for r in recs.values()):
             return False
+        if self.real_node:
+            procs = node_mod.status(self.state_dir).get("processes", {})
+            if not procs or not all(p["running"] for p in procs.values()):
+                return False
         try:
             return http_get(f"{self.server}/readyz", context=self._admin_ssl_context()) == (200, "ok")
         except (OSError, DevClusterError):
@@ -329,6 +367,7 @@ class DevCluster:
             "kubeconfig": str(self.kubeconfig),
             "components": comps,
             "ready": ready,
+            "real_node": node_mod.status(self.state_dir) or None,
         }
 
     def __enter__(self) -> DevCluster:

@@ -50,8 +50,19 @@ def etcd_argv(etcd: Path, data_dir: Path, client_url: str, peer_url: str, *, ena
     ]
 
 
-def apiserver_argv(apiserver: Path, *, etcd_url: str, port: int, pki: Path, verbosity: int) -> list:
+def apiserver_argv(
+    apiserver: Path, *, etcd_url: str, port: int, pki: Path, verbosity: int, kubelet_client: bool = False
+) -> list:
+    """``kubelet_client``: the API server calls kubelets (``kubectl logs``/``exec`` on the real node)
+    with its own client certificate and checks theirs against the cluster CA, at their InternalIP
+    (the real node's bridge address): the kubelet then needs no anonymous access."""
     p = pki
+    kubelet = [
+        f"--kubelet-client-certificate={p / 'apiserver-kubelet-client.crt'}",
+        f"--kubelet-client-key={p / 'apiserver-kubelet-client.key'}",
+        f"--kubelet-certificate-authority={p / 'ca.crt'}",
+        "--kubelet-preferred-address-types=InternalIP",
+    ]
     return [
         apiserver,
         f"--etcd-servers={etcd_url}",
@@ -83,6 +94,7 @@ def apiserver_argv(apiserver: Path, *, etcd_url: str, port: int, pki: Path, verb
         "--disable-admission-plugins=TaintNodesByCondition",
         "--allow-privileged=true",
         "--profiling=false",
+        *(kubelet if kubelet_client else []),
         f"--v={verbosity}",
     ]
 

@@ -1,1 +1,16 @@
-"""A real node beside the kwok fleet: kubelet + containerd + runc + a CNI bridge + CoreDNS."""
+"""A real node beside the kwok fleet: kubelet + containerd + runc + a CNI bridge + CoreDNS on this
+machine, so real pods run (``python -m llmtrain_devcluster up --chain --real-node``).
+
+One module per part: :mod:`.slots` (what keeps two nodes on one machine apart), :mod:`.cgroups`,
+:mod:`.network` (bridge and CNI), :mod:`.containerd` and :mod:`.kubelet` (their configuration),
+:mod:`.coredns`, :mod:`.images` (importing OCI archives), :mod:`.oci_archive` (writing them) and
+:mod:`.lifecycle` (start, the teardown order, status).
+
+Other code puts an image on the node with :func:`import_image` (skipped when the node already
+holds that manifest).
+"""
+
+from .images import import_image
+from .lifecycle import NODE_NAME, down, start, status
+
+__all__ = ["NODE_NAME", "down", "import_image", "start", "status"]
