@@ -54,6 +54,7 @@ NODE_NAME = "real-node"
 _STOP_ORDER = ("coredns", "kubelet")  # then the cgroup tree, containerd, shims, and "slot" last
 _HIDDEN = ("/var/lib", "/var/log", "/run")  # bound over inside the node's mount namespace
 _CONTENT = "io.containerd.content.v1.content"
+_SOCKET_MAX = 104  # containerd's limit for a unix socket path
 
 _NS_SH = """set -e
 mount --bind "$1" /var/lib
@@ -183,7 +184,9 @@ def _start(
     ctd = containerd.ContainerdPaths(
         root=sdir / "containerd-root",
         state=d / "containerd" / "state",
-        socket=d / "containerd" / "containerd.sock",
+        # In the slot's directory: a unix socket's path must stay under 104 bytes, a state
+        # directory's need not (pytest's are longer); the slot is ours alone.
+        socket=sdir / "run" / "containerd.sock",
         runc_root=d / "containerd" / "runc",
         opt=d / "containerd" / "opt",
         cni_conf_dir=d / "cni" / "net.d",
@@ -191,6 +194,13 @@ def _start(
         runc=tools["runc"],
     )
     _prepare_root(ctd.root)
+    if len(str(ctd.socket)) + len(".ttrpc") > _SOCKET_MAX:
+        raise DevClusterError(
+            f"{ctd.socket}: too long for a unix socket ({_SOCKET_MAX} bytes at most); use a shorter LLMTRAIN_CACHE"
+        )
+    ctd.socket.parent.mkdir(parents=True, exist_ok=True)
+    for stale in (ctd.socket, Path(str(ctd.socket) + ".ttrpc")):
+        stale.unlink(missing_ok=True)
     (sdir / "last-socket").write_text(str(ctd.socket))
     info.update(
         socket=str(ctd.socket), bridge=slot.bridge, ip=slot.ip, cgroup_root=slot.cgroup_root, subnet=slot.subnet
@@ -221,7 +231,9 @@ def _start(
 
     kpaths = kubelet.KubeletPaths(
         dir=d / "kubelet",
-        root=d / "kubelet" / "root",
+        # Its default, inside the node's mount namespace (so in the state directory's ns/var-lib):
+        # its pod-resources socket's path stays short whatever the state directory's length.
+        root=Path("/var/lib/kubelet"),
         pod_logs=d / "kubelet" / "pod-logs",
         volume_plugins=d / "kubelet" / "volume-plugins",
         client_ca=cluster.pki_dir / "ca.crt",
@@ -339,6 +351,9 @@ def down(state_dir: Path | str, *, term_timeout: float = 10.0) -> list[str]:
         except DevClusterError as e:
             problems.append(f"containerd: {e}")
     _kill_shims(sock)
+    if sock:  # containerd leaves its ttrpc socket file behind
+        for f in (Path(sock), Path(sock + ".ttrpc")):
+            f.unlink(missing_ok=True)
     if root:
         problems += [f"cgroup {c} not removed" for c in cgroups.remove(root)]
     if info.get("bridge"):
