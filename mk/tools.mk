@@ -8,9 +8,10 @@ DEV_CLUSTER_MODE ?= chain
 
 .PHONY: tools kueue peer-tools dev-cluster dev-cluster-down dev-cluster-status
 
-## tools: build/install the pinned kube-apiserver, controller-manager, scheduler, kubectl, kwok,
-## training-operator, jobset-controller, kueue (one Go module, tools/k8s), etcd, helm, promtool
-## (bootstraps the pinned Go when go is missing or old)
+## tools: build/install the pinned kube-apiserver, controller-manager, scheduler, kubectl, kubelet,
+## kwok, training-operator, jobset-controller, kueue (one Go module, tools/k8s), CoreDNS (tools/coredns),
+## etcd, helm, promtool, and the real node's runtime (Debian's containerd, runc, CNI plugins) and
+## images (bootstraps the pinned Go when go is missing or old)
 tools:
 	bash scripts/install-tools.sh
 
@@ -24,7 +25,8 @@ peer-tools:
 	bash scripts/install-peer-tools.sh
 
 ## dev-cluster: start a local cluster in $(DEV_CLUSTER_STATE): etcd + apiserver + controller-manager,
-## and with DEV_CLUSTER_MODE=chain (default) kube-scheduler, kwok GPU nodes, training-operator and JobSet
+## and with DEV_CLUSTER_MODE=chain (default) kube-scheduler, kwok GPU nodes, training-operator and JobSet;
+## DEV_CLUSTER_FLAGS=--real-node adds a real kubelet node (containerd, CNI bridge, CoreDNS; root)
 dev-cluster: tools $(VENV)/.installed
 	$(PY) -m llmtrain_devcluster up --state-dir $(DEV_CLUSTER_STATE) \
 		$(if $(filter chain,$(DEV_CLUSTER_MODE)),--chain,) $(DEV_CLUSTER_FLAGS)

@@ -3,8 +3,9 @@ version 2).
 
 Everything it writes is the node's own: ``root`` (images, snapshots, metadata) in the slot's
 persistent directory, so an image imported once survives dev-cluster restarts as a real node's
-``/var/lib/containerd`` survives reboots; ``state``, the sockets, the runc root, the netns bind
-mounts (``netns_mounts_under_state_dir``) and the CNI config in the cluster's state directory.
+``/var/lib/containerd`` survives reboots, and its sockets beside it (a unix socket's path must stay
+under 104 bytes; the slot is this node's alone); ``state``, the runc root, the netns bind mounts
+(``netns_mounts_under_state_dir``) and the CNI config in the cluster's state directory.
 What it still hard-codes (``/run/containerd/s`` for shim sockets, libcni's ``/var/lib/cni``) lands
 in the state directory too, through the private mount namespace (:mod:`.lifecycle`).
 

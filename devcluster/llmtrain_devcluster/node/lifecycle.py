@@ -15,9 +15,11 @@ records removed through containerd (so the kept containerd root starts clean nex
 containerd, the shims whose argv names our socket (a shim outlives containerd by design), wait for
 the cgroups to empty and remove them deepest first, delete the bridge, and last release the slot.
 
-What lives where: ``<state_dir>/node/`` (everything per run; ``node.json`` records it) and
-``$LLMTRAIN_CACHE/node/slot-<n>/containerd-root`` (images and snapshots, kept across runs; wiped
-but for its content store when the previous run did not end in a clean ``down``).
+What lives where: ``<state_dir>/node/`` (everything per run; ``node.json`` records it; the
+kubelet's root is its default ``/var/lib/kubelet``, i.e. ``<state_dir>/node/ns/var-lib/kubelet``)
+and ``$LLMTRAIN_CACHE/node/slot-<n>/`` (``containerd-root``: images and snapshots, kept across runs,
+wiped but for its content store when the previous run did not end in a clean ``down``;
+``run/containerd.sock``).
 """
 
 from __future__ import annotations
