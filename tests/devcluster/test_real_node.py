@@ -114,6 +114,7 @@ def kubectl_exec(cluster, ns: str, name: str, command: str) -> subprocess.Comple
     return cluster.kubectl("exec", "-n", ns, name, "--", "sh", "-c", command, check=False)
 
 
+@pytest.mark.slow(seconds=13)  # the module's chain cluster and node start in its setup
 def test_node_is_ready_labelled_tainted_and_runs_the_pinned_kubelet_on_containerd(core):
     node = core.read_node(NODE_NAME)
     assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
@@ -222,6 +223,7 @@ def _without_comments(iptables: str) -> str:
     return "\n".join(line for line in iptables.splitlines() if not line.startswith("#"))
 
 
+@pytest.mark.slow(seconds=15)  # a second chain cluster with its node, up and down
 def test_a_second_cluster_gets_its_own_node_and_its_down_leaves_nothing(
     real_cluster, core, ns, web_and_client, tmp_path
 ):
