@@ -189,9 +189,18 @@ store_mounts() {
 
 # --- pruning: the last $KEEP keys' images and archives stay ------------------------------------------
 prune() {
-    local j old=() k
-    mapfile -t old < <(ls -1t "$OUT"/*.json 2>/dev/null | grep -v '/current\.json$' | tail -n +$((KEEP + 1)))
-    for j in "${old[@]}"; do
+    local files=() entries=() e j k n=0
+    shopt -s nullglob
+    files=("$OUT"/*.json)
+    shopt -u nullglob
+    ((${#files[@]})) || return 0
+    # newest first (a build touches its manifest, a no-op too)
+    mapfile -t entries < <(stat -c '%.9Y %n' "${files[@]}" | sort -rg)
+    for e in "${entries[@]}"; do
+        j="${e#* }"
+        [[ "$j" != "$OUT/current.json" ]] || continue
+        n=$((n + 1))
+        ((n > KEEP)) || continue
         k="$(basename "$j" .json)"
         log "prune $REPO:$k"
         bah rmi "$REPO:$k" >/dev/null 2>&1 || true
