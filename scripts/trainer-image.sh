@@ -15,12 +15,19 @@
 # Builder: buildah as root (Debian 12's 1.28.2 or newer), `bud --format docker` (OCI format drops
 # SHELL and with it pipefail), `--network host` (the default network leaves netavark's iptables
 # chains behind), `--pull=never`, `--layers`. The host's CA bundle is the build secret `build-ca`
-# (pip behind a TLS-intercepting proxy); it is never written into the image.
+# (pip behind a TLS-intercepting proxy): $LLMTRAIN_BUILD_CA, else $PIP_CERT, $SSL_CERT_FILE or
+# /etc/ssl/certs/ca-certificates.crt; it is never written into the image and is not part of the key.
 #
 # Cache, all under $LLMTRAIN_CACHE (default ~/.cache/llmtrain), one build at a time (flock):
 #   buildah/storage                   buildah's image store (overlay driver; ~12 GB for one lock)
 #   trainer-image/<key16>.tar         the image as an OCI archive (~3.3 GB; the last 2 keys kept)
-#   trainer-image/<key16>.json        its manifest file: {"ref", "key", "archive", "manifest_digest", ...}
+#   trainer-image/<key16>.json        its manifest file (schema 1): "ref" (llmtrain.local/trainer:<key16>,
+#                                     also the archive's org.opencontainers.image.ref.name), "key",
+#                                     "archive" (file name beside it), "archive_path", "archive_bytes",
+#                                     "manifest_digest" (the archive's OCI manifest: what containerd
+#                                     lists after `ctr -n k8s.io images import`), "image_id",
+#                                     "base_ref", "build_args", "git_commit", "git_dirty", "built_at",
+#                                     "timings_s" {"base", "build", "export"} (0: not done this run)
 #   trainer-image/current.json        -> the newest one
 # The key is the sha256 over every input: the Dockerfile, .dockerignore and the git-tracked files of
 # the build context (.dockerignore's allow-list; untracked files are not built, and not keyed), the
