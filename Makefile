@@ -33,8 +33,9 @@ include $(sort $(wildcard mk/*.mk))
 # The peer suite (Kubeflow Trainer v2 for bench/operator_scale.py --peer) has its own build and command.
 # PYTHONDONTWRITEBYTECODE emptied: with it set (some shells and CI images do), every pytest worker
 # re-rewrote every test module's asserts and every operator, trainer and CLI process compiled the
-# project's modules again (__pycache__ is git-ignored).
-test: venv tools kueue
+# project's modules again (__pycache__ is git-ignored). trainer-image: tests/test_demo.py runs real
+# pods of it.
+test: venv tools kueue trainer-image
 	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -m "not peer" -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 test-peer: venv tools peer-tools
@@ -47,16 +48,20 @@ test-fast: venv
 
 # The demo leaves the dev cluster running for exploration; `make dev-cluster-down` stops it.
 # The demo's chain cluster runs Kueue: two p5 jobs share one queue with quota for one, one job on
-# each backend (the chart enables both).
-demo: DEV_CLUSTER_FLAGS += --kueue
+# each backend (the chart enables both); and a real node, where the CPU jobs run as pods of the
+# trainer image (make trainer-image, built by make setup beside the tools).
+demo: DEV_CLUSTER_FLAGS += --kueue --real-node
 demo: CHART_VALUES += --set 'backends.enabled={pytorchjob,jobset}'
+demo: SETUP_IMAGE = trainer-image
 demo: setup dev-cluster chart-install chart-operator-kubeconfig
 	$(PY) scripts/demo.py
 
-# The Python layer (mostly downloads) and the Go tools (CPU) at the same time, lines kept whole.
+# The Python layer (mostly downloads) and the Go tools (CPU) at the same time, lines kept whole;
+# for the demo the trainer image's build too (SETUP_IMAGE).
 .PHONY: setup
+SETUP_IMAGE ?=
 setup:
-	@$(MAKE) --no-print-directory -j2 -Oline venv tools
+	@$(MAKE) --no-print-directory -j3 -Oline venv tools $(SETUP_IMAGE)
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -1,5 +1,6 @@
-# The trainer image built on this machine (issue 42: real pods on a local node; included by the top
-# Makefile). Not part of make test: a cold build takes ~8 min and ~16 GB of disk (scripts/trainer-image.sh).
+# The trainer image built on this machine, for the dev cluster's real node (included by the top
+# Makefile). make demo and make test build it (their CPU jobs run as pods of it): a cold build takes
+# ~10 min and ~16 GB of disk, then it is cached by the hash of its inputs (scripts/trainer-image.sh).
 .PHONY: trainer-image trainer-image-clean
 
 ## trainer-image: build the Dockerfile's trainer target with buildah (root) on a local Ubuntu 24.04 base,

@@ -1,23 +1,22 @@
 """The local demo: the whole llmtrain path on one machine, no GPU, no cloud.
 
-Run by `make demo` after the dev cluster is up and the chart is installed (see the Makefile).
+Run by `make demo` after the dev cluster is up (chain mode with a real node) and the chart is
+installed (see the Makefile).
 1. the operator runs as a local process with the Helm release's ServiceAccount token (the chart's
-   RBAC, nothing more);
-2. examples/tiny-cpu.yaml is applied; the rendered PyTorchJob and the job's status are shown;
-3. on the default dev cluster (chain mode: kube-scheduler, kwok nodes shaped from the instance
-   catalog, the real Kubeflow training-operator and JobSet controller), examples/llama2-7b-p5.yaml
-   is applied too: its pods are scheduled onto the simulated p5.48xlarge nodes and Running; under
-   Kueue two such jobs share a queue with quota for one, the first on the PyTorchJob backend and
-   the second on the JobSet backend, and each runs to Succeeded;
-4. the CPU job's pod runs on a simulated CPU node, but its trainer runs here: the demo points the
-   pod at 127.0.0.1 and, when training ends, reports the container's exit as a kubelet would; the
-   training-operator and the operator do the rest. The training itself is real: `llmtrain local`
-   trains the same job with 2 CPU workers, and the operator scrapes that trainer's metrics into
-   the job's status, as it scrapes rank 0 in a real cluster; the container's exit carries the
-   trainer's final summary as its termination message, which the operator writes into the status
-   that marks the job Succeeded.
-   (With DEV_CLUSTER_MODE=light there is no training-operator: the demo writes the PyTorchJob's
-   conditions itself.)
+   RBAC, nothing more), beside a rendezvous etcd with the chart's security (HTTPS, client
+   certificates of the rendezvous CA, the operator holding the CA) on the real node's bridge;
+2. the simulated GPU fleet (kube-scheduler, kwok nodes shaped from the instance catalog, the real
+   Kubeflow training-operator and JobSet controller): examples/llama2-7b-p5.yaml's pods are
+   scheduled onto simulated p5.48xlarge nodes; under Kueue two such jobs share a queue with quota
+   for one, the first on the PyTorchJob backend and the second on the JobSet backend, and each
+   runs to Succeeded;
+3. the real node (kubelet, containerd, runc, a CNI bridge, CoreDNS): examples/tiny-cpu.yaml as two
+   real pods of the trainer image built from the Dockerfile (make trainer-image), one rank each, in
+   a namespace that enforces Pod Security "restricted": once on the PyTorchJob backend with etcd
+   rendezvous over mTLS (the Secret the operator writes, mounted as the rendered pod says), once on
+   the JobSet backend with c10d through the JobSet's headless Service. The operator scrapes rank
+   0's metrics on its pod IP; the kubelet writes the trainer's final summary as the container's
+   termination message, which the operator puts into the status that marks the job Succeeded.
 """
 
 from __future__ import annotations
@@ -27,23 +26,40 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
 import yaml
 
+from llmtrain import rendezvous_auth as ra
 from llmtrain_devcluster import DevCluster
 from llmtrain_devcluster.chain import COMPLETE_POD_LABEL
-from llmtrain_devcluster.process import free_port, log_tail, wait_until
-from llmtrain_devcluster.standins import exited, pytorchjob_conditions, running_at, worker0_pod
+from llmtrain_devcluster.etcd import start_secured_etcd
+from llmtrain_devcluster.node import NODE_NAME, import_image
+from llmtrain_devcluster.node.lifecycle import read_info
+from llmtrain_devcluster.process import free_port, log_tail, stop_process, wait_until
+from llmtrain_devcluster.standins import exited
+from llmtrain_devcluster.tools import find_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / os.environ.get("DEV_CLUSTER_STATE", ".dev-cluster")
+CACHE = Path(os.environ.get("LLMTRAIN_CACHE") or Path.home() / ".cache" / "llmtrain")
+IMAGE_MANIFEST = CACHE / "trainer-image" / "current.json"  # written by scripts/trainer-image.sh
 JOB_FILE = ROOT / "examples" / "tiny-cpu.yaml"
 P5_JOB_FILE = ROOT / "examples" / "llama2-7b-p5.yaml"
 NAMESPACE = "demo"
 CHART_NAMESPACE = os.environ.get("CHART_NAMESPACE", "llmtrain-system")
 P5_NAMESPACE = "demo-p5"
+CHART_RELEASE = os.environ.get("CHART_RELEASE", "llmtrain")
+CA_SECRET = "llmtrain-rendezvous-ca"
+# etcd's usual client port, on the bridge address of this cluster's real node alone (each dev
+# cluster's node has its own /24), so two clusters' etcds never meet
+ETCD_PORT = 2379
+# the real node's labels and taint (llmtrain_devcluster.node): only pods that ask for it land there
+REAL_NODE_SELECTOR = {"llmtrain.dev/node-kind": "real"}
+LOG_LINE = 160
+REAL_NODE_TOLERATION = {"key": "llmtrain.dev/real-node", "operator": "Exists", "effect": "NoSchedule"}
 
 
 def say(text: str) -> None:
@@ -57,17 +73,17 @@ def wait_for(fn, timeout: float, what: str):
 def main() -> int:
     cluster = DevCluster(STATE)
     if not cluster.is_running():
-        raise SystemExit("demo: the dev cluster is not running (make dev-cluster)")
+        raise SystemExit("demo: the dev cluster is not running (make dev-cluster DEV_CLUSTER_FLAGS=--real-node)")
+    if not (cluster.chain and cluster.real_node):
+        raise SystemExit(
+            "demo: the demo's CPU jobs run as real pods: it needs the chain dev cluster with its real node "
+            "(make dev-cluster-down, then make demo; or make dev-cluster DEV_CLUSTER_FLAGS=--real-node)"
+        )
     kubectl = cluster.kubectl
-    job = yaml.safe_load(JOB_FILE.read_text())
-    name = job["metadata"]["name"]
-    ptj = f"{name}-a1"
-
-    chain = cluster.chain
-    kubectl("create", "namespace", NAMESPACE, check=False)
-
+    image = trainer_image(cluster)
+    etcd, etcd_endpoint, ca_dir = rendezvous_etcd(cluster)
     say("operator: running with the Helm release's ServiceAccount token")
-    trainer_port, liveness, metrics = free_port(), free_port(), free_port()
+    liveness, metrics = free_port(), free_port()
     log_path = STATE / "operator.log"
     env = {**os.environ, "KUBECONFIG": str(STATE / "operator.kubeconfig")}
     operator = subprocess.Popen(
@@ -81,8 +97,12 @@ def main() -> int:
             str(liveness),
             "--metrics-port",
             str(metrics),
-            "--trainer-metrics-port",
-            str(trainer_port),
+            # what the release's Deployment gets from defaultEtcdEndpoint and rendezvousCASecret;
+            # rank 0's metrics on its pod IP, at the rendered port: the operator's defaults
+            "--default-etcd-endpoint",
+            etcd_endpoint,
+            "--rendezvous-ca-dir",
+            str(ca_dir),
             "--progress-interval",
             "1",
             # both backends, as the chart's values for the demo enable them (Makefile: demo)
@@ -107,141 +127,225 @@ def main() -> int:
 
         wait_for(healthy, 60, "the operator")
         print(f"operator healthy; log: {log_path}")
-        # A previous run's job carries the operator's finalizer: delete it while the operator runs.
-        kubectl("delete", "llmtj", name, "-n", NAMESPACE, "--ignore-not-found", "--wait=true")
+        # The operator runs here as a local process; the release's own Deployment would only be a
+        # pretend replica on a simulated node.
         kubectl(
-            "delete", "pods", "-l", f"llmtrain.dev/job={name}", "-n", NAMESPACE, "--ignore-not-found", "--wait=true"
+            "scale",
+            "deployment",
+            "-n",
+            CHART_NAMESPACE,
+            "-l",
+            "app.kubernetes.io/name=llmtrain-operator",
+            "--replicas=0",
         )
-        shutil.rmtree(job["spec"]["checkpoint"]["uri"].removeprefix("file://"), ignore_errors=True)
-        if chain:
-            # The operator runs here as a local process; the release's own Deployment would only
-            # be a pretend replica on a simulated node (and take the CPU node the job needs).
-            kubectl(
-                "scale",
-                "deployment",
-                "-n",
-                CHART_NAMESPACE,
-                "-l",
-                "app.kubernetes.io/name=llmtrain-operator",
-                "--replicas=0",
-            )
-            if cluster.kueue:
-                p5_queue_under_kueue(cluster)
-            else:
-                p5_on_simulated_nodes(cluster)
-            # The CPU job's pod needs a node without GPU taints: one simulated "cpu" node.
-            if not kubectl("get", "nodes", "-l", "node.kubernetes.io/instance-type=cpu", "-o", "name").stdout.strip():
-                cluster.add_nodes({"cpu": 1})
-
-        say(f"kubectl apply -f {JOB_FILE.relative_to(ROOT)}")
-        print(kubectl("apply", "-n", NAMESPACE, "-f", str(JOB_FILE)).stdout.strip())
-        wait_for(
-            lambda: kubectl("get", "pytorchjob", ptj, "-n", NAMESPACE, check=False).returncode == 0,
-            60,
-            f"PyTorchJob {ptj}",
-        )
-        say(f"the PyTorchJob the operator created (kubectl get pytorchjob {ptj} -o yaml, spec only)")
-        obj = yaml.safe_load(kubectl("get", "pytorchjob", ptj, "-n", NAMESPACE, "-o", "yaml").stdout)
-        container = obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
-        container["env"] = [e for e in container["env"] if e["name"] != "LLMTRAIN_SPEC"] + [
-            {"name": "LLMTRAIN_SPEC", "value": "<the job's spec as JSON>"}
-        ]
-        print(yaml.safe_dump({"spec": obj["spec"]}, sort_keys=False))
-        # On the chain its pod may already run by now: Running is as good as Pending here.
-        wait_for(
-            lambda: any(
-                p in kubectl("get", "llmtj", name, "-n", NAMESPACE).stdout
-                for p in ("Pending", "Running")
-                if chain or p == "Pending"
-            ),
-            30,
-            "Pending",
-        )
-        print(kubectl("get", "llmtj", "-n", NAMESPACE).stdout)
-
-        pod = f"{ptj}-worker-0"
-        if chain:
-            say(
-                f"the training-operator made {pod}; the scheduler put it on a simulated CPU node; "
-                "its trainer runs on this host, so the pod is pointed at 127.0.0.1"
-            )
-            wait_for(
-                lambda: (
-                    kubectl("get", "pod", pod, "-n", NAMESPACE, "-o", "jsonpath={.status.phase}", check=False).stdout
-                    == "Running"
-                ),
-                120,
-                f"{pod} Running",
-            )
-            patch_status(kubectl, NAMESPACE, running_at("127.0.0.1"), "pod", pod)
-            print(kubectl("get", "pod", pod, "-n", NAMESPACE, "-o", "wide").stdout)
+        if cluster.kueue:
+            p5_queue_under_kueue(cluster)
         else:
-            say(
-                "no kubelet here: marking the PyTorchJob Running and worker 0 at 127.0.0.1 (the "
-                "training-operator's and kubelet's part)"
-            )
-            kubectl(
-                "create",
-                "-n",
-                NAMESPACE,
-                "-f",
-                "-",
-                input=yaml.safe_dump(worker0_pod(name, 1, container["image"], owner=obj)),
-            )
-            patch_status(kubectl, NAMESPACE, running_at("127.0.0.1"), "pod", pod)
-            set_condition(kubectl, ptj, "Running")
-        wait_for(lambda: "Running" in kubectl("get", "llmtj", name, "-n", NAMESPACE).stdout, 30, "Running")
-
-        say(f"llmtrain local {JOB_FILE.relative_to(ROOT)}: real training, 2 CPU workers (gloo)")
-        train = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "llmtrain.cli",
-                "local",
-                str(JOB_FILE),
-                "--metrics-port",
-                str(trainer_port),
-                "--workdir",
-                str(STATE / "demo-run"),
-            ]
-        )
-        if train.returncode != 0:
-            raise SystemExit(f"demo: llmtrain local failed ({train.returncode})")
-        say("kubectl get llmtj (progress as last scraped by the operator from the trainer's /metrics)")
-        print(kubectl("get", "llmtj", "-n", NAMESPACE).stdout)
-
-        # The kubelet's report of the container's exit, with the termination message the trainer
-        # left on its clean exit (its final summary: llmtrain local writes it where a pod's launcher
-        # would); the training-operator does the rest.
-        final = STATE / "demo-run" / "final-summary"
-        patch_status(kubectl, NAMESPACE, exited(0, final.read_text() if final.exists() else ""), "pod", pod)
-        if not chain:
-            set_condition(kubectl, ptj, "Succeeded")
-        wait_for(lambda: "Succeeded" in kubectl("get", "llmtj", name, "-n", NAMESPACE).stdout, 30, "Succeeded")
-        say("final status: the trainer's final step, loss, tokens/s and MFU (its pod's termination message), no ETA")
-        print(kubectl("get", "llmtj", "-n", NAMESPACE).stdout)
-        uid = kubectl("get", "llmtj", name, "-n", NAMESPACE, "-o", "jsonpath={.metadata.uid}").stdout
-        print(
-            kubectl(
-                "get",
-                "events",
-                "-n",
-                NAMESPACE,
-                "--field-selector",
-                f"involvedObject.uid={uid}",
-                "--sort-by=.lastTimestamp",
-            ).stdout
-        )
+            p5_on_simulated_nodes(cluster)
+        cpu_jobs_on_the_real_node(cluster, image)
     finally:
         operator.terminate()
         try:
             operator.wait(15)
         except subprocess.TimeoutExpired:
             operator.kill()
+        stop_process(etcd)
     say("done")
-    print(f"The dev cluster is still up: export KUBECONFIG={STATE / 'kubeconfig'}\nStop it with: make dev-cluster-down")
+    print(
+        f"The dev cluster is still up: export KUBECONFIG={STATE / 'kubeconfig'}\n"
+        "Its real node keeps the trainer pods' logs: kubectl logs -n demo -l llmtrain.dev/job=tiny-cpu\n"
+        "Stop it with: make dev-cluster-down"
+    )
     return 0
+
+
+def rendezvous_etcd(cluster: DevCluster) -> tuple[subprocess.Popen, str, Path]:
+    """An etcd of the platform's own on the real node's bridge, secured as the chart's bundled one
+    is (HTTPS, client certificates of the rendezvous CA required), and the release upgraded to use
+    it (defaultEtcdEndpoint, rendezvousCASecret): the operator holds the CA and gives each
+    namespace its own identity, delivered per attempt as a Secret that the pods mount. A new CA
+    and an empty etcd on every run. Returns (process, endpoint, CA directory)."""
+    node_ip = read_info(STATE)["ip"]
+    endpoint = f"{node_ip}:{ETCD_PORT}"
+    etcd_dir = STATE / "rendezvous-etcd"
+    shutil.rmtree(etcd_dir, ignore_errors=True)
+    ca_dir = etcd_dir / "ca"
+    ca_dir.mkdir(parents=True)
+    ca = ra.CertificateAuthority.generate()
+    (ca_dir / ra.CA_KEY).write_bytes(ca.cert_pem)
+    (ca_dir / "ca.key").write_bytes(ca.key_pem())
+    say(f"rendezvous etcd at {endpoint} (the real node's bridge): HTTPS, client certificates of a new rendezvous CA")
+    secret = cluster.kubectl(
+        "create",
+        "secret",
+        "generic",
+        CA_SECRET,
+        "-n",
+        CHART_NAMESPACE,
+        f"--from-file={ca_dir}",
+        "--dry-run=client",
+        "-o",
+        "yaml",
+    ).stdout
+    print(cluster.kubectl("apply", "-f", "-", input=secret).stdout.strip())
+    cmd = [
+        "upgrade",
+        CHART_RELEASE,
+        str(ROOT / "charts" / "llmtrain-operator"),
+        "-n",
+        CHART_NAMESPACE,
+        "--reuse-values",
+    ]
+    cmd += ["--set", f"defaultEtcdEndpoint={endpoint}", "--set", f"rendezvousCASecret={CA_SECRET}"]
+    print(f"helm upgrade {CHART_RELEASE} ... --reuse-values {' '.join(cmd[-4:])}")
+    cluster.helm(*cmd)
+    server = ca.issue("etcd-server", server_names=(node_ip,)).write(etcd_dir / "server")
+    proc, _ = start_secured_etcd(
+        etcd_dir / "data",
+        host=node_ip,
+        client_port=ETCD_PORT,
+        cert=server / ra.CERT_KEY,
+        key=server / ra.KEY_KEY,
+        ca=server / ra.CA_KEY,
+        log_path=etcd_dir / "etcd.log",
+    )
+    print(f"etcd serving https://{endpoint}; log: {etcd_dir / 'etcd.log'}")
+    return proc, endpoint, ca_dir
+
+
+def trainer_image(cluster: DevCluster) -> str:
+    """The image make trainer-image built from the Dockerfile, imported into the real node's
+    containerd (no registry: a no-op when the node already holds it); its reference."""
+    try:
+        manifest = json.loads(IMAGE_MANIFEST.read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"demo: no trainer image ({IMAGE_MANIFEST}: {e}); build it with: make trainer-image") from e
+    say(f"the trainer image built from the Dockerfile ({manifest['ref']}) on the real node")
+    t0 = time.monotonic()
+    imported = import_image(cluster, manifest["archive_path"])
+    how = f"imported in {time.monotonic() - t0:.0f} s" if imported else "already there"
+    print(
+        f"{manifest['ref']} ({manifest['archive_bytes'] / 2**30:.1f} GiB, {manifest['manifest_digest'][:19]}…): {how}"
+    )
+    return manifest["ref"]
+
+
+def cpu_jobs_on_the_real_node(cluster: DevCluster, image: str) -> None:
+    """examples/tiny-cpu.yaml twice, as two real pods each: PyTorchJob + etcd rendezvous (mTLS),
+    then JobSet + c10d (its headless Service's DNS name)."""
+    kubectl = cluster.kubectl
+    say("the real node beside the simulated fleet")
+    print(
+        kubectl(
+            "get",
+            "nodes",
+            "-o",
+            "custom-columns=NODE:.metadata.name,TYPE:.metadata.labels.node\\.kubernetes\\.io/instance-type,"
+            "KUBELET:.status.nodeInfo.kubeletVersion,RUNTIME:.status.nodeInfo.containerRuntimeVersion,"
+            "TAINTS:.spec.taints[*].key",
+        ).stdout
+    )
+    kubectl("create", "namespace", NAMESPACE, check=False)
+    say(f'namespace {NAMESPACE}: Pod Security "restricted" enforced (the API server refuses any pod that breaks it)')
+    kubectl("label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted", "--overwrite")
+    print(kubectl("get", "namespace", NAMESPACE, "--show-labels").stdout)
+    base = yaml.safe_load(JOB_FILE.read_text())
+    run_cpu_job(kubectl, base, image, "pytorchjob", {"backend": "etcd"}, base["metadata"]["name"])
+    run_cpu_job(kubectl, base, image, "jobset", {"backend": "c10d"}, base["metadata"]["name"] + "-js")
+
+
+def run_cpu_job(kubectl, base: dict, image: str, backend: str, rendezvous: dict, name: str) -> None:
+    job = {**base, "metadata": {"name": name}}
+    spec = job["spec"] = dict(base["spec"])
+    # two pods of one rank each on the 2-CPU node; the image this machine built, never pulled
+    spec["cluster"] = {
+        **base["spec"]["cluster"],
+        "nodes": 2,
+        "processesPerNode": 1,
+        "backend": backend,
+        "image": image,
+        "imagePullPolicy": "Never",
+        "nodeSelector": REAL_NODE_SELECTOR,
+        "tolerations": [REAL_NODE_TOLERATION],
+    }
+    spec["rendezvous"] = rendezvous
+    # the checkpoints live in the pods (file:// inside the containers), so a rerun starts afresh
+    kubectl("delete", "llmtj", name, "-n", NAMESPACE, "--ignore-not-found", "--wait=true")
+    kubectl("delete", "pods", "-l", f"llmtrain.dev/job={name}", "-n", NAMESPACE, "--ignore-not-found", "--wait=true")
+    rdzv = rendezvous["backend"]
+    say(f"kubectl apply: {JOB_FILE.relative_to(ROOT)} as {name}, on the {backend} backend, {rdzv} rendezvous")
+    print(yaml.safe_dump({"spec": {"cluster": spec["cluster"], "rendezvous": rendezvous}}, sort_keys=False))
+    print(kubectl("apply", "-n", NAMESPACE, "-f", "-", input=yaml.safe_dump(job)).stdout.strip())
+    child = f"{name}-a1"
+    kind = "pytorchjob" if backend == "pytorchjob" else "jobset"
+    wait_for(lambda: kubectl("get", kind, child, "-n", NAMESPACE, check=False).returncode == 0, 60, f"{kind} {child}")
+    obj = yaml.safe_load(kubectl("get", kind, child, "-n", NAMESPACE, "-o", "yaml").stdout)
+    pod_spec = (
+        obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+        if kind == "pytorchjob"
+        else obj["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    )
+    container = pod_spec["containers"][0]
+    say(f"the {kind} the operator created: its trainer container (kubectl get {kind} {child} -o yaml)")
+    shown = {k: container[k] for k in ("image", "imagePullPolicy", "command", "args", "volumeMounts") if k in container}
+    print(yaml.safe_dump({"containers[0]": shown, "securityContext": pod_spec.get("securityContext")}, sort_keys=False))
+
+    selector = f"llmtrain.dev/job={name},llmtrain.dev/attempt=1"
+
+    def pods() -> list[dict]:
+        out = kubectl("get", "pods", "-n", NAMESPACE, "-l", selector, "-o", "json", check=False)
+        return json.loads(out.stdout)["items"] if out.returncode == 0 else []
+
+    def started() -> bool:
+        ps = pods()
+        return len(ps) == 2 and all(p["status"].get("phase") in ("Running", "Succeeded") for p in ps)
+
+    wait_for(started, 180, f"two pods of {name} on {NODE_NAME}")
+    say("its pods: real containers on the real node, with pod IPs on its bridge (kubectl get pods -o wide)")
+    print(kubectl("get", "pods", "-n", NAMESPACE, "-l", selector, "-o", "wide").stdout)
+    rank0 = min(p["metadata"]["name"] for p in pods())
+    say(f"kubectl logs -f {rank0} (rank 0's trainer; lines cut at {LOG_LINE} characters here)")
+    # streams until the container exits: the trainer's own lines, as on a real cluster
+    with subprocess.Popen(
+        [*kubectl_argv(), "logs", "-f", "-n", NAMESPACE, rank0], stdout=subprocess.PIPE, text=True
+    ) as logs:
+        for line in logs.stdout:
+            line = line.rstrip("\n")
+            print(line if len(line) <= LOG_LINE else line[: LOG_LINE - 1] + "…", flush=True)
+    wait_for(lambda: job_phase(kubectl, name) in ("Succeeded", "Failed"), 180, f"{name} finished")
+    say("final status: the trainer's final step, loss, tokens/s and MFU (its pod's termination message), no ETA")
+    print(kubectl("get", "llmtj", name, "-n", NAMESPACE).stdout)
+    # the health condition is the operator's reading of rank 0's /metrics, scraped at its pod IP
+    conditions = json.loads(
+        kubectl("get", "llmtj", name, "-n", NAMESPACE, "-o", "jsonpath={.status.conditions}").stdout or "[]"
+    )
+    health = next((c for c in conditions if c["type"] == "TrainingHealthy"), {})
+    print(
+        f"TrainingHealthy={health.get('status')} ({health.get('reason')}) since {health.get('lastTransitionTime')}: "
+        f"{health.get('message')} (from the operator's scrapes of {rank0}'s /metrics at its pod IP)"
+    )
+    uid = kubectl("get", "llmtj", name, "-n", NAMESPACE, "-o", "jsonpath={.metadata.uid}").stdout
+    print(
+        kubectl(
+            "get",
+            "events",
+            "-n",
+            NAMESPACE,
+            "--field-selector",
+            f"involvedObject.uid={uid}",
+            "--sort-by=.lastTimestamp",
+        ).stdout
+    )
+    if job_phase(kubectl, name) != "Succeeded":
+        raise SystemExit(f"demo: {name} did not succeed; operator log: {STATE / 'operator.log'}")
+
+
+def job_phase(kubectl, name: str) -> str:
+    return kubectl("get", "llmtj", name, "-n", NAMESPACE, "-o", "jsonpath={.status.phase}", check=False).stdout
+
+
+def kubectl_argv() -> list[str]:
+    return [str(find_tool("kubectl")), "--kubeconfig", str(STATE / "kubeconfig")]
 
 
 def p5_on_simulated_nodes(cluster: DevCluster) -> None:
@@ -410,14 +514,6 @@ def patch_status(kubectl, namespace: str, body: dict, *target: str, check: bool 
     kubectl(
         "patch", *target, "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(body), check=check
     )
-
-
-def set_condition(kubectl, ptj: str, ctype: str) -> None:
-    current = json.loads(
-        kubectl("get", "pytorchjob", ptj, "-n", NAMESPACE, "-o", "jsonpath={.status.conditions}").stdout or "[]"
-    )
-    conds = pytorchjob_conditions(current, ctype, ptj)
-    patch_status(kubectl, NAMESPACE, {"status": {"conditions": conds}}, "pytorchjob", ptj)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
 """`make demo`, the README's first command, end to end: its own dev cluster (a separate state dir,
-free ports; chain mode: scheduler, kwok nodes, training-operator, JobSet), the chart, the operator
-with the release's RBAC, two p5 jobs in one Kueue queue with quota for one, one per backend (Running
-and Queued, then the second Running once the first finished, and both Succeeded), a real CPU
-training run whose
-progress reaches the job's status, and whose end (the trainer's final summary) is what the job
-shows once Succeeded. Torn down afterwards."""
+free ports; chain mode: scheduler, kwok nodes, training-operator, JobSet, and a real node), the
+chart, the operator with the release's RBAC, two p5 jobs in one Kueue queue with quota for one, one
+per backend (Running and Queued, then the second Running once the first finished, and both
+Succeeded), and the CPU job as two real pods of the trainer image on each backend (etcd rendezvous
+over mTLS, then c10d through the JobSet's headless Service): their logs, the operator's scrapes of
+rank 0 and, once Succeeded, the status from the termination message the kubelet wrote. Torn down
+afterwards."""
 
+import json
 import re
 import shutil
 import subprocess
@@ -35,7 +37,7 @@ def test_make_demo_runs_the_whole_path(own_clusters):
         )
         out = run.stdout + run.stderr
         assert run.returncode == 0, out[-4000:]
-        assert "rdzvId: demo...tiny-cpu-" in out  # the rendered PyTorchJob was shown
+        assert "--rdzv-id=demo...tiny-cpu-" in out  # the rendered PyTorchJob was shown
         # Kueue, quota for one 2-node p5 job: the first job's two pods were scheduled onto the two
         # simulated p5.48xlarge nodes, Running, while the second waited Queued in Kueue's words...
         p5_rows = [line.split() for line in out.splitlines() if line.startswith("llama2-7b-p5-a1-worker-")][:2]
@@ -54,18 +56,42 @@ def test_make_demo_runs_the_whole_path(own_clusters):
         rows = [r for r in (line.split() for line in out.splitlines()) if r[:1] in (["pytorchjob"], ["jobset"])]
         assert ["pytorchjob", "llama2-7b-p5", "llama2-7b-p5-a1", "Succeeded"] in rows, rows
         assert ["jobset", "llama2-7b-p5-next", "llama2-7b-p5-next-a1", "Succeeded"] in rows, rows
-        final = out.split("final status")[1]
-        row = _columns(final, "tiny-cpu")
-        # Succeeded at the trainer's last step (examples/tiny-cpu.yaml: maxSteps 40), not the last
-        # scrape's; MFU as llmtrain local's summary prints it (a percentage); no ETA left
-        assert row["PHASE"] == "Succeeded" and row["STEP"] == "40", row
-        assert "exit code        0" in out  # llmtrain local's summary
-        mean_mfu = next(line for line in out.splitlines() if line.startswith("MFU (mean)")).split()[-1]
-        assert row["MFU"] == mean_mfu and mean_mfu.endswith("%"), (row, mean_mfu)
-        assert row["GOODPUT"].endswith("%") and row["ETA"] == "", row
+        _assert_cpu_jobs_ran_as_real_pods(out)
     finally:
         down = subprocess.run(
             ["make", "--no-print-directory", "dev-cluster-down", *env_args], capture_output=True, text=True, timeout=120
         )
         assert down.returncode == 0, down.stderr
         shutil.rmtree(STATE, ignore_errors=True)
+
+
+def _assert_cpu_jobs_ran_as_real_pods(out: str) -> None:
+    etcd_part, c10d_part = out.split("examples/tiny-cpu.yaml as tiny-cpu")[1:3]
+    assert "namespace demo: Pod Security" in out and "pod-security.kubernetes.io/enforce=restricted" in out
+    rows = {}
+    for name, part in (("tiny-cpu", etcd_part), ("tiny-cpu-js", c10d_part)):
+        # two pods on the real node, with addresses on its bridge (no pod pointed at 127.0.0.1)
+        pods = [line.split() for line in part.splitlines() if line.startswith(f"{name}-a1-worker-")]
+        assert len(pods) == 2 and all(p[2] == "Running" and p[6] == "real-node" for p in pods), pods
+        assert all(p[5].startswith("10.245.") for p in pods), pods
+        # rank 0's trainer, as kubectl logs shows it: the run to its end
+        end = json.loads(next(line for line in part.splitlines() if line.startswith('{"event":"end"')))
+        assert end["reason"] == "finished" and end["step"] == 40, end
+        final = part.split("final status")[1]
+        row = rows[name] = _columns(final, name)
+        # Succeeded at the trainer's last step, MFU as its end line says: the termination message
+        # the real kubelet read from the container; no ETA left
+        assert row["PHASE"] == "Succeeded" and row["STEP"] == "40", row
+        assert row["MFU"] == f"{end['mfu'] * 100:.2f}%", (row, end)
+        assert row["GOODPUT"].endswith("%") and row["ETA"] == "", row
+        # progress while it ran came from the operator's scrapes of rank 0's pod IP
+        assert "TrainingHealthy=True (StepsCompleting)" in final, final
+    # etcd over HTTPS with the Secret the operator wrote, mounted where the rendered pod says
+    assert "--rdzv-backend=etcd" in etcd_part and "cacert=/etc/llmtrain/rendezvous/ca.crt" in etcd_part
+    assert "mountPath: /etc/llmtrain/rendezvous" in etcd_part
+    assert "Etcd machines: ['https://10.245." in etcd_part and "Rendezvous version 1 is complete" in etcd_part
+    # c10d through the JobSet's headless Service: rank 0's FQDN, resolved by the cluster DNS
+    assert "--rdzv-endpoint=tiny-cpu-js-a1-worker-0-0.tiny-cpu-js-a1:29400" in c10d_part
+    assert "master_addr=tiny-cpu-js-a1-worker-0-0.tiny-cpu-js-a1.demo.svc.cluster.local" in c10d_part
+    # same seed, same data, same world size: the same trajectory on either backend and rendezvous
+    assert rows["tiny-cpu"]["LOSS"] == rows["tiny-cpu-js"]["LOSS"], rows

@@ -4,6 +4,7 @@ told to issue identities, and the admission policies' loader list is the operato
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from chart_helpers import by_kind, one
 
@@ -66,3 +67,49 @@ def test_admission_loader_list_is_the_operators(helm):
 
 def test_admission_policies_can_be_switched_off(helm):
     assert not by_kind(helm.manifests("--set", "admissionPolicies.enabled=false"), "ValidatingAdmissionPolicy")
+
+
+def _secret_rules(docs) -> list[dict]:
+    return [
+        r
+        for role in by_kind(docs, "ClusterRole") + by_kind(docs, "Role")
+        for r in role.get("rules") or []
+        if "secrets" in r.get("resources", [])
+    ]
+
+
+def test_an_etcd_of_ones_own_secured_by_its_ca_secret(helm):
+    """rendezvousCASecret: the operator holds that CA, issues the namespaces' identities (create on
+    secrets, nothing else), and no etcd of the chart's runs."""
+    docs = helm.manifests(
+        "--set", "defaultEtcdEndpoint=10.245.0.1:2379", "--set", "rendezvousCASecret=my-rendezvous-ca"
+    )
+    assert not by_kind(docs, "StatefulSet") and not by_kind(docs, "Secret")
+    dep = one(docs, "Deployment")["spec"]["template"]["spec"]
+    args = dep["containers"][0]["args"]
+    assert "--rendezvous-ca-dir=/etc/llmtrain/rendezvous-ca" in args
+    assert "--default-etcd-endpoint=10.245.0.1:2379" in args
+    [ca] = [v for v in dep["volumes"] if v["name"] == "rendezvous-ca"]
+    assert ca["secret"]["secretName"] == "my-rendezvous-ca"
+    assert {i["key"] for i in ca["secret"]["items"]} == {"ca.crt", "ca.key"}
+    assert [r["verbs"] for r in _secret_rules(docs)] == [["create"]]
+    # without it (and without the bundled etcd's auth) the operator may not touch secrets at all
+    plain = helm.manifests("--set", "defaultEtcdEndpoint=10.245.0.1:2379")
+    assert not _secret_rules(plain)
+    assert not any(a.startswith("--rendezvous-ca-dir") for a in one(plain, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--set", "rendezvousCASecret=ca"], "rendezvousCASecret needs defaultEtcdEndpoint"),
+        (
+            ["--set", "rendezvousCASecret=ca", "--set", "defaultEtcdEndpoint=e:2379", "--set", "etcd.enabled=true"],
+            "rendezvousCASecret is for an etcd of your own",
+        ),
+        (["--set", "rendezvousCASecret=Not_A_Name", "--set", "defaultEtcdEndpoint=e:2379"], "rendezvousCASecret"),
+    ],
+)
+def test_rendezvous_ca_secret_refused_where_it_cannot_work(helm, args, words):
+    r = helm.template(*args, check=False)
+    assert r.returncode != 0 and words in r.stderr, r.stderr

@@ -66,6 +66,12 @@ etcd subchart's Service, else the operator's built-in default.
 
 {{/* Guard rails that JSON schema can't express across fields. */}}
 {{- define "llmtrain-operator.validate" -}}
+{{- if and .Values.rendezvousCASecret .Values.etcd.enabled }}
+{{- fail "rendezvousCASecret is for an etcd of your own (defaultEtcdEndpoint); the bundled etcd (etcd.enabled) keeps its CA in its own Secret: set one or the other" }}
+{{- end }}
+{{- if and .Values.rendezvousCASecret (not .Values.defaultEtcdEndpoint) }}
+{{- fail "rendezvousCASecret needs defaultEtcdEndpoint (host:port of the etcd that trusts that CA)" }}
+{{- end }}
 {{- if and .Values.dashboards.enabled (not .Values.dashboards.label) }}
 {{- fail "dashboards.enabled needs dashboards.label (the label the Grafana sidecar watches, e.g. grafana_dashboard)" }}
 {{- end }}
@@ -81,12 +87,17 @@ etcd subchart's Service, else the operator's built-in default.
 
 {{/* "true" when the bundled etcd requires the operator's per-namespace client certificates. */}}
 {{- define "llmtrain-operator.rendezvousAuth" -}}
-{{- if and .Values.etcd.enabled (dig "auth" "enabled" true .Values.etcd) }}true{{ end }}
+{{- if or .Values.rendezvousCASecret (and .Values.etcd.enabled (dig "auth" "enabled" true .Values.etcd)) }}true{{ end }}
 {{- end }}
 
-{{/* The Secret with the rendezvous CA (the etcd chart's llmtrain-etcd.tlsSecret). */}}
+{{/* The Secret with the rendezvous CA: rendezvousCASecret for an etcd of one's own, else the etcd
+chart's llmtrain-etcd.tlsSecret. */}}
 {{- define "llmtrain-operator.rendezvousCASecret" -}}
+{{- if .Values.rendezvousCASecret }}
+{{- .Values.rendezvousCASecret }}
+{{- else }}
 {{- include "llmtrain-etcd.tlsSecret" (dict "Values" .Values.etcd "Release" .Release "Chart" (dict "Name" "llmtrain-etcd")) }}
+{{- end }}
 {{- end }}
 
 {{/* Name of one of the chart's (cluster-scoped) ValidatingAdmissionPolicies and its binding:
