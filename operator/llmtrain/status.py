@@ -101,6 +101,7 @@ class Reason(str, Enum):
     UNSCHEDULABLE = "Unschedulable"
     IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
     ERR_IMAGE_PULL = "ErrImagePull"
+    ERR_IMAGE_NEVER_PULL = "ErrImageNeverPull"  # imagePullPolicy Never, the image not on the node
     INVALID_IMAGE_NAME = "InvalidImageName"
     CREATE_CONTAINER_CONFIG_ERROR = "CreateContainerConfigError"
     CREATE_CONTAINER_ERROR = "CreateContainerError"

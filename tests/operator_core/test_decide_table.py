@@ -171,6 +171,10 @@ VICTIM = failure(
 )
 STUCK_POD = pod(unschedulable="0/16 nodes are available: 16 Insufficient vpc.amazonaws.com/efa.")
 PULL_POD = pod(waiting=("pytorch", "ImagePullBackOff", 'Back-off pulling image "nope:1"'))
+# what a real kubelet says for imagePullPolicy Never and an image the node does not hold
+NEVER_PULL_POD = pod(
+    waiting=("pytorch", "ErrImageNeverPull", 'Container image "nope:1" is not present with pull policy of Never')
+)
 RESTARTING = {
     "phase": "Restarting",
     "attempt": 2,
@@ -663,6 +667,33 @@ CASES = [
         status={"reason": "ImagePullBackOff"},
         events=[(True, "ImagePullBackOff")],
         check=message_has('container pytorch: ImagePullBackOff: Back-off pulling image "nope:1"'),
+    ),
+    Case(
+        "Pending, pull policy Never and the image not on the node → the kubelet's reason, naming the image",
+        snap(pending(), children=[ptj(1, "Created")], pods=(NEVER_PULL_POD,)),
+        "pods_stuck",
+        status={"reason": "ErrImageNeverPull"},
+        events=[(True, "ErrImageNeverPull")],
+        check=message_has('ErrImageNeverPull: Container image "nope:1" is not present'),
+    ),
+    Case(
+        "start-up timeout waiting for an image → Failed in the kubelet's words, no restart spent, child deleted",
+        snap(pending(attemptCreationTime=ago(minutes=31)), children=[ptj(1, "Created")], pods=(PULL_POD,)),
+        "startup_timeout",
+        status={"phase": "Failed", "reason": "ImagePullBackOff"},
+        delete=("j-a1",),
+        events=[(True, "ImagePullBackOff")],
+        check=all_of(
+            message_has('Back-off pulling image "nope:1"', "a new attempt would wait for the same image"),
+            lambda p: p.restart is None and "restarts" not in p.status and "attempt" not in p.status,
+        ),
+    ),
+    Case(
+        "...and the same for an image the node may never pull",
+        snap(pending(attemptCreationTime=ago(minutes=31)), children=[ptj(1, "Created")], pods=(NEVER_PULL_POD,)),
+        "startup_timeout",
+        status={"phase": "Failed", "reason": "ErrImageNeverPull"},
+        delete=("j-a1",),
     ),
     Case(
         "the same start-up problem already recorded: nothing to write",

@@ -78,12 +78,16 @@ def progress_from_metrics(text: str | bytes) -> Progress:
 STUCK_WAITING = (
     "ImagePullBackOff",
     "ErrImagePull",
+    "ErrImageNeverPull",
     "InvalidImageName",
     "CreateContainerConfigError",
     "CreateContainerError",
     "CrashLoopBackOff",
     "RunContainerError",
 )
+
+# ...of which those about the image: every new attempt would wait for the same one
+IMAGE_WAITING = frozenset({"ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull", "InvalidImageName"})
 
 
 # The controllers of worker pods, one per backend (a PyTorchJob; a JobSet's batch Job), and the

@@ -9,12 +9,12 @@ import datetime as dt
 
 from ...status import Phase, Reason
 from . import checkpoint_status, health
-from .child_status import PHASE_OF, parse_time, startup_problem
+from .child_status import IMAGE_WAITING, PHASE_OF, parse_time, startup_problem
 from .progress import timestamp
 from .situation import ANY_ACTIVE, Transition, current_child, kind, situation
 from .situations_kueue import kueue_look_again
 from .snapshot import Event, Observed, Plan
-from .writes import READY, cond, conds_of, resilience_of, restart_stuck
+from .writes import READY, cond, conds_of, fail, resilience_of, restart_stuck
 
 
 @situation(
@@ -54,11 +54,14 @@ def follow(o: Observed, cfg) -> Plan | None:
 @situation(
     Transition(("Pending", "Restarting"), "Restarting", Reason.STARTUP_TIMEOUT),
     Transition(("Pending", "Restarting"), "Failed", Reason.RESTART_BUDGET_EXHAUSTED),
+    *(Transition(("Pending", "Restarting"), "Failed", Reason(r)) for r in sorted(IMAGE_WAITING)),
 )
 def startup_timeout(o: Observed, cfg) -> Plan | None:
     """The attempt's pods did not all start within spec.resilience.startupTimeoutMinutes of its
     creation (or of Kueue's admission, when later): the next attempt (restart spent), its message in
-    the pods' own words."""
+    the pods' own words. Unless they wait for their image: a new attempt would wait for the same
+    one, so the job fails in the kubelet's words, with no restart spent, and its child is deleted
+    (its nodes or quota freed)."""
     current = current_child(o)
     if o.status.phase not in (Phase.PENDING, Phase.RESTARTING) or current is None or current.suspended:
         return None  # suspended: queued in Kueue, no deadline runs
@@ -73,6 +76,12 @@ def startup_timeout(o: Observed, cfg) -> Plan | None:
     problem = startup_problem(list(o.pods))
     why = problem[1] if problem else "no worker pod started"
     msg = f"the pods did not start within startupTimeoutMinutes {timeout.total_seconds() / 60:.0f}: {why}"
+    if problem and problem[0] in IMAGE_WAITING:
+        msg += (
+            "; a new attempt would wait for the same image, so none is started: fix spec.cluster.image (or make "
+            "it pullable from the nodes), then delete and re-apply the job"
+        )
+        return fail(o, "startup_timeout", Reason(problem[0]), msg, outcome=None, delete=(current.name,))
     return restart_stuck(o, "startup_timeout", Reason.STARTUP_TIMEOUT, msg, floor=cfg.min_restart_backoff)
 
 
