@@ -67,7 +67,6 @@ TERMINATION_GRACE_SECONDS = 120
 # per node, far past the grace period. The size limit bounds what staging may take from the pod's
 # memory limit.
 STAGING_MEMORY_FRACTION = 0.25
-CPU_WORKER_MEMORY_GIB = 4
 TRAINER_MODULE = "llmtrain_trainer"
 COMMAND = ["python", "-m", "llmtrain_trainer.launch"]
 GPU_TOLERATIONS = [
@@ -222,7 +221,8 @@ def _rendezvous(
 
 def _resources(inst: InstanceType, procs: int) -> dict[str, Any]:
     if not inst.is_gpu:
-        req = {"cpu": str(procs), "memory": f"{CPU_WORKER_MEMORY_GIB * procs}Gi"}
+        # the catalog's memory per CPU worker, which the planner fits the job into
+        req = {"cpu": str(procs), "memory": f"{int(inst.gpu_memory_gib * procs)}Gi"}
         return {"requests": req, "limits": {"memory": req["memory"]}}
     exact = {"nvidia.com/gpu": str(inst.gpus_per_node)}
     if inst.efa_interfaces:

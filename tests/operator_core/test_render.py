@@ -189,6 +189,24 @@ def test_cpu_jobs_request_no_accelerators():
     assert obj["spec"]["nprocPerNode"] == "3"
 
 
+def test_a_cpu_job_the_planner_accepts_gets_the_memory_it_was_planned_in():
+    """The planner fits a CPU job into the catalog's memory per worker process; the pod's memory
+    limit is that per process, so an accepted job is not OOM-killed by its own limit (it was a fixed
+    4 GiB per process against the planner's 16)."""
+    from llmtrain.planner import plan_job
+
+    spec = _spec(
+        model={"preset": "tiny"},
+        data={"seqLen": 128},
+        cluster={"instanceType": "cpu", "nodes": 1, "processesPerNode": 3},
+        training={"globalBatchTokens": 128 * 3},
+        fsdp={"mixedPrecision": "fp32"},
+    )
+    res = _container(_render(spec))["resources"]
+    planned = plan_job(spec).gpu_memory_bytes  # what the fit verdict compares the need with, per process
+    assert res["limits"]["memory"] == res["requests"]["memory"] == f"{3 * planned // 2**30}Gi", (res, planned)
+
+
 def test_user_strings_cannot_break_the_document():
     nasty = 'x"\n  injected: true\n# }'
     obj = _render(_spec(cluster={"env": {"NOTE": nasty}}))
