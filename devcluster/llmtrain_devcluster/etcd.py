@@ -72,9 +72,14 @@ def start_secured_etcd(
     data_dir.mkdir(parents=True, exist_ok=True)
     data_dir.chmod(0o700)
     cport, pport, mport = client_port or free_port(), free_port(), free_port()
-    argv = etcd_argv(
-        etcd or find_tool("etcd"), data_dir, f"https://{host}:{cport}", f"http://127.0.0.1:{pport}", enable_v2=True
-    ) + [
+    argv = [
+        *etcd_argv(
+            Path(etcd or find_tool("etcd")),
+            data_dir,
+            f"https://{host}:{cport}",
+            f"http://127.0.0.1:{pport}",
+            enable_v2=True,
+        ),
         f"--cert-file={cert}",
         f"--key-file={key}",
         f"--trusted-ca-file={ca}",

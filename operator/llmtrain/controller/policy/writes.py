@@ -89,7 +89,9 @@ def failed_update(o: Observed, reason: Reason, message: str) -> dict:
     }
 
 
-def fail(o: Observed, situation_name: str, reason: Reason, message: str, outcome: str = "invalid", **extra) -> Plan:
+def fail(
+    o: Observed, situation_name: str, reason: Reason, message: str, outcome: str | None = "invalid", **extra
+) -> Plan:
     return Plan(
         situation_name,
         status=failed_update(o, reason, message),
