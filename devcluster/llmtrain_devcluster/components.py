@@ -15,7 +15,9 @@ SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 # Controllers that need nodes, a cloud provider or volumes/kubelets; they only add noise here.
 # Everything else stays on (garbage-collector, namespace, serviceaccount, serviceaccount-token,
-# root-ca-certificate-publisher, replicaset, deployment, job, ...).
+# root-ca-certificate-publisher, replicaset, deployment, job, ...), and so does the
+# persistentvolume-binder: it binds a claim to the local PersistentVolume that the real node's pods
+# mount (node/volumes.py).
 DISABLED_CONTROLLERS = (
     "cloud-node-lifecycle-controller",
     "node-ipam-controller",
@@ -23,7 +25,6 @@ DISABLED_CONTROLLERS = (
     "node-route-controller",
     "service-lb-controller",
     "persistentvolume-attach-detach-controller",
-    "persistentvolume-binder-controller",
     "persistentvolume-expander-controller",
     "persistentvolume-protection-controller",
     "persistentvolumeclaim-protection-controller",
