@@ -421,3 +421,21 @@ def test_a_pod_whose_peer_spent_its_in_place_restarts_is_not_blamed():
     assert podfailure.culprits([fb, fa]) == [fa]
     failed = forensics.failed_attempt((fb, fa), "PyTorchJob job-a1 is failed", 0)
     assert [f["node"] for f in failed.blamed] == ["node-a"] and failed.spend
+
+
+def test_a_failed_attempt_says_the_root_causes_own_words_bounded_and_on_one_line():
+    """What a real pod's launcher wrote (a checkpoint path on a read-only volume): the restart's
+    message names the path, after the classified reason, quoted, cut and on one line; a message that
+    is not the launcher's root-cause line adds nothing (it is only the tenant's text)."""
+    words = "checkpoint.uri /ckpt/ro is not writable: OSError: [Errno 30] Read-only file system: '/ckpt/ro'"
+    launcher = f"torchrun failed; root cause: rank 0 (local 0): RuntimeError: {words}\nTraceback (most recent call):"
+    pod = {"pod": "j-a1-worker-0", "node": "n1", "reason": "exit 1: RuntimeError", "exitCode": 1}
+    seen = ({**pod, "message": launcher},)
+    message = forensics.failed_attempt(seen, "Job j-a1 has failed", 0).message
+    assert f'pod j-a1-worker-0 on node n1: exit 1: RuntimeError ("{words}")' in message, message
+    long = {**seen[0], "message": launcher.replace(words, "x\x1b[2J" * 200)}
+    message = forensics.failed_attempt((long,), "", 0).message
+    quoted = message.split('("', 1)[1]
+    assert len(quoted) <= podfailure.MAX_DETAIL_CHARS + 3 and "\x1b" not in quoted and quoted.endswith('…")'), quoted
+    other = {**seen[0], "message": "Read-only file system, says a tenant's entrypoint"}
+    assert "(" not in forensics.failed_attempt((other,), "", 0).message.split("on node n1:")[1]

@@ -69,13 +69,21 @@ def failed_attempt(
         blamed, reason, spend = podfailure.culprits(seen), Reason.FAILED, True
         message = ptj_message
         if seen:
-            message += "; " + ", ".join(f"pod {f['pod']} on node {f['node']}: {f['reason']}" for f in seen[:3])
+            message += "; " + ", ".join(_said(f) for f in seen[:3])
     if ignored:  # said in the restart's Warning event and status.message, never raised
         message += f"; preflight verdict ignored ({ignored[0]})"
     timeout = any(podfailure.is_collective_timeout(f.get("message")) for f in seen) or podfailure.is_collective_timeout(
         ptj_message
     )
     return FailedAttempt(reason, message, spend, tuple(blamed), verdict, timeout)
+
+
+def _said(failure: dict) -> str:
+    """One failed pod in a restart's message: its classified reason, then (quoted: the tenant's
+    text) the root cause's own words, which name what failed (a path, a value)."""
+    said = f"pod {failure['pod']} on node {failure['node']}: {failure['reason']}"
+    detail = podfailure.root_cause_detail(failure.get("message"))
+    return f'{said} ("{detail}")' if detail else said
 
 
 def needs_ready_nodes(spec: LLMTrainingJobSpec | None, blamed, bad_nodes) -> bool:

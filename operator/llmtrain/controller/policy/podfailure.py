@@ -96,6 +96,26 @@ def root_cause_type(text: str | None) -> str | None:
     return m.group(1) if m else None
 
 
+# What a restart's message quotes of a root cause's own words (root_cause_detail): one line, cut.
+MAX_DETAIL_CHARS = 240
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def root_cause_detail(text: str | None) -> str | None:
+    """The root cause's own words after its exception type, from the launcher's root-cause line
+    ("... RuntimeError: checkpoint.uri /ckpt is not writable: ..." → "checkpoint.uri /ckpt is not
+    writable: ..."): the tenant's text, so only quoted after the classified reason, on one line,
+    without control characters, cut to MAX_DETAIL_CHARS. None without such a line."""
+    head = _head(text)
+    m = _ROOT_CAUSE_TYPE.match(head)
+    if not m or not head.startswith(": ", m.end()):
+        return None
+    words = _UNPRINTABLE.sub(" ", head[m.end() + 2 :].split("\n", 1)[0]).strip()
+    if len(words) > MAX_DETAIL_CHARS:
+        words = words[: MAX_DETAIL_CHARS - 1] + "…"
+    return words or None
+
+
 def is_collective_timeout(text: str | None) -> bool:
     low = _head(text).lower()
     return (
