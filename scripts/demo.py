@@ -153,7 +153,8 @@ def main() -> int:
     say("done")
     print(
         f"The dev cluster is still up: export KUBECONFIG={STATE / 'kubeconfig'}\n"
-        "Its real node keeps the trainer pods' logs: kubectl logs -n demo -l llmtrain.dev/job=tiny-cpu\n"
+        "The JobSet job's trainer pods stay, with their logs: kubectl logs -n demo -l llmtrain.dev/job=tiny-cpu-js\n"
+        "(the training-operator deletes a PyTorchJob's rank 0 pod once the job succeeded)\n"
         "Stop it with: make dev-cluster-down"
     )
     return 0
