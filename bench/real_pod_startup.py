@@ -42,7 +42,7 @@ from pathlib import Path
 import yaml
 
 from llmtrain_devcluster import DevCluster
-from llmtrain_devcluster.node import import_image, local_volume
+from llmtrain_devcluster.node import import_image, local_volume, placement
 from llmtrain_devcluster.tools import find_tool
 from trainer_events import TrainerEvents
 
@@ -65,8 +65,7 @@ def job(name: str, image: str, steps: int) -> dict:
                 "processesPerNode": 1,
                 "image": image,
                 "imagePullPolicy": "Never",
-                "nodeSelector": {"llmtrain.dev/node-kind": "real"},
-                "tolerations": [{"key": "llmtrain.dev/real-node", "operator": "Exists", "effect": "NoSchedule"}],
+                **placement(),
                 "volumes": [{"name": "ckpt", "claimName": "ckpt", "mountPath": "/ckpt"}],
             },
             "fsdp": {"shardingStrategy": "FULL_SHARD", "mixedPrecision": "fp32", "activationCheckpointing": "none"},

@@ -36,7 +36,7 @@ from llmtrain import rendezvous_auth as ra
 from llmtrain_devcluster import DevCluster
 from llmtrain_devcluster.chain import COMPLETE_POD_LABEL
 from llmtrain_devcluster.etcd import start_secured_etcd
-from llmtrain_devcluster.node import NODE_NAME, import_image
+from llmtrain_devcluster.node import NODE_NAME, import_image, placement
 from llmtrain_devcluster.node.lifecycle import read_info
 from llmtrain_devcluster.process import free_port, log_tail, stop_process, wait_until
 from llmtrain_devcluster.standins import exited
@@ -56,10 +56,7 @@ CA_SECRET = "llmtrain-rendezvous-ca"
 # etcd's usual client port, on the bridge address of this cluster's real node alone (each dev
 # cluster's node has its own /24), so two clusters' etcds never meet
 ETCD_PORT = 2379
-# the real node's labels and taint (llmtrain_devcluster.node): only pods that ask for it land there
-REAL_NODE_SELECTOR = {"llmtrain.dev/node-kind": "real"}
-LOG_LINE = 160
-REAL_NODE_TOLERATION = {"key": "llmtrain.dev/real-node", "operator": "Exists", "effect": "NoSchedule"}
+LOG_LINE = 160  # kubectl logs lines as the demo prints them
 
 
 def say(text: str) -> None:
@@ -266,8 +263,7 @@ def run_cpu_job(kubectl, base: dict, image: str, backend: str, rendezvous: dict,
         "backend": backend,
         "image": image,
         "imagePullPolicy": "Never",
-        "nodeSelector": REAL_NODE_SELECTOR,
-        "tolerations": [REAL_NODE_TOLERATION],
+        **placement(),  # the real node's label and taint: only pods that ask for it land there
     }
     spec["rendezvous"] = rendezvous
     # the checkpoints live in the pods (file:// inside the containers), so a rerun starts afresh

@@ -36,18 +36,24 @@ def start_etcd(
     pport = free_port()
     client_url = f"http://127.0.0.1:{cport}"
     peer_url = f"http://127.0.0.1:{pport}"
-    proc = spawn(etcd_argv(find_tool("etcd"), data_dir, client_url, peer_url, enable_v2=enable_v2), log)
+    argv = etcd_argv(find_tool("etcd"), data_dir, client_url, peer_url, enable_v2=enable_v2)
+    return _started(argv, f"{client_url}/health", log, "etcd", timeout), client_url
+
+
+def _started(argv: list, health_url: str, log: Path, what: str, timeout: float) -> subprocess.Popen:
+    """etcd started with ``argv``, once ``health_url`` says it is healthy (stopped if it never is)."""
+    proc = spawn(argv, log)
 
     def healthy() -> bool:
-        status, body = http_get(f"{client_url}/health")
+        status, body = http_get(health_url)
         return status == 200 and json.loads(body).get("health") == "true"
 
     def fail(msg: str) -> Exception:
         stop_process(proc)
-        return DevClusterError(f"etcd {msg}\n--- tail of {log} ---\n{log_tail(log)}")
+        return DevClusterError(f"{what} {msg}\n--- tail of {log} ---\n{log_tail(log)}")
 
-    wait_until(healthy, timeout=timeout, what="etcd", alive=lambda: proc.poll() is None, on_fail=fail)
-    return proc, client_url
+    wait_until(healthy, timeout=timeout, what=what, alive=lambda: proc.poll() is None, on_fail=fail)
+    return proc
 
 
 def start_secured_etcd(
@@ -86,16 +92,5 @@ def start_secured_etcd(
         "--client-cert-auth=true",
         f"--listen-metrics-urls=http://127.0.0.1:{mport}",
     ]
-    log = Path(log_path)
-    proc = spawn(argv, log)
-
-    def healthy() -> bool:
-        status, body = http_get(f"http://127.0.0.1:{mport}/health")
-        return status == 200 and json.loads(body).get("health") == "true"
-
-    def fail(msg: str) -> Exception:
-        stop_process(proc)
-        return DevClusterError(f"secured etcd {msg}\n--- tail of {log} ---\n{log_tail(log)}")
-
-    wait_until(healthy, timeout=timeout, what="secured etcd", alive=lambda: proc.poll() is None, on_fail=fail)
+    proc = _started(argv, f"http://127.0.0.1:{mport}/health", Path(log_path), "secured etcd", timeout)
     return proc, f"{host}:{cport}"

@@ -28,7 +28,7 @@ from kubernetes import client
 from backend_child import OPERATOR_ARGS, attempt_pods, on
 from llmtrain.spec import GROUP, PLURAL, VERSION
 from llmtrain_devcluster import DevCluster
-from llmtrain_devcluster.node import import_image, local_volume
+from llmtrain_devcluster.node import import_image, local_volume, placement
 from llmtrain_devcluster.process import wait_until
 from operator_core.conftest import OperatorProcess
 from plugins.needs import needs
@@ -103,8 +103,7 @@ class Real:
                     "processesPerNode": 1,
                     "image": self.image,
                     "imagePullPolicy": "Never",
-                    "nodeSelector": {"llmtrain.dev/node-kind": "real"},
-                    "tolerations": [{"key": "llmtrain.dev/real-node", "operator": "Exists", "effect": "NoSchedule"}],
+                    **placement(),
                     "volumes": list(volumes),
                     **cluster,
                 },

@@ -7,12 +7,13 @@ One module per part: :mod:`.slots` (what keeps two nodes on one machine apart), 
 :mod:`.lifecycle` (start, the teardown order, status).
 
 Other code puts an image on the node with :func:`import_image` (skipped when the node already
-holds that manifest), and a directory of this machine in its pods with :func:`local_volume`
-(:mod:`.volumes`: a bound PersistentVolume and claim).
+holds that manifest), a directory of this machine in its pods with :func:`local_volume`
+(:mod:`.volumes`: a bound PersistentVolume and claim), and its pods there with :func:`placement`.
 """
 
 from .images import import_image
+from .kubelet import placement
 from .lifecycle import NODE_NAME, down, start, status
 from .volumes import local_volume
 
-__all__ = ["NODE_NAME", "down", "import_image", "local_volume", "start", "status"]
+__all__ = ["NODE_NAME", "down", "import_image", "local_volume", "placement", "start", "status"]

@@ -43,6 +43,17 @@ __all__ = [
 
 NODE_KIND_LABEL = "llmtrain.dev/node-kind"
 TAINT = {"key": "llmtrain.dev/real-node", "value": "true", "effect": "NoSchedule"}
+
+
+def placement() -> dict:
+    """What a pod (or an LLMTrainingJob's spec.cluster) adds to land on the real node and nowhere
+    else: the node's own label as its node selector, and the toleration of its taint."""
+    return {
+        "nodeSelector": {NODE_KIND_LABEL: "real"},
+        "tolerations": [{"key": TAINT["key"], "operator": "Exists", "effect": TAINT["effect"]}],
+    }
+
+
 INSTANCE_TYPE = "cpu"  # operator/llmtrain/data/instances.yaml: the CPU type local and CI jobs use
 CLUSTER_DOMAIN = "cluster.local"
 
