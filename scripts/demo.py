@@ -56,7 +56,7 @@ CA_SECRET = "llmtrain-rendezvous-ca"
 # etcd's usual client port, on the bridge address of this cluster's real node alone (each dev
 # cluster's node has its own /24), so two clusters' etcds never meet
 ETCD_PORT = 2379
-LOG_LINE = 160  # kubectl logs lines as the demo prints them
+LOG_LINE = 240  # kubectl logs lines as the demo prints them (the end line whole, with its pod prefix)
 
 
 def say(text: str) -> None:
@@ -300,11 +300,15 @@ def run_cpu_job(kubectl, base: dict, image: str, backend: str, rendezvous: dict,
     wait_for(started, 180, f"two pods of {name} on {NODE_NAME}")
     say("its pods: real containers on the real node, with pod IPs on its bridge (kubectl get pods -o wide)")
     print(kubectl("get", "pods", "-n", NAMESPACE, "-l", selector, "-o", "wide").stdout)
-    rank0 = min(p["metadata"]["name"] for p in pods())
-    say(f"kubectl logs -f {rank0} (rank 0's trainer; lines cut at {LOG_LINE} characters here)")
-    # streams until the container exits: the trainer's own lines, as on a real cluster
+    first = min(p["metadata"]["name"] for p in pods())  # index 0: the pod the operator scrapes
+    # Both pods' logs: which pod's trainer is rank 0 (the one that prints the banner, the config,
+    # steps and end lines) is the rendezvous' choice (etcd's by join order), not the pod's index.
+    say(f"kubectl logs -f -l {selector} --prefix (the trainers of both pods; lines cut at {LOG_LINE} characters here)")
+    # streams until the containers exit: the trainers' own lines, as on a real cluster
     with subprocess.Popen(
-        [*kubectl_argv(), "logs", "-f", "-n", NAMESPACE, rank0], stdout=subprocess.PIPE, text=True
+        [*kubectl_argv(), "logs", "-f", "-n", NAMESPACE, "-l", selector, "--prefix", "--max-log-requests=2"],
+        stdout=subprocess.PIPE,
+        text=True,
     ) as logs:
         for line in logs.stdout:
             line = line.rstrip("\n")
@@ -319,7 +323,7 @@ def run_cpu_job(kubectl, base: dict, image: str, backend: str, rendezvous: dict,
     health = next((c for c in conditions if c["type"] == "TrainingHealthy"), {})
     print(
         f"TrainingHealthy={health.get('status')} ({health.get('reason')}) since {health.get('lastTransitionTime')}: "
-        f"{health.get('message')} (from the operator's scrapes of {rank0}'s /metrics at its pod IP)"
+        f"{health.get('message')} (from the operator's scrapes of {first}'s /metrics at its pod IP)"
     )
     uid = kubectl("get", "llmtj", name, "-n", NAMESPACE, "-o", "jsonpath={.metadata.uid}").stdout
     print(
