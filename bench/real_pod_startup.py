@@ -42,38 +42,26 @@ from pathlib import Path
 import yaml
 
 from llmtrain_devcluster import DevCluster
-from llmtrain_devcluster.node import import_image, local_volume, placement
+from llmtrain_devcluster.node import import_image, job_on_the_node, local_volume
 from llmtrain_devcluster.tools import find_tool
 from trainer_events import TrainerEvents
 
+REPO = Path(__file__).resolve().parents[1]
+VOLUME = {"name": "ckpt", "claimName": "ckpt", "mountPath": "/ckpt"}
 CACHE = Path(os.environ.get("LLMTRAIN_CACHE") or Path.home() / ".cache" / "llmtrain")
 NS = "bench"
 STEPS = 20  # the fresh run's; its resumed attempt trains STEPS more from the checkpoint at STEPS
 
 
 def job(name: str, image: str, steps: int) -> dict:
-    return {
-        "apiVersion": "llmtrain.dev/v1alpha1",
-        "kind": "LLMTrainingJob",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "model": {"preset": "tiny"},
-            "data": {"uri": "synthetic", "seqLen": 128},
-            "cluster": {
-                "instanceType": "cpu",
-                "nodes": 2,
-                "processesPerNode": 1,
-                "image": image,
-                "imagePullPolicy": "Never",
-                **placement(),
-                "volumes": [{"name": "ckpt", "claimName": "ckpt", "mountPath": "/ckpt"}],
-            },
-            "fsdp": {"shardingStrategy": "FULL_SHARD", "mixedPrecision": "fp32", "activationCheckpointing": "none"},
-            "training": {"maxSteps": steps, "globalBatchTokens": 2048, "microBatchSize": 4, "warmupSteps": 1},
-            "checkpoint": {"uri": f"file:///ckpt/{name}/", "intervalSteps": steps},
-            "rendezvous": {"backend": "c10d"},
-        },
-    }
+    """examples/tiny-cpu.yaml (the demo's job) as two pods of one rank each on the real node, its
+    checkpoints on the volume, one at its last step."""
+    doc = job_on_the_node(yaml.safe_load((REPO / "examples" / "tiny-cpu.yaml").read_text()), image)
+    doc["metadata"] = {"name": name, "namespace": NS}
+    doc["spec"]["cluster"].update(nodes=2, processesPerNode=1, volumes=[VOLUME])
+    doc["spec"]["training"]["maxSteps"] = steps
+    doc["spec"]["checkpoint"] = {"uri": f"file:///ckpt/{name}/", "intervalSteps": steps}
+    return doc
 
 
 def render(doc: dict, attempt: int, tmp: Path) -> str:

@@ -36,7 +36,7 @@ from llmtrain import rendezvous_auth as ra
 from llmtrain_devcluster import DevCluster
 from llmtrain_devcluster.chain import COMPLETE_POD_LABEL
 from llmtrain_devcluster.etcd import start_secured_etcd
-from llmtrain_devcluster.node import NODE_NAME, import_image, placement
+from llmtrain_devcluster.node import NODE_NAME, import_image, job_on_the_node
 from llmtrain_devcluster.node.lifecycle import read_info
 from llmtrain_devcluster.process import free_port, log_tail, stop_process, wait_until
 from llmtrain_devcluster.standins import exited
@@ -253,18 +253,12 @@ def cpu_jobs_on_the_real_node(cluster: DevCluster, image: str) -> None:
 
 
 def run_cpu_job(kubectl, base: dict, image: str, backend: str, rendezvous: dict, name: str) -> None:
-    job = {**base, "metadata": {"name": name}}
-    spec = job["spec"] = dict(base["spec"])
-    # two pods of one rank each on the 2-CPU node; the image this machine built, never pulled
-    spec["cluster"] = {
-        **base["spec"]["cluster"],
-        "nodes": 2,
-        "processesPerNode": 1,
-        "backend": backend,
-        "image": image,
-        "imagePullPolicy": "Never",
-        **placement(),  # the real node's label and taint: only pods that ask for it land there
-    }
+    # the image this machine built (never pulled) and the real node's label and taint: only pods
+    # that ask for it land there; two pods of one rank each on its 2 CPUs
+    job = job_on_the_node(base, image)
+    job["metadata"] = {"name": name}
+    spec = job["spec"]
+    spec["cluster"].update(nodes=2, processesPerNode=1, backend=backend)
     spec["rendezvous"] = rendezvous
     # the checkpoints live in the pods (file:// inside the containers), so a rerun starts afresh
     kubectl("delete", "llmtj", name, "-n", NAMESPACE, "--ignore-not-found", "--wait=true")

@@ -23,12 +23,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client
 
 from backend_child import OPERATOR_ARGS, attempt_pods, on
 from llmtrain.spec import GROUP, PLURAL, VERSION
 from llmtrain_devcluster import DevCluster
-from llmtrain_devcluster.node import import_image, local_volume, placement
+from llmtrain_devcluster.node import import_image, job_on_the_node, local_volume
 from llmtrain_devcluster.process import wait_until
 from operator_core.conftest import OperatorProcess
 from plugins.needs import needs
@@ -36,6 +37,7 @@ from plugins.needs import needs
 pytestmark = [pytest.mark.slow, pytest.mark.trainer]
 
 CACHE = Path(os.environ.get("LLMTRAIN_CACHE") or Path.home() / ".cache" / "llmtrain")
+REPO = Path(__file__).resolve().parents[2]
 MANIFEST = CACHE / "trainer-image" / "current.json"  # scripts/trainer-image.sh (make test builds it)
 UID = 65532  # the rendered runAsUser (render.py), the image's own user
 
@@ -89,31 +91,15 @@ class Real:
         self.custom = client.CustomObjectsApi(api)
 
     def job(self, name: str, *, steps: int = 40, volumes=(), checkpoint: str | None = None, **cluster) -> dict:
-        """A tiny CPU job as two real pods of one rank each, on the image under test."""
-        return {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "LLMTrainingJob",
-            "metadata": {"name": name},
-            "spec": {
-                "model": {"preset": "tiny"},
-                "data": {"uri": "synthetic", "seqLen": 128},
-                "cluster": {
-                    "instanceType": "cpu",
-                    "nodes": 2,
-                    "processesPerNode": 1,
-                    "image": self.image,
-                    "imagePullPolicy": "Never",
-                    **placement(),
-                    "volumes": list(volumes),
-                    **cluster,
-                },
-                "fsdp": {"shardingStrategy": "FULL_SHARD", "mixedPrecision": "fp32", "activationCheckpointing": "none"},
-                "training": {"maxSteps": steps, "globalBatchTokens": 2048, "microBatchSize": 4, "warmupSteps": 5},
-                "checkpoint": {"uri": checkpoint or f"file:///tmp/{name}/", "intervalSteps": 10_000},
-                "resilience": {"maxRestarts": 0},
-                "rendezvous": {"backend": "c10d"},
-            },
-        }
+        """examples/tiny-cpu.yaml (the demo's job) as two real pods of one rank each, on the image
+        under test, no restart unless a test allows one."""
+        doc = job_on_the_node(yaml.safe_load((REPO / "examples" / "tiny-cpu.yaml").read_text()), self.image)
+        doc["metadata"] = {"name": name}
+        doc["spec"]["cluster"].update(nodes=2, processesPerNode=1, volumes=list(volumes), **cluster)
+        doc["spec"]["training"]["maxSteps"] = steps
+        doc["spec"]["checkpoint"] = {"uri": checkpoint or f"file:///tmp/{name}/", "intervalSteps": 10_000}
+        doc["spec"]["resilience"] = {"maxRestarts": 0}
+        return doc
 
     def apply(self, doc: dict) -> str:
         self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, doc)

@@ -8,12 +8,13 @@ One module per part: :mod:`.slots` (what keeps two nodes on one machine apart), 
 
 Other code puts an image on the node with :func:`import_image` (skipped when the node already
 holds that manifest), a directory of this machine in its pods with :func:`local_volume`
-(:mod:`.volumes`: a bound PersistentVolume and claim), and its pods there with :func:`placement`.
+(:mod:`.volumes`: a bound PersistentVolume and claim), and its pods there with :func:`placement`
+(a whole job: :func:`job_on_the_node`).
 """
 
 from .images import import_image
-from .kubelet import placement
+from .kubelet import job_on_the_node, placement
 from .lifecycle import NODE_NAME, down, start, status
 from .volumes import local_volume
 
-__all__ = ["NODE_NAME", "down", "import_image", "local_volume", "placement", "start", "status"]
+__all__ = ["NODE_NAME", "down", "import_image", "job_on_the_node", "local_volume", "placement", "start", "status"]

@@ -23,6 +23,7 @@ instance type) ever does.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,15 @@ __all__ = [
 
 NODE_KIND_LABEL = "llmtrain.dev/node-kind"
 TAINT = {"key": "llmtrain.dev/real-node", "value": "true", "effect": "NoSchedule"}
+
+
+def job_on_the_node(job: dict, image: str) -> dict:
+    """A copy of the LLMTrainingJob ``job`` (a dict, as in examples/) whose pods run on the real
+    node: ``image`` (imported there, never pulled) and the node's :func:`placement` in its
+    spec.cluster."""
+    out = copy.deepcopy(job)
+    out["spec"]["cluster"].update(image=image, imagePullPolicy="Never", **placement())
+    return out
 
 
 def placement() -> dict:
