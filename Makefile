@@ -21,7 +21,7 @@ help:
 	@echo "make dev-cluster   start a local kube-apiserver + etcd + controller-manager"
 	@echo "make gpu-wheels    the wheels the borrowed GPU machine lacks, into .whl/ (docs/performance/gpu.md)"
 	@echo "make gpu-smoke     the GPU machine's bench command on this CPU under its torch (a ~5 GB venv, once)"
-	@echo "make trainer-image the trainer image built here with buildah (no CUDA base, no EFA; ~8 min cold, then cached)"
+	@echo "make trainer-image the trainer image built here with buildah (no CUDA base, no EFA; ~12 min cold, then cached)"
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt scripts/venv.sh scripts/venv_bin.py scripts/docs_mermaid.py tools/mermaid/pins.env

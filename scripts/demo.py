@@ -151,7 +151,7 @@ def main() -> int:
     print(
         f"The dev cluster is still up: export KUBECONFIG={STATE / 'kubeconfig'}\n"
         "The JobSet job's trainer pods stay, with their logs: kubectl logs -n demo -l llmtrain.dev/job=tiny-cpu-js\n"
-        "(the training-operator deletes a PyTorchJob's rank 0 pod once the job succeeded)\n"
+        "(the training-operator deletes a PyTorchJob's worker-0 pod once the job succeeded)\n"
         "Stop it with: make dev-cluster-down"
     )
     return 0
