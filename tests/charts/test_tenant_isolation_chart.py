@@ -31,12 +31,18 @@ def test_the_bundled_etcd_requires_client_certificates_of_the_ca(helm):
     # the chart generates no key material (Argo CD would see a new one on every sync)
     assert not [s for s in by_kind(docs, "Secret")]
 
+    _the_operator_holds_the_ca(docs, "llmtrain-etcd.llmtrain-system.svc:2379", "llmtrain-etcd-tls")
+
+
+def _the_operator_holds_the_ca(docs, endpoint: str, secret: str) -> None:
+    """The operator is told to issue identities on `endpoint`, with the CA (certificate and key,
+    nothing else) mounted from `secret`."""
     dep = one(docs, "Deployment")["spec"]["template"]["spec"]
     op_args = dep["containers"][0]["args"]
     assert "--rendezvous-ca-dir=/etc/llmtrain/rendezvous-ca" in op_args
-    assert "--default-etcd-endpoint=llmtrain-etcd.llmtrain-system.svc:2379" in op_args
+    assert f"--default-etcd-endpoint={endpoint}" in op_args
     [ca] = [v for v in dep["volumes"] if v["name"] == "rendezvous-ca"]
-    assert ca["secret"]["secretName"] == "llmtrain-etcd-tls"
+    assert ca["secret"]["secretName"] == secret
     assert {i["key"] for i in ca["secret"]["items"]} == {"ca.crt", "ca.key"}
 
 
@@ -85,13 +91,7 @@ def test_an_etcd_of_ones_own_secured_by_its_ca_secret(helm):
         "--set", "defaultEtcdEndpoint=10.245.0.1:2379", "--set", "rendezvousCASecret=my-rendezvous-ca"
     )
     assert not by_kind(docs, "StatefulSet") and not by_kind(docs, "Secret")
-    dep = one(docs, "Deployment")["spec"]["template"]["spec"]
-    args = dep["containers"][0]["args"]
-    assert "--rendezvous-ca-dir=/etc/llmtrain/rendezvous-ca" in args
-    assert "--default-etcd-endpoint=10.245.0.1:2379" in args
-    [ca] = [v for v in dep["volumes"] if v["name"] == "rendezvous-ca"]
-    assert ca["secret"]["secretName"] == "my-rendezvous-ca"
-    assert {i["key"] for i in ca["secret"]["items"]} == {"ca.crt", "ca.key"}
+    _the_operator_holds_the_ca(docs, "10.245.0.1:2379", "my-rendezvous-ca")
     assert [r["verbs"] for r in _secret_rules(docs)] == [["create"]]
     # without it (and without the bundled etcd's auth) the operator may not touch secrets at all
     plain = helm.manifests("--set", "defaultEtcdEndpoint=10.245.0.1:2379")
