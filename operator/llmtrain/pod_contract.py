@@ -63,6 +63,11 @@ JOB_NAMESPACE_ENV = "LLMTRAIN_JOB_NAMESPACE"
 ATTEMPT_ENV = "LLMTRAIN_ATTEMPT"
 METRICS_PORT_ENV = "LLMTRAIN_METRICS_PORT"
 STAGING_ENV = "LLMTRAIN_CHECKPOINT_STAGING"
+# spec.checkpoint.memory: where each rank keeps its in-memory snapshots and its partner's copies. The
+# pod's /dev/shm (an emptyDir of medium Memory) outlives the worker processes, not the pod; unset:
+# SNAPSHOT_PATH (`llmtrain local` sets a folder of its workdir).
+SNAPSHOT_DIR_ENV = "LLMTRAIN_SNAPSHOT_DIR"
+SNAPSHOT_PATH = "/dev/shm/llmtrain-snapshots"
 RESUME_BEFORE_STEP_ENV = "LLMTRAIN_RESUME_BEFORE_STEP"  # a loss rollback: resume before this step
 PREFLIGHT_ENV = "LLMTRAIN_PREFLIGHT"  # "1": the launcher runs the health check first
 NODE_NAME_ENV = "LLMTRAIN_NODE_NAME"  # the pod's node (downward API)

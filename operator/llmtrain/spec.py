@@ -148,7 +148,14 @@ CHECKPOINT_URI_FIXED: dict[str, Any] = {
             "rule": "has(self.uri) == has(oldSelf.uri) && (!has(self.uri) || self.uri == oldSelf.uri)",
             "message": "spec.checkpoint.uri is immutable once the job exists (it cannot be added, changed or "
             "removed: the next attempt resumes from it); delete and re-create the job to change it",
-        }
+        },
+        {
+            # the pods' /dev/shm and memory are sized for the snapshots: turning them on or off, or
+            # changing them, would need new pods
+            "rule": "has(self.memory) == has(oldSelf.memory) && (!has(self.memory) || self.memory == oldSelf.memory)",
+            "message": "spec.checkpoint.memory is immutable once the job exists (the pods' memory is sized for "
+            "it); delete and re-create the job to change it",
+        },
     ]
 }
 
@@ -382,6 +389,60 @@ IntervalMinutes = Annotated[
 ]
 
 
+# spec.checkpoint.memory.intervalSteps: a whole number of steps, or "auto" (Young/Daly on the snapshot's
+# measured blocking cost, as intervalMinutes auto does for durable checkpoints).
+MAX_SNAPSHOT_INTERVAL_STEPS = 1_000_000
+SNAPSHOT_INTERVAL_ACCEPTED = (
+    f'a whole number of steps from 1 to {MAX_SNAPSHOT_INTERVAL_STEPS}, or "auto" '
+    "(Young/Daly from the measured snapshot cost and the instance type's failure rate)"
+)
+
+
+def _interval_steps(value: Any) -> int | str:
+    if value == INTERVAL_AUTO:
+        return INTERVAL_AUTO
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_SNAPSHOT_INTERVAL_STEPS:
+        return value
+    raise PydanticCustomError(INTERVAL_MINUTES_ERROR, "is not a number of steps or 'auto'")
+
+
+SnapshotInterval = Annotated[
+    int | str,
+    PlainValidator(_interval_steps),
+    WithJsonSchema(
+        {
+            "x-kubernetes-int-or-string": True,
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"type(self) == int ? (self >= 1 && self <= {MAX_SNAPSHOT_INTERVAL_STEPS})"
+                    f" : self == '{INTERVAL_AUTO}'",
+                    "message": f"must be {SNAPSHOT_INTERVAL_ACCEPTED}",
+                }
+            ],
+        }
+    ),
+]
+
+
+class MemorySnapshotSpec(_Spec):
+    """In-memory snapshots (the trainer's checkpoint/snapshots.py): every intervalSteps each rank
+    copies its shard of the state into its pod's /dev/shm, which outlives the worker process, and
+    sends a copy to its partner rank on the next node; a restart resumes from the newest snapshot
+    every rank can get, without reading the durable checkpoint."""
+
+    interval_steps: SnapshotInterval = Field(
+        INTERVAL_AUTO,
+        description='steps between snapshots, or "auto": every √(2 × blocking cost × MTBF), the blocking '
+        "cost measured by the trainer on its snapshots (the copy into host memory), the MTBF the "
+        "same as intervalMinutes auto uses",
+    )
+    partner: bool = Field(
+        True,
+        description="also keep a copy of each rank's snapshot on the next node (a ring), so a lost node's "
+        "ranks restore from their partners; false: only the pod's own copy (an in-place restart)",
+    )
+
+
 class CheckpointSpec(_Spec):
     uri: str | None = Field(
         None,
@@ -398,6 +459,11 @@ class CheckpointSpec(_Spec):
     )
     interval_steps: int = Field(0, ge=0, description="also save every N steps (0: by time only)")
     keep: int = Field(3, ge=1, le=1000)
+    memory: MemorySnapshotSpec | None = Field(
+        None,
+        description="snapshots in host memory between durable checkpoints (needs uri); unset: off, "
+        "every restart resumes from the newest durable checkpoint",
+    )
 
     @property
     def auto(self) -> bool:
