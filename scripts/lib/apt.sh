@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # apt_install PKG...: install Debian packages as root (or through sudo), quietly. Sourced by the tool
 # scripts that need a host package (etcd, promtool, the real node's container runtime, the image
-# builder); the caller's `die` reports a failure.
+# builder); the caller's `die` reports a failure. Callers run it under `set -e`.
 apt_install() {
     local pkgs=("$@")
     local sudo=()
@@ -10,7 +10,15 @@ apt_install() {
         sudo=(sudo)
     fi
     log "apt-get install ${pkgs[*]}"
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >&2
+    # One apt-get at a time: on a fresh machine make's parallel jobs (make setup's tools and trainer
+    # image) both install packages, and apt-get fails at once on a lock another one holds ("Could not
+    # get lock /var/lib/apt/lists/lock"). The flock serialises ours; the timeout waits out anyone
+    # else's (unattended-upgrades).
+    local lock="${TMPDIR:-/tmp}/llmtrain-apt.lock"
+    (
+        flock 9
+        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
+        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 \
+            install -y -qq --no-install-recommends "${pkgs[@]}" >&2
+    ) 9>"$lock"
 }
