@@ -22,6 +22,8 @@ from llmtrain.pod_contract import (
     METRICS_PORT_ENV,
     NODE_NAME_ENV,
     RESUME_BEFORE_STEP_ENV,
+    SNAPSHOT_DIR_ENV,
+    SNAPSHOT_PATH,
     SPEC_ENV,
     STAGING_ENV,
 )
@@ -117,6 +119,7 @@ class WorkerEnv:
     resume_before_step: int = 0  # LLMTRAIN_RESUME_BEFORE_STEP: a loss-spike rollback (0: none)
     metrics_port: int = METRICS_PORT  # LLMTRAIN_METRICS_PORT: /metrics of local rank r on this + r
     staging: str | None = None  # LLMTRAIN_CHECKPOINT_STAGING (None: unset)
+    snapshot_dir: str = SNAPSHOT_PATH  # LLMTRAIN_SNAPSHOT_DIR: spec.checkpoint.memory's snapshots
     cache_dir: str | None = None  # LLMTRAIN_CACHE_DIR: where S3 pretrained weights are downloaded
     master_addr: str = ""  # MASTER_ADDR (this host's name when unset), for the rank-0 banner
     master_port: str = ""  # MASTER_PORT
@@ -148,6 +151,7 @@ class WorkerEnv:
             resume_before_step=_int_env(env, RESUME_BEFORE_STEP_ENV, 0),
             metrics_port=_int_env(env, METRICS_PORT_ENV, METRICS_PORT),
             staging=env.get(STAGING_ENV) or None,
+            snapshot_dir=env.get(SNAPSHOT_DIR_ENV) or SNAPSHOT_PATH,
             cache_dir=env.get("LLMTRAIN_CACHE_DIR") or None,
             master_addr=env.get("MASTER_ADDR", socket.gethostname()),
             master_port=env.get("MASTER_PORT", ""),

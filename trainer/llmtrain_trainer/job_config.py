@@ -117,6 +117,28 @@ class CheckpointConfig:
         )
 
 
+def snapshot_config(spec: LLMTrainingJobSpec, job: JobIdentity, env: WorkerEnv):
+    """spec.checkpoint.memory's config (checkpoint/snapshots.py); None: no snapshots."""
+    from pathlib import Path
+
+    from .checkpoint.snapshots import SnapshotConfig, auto_snapshot_interval
+
+    m = spec.checkpoint.memory
+    if m is None:
+        return None
+    steps = m.interval_steps if isinstance(m.interval_steps, int) else 0
+    return SnapshotConfig(
+        folder=Path(env.snapshot_dir),
+        job=job.label,
+        attempt=job.attempt,
+        run=env.run_id,
+        interval_steps=steps,
+        auto=None if steps else auto_snapshot_interval(spec, env.checkpoint_auto),
+        partner=m.partner,
+        timeout_minutes=spec.resilience.collective_timeout_minutes,
+    )
+
+
 @dataclass(frozen=True)
 class LedgerConfig:
     """The attempt's goodput ledger across in-place restarts (metrics/restarts.py). `path` None:
@@ -208,6 +230,7 @@ class JobConfig:
     optimizer: OptimizerConfig
     data: DataConfig
     checkpoint: CheckpointConfig
+    snapshots: object  # checkpoint.snapshots.SnapshotConfig | None: spec.checkpoint.memory
     ledger: LedgerConfig
     metrics: MetricsConfig
     resume: ResumeConfig
@@ -226,6 +249,7 @@ class JobConfig:
             optimizer=OptimizerConfig.from_spec(spec),
             data=DataConfig.from_spec(spec, model.dims),
             checkpoint=CheckpointConfig.from_spec(spec, job, env),
+            snapshots=snapshot_config(spec, job, env),
             ledger=LedgerConfig.from_env(job, env),
             metrics=MetricsConfig.from_spec(spec, job, env, model.dims),
             resume=ResumeConfig.from_spec(spec, env),

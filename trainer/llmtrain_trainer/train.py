@@ -41,6 +41,7 @@ import torch.distributed as dist
 from llmtrain.spec import LLMTrainingJobSpec
 
 from .checkpoint.checkpointer import Checkpointer, init_optimizer_state
+from .checkpoint.snapshots import Snapshotter
 from .config import JobIdentity, WorkerEnv, dumps
 from .data.loader import DataLoader, open_dataset
 from .distributed.parallel import (
@@ -137,6 +138,7 @@ class StepResult:
     wait_seconds: float = 0.0
     stop: bool = False  # some rank was asked to stop
     save: bool = False  # some rank's checkpoint interval elapsed
+    snapshot: bool = False  # some rank's in-memory snapshot is due (spec.checkpoint.memory)
     dropped: int = 0
     allreduce_bytes: int | None = None  # NO_SHARD / HYBRID_SHARD: gradient bytes all-reduced across replicas
 
@@ -191,6 +193,11 @@ class Trainer:
             metrics=self.metrics.prom,
             emit=emit if self.rank == 0 else None,
             carried=(carried.checkpoint_blocking_seconds, carried.saves),
+        )
+        self.snapshots = (
+            Snapshotter(cfg.snapshots, local_world=self.local_world, emit=emit if self.rank == 0 else None)
+            if cfg.snapshots is not None
+            else None
         )
         self._build_step()
         self.step_no = 0
@@ -292,9 +299,19 @@ class Trainer:
         t0 = time.time()
         if r.before_step > 0:
             self.metrics.rolled_back(r.before_step, ckpt.quarantine_from(r.before_step))
-        found = ckpt.resume(self._empty_state)
+        # In-memory snapshots first (checkpoint/snapshots.py), when one newer than the newest durable
+        # checkpoint is whole somewhere; never after a rollback, which wants an older state.
+        memory = None
+        if self.snapshots is not None and r.before_step == 0:
+            memory = self.snapshots.restore(self._empty_state, newer_than=ckpt.latest())
+        found = ckpt.resume(self._empty_state) if memory is None else None
         step = 0
-        if found is not None:
+        if memory is not None:
+            choice, sd = memory
+            step = self.load_state_dict(sd, choice.step)
+            tier = "partner" if choice.moved else "memory"
+            self.metrics.resumed(step, self.world, time.time() - t0, tier=tier, moved=choice.moved)
+        elif found is not None:
             latest, sd = found
             step = self.load_state_dict(sd, latest)
             self.metrics.resumed(step, int(sd["train"]["world_size"]), time.time() - t0)
@@ -349,13 +366,14 @@ class Trainer:
         # read only when the step is logged, so the host does not wait for the device here and can
         # queue the next step while this one runs (no per-step host sync). Both are waits for the
         # straggler score (metrics/stragglers.py): a rank that arrives first waits here for the others.
-        flags = torch.tensor([float(stop.set), float(self.checkpointer.due(self.step_no))])
+        snap = self.snapshots is not None and self.snapshots.due(self.step_no)
+        flags = torch.tensor([float(stop.set), float(self.checkpointer.due(self.step_no)), float(snap)])
         with self.waits.timed():
             dist.all_reduce(flags, group=self.control)
             dist.all_reduce(loss_sum)
         if self.device_steps is not None:
             self.device_steps.end()
-        stop_v, save_v = flags.tolist()
+        stop_v, save_v, snap_v = flags.tolist()
         end = time.perf_counter()
         since = t0 if self._last_step_end is None else self._last_step_end
         self._last_step_end = end
@@ -373,6 +391,7 @@ class Trainer:
             data_wait=self.loader.last_wait,
             stop=stop_v > 0,
             save=save_v > 0,
+            snapshot=snap_v > 0,
             allreduce_bytes=self.allreduce.take() if self.allreduce else None,
         )
 
@@ -397,6 +416,16 @@ class Trainer:
         ckpt.saved(blocking)  # intervalMinutes auto: the next interval follows it
         self.metrics.saved(blocking)
 
+    def snapshot(self, result: StepResult) -> None:
+        """The in-memory snapshot every rank agreed on: as `save`, never of a NaN/Inf state nor of
+        the last step; training waits only for the copy into the snapshot folder."""
+        snaps = self.snapshots
+        if snaps is None or not (result.snapshot and result.step < self.cfg.max_steps and math.isfinite(result.loss)):
+            return
+        blocking = snaps.take(result.step, self.state_dict(result.step))
+        self._blocked += blocking
+        self.metrics.snapshotted(result.step, blocking)
+
     def stop(self, result: StepResult | None) -> None:
         """The one way out of the loop: `result` is the step a stop was agreed at (None: training
         reached maxSteps). Says so, waits for the save in flight, and saves the final state
@@ -406,6 +435,8 @@ class Trainer:
         if result is not None:
             self.metrics.stopped(step, self.stop_flag.signal, result.dropped, self.accum)
         ckpt.wait()
+        if self.snapshots is not None:
+            self.snapshots.wait()
         if self.metrics.nonfinite_streak:
             log.error(
                 "the loss of the final step %d is not finite: no final checkpoint (the newest is %s)",
@@ -439,13 +470,14 @@ class Trainer:
                 if not result.completed:
                     stopped = result
                     break
-                if not (result.stop or result.save or result.step >= self.cfg.max_steps):
+                if not (result.stop or result.save or result.snapshot or result.step >= self.cfg.max_steps):
                     pending = result
                     continue
                 self.log(result)
                 if result.stop:
                     stopped = result
                     break
+                self.snapshot(result)
                 self.save(result)
             self.stop(stopped)
         finally:
@@ -455,6 +487,8 @@ class Trainer:
         ckpt, step = self.checkpointer, self.step_no
         self.metrics.ended("signal" if stopped else "finished", step, ckpt.last_committed)
         ckpt.close()
+        if self.snapshots is not None:
+            self.snapshots.close()
         if ckpt.enabled and ckpt.last_committed != step and not self.metrics.nonfinite_streak:
             log.error(
                 "the checkpoint of the final step %d failed; the newest checkpoint is %s", step, ckpt.last_committed

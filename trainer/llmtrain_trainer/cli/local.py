@@ -34,7 +34,14 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
-from llmtrain.pod_contract import ATTEMPT_ENV, JOB_NAME_ENV, JOB_NAMESPACE_ENV, METRICS_PORT_ENV, STAGING_ENV
+from llmtrain.pod_contract import (
+    ATTEMPT_ENV,
+    JOB_NAME_ENV,
+    JOB_NAMESPACE_ENV,
+    METRICS_PORT_ENV,
+    SNAPSHOT_DIR_ENV,
+    STAGING_ENV,
+)
 
 from ..config import dumps, load_job_file
 from ..launch import FINAL_SUMMARY_ENV, free_port, torchrun_command, torchrun_env
@@ -57,6 +64,17 @@ def _etcd_binary() -> str:
     if not path:
         raise SystemExit("etcd not found: run `make tools`, or `apt-get install -y etcd-server`")
     return path
+
+
+def snapshot_dir(work: Path) -> str:
+    """Where a local run keeps its in-memory snapshots: a folder of /dev/shm named after the workdir
+    (memory, like a pod's), else of the workdir."""
+    import hashlib
+
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        key = hashlib.sha256(str(work.resolve()).encode()).hexdigest()[:12]
+        return f"/dev/shm/llmtrain-local-{key}"
+    return str(work / "snapshots")
 
 
 @contextmanager
@@ -296,12 +314,16 @@ def run_local(
     # --workdir would otherwise read as this attempt's (same job, attempt 0) and its resume as a
     # restart in place.
     clear_ledgers(env[STAGING_ENV])
+    # spec.checkpoint.memory's snapshots: in memory, as a pod's /dev/shm, and gone with the run
+    env.setdefault(SNAPSHOT_DIR_ENV, snapshot_dir(work))
+    shutil.rmtree(env[SNAPSHOT_DIR_ENV], ignore_errors=True)
     # what a pod's termination message would say on a clean exit (llmtrain_trainer.launch)
     final = work / "final-summary"
     final.unlink(missing_ok=True)
     env[FINAL_SUMMARY_ENV] = str(final)
 
     with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, env[SNAPSHOT_DIR_ENV], ignore_errors=True)
         backend = spec.rendezvous.backend
         if backend in ("etcd", "etcd-v2"):
             etcd_dir = tempfile.mkdtemp(prefix="etcd-", dir=work)

@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("llmtrain_trainer")
 
 
+# llmtrain_trainer_resume_tier's values
+RESUME_TIERS = {"none": 0, "durable": 1, "memory": 2, "partner": 3}
+
+
 class MetricsLogger:
     """Reports the trainer's progress: `started`, `rolled_back`, `resumed`, `pretrained`,
     `loop_started`, `log` (every step), `saved`, `stopped`, `ended`; then `write_final_summary`.
@@ -114,17 +118,30 @@ class MetricsLogger:
         self.prom.resumed_before_step.set(before_step)
         self.emit({"event": "rollback", "before_step": before_step, "quarantined": quarantined})
 
-    def resumed(self, step: int, from_world_size: int, seconds: float) -> None:
-        self.prom.last_checkpoint_step.set(step)
+    def resumed(self, step: int, from_world_size: int, seconds: float, tier: str = "durable", moved: int = 0) -> None:
+        """Resumed at `step` from `tier`: "durable" (a checkpoint), or "memory" / "partner" (in-memory
+        snapshots; `moved` ranks got theirs from another process)."""
+        if tier == "durable":
+            self.prom.last_checkpoint_step.set(step)
+        self.prom.resume_tier.set(RESUME_TIERS[tier])
         self.emit(
             {
                 "event": "resume",
                 "step": step,
+                "tier": tier,
+                **({"moved_ranks": moved} if tier != "durable" else {}),
                 "from_world_size": from_world_size,
                 "world_size": self.world,
                 "seconds": round(seconds, 3),
             }
         )
+
+    def snapshotted(self, step: int, blocking_seconds: float) -> None:
+        """An in-memory snapshot blocked training for `blocking_seconds` (goodput: checkpointing)."""
+        self.prom.snapshot_blocking_seconds.inc(blocking_seconds)
+        self.prom.last_snapshot_step.set(step)
+        self.ledger.snapshotted(blocking_seconds, time.time())
+        self.prom.export_ledger(self.ledger, self.restart_count)
 
     def pretrained(self, uri: str, tensors: int) -> None:
         self.emit({"event": "pretrained", "uri": uri, "tensors": tensors})

@@ -97,6 +97,22 @@ class TrainerMetrics:
             LABELS,
             registry=r,
         ).labels(*lv)
+        # spec.checkpoint.memory (checkpoint/snapshots.py)
+        self.snapshot_blocking_seconds = Counter(
+            "llmtrain_trainer_snapshot_blocking_seconds",
+            "Seconds the in-memory snapshots blocked training (the copy into /dev/shm; the checksum and the "
+            "partner copy run behind)",
+            LABELS,
+            registry=r,
+        ).labels(*lv)
+        self.last_snapshot_step = gauge(
+            "llmtrain_trainer_last_snapshot_step", "Step of this rank's newest in-memory snapshot (0: none yet)"
+        )
+        self.resume_tier = gauge(
+            "llmtrain_trainer_resume_tier",
+            "Where this process resumed from: 0 nothing (fresh or pretrained), 1 the durable checkpoint, "
+            "2 every rank's own in-memory snapshot, 3 in-memory snapshots with partner copies",
+        )
         self.train_start_timestamp_seconds = gauge(
             "llmtrain_trainer_train_start_timestamp_seconds",
             "Unix time this attempt's training loop began (model built, checkpoint loaded)",
@@ -222,7 +238,7 @@ class TrainerMetrics:
         s = ledger.state
         self.attempt_steps.set(s.steps)
         self.attempt_step_seconds.set(s.step_seconds)
-        self.attempt_checkpoint_blocking_seconds.set(s.checkpoint_blocking_seconds)
+        self.attempt_checkpoint_blocking_seconds.set(s.checkpoint_blocking_seconds + s.snapshot_blocking_seconds)
         self.attempt_data_wait_seconds.set(s.data_wait_seconds)
         self.inplace_restarts.set(max(s.in_place_restarts, restart_count))
         self.inplace_restart_seconds.set(s.restart_seconds)

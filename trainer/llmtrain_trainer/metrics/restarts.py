@@ -55,6 +55,7 @@ class Ledger:
     data_wait_seconds: float = 0.0
     checkpoint_blocking_seconds: float = 0.0
     saves: int = 0  # the blocking saves those seconds are of (intervalMinutes auto carries their mean)
+    snapshot_blocking_seconds: float = 0.0  # in-memory snapshots' (not in the saves' mean)
     restart_seconds: float = 0.0
     pending_restart_seconds: float = 0.0
     redone_steps: int = 0
@@ -181,6 +182,12 @@ class AttemptLedger:
         s = self.state
         s.checkpoint_blocking_seconds += blocking
         s.saves += 1
+        s.mark = end
+        self._write()
+
+    def snapshotted(self, blocking: float, end: float) -> None:
+        s = self.state
+        s.snapshot_blocking_seconds += blocking
         s.mark = end
         self._write()
 
