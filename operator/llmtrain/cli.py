@@ -16,6 +16,7 @@ from .backends import get as backend_of
 from .crd import crd_manifest
 from .defaults import explain
 from .planner import auto_interval, expected_run, interval_seconds, plan_job
+from .snapshot_plan import size, snapshot_plan
 from .spec import BACKENDS, DEFAULT_BACKEND, DEFAULT_ETCD_ENDPOINT
 from .validation import InvalidJob, Policy, check, load_job, parse_spec, read_job_document
 
@@ -111,6 +112,7 @@ def cmd_plan(args) -> int:
     plan = plan_job(spec)
     run = expected_run(spec, plan)
     auto_s, auto_why = auto_interval(spec, plan)
+    snapshots = snapshot_plan(spec, plan) if spec.checkpoint.memory else None
     if args.output == "json":
         cadence = {"source": "auto" if spec.checkpoint.auto else "spec", "autoSeconds": round(auto_s), "auto": auto_why}
         print(
@@ -120,6 +122,7 @@ def cmd_plan(args) -> int:
                     "expected": run.as_dict(),
                     "checkpointInterval": {**cadence, "seconds": round(interval_seconds(spec, plan))},
                     "resolved": _resolved(doc.get("spec") or {}, spec),
+                    **({"memorySnapshots": snapshots.as_dict()} if snapshots else {}),
                 },
                 indent=2,
             )
@@ -168,10 +171,34 @@ def cmd_plan(args) -> int:
                     f"  checkpoint interval: {spec.checkpoint.interval_minutes} min (spec); "
                     f"intervalMinutes: auto would start at {auto_s / 60:,.0f} min ({auto_why})"
                 )
+        if snapshots:
+            _print_snapshots(spec, snapshots)
         _print_resolved(doc.get("spec") or {}, spec)
         for p in problems:
             print(f"  {p}")
-    return 0 if plan.fits else 1
+    return 0 if plan.fits and (snapshots is None or snapshots.host.fits) else 1
+
+
+def _print_snapshots(spec, s) -> None:
+    """spec.checkpoint.memory's figures (llmtrain/snapshot_plan.py)."""
+    host, run = s.host, s.run
+    partner = "on the next node" if s.replication_seconds else "none"
+    print(f"  memory snapshots: every {s.interval_steps:,} steps ({s.interval_why}); partner copy: {partner}")
+    print(
+        f"    host memory per node: {size(host.total_bytes)} of the {size(host.pod_bytes)} a worker pod gets "
+        f"({host.instance_type}: {size(host.node_bytes)}), fits: {'yes' if host.fits else 'NO'}"
+    )
+    print(f"      {host.ranks} ranks × {size(host.snapshot_bytes)} per snapshot; {host.parts()}")
+    print(
+        f"    blocking per snapshot: {s.blocking_seconds:.3g} s (estimated); replication to the partner: "
+        f"{s.replication_seconds:.3g} s per snapshot at {s.network_gbps:,} Gbit/s (line rate, in the background)"
+    )
+    print(
+        f"    expected goodput {run.goodput:.2%} with memory snapshots, {run.durable.goodput:.2%} with durable "
+        f"checkpoints alone: {run.snapshots:,} snapshots blocking {run.snapshot_seconds / 60:,.1f} min; "
+        f"{run.restarts:.2f} restarts, {run.from_memory:.0%} from memory, costing {run.restart_seconds / 60:,.1f} "
+        f"min against {run.durable.restart_seconds / 60:,.1f} (docs/performance/recovery.md)"
+    )
 
 
 def cmd_goodput(args) -> int:

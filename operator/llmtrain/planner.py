@@ -70,7 +70,7 @@ memory; the rest is CUDA context, NCCL buffers and allocator fragmentation.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from . import cadence
 from .catalog import InstanceType, ModelDims, instance_type
@@ -333,49 +333,67 @@ class ExpectedRun:
         return asdict(self)
 
 
+def staging_copy_seconds(nbytes: float) -> float:
+    """Seconds training waits while `nbytes` of a rank's state are copied into host memory, before
+    the trainer has measured a copy: at STAGING_BYTES_PER_SECOND. A durable save's staging copy and
+    an in-memory snapshot (llmtrain.snapshot_plan) are both this copy."""
+    return nbytes / STAGING_BYTES_PER_SECOND
+
+
 def checkpoint_blocking_estimate(plan: Plan) -> float:
     """Seconds one save blocks training, before the trainer has measured one: the staging copy of
     a rank's parameters and optimizer state at STAGING_BYTES_PER_SECOND."""
-    return (plan.params_bytes + plan.optimizer_bytes) / STAGING_BYTES_PER_SECOND
+    return staging_copy_seconds(plan.params_bytes + plan.optimizer_bytes)
+
+
+def prior_node(spec: LLMTrainingJobSpec, failure_scale: float = 1.0) -> cadence.NodeMTBF:
+    """The instance type's node MTBF under the prior (cadence.py), its failure rate times
+    `failure_scale` (1: Llama 3's published rate)."""
+    inst = instance_type(spec.cluster.instance_type)
+    node = cadence.node_mtbf(inst.name, inst.gpus_per_node)
+    return node if failure_scale == 1.0 else replace(node, prior_hours=node.prior_hours / failure_scale)
 
 
 def auto_interval(spec: LLMTrainingJobSpec, plan: Plan, node: cadence.NodeMTBF | None = None) -> tuple[float, str]:
     """(seconds, why) of the interval `intervalMinutes: auto` starts with: the blocking estimate
     and the job's MTBF (`node`: what the operator has seen on the instance type; default the
     prior alone)."""
-    inst = instance_type(spec.cluster.instance_type)
-    node = node or cadence.node_mtbf(inst.name, inst.gpus_per_node)
+    node = node or prior_node(spec)
     blocking = checkpoint_blocking_estimate(plan)
     mtbf = node.job_seconds(spec.cluster.nodes)
     why = cadence.reason(blocking, mtbf, node.words(spec.cluster.nodes), "blocking (estimated)")
     return cadence.interval(blocking, mtbf), why
 
 
-def interval_seconds(spec: LLMTrainingJobSpec, plan: Plan) -> float:
+def interval_seconds(spec: LLMTrainingJobSpec, plan: Plan, node: cadence.NodeMTBF | None = None) -> float:
     """The time-based checkpoint interval the job starts with: the spec's, or auto's."""
     fixed = spec.checkpoint.fixed_interval_seconds
-    return fixed if fixed is not None else auto_interval(spec, plan)[0]
+    return fixed if fixed is not None else auto_interval(spec, plan, node)[0]
 
 
-def expected_run(spec: LLMTrainingJobSpec, plan: Plan) -> ExpectedRun:
-    """What `llmtrain plan` promises before the job starts (docs/concepts/goodput.md): the planned
-    throughput, a checkpoint every intervalMinutes (auto: the interval it starts with) or every
-    intervalSteps, costing the staging copy of a rank's parameters and optimizer state, and
-    FAILURES_PER_GPU_HOUR interruptions."""
+def train_seconds(spec: LLMTrainingJobSpec, plan: Plan) -> tuple[int, int, float]:
+    """(steps, tokens per step, seconds of steps alone at the planned throughput)."""
     t, seq = spec.training, spec.data.seq_len
     if seq is None:
         raise ValueError("data.seqLen is not resolved (llmtrain.defaults.resolve)")
     tokens_per_step = max(1, (t.global_batch_tokens or seq) // seq) * seq
-    steps = t.max_steps
-    train = steps * tokens_per_step / max(plan.tokens_per_second, 1e-9)
-    interval = interval_seconds(spec, plan)
+    return t.max_steps, tokens_per_step, t.max_steps * tokens_per_step / max(plan.tokens_per_second, 1e-9)
+
+
+def expected_run(spec: LLMTrainingJobSpec, plan: Plan, failure_scale: float = 1.0) -> ExpectedRun:
+    """What `llmtrain plan` promises before the job starts (docs/concepts/goodput.md): the planned
+    throughput, a checkpoint every intervalMinutes (auto: the interval it starts with) or every
+    intervalSteps, costing the staging copy of a rank's parameters and optimizer state, and
+    FAILURES_PER_GPU_HOUR interruptions (times `failure_scale`)."""
+    steps, tokens_per_step, train = train_seconds(spec, plan)
+    interval = interval_seconds(spec, plan, prior_node(spec, failure_scale))
     saves = int(train // interval)
     if spec.checkpoint.interval_steps:
         saves = max(saves, steps // spec.checkpoint.interval_steps)
     per_save = checkpoint_blocking_estimate(plan)
     ckpt = saves * per_save
     gpus = plan.world_size
-    restarts = gpus * (train + ckpt) / 3600 * FAILURES_PER_GPU_HOUR
+    restarts = gpus * (train + ckpt) / 3600 * FAILURES_PER_GPU_HOUR * failure_scale
     lost = min(interval, train) / 2
     restart = restarts * (RESTART_SECONDS + lost)
     wall = train + ckpt + restart

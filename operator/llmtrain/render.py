@@ -49,6 +49,7 @@ import yaml
 from . import rendezvous_keys
 from .catalog import InstanceType, instance_type
 from .pod_contract import METRICS_PORT, STAGING_PATH, child_name, rendezvous_id, worker_env
+from .snapshot_plan import REQUEST_FRACTION, pod_memory_gib
 from .spec import API_VERSION, INSTANCE_TYPE_LABEL, KIND, LLMTrainingJobSpec
 
 if TYPE_CHECKING:  # rendezvous_auth issues them (I/O); rendering only reads them
@@ -56,7 +57,6 @@ if TYPE_CHECKING:  # rendezvous_auth issues them (I/O); rendering only reads the
 
 C10D_PORT = 29400
 DEFAULT_ETCD_PORT = 2379
-REQUEST_FRACTION = 0.85
 # The SIGTERM checkpoint's window: the workers stop at the next micro-batch, stage their shards and
 # upload them (the 70B on 16 x p5 example needs about 46 s: bench/checkpoint_staging.py). The pod
 # command is llmtrain_trainer.launch, which hands SIGTERM to the workers so they get this whole
@@ -219,17 +219,20 @@ def _rendezvous(
     return {"backend": backend, "host": host, "port": int(port), "id": rdzv_id, "endpoint": f"{host}:{port}"}
 
 
-def _resources(inst: InstanceType, procs: int) -> dict[str, Any]:
+def _resources(spec: LLMTrainingJobSpec, inst: InstanceType, procs: int) -> dict[str, Any]:
+    # The planner's (snapshot_plan.pod_memory_gib): on CPU the catalog's memory per worker, which the
+    # planner fits the job into; on GPU REQUEST_FRACTION of the node. Either way with room for the
+    # in-memory snapshots when spec.checkpoint.memory is on: /dev/shm is memory-backed, so what the
+    # snapshots keep there counts against this limit.
+    memory = f"{pod_memory_gib(spec)}Gi"
     if not inst.is_gpu:
-        # the catalog's memory per CPU worker, which the planner fits the job into
-        req = {"cpu": str(procs), "memory": f"{int(inst.gpu_memory_gib * procs)}Gi"}
+        req = {"cpu": str(procs), "memory": memory}
         return {"requests": req, "limits": {"memory": req["memory"]}}
     exact = {"nvidia.com/gpu": str(inst.gpus_per_node)}
     if inst.efa_interfaces:
         exact["vpc.amazonaws.com/efa"] = str(inst.efa_interfaces)
     if inst.hugepages_2mi:
         exact["hugepages-2Mi"] = inst.hugepages_2mi
-    memory = f"{int(inst.memory_gib * REQUEST_FRACTION)}Gi"
     requests = {**exact, "cpu": str(int(inst.vcpus * REQUEST_FRACTION)), "memory": memory}
     # A memory limit at the request: a leaking rank is OOM-killed in its pod, not the kubelet.
     return {"requests": requests, "limits": {**exact, "memory": memory}}
@@ -417,6 +420,8 @@ def render_attempt(
     staging = (
         {"medium": "Memory", "sizeLimit": f"{int(inst.memory_gib * STAGING_MEMORY_FRACTION)}Gi"} if inst.is_gpu else {}
     )
+    # /dev/shm has no sizeLimit: NCCL and the data loader use it too, and the pod's memory limit
+    # (_resources, with room for the in-memory snapshots) bounds it.
     volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, {"name": "staging", "emptyDir": staging}] + [
         {"name": v.name, "persistentVolumeClaim": {"claimName": v.claim_name, "readOnly": v.read_only}}
         for v in spec.cluster.volumes
@@ -457,7 +462,7 @@ def render_attempt(
         args=_args(spec, procs, min_nodes, rdzv),
         in_place_restarts=spec.resilience.in_place_restarts,
         env=worker_env(spec, inst, name, namespace, attempt, resume_before_step, cadence_inputs, backend_env),
-        resources=_resources(inst, procs),
+        resources=_resources(spec, inst, procs),
         volume_mounts=mounts,
         volumes=volumes,
         pod_security=pod_security_context(),

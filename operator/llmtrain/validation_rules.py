@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from .backends import BACKENDS
 from .catalog import InstanceType, instance_types, model_presets
 from .planner import plan_job, suggest_fit
+from .snapshot_plan import host_fit_suggestions, host_memory, size
 from .spec import DEFAULT_BACKEND, INSTANCE_TYPE_LABEL, LABEL_KEY, TOPOLOGY_LEVELS, LLMTrainingJobSpec, resolve_dims
 
 if TYPE_CHECKING:
@@ -672,7 +673,46 @@ def fits_in_memory(j: Subject) -> Iterator[Problem]:
         )
 
 
+@rule("spec.cluster", needs=MODEL_RULES)
+def snapshots_fit_in_host_memory(j: Subject) -> Iterator[Problem]:
+    """With checkpoint.memory, the planner's host memory per node (two snapshots of each rank's state,
+    two of its partner's, the durable checkpoint's staging, CPU offload) fits a worker pod's memory.
+
+    The snapshots live in the pod's /dev/shm, memory that counts against the pod's limit: a job
+    that does not fit would be OOM-killed at its first snapshots, not refused. What is accepted:
+    no partner copy, the fewest nodes that fit, or no snapshots; `llmtrain plan` shows the
+    breakdown (llmtrain/snapshot_plan.py)."""
+    if j.spec.checkpoint.memory is None:
+        return
+    host = host_memory(j.spec)
+    if not host.fits:
+        yield Problem(
+            "spec.cluster",
+            f"the in-memory snapshots (spec.checkpoint.memory) need {size(host.total_bytes)} of host memory per "
+            f"node ({host.parts()}) but a {host.instance_type} worker pod gets {size(host.pod_bytes)} "
+            f"(of the node's {size(host.node_bytes)}): {size(host.total_bytes - host.pod_bytes)} short",
+            host_fit_suggestions(j.spec),
+        )
+
+
 # --- resilience -----------------------------------------------------------------------------------
+
+
+@rule("spec.checkpoint.memory")
+def memory_snapshots_need_checkpoints(j: Subject) -> Iterator[Problem]:
+    """checkpoint.memory needs a checkpoint.uri.
+
+    In-memory snapshots supplement durable checkpoints, they do not replace them: a node lost with
+    its partner, or the whole job, takes its snapshots with it, and without a durable checkpoint
+    the next attempt would start the training over from step 0."""
+    c = j.spec.checkpoint
+    if c.memory is not None and not c.uri:
+        yield Problem(
+            "spec.checkpoint.memory",
+            "in-memory snapshots supplement durable checkpoints: without spec.checkpoint.uri, a node lost "
+            "together with its partner (or the whole job) would restart the training from step 0",
+            "a spec.checkpoint.uri, or no spec.checkpoint.memory",
+        )
 
 
 @rule("spec.resilience.stragglers.action")
@@ -748,7 +788,9 @@ RULES: tuple[Rule, ...] = (
     batch_of_whole_micro_steps,
     seq_len_within_context,
     fits_in_memory,
+    snapshots_fit_in_host_memory,
     straggler_replace_needs_checkpoints,
+    memory_snapshots_need_checkpoints,
     endpoint_port,
     etcd_endpoint,
 )

@@ -207,6 +207,46 @@ def test_a_cpu_job_the_planner_accepts_gets_the_memory_it_was_planned_in():
     assert res["limits"]["memory"] == res["requests"]["memory"] == f"{3 * planned // 2**30}Gi", (res, planned)
 
 
+def test_a_cpu_jobs_memory_leaves_room_for_its_snapshots():
+    """/dev/shm is memory-backed: the snapshots kept there count against the pod's limit, so a CPU
+    pod gets the planner's memory per process plus what its snapshots take (snapshot_plan.py)."""
+    from llmtrain.snapshot_plan import host_memory
+
+    spec = _spec(
+        model={"preset": "tiny"},
+        data={"seqLen": 128},
+        cluster={"instanceType": "cpu", "nodes": 2, "processesPerNode": 2},
+        training={"globalBatchTokens": 128 * 4},
+        fsdp={"mixedPrecision": "fp32"},
+        checkpoint={"uri": "s3://b/c/", "memory": {}},
+    )
+    host = host_memory(spec)
+    assert host.snapshots_bytes == host.own_bytes + host.partner_bytes > 0
+    res = _container(_render(spec))["resources"]
+    want = 2 * 8 + -(-host.snapshots_bytes // 2**30)  # the catalog's 8 GiB per process, and the snapshots
+    assert res["limits"]["memory"] == res["requests"]["memory"] == f"{want}Gi", res
+
+
+@pytest.mark.parametrize("nodes, itype", [(16, "p5.48xlarge"), (4, "p4de.24xlarge")])
+def test_a_gpu_pod_is_never_limited_below_what_its_snapshots_need(nodes, itype):
+    """85% of the node, or the planner's host memory when more (validation refuses that: 70B on 4 ×
+    p4de; the renderer still never sets a limit the snapshots would be OOM-killed at)."""
+    from llmtrain.snapshot_plan import host_memory
+
+    spec = _spec(
+        model={"preset": "llama2-70b"},
+        cluster={"instanceType": itype, "nodes": nodes},
+        fsdp={"activationCheckpointing": "full"},
+        training={"globalBatchTokens": 4096 * nodes * 8 * 4},
+        checkpoint={"uri": "s3://b/c/", "memory": {}},
+    )
+    need = -(-host_memory(spec).total_bytes // 2**30)
+    res = _container(_render(spec))["resources"]
+    want = max(int(instance_type(itype).memory_gib * 0.85), need)
+    assert res["limits"]["memory"] == res["requests"]["memory"] == f"{want}Gi", (res, need)
+    assert (want == need) == (itype == "p4de.24xlarge")
+
+
 def test_user_strings_cannot_break_the_document():
     nasty = 'x"\n  injected: true\n# }'
     obj = _render(_spec(cluster={"env": {"NOTE": nasty}}))

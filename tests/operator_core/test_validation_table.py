@@ -17,6 +17,7 @@ import pytest
 
 from llmtrain.catalog import instance_types, model_presets
 from llmtrain.planner import plan_job, suggest_fit
+from llmtrain.snapshot_plan import host_fit_suggestions, host_memory, size
 from llmtrain.spec import DEFAULT_ETCD_ENDPOINT
 from llmtrain.validation import Policy, check, parse_spec
 from llmtrain.validation_rules import (
@@ -43,6 +44,7 @@ from llmtrain.validation_rules import (
     known_preset,
     kueue_fields_need_a_queue,
     kv_heads_divide_heads,
+    memory_snapshots_need_checkpoints,
     min_lr_within_lr,
     min_nodes,
     no_volume_at_dev_shm,
@@ -50,6 +52,7 @@ from llmtrain.validation_rules import (
     preset_or_dims,
     processes_per_node_on_cpu_only,
     seq_len_within_context,
+    snapshots_fit_in_host_memory,
     straggler_replace_needs_checkpoints,
     toleration_operators,
     topology_level,
@@ -62,6 +65,15 @@ from llmtrain.validation_rules import (
 from .invalid_cases import spec_with
 
 # 2 × p5.48xlarge = 16 workers: one micro-step of seqLen 4096 is 65,536 tokens; BASE's batch is 4 of them.
+# llama2-70b fits 4 × p4de's GPUs; its snapshots, their partner copies and the S3 staging do not fit the
+# nodes' memory (4 × 8 ranks: 12 × 69 B / 32 = 26 GB a rank, 207 GB a node, six times over)
+P4DE_70B = {
+    "model": {"preset": "llama2-70b"},
+    "cluster": {"instanceType": "p4de.24xlarge", "nodes": 4},
+    "fsdp": {"activationCheckpointing": "full"},
+    "training": {"globalBatchTokens": 4096 * 32 * 4},
+    "checkpoint": {"memory": {}},
+}
 CPU = {
     "model": {"preset": "tiny"},
     "data": {"seqLen": 128},
@@ -521,6 +533,20 @@ CASES = [
             "spec.checkpoint.uri every restart starts the training over (accepted: report, or a spec.checkpoint.uri)"
         ],
     ),
+    Case(
+        "memory snapshots beside durable checkpoints", memory_snapshots_need_checkpoints, {"checkpoint": {"memory": {}}}
+    ),
+    Case("no memory snapshots, no checkpoints", memory_snapshots_need_checkpoints, {"checkpoint": None}),
+    Case(
+        "memory snapshots without durable checkpoints",
+        memory_snapshots_need_checkpoints,
+        {"checkpoint": None, "checkpoint.memory": {"intervalSteps": 50}},
+        [
+            "spec.checkpoint.memory: in-memory snapshots supplement durable checkpoints: without "
+            "spec.checkpoint.uri, a node lost together with its partner (or the whole job) would restart the "
+            "training from step 0 (accepted: a spec.checkpoint.uri, or no spec.checkpoint.memory)"
+        ],
+    ),
     # --- FSDP ---
     Case("HYBRID_SHARD on 2 nodes", hybrid_shard_needs_nodes, {"fsdp": {"shardingStrategy": "HYBRID_SHARD"}}),
     Case(
@@ -657,6 +683,23 @@ CASES = [
         },
         ["PLANNER"],
     ),
+    Case("memory snapshots of llama2-7b on 2 × p5", snapshots_fit_in_host_memory, {"checkpoint": {"memory": {}}}),
+    Case("llama2-70b on 4 × p4de without snapshots", snapshots_fit_in_host_memory, {**P4DE_70B, "checkpoint": {}}),
+    # the expected message's figures are the planner's (tested in test_snapshot_plan.py)
+    Case("memory snapshots of llama2-70b on 4 × p4de", snapshots_fit_in_host_memory, P4DE_70B, ["HOST"]),
+    Case(
+        "memory snapshots of 3 CPU workers",
+        snapshots_fit_in_host_memory,
+        {
+            "model": {"preset": "tiny"},
+            "data": {"seqLen": 128},
+            "cluster": {"instanceType": "cpu", "nodes": 2, "processesPerNode": 3},
+            "training": {"globalBatchTokens": 128 * 6},
+            "fsdp": {"mixedPrecision": "fp32"},
+            "checkpoint": {"memory": {"partner": False}},
+        },
+        ["HOST"],
+    ),
     # --- rendezvous ---
     Case("host:port", endpoint_port, {"rendezvous": {"endpoint": "etcd.infra.svc:2379"}}),
     Case("a host alone", endpoint_port, {"rendezvous": {"endpoint": "etcd.infra.svc"}}),
@@ -682,11 +725,22 @@ CASES = [
 
 
 def _subject(case: Case) -> Subject:
-    raw = case.raw if case.raw is not None else spec_with(case.overrides)
+    overrides = {k: v for k, v in case.overrides.items() if k != "checkpoint.memory"}
+    raw = case.raw if case.raw is not None else spec_with(overrides)
+    if "checkpoint.memory" in case.overrides:  # a memory section in a spec that has no checkpoint.uri
+        raw["checkpoint"] = {"memory": case.overrides["checkpoint.memory"]}
     return Subject(parse_spec(raw), case.name, case.etcd, case.policy, case.backend, case.enabled)
 
 
 def _expected(case: Case, j: Subject) -> list[str]:
+    if case.problems == ["HOST"]:
+        host = host_memory(j.spec)
+        return [
+            f"spec.cluster: the in-memory snapshots (spec.checkpoint.memory) need {size(host.total_bytes)} of host "
+            f"memory per node ({host.parts()}) but a {j.spec.cluster.instance_type} worker pod gets "
+            f"{size(host.pod_bytes)} (of the node's {size(host.node_bytes)}): "
+            f"{size(host.total_bytes - host.pod_bytes)} short (accepted: {host_fit_suggestions(j.spec)})"
+        ]
     if case.problems != ["PLANNER"]:
         return case.problems
     plan, gib = plan_job(j.spec), 1024**3
