@@ -60,6 +60,7 @@ BASE_SOURCES=(
     "deb $UBUNTU_SECURITY $UBUNTU_SUITE-security main universe"
 )
 BUILDAH_MIN=1.28.0   # bud --secret, --layers with --format docker
+RUNC_MIN=1.1.0 # Debian 12's runc 1.1.5 ran the spike
 MMDEBSTRAP_MIN=1.0.0
 
 log() { echo "trainer-image: $*" >&2; }
@@ -269,6 +270,9 @@ if [[ "$cmd" == key ]]; then
     BUILDAH_VERSION="$(tool_version buildah)"
 else
     BUILDAH_VERSION="$(need_tool buildah "$BUILDAH_MIN" buildah)"
+    # buildah's RUN steps need an OCI runtime, which its package only recommends (apt_install
+    # leaves recommends out): without one, the first RUN fails with "exec: no command"
+    need_tool runc "$RUNC_MIN" runc >/dev/null
 fi
 BASE_KEY="$(base_key)"
 BASE_KEY16="${BASE_KEY:0:16}"

@@ -134,6 +134,7 @@ def env(tmp_path) -> dict[str, str]:
     standin.executable(bindir / "gpg", _GPG)
     standin.executable(bindir / "apt-get", _APT_GET)
     standin.slow_tool(bindir / "id", "0")  # root: buildah runs as root
+    standin.slow_tool(bindir / "runc", "runc version 1.1.5", "commit: v1.1.5", "spec: 1.0.2-dev")
     deb = tmp_path / "ubuntu-keyring.deb"
     deb.write_bytes(b"the pinned keyring package")
     ca = tmp_path / "ca.crt"
@@ -282,6 +283,7 @@ def test_a_lock_change_prunes_the_old_locks_cached_layers_first(tree, env, tmp_p
     ("setup", "message"),
     [
         ("no-buildah", "buildah not found after apt-get install buildah"),
+        ("no-runc", "runc not found after apt-get install runc"),
         ("old-buildah", "buildah 1.23.1 is too old: this build needs buildah >= 1.28.0"),
         ("old-mmdebstrap", "mmdebstrap 0.8.4 is too old: this build needs mmdebstrap >= 1.0.0"),
         ("keyring-sha", "is not the pinned"),
@@ -292,10 +294,11 @@ def test_failures_say_what_is_wrong(tree, env, tmp_path, setup, message):
     bindir = Path(env["PATH"].split(os.pathsep)[0])
     if setup != "keyring-sha":
         _pin_keyring(tree, Path(env["STANDIN_DEB"]))
-    if setup == "no-buildah":
-        (bindir / "buildah").unlink()
-        # /usr/bin may hold a real buildah: the script must find none
-        env = {**env, "PATH": f"{bindir}{os.pathsep}{_path_without(tmp_path, 'buildah')}"}
+    if setup in ("no-buildah", "no-runc"):
+        tool = setup.removeprefix("no-")
+        (bindir / tool).unlink()
+        # /usr/bin may hold a real one: the script must find none
+        env = {**env, "PATH": f"{bindir}{os.pathsep}{_path_without(tmp_path, tool)}"}
     env = {
         **env,
         **{
@@ -308,8 +311,10 @@ def test_failures_say_what_is_wrong(tree, env, tmp_path, setup, message):
     assert r.returncode == 1, r.stderr
     assert message in r.stderr, r.stderr
     assert not [c for c in standin.calls(tmp_path) if " bud " in c]
-    if setup == "no-buildah":
-        assert _calls(tmp_path, "apt-get install") and "buildah" in _calls(tmp_path, "apt-get install")[0]
+    if setup in ("no-buildah", "no-runc"):
+        tool = setup.removeprefix("no-")
+        installs = [c for c in _calls(tmp_path, "apt-get") if " install " in c]
+        assert installs and tool in installs[0], installs
     assert not list((tmp_path / "cache" / "trainer-image").glob("*.json"))
     assert not list(tmp_path.glob("llmtrain-base.*"))  # the base's scratch dir goes, failed or not
 

@@ -140,8 +140,12 @@ esac
         bindir / "apt-get",
         r"""#!/usr/bin/env bash
 echo "apt-get $*" >> "$STANDIN_LOG"
-[ "$1" = update ] && exit 0
-for a in "$@"; do
+args=()
+while [ $# -gt 0 ]; do
+    case "$1" in -o) shift 2 ;; *) args+=("$1"); shift ;; esac  # -o OPTION=VALUE, as apt-get takes it
+done
+[ "${args[0]}" = update ] && exit 0
+for a in "${args[@]}"; do
     case "$a" in -*|install) continue ;; esac
     [ -d "$STANDIN_DEBS/available/$a" ] || { echo "E: Unable to locate package $a" >&2; exit 100; }
     mkdir -p "$STANDIN_DEBS/installed" && cp -a "$STANDIN_DEBS/available/$a" "$STANDIN_DEBS/installed/"
