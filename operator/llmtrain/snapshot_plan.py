@@ -52,6 +52,8 @@ durable interval of lost work):
 
 where p is the share of failures resumed from memory. With a partner on another node, p = 1: a
 worker process that dies resumes from its own pod's copy, a lost node's ranks from their partners'.
+That is issue 43's whole design, with only the lost node's pod replaced; while a lost pod still
+means a new attempt (new pods, empty /dev/shm), only the in-place restarts resume from memory.
 (It falls back to durable when a node and its partner fail within one recovery; at the prior's
 rate, a node fails within a 10-minute window about once in 38,000 such windows: left out.) Without
 a partner, only the failures that leave the node standing resume from memory: Llama 3 attributes
