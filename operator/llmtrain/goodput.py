@@ -59,6 +59,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .pod_contract import RESUME_TIERS
 from .status import percent
 
 BUCKETS = (
@@ -91,6 +92,7 @@ class Attempt:
     train_start: float | None = None  # the trainer's loop began
     last_heartbeat: float | None = None  # its last optimizer step completed
     resume_step: int | None = None  # the step it resumed from (0: from scratch)
+    resume_from: str | None = None  # from where (pod_contract.RESUME_TIERS)
     last_step: int | None = None
     steps: int | None = None  # steps it completed
     step_seconds: float | None = None  # their summed wall time
@@ -272,6 +274,7 @@ COUNTERS = {
     "trainStartTime": "train_start",
     "heartbeatTime": "last_heartbeat",
     "resumeStep": "resume_step",
+    "resumeFrom": "resume_from",
     "step": "last_step",
     "attemptSteps": "steps",
     "stepSeconds": "step_seconds",
@@ -309,6 +312,8 @@ def attempt_from(rec: dict, progress: dict | None = None) -> Attempt | None:
     for key, attr in COUNTERS.items():
         if key in _TIMES:
             kw[attr] = _t(src.get(key))
+        elif key == "resumeFrom":
+            kw[attr] = src.get(key) if src.get(key) in RESUME_TIERS else None
         elif attr in _INTS:
             kw[attr] = _int(src, key)
         else:

@@ -68,6 +68,10 @@ STAGING_ENV = "LLMTRAIN_CHECKPOINT_STAGING"
 # SNAPSHOT_PATH (`llmtrain local` sets a folder of its workdir).
 SNAPSHOT_DIR_ENV = "LLMTRAIN_SNAPSHOT_DIR"
 SNAPSHOT_PATH = "/dev/shm/llmtrain-snapshots"
+# Where a worker resumed from, as llmtrain_trainer_resume_tier's value (the index) and as
+# status.progress.resumeFrom says it: nothing (a fresh start or pretrained weights), the durable
+# checkpoint, every rank's own in-memory snapshot, or in-memory snapshots with partner copies.
+RESUME_TIERS = ("none", "durable", "memory", "partner")
 RESUME_BEFORE_STEP_ENV = "LLMTRAIN_RESUME_BEFORE_STEP"  # a loss rollback: resume before this step
 PREFLIGHT_ENV = "LLMTRAIN_PREFLIGHT"  # "1": the launcher runs the health check first
 NODE_NAME_ENV = "LLMTRAIN_NODE_NAME"  # the pod's node (downward API)

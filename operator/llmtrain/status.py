@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import re
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+from .pod_contract import RESUME_TIERS
 
 
 class Phase(str, Enum):
@@ -150,6 +152,10 @@ def percent(share: float) -> str:
     return f"{share:.2%}"
 
 
+# status.progress.resumeFrom: the trainer's llmtrain_trainer_resume_tier, by name
+ResumeTier = Literal[RESUME_TIERS]  # type: ignore[valid-type]  # the names live in pod_contract, one source
+
+
 class _Status(BaseModel):
     # extra="ignore": an object written by another version of the operator still reads.
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", use_enum_values=False)
@@ -215,6 +221,12 @@ class ProgressStatus(_Status):
         None, json_schema_extra=DATE_TIME, description="the attempt's training loop began"
     )
     resume_step: int | None = Field(None, description="the step the attempt resumed from (0: from scratch)")
+    resume_from: ResumeTier | None = Field(
+        None,
+        description="where its workers resumed from last: none (a fresh start or pretrained weights), durable "
+        "(the newest checkpoint), memory (every rank's own in-memory snapshot) or partner (in-memory "
+        "snapshots, some from the partner node's copies)",
+    )
     attempt_steps: int | None = Field(None, description="optimizer steps the attempt completed")
     step_seconds: float | None = Field(None, description="their summed wall time")
     checkpoint_blocking_seconds: float | None = Field(
@@ -269,6 +281,7 @@ class AttemptRecord(_Status):
     train_start_time: str | None = Field(None, json_schema_extra=DATE_TIME)
     heartbeat_time: str | None = Field(None, json_schema_extra=DATE_TIME)
     resume_step: int | None = None
+    resume_from: ResumeTier | None = None
     step: int | None = None
     attempt_steps: int | None = None
     step_seconds: float | None = None

@@ -99,3 +99,26 @@ def test_a_tenant_number_out_of_range_is_dropped_not_raised(series):
     assert status.get("loss") == 2.5
     dropped = {"step", "lastCheckpointStep", "lastCheckpointTime", "heartbeatTime", "trainStartTime"}
     assert not dropped & set(status), (series, status)
+
+
+def test_where_the_attempt_resumed_from_reaches_status_and_the_attempts_record():
+    """llmtrain_trainer_resume_tier (the trainer's resume: durable checkpoint or in-memory snapshots)
+    → status.progress.resumeFrom → the attempt's goodput record, by name; a value the trainer cannot
+    have written (the tenant's scrape body) is left out."""
+    from llmtrain import goodput as gp
+    from llmtrain.status import ProgressStatus
+
+    m = TrainerMetrics(job="j", rank=0)
+    m.resume_tier.set(3)
+    s = parse_progress(generate_latest(m.registry)).as_status()
+    assert s["resumeFrom"] == "partner"
+    ProgressStatus.model_validate(s)  # the CRD's schema takes it
+    created = AT.timestamp() - 60
+    rec = gp.attempt_from({"attempt": 2, "createdTime": "2026-03-01T11:59:00Z"}, {**s, "attempt": 2})
+    assert rec is not None and rec.resume_from == "partner" and created == rec.created
+    for value in ("4", "-1", "NaN", "2.5e9"):
+        got = parse_progress(f"llmtrain_trainer_resume_tier {value}\n").as_status()
+        assert "resumeFrom" not in got, (value, got)
+    assert (
+        gp.attempt_from({"attempt": 2, "createdTime": "2026-03-01T11:59:00Z", "resumeFrom": "disk"}).resume_from is None
+    )

@@ -302,6 +302,10 @@ EXPECTED_METRICS = {
     "llmtrain_trainer_inplace_restart_seconds": "gauge",
     "llmtrain_trainer_inplace_redone_steps": "gauge",
     "llmtrain_trainer_inplace_redone_seconds": "gauge",
+    # spec.checkpoint.memory (checkpoint/snapshots.py), and where a process resumed from
+    "llmtrain_trainer_snapshot_blocking_seconds": "counter",
+    "llmtrain_trainer_last_snapshot_step": "gauge",
+    "llmtrain_trainer_resume_tier": "gauge",
     # checkpoint.intervalMinutes auto (llmtrain/cadence.py)
     "llmtrain_trainer_checkpoint_blocking_estimate_seconds": "gauge",
     "llmtrain_trainer_checkpoint_blocking_measured_saves": "gauge",

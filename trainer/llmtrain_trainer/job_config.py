@@ -10,6 +10,7 @@ component can be built, and tested, from its config alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from llmtrain.cadence import AutoInterval
 from llmtrain.catalog import ModelDims, instance_type
@@ -17,6 +18,9 @@ from llmtrain.spec import FSDPSpec, LLMTrainingJobSpec, TrainingSpec, resolve_di
 
 from .config import JobIdentity, WorkerEnv, global_batch_seqs, lr_at, staging_dir
 from .garbage import GC_EVERY_STEPS
+
+if TYPE_CHECKING:  # snapshots.py imports torch; the trainer builds its config only where it runs
+    from .checkpoint.snapshots import SnapshotConfig
 
 
 @dataclass(frozen=True)
@@ -117,7 +121,7 @@ class CheckpointConfig:
         )
 
 
-def snapshot_config(spec: LLMTrainingJobSpec, job: JobIdentity, env: WorkerEnv):
+def snapshot_config(spec: LLMTrainingJobSpec, job: JobIdentity, env: WorkerEnv) -> SnapshotConfig | None:
     """spec.checkpoint.memory's config (checkpoint/snapshots.py); None: no snapshots."""
     from pathlib import Path
 
@@ -230,7 +234,7 @@ class JobConfig:
     optimizer: OptimizerConfig
     data: DataConfig
     checkpoint: CheckpointConfig
-    snapshots: object  # checkpoint.snapshots.SnapshotConfig | None: spec.checkpoint.memory
+    snapshots: SnapshotConfig | None  # spec.checkpoint.memory
     ledger: LedgerConfig
     metrics: MetricsConfig
     resume: ResumeConfig

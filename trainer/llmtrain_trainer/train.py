@@ -424,7 +424,7 @@ class Trainer:
             return
         blocking = snaps.take(result.step, self.state_dict(result.step))
         self._blocked += blocking
-        self.metrics.snapshotted(result.step, blocking)
+        self.metrics.snapshotted(result.step, blocking, snaps.nbytes)
 
     def stop(self, result: StepResult | None) -> None:
         """The one way out of the loop: `result` is the step a stop was agreed at (None: training

@@ -153,7 +153,7 @@ class Slot:
         return crc32(memoryview(self.map)[: self.nbytes])
 
     def close(self) -> None:
-        self.bytes = None  # type: ignore[assignment]
+        del self.bytes
         try:
             self.map.close()
         except BufferError:  # a view still alive elsewhere: the mapping goes with it

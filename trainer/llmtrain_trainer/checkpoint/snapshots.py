@@ -109,11 +109,11 @@ class SnapshotConfig:
 
 def auto_snapshot_interval(spec, env_auto) -> AutoInterval:
     """intervalSteps auto: the job's MTBF as the operator rendered it (or the instance type's prior)
-    and, until the first snapshot is measured, the planner's estimate of the same copy a durable
-    checkpoint's staging makes."""
+    and, until the first snapshot is measured, the planner's estimate of the copy
+    (llmtrain/snapshot_plan.py)."""
     from llmtrain import cadence
     from llmtrain.catalog import instance_type
-    from llmtrain.planner import checkpoint_blocking_estimate, plan_job
+    from llmtrain.snapshot_plan import snapshot_blocking_estimate
 
     try:
         mtbf = float(env_auto.get(cadence.MTBF_ENV) or "nan")
@@ -122,7 +122,7 @@ def auto_snapshot_interval(spec, env_auto) -> AutoInterval:
     if not mtbf > 0 or mtbf == float("inf"):
         inst = instance_type(spec.cluster.instance_type)
         mtbf = cadence.node_mtbf(inst.name, inst.gpus_per_node).job_seconds(spec.cluster.nodes)
-    return AutoInterval(mtbf, checkpoint_blocking_estimate(plan_job(spec)))
+    return AutoInterval(mtbf, snapshot_blocking_estimate(spec))
 
 
 class Snapshotter:
@@ -144,6 +144,7 @@ class Snapshotter:
         self._thread: threading.Thread | None = None
         self._last = time.monotonic()
         self.last_committed: int | None = None
+        self.nbytes = 0  # this rank's snapshot (0 before the first)
         self.failures = 0
 
     # -- taking ----------------------------------------------------------------------------------
@@ -163,6 +164,7 @@ class Snapshotter:
         tensors = flatten(state)
         entries, nbytes = self._layout or layout(tensors)
         self._layout = (entries, nbytes)
+        self.nbytes = nbytes
         letter = self._free_letter(self.rank)
         slot = self._slot(self.rank, letter, nbytes)
         copy_into(slot, entries, tensors)
@@ -191,6 +193,7 @@ class Snapshotter:
     def _exchange(self, slot: Slot, header: dict[str, Any]) -> None:
         """Send this rank's committed snapshot to its partner; receive, check and commit the one of
         the rank whose partner this rank is."""
+        assert self.to is not None and self.frm is not None  # only with a partner
         sends = _isend(slot.bytes, header, self.to, self.pg)
         try:
             got, payload = _recv(self.frm, self.pg, self._receiving_slot)
@@ -285,6 +288,7 @@ class Snapshotter:
             )
             self._said("snapshot_refused", step=choice.step, rank=rank, error=why)
             return None
+        assert state is not None  # no error: loaded
         self.last_committed = choice.step
         return choice, state
 

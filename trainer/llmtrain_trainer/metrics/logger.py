@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from llmtrain.pod_contract import RESUME_TIERS
+
 from .losswatch import LossWatch
 from .memory import MemoryGauge
 from .prometheus import TrainerMetrics
@@ -35,10 +37,6 @@ if TYPE_CHECKING:
     from ..train import StepResult
 
 log = logging.getLogger("llmtrain_trainer")
-
-
-# llmtrain_trainer_resume_tier's values
-RESUME_TIERS = {"none": 0, "durable": 1, "memory": 2, "partner": 3}
 
 
 class MetricsLogger:
@@ -123,7 +121,7 @@ class MetricsLogger:
         snapshots; `moved` ranks got theirs from another process)."""
         if tier == "durable":
             self.prom.last_checkpoint_step.set(step)
-        self.prom.resume_tier.set(RESUME_TIERS[tier])
+        self.prom.resume_tier.set(RESUME_TIERS.index(tier))
         self.emit(
             {
                 "event": "resume",
@@ -136,8 +134,10 @@ class MetricsLogger:
             }
         )
 
-    def snapshotted(self, step: int, blocking_seconds: float) -> None:
-        """An in-memory snapshot blocked training for `blocking_seconds` (goodput: checkpointing)."""
+    def snapshotted(self, step: int, blocking_seconds: float, nbytes: int) -> None:
+        """An in-memory snapshot of `nbytes` (this rank's) blocked training for `blocking_seconds`
+        (goodput: checkpointing)."""
+        self.emit({"event": "snapshot", "step": step, "blocking_seconds": round(blocking_seconds, 4), "bytes": nbytes})
         self.prom.snapshot_blocking_seconds.inc(blocking_seconds)
         self.prom.last_snapshot_step.set(step)
         self.ledger.snapshotted(blocking_seconds, time.time())

@@ -111,7 +111,8 @@ class TrainerMetrics:
         self.resume_tier = gauge(
             "llmtrain_trainer_resume_tier",
             "Where this process resumed from: 0 nothing (fresh or pretrained), 1 the durable checkpoint, "
-            "2 every rank's own in-memory snapshot, 3 in-memory snapshots with partner copies",
+            "2 every rank's own in-memory snapshot, 3 in-memory snapshots with partner copies "
+            "(llmtrain.pod_contract.RESUME_TIERS)",
         )
         self.train_start_timestamp_seconds = gauge(
             "llmtrain_trainer_train_start_timestamp_seconds",

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from ... import stragglers
+from ...pod_contract import RESUME_TIERS
 from ...status import percent
 
 MAX_BODY_BYTES = 256 * 1024
@@ -54,6 +55,7 @@ class Progress:
     # goodput counters of this attempt's process (llmtrain/goodput.py)
     train_start: float | None = None
     resume_step: float | None = None
+    resume_tier: float | None = None  # an index of pod_contract.RESUME_TIERS
     step_seconds_sum: float | None = None
     step_seconds_count: float | None = None
     checkpoint_blocking_seconds: float | None = None
@@ -104,6 +106,9 @@ class Progress:
             out["heartbeatTime"] = precise_timestamp(at)
         if (at := _unix(self.train_start)) is not None:
             out["trainStartTime"] = precise_timestamp(at)
+        tier = _count(self.resume_tier)
+        if tier is not None and 0 <= tier < len(RESUME_TIERS):
+            out["resumeFrom"] = RESUME_TIERS[tier]
         for field, key, digits in _GOODPUT_STATUS:
             value = getattr(self, field)
             attempt_field = _ATTEMPT_WIDE.get(field)
@@ -189,6 +194,7 @@ _ATTEMPT_WIDE = {
 
 GOODPUT_KEYS = (
     "trainStartTime",
+    "resumeFrom",
     *(key for _, key, _ in _GOODPUT_STATUS),
     "estimatedRemainingSeconds",
     "estimatedCompletionTime",
@@ -205,6 +211,7 @@ _PROGRESS_METRICS = {
     **{f"llmtrain_trainer_{field}": field for field in _HEALTH_STATUS},
     "llmtrain_trainer_train_start_timestamp_seconds": "train_start",
     "llmtrain_trainer_resume_step": "resume_step",
+    "llmtrain_trainer_resume_tier": "resume_tier",
     "llmtrain_trainer_step_seconds_sum": "step_seconds_sum",
     "llmtrain_trainer_step_seconds_count": "step_seconds_count",
     "llmtrain_trainer_checkpoint_blocking_seconds_total": "checkpoint_blocking_seconds",
