@@ -84,15 +84,19 @@ def test_two_parallel_installs_wait_for_each_other_instead_of_failing_on_the_loc
     env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", STANDIN_APT=str(apt), TMPDIR=str(tmp_path))
 
     first = _install(env, "etcd-server")
-    _until(lambda: (apt / "holding").exists() or first.poll() is not None, "the first install to hold the lock")
-    assert first.poll() is None, first.communicate()
-    second = _install(env, "buildah")
-    # the second waits for ours (flock) rather than running apt-get into the held lock and failing
-    _until(
-        lambda: second.poll() is not None or "flock" in _descendants(second.pid), "the second install to wait or end"
-    )
-    assert second.poll() is None, f"the second install ended while the first held the lock: {second.communicate()}"
-    (apt / "release").touch()
+    second = None
+    try:
+        _until(lambda: (apt / "holding").exists() or first.poll() is not None, "the first install to hold the lock")
+        assert first.poll() is None, first.communicate()
+        second = _install(env, "buildah")
+        # the second waits for ours (flock) rather than running apt-get into the held lock and failing
+        _until(
+            lambda: second.poll() is not None or "flock" in _descendants(second.pid),
+            "the second install to wait or end",
+        )
+        assert second.poll() is None, f"the second install ended while the first held the lock: {second.communicate()}"
+    finally:
+        (apt / "release").touch()  # the stand-in holding the lock ends, also when the test fails
     out1, out2 = first.communicate(timeout=30), second.communicate(timeout=30)
     assert (first.returncode, second.returncode) == (0, 0), (out1, out2)
     calls = (apt / "calls").read_text().splitlines()
