@@ -224,7 +224,13 @@ class Workers:
         return rc
 
     def kill(self) -> None:
+        """SIGKILL the whole tree, as a lost node: the launcher's process group alone would leave
+        the workers (torchrun starts each in a session of its own) running on, orphaned, until
+        their collectives time out."""
+        from llmtrain_trainer.launch import kill_tree
+
         if self.proc.poll() is None:
+            kill_tree(self.proc)
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
