@@ -8,6 +8,8 @@ namespace, which enforces Pod Security "restricted".
   trainer's error names the path; no restart loop with maxRestarts 0).
 - The pod's securityContext as the kubelet enforces it: the trainer runs as the rendered UID with
   no capability, and /dev/shm and the staging volume are writable.
+- A worker process killed inside its pod (spec.checkpoint.memory on): torchrun restarts the workers
+  in place and they resume from their snapshots in the pods' memory-backed /dev/shm, not from step 0.
 - SIGTERM: a pod deleted mid-run gets the kubelet's SIGTERM, the trainer commits a checkpoint within
   the grace period, and the next attempt resumes from exactly that step, on both backends.
 
@@ -40,6 +42,19 @@ CACHE = Path(os.environ.get("LLMTRAIN_CACHE") or Path.home() / ".cache" / "llmtr
 REPO = Path(__file__).resolve().parents[2]
 MANIFEST = CACHE / "trainer-image" / "current.json"  # scripts/trainer-image.sh (make test builds it)
 UID = 65532  # the rendered runAsUser (render.py), the image's own user
+# SIGKILL the pod's trainer worker (a process torchrun started: LOCAL_RANK in its environment), as a
+# crash would; prints its pid
+KILL_WORKER = """
+import os, signal
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        env = open(f"/proc/{pid}/environ", "rb").read().split(b"\\0")
+    except OSError:
+        continue
+    if any(v.startswith(b"LOCAL_RANK=") for v in env):
+        os.kill(int(pid), signal.SIGKILL)
+        print(pid)
+"""
 
 
 def _wait(fn, what: str, timeout: float = 120.0):
@@ -165,13 +180,14 @@ def test_a_checkpoint_on_a_read_only_volume_fails_naming_the_path(rp):
     assert not st.get("restarts"), st
 
 
-@pytest.mark.slow(seconds=80)
+@pytest.mark.slow(seconds=95)
 @pytest.mark.parametrize("backend", ["pytorchjob", "jobset"])
-def test_sigterm_checkpoints_within_the_grace_period_and_the_next_attempt_resumes_there(rp, backend):
+def test_a_killed_worker_resumes_from_memory_then_sigterm_checkpoints_and_the_next_attempt_resumes_there(rp, backend):
     real = rp
     vol = real.volume(f"sigterm-{backend}")
     doc = on(real.job(f"sigterm-{backend}", steps=400, volumes=[vol], checkpoint=f"file:///ckpt/{backend}/"), backend)
     doc["spec"]["resilience"]["maxRestarts"] = 1
+    doc["spec"]["checkpoint"]["memory"] = {"intervalSteps": 5}
     name = real.apply(doc)
     pods = _wait(lambda: real.running(name, 1), "attempt 1's two pods Running", 180)
     rank0 = min(p.metadata.name for p in pods)
@@ -183,15 +199,36 @@ def test_sigterm_checkpoints_within_the_grace_period_and_the_next_attempt_resume
     real.exec(rank0, "sh", "-c", "echo x > /dev/shm/probe && echo x > /var/lib/llmtrain/staging/probe")
     real.wait(name, lambda st: (st.get("progress") or {}).get("step", 0) >= 20, "step 20 scraped", 180)
 
+    # a crashed worker: torchrun restarts the workers of both pods in place, and they resume from
+    # their snapshots in /dev/shm (no durable checkpoint exists yet: without them, step 0)
+    assert real.exec(rank0, "python", "-c", KILL_WORKER).split(), "no worker process in the pod"
+    st = real.wait(
+        name,
+        lambda st: (
+            (st.get("progress") or {}).get("inPlaceRestarts", 0) >= 1
+            and st["progress"].get("resumeFrom") in ("memory", "partner")
+            and st["progress"].get("step", 0) >= 40
+        ),
+        "an in-place restart resumed from memory, then step 40",
+        180,
+    )
+    lines = [line for p in real.pods(name, 1) for line in real.logs(p.metadata.name).splitlines()]
+    resumes = [e for line in lines if line.startswith("{") and (e := json.loads(line)).get("event") == "resume"]
+    assert len(resumes) == 1 and resumes[0]["tier"] in ("memory", "partner"), resumes
+    assert resumes[0]["step"] >= 15 and resumes[0]["step"] % 5 == 0, resumes
+    assert st["phase"] == "Running" and not st.get("restarts"), st
+
     real.core.delete_namespaced_pod(rank0, real.ns)  # the kubelet's SIGTERM, then the grace period
     real.wait(name, lambda st: st.get("attempt") == 2, "attempt 2", 180)
     st = real.wait(name, lambda st: st.get("phase") == "Succeeded", "Succeeded", 300)
     saved = (real.tmp / "volumes" / vol["name"] / backend).glob("step-*")
     ckpts = sorted(int(p.name.removeprefix("step-")) for p in saved)
-    # two checkpoints only: the one SIGTERM committed (at or past step 20: no periodic one is due
+    # two checkpoints only: the one SIGTERM committed (at or past step 40: no periodic one is due
     # before the end) and the last step's
-    assert len(ckpts) == 2 and 20 <= ckpts[0] < 400 == ckpts[1], ckpts
-    second = st["goodput"]["attempts"][1]
-    # ...and attempt 2 started from exactly that one and trained to the end
+    assert len(ckpts) == 2 and 40 <= ckpts[0] < 400 == ckpts[1], ckpts
+    first, second = st["goodput"]["attempts"][:2]
+    assert first.get("resumeFrom") in ("memory", "partner"), first
+    # ...and attempt 2 (new pods, an empty /dev/shm) started from exactly that one and trained to the end
     assert second["resumeStep"] == ckpts[0] and st["progress"]["step"] == 400, (ckpts, second, st["progress"])
+    assert second["resumeFrom"] == "durable", second
     assert st["restarts"] == 1 and st["attempt"] == 2, st

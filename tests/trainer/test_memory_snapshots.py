@@ -74,13 +74,9 @@ def test_a_killed_worker_resumes_from_its_own_snapshot(launch, tmp_path):
     first, second = _generations(w.events)
     _assert_redone_bitwise(first, second, resume["step"])
     assert max(second) == STEPS
+    # each rank's two slots, each committed (its header beside it)
     assert sorted(p.name for p in snaps.iterdir()) == [
-        "rank-0.json",
-        "rank-0.slot-a",
-        "rank-0.slot-b",
-        "rank-1.json",
-        "rank-1.slot-a",
-        "rank-1.slot-b",
+        f"rank-{r}.slot-{x}{ext}" for r in (0, 1) for x in ("a", "b") for ext in ("", ".json")
     ]
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from llmtrain_trainer.checkpoint.snapshot_file import BadSnapshot, parse_header, read_header, slot_path
-from llmtrain_trainer.checkpoint.snapshots import Choice, SnapshotConfig, Snapshotter, choose, partner_of
+from llmtrain_trainer.checkpoint.snapshot_file import BadSnapshot, header_path, parse_header, read_header, slot_path
+from llmtrain_trainer.checkpoint.snapshots import Choice, SnapshotConfig, Snapshotter, choices, choose, partner_of
 
 pytestmark = pytest.mark.trainer
 
@@ -24,6 +24,13 @@ def test_choose_takes_the_newest_step_every_rank_has_and_prefers_the_ranks_own_c
     assert choose(inv, 3).moved == 1
     assert choose([[(0, 5)], [(0, 5)]], 2) is None  # nobody holds rank 1
     assert choose([[], []], 2) is None
+
+
+def test_when_a_ranks_newest_snapshot_has_not_reached_its_partner_the_step_before_is_restored():
+    # rank 1's node is lost after rank 0 and 1 committed step 14 at home, before 14's copies crossed:
+    # rank 0's node holds its own 12 and 14 and rank 1's copy of 12
+    assert choose([[(0, 12), (0, 14), (1, 12)], []], 2) == Choice(12, {0: 0, 1: 0})
+    assert [c.step for c in choices([[(0, 12), (0, 14), (1, 12), (1, 14)], [(1, 12), (1, 14)]], 2)] == [14, 12]
 
 
 def test_partner_ring_is_the_same_local_rank_on_the_next_node():
@@ -88,11 +95,12 @@ def test_a_snapshot_restores_exactly_and_the_older_slot_survives_until_the_newer
     tmp_path, one_process_group
 ):
     s = _taken(tmp_path, steps=(3, 6))
-    assert read_header(tmp_path, 0)["step"] == 6 and read_header(tmp_path, 0)["slot"] == "b"
-    # step 3 is still whole in slot a: a process killed while writing 9 into it... would leave 6
-    s.take(9, _state(9))  # into slot a (6 is in b)
+    assert (read_header(tmp_path, 0, "a")["step"], read_header(tmp_path, 0, "b")["step"]) == (3, 6)
+    assert s.inventory() == [(0, 3), (0, 6)]
+    s.take(9, _state(9))  # into slot a, the older; 6 stays whole in b
+    assert not header_path(tmp_path, 0, "a").exists()  # no header over the slot being written
     s.wait()
-    assert read_header(tmp_path, 0)["slot"] == "a"
+    assert s.inventory() == [(0, 6), (0, 9)]
     choice, state = s.restore(_zeros, newer_than=None)
     assert choice == Choice(9, {0: 0})
     want = _state(9)
@@ -110,17 +118,22 @@ def test_no_snapshot_newer_than_the_durable_checkpoint_is_no_restore(tmp_path, o
     s.close()
 
 
-def test_a_corrupt_payload_is_refused_with_the_rank_and_why(tmp_path, one_process_group):
-    s = _taken(tmp_path)
-    s.close()
-    p = slot_path(tmp_path, 0, read_header(tmp_path, 0)["slot"])
+def _flip_a_bit(p: Path) -> None:
     raw = bytearray(p.read_bytes())
     raw[7] ^= 0x40
     p.write_bytes(bytes(raw))
+
+
+def test_a_corrupt_payload_is_refused_with_the_rank_and_why_and_the_older_one_restored(tmp_path, one_process_group):
+    _taken(tmp_path, steps=(3, 6)).close()
+    _flip_a_bit(slot_path(tmp_path, 0, "b"))  # step 6's
     s = Snapshotter(_cfg(tmp_path), local_world=1, emit=events.append)
-    assert s.restore(_zeros, newer_than=None) is None
-    assert events[-1]["event"] == "snapshot_refused" and events[-1]["rank"] == 0
-    assert "CRC-32" in events[-1]["error"], events[-1]
+    choice, state = s.restore(_zeros, newer_than=None)
+    assert events[0]["event"] == "snapshot_refused" and events[0]["rank"] == 0 and events[0]["step"] == 6
+    assert "CRC-32" in events[0]["error"], events[0]
+    assert choice.step == 3 and torch.equal(state["model"]["w"], _state(3)["model"]["w"])
+    _flip_a_bit(slot_path(tmp_path, 0, "a"))
+    assert s.restore(_zeros, newer_than=None) is None  # the durable checkpoint, then
     s.close()
 
 

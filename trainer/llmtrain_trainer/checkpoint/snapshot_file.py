@@ -1,18 +1,20 @@
 """One rank's in-memory snapshot on disk (a tmpfs: the pod's /dev/shm): its layout, and the checks
 every snapshot passes before a byte of it is loaded.
 
-A snapshot of rank R is two files in the snapshot folder:
+Rank R's snapshots are kept in two slots of the snapshot folder, each two files:
 
-    rank-R.slot-{a,b}   the payload: this rank's local tensors (its shard of every model parameter and
+    rank-R.slot-X       the payload: the rank's local tensors (its shard of every model parameter and
                         optimizer state, its RNG state), each at a 64-byte aligned offset, raw bytes
-    rank-R.json         the header, written last (a rename): which slot holds the newest committed
-                        snapshot, its step, whose it is (job, attempt, rendezvous run, world size,
-                        rank), the data position, the payload's size and CRC-32, and the manifest
-                        (each tensor's state-dict path, dtype, shape and offset)
+    rank-R.slot-X.json  the slot's header, written last (a rename): its step, whose it is (job,
+                        attempt, rendezvous run, world size, rank), the data position, the payload's
+                        size and CRC-32, and the manifest (each tensor's state-dict path, dtype,
+                        shape and offset)
 
-Two slots, so that the newest committed snapshot is never the one being written: a snapshot is
-copied into the other slot, checksummed, and committed by replacing the header. A process killed at
-any point leaves the previous header pointing at a whole slot.
+A snapshot goes into the slot holding the older step, whose header is removed first, and is
+committed by its header's rename: the newer committed snapshot is never the one being written, and
+a process killed at any point leaves every header it did not remove pointing at a whole payload.
+Both committed steps stay listed, so that when a rank's newest snapshot has not reached its partner
+yet, the step before it can still be restored everywhere.
 
 Nothing here unpickles. The header is JSON of bounded size, every field type-checked; dtypes come
 from an allow-list; every tensor must lie inside the payload; and the payload's CRC-32 must match
@@ -42,7 +44,7 @@ MAX_PATH_PARTS = 16
 MAX_PART_CHARS = 1000
 CRC_CHUNK = 64 << 20  # zlib releases the GIL per call: chunks keep the training thread running
 SLOTS = ("a", "b")
-HEADER_RE = re.compile(r"^rank-(\d{1,7})\.json$")
+HEADER_RE = re.compile(r"^rank-(\d{1,7})\.slot-([ab])\.json$")
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -177,8 +179,8 @@ def copy_into(slot: Slot, entries: list[Entry], tensors: list[tuple[tuple[str, .
 # -- headers ---------------------------------------------------------------------------------------
 
 
-def header_path(folder: Path, rank: int) -> Path:
-    return folder / f"rank-{rank}.json"
+def header_path(folder: Path, rank: int, slot: str) -> Path:
+    return folder / f"rank-{rank}.slot-{slot}.json"
 
 
 def slot_path(folder: Path, rank: int, slot: str) -> Path:
@@ -212,7 +214,7 @@ def make_header(
 
 def write_header(folder: Path, header: dict[str, Any]) -> None:
     """Commit: the header replaces the previous one atomically (a rename on the same filesystem)."""
-    final = header_path(folder, header["rank"])
+    final = header_path(folder, header["rank"], header["slot"])
     tmp = final.with_suffix(".json.tmp")
     wire = {k: v for k, v in header.items() if k != "entries"}  # parse_header's, not the file's
     tmp.write_bytes(json.dumps(wire, separators=(",", ":")).encode())
@@ -277,20 +279,23 @@ def _entries(raw: Any, nbytes: int) -> list[Entry]:
     return out
 
 
-def read_header(folder: Path, rank: int) -> dict[str, Any]:
-    p = header_path(folder, rank)
+def read_header(folder: Path, rank: int, slot: str) -> dict[str, Any]:
+    p = header_path(folder, rank, slot)
     with open(p, "rb") as f:
         raw = f.read(MAX_HEADER_BYTES + 1)
-    return parse_header(raw, str(p))
+    h = parse_header(raw, str(p))
+    if h["rank"] != rank or h["slot"] != slot:
+        raise BadSnapshot(f"{p}: the header is of rank {h['rank']} slot {h['slot']}")
+    return h
 
 
-def held_ranks(folder: Path) -> list[int]:
-    """The ranks whose committed snapshots this folder holds (headers present; not yet checked)."""
+def held_slots(folder: Path) -> list[tuple[int, str]]:
+    """(rank, slot) of the committed snapshots this folder holds (headers present; not yet checked)."""
     try:
         names = os.listdir(folder)
     except FileNotFoundError:
         return []
-    return sorted(int(m.group(1)) for n in names if (m := HEADER_RE.match(n)))
+    return sorted((int(m.group(1)), m.group(2)) for n in names if (m := HEADER_RE.match(n)))
 
 
 def load_into(

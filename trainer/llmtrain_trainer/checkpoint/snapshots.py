@@ -43,7 +43,8 @@ from .snapshot_file import (
     Slot,
     copy_into,
     flatten,
-    held_ranks,
+    header_path,
+    held_slots,
     layout,
     load_into,
     make_header,
@@ -71,19 +72,26 @@ class Choice:
         return sum(1 for rank, holder in self.holders.items() if holder != rank)
 
 
-def choose(inventories: list[list[Holding]], world: int) -> Choice | None:
-    """The newest step at which every rank's snapshot is held by some process, and who sends each
-    (the rank's own process when it holds it, else the lowest-numbered holder); None: no such step.
+def choices(inventories: list[list[Holding]], world: int) -> list[Choice]:
+    """Every step at which every rank's snapshot is held by some process, newest first, and who
+    sends each (the rank's own process when it holds it, else the lowest-numbered holder).
     `inventories[p]`: what process p's folder holds."""
     holders: dict[tuple[int, int], list[int]] = {}
     for proc, held in enumerate(inventories):
         for rank, step in held:
             holders.setdefault((rank, step), []).append(proc)
     steps = sorted({s for _, s in holders}, reverse=True)
-    for step in steps:
-        if all((r, step) in holders for r in range(world)):
-            return Choice(step, {r: r if r in holders[(r, step)] else min(holders[(r, step)]) for r in range(world)})
-    return None
+    return [
+        Choice(step, {r: r if r in holders[(r, step)] else min(holders[(r, step)]) for r in range(world)})
+        for step in steps
+        if all((r, step) in holders for r in range(world))
+    ]
+
+
+def choose(inventories: list[list[Holding]], world: int) -> Choice | None:
+    """The newest of `choices`; None: none."""
+    found = choices(inventories, world)
+    return found[0] if found else None
 
 
 def partner_of(rank: int, world: int, local_world: int) -> int | None:
@@ -167,6 +175,7 @@ class Snapshotter:
         self.nbytes = nbytes
         letter = self._free_letter(self.rank)
         slot = self._slot(self.rank, letter, nbytes)
+        header_path(self.folder, self.rank, letter).unlink(missing_ok=True)  # no header over a half-written slot
         copy_into(slot, entries, tensors)
         data = {k: int(v) for k, v in state["train"]["data"].items()}
         header = make_header(self.identity, self.rank, step, data, letter, entries, nbytes, 0)
@@ -208,16 +217,33 @@ class Snapshotter:
 
     def _receiving_slot(self, header: dict[str, Any]) -> Slot:
         header["slot"] = letter = self._free_letter(header["rank"])
+        header_path(self.folder, header["rank"], letter).unlink(missing_ok=True)
         return self._slot(header["rank"], letter, header["nbytes"])
 
+    def _committed(self, rank: int) -> dict[str, dict[str, Any]]:
+        """`rank`'s committed snapshots in this folder that are this identity's, by slot."""
+        out = {}
+        for letter in SLOTS:
+            try:
+                h = read_header(self.folder, rank, letter)
+            except FileNotFoundError:
+                continue
+            except (OSError, BadSnapshot) as err:
+                log.warning("snapshot header of rank %d slot %s skipped: %s", rank, letter, err)
+                continue
+            why = self.identity.mismatch(h)
+            if why is None:
+                out[letter] = h
+            else:
+                log.info("snapshot of rank %d in %s not loaded: %s", rank, self.folder, why)
+        return out
+
     def _free_letter(self, rank: int) -> str:
-        """The slot not holding `rank`'s committed snapshot (which must survive until the new one is
-        committed)."""
-        try:
-            current = read_header(self.folder, rank)["slot"]
-        except (OSError, BadSnapshot):
-            return SLOTS[0]
-        return SLOTS[1] if current == SLOTS[0] else SLOTS[0]
+        """The slot to write `rank`'s next snapshot into: an empty one, else the older one (the newer
+        must survive until the new one is committed)."""
+        held = self._committed(rank)
+        empty = [letter for letter in SLOTS if letter not in held]
+        return empty[0] if empty else min(held, key=lambda letter: held[letter]["step"])
 
     def _slot(self, rank: int, letter: str, nbytes: int) -> Slot:
         s = self._slots.get((rank, letter))
@@ -243,30 +269,35 @@ class Snapshotter:
 
     def inventory(self) -> list[Holding]:
         """The committed snapshots of this identity in this process's folder (headers only)."""
-        out = []
-        for rank in held_ranks(self.folder):
-            try:
-                h = read_header(self.folder, rank)
-            except (OSError, BadSnapshot) as err:
-                log.warning("snapshot header of rank %d skipped: %s", rank, err)
-                continue
-            why = self.identity.mismatch(h)
-            if why is None and h["rank"] == rank:
-                out.append((rank, h["step"]))
-            else:
-                log.info("snapshot of rank %d in %s not loaded: %s", rank, self.folder, why or "its rank differs")
-        return out
+        ranks = sorted({rank for rank, _ in held_slots(self.folder)})
+        return sorted({(rank, h["step"]) for rank in ranks for h in self._committed(rank).values()})
+
+    def _header_at(self, rank: int, step: int) -> dict[str, Any]:
+        for h in self._committed(rank).values():
+            if h["step"] == step:
+                return h
+        raise BadSnapshot(f"the snapshot of rank {rank} at step {step} is gone from {self.folder}")
 
     def restore(self, make_state: Callable[[], dict[str, Any]], newer_than: int | None) -> tuple[Choice, dict] | None:
         """(what was chosen, the loaded state) or None (no usable snapshot newer than the durable
-        checkpoint `newer_than`; the caller resumes from that). Collective."""
+        checkpoint `newer_than`; the caller resumes from that). The newest step every rank's snapshot
+        is held for first; when one fails a check on any rank, the next older one. Collective."""
         inventories: list[Any] = [None] * self.world
         dist.all_gather_object(inventories, self.inventory(), group=self.pg)
-        choice = choose(inventories, self.world)
-        if choice is None or (newer_than is not None and choice.step <= newer_than):
-            if choice is not None:
-                self._said("snapshot_not_newer", step=choice.step, durable_step=newer_than)
-            return None
+        found = choices(inventories, self.world)
+        usable = [c for c in found if newer_than is None or c.step > newer_than]
+        if found and not usable:
+            self._said("snapshot_not_newer", step=found[0].step, durable_step=newer_than)
+        for choice in usable:
+            state = self._load(choice, make_state)
+            if state is not None:
+                self.last_committed = choice.step
+                return choice, state
+        return None
+
+    def _load(self, choice: Choice, make_state: Callable[[], dict[str, Any]]) -> dict | None:
+        """The state of `choice` on every rank, or None on every rank (with the first rank's reason
+        in an event) when any rank's snapshot fails a check."""
         error, state = None, None
         try:
             header, payload = self._fetch(choice)
@@ -280,17 +311,10 @@ class Snapshotter:
         bad = [(r, e) for r, e in enumerate(errors) if e]
         if bad:
             rank, why = bad[0]
-            log.warning(
-                "snapshot of step %d not loaded (rank %d: %s): resuming from the durable checkpoint",
-                choice.step,
-                rank,
-                why,
-            )
+            log.warning("snapshot of step %d not loaded (rank %d: %s)", choice.step, rank, why)
             self._said("snapshot_refused", step=choice.step, rank=rank, error=why)
             return None
-        assert state is not None  # no error: loaded
-        self.last_committed = choice.step
-        return choice, state
+        return state
 
     def _fetch(self, choice: Choice) -> tuple[dict[str, Any], torch.Tensor]:
         """This rank's snapshot, read locally or received from its holder; sends the ones this
@@ -299,7 +323,7 @@ class Snapshotter:
         for rank, holder in choice.holders.items():
             if holder == self.rank and rank != self.rank:
                 try:
-                    h = read_header(self.folder, rank)
+                    h = self._header_at(rank, choice.step)
                     payload = self._slot(rank, h["slot"], h["nbytes"]).bytes
                 except (OSError, BadSnapshot) as err:  # the needer must hear it, or it waits for ever
                     log.warning("cannot send the snapshot of rank %d: %s", rank, err)
@@ -308,7 +332,7 @@ class Snapshotter:
         try:
             holder = choice.holders[self.rank]
             if holder == self.rank:
-                header = read_header(self.folder, self.rank)
+                header = self._header_at(self.rank, choice.step)
                 slot = self._slot(self.rank, header["slot"], header["nbytes"])
             else:
                 header, slot = _recv(holder, self.pg, self._receiving_slot)
