@@ -319,3 +319,23 @@ def test_the_worker_environment_is_read_once_and_bad_values_are_named():
         WorkerEnv.from_environ({"LLMTRAIN_RESUME_BEFORE_STEP": "step 4"})
     with pytest.raises(ValueError, match=r"LOCAL_RANK='-1'"):
         WorkerEnv.from_environ({"LOCAL_RANK": "-1"})
+
+
+def test_a_stop_request_once_training_is_over_does_not_kill_the_exiting_worker():
+    """After the final checkpoint a worker ignores SIGTERM: one arriving while it exits (its pod
+    deleted as its peers end) killed it in CPython's finalization, where a Python handler no longer
+    runs, and torchrun restarted the 'failed' worker in place into a rendezvous that was gone."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, signal\n"
+        "from llmtrain_trainer.train import StopFlag\n"
+        "stop = StopFlag()\n"
+        "stop.done()\n"
+        "assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "print('exited cleanly', stop.signal)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout.strip()) == (0, "exited cleanly None"), r.stderr

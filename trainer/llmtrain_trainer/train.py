@@ -90,6 +90,17 @@ class StopFlag:
     def _handle(self, signum, frame) -> None:
         self.signal = signum
 
+    @staticmethod
+    def done() -> None:
+        """Training is over (its final checkpoint saved): a stop request has nothing left to stop.
+        Ignored from here on, so that a SIGTERM arriving while the process exits cleanly (the pod
+        deleted as its peers end) does not kill it: CPython restores the default action of a signal
+        with a Python handler when it finalizes, and a worker killed by SIGTERM there counted as a
+        failure; torchrun then restarted it in place into a rendezvous whose host was gone, and the
+        pod hung until the store timed out (2 min on the JobSet backend) instead of exiting 0."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
+
     @property
     def set(self) -> bool:
         return self.signal is not None
@@ -510,5 +521,6 @@ def run(spec: LLMTrainingJobSpec, job: JobIdentity, *, env: WorkerEnv | None = N
     trainer = Trainer(JobConfig.from_spec(spec, job, env), device=device, stop=stop, emit=emit)
     trainer.resume()
     rc = trainer.train()
+    stop.done()
     dist.destroy_process_group()
     return rc
