@@ -180,7 +180,7 @@ def test_a_checkpoint_on_a_read_only_volume_fails_naming_the_path(rp):
     assert not st.get("restarts"), st
 
 
-@pytest.mark.slow(seconds=95)
+@pytest.mark.slow(seconds=110)
 @pytest.mark.parametrize("backend", ["pytorchjob", "jobset"])
 def test_a_killed_worker_resumes_from_memory_then_sigterm_checkpoints_and_the_next_attempt_resumes_there(rp, backend):
     real = rp
