@@ -36,7 +36,7 @@ import time
 import uuid
 from pathlib import Path
 
-from trainer_events import REPO, TrainerEvents, trainer_env
+from trainer_events import REPO, LaunchedPod, trainer_env
 
 EVERY = 5  # steps between checkpoints
 KILL_AFTER = 2  # steps past a committed checkpoint
@@ -62,7 +62,7 @@ def job_spec(steps: int, ckpt: Path) -> dict:
     }
 
 
-class Pod(TrainerEvents):
+class Pod(LaunchedPod):
     """One `llmtrain_trainer.launch` (torchrun under the pod's wrapper), as one pod runs it."""
 
     def __init__(self, spec_file: Path, endpoint: str, max_restarts: int, workdir: Path, attempt: int):
@@ -86,27 +86,6 @@ class Pod(TrainerEvents):
             LLMTRAIN_CHECKPOINT_STAGING=str(workdir / f"staging-{uuid.uuid4().hex[:6]}"),
         )
         super().__init__(cmd, env, workdir / f"pod-{uuid.uuid4().hex[:6]}.log")
-
-    def rank_pid(self, local_rank: int) -> int:
-        from llmtrain_trainer.launch import children
-
-        for torchrun in children(self.proc.pid):
-            for pid in children(torchrun):
-                try:
-                    with open(f"/proc/{pid}/environ", "rb") as f:
-                        if f"LOCAL_RANK={local_rank}".encode() in f.read().split(b"\0"):
-                            return pid
-                except OSError:
-                    continue
-        raise RuntimeError(f"no worker of local rank {local_rank}")
-
-    def stop(self) -> None:
-        from llmtrain_trainer.launch import kill_tree
-
-        if self.proc.poll() is None:
-            kill_tree(self.proc)
-        self.proc.wait()
-        self.log.close()
 
 
 def trial(mode: str, endpoint: str, workdir: Path, steps: int) -> dict:

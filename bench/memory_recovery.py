@@ -39,7 +39,7 @@ import time
 import uuid
 from pathlib import Path
 
-from trainer_events import REPO, TrainerEvents, trainer_env
+from trainer_events import REPO, LaunchedPod, trainer_env
 
 DURABLE, K, KILL_AFTER = 10, 2, 5
 # ~125M parameters: 2 blocks of d=1024 (25.7M) and a 49,152-token embedding and output (50.3M each)
@@ -77,7 +77,7 @@ def job_spec(steps: int, ckpt: Path, memory: bool, per_node: int) -> dict:
     }
 
 
-class Node(TrainerEvents):
+class Node(LaunchedPod):
     """One `llmtrain_trainer.launch` (torchrun under the pod's wrapper), as one pod runs it."""
 
     def __init__(
@@ -104,27 +104,6 @@ class Node(TrainerEvents):
             LLMTRAIN_SNAPSHOT_DIR=str(snapshots),
         )
         super().__init__(cmd, env, log)
-
-    def rank_pid(self, local_rank: int) -> int:
-        from llmtrain_trainer.launch import children
-
-        for torchrun in children(self.proc.pid):
-            for pid in children(torchrun):
-                try:
-                    with open(f"/proc/{pid}/environ", "rb") as f:
-                        if f"LOCAL_RANK={local_rank}".encode() in f.read().split(b"\0"):
-                            return pid
-                except OSError:
-                    continue
-        raise RuntimeError(f"no worker of local rank {local_rank}")
-
-    def stop(self) -> None:
-        from llmtrain_trainer.launch import kill_tree
-
-        if self.proc.poll() is None:
-            kill_tree(self.proc)
-        self.proc.wait()
-        self.log.close()
 
 
 def _folder_bytes(folder: Path) -> int:

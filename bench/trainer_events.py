@@ -50,3 +50,30 @@ class TrainerEvents:
                 raise RuntimeError(f"no such event in {timeout} s; see {self.log.name}") from None
             if item is None or pred(item[1]):
                 return item
+
+
+class LaunchedPod(TrainerEvents):
+    """A `llmtrain_trainer.launch` (torchrun under the pod's wrapper), as one pod runs it."""
+
+    def rank_pid(self, local_rank: int) -> int:
+        """The worker process of `local_rank` (LOCAL_RANK in its environment)."""
+        from llmtrain_trainer.launch import children
+
+        for torchrun in children(self.proc.pid):
+            for pid in children(torchrun):
+                try:
+                    with open(f"/proc/{pid}/environ", "rb") as f:
+                        if f"LOCAL_RANK={local_rank}".encode() in f.read().split(b"\0"):
+                            return pid
+                except OSError:
+                    continue
+        raise RuntimeError(f"no worker of local rank {local_rank}")
+
+    def stop(self) -> None:
+        """SIGKILL the whole tree (torchrun starts each worker in a session of its own)."""
+        from llmtrain_trainer.launch import kill_tree
+
+        if self.proc.poll() is None:
+            kill_tree(self.proc)
+        self.proc.wait()
+        self.log.close()
