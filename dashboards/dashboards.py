@@ -367,11 +367,17 @@ def training() -> gdash.Dashboard:
                              "while it stood): what the job pays for and does not train with."))
     d = d.with_panel(ts("Checkpoint stall share of wall time (per rank)",
                         [(f"rate(llmtrain_trainer_checkpoint_blocking_seconds_total{{{JOB_SEL}}}[{rate}])",
-                          "{{llmtrain_job}} rank {{rank}}")],
+                          "{{llmtrain_job}} rank {{rank}}"),
+                         (f"rate(llmtrain_trainer_snapshot_blocking_seconds_total{{{JOB_SEL}}}[{rate}])",
+                          "{{llmtrain_job}} rank {{rank}} memory snapshots")],
                         unit="percentunit", minv=0,
-                        desc="The blocking part of the checkpoint saves between steps."))
+                        desc="The blocking part of the checkpoint saves between steps, and of the in-memory "
+                             "snapshots (spec.checkpoint.memory: the copy into /dev/shm)."))
     d = d.with_panel(ts("Attempt: resume step and time in its training loop",
                         [(f"max {by} (llmtrain_trainer_resume_step{{{JOB_SEL}}})", lj + " resumed from step"),
+                         (f"max {by} (llmtrain_trainer_resume_tier{{{JOB_SEL}}})",
+                          lj + " resumed from (1 durable, 2 memory, 3 partner)"),
+                         (f"max {by} (llmtrain_trainer_last_snapshot_step{{{JOB_SEL}}})", lj + " newest snapshot"),
                          (f"time() - max {by} (llmtrain_trainer_train_start_timestamp_seconds{{{JOB_SEL}}} > 0)",
                           lj + " seconds in loop")],
                         desc="Steps between the resume step and the previous attempt's last step are "

@@ -154,6 +154,7 @@ def test_a_second_trainer_resumes_where_the_first_stopped(stopped_at_4, referenc
     assert _of(events, "resume")[0] | {"seconds": 0} == {
         "event": "resume",
         "step": 4,
+        "tier": "durable",
         "from_world_size": 1,
         "world_size": 1,
         "seconds": 0,
