@@ -212,12 +212,16 @@ def make_header(
     }
 
 
+def header_bytes(header: dict[str, Any]) -> bytes:
+    """A header as its file holds it and as it is sent to a partner (without parse_header's entries)."""
+    return json.dumps({k: v for k, v in header.items() if k != "entries"}, separators=(",", ":")).encode()
+
+
 def write_header(folder: Path, header: dict[str, Any]) -> None:
     """Commit: the header replaces the previous one atomically (a rename on the same filesystem)."""
     final = header_path(folder, header["rank"], header["slot"])
     tmp = final.with_suffix(".json.tmp")
-    wire = {k: v for k, v in header.items() if k != "entries"}  # parse_header's, not the file's
-    tmp.write_bytes(json.dumps(wire, separators=(",", ":")).encode())
+    tmp.write_bytes(header_bytes(header))
     os.replace(tmp, final)
 
 

@@ -37,12 +37,14 @@ import torch.distributed as dist
 from llmtrain.cadence import AutoInterval
 
 from .snapshot_file import (
+    MAX_HEADER_BYTES,
     SLOTS,
     BadSnapshot,
     Identity,
     Slot,
     copy_into,
     flatten,
+    header_bytes,
     header_path,
     held_slots,
     layout,
@@ -151,9 +153,7 @@ class Snapshotter:
         self._layout: tuple[list, int] | None = None
         self._thread: threading.Thread | None = None
         self._last = time.monotonic()
-        self.last_committed: int | None = None
         self.nbytes = 0  # this rank's snapshot (0 before the first)
-        self.failures = 0
 
     # -- taking ----------------------------------------------------------------------------------
 
@@ -191,11 +191,9 @@ class Snapshotter:
         try:
             header["crc32"] = slot.crc()
             write_header(self.folder, header)
-            self.last_committed = header["step"]
             if self.to is not None:
                 self._exchange(slot, header)
         except Exception as err:  # noqa: BLE001 - a failed snapshot costs recovery speed, not the run
-            self.failures += 1
             log.error("snapshot of step %d failed (the next one tries again): %s", header["step"], err)
             self.emit({"event": "snapshot_failed", "step": header["step"], "rank": self.rank, "error": str(err)[:240]})
 
@@ -291,7 +289,6 @@ class Snapshotter:
         for choice in usable:
             state = self._load(choice, make_state)
             if state is not None:
-                self.last_committed = choice.step
                 return choice, state
         return None
 
@@ -359,7 +356,7 @@ def _isend(payload: torch.Tensor | None, header: dict[str, Any] | None, to: int,
     """Sizes, header, payload; sizes (0, 0) alone: this process cannot send it."""
     if header is None or payload is None:
         return [dist.isend(torch.zeros(2, dtype=torch.int64), to, group=pg)]
-    body = _header_bytes(header)
+    body = torch.frombuffer(bytearray(header_bytes(header)), dtype=torch.uint8)
     return [
         dist.isend(torch.tensor([body.numel(), payload.numel()], dtype=torch.int64), to, group=pg),
         dist.isend(body, to, group=pg),
@@ -367,16 +364,7 @@ def _isend(payload: torch.Tensor | None, header: dict[str, Any] | None, to: int,
     ]
 
 
-def _header_bytes(header: dict[str, Any]) -> torch.Tensor:
-    import json
-
-    wire = {k: v for k, v in header.items() if k != "entries"}
-    return torch.frombuffer(bytearray(json.dumps(wire, separators=(",", ":")).encode()), dtype=torch.uint8)
-
-
 def _recv(frm: int, pg, slot_for: Callable[[dict[str, Any]], Slot]) -> tuple[dict[str, Any], Slot]:
-    from .snapshot_file import MAX_HEADER_BYTES
-
     sizes = torch.zeros(2, dtype=torch.int64)
     dist.recv(sizes, frm, group=pg)
     n_header, n_payload = (int(x) for x in sizes)
