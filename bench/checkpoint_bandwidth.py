@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ports import metrics_port
+from ports import free_port, metrics_port
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -447,8 +447,6 @@ class _s3_server:  # noqa: N801 — used as a function: `with _s3_server(...) as
         if not self.enabled:
             return None
         from moto.server import ThreadedMotoServer
-
-        from llmtrain_trainer.launch import free_port
 
         port = free_port()
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)

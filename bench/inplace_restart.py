@@ -96,7 +96,7 @@ def trial(mode: str, endpoint: str, workdir: Path, steps: int) -> dict:
     pods = [first]
     try:
         saved = first.next_event(lambda e: e.get("event") == "checkpoint" and e["step"] >= 2 * EVERY)
-        assert saved is not None, f"no checkpoint; see {first.log.name}"
+        assert saved is not None, f"no checkpoint; {first.log_tail()}"
         last = first.next_event(lambda e: e.get("event") == "step" and e["step"] >= saved[1]["step"] + KILL_AFTER)
         assert last is not None
         os.kill(first.rank_pid(1), signal.SIGKILL)
@@ -113,10 +113,10 @@ def trial(mode: str, endpoint: str, workdir: Path, steps: int) -> dict:
             pods.append(pod)
         # past the killed run's own lines still in the queue: the new workers' config, resume, steps
         config = pod.next_event(lambda e: e.get("event") == "config")
-        assert config is not None, f"no new workers after the kill; see {pod.log.name}"
+        assert config is not None, f"no new workers after the kill; {pod.log_tail()}"
         out["in_place_restarts"] = config[1].get("in_place_restarts")
         got = pod.next_event(lambda e: e.get("event") == "resume")
-        assert got is not None, f"no resume after the kill; see {pod.log.name}"
+        assert got is not None, f"no resume after the kill; {pod.log_tail()}"
         out["resumed_from"] = got[1]["step"]
         step = pod.next_event(lambda e: e.get("event") == "step")
         assert step is not None

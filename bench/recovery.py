@@ -52,6 +52,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ports import free_port
 from trainer_events import TrainerEvents, trainer_env
 
 
@@ -79,8 +80,6 @@ class Run(TrainerEvents):
     """One torchrun; `until` raises if it exits before the event."""
 
     def __init__(self, spec_file: Path, nproc: int, workdir: Path):
-        from llmtrain_trainer.launch import free_port
-
         cmd = [
             sys.executable,
             "-m",
@@ -105,7 +104,7 @@ class Run(TrainerEvents):
     def until(self, pred, timeout: float = 300) -> tuple[float, dict]:
         item = self.next_event(pred, timeout)
         if item is None:
-            raise RuntimeError(f"trainer exited ({self.proc.wait()}) early; see {self.log.name}")
+            raise RuntimeError(f"trainer exited ({self.proc.wait()}) early; {self.log_tail()}")
         return item
 
     def kill(self) -> None:

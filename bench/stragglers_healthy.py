@@ -31,7 +31,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from ports import metrics_port
+from ports import free_port, metrics_port
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -81,8 +81,6 @@ def main(argv: list[str] | None = None) -> int:
         spec_file.write_text(json.dumps(job_spec(a.nproc)))
         env = dict(os.environ, OMP_NUM_THREADS="1", LLMTRAIN_METRICS_PORT=port, LLMTRAIN_JOB_NAME="healthy")
         env["LLMTRAIN_CHECKPOINT_STAGING"] = str(Path(tmp) / "staging")
-        from llmtrain_trainer.launch import free_port
-
         cmd = [sys.executable, "-m", "llmtrain_trainer.launch", "--nnodes=1", f"--nproc-per-node={a.nproc}"]
         cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}", "--rdzv-id=healthy"]
         cmd += ["-m", "llmtrain_trainer", "--spec", str(spec_file)]

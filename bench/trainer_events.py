@@ -40,6 +40,13 @@ class TrainerEvents:
                 self.events.put((time.monotonic(), json.loads(line)))
         self.events.put(None)
 
+    def log_tail(self, lines: int = 30) -> str:
+        """The end of stderr, for an error message: the log lives in a work directory that the
+        benchmark removes when it fails."""
+        self.log.flush()
+        text = Path(self.log.name).read_text(errors="replace").splitlines()[-lines:]
+        return f"the end of {self.log.name}:\n" + "\n".join(text)
+
     def next_event(self, pred, timeout: float = 300) -> tuple[float, dict] | None:
         """The first event satisfying `pred`, with its arrival time (None: the command exited first)."""
         deadline = time.monotonic() + timeout
@@ -47,7 +54,7 @@ class TrainerEvents:
             try:
                 item = self.events.get(timeout=max(0.01, deadline - time.monotonic()))
             except queue.Empty:
-                raise RuntimeError(f"no such event in {timeout} s; see {self.log.name}") from None
+                raise RuntimeError(f"no such event in {timeout} s; {self.log_tail()}") from None
             if item is None or pred(item[1]):
                 return item
 

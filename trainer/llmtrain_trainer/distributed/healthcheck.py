@@ -14,7 +14,7 @@ seconds, and names the node to avoid when the answer is no:
    (a ring all-reduce moves 2(n−1)/n of the buffer over each rank's slowest link).
 4. **Per-link test**, because an all-reduce is only as fast as its slowest member and cannot say
    which one that is: every link (r, r+1) of the ring exchanges a buffer both ways, timed alone
-   (see `link_schedule`). A slow rank slows both of its links, each neighbour only one, so "both
+   (see `link_schedule`); the link's figure is the median of its `--iters` exchanges. A slow rank slows both of its links, each neighbour only one, so "both
    links slow" isolates it (needs ≥ 3 ranks).
 
 Verdicts: a rank is *slow* when both its links are below `min_fraction` × the median link; the
@@ -30,7 +30,8 @@ downward API) so the operator can keep the next attempt off them. Each worker ex
 3 when unhealthy (a check failed or a node is slow), 1 on an error; torchrun then exits 0 or 1.
 
 Fault injection (tests and game days only): LLMTRAIN_HEALTHCHECK_FAULT="slow=<rank>:<factor>" makes
-that rank's link transfers take `factor` times as long (it waits out the difference before each send),
+that rank's link exchanges take `factor` times as long (before each one it waits out `factor` − 1 times
+its previous exchange, so the slowdown holds however loaded the host is),
 the CPU stand-in for a degraded EFA link; "gpu=<rank>" makes that rank report a failed device check.
 """
 
@@ -165,14 +166,19 @@ def link_bandwidths(buf: torch.Tensor, recv: torch.Tensor, iters: int) -> float:
             _sync(buf.device)
             return time.perf_counter() - start
 
-        warm = once()  # untimed: connection set-up; also the unit the injected slowdown scales
-        t0 = time.perf_counter()
+        # Each exchange is timed alone and the link gets the median: one exchange stalled by the
+        # scheduler (a busy host, a noisy neighbour) cannot make a healthy link look slow, while a
+        # degraded link is slow on every exchange.
+        prev = once()  # untimed: connection set-up
+        times = []
         for _ in range(iters):
-            if slow > 1.0:  # the stand-in for a degraded link: this rank's transfers take `slow`× as long
-                time.sleep(warm * (slow - 1.0))
-            once()
+            start = time.perf_counter()
+            if slow > 1.0:  # the stand-in for a degraded link: each exchange takes `slow`x its own time
+                time.sleep(prev * (slow - 1.0))
+            prev = once()
+            times.append(time.perf_counter() - start)
         if link[0] == rank:
-            mine = buf.numel() * buf.element_size() * iters / (time.perf_counter() - t0) / 1e9
+            mine = buf.numel() * buf.element_size() / statistics.median(times) / 1e9
     dist.barrier()
     return mine
 
