@@ -5,7 +5,7 @@
                                       (LLMTrainingJobSpec and LLMTrainingJobStatus)
   docs/reference/cli.md            <- the argparse parser of `llmtrain` (llmtrain.cli.build_parser)
   docs/reference/metrics.md        <- the operator's and the trainer's prometheus-client registries
-  docs/reference/validation.md     <- the rule table of operator/llmtrain/validation_rules.py (RULES)
+  docs/reference/validation.md     <- the rule table of operator/llmtrain/validation_rules/ (RULES)
                                       and the format words of operator/llmtrain/validation.py
   docs/reference/helm-values.md    <- the `# --` comments of charts/llmtrain-operator/values.yaml
   charts/llmtrain-operator/README.md  (helm-docs' convention, by a generator of our own: same table)
@@ -271,7 +271,7 @@ def validation_md() -> str:
     schema = spec.LLMTrainingJobSpec.model_json_schema(by_alias=True)
     fallback = ("does not have the required format", "a string matching the pattern")
     lines = [
-        HEADER.format(source="operator/llmtrain/validation_rules.py (RULES) and operator/llmtrain/validation.py"),
+        HEADER.format(source="operator/llmtrain/validation_rules/ (RULES) and operator/llmtrain/validation.py"),
         "# Validation rules",
         "",
         "`llmtrain validate` and the operator check an LLMTrainingJob the same way and say each problem "

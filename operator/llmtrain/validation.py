@@ -3,7 +3,7 @@
 Two layers. The CRD schema (generated from `spec.py`) lets the API server reject wrong types,
 enums and bounds at `kubectl apply`. This module repeats that offline (`llmtrain validate`) and adds
 what a schema cannot express: cross-field rules, URI schemes, the memory fit, batch arithmetic,
-each a rule of the table in validation_rules.py. The operator runs the same checks and marks a job
+each a rule of the table in validation_rules/. The operator runs the same checks and marks a job
 Failed with these messages; docs/reference/validation.md lists them all.
 """
 
@@ -35,7 +35,7 @@ from .spec import (
     LLMTrainingJobSpec,
 )
 
-# The rules and their constants live in validation_rules.py; these names stay importable from here.
+# The rules and their constants live in validation_rules/; these names stay importable from here.
 from .validation_rules import (  # noqa: F401 - re-exported
     DATA_SCHEMES,
     ENV_NAME_RE,

@@ -1,4 +1,4 @@
-"""The validation rules (llmtrain/validation_rules.py) as a table, no cluster: for each rule a good
+"""The validation rules (llmtrain/validation_rules/) as a table, no cluster: for each rule a good
 spec and bad ones, with the exact problems, each written as `field: why (accepted: what)` from the
 rule's words, not from running it. Each case is checked twice: the rule alone says exactly
 `problems`, and the whole check (every rule, in the table's order, with `needs` and `stop`) says
