@@ -149,7 +149,8 @@ class StepResult:
     wait_seconds: float = 0.0
     stop: bool = False  # some rank was asked to stop
     save: bool = False  # some rank's checkpoint interval elapsed
-    snapshot: bool = False  # some rank's in-memory snapshot is due (spec.checkpoint.memory)
+    snapshot: bool = False  # some rank's in-memory snapshot is due (spec.checkpoint.memory), none busy
+    snapshot_skipped: bool = False  # one was due, but some rank's previous one is still being swapped
     dropped: int = 0
     allreduce_bytes: int | None = None  # NO_SHARD / HYBRID_SHARD: gradient bytes all-reduced across replicas
 
@@ -378,13 +379,14 @@ class Trainer:
         # queue the next step while this one runs (no per-step host sync). Both are waits for the
         # straggler score (metrics/stragglers.py): a rank that arrives first waits here for the others.
         snap = self.snapshots is not None and self.snapshots.due(self.step_no)
-        flags = torch.tensor([float(stop.set), float(self.checkpointer.due(self.step_no)), float(snap)])
+        busy = self.snapshots is not None and self.snapshots.busy()
+        flags = torch.tensor([float(stop.set), float(self.checkpointer.due(self.step_no)), float(snap), float(busy)])
         with self.waits.timed():
             dist.all_reduce(flags, group=self.control)
             dist.all_reduce(loss_sum)
         if self.device_steps is not None:
             self.device_steps.end()
-        stop_v, save_v, snap_v = flags.tolist()
+        stop_v, save_v, snap_v, busy_v = flags.tolist()
         end = time.perf_counter()
         since = t0 if self._last_step_end is None else self._last_step_end
         self._last_step_end = end
@@ -402,7 +404,8 @@ class Trainer:
             data_wait=self.loader.last_wait,
             stop=stop_v > 0,
             save=save_v > 0,
-            snapshot=snap_v > 0,
+            snapshot=snap_v > 0 and busy_v == 0,
+            snapshot_skipped=snap_v > 0 and busy_v > 0,
             allreduce_bytes=self.allreduce.take() if self.allreduce else None,
         )
 
@@ -431,6 +434,8 @@ class Trainer:
         """The in-memory snapshot every rank agreed on: as `save`, never of a NaN/Inf state nor of
         the last step; training waits only for the copy into the snapshot folder."""
         snaps = self.snapshots
+        if snaps is not None and result.snapshot_skipped:
+            snaps.skipped(result.step)
         if snaps is None or not (result.snapshot and result.step < self.cfg.max_steps and math.isfinite(result.loss)):
             return
         blocking = snaps.take(result.step, self.state_dict(result.step))
@@ -446,8 +451,6 @@ class Trainer:
         if result is not None:
             self.metrics.stopped(step, self.stop_flag.signal, result.dropped, self.accum)
         ckpt.wait()
-        if self.snapshots is not None:
-            self.snapshots.wait()
         if self.metrics.nonfinite_streak:
             log.error(
                 "the loss of the final step %d is not finite: no final checkpoint (the newest is %s)",
@@ -481,7 +484,13 @@ class Trainer:
                 if not result.completed:
                     stopped = result
                     break
-                if not (result.stop or result.save or result.snapshot or result.step >= self.cfg.max_steps):
+                if not (
+                    result.stop
+                    or result.save
+                    or result.snapshot
+                    or result.snapshot_skipped
+                    or result.step >= self.cfg.max_steps
+                ):
                     pending = result
                     continue
                 self.log(result)

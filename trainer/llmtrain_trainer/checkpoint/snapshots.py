@@ -57,6 +57,9 @@ from .snapshot_file import (
 )
 
 log = logging.getLogger(__name__)
+# How long the end of training waits for a snapshot still in flight: a healthy swap takes seconds
+# (0.76 GB per rank on loopback, a p5 rank's 6 GiB over EFA in less), a silent partner for ever.
+CLOSE_WAIT_S = 20.0
 
 Holding = tuple[int, int]  # (rank whose snapshot, step)
 
@@ -152,6 +155,7 @@ class Snapshotter:
         self._slots: dict[tuple[int, str], Slot] = {}
         self._layout: tuple[list, int] | None = None
         self._thread: threading.Thread | None = None
+        self._skipping = False
         self._last = time.monotonic()
         self.nbytes = 0  # this rank's snapshot (0 before the first)
 
@@ -181,6 +185,7 @@ class Snapshotter:
         header = make_header(self.identity, self.rank, step, data, letter, entries, nbytes, 0)
         self._thread = threading.Thread(target=self._commit, args=(slot, header), name="snapshot", daemon=True)
         self._thread.start()
+        self._skipping = False
         blocking = time.perf_counter() - t0
         self._last = time.monotonic()
         if self.cfg.auto is not None:
@@ -188,20 +193,32 @@ class Snapshotter:
         return blocking
 
     def _commit(self, slot: Slot, header: dict[str, Any]) -> None:
+        """Checksum and commit this rank's snapshot, then swap copies with the partners. A rank that
+        cannot commit its own still takes part in the swap (it sends "nothing"): its partner would
+        otherwise wait for it until the group's timeout, and the rank that sends to it as long."""
+        committed = False
         try:
             header["crc32"] = slot.crc()
             write_header(self.folder, header)
-            if self.to is not None:
-                self._exchange(slot, header)
+            committed = True
         except Exception as err:  # noqa: BLE001 - a failed snapshot costs recovery speed, not the run
-            log.error("snapshot of step %d failed (the next one tries again): %s", header["step"], err)
-            self.emit({"event": "snapshot_failed", "step": header["step"], "rank": self.rank, "error": str(err)[:240]})
+            self._failed(header["step"], err)
+        if self.to is None:
+            return
+        try:
+            self._exchange(slot if committed else None, header if committed else None)
+        except Exception as err:  # noqa: BLE001 - as above
+            self._failed(header["step"], err)
 
-    def _exchange(self, slot: Slot, header: dict[str, Any]) -> None:
-        """Send this rank's committed snapshot to its partner; receive, check and commit the one of
-        the rank whose partner this rank is."""
+    def _failed(self, step: int, err: Exception) -> None:
+        log.error("snapshot of step %d failed (the next one tries again): %s", step, err)
+        self.emit({"event": "snapshot_failed", "step": step, "rank": self.rank, "error": str(err)[:240]})
+
+    def _exchange(self, slot: Slot | None, header: dict[str, Any] | None) -> None:
+        """Send this rank's committed snapshot (None: "nothing") to its partner; receive, check and
+        commit the one of the rank whose partner this rank is."""
         assert self.to is not None and self.frm is not None  # only with a partner
-        sends = _isend(slot.bytes, header, self.to, self.pg)
+        sends = _isend(slot.bytes if slot is not None else None, header, self.to, self.pg)
         try:
             got, payload = _recv(self.frm, self.pg, self._receiving_slot)
             if got["rank"] != self.frm or (why := self.identity.mismatch(got)):
@@ -251,13 +268,34 @@ class Snapshotter:
             s = self._slots[(rank, letter)] = Slot(slot_path(self.folder, rank, letter), nbytes)
         return s
 
-    def wait(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+    def busy(self) -> bool:
+        """The previous snapshot is still being checked or swapped (a slow or silent partner): the
+        trainer skips a due snapshot rather than wait for it (`skipped`)."""
+        return self._thread is not None and self._thread.is_alive()
 
-    def close(self) -> None:
-        self.wait()
+    def skipped(self, step: int) -> None:
+        """A due snapshot not taken because some rank was busy; said once per run of skips."""
+        if not self._skipping:
+            log.warning("snapshot of step %d skipped: a rank's previous snapshot is still being swapped", step)
+            self.emit({"event": "snapshot_skipped", "step": step})
+        self._skipping = True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Join the snapshot in flight (at most `timeout` seconds); False if it is still running."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                return False
+            self._thread = None
+        return True
+
+    def close(self, timeout: float = CLOSE_WAIT_S) -> None:
+        """Wait a bounded time for the snapshot in flight: training is over, and a partner that never
+        answers must not hold the process past its grace period. A snapshot still swapping then is
+        left to die with the process (its own copy is already committed or not, atomically)."""
+        if not self.wait(timeout):
+            log.warning("the snapshot in flight did not finish in %.0f s; not waiting for it", timeout)
+            return
         for s in self._slots.values():
             s.close()
         self._slots.clear()
@@ -369,7 +407,7 @@ def _recv(frm: int, pg, slot_for: Callable[[dict[str, Any]], Slot]) -> tuple[dic
     dist.recv(sizes, frm, group=pg)
     n_header, n_payload = (int(x) for x in sizes)
     if n_header == 0:
-        raise BadSnapshot(f"rank {frm} holds the snapshot but could not read it")
+        raise BadSnapshot(f"rank {frm} sent no snapshot (it could not read or commit it)")
     if not 0 < n_header <= MAX_HEADER_BYTES:
         raise BadSnapshot(f"rank {frm} announced a header of {n_header} bytes")
     body = torch.empty(n_header, dtype=torch.uint8)

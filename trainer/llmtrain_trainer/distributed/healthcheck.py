@@ -14,8 +14,9 @@ seconds, and names the node to avoid when the answer is no:
    (a ring all-reduce moves 2(n−1)/n of the buffer over each rank's slowest link).
 4. **Per-link test**, because an all-reduce is only as fast as its slowest member and cannot say
    which one that is: every link (r, r+1) of the ring exchanges a buffer both ways, timed alone
-   (see `link_schedule`); the link's figure is the median of its `--iters` exchanges. A slow rank slows both of its links, each neighbour only one, so "both
-   links slow" isolates it (needs ≥ 3 ranks).
+   (see `link_schedule`); the link's figure is the median of its `--iters` exchanges. A slow rank
+   slows both of its links, each neighbour only one, so "both links slow" isolates it (needs ≥ 3
+   ranks).
 
 Verdicts: a rank is *slow* when both its links are below `min_fraction` × the median link; the
 attempt is *degraded* when the all-reduce bus bandwidth is below `min_fraction` × the instance type's
