@@ -18,7 +18,7 @@ blocking seconds per snapshot, the bytes per rank (each sent once to the partner
 the folders hold. The ways alternate in turns, in the same run; the result is the ratio of medians.
 
     .venv/bin/python bench/memory_recovery.py --repeats 2 --json bench/results/memory_recovery.json
-    .venv/bin/python bench/memory_recovery.py --quick      # one turn of each
+    .venv/bin/python bench/memory_recovery.py --quick      # the tiny model, one turn of each
 """
 
 from __future__ import annotations
@@ -54,12 +54,12 @@ DIMS = {
 }
 
 
-def job_spec(steps: int, ckpt: Path, memory: bool, per_node: int) -> dict:
+def job_spec(steps: int, ckpt: Path, memory: bool, per_node: int, model: dict | None = None) -> dict:
     checkpoint = {"uri": f"file://{ckpt}", "intervalSteps": DURABLE, "intervalMinutes": 60, "keep": 2}
     if memory:
         checkpoint["memory"] = {"intervalSteps": K}
     return {
-        "model": {"dims": DIMS},
+        "model": model or {"dims": DIMS},
         "data": {"uri": "synthetic", "seqLen": 32},
         "cluster": {"instanceType": "cpu", "processesPerNode": per_node},
         "fsdp": {"shardingStrategy": "FULL_SHARD", "mixedPrecision": "fp32", "activationCheckpointing": "none"},
@@ -81,7 +81,15 @@ class Node(LaunchedPod):
     """One `llmtrain_trainer.launch` (torchrun under the pod's wrapper), as one pod runs it."""
 
     def __init__(
-        self, spec_file: Path, endpoint: str, rdzv_id: str, nnodes: int, nproc: int, snapshots: Path, log: Path
+        self,
+        spec_file: Path,
+        endpoint: str,
+        rdzv_id: str,
+        nnodes: int,
+        nproc: int,
+        snapshots: Path,
+        log: Path,
+        max_restarts: int = 1,
     ):
         cmd = [
             sys.executable,
@@ -92,7 +100,7 @@ class Node(LaunchedPod):
             "--rdzv-backend=etcd-v2",
             f"--rdzv-endpoint={endpoint}",
             f"--rdzv-id={rdzv_id}",
-            "--max-restarts=1",
+            f"--max-restarts={max_restarts}",
             "-m",
             "llmtrain_trainer",
             "--spec",
@@ -100,7 +108,8 @@ class Node(LaunchedPod):
         ]
         env = trainer_env(
             LLMTRAIN_ATTEMPT="1",
-            LLMTRAIN_CHECKPOINT_STAGING=str(snapshots.parent / f"staging-{uuid.uuid4().hex[:6]}"),
+            # the node's local staging lives and dies with its snapshot folder (the bench removes both)
+            LLMTRAIN_CHECKPOINT_STAGING=str(snapshots / "staging"),
             LLMTRAIN_SNAPSHOT_DIR=str(snapshots),
         )
         super().__init__(cmd, env, log)
@@ -110,11 +119,11 @@ def _folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.glob("rank-*.slot-*")) if folder.is_dir() else 0
 
 
-def trial(failure: str, mode: str, endpoint: str, workdir: Path, steps: int) -> dict:
+def trial(failure: str, mode: str, endpoint: str, workdir: Path, steps: int, model: dict) -> dict:
     tag = uuid.uuid4().hex[:6]
     nnodes, nproc = (1, 2) if failure == "in_place" else (2, 1)
     spec_file = workdir / f"spec-{tag}.json"
-    spec_file.write_text(json.dumps(job_spec(steps, workdir / f"ckpt-{tag}", mode == "memory", nproc)))
+    spec_file.write_text(json.dumps(job_spec(steps, workdir / f"ckpt-{tag}", mode == "memory", nproc, model)))
     shm = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else workdir
     folders = [shm / f"llmtrain-bench-{tag}-{n}" for n in range(nnodes)]
     rdzv = f"bench-{tag}"
@@ -127,6 +136,8 @@ def trial(failure: str, mode: str, endpoint: str, workdir: Path, steps: int) -> 
     nodes = [start(n) for n in range(nnodes)]
     all_nodes = list(nodes)
     try:
+        top = [0]  # the newest step logged so far
+
         # every node's events: rank 0 (which logs) may be on either node after a new round
         def next_event(pred, among=None):
             deadline = time.monotonic() + 600
@@ -136,14 +147,15 @@ def trial(failure: str, mode: str, endpoint: str, workdir: Path, steps: int) -> 
                         got = nd.events.get(timeout=0.05)
                     except Exception:  # noqa: BLE001 - queue.Empty
                         continue
+                    if got is not None and got[1].get("event") == "step":
+                        top[0] = max(top[0], got[1]["step"])
                     if got is not None and pred(got[1]):
                         return got
             raise RuntimeError(f"timed out; see {workdir}")
 
         saved = next_event(lambda e: e.get("event") == "checkpoint" and e["step"] >= DURABLE)
-        last = next_event(lambda e: e.get("event") == "step" and e["step"] >= saved[1]["step"] + KILL_AFTER)
-        reached = last[1]["step"]
-        out: dict = {"failure": failure, "mode": mode, "killed_after_step": reached}
+        next_event(lambda e: e.get("event") == "step" and e["step"] >= saved[1]["step"] + KILL_AFTER)
+        out: dict = {"failure": failure, "mode": mode}
         if mode == "memory":  # own slots, and with 2 nodes the partner's: the tmpfs memory held
             out["snapshot_memory_bytes_node0"] = _folder_bytes(folders[0])
         if failure == "in_place":
@@ -154,6 +166,10 @@ def trial(failure: str, mode: str, endpoint: str, workdir: Path, steps: int) -> 
             killed = time.monotonic()
             shutil.rmtree(folders[1], ignore_errors=True)
             all_nodes.append(start(1))
+        # the steps the old workers logged before the new ones started (a fast model steps on
+        # between the event that triggered the kill and the kill)
+        next_event(lambda e: e.get("event") == "config")
+        reached = out["killed_after_step"] = top[0]
         got = next_event(lambda e: e.get("event") == "resume")
         out["resumed_from"], out["tier"] = got[1]["step"], got[1].get("tier")
         out["resume_s"] = got[1]["seconds"]
@@ -174,14 +190,14 @@ def trial(failure: str, mode: str, endpoint: str, workdir: Path, steps: int) -> 
             shutil.rmtree(f, ignore_errors=True)
 
 
-def snapshot_cost(endpoint: str, workdir: Path, steps: int) -> dict:
+def snapshot_cost(endpoint: str, workdir: Path, steps: int, model: dict) -> dict:
     """Blocking seconds per snapshot and step time with and without snapshots, from the events of one
     uninterrupted 2-node run each (no failure)."""
     out = {}
     for mode in ("memory", "durable"):
         tag = uuid.uuid4().hex[:6]
         spec_file = workdir / f"spec-{tag}.json"
-        spec_file.write_text(json.dumps(job_spec(steps, workdir / f"ckpt-{tag}", mode == "memory", 1)))
+        spec_file.write_text(json.dumps(job_spec(steps, workdir / f"ckpt-{tag}", mode == "memory", 1, model)))
         folders = [Path("/dev/shm") / f"llmtrain-bench-{tag}-{n}" for n in range(2)]
         nodes = [
             Node(spec_file, endpoint, f"bench-{tag}", 2, 1, folders[n], workdir / f"cost-{tag}-{n}.log")
@@ -219,10 +235,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=2, help="turns of each way (alternating)")
     ap.add_argument("--steps", type=int, default=24)
-    ap.add_argument("--quick", action="store_true", help="one turn of each")
+    ap.add_argument("--quick", action="store_true", help="the tiny model, one turn of each (a smoke run)")
     ap.add_argument("--json", help="write the result here too")
     a = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))  # unwind: stop the nodes
     repeats = 1 if a.quick else a.repeats
+    model = {"preset": "tiny"} if a.quick else {"dims": DIMS}
     load_before = os.getloadavg()
     rows: list[dict] = []
     from llmtrain_trainer.cli.local import local_etcd
@@ -230,13 +248,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="memory-bench-") as tmp:
         workdir = Path(tmp)
         with local_etcd(str(workdir / "etcd")) as endpoint:
-            cost = snapshot_cost(endpoint, workdir, 12)
+            cost = snapshot_cost(endpoint, workdir, 12, model)
             print(json.dumps(cost), file=sys.stderr, flush=True)
             for r in range(repeats):
                 for failure in ("in_place", "node"):
                     order = ("memory", "durable") if r % 2 == 0 else ("durable", "memory")
                     for mode in order:
-                        row = trial(failure, mode, endpoint, workdir, a.steps)
+                        row = trial(failure, mode, endpoint, workdir, a.steps, model)
                         print(json.dumps(row), file=sys.stderr, flush=True)
                         rows.append(row)
     medians = {
@@ -255,6 +273,7 @@ def main() -> int:
         ).stdout.strip(),
         "loadavg_before": [round(x, 2) for x in load_before],
         "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "model": model,
         "durable_every_steps": DURABLE,
         "snapshot_every_steps": K,
         "kill_after_durable_steps": KILL_AFTER,

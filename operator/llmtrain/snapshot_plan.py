@@ -62,7 +62,9 @@ a partner, only the failures that leave the node standing resume from memory: Ll
 MEMORY_RESTART_SECONDS is an assumption, not a measurement: half of RESTART_SECONDS, issue 43's
 target (recovery ≥ 2× faster than a new attempt from the durable checkpoint). On CPU an in-place
 restart already takes 0.54× a new attempt (docs/performance/recovery.md); HyperPod's checkpointless
-training claims over 80% less. Replace it with the failure-storm benchmark's measure when it exists.
+training claims over 80% less. The failure storm (bench/failure_storm.py) does not measure it: it
+restarts both of its ways alike, in place or with one new node; the operator's single-node
+replacement, against a new attempt's new pods, will.
 What the model leaves out: failures during a recovery, the durable saves' own interval stretching
 once memory covers most failures (the operator keeps it), and the partner traffic's effect on steps.
 """

@@ -146,6 +146,47 @@ def test_inplace_restart_quick():
 
 @pytest.mark.slow
 @pytest.mark.trainer
+def test_memory_recovery_quick():
+    r = run_bench("memory_recovery.py", "--quick")
+    assert sorted((t["failure"], t["mode"]) for t in r["trials"]) == [
+        ("in_place", "durable"),
+        ("in_place", "memory"),
+        ("node", "durable"),
+        ("node", "memory"),
+    ]
+    for t in r["trials"]:
+        assert t["resumed_from"] > 0 and t["steps_redone"] >= 0
+        assert 0 < t["first_step_s"] <= t["productive_step_s"]
+        # the durable way never reads a snapshot; the memory way reads the newest of its tiers, and a
+        # lost node's own snapshots went with it (its /dev/shm was deleted)
+        allowed = {"durable"} if t["mode"] == "durable" else {"memory", "partner", "durable"}
+        if t["failure"] == "node":
+            allowed.discard("memory")
+        assert t["tier"] in allowed, t
+    cost = r["snapshot_cost"]["memory"]
+    assert cost["snapshots"] > 0 and cost["bytes_per_rank"] > 0 and cost["median_blocking_seconds"] >= 0
+    assert "snapshots" not in r["snapshot_cost"]["durable"]
+
+
+@pytest.mark.slow
+@pytest.mark.trainer
+def test_failure_storm_quick():
+    r = run_bench("failure_storm.py", "--quick")
+    for mode, way in r["ways"].items():
+        # the same storm for both ways: a rank killed, then a node lost, each recovered from
+        assert [(f["kind"], f["node"]) for f in way["failures"]] == [("rank", 1), ("node", 2)], way
+        for f in way["failures"]:
+            assert 0 <= f["resumed_from"] <= f["reached_step"] and f["steps_redone"] >= 0
+            assert 0 < f["first_step_s"] <= f["recovery_s"]
+            assert f["tier"] in ({"durable"} if mode == "durable" else {"memory", "partner", "durable"}), f
+        assert way["failures"][1]["tier"] != "memory"  # the lost node's own snapshots went with it
+        assert way["net_steps"] > 0 and way["durable_saves"] > 0
+        assert 0 < r["summary"][mode]["goodput"] <= 1
+    assert r["ways"]["memory"]["snapshots"] > 0 and r["ways"]["durable"]["snapshots"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.trainer
 def test_stragglers_healthy_quick():
     r = run_bench("stragglers_healthy.py", "--quick")
     assert r["windows"] >= 1 and r["nproc"] == 2

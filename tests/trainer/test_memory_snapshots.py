@@ -2,8 +2,9 @@
 
 - A worker SIGKILLed mid-run: torchrun restarts both workers in place and they resume from their own
   snapshots (tier "memory"), not from the durable checkpoint (there is none yet: it would be step 0).
-- A whole node lost (its torchrun killed, its snapshot folder gone): a new node joins the same
-  rendezvous, and the lost node's ranks resume from the copies their partners kept (tier "partner").
+- A whole node lost (its torchrun killed, its snapshot folder gone), of 2 and of 3: a new node joins
+  the same rendezvous, and the lost node's ranks resume from the copies their partners kept (tier
+  "partner").
 
 In both, the steps redone after the restart must be bit-identical to the ones the first workers
 computed: the restored state is exactly the snapshot's, and the data position and RNG with it.
@@ -80,29 +81,40 @@ def test_a_killed_worker_resumes_from_its_own_snapshot(launch, tmp_path):
     ]
 
 
-def test_a_lost_node_is_replaced_and_its_rank_restores_from_the_partner_copy(launch, tmp_path, etcd):
-    spec = _spec(tmp_path, **{"rendezvous.backend": "etcd-v2", "cluster.processesPerNode": 1})
-    folders = [tmp_path / "node-a", tmp_path / "node-b"]
+@pytest.mark.parametrize("nodes", [2, 3])
+def test_a_lost_node_is_replaced_and_its_rank_restores_from_the_partner_copy(launch, tmp_path, etcd, nodes):
+    # 8 sequences a step at 2 ranks, 6 at 3 (whole micro-batches of 2 on every rank)
+    batch = {2: 256, 3: 192}[nodes]
+    spec = _spec(
+        tmp_path,
+        **{"rendezvous.backend": "etcd-v2", "cluster.processesPerNode": 1, "training.globalBatchTokens": batch},
+    )
+    folders = [tmp_path / f"node-{n}" for n in range(nodes)]
     rdzv = ("etcd-v2", etcd)
-    kw = dict(rdzv=rdzv, nnodes=2, max_restarts=1, rdzv_id=f"mem-{os.getpid()}-{tmp_path.name}"[:60])
-    a = launch(spec, 1, name="a", env={"LLMTRAIN_SNAPSHOT_DIR": str(folders[0])}, **kw)
-    b = launch(spec, 1, name="b", env={"LLMTRAIN_SNAPSHOT_DIR": str(folders[1])}, **kw)
+    kw = dict(rdzv=rdzv, nnodes=nodes, max_restarts=1, rdzv_id=f"mem-{os.getpid()}-{tmp_path.name}"[:60])
+    up = [launch(spec, 1, name=f"n{n}", env={"LLMTRAIN_SNAPSHOT_DIR": str(folders[n])}, **kw) for n in range(nodes)]
     # rank 0, which logs the steps, is on whichever node the rendezvous made it
-    _until_step([a, b], 17)
-    # the node is gone: its processes, and its /dev/shm with them
-    b.kill()
+    _until_step(up, 17)
+    # node 1 is gone: its processes, and its /dev/shm with them (with 3 nodes, the copy it kept of
+    # its neighbour's rank too); a new node takes its place
+    up[1].kill()
     shutil.rmtree(folders[1])
-    b2 = launch(spec, 1, name="b2", env={"LLMTRAIN_SNAPSHOT_DIR": str(folders[1])}, **kw)
-    assert a.wait(240) == 0, a.stderr()
-    assert b2.wait(60) == 0, b2.stderr()
+    new = launch(spec, 1, name="new", env={"LLMTRAIN_SNAPSHOT_DIR": str(folders[1])}, **kw)
+    survivors = [n for i, n in enumerate(up) if i != 1]
+    for n in survivors:
+        assert n.wait(240) == 0, n.stderr()
+    assert new.wait(60) == 0, new.stderr()
 
     # rank 0 logs: on whichever node it runs in each round
-    events = a.events + b.events + b2.events
+    events = [e for n in [*up, new] for e in n.events]
     resumes = [e for e in events if e.get("event") == "resume"]
-    assert len(resumes) == 1 and resumes[0]["tier"] == "partner" and resumes[0]["moved_ranks"] == 1, resumes
+    assert len(resumes) == 1 and resumes[0]["tier"] == "partner", resumes
+    # the lost rank's state came from its partner's node (the new round may deal the ranks out
+    # differently, so with 3 nodes more than one may move)
+    assert 1 <= resumes[0]["moved_ranks"] <= nodes - 1, resumes
     step = resumes[0]["step"]
     assert step % EVERY == 0 and step >= 15
-    gens = _generations(b.events + a.events) + _generations(b2.events)
+    gens = [g for n in [*up, new] for g in _generations(n.events)]
     first = next(g for g in gens if g and min(g) == 1 and max(g) > step)
     second = next(g for g in gens if g and min(g) == step + 1)
     _assert_redone_bitwise(first, second, step)
