@@ -28,18 +28,14 @@ failures, to show how close it was to the best the durable way could do.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import math
 import os
-import platform
 import queue
 import random
-import shlex
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,7 +43,7 @@ import uuid
 from pathlib import Path
 
 from memory_recovery import DIMS, Node, job_spec
-from trainer_events import REPO
+from provenance import provenance
 
 NODES = 3
 TINY = {"preset": "tiny"}
@@ -249,14 +245,7 @@ def main() -> int:
     save_s = ways["durable"]["median_durable_save_seconds"]
     mtbf = a.duration / max(1, len(schedule))
     result = {
-        "command": shlex.join([sys.executable, *sys.argv]),
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
-        "commit": subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False
-        ).stdout.strip(),
-        "loadavg_before": [round(x, 2) for x in load_before],
-        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        **provenance(load_before),
         "model": TINY if a.quick else {"dims": DIMS},
         "nodes": NODES,
         "storm": {"seed": a.seed, "duration_s": a.duration, "mean_every_s": a.every, "schedule": schedule},

@@ -22,21 +22,18 @@ their medians.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import platform
-import shlex
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-from trainer_events import REPO, LaunchedPod, trainer_env
+from provenance import provenance
+from trainer_events import LaunchedPod, trainer_env
 
 EVERY = 5  # steps between checkpoints
 KILL_AFTER = 2  # steps past a committed checkpoint
@@ -160,14 +157,7 @@ def main() -> int:
                     print(json.dumps(row), file=sys.stderr, flush=True)
                     rows.append(row)
     result = {
-        "command": shlex.join([sys.executable, *sys.argv]),
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
-        "commit": subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False
-        ).stdout.strip(),
-        "loadavg_before": [round(x, 2) for x in load_before],
-        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        **provenance(load_before),
         "repeats": repeats,
         "trials": rows,
         "median": {

@@ -24,22 +24,19 @@ the folders hold. The ways alternate in turns, in the same run; the result is th
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import platform
-import shlex
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-from trainer_events import REPO, LaunchedPod, trainer_env
+from provenance import provenance
+from trainer_events import LaunchedPod, trainer_env
 
 DURABLE, K, KILL_AFTER = 10, 2, 5
 # ~125M parameters: 2 blocks of d=1024 (25.7M) and a 49,152-token embedding and output (50.3M each)
@@ -265,14 +262,7 @@ def main() -> int:
         for f in ("in_place", "node")
     }
     result = {
-        "command": shlex.join([sys.executable, *sys.argv]),
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
-        "commit": subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False
-        ).stdout.strip(),
-        "loadavg_before": [round(x, 2) for x in load_before],
-        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        **provenance(load_before),
         "model": model,
         "durable_every_steps": DURABLE,
         "snapshot_every_steps": K,
