@@ -14,6 +14,7 @@ same checkpoint URI.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 from typing import Annotated, Any, Literal
 
@@ -361,32 +362,34 @@ INTERVAL_MINUTES_ACCEPTED = (
 )
 
 
-def _interval_minutes(value: Any) -> int | str:
-    if value == INTERVAL_AUTO:
-        return INTERVAL_AUTO
-    if isinstance(value, int) and not isinstance(value, bool) and MIN_INTERVAL_MINUTES <= value <= MAX_INTERVAL_MINUTES:
-        return value
-    raise PydanticCustomError(INTERVAL_MINUTES_ERROR, "is not a number of minutes or 'auto'")
+def int_or_auto(lo: int, hi: int, unit: str, accepted: str) -> tuple[Callable[[Any], int | str], dict]:
+    """A whole number of `unit` from `lo` to `hi`, or "auto": the value's check and its JSON schema.
+    int-or-string: the API server keeps `60` an integer and `auto` a string; the schema's CEL rule is
+    the same check as the function's."""
+
+    def check(value: Any) -> int | str:
+        if value == INTERVAL_AUTO:
+            return INTERVAL_AUTO
+        if isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi:
+            return value
+        raise PydanticCustomError(INTERVAL_MINUTES_ERROR, f"is not a number of {unit} or 'auto'")
+
+    schema = {
+        "x-kubernetes-int-or-string": True,
+        "x-kubernetes-validations": [
+            {
+                "rule": f"type(self) == int ? (self >= {lo} && self <= {hi}) : self == '{INTERVAL_AUTO}'",
+                "message": f"must be {accepted}",
+            }
+        ],
+    }
+    return check, schema
 
 
-IntervalMinutes = Annotated[
-    int | str,
-    PlainValidator(_interval_minutes),
-    WithJsonSchema(
-        {
-            # int-or-string: the API server keeps `60` an integer and `auto` a string; the rule
-            # below is the same check as _interval_minutes
-            "x-kubernetes-int-or-string": True,
-            "x-kubernetes-validations": [
-                {
-                    "rule": f"type(self) == int ? (self >= {MIN_INTERVAL_MINUTES} && self <= {MAX_INTERVAL_MINUTES})"
-                    f" : self == '{INTERVAL_AUTO}'",
-                    "message": f"must be {INTERVAL_MINUTES_ACCEPTED}",
-                }
-            ],
-        }
-    ),
-]
+_interval_minutes, _interval_minutes_schema = int_or_auto(
+    MIN_INTERVAL_MINUTES, MAX_INTERVAL_MINUTES, "minutes", INTERVAL_MINUTES_ACCEPTED
+)
+IntervalMinutes = Annotated[int | str, PlainValidator(_interval_minutes), WithJsonSchema(_interval_minutes_schema)]
 
 
 # spec.checkpoint.memory.intervalSteps: a whole number of steps, or "auto" (Young/Daly on the snapshot's
@@ -396,32 +399,10 @@ SNAPSHOT_INTERVAL_ACCEPTED = (
     f'a whole number of steps from 1 to {MAX_SNAPSHOT_INTERVAL_STEPS}, or "auto" '
     "(Young/Daly from the measured snapshot cost and the instance type's failure rate)"
 )
-
-
-def _interval_steps(value: Any) -> int | str:
-    if value == INTERVAL_AUTO:
-        return INTERVAL_AUTO
-    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_SNAPSHOT_INTERVAL_STEPS:
-        return value
-    raise PydanticCustomError(INTERVAL_MINUTES_ERROR, "is not a number of steps or 'auto'")
-
-
-SnapshotInterval = Annotated[
-    int | str,
-    PlainValidator(_interval_steps),
-    WithJsonSchema(
-        {
-            "x-kubernetes-int-or-string": True,
-            "x-kubernetes-validations": [
-                {
-                    "rule": f"type(self) == int ? (self >= 1 && self <= {MAX_SNAPSHOT_INTERVAL_STEPS})"
-                    f" : self == '{INTERVAL_AUTO}'",
-                    "message": f"must be {SNAPSHOT_INTERVAL_ACCEPTED}",
-                }
-            ],
-        }
-    ),
-]
+_interval_steps, _interval_steps_schema = int_or_auto(
+    1, MAX_SNAPSHOT_INTERVAL_STEPS, "steps", SNAPSHOT_INTERVAL_ACCEPTED
+)
+SnapshotInterval = Annotated[int | str, PlainValidator(_interval_steps), WithJsonSchema(_interval_steps_schema)]
 
 
 class MemorySnapshotSpec(_Spec):

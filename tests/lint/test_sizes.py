@@ -17,7 +17,7 @@ MODULE_LINES, FUNCTION_LINES = 500, 100
 
 # Over the limit today, at most this long. Split by responsibility, not by line count.
 OVER: dict[str, int] = {
-    "operator/llmtrain/spec.py": 630,
+    "operator/llmtrain/spec.py": 611,
     "trainer/llmtrain_trainer/train.py": 535,
     "devcluster/llmtrain_devcluster/cluster.py": 657,
     "operator/llmtrain/render.py:render_attempt": 123,
