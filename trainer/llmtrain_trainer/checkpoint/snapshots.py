@@ -206,7 +206,7 @@ class Snapshotter:
         if self.to is None:
             return
         try:
-            self._exchange(slot if committed else None, header if committed else None)
+            self._exchange(slot.bytes if committed else None, header if committed else None)
         except Exception as err:  # noqa: BLE001 - as above
             self._failed(header["step"], err)
 
@@ -214,16 +214,16 @@ class Snapshotter:
         log.error("snapshot of step %d failed (the next one tries again): %s", step, err)
         self.emit({"event": "snapshot_failed", "step": step, "rank": self.rank, "error": str(err)[:240]})
 
-    def _exchange(self, slot: Slot | None, header: dict[str, Any] | None) -> None:
+    def _exchange(self, payload: torch.Tensor | None, header: dict[str, Any] | None) -> None:
         """Send this rank's committed snapshot (None: "nothing") to its partner; receive, check and
         commit the one of the rank whose partner this rank is."""
         assert self.to is not None and self.frm is not None  # only with a partner
-        sends = _isend(slot.bytes if slot is not None else None, header, self.to, self.pg)
+        sends = _isend(payload, header, self.to, self.pg)
         try:
-            got, payload = _recv(self.frm, self.pg, self._receiving_slot)
+            got, received = _recv(self.frm, self.pg, self._receiving_slot)
             if got["rank"] != self.frm or (why := self.identity.mismatch(got)):
                 raise BadSnapshot(f"rank {self.frm} sent a snapshot of rank {got['rank']}: {why or 'not its own'}")
-            if payload.crc() != got["crc32"]:
+            if received.crc() != got["crc32"]:
                 raise BadSnapshot(f"the snapshot rank {self.frm} sent fails its CRC-32")
             write_header(self.folder, got)
         finally:
