@@ -33,16 +33,27 @@ class TrainerMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None, *, job: str, rank: int):
         self.registry = registry if registry is not None else CollectorRegistry()
-        lv = (job, str(rank))
-        self._labels = dict(zip(LABELS, lv, strict=True))
-        r = self.registry
+        self._job = job
+        self._values = (job, str(rank))
+        self._labels = dict(zip(LABELS, self._values, strict=True))
+        self._throughput_series()
+        self._checkpoint_series()
+        self._loss_series()
+        self._attempt_series()
+        self._straggler_series()
 
-        def gauge(name, doc):
-            return Gauge(name, doc, LABELS, registry=r).labels(*lv)
+    def _gauge(self, name: str, doc: str):
+        return Gauge(name, doc, LABELS, registry=self.registry).labels(*self._values)
 
-        def hist(name, doc, buckets):
-            return Histogram(name, doc, LABELS, buckets=buckets, registry=r).labels(*lv)
+    def _counter(self, name: str, doc: str):
+        return Counter(name, doc, LABELS, registry=self.registry).labels(*self._values)
 
+    def _hist(self, name: str, doc: str, buckets: tuple[float, ...]):
+        return Histogram(name, doc, LABELS, buckets=buckets, registry=self.registry).labels(*self._values)
+
+    def _throughput_series(self) -> None:
+        """Progress and speed: the step, loss, tokens/s, MFU, step and data-wait times, memory."""
+        gauge, hist = self._gauge, self._hist
         self.step = gauge("llmtrain_trainer_step", "Last completed optimizer step")
         self.loss = gauge("llmtrain_trainer_loss", "Training loss of the last step (mean over the global batch)")
         self.tokens_per_second = gauge(
@@ -52,12 +63,9 @@ class TrainerMetrics:
             "llmtrain_trainer_tokens_per_second_per_device",
             "Training throughput per device (the job's tokens per second / devices), as torchtitan reports it",
         )
-        self.tokens_total = Counter(
-            "llmtrain_trainer_tokens_total",
-            "Tokens trained on by this rank (sum over ranks = the job's tokens)",
-            LABELS,
-            registry=r,
-        ).labels(*lv)
+        self.tokens_total = self._counter(
+            "llmtrain_trainer_tokens_total", "Tokens trained on by this rank (sum over ranks = the job's tokens)"
+        )
         self.tflops_per_device = gauge(
             "llmtrain_trainer_tflops_per_device", "Achieved model TFLOP/s per device (6N + 12LHQT FLOPs per token)"
         )
@@ -73,38 +81,36 @@ class TrainerMetrics:
             "llmtrain_trainer_memory_reserved_bytes",
             "Device memory reserved by the caching allocator (process RSS on CPU)",
         )
+
+    def _checkpoint_series(self) -> None:
+        """Checkpoints and snapshots, the resume, the auto interval's inputs, the heartbeat."""
+        gauge, counter = self._gauge, self._counter
         self.last_checkpoint_step = gauge(
             "llmtrain_trainer_last_checkpoint_step", "Step of the newest complete checkpoint"
         )
         self.last_checkpoint_timestamp_seconds = gauge(
             "llmtrain_trainer_last_checkpoint_timestamp_seconds", "Unix time the newest checkpoint became complete"
         )
-        self.checkpoint_duration_seconds = hist(
+        self.checkpoint_duration_seconds = self._hist(
             "llmtrain_trainer_checkpoint_duration_seconds",
             "Time from starting a checkpoint to it being complete",
             CKPT_BUCKETS,
         )
-        self.checkpoint_failures_total = Counter(
+        self.checkpoint_failures_total = counter(
             "llmtrain_trainer_checkpoint_failures",
             "Checkpoint saves that failed (training went on; the next save retries)",
-            LABELS,
-            registry=r,
-        ).labels(*lv)
+        )
         # goodput (the operator's status.goodput): where this attempt's time went
-        self.checkpoint_blocking_seconds = Counter(
+        self.checkpoint_blocking_seconds = counter(
             "llmtrain_trainer_checkpoint_blocking_seconds",
             "Seconds the checkpoint saves between steps blocked training (the staging; the upload runs behind)",
-            LABELS,
-            registry=r,
-        ).labels(*lv)
+        )
         # spec.checkpoint.memory (checkpoint/snapshots.py)
-        self.snapshot_blocking_seconds = Counter(
+        self.snapshot_blocking_seconds = counter(
             "llmtrain_trainer_snapshot_blocking_seconds",
             "Seconds the in-memory snapshots blocked training (the copy into /dev/shm; the checksum and the "
             "partner copy run behind)",
-            LABELS,
-            registry=r,
-        ).labels(*lv)
+        )
         self.last_snapshot_step = gauge(
             "llmtrain_trainer_last_snapshot_step", "Step of this rank's newest in-memory snapshot (0: none yet)"
         )
@@ -143,7 +149,9 @@ class TrainerMetrics:
             "llmtrain_trainer_heartbeat_timestamp_seconds", "Unix time the last optimizer step completed"
         )
 
-        # Per-step loss facts (losswatch.py) for the operator's NaN / loss-spike rules and the alerts.
+    def _loss_series(self) -> None:
+        """Per-step loss facts (losswatch.py) for the operator's NaN / loss-spike rules and the alerts."""
+        gauge = self._gauge
         self.nonfinite_loss_steps = gauge(
             "llmtrain_trainer_nonfinite_loss_steps", "Consecutive steps, up to the last one, whose loss was NaN or Inf"
         )
@@ -172,8 +180,10 @@ class TrainerMetrics:
             "before this step (LLMTRAIN_RESUME_BEFORE_STEP; 0: none)",
         )
 
-        # The attempt's goodput counters over its in-place restarts (metrics/restarts.py): the
-        # per-process series above start at zero in every worker process torchrun starts.
+    def _attempt_series(self) -> None:
+        """The attempt's goodput counters over its in-place restarts (metrics/restarts.py): the
+        per-process series start at zero in every worker process torchrun starts."""
+        gauge = self._gauge
         self.attempt_steps = gauge(
             "llmtrain_trainer_attempt_steps", "Optimizer steps this attempt completed, over its in-place restarts"
         )
@@ -205,11 +215,12 @@ class TrainerMetrics:
             "llmtrain_trainer_inplace_redone_seconds", "Their measured wall time, less their data wait"
         )
 
-        # Stragglers (llmtrain/stragglers.py): rank 0 exports the highest scores of each window, one
-        # series per scored rank with its node; on these `rank` is the scored rank.
+    def _straggler_series(self) -> None:
+        """Stragglers (llmtrain/stragglers.py): rank 0 exports the highest scores of each window, one
+        series per scored rank with its node; on these `rank` is the scored rank."""
         from llmtrain import stragglers
 
-        self._job = job
+        r = self.registry
         self.straggler_score = Gauge(
             stragglers.SCORE,
             "A rank's compute time over the median of the other ranks' in the last window (the highest "
