@@ -1,6 +1,7 @@
 """`llmtrain prepare`: text corpora → token shards in the `llmtrain-tokens/v1` format (see `loader.py`).
 
-Inputs (formats, local paths and s3:// prefixes, order, bounds): see `sources.py`.
+Inputs (formats, local paths and s3:// prefixes, order, bounds): see `sources.py`; the tokenizer:
+`tokenizer.py`.
 
 Pipeline on one machine:
 
@@ -20,10 +21,6 @@ Why processes and not threads: `encode_batch` releases the GIL and runs on Rayon
 turning its Encoding objects into ids runs under the GIL and is a large share of the time for BPE
 tokenizers; one single-threaded tokenizer per process scales that part too (bench/prepare_throughput.py
 measures both). Each worker sets TOKENIZERS_PARALLELISM=false so N processes don't each start N threads.
-
-Tokenizer: a `tokenizers` JSON file (`--tokenizer tokenizer.json`, e.g. a Llama 3 tokenizer), or
-the byte-level fallback that needs no download: token = UTF-8 byte (vocabulary 256, matching the
-`tiny` preset), with byte 0 (NUL, refused in text) as the end-of-document token.
 """
 
 from __future__ import annotations
@@ -37,7 +34,6 @@ import tempfile
 import time
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -53,83 +49,9 @@ from .sources import (
     list_sources,
     texts,
 )
+from .tokenizer import Tokenizer, hf_tokenizer
 
 DEFAULT_SHARD_TOKENS = 1 << 26
-EOS_CANDIDATES = ("<|end_of_text|>", "</s>", "<|endoftext|>", "<eos>")
-
-
-@dataclass
-class Tokenizer:
-    name: str
-    vocab_size: int
-    eos_id: int
-    json: str | None = None  # the tokenizers JSON (None: byte-level), what the workers load
-    _tok: Any = None  # a tokenizers.Tokenizer, or None for bytes
-
-    def encode(self, text: str) -> list[int]:
-        if self._tok is None:
-            return list(text.encode("utf-8"))
-        return self._tok.encode(text, add_special_tokens=False).ids
-
-    @classmethod
-    def load(cls, path: str | None, eos_id: int | None = None) -> Tokenizer:
-        if not path:
-            return cls("byte", 256, 0 if eos_id is None else eos_id)._checked()
-        if not os.path.isfile(path):
-            raise FileNotFoundError(
-                f"--tokenizer {path}: no such file (expected a `tokenizers` JSON file such as a model's tokenizer.json)"
-            )
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-        return cls.from_json(text, os.path.basename(path), eos_id, f"--tokenizer {path}")
-
-    @classmethod
-    def from_json(cls, text: str, name: str, eos_id: int | None, what: str) -> Tokenizer:
-        """A `tokenizers` JSON document, stored under `name` beside the shards."""
-        from .loader import check_name
-
-        check_name(name, f"{what}: the file name stored in index.json")
-        hf = _hf_tokenizer(text, what)
-        if eos_id is None:
-            eos_id = next((i for t in EOS_CANDIDATES if (i := hf.token_to_id(t)) is not None), None)
-        if eos_id is None:
-            raise ValueError(f"{what}: no end-of-document token among {EOS_CANDIDATES}; pass --eos-id")
-        return cls(name, hf.get_vocab_size(with_added_tokens=True), eos_id, text, hf)._checked()
-
-    def _checked(self) -> Tokenizer:
-        if not 0 <= self.eos_id < self.vocab_size:  # would index past the embedding table in training
-            raise ValueError(
-                f"--eos-id {self.eos_id} is outside the vocabulary of {self.name} (ids 0..{self.vocab_size - 1})"
-            )
-        return self
-
-    @property
-    def dtype(self) -> np.dtype:
-        return np.dtype("<u2") if self.vocab_size <= 1 << 16 else np.dtype("<u4")
-
-
-def _hf_tokenizer(text: str, what: str):
-    from tokenizers import Tokenizer as HFTokenizer
-
-    try:
-        hf = HFTokenizer.from_str(text)
-    except Exception as err:  # noqa: BLE001 - the Rust side raises a bare Exception for any parse error
-        raise ValueError(f"{what}: not a `tokenizers` JSON file ({err})") from None
-    try:
-        dropout = (json.loads(text).get("model") or {}).get("dropout")
-    except (ValueError, AttributeError):
-        dropout = None
-    if dropout:  # BPE dropout draws a random segmentation per call: the output would differ per run
-        raise ValueError(
-            f"{what}: BPE dropout {dropout} makes tokenization random; save the tokenizer "
-            "with dropout null for preparing data"
-        )
-    # A document's ids must not depend on the batch it is encoded in.
-    hf.no_padding()
-    hf.no_truncation()
-    return hf
-
-
 # ----------------------------------------------------------------------------------------------
 # Workers: a batch of raw records → the documents' ids, each followed by eos.
 
@@ -141,7 +63,7 @@ def _init_worker(tok_json: str | None, eos_id: int, dtype: str, text_field: str,
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         os.environ["RAYON_NUM_THREADS"] = "1"
     _WORKER.update(
-        tok=_hf_tokenizer(tok_json, "tokenizer") if tok_json else None,
+        tok=hf_tokenizer(tok_json, "tokenizer") if tok_json else None,
         eos=eos_id,
         dtype=np.dtype(dtype),
         text_field=text_field,
@@ -175,7 +97,8 @@ def _encode(batch: Batch) -> Encoded:
         # (encode_batch_fast skips the offsets but measured no faster for byte-level BPE: one CPU core,
         # bench/prepare_throughput.py's corpus)
         encs = tok.encode_batch(docs, add_special_tokens=False)
-        lens = np.fromiter((len(e.ids) + 1 for e in encs), dtype=np.int64, count=len(encs))
+        # len(e), not len(e.ids): .ids builds a Python list of the ids, once is enough (below)
+        lens = np.fromiter((len(e) + 1 for e in encs), dtype=np.int64, count=len(encs))
         ids = np.empty(int(lens.sum()), dtype=dtype)
         ends = np.cumsum(lens)
         pos = 0
@@ -359,36 +282,92 @@ def run_prepare(
     if pool not in ("process", "thread"):
         raise ValueError(f"pool must be 'process' or 'thread', got {pool!r}")
     t_start = time.perf_counter()
-    stages: dict[str, float] = {}
     tok = tok or Tokenizer.load(tokenizer, eos_id)
-    dtype = tok.dtype
     t0 = time.perf_counter()
     if sources is None:
         sources = list_sources(list(inputs or []), extensions)
-    stages["list"] = time.perf_counter() - t0
+    listed = time.perf_counter() - t0
     if workers is None:  # starting a process costs more than tokenizing a few batches
         workers = max(1, min(default_workers(), sum(s.size for s in sources) // (4 * batch_bytes)))
+    rep = Report(files=len(sources), workers=workers, input_bytes=sum(s.size for s in sources))
+    out = _Output(output, shard_prefix)
+    writer = _ShardWriter(out.dir, shard_tokens, tok.dtype, on_shard=out.upload_shard, prefix=shard_prefix)
+    try:
+        stages = _tokenize_into(
+            writer,
+            batches(sources, text_field=text_field, max_record_bytes=max_record_bytes, batch_bytes=batch_bytes),
+            _pool(workers, pool, (tok.json, tok.eos_id, tok.dtype.str, text_field)),
+            rep,
+            workers=workers,
+            progress=progress,
+            t_start=t_start,
+        )
+    except BaseException:
+        out.discard()
+        raise
+    shards = writer.shards
+    index = {
+        "format": FORMAT,
+        "dtype": tok.dtype.name.replace("<", ""),
+        "vocab_size": tok.vocab_size,
+        "eos_id": tok.eos_id,
+        "tokenizer": tok.name,
+        "documents": rep.documents,
+        "tokens": sum(s["tokens"] for s in shards),
+        "shards": shards,
+        **(extra or {}),
+    }
+    t = time.perf_counter()
+    out.finish(index, tokenizer if copy_tokenizer else None)
+    rep.shards = len(shards)
+    rep.stages = {
+        "list": listed,
+        **stages,
+        "write": stages["write"] + time.perf_counter() - t,
+        "upload-wait": writer.upload_wait,
+        "total": time.perf_counter() - t_start,
+    }
+    return Result(index, rep)
 
-    from ..config import local_path
-    from ..storage import open_storage
 
-    out = open_storage(output)  # the output directory or S3 prefix (llmtrain_trainer/storage)
-    to_s3 = output.startswith("s3://")
-    out_dir = tempfile.mkdtemp(prefix="llmtrain-prepare-") if to_s3 else os.path.join(local_path(output), shard_prefix)
-    os.makedirs(out_dir, exist_ok=True)
-    upload = None
-    if to_s3:  # each shard goes up as soon as it is full, so local disk holds at most two shards
+class _Output:
+    """Where the shards go: the output directory itself, or (S3) a local staging directory whose
+    shards go up one by one as they fill, so local disk holds at most two; index.json last."""
 
-        def upload(name: str) -> None:
-            out.upload(os.path.join(out_dir, name), shard_prefix + name)
-            os.remove(os.path.join(out_dir, name))
+    def __init__(self, output: str, shard_prefix: str):
+        from ..config import local_path
+        from ..storage import open_storage
 
-    writer = _ShardWriter(out_dir, shard_tokens, dtype, on_shard=upload, prefix=shard_prefix)
+        self.storage = open_storage(output)  # the output directory or S3 prefix (llmtrain_trainer/storage)
+        self.to_s3 = output.startswith("s3://")
+        self.prefix = shard_prefix
+        local = os.path.join(local_path(output), shard_prefix)
+        self.dir = tempfile.mkdtemp(prefix="llmtrain-prepare-") if self.to_s3 else local
+        os.makedirs(self.dir, exist_ok=True)
+        self.upload_shard = self._upload if self.to_s3 else None
+
+    def _upload(self, name: str) -> None:
+        self.storage.upload(os.path.join(self.dir, name), self.prefix + name)
+        os.remove(os.path.join(self.dir, name))
+
+    def finish(self, index: dict, tokenizer: str | None) -> None:
+        if tokenizer:
+            self.storage.upload(tokenizer, os.path.basename(tokenizer))
+        # index.json last, atomically: a reader that finds it finds complete data
+        self.storage.write(self.prefix + INDEX, json.dumps(index, indent=1).encode())
+        self.discard()
+
+    def discard(self) -> None:
+        if self.to_s3:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _tokenize_into(writer: _ShardWriter, stream, executor, rep: Report, *, workers: int, progress: bool, t_start):
+    """The batches of `stream` through the workers of `executor`, their ids into `writer` in input
+    order, at most `workers + 2` batches in flight; counts into `rep`; the stages' seconds."""
     from tqdm import tqdm
 
-    rep = Report(files=len(sources), workers=workers, input_bytes=sum(s.size for s in sources))
     read_s = wait_s = write_s = tokenize_s = 0.0
-    executor = _pool(workers, pool, (tok.json, tok.eos_id, dtype.str, text_field))
     in_flight: collections.deque[Future] = collections.deque()
     bar = tqdm(
         total=rep.input_bytes,
@@ -417,7 +396,6 @@ def run_prepare(
         bar.set_postfix_str(f"{rep.tokens / max(elapsed, 1e-9):,.0f} tokens/s, {rep.documents:,} docs", refresh=False)
 
     try:
-        stream = batches(sources, text_field=text_field, max_record_bytes=max_record_bytes, batch_bytes=batch_bytes)
         while True:
             t = time.perf_counter()
             batch = next(stream, None)
@@ -437,40 +415,8 @@ def run_prepare(
         for f in in_flight:
             f.cancel()
         writer.close()
-        if to_s3:
-            shutil.rmtree(out_dir, ignore_errors=True)
         raise
     finally:
         bar.close()
         executor.shutdown(wait=True, cancel_futures=True)
-
-    shards = writer.shards
-    index = {
-        "format": FORMAT,
-        "dtype": dtype.name.replace("<", ""),
-        "vocab_size": tok.vocab_size,
-        "eos_id": tok.eos_id,
-        "tokenizer": tok.name,
-        "documents": rep.documents,
-        "tokens": sum(s["tokens"] for s in shards),
-        "shards": shards,
-        **(extra or {}),
-    }
-    t = time.perf_counter()
-    if tokenizer and copy_tokenizer:
-        out.upload(tokenizer, os.path.basename(tokenizer))
-    # index.json last, atomically: a reader that finds it finds complete data
-    out.write(shard_prefix + INDEX, json.dumps(index, indent=1).encode())
-    if to_s3:
-        shutil.rmtree(out_dir)
-    rep.shards = len(shards)
-    rep.stages = {
-        "list": stages["list"],
-        "read": read_s,
-        "tokenize": tokenize_s,
-        "wait": wait_s,
-        "write": write_s + time.perf_counter() - t,
-        "upload-wait": writer.upload_wait,
-        "total": time.perf_counter() - t_start,
-    }
-    return Result(index, rep)
+    return {"read": read_s, "tokenize": tokenize_s, "wait": wait_s, "write": write_s}

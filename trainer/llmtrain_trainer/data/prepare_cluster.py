@@ -129,7 +129,7 @@ def plan(
 ) -> dict:
     """List the corpus once and write manifest.json (and the tokenizer) to `output`; the manifest.
     Every index reads this one listing, so the slices cannot drift if the bucket changes."""
-    from .prepare import Tokenizer
+    from .tokenizer import Tokenizer
 
     if not 1 <= indexes <= MAX_INDEXES:
         raise ValueError(f"--indexes must be 1..{MAX_INDEXES}, got {indexes}")
@@ -196,7 +196,7 @@ class Manifest:
         return self.sources[a:b]
 
     def tokenizer(self, output: str):
-        from .prepare import Tokenizer
+        from .tokenizer import Tokenizer
 
         name = self.doc["tokenizer"]
         if name == "byte":
