@@ -31,7 +31,8 @@ def _trainer(spec: dict, tmp_path, events: list, *, stop=None, env=None, on_even
 
     from llmtrain_trainer.config import JobIdentity, WorkerEnv, parse_spec
     from llmtrain_trainer.job_config import JobConfig
-    from llmtrain_trainer.train import StopFlag, Trainer
+    from llmtrain_trainer.stopping import StopFlag
+    from llmtrain_trainer.train import Trainer
 
     def emit(event: dict) -> None:
         events.append(event)
@@ -78,7 +79,7 @@ def test_steps_follow_the_plain_loop(corpus, reference, one_process_group, tmp_p
 
 
 def test_a_stop_between_micro_batches_drops_the_partial_step(corpus, one_process_group, tmp_path):
-    from llmtrain_trainer.train import StopFlag
+    from llmtrain_trainer.stopping import StopFlag
 
     events: list[dict] = []
     stop = StopFlag(install=False)
@@ -123,7 +124,7 @@ def stopped_at_4(corpus, one_process_group, tmp_path):
     (as by SIGTERM) while its step 3 line goes out. Step 3 neither saves nor ends training, so its
     line goes out once step 4 has run (no per-step host sync: one step later); step 4 saves; the
     trainer gives up step 5 after one micro-batch and stops with step 4 as its final checkpoint."""
-    from llmtrain_trainer.train import StopFlag
+    from llmtrain_trainer.stopping import StopFlag
 
     spec = base_spec(**{"data.uri": corpus, "checkpoint.uri": f"file://{tmp_path}/ckpt", "checkpoint.intervalSteps": 2})
     events: list[dict] = []
@@ -331,7 +332,7 @@ def test_a_stop_request_once_training_is_over_does_not_kill_the_exiting_worker()
 
     code = (
         "import os, signal\n"
-        "from llmtrain_trainer.train import StopFlag\n"
+        "from llmtrain_trainer.stopping import StopFlag\n"
         "stop = StopFlag()\n"
         "stop.done()\n"
         "assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN\n"

@@ -2,11 +2,11 @@
 
 Per step: this rank's micro-batches (gradient accumulation up to the global batch), forward/backward
 under FSDP2, gradient clipping, AdamW, then a gloo all-reduce of the CPU flags [stop, save] so that
-every rank agrees on stopping (SIGTERM/SIGINT reached any rank) and on checkpointing (the time-based
-interval elapsed on any rank's clock) at the same step — a checkpoint or a stop decided by one rank
-alone would deadlock the others in the next collective — and an all-reduce of the loss on the device,
-read when the step is logged: after the next step is queued, unless this step stops, saves or ends
-training (no per-step host sync; `train`).
+every rank agrees on stopping (SIGTERM/SIGINT reached any rank; stopping.py) and on checkpointing
+(the time-based interval elapsed on any rank's clock) at the same step — a checkpoint or a stop
+decided by one rank alone would deadlock the others in the next collective — and an all-reduce of
+the loss on the device, read when the step is logged: after the next step is queued, unless this
+step stops, saves or ends training (no per-step host sync; `train`).
 
 The trainer is a handful of components, each built from its own config (job_config.py): the model
 (distributed/parallel.py), the optimizer (optimizer.py), the data loader (data/loader.py), the
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import math
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -64,6 +63,7 @@ from .models.init import init_weights
 from .models.llama import Llama, cross_entropy
 from .optimizer import Implementation, clip_grad_norm
 from .optimizer import build_optimizer as _build_optimizer
+from .stopping import StopFlag
 
 log = logging.getLogger("llmtrain_trainer")
 
@@ -74,43 +74,6 @@ def emit(event: dict) -> None:
     """One structured line on stdout (rank 0 only calls this for step lines)."""
     sys.stdout.write(dumps(event) + "\n")
     sys.stdout.flush()
-
-
-class StopFlag:
-    """SIGTERM (node drain, spot interruption, torchrun shutting down) or SIGINT: finish the current
-    step, checkpoint, exit 0. Handlers only set a flag; the loop acts on it between steps (and between
-    micro-batches). `install=False`: no handlers (a test sets `signal` itself)."""
-
-    def __init__(self, install: bool = True):
-        self.signal: int | None = None
-        if install:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, self._handle)
-
-    def _handle(self, signum, frame) -> None:
-        self.signal = signum
-
-    @staticmethod
-    def done() -> None:
-        """Training is over (its final checkpoint saved): a stop request has nothing left to stop.
-        Ignored from here on, so that a SIGTERM arriving while the process exits cleanly (the pod
-        deleted as its peers end) does not kill it: CPython restores the default action of a signal
-        with a Python handler when it finalizes, and a worker killed by SIGTERM there counted as a
-        failure; torchrun then restarted it in place into a rendezvous whose host was gone, and the
-        pod hung until the store timed out (2 min on the JobSet backend) instead of exiting 0."""
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, signal.SIG_IGN)
-
-    @property
-    def set(self) -> bool:
-        return self.signal is not None
-
-
-def _stop_agreed(stop: StopFlag, group) -> bool:
-    """Whether any rank was asked to stop (a collective: every rank calls it at the same point)."""
-    flag = torch.tensor([float(stop.set)])
-    dist.all_reduce(flag, group=group)
-    return flag.item() > 0
 
 
 def build_optimizer(
@@ -358,7 +321,7 @@ class Trainer:
             loss = self.loss_fn(model(x), y) / self.accum
             (self.scaler.scale(loss) if self.scaler else loss).backward()
             loss_sum += loss.detach()
-            if self.accum > 1 and i < last and _stop_agreed(stop, self.control):
+            if self.accum > 1 and i < last and stop.agreed(self.control):
                 opt.zero_grad(set_to_none=True)
                 self.loader.rewind()
                 return StepResult(step=self.step_no, lr=lr, stop=True, dropped=i + 1)

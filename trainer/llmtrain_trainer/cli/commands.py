@@ -95,127 +95,162 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 def _prepare_cluster(args: argparse.Namespace) -> int:
     """--cluster (plan + render/apply the Indexed Job), --manifest (one index, as a pod runs it; or
-    --merge), --status NAME (the Job's indexes and the merge)."""
-    import os
+    --merge), --status NAME (the Job's indexes and the merge). Their errors become the exit code
+    here, in one place: a bad input under --manifest is EXIT_BAD_INPUT, which the Job's pod failure
+    policy fails the index on at once instead of retrying it."""
     import sys
-
-    import yaml
 
     from ..data import prepare_cluster as pc
 
     try:
         if args.status:
-            from kubernetes.client import BatchV1Api
-            from kubernetes.client.rest import ApiException
-
-            from .scale_test import _api
-
-            try:
-                job = BatchV1Api(_api(args.kubeconfig)).read_namespaced_job(args.status, args.namespace)
-            except ApiException as err:
-                print(f"llmtrain prepare --status: job {args.namespace}/{args.status}: {err.reason}", file=sys.stderr)
-                return 1
-            st = pc.job_status(_api(args.kubeconfig).sanitize_for_serialization(job))
-            try:
-                data = pc.read_object(st["output"], pc.INDEX) if st["output"] else None
-                merged = pc.parse_json(data, st["output"]) if data else None
-            except (OSError, ValueError, ImportError) as err:  # no S3 credentials here: say so, not fail
-                merged = f"unknown ({err})"  # type: ignore[assignment]  # status_lines prints either
-            print("\n".join(pc.status_lines(st, merged)))
-            return 0
+            return _prepare_status(args)
         if args.manifest:
             output = args.manifest.rsplit("/", 1)[0] + "/" if args.manifest.endswith(pc.MANIFEST) else args.manifest
-            if args.merge:
-                merged = pc.merge(output)
-                if merged is None:
-                    print(f"llmtrain prepare --merge: {output}: parts are missing; nothing merged", file=sys.stderr)
-                    return 1
-                print(
-                    f"{output}{pc.INDEX}: {merged['documents']:,} documents, {merged['tokens']:,} tokens "
-                    f"in {len(merged['shards'])} shards from {merged['parts']} parts"
-                )
-                return 0
-            k = args.index if args.index is not None else os.environ.get("JOB_COMPLETION_INDEX")
-            if k is None:
-                print("llmtrain prepare --manifest: no --index and no JOB_COMPLETION_INDEX", file=sys.stderr)
-                return 1
-            r = pc.run_index(output, int(k), workers=args.workers, progress=not args.quiet)
-            print(
-                f"index {r['index']}: "
-                + (
-                    "already complete, skipped"
-                    if r["skipped"]
-                    else f"{r['part']['documents']:,} documents, {r['part']['tokens']:,} tokens"
-                )
-            )
-            if r["report"] is not None:
-                for line in r["report"].lines():
-                    print(line, file=sys.stderr)
-            print(f"merged {output}{pc.INDEX}" if r["merged"] else "merge: waiting for other indexes")
-            return 0
-        # --cluster
-        if not args.inputs or not args.output:
-            print("llmtrain prepare --cluster: give the inputs and --output (an s3:// prefix)", file=sys.stderr)
-            return 1
-        if not args.output.startswith("s3://") and not args.allow_local_output:
-            print("llmtrain prepare --cluster: --output must be an s3:// prefix every pod can write", file=sys.stderr)
-            return 1
-        env = dict(e.split("=", 1) for e in args.env or [])
-        pc.plan(
-            args.inputs,
-            args.output,
-            indexes=args.indexes,
-            tokenizer=args.tokenizer,
-            eos_id=args.eos_id,
-            shard_tokens=args.shard_tokens,
-            extensions=tuple(args.extensions.split(",")),
-            text_field=args.text_field,
-            max_record_bytes=args.max_document_bytes,
-        )
-        job = pc.render_job(
-            args.output,
-            args.indexes,
-            name=args.name,
-            namespace=args.namespace,
-            parallelism=args.parallelism,
-            image=args.image,
-            cpus=args.cpus,
-            memory_gib=args.memory_gib,
-            service_account=args.service_account,
-            env=env,
-        )
-        if not args.apply:
-            print(yaml.safe_dump(job, sort_keys=False), end="")
-            return 0
-        from kubernetes.client import BatchV1Api
-        from kubernetes.client.rest import ApiException
-
-        from .scale_test import _api
-
-        try:
-            BatchV1Api(_api(args.kubeconfig)).create_namespaced_job(args.namespace, job)
-        except ApiException as err:
-            hint = (
-                " (it exists: `kubectl delete job` it to re-run; completed indexes are skipped)"
-                if err.status == 409
-                else ""
-            )
-            print(
-                f"llmtrain prepare --cluster: job {args.namespace}/{job['metadata']['name']}: {err.reason}{hint}",
-                file=sys.stderr,
-            )
-            return 1
-        print(
-            f"job {args.namespace}/{job['metadata']['name']} created: {args.indexes} indexes; "
-            f"llmtrain prepare --status {job['metadata']['name']} -n {args.namespace}"
-        )
-        return 0
+            return _prepare_merge(output) if args.merge else _prepare_index(args, output)
+        return _prepare_submit(args)
     except ValueError as err:
         print(f"llmtrain prepare: {err}", file=sys.stderr)
         return pc.EXIT_BAD_INPUT if args.manifest else 1
     except OSError as err:
         print(f"llmtrain prepare: {err}", file=sys.stderr)
         return 1
+
+
+def _prepare_status(args: argparse.Namespace) -> int:
+    """--status NAME: the Job's succeeded/failed indexes, and the merged index when it is readable."""
+    import sys
+
+    from kubernetes.client import BatchV1Api
+    from kubernetes.client.rest import ApiException
+
+    from ..data import prepare_cluster as pc
+    from .scale_test import _api
+
+    try:
+        job = BatchV1Api(_api(args.kubeconfig)).read_namespaced_job(args.status, args.namespace)
+    except ApiException as err:
+        print(f"llmtrain prepare --status: job {args.namespace}/{args.status}: {err.reason}", file=sys.stderr)
+        return 1
+    st = pc.job_status(_api(args.kubeconfig).sanitize_for_serialization(job))
+    try:
+        data = pc.read_object(st["output"], pc.INDEX) if st["output"] else None
+        merged = pc.parse_json(data, st["output"]) if data else None
+    except (OSError, ValueError, ImportError) as err:  # no S3 credentials here: say so, not fail
+        merged = f"unknown ({err})"  # type: ignore[assignment]  # status_lines prints either
+    print("\n".join(pc.status_lines(st, merged)))
+    return 0
+
+
+def _prepare_merge(output: str) -> int:
+    """--manifest URI --merge: merge the parts' indexes under `output` now."""
+    import sys
+
+    from ..data import prepare_cluster as pc
+
+    merged = pc.merge(output)
+    if merged is None:
+        print(f"llmtrain prepare --merge: {output}: parts are missing; nothing merged", file=sys.stderr)
+        return 1
+    print(
+        f"{output}{pc.INDEX}: {merged['documents']:,} documents, {merged['tokens']:,} tokens "
+        f"in {len(merged['shards'])} shards from {merged['parts']} parts"
+    )
+    return 0
+
+
+def _prepare_index(args: argparse.Namespace, output: str) -> int:
+    """--manifest URI: run one index of the manifest under `output` (what each pod of the Job runs)."""
+    import os
+    import sys
+
+    from ..data import prepare_cluster as pc
+
+    k = args.index if args.index is not None else os.environ.get("JOB_COMPLETION_INDEX")
+    if k is None:
+        print("llmtrain prepare --manifest: no --index and no JOB_COMPLETION_INDEX", file=sys.stderr)
+        return 1
+    r = pc.run_index(output, int(k), workers=args.workers, progress=not args.quiet)
+    print(
+        f"index {r['index']}: "
+        + (
+            "already complete, skipped"
+            if r["skipped"]
+            else f"{r['part']['documents']:,} documents, {r['part']['tokens']:,} tokens"
+        )
+    )
+    if r["report"] is not None:
+        for line in r["report"].lines():
+            print(line, file=sys.stderr)
+    print(f"merged {output}{pc.INDEX}" if r["merged"] else "merge: waiting for other indexes")
+    return 0
+
+
+def _prepare_submit(args: argparse.Namespace) -> int:
+    """--cluster: plan the corpus (the manifest and the tokenizer to --output), then print the
+    Indexed Job, or with --apply create it."""
+    import sys
+
+    import yaml
+
+    from ..data import prepare_cluster as pc
+
+    if not args.inputs or not args.output:
+        print("llmtrain prepare --cluster: give the inputs and --output (an s3:// prefix)", file=sys.stderr)
+        return 1
+    if not args.output.startswith("s3://") and not args.allow_local_output:
+        print("llmtrain prepare --cluster: --output must be an s3:// prefix every pod can write", file=sys.stderr)
+        return 1
+    env = dict(e.split("=", 1) for e in args.env or [])
+    pc.plan(
+        args.inputs,
+        args.output,
+        indexes=args.indexes,
+        tokenizer=args.tokenizer,
+        eos_id=args.eos_id,
+        shard_tokens=args.shard_tokens,
+        extensions=tuple(args.extensions.split(",")),
+        text_field=args.text_field,
+        max_record_bytes=args.max_document_bytes,
+    )
+    job = pc.render_job(
+        args.output,
+        args.indexes,
+        name=args.name,
+        namespace=args.namespace,
+        parallelism=args.parallelism,
+        image=args.image,
+        cpus=args.cpus,
+        memory_gib=args.memory_gib,
+        service_account=args.service_account,
+        env=env,
+    )
+    if not args.apply:
+        print(yaml.safe_dump(job, sort_keys=False), end="")
+        return 0
+    from kubernetes.client import BatchV1Api
+    from kubernetes.client.rest import ApiException
+
+    from .scale_test import _api
+
+    try:
+        BatchV1Api(_api(args.kubeconfig)).create_namespaced_job(args.namespace, job)
+    except ApiException as err:
+        hint = (
+            " (it exists: `kubectl delete job` it to re-run; completed indexes are skipped)"
+            if err.status == 409
+            else ""
+        )
+        print(
+            f"llmtrain prepare --cluster: job {args.namespace}/{job['metadata']['name']}: {err.reason}{hint}",
+            file=sys.stderr,
+        )
+        return 1
+    print(
+        f"job {args.namespace}/{job['metadata']['name']} created: {args.indexes} indexes; "
+        f"llmtrain prepare --status {job['metadata']['name']} -n {args.namespace}"
+    )
+    return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -300,6 +335,14 @@ def cmd_scale_test(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
+    """The trainer's subcommands, in the order `llmtrain --help` lists them."""
+    _register_local(subparsers)
+    _register_prepare(subparsers)
+    _register_export(subparsers)
+    _register_scale_test(subparsers)
+
+
+def _register_local(subparsers) -> None:
     p = subparsers.add_parser(
         "local",
         help="run a job on this machine (CPU processes or local GPUs)",
@@ -327,6 +370,8 @@ def register(subparsers) -> None:
     )
     p.set_defaults(func=cmd_local)
 
+
+def _register_prepare(subparsers) -> None:
     from ..data.sources import DEFAULT_MAX_RECORD_BYTES, FORMATS
 
     q = subparsers.add_parser(
@@ -383,6 +428,8 @@ def register(subparsers) -> None:
     c.add_argument("--merge", action="store_true", help="with --manifest: merge the parts' indexes now")
     q.set_defaults(func=cmd_prepare)
 
+
+def _register_export(subparsers) -> None:
     e = subparsers.add_parser(
         "export",
         help="a checkpoint as a Hugging Face model (safetensors + config.json)",
@@ -396,6 +443,9 @@ def register(subparsers) -> None:
     e.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16", help="weight dtype (default bf16)")
     e.add_argument("--max-shard-gb", type=float, default=5.0, help="safetensors file size limit (default 5)")
     e.set_defaults(func=cmd_export)
+
+
+def _register_scale_test(subparsers) -> None:
     t = subparsers.add_parser(
         "scale-test",
         help="run a job at several sizes; throughput per worker and scaling efficiency",
