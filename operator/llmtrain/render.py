@@ -50,7 +50,8 @@ from . import rendezvous_keys
 from .catalog import InstanceType, instance_type
 from .pod_contract import METRICS_PORT, STAGING_PATH, child_name, rendezvous_id, worker_env
 from .snapshot_plan import REQUEST_FRACTION, pod_memory_gib
-from .spec import API_VERSION, INSTANCE_TYPE_LABEL, KIND, LLMTrainingJobSpec
+from .spec import API_VERSION, KIND, LLMTrainingJobSpec
+from .spec_constraints import INSTANCE_TYPE_LABEL
 
 if TYPE_CHECKING:  # rendezvous_auth issues them (I/O); rendering only reads them
     from .rendezvous_auth import Credentials
@@ -256,6 +257,51 @@ def node_anti_affinity(avoid_nodes) -> dict[str, Any] | None:
     }
 
 
+def _placement(spec: LLMTrainingJobSpec, inst: InstanceType) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """The workers' node selector and tolerations: the user's, with the instance type's pin, the GPU
+    nodes' taints and a short wait on a lost node (unless the user tolerates it their own way)."""
+    node_selector = dict(spec.cluster.node_selector)
+    if inst.is_gpu:  # the pin is authoritative: applied last, over anything the user gave
+        node_selector[INSTANCE_TYPE_LABEL] = inst.name
+    user_tolerations = [t.model_dump(exclude_none=True) for t in spec.cluster.tolerations]
+    node_lost = [
+        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": NODE_LOST_TOLERATION_SECONDS}
+        for key in NODE_LOST_TAINTS
+        if not any(t.get("key") == key for t in user_tolerations)
+    ]
+    tolerations = (GPU_TOLERATIONS if inst.is_gpu else []) + node_lost + user_tolerations
+    return node_selector, tolerations
+
+
+def _storage(
+    spec: LLMTrainingJobSpec, inst: InstanceType, child: str, credentials: bool
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The worker container's volume mounts and the pod's volumes: /dev/shm, the checkpoint staging
+    area, the user's claims and, with `credentials`, the attempt's rendezvous Secret."""
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "staging", "mountPath": STAGING_PATH}] + [
+        {"name": v.name, "mountPath": v.mount_path, "readOnly": v.read_only} for v in spec.cluster.volumes
+    ]
+    staging = (
+        {"medium": "Memory", "sizeLimit": f"{int(inst.memory_gib * STAGING_MEMORY_FRACTION)}Gi"} if inst.is_gpu else {}
+    )
+    # /dev/shm has no sizeLimit: NCCL and the data loader use it too, and the pod's memory limit
+    # (_resources, with room for the in-memory snapshots) bounds it.
+    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, {"name": "staging", "emptyDir": staging}] + [
+        {"name": v.name, "persistentVolumeClaim": {"claimName": v.claim_name, "readOnly": v.read_only}}
+        for v in spec.cluster.volumes
+    ]
+    if credentials:
+        mounts.append({"name": RENDEZVOUS_VOLUME, "mountPath": rendezvous_keys.MOUNT_PATH, "readOnly": True})
+        # 0440 and the pod's fsGroup: readable by the trainer's group only
+        volumes.append(
+            {
+                "name": RENDEZVOUS_VOLUME,
+                "secret": {"secretName": rendezvous_keys.secret_name(child), "defaultMode": 0o440},
+            }
+        )
+    return mounts, volumes
+
+
 def _args(spec: LLMTrainingJobSpec, procs: int, min_nodes: int, rdzv: dict[str, Any]) -> list[str]:
     conf = [f"--rdzv-conf={rdzv['conf']}"] if rdzv.get("conf") else []
     return [
@@ -404,37 +450,8 @@ def render_attempt(
     pod_annotations = {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT)}
     if spec.cluster.topology is not None:
         pod_annotations[TOPOLOGY_ANNOTATION[spec.cluster.topology.mode]] = spec.cluster.topology.level
-    node_selector = dict(spec.cluster.node_selector)
-    if inst.is_gpu:  # the pin is authoritative: applied last, over anything the user gave
-        node_selector[INSTANCE_TYPE_LABEL] = inst.name
-    user_tolerations = [t.model_dump(exclude_none=True) for t in spec.cluster.tolerations]
-    node_lost = [
-        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": NODE_LOST_TOLERATION_SECONDS}
-        for key in NODE_LOST_TAINTS
-        if not any(t.get("key") == key for t in user_tolerations)
-    ]
-    tolerations = (GPU_TOLERATIONS if inst.is_gpu else []) + node_lost + user_tolerations
-    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "staging", "mountPath": STAGING_PATH}] + [
-        {"name": v.name, "mountPath": v.mount_path, "readOnly": v.read_only} for v in spec.cluster.volumes
-    ]
-    staging = (
-        {"medium": "Memory", "sizeLimit": f"{int(inst.memory_gib * STAGING_MEMORY_FRACTION)}Gi"} if inst.is_gpu else {}
-    )
-    # /dev/shm has no sizeLimit: NCCL and the data loader use it too, and the pod's memory limit
-    # (_resources, with room for the in-memory snapshots) bounds it.
-    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, {"name": "staging", "emptyDir": staging}] + [
-        {"name": v.name, "persistentVolumeClaim": {"claimName": v.claim_name, "readOnly": v.read_only}}
-        for v in spec.cluster.volumes
-    ]
-    if credentials:
-        mounts.append({"name": RENDEZVOUS_VOLUME, "mountPath": rendezvous_keys.MOUNT_PATH, "readOnly": True})
-        # 0440 and the pod's fsGroup: readable by the trainer's group only
-        volumes.append(
-            {
-                "name": RENDEZVOUS_VOLUME,
-                "secret": {"secretName": rendezvous_keys.secret_name(child), "defaultMode": 0o440},
-            }
-        )
+    node_selector, tolerations = _placement(spec, inst)
+    mounts, volumes = _storage(spec, inst, child, credentials)
     owner = {"apiVersion": API_VERSION, "kind": KIND, "name": name, "uid": uid} if uid else None
     slots: list[str] = []
     text = _template(template).render(

@@ -90,7 +90,8 @@ from .planner import (
     staging_copy_seconds,
     train_seconds,
 )
-from .spec import MAX_SNAPSHOT_INTERVAL_STEPS, LLMTrainingJobSpec, MemorySnapshotSpec, resolve_dims
+from .spec import LLMTrainingJobSpec, MemorySnapshotSpec, resolve_dims
+from .spec_constraints import MAX_SNAPSHOT_INTERVAL_STEPS
 
 # The share of a GPU node's memory and CPUs a worker pod requests (render.py); the rest is for the
 # kubelet and the daemonsets.

@@ -19,20 +19,17 @@ import yaml
 
 from . import validation_rules
 from .defaults import resolve
-from .spec import (
-    API_VERSION,
-    DEFAULT_ETCD_ENDPOINT,
+from .spec import API_VERSION, DEFAULT_ETCD_ENDPOINT, KIND, LLMTrainingJobSpec
+from .spec_constraints import (
     DNS_SUBDOMAIN,
     HOST_PORT,
     IMAGE_REFERENCE,
     INTERVAL_MINUTES_ACCEPTED,
     INTERVAL_MINUTES_ERROR,
-    KIND,
     LABEL_KEY,
     LABEL_VALUE,
     PRIORITY_CLASS_NAME,
     QUEUE_NAME,
-    LLMTrainingJobSpec,
 )
 
 # The rules and their constants live in validation_rules/; these names stay importable from here.
@@ -103,7 +100,7 @@ def _loc(loc: tuple) -> str:
     return path
 
 
-# What each name/format pattern of spec.py means, in words: pydantic's own message for a mismatch
+# What each name/format pattern of spec_constraints.py means, in words: pydantic's own message for a mismatch
 # is "String should match pattern '<regex>'", which tells a user nothing.
 _STARTS_ENDS = "starting and ending with a letter or digit"
 PATTERN_WORDS: dict[str, tuple[str, str]] = {

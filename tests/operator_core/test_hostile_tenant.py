@@ -421,7 +421,7 @@ def test_nodes(dev_cluster, monkeypatch):
     from kubernetes import client
 
     from llmtrain.controller.adapters import kube as opkube
-    from llmtrain.spec import INSTANCE_TYPE_LABEL
+    from llmtrain.spec_constraints import INSTANCE_TYPE_LABEL
 
     itype = f"test-{uuid.uuid4().hex[:8]}"
     names = [f"{itype}-{i}" for i in range(4)]

@@ -12,6 +12,7 @@ import gc
 import logging
 import os
 import sys
+from typing import Any
 
 import kopf
 from prometheus_client import start_http_server
@@ -24,150 +25,191 @@ from .policy.sicknodes import CONDITION_TYPE
 DEFAULTS = OperatorConfig()
 
 
+# The flags, in the order --help lists them: (flag, add_argument's keywords). The defaults read from
+# the environment, and the lists that `append` fills, parse_args sets on each call (set_defaults):
+# read when the arguments are parsed, not when this module is imported, and a new list every time.
+FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("--namespace", {"action": "append", "help": "watch only this namespace (repeatable; default: all namespaces)"}),
+    ("--liveness-port", {"type": int, "default": 8080, "help": "kopf /healthz port (0: off)"}),
+    ("--metrics-port", {"type": int, "default": 8000, "help": "Prometheus /metrics port (0: off)"}),
+    ("--bind-address", {"default": "0.0.0.0", "help": "address for the health and metrics servers"}),
+    ("--default-etcd-endpoint", {}),  # default: from the environment (parse_args)
+    (
+        "--trainer-metrics-port",
+        {
+            "type": int,
+            "default": DEFAULTS.trainer_metrics_port,
+            "help": "port of rank 0's trainer metrics in the worker pod",
+        },
+    ),
+    (
+        "--progress-interval",
+        {
+            "type": float,
+            "default": DEFAULTS.progress_interval,
+            "help": "seconds between progress scrapes / hang checks per running job",
+        },
+    ),
+    (
+        "--leader-elect",
+        {"action": "store_true", "help": "run only while holding a coordination.k8s.io Lease (for several replicas)"},
+    ),
+    ("--leader-election-namespace", {}),  # default: from the environment (parse_args)
+    ("--leader-election-name", {"default": "llmtrain-operator"}),
+    (
+        "--reliability-configmap",
+        {
+            "default": "llmtrain-reliability",
+            "help": "ConfigMap in --reliability-namespace that keeps deleted jobs' node faults and node-hours "
+            "for checkpoint.intervalMinutes auto ('': forget them)",
+        },
+    ),
+    ("--reliability-namespace", {}),  # default: from the environment (parse_args)
+    (
+        "--leader-lease-seconds",
+        {"type": float, "default": 10.0, "help": "a dead leader is replaced this long after its last renewal"},
+    ),
+    (
+        "--workers",
+        {
+            "type": int,
+            "default": DEFAULTS.workers,
+            "help": "reconciler worker threads: jobs reconciled at once (each makes blocking API calls)",
+        },
+    ),
+    (
+        "--suspect-taint-fraction",
+        {
+            "type": float,
+            "default": DEFAULTS.suspect_taint_fraction,
+            "help": "taint nodes blamed for a failed attempt llmtrain.dev/suspect=<reason>:NoSchedule, "
+            "at most this fraction of the nodes of their instance type (default 0: never; "
+            "needs RBAC to patch nodes)",
+        },
+    ),
+    (
+        "--job-network-policy",
+        {
+            "action": "store_true",
+            "help": "create a NetworkPolicy per job: its pods accept only its own pods, except on the "
+            "trainer metrics ports (needs RBAC to create networkpolicies)",
+        },
+    ),
+    (
+        "--rendezvous-ca-dir",
+        {
+            "default": None,
+            "help": "directory with the rendezvous CA (ca.crt, ca.key): the default etcd requires "
+            "client certificates, issued per namespace (needs RBAC to create secrets)",
+        },
+    ),
+    (
+        "--suspect-taint-max-per-namespace",
+        {
+            "type": int,
+            "default": DEFAULTS.suspect_taint_max_per_namespace,
+            "help": "at most this many nodes carry a suspect taint for one namespace's jobs at once "
+            f"(default {DEFAULTS.suspect_taint_max_per_namespace})",
+        },
+    ),
+    (
+        "--suspect-taint-ttl-hours",
+        {
+            "type": float,
+            "default": DEFAULTS.suspect_taint_ttl / 3600,
+            "help": "a suspect taint is removed this long after it was set "
+            f"(default {DEFAULTS.suspect_taint_ttl / 3600:g})",
+        },
+    ),
+    (
+        "--min-restart-backoff-seconds",
+        {
+            "type": float,
+            "default": DEFAULTS.min_restart_backoff,
+            "help": "the least wait before a restart, whatever a job's restartBackoffSeconds says "
+            f"(default {DEFAULTS.min_restart_backoff:g})",
+        },
+    ),
+    (
+        "--backend",
+        {
+            "dest": "backends",
+            "action": "append",
+            "choices": BACKENDS,
+            "help": "a training backend this platform installed, whose kind the operator watches and creates "
+            f"(repeatable; default: {DEFAULT_BACKEND})",
+        },
+    ),
+    (
+        "--default-backend",
+        {
+            "choices": BACKENDS,
+            "default": None,
+            "help": "the backend of a job that names none in spec.cluster.backend (default: the first --backend)",
+        },
+    ),
+    (
+        "--namespace-backend",
+        {
+            "action": "append",
+            "metavar": "NAMESPACE=BACKEND",
+            "help": "the default backend of one namespace's jobs, over --default-backend (repeatable)",
+        },
+    ),
+    (
+        "--kueue-workload-wait-seconds",
+        {
+            "type": float,
+            "default": DEFAULTS.kueue_workload_wait,
+            "help": "a queued attempt whose child has no Kueue Workload this long after its creation is reported as "
+            f"one Kueue does not manage (default {DEFAULTS.kueue_workload_wait:g})",
+        },
+    ),
+    (
+        "--node-conditions",
+        {
+            "default": ",".join(DEFAULTS.node_conditions),
+            "help": "comma-separated node conditions that, False on a node under a job's attempt, move the attempt "
+            "off the node (default: the EKS node monitoring agent's, " + ",".join(DEFAULTS.node_conditions) + "; "
+            "empty: nodes' health is not watched)",
+        },
+    ),
+    (
+        "--free-node-moves",
+        {
+            "type": int,
+            "default": DEFAULTS.free_node_moves,
+            "help": "moves off a sick node per job that spend no restart; later ones spend the restart budget "
+            f"(default {DEFAULTS.free_node_moves})",
+        },
+    ),
+    (
+        "--max-children-untaken",
+        {
+            "type": int,
+            "default": DEFAULTS.max_children_untaken,
+            "help": "at most this many children created that their controller has not taken up yet, on a backend whose "
+            "creates are paced (JobSet); further creates wait their turn (0: never held; "
+            f"default {DEFAULTS.max_children_untaken})",
+        },
+    ),
+    ("--verbose", {"action": "store_true"}),
+)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="llmtrain-operator", description=__doc__.splitlines()[0])
-    p.add_argument(
-        "--namespace",
-        action="append",
-        default=[],
-        help="watch only this namespace (repeatable; default: all namespaces)",
+    for flag, options in FLAGS:
+        p.add_argument(flag, **options)
+    pod_namespace = os.environ.get("POD_NAMESPACE", "default")
+    p.set_defaults(
+        namespace=[],
+        backends=[],
+        namespace_backend=[],
+        default_etcd_endpoint=os.environ.get("LLMTRAIN_DEFAULT_ETCD_ENDPOINT", DEFAULT_ETCD_ENDPOINT),
+        leader_election_namespace=pod_namespace,
+        reliability_namespace=pod_namespace,
     )
-    p.add_argument("--liveness-port", type=int, default=8080, help="kopf /healthz port (0: off)")
-    p.add_argument("--metrics-port", type=int, default=8000, help="Prometheus /metrics port (0: off)")
-    p.add_argument("--bind-address", default="0.0.0.0", help="address for the health and metrics servers")
-    p.add_argument(
-        "--default-etcd-endpoint", default=os.environ.get("LLMTRAIN_DEFAULT_ETCD_ENDPOINT", DEFAULT_ETCD_ENDPOINT)
-    )
-    p.add_argument(
-        "--trainer-metrics-port",
-        type=int,
-        default=DEFAULTS.trainer_metrics_port,
-        help="port of rank 0's trainer metrics in the worker pod",
-    )
-    p.add_argument(
-        "--progress-interval",
-        type=float,
-        default=DEFAULTS.progress_interval,
-        help="seconds between progress scrapes / hang checks per running job",
-    )
-    p.add_argument(
-        "--leader-elect",
-        action="store_true",
-        help="run only while holding a coordination.k8s.io Lease (for several replicas)",
-    )
-    p.add_argument("--leader-election-namespace", default=os.environ.get("POD_NAMESPACE", "default"))
-    p.add_argument("--leader-election-name", default="llmtrain-operator")
-    p.add_argument(
-        "--reliability-configmap",
-        default="llmtrain-reliability",
-        help="ConfigMap in --reliability-namespace that keeps deleted jobs' node faults and node-hours "
-        "for checkpoint.intervalMinutes auto ('': forget them)",
-    )
-    p.add_argument("--reliability-namespace", default=os.environ.get("POD_NAMESPACE", "default"))
-    p.add_argument(
-        "--leader-lease-seconds",
-        type=float,
-        default=10.0,
-        help="a dead leader is replaced this long after its last renewal",
-    )
-    p.add_argument(
-        "--workers",
-        type=int,
-        default=DEFAULTS.workers,
-        help="reconciler worker threads: jobs reconciled at once (each makes blocking API calls)",
-    )
-    p.add_argument(
-        "--suspect-taint-fraction",
-        type=float,
-        default=DEFAULTS.suspect_taint_fraction,
-        help="taint nodes blamed for a failed attempt llmtrain.dev/suspect=<reason>:NoSchedule, "
-        "at most this fraction of the nodes of their instance type (default 0: never; "
-        "needs RBAC to patch nodes)",
-    )
-    p.add_argument(
-        "--job-network-policy",
-        action="store_true",
-        help="create a NetworkPolicy per job: its pods accept only its own pods, except on the "
-        "trainer metrics ports (needs RBAC to create networkpolicies)",
-    )
-    p.add_argument(
-        "--rendezvous-ca-dir",
-        default=None,
-        help="directory with the rendezvous CA (ca.crt, ca.key): the default etcd requires "
-        "client certificates, issued per namespace (needs RBAC to create secrets)",
-    )
-    p.add_argument(
-        "--suspect-taint-max-per-namespace",
-        type=int,
-        default=DEFAULTS.suspect_taint_max_per_namespace,
-        help="at most this many nodes carry a suspect taint for one namespace's jobs at once "
-        f"(default {DEFAULTS.suspect_taint_max_per_namespace})",
-    )
-    p.add_argument(
-        "--suspect-taint-ttl-hours",
-        type=float,
-        default=DEFAULTS.suspect_taint_ttl / 3600,
-        help=f"a suspect taint is removed this long after it was set (default {DEFAULTS.suspect_taint_ttl / 3600:g})",
-    )
-    p.add_argument(
-        "--min-restart-backoff-seconds",
-        type=float,
-        default=DEFAULTS.min_restart_backoff,
-        help="the least wait before a restart, whatever a job's restartBackoffSeconds says "
-        f"(default {DEFAULTS.min_restart_backoff:g})",
-    )
-    p.add_argument(
-        "--backend",
-        dest="backends",
-        action="append",
-        choices=BACKENDS,
-        default=[],
-        help="a training backend this platform installed, whose kind the operator watches and creates "
-        f"(repeatable; default: {DEFAULT_BACKEND})",
-    )
-    p.add_argument(
-        "--default-backend",
-        choices=BACKENDS,
-        default=None,
-        help="the backend of a job that names none in spec.cluster.backend (default: the first --backend)",
-    )
-    p.add_argument(
-        "--namespace-backend",
-        action="append",
-        default=[],
-        metavar="NAMESPACE=BACKEND",
-        help="the default backend of one namespace's jobs, over --default-backend (repeatable)",
-    )
-    p.add_argument(
-        "--kueue-workload-wait-seconds",
-        type=float,
-        default=DEFAULTS.kueue_workload_wait,
-        help="a queued attempt whose child has no Kueue Workload this long after its creation is reported as "
-        f"one Kueue does not manage (default {DEFAULTS.kueue_workload_wait:g})",
-    )
-    p.add_argument(
-        "--node-conditions",
-        default=",".join(DEFAULTS.node_conditions),
-        help="comma-separated node conditions that, False on a node under a job's attempt, move the attempt "
-        "off the node (default: the EKS node monitoring agent's, " + ",".join(DEFAULTS.node_conditions) + "; "
-        "empty: nodes' health is not watched)",
-    )
-    p.add_argument(
-        "--free-node-moves",
-        type=int,
-        default=DEFAULTS.free_node_moves,
-        help="moves off a sick node per job that spend no restart; later ones spend the restart budget "
-        f"(default {DEFAULTS.free_node_moves})",
-    )
-    p.add_argument(
-        "--max-children-untaken",
-        type=int,
-        default=DEFAULTS.max_children_untaken,
-        help="at most this many children created that their controller has not taken up yet, on a backend whose "
-        "creates are paced (JobSet); further creates wait their turn (0: never held; "
-        f"default {DEFAULTS.max_children_untaken})",
-    )
-    p.add_argument("--verbose", action="store_true")
     return p.parse_args(argv)
 
 

@@ -6,7 +6,8 @@ import re
 from collections.abc import Iterator
 
 from ..catalog import instance_types
-from ..spec import INSTANCE_TYPE_LABEL, LABEL_KEY, TOPOLOGY_LEVELS
+from ..spec import TOPOLOGY_LEVELS
+from ..spec_constraints import INSTANCE_TYPE_LABEL, LABEL_KEY
 from .base import Problem, Subject, rule, shorten
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -10,7 +10,7 @@ import math
 import re
 import threading
 
-from ...spec import INSTANCE_TYPE_LABEL
+from ...spec_constraints import INSTANCE_TYPE_LABEL
 
 log = logging.getLogger("llmtrain.operator.nodes")
 
