@@ -28,7 +28,7 @@ def _nodes(text: str) -> dict[str, int]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m llmtrain_devcluster", description=__doc__)
     ap.add_argument("command", choices=("up", "down", "status"))
     ap.add_argument("--state-dir", default=".dev-cluster", help="where certs, data, logs, pids live")
@@ -75,6 +75,30 @@ def main(argv: list[str] | None = None) -> int:
         help="with --chain: also run a real node on this machine (kubelet, containerd, a CNI bridge, "
         "CoreDNS; needs root), tainted llmtrain.dev/real-node so only pods that tolerate it land there",
     )
+    return ap
+
+
+def _print_status(st: dict) -> None:
+    print(f"state dir:  {st['state_dir']}")
+    print(f"server:     {st['server'] or '-'}")
+    print(f"ready:      {st['ready']}")
+    for name, c in st["components"].items():
+        print(f"{name:24s} pid {c['pid']:<8d} {'running' if c['running'] else 'NOT running'}")
+    node = st.get("real_node")
+    if node:
+        print(
+            f"real node:  {node.get('name')} (slot {node.get('slot')}, bridge {node.get('bridge')}, "
+            f"ip {node.get('ip')}, cgroup {node.get('cgroup_root')})"
+        )
+        for name, c in node.get("processes", {}).items():
+            state = "running" if c["running"] else "NOT running"
+            print(f"  {name:22s} pid {c['pid']:<8d} {state}")
+    if st["ready"]:
+        print(f"export KUBECONFIG={st['kubeconfig']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
     if args.real_node and not args.chain:
         ap.error("--real-node needs --chain (light mode runs no kube-scheduler to bind its pods)")
@@ -127,22 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:
                 print(json.dumps(st, indent=2))
             else:
-                print(f"state dir:  {st['state_dir']}")
-                print(f"server:     {st['server'] or '-'}")
-                print(f"ready:      {st['ready']}")
-                for name, c in st["components"].items():
-                    print(f"{name:24s} pid {c['pid']:<8d} {'running' if c['running'] else 'NOT running'}")
-                node = st.get("real_node")
-                if node:
-                    print(
-                        f"real node:  {node.get('name')} (slot {node.get('slot')}, bridge {node.get('bridge')}, "
-                        f"ip {node.get('ip')}, cgroup {node.get('cgroup_root')})"
-                    )
-                    for name, c in node.get("processes", {}).items():
-                        state = "running" if c["running"] else "NOT running"
-                        print(f"  {name:22s} pid {c['pid']:<8d} {state}")
-                if st["ready"]:
-                    print(f"export KUBECONFIG={st['kubeconfig']}")
+                _print_status(st)
             return 0 if st["ready"] else 3
     except (DevClusterError, ToolNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)

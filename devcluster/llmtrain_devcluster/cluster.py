@@ -10,8 +10,10 @@ JobSets get real pods that are scheduled and run.
 
 Readiness is always polled (``/health``, ``/readyz``, ``/healthz``), never slept for.
 
-This module orders the components and keeps the state directory; each part has its own module:
-:mod:`.process` (starting, supervising, stopping), :mod:`.certs` and :mod:`.pki` (certificates),
+This module starts the control plane, decides the mode's components and keeps the state
+directory; each part has its own module: :mod:`.supervisor` (the components' processes and their
+pid file) on :mod:`.process` (starting, polling, stopping), :mod:`.chain_controllers` (starting the
+chain on a running control plane), :mod:`.certs` and :mod:`.pki` (certificates),
 :mod:`.kubeconfigs`, :mod:`.components` (every component's command line), :mod:`.etcd`,
 :mod:`.training_operator` (its certificate workaround), :mod:`.jobset` and :mod:`.webhooks` (the
 JobSet controller and its loopback-served webhooks), :mod:`.nodes` (kwok nodes),
@@ -21,17 +23,16 @@ JobSet controller and its loopback-served webhooks), :mod:`.nodes` (kwok nodes),
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import ssl
 import subprocess
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from . import certs, components, kubeconfigs, nodes, pki, training_operator, webhooks
+from . import certs, chain_controllers, components, kubeconfigs, nodes, pki, training_operator
 from . import chain as chain_mod
 from . import jobset as jobset_mod
 from . import kueue as kueue_mod
@@ -39,20 +40,9 @@ from .crds import default_crds, install_crds, project_crd_manifest
 from .etcd import start_etcd
 from .kubectl import KubectlError, run_helm, run_kubectl
 from .node import lifecycle as node_mod
-from .process import (
-    DevClusterError,
-    free_port,
-    http_get,
-    is_running,
-    pid_record,
-    read_pids,
-    spawn,
-    stop_pid,
-    stop_process,
-    wait_ready,
-    write_pids,
-)
-from .tools import find_tool, kwok_stages_dir, refuse_in_unmarked_test
+from .process import DevClusterError, free_port, http_get, stop_process
+from .supervisor import Supervisor
+from .tools import find_tool, refuse_in_unmarked_test
 
 # start_etcd, stop_process, KubectlError and project_crd_manifest live in their own modules now;
 # they stay importable from here.
@@ -111,7 +101,12 @@ class DevCluster:
         self._nodes = nodes
         self.training_operator_args = list(training_operator_args)
         self.controller_manager_args = list(controller_manager_args)
-        self._procs: dict[str, subprocess.Popen] = {}
+        self.processes = Supervisor(self._pids_file, self.logs_dir)
+
+    @property
+    def _procs(self) -> dict[str, subprocess.Popen]:
+        """The components this object started (``bench/`` reads their pids for CPU accounting)."""
+        return self.processes.procs
 
     @property
     def chain(self) -> bool:
@@ -167,7 +162,8 @@ class DevCluster:
         except (OSError, ValueError):
             return {}
 
-    def _update_info(self, **fields: Any) -> None:
+    def update_info(self, **fields: Any) -> None:
+        """Add ``fields`` to ``cluster.json`` (a started component's endpoints)."""
         self._info_file.write_text(json.dumps({**self._info(), **fields}, indent=2))
 
     @property
@@ -215,30 +211,13 @@ class DevCluster:
             self._start(timeout)
             self.install_crds(default_crds(install_project_crd) + list(extra_crds))
             if self.chain:
-                self._start_chain(timeout)
+                chain_controllers.start(self, timeout)
             if self.real_node:
                 node_mod.start(self, timeout=timeout, verbosity=self.verbosity)
         except BaseException:
             self.down()
             raise
         return self
-
-    def _start_component(
-        self,
-        name: str,
-        argv: Sequence[Any],
-        ready: Callable[[], object],
-        timeout: float,
-        *,
-        env: dict[str, str] | None = None,
-    ) -> subprocess.Popen:
-        """Spawn ``name`` (log in ``logs/<name>.log``), record its pid, wait until ``ready``."""
-        log = self.logs_dir / f"{name}.log"
-        proc = spawn(argv, log, env=env)
-        self._procs[name] = proc
-        self._save_pids()
-        wait_ready(name, proc, ready, timeout=timeout, log=log)
-        return proc
 
     def _start(self, timeout: float) -> None:
         apiserver_bin = find_tool("kube-apiserver")
@@ -253,8 +232,7 @@ class DevCluster:
             log_path=self.logs_dir / "etcd.log",
             timeout=min(timeout, 60),
         )
-        self._procs["etcd"] = etcd
-        self._save_pids()
+        self.processes.adopt("etcd", etcd)
 
         api_port = free_port()
         server = f"https://127.0.0.1:{api_port}"
@@ -272,7 +250,7 @@ class DevCluster:
         )
         kubeconfigs.write_component_kubeconfigs(self.state_dir, p, server)
         ctx = self._admin_ssl_context()
-        self._start_component(
+        self.processes.start(
             "kube-apiserver",
             components.apiserver_argv(
                 apiserver_bin,
@@ -288,7 +266,7 @@ class DevCluster:
 
         cm_port = free_port()
         insecure = certs.insecure_ssl_context()  # its self-signed serving cert
-        self._start_component(
+        self.processes.start(
             "kube-controller-manager",
             components.controller_manager_argv(
                 cm_bin,
@@ -302,45 +280,23 @@ class DevCluster:
             lambda: http_get(f"https://127.0.0.1:{cm_port}/healthz", context=insecure) == (200, "ok"),
             timeout,
         )
-        self._update_info(controller_manager=f"https://127.0.0.1:{cm_port}")
-
-    def _wait_ready(self, name: str, proc: subprocess.Popen, check: Callable[[], object], timeout: float) -> None:
-        wait_ready(name, proc, check, timeout=timeout, log=self.logs_dir / f"{name}.log")
-
-    def _save_pids(self) -> None:
-        write_pids(self._pids_file, {n: pid_record(p) for n, p in self._procs.items()})
+        self.update_info(controller_manager=f"https://127.0.0.1:{cm_port}")
 
     def down(self, term_timeout: float = 15.0) -> None:
         """Stop every component (SIGTERM, SIGKILL after ``term_timeout``); no process is left.
         The real node goes first, with everything it made (:func:`.node.lifecycle.down`)."""
         errors = [f"real node: {p}" for p in node_mod.down(self.state_dir)]
-        records = read_pids(self._pids_file)
-        for name, proc in self._procs.items():
-            records.setdefault(name, pid_record(proc))
-        for name in _STOP_ORDER:
-            rec = records.get(name)
-            if not rec:
-                continue
-            ours = self._procs.get(name)
-            if ours is not None and ours.pid != rec["pid"]:
-                ours = None
-            try:
-                stop_pid(rec, proc=ours, term_timeout=term_timeout)
-            except DevClusterError as e:
-                errors.append(f"{name}: {e}")
-        self._procs.clear()
-        self._pids_file.unlink(missing_ok=True)
+        errors += self.processes.stop(_STOP_ORDER, term_timeout)
         if errors:
             raise DevClusterError("; ".join(errors))
 
     def pids(self) -> dict[str, int]:
         """Recorded component pids (whether or not they are still running)."""
-        return {n: r["pid"] for n, r in read_pids(self._pids_file).items()}
+        return {n: r["pid"] for n, r in self.processes.records().items()}
 
     def is_running(self) -> bool:
         """All components of this mode are alive and the API server answers /readyz."""
-        recs = read_pids(self._pids_file)
-        if set(recs) != set(self.components) or not all(is_running(r) for r in recs.values()):
+        if not self.processes.all_running(self.components):
             return False
         if self.real_node:
             procs = node_mod.status(self.state_dir).get("processes", {})
@@ -352,8 +308,7 @@ class DevCluster:
             return False
 
     def status(self) -> dict[str, Any]:
-        recs = read_pids(self._pids_file)
-        comps = {n: {"pid": r["pid"], "running": is_running(r)} for n, r in recs.items()}
+        comps = self.processes.states()
         info = self._info()
         ready = False
         if info.get("server") and comps:
@@ -376,150 +331,10 @@ class DevCluster:
     def __exit__(self, *exc: object) -> None:
         self.down()
 
-    # ----- chain mode: kube-scheduler, training-operator, JobSet, kwok nodes ----------------
-    def _start_chain(self, timeout: float) -> None:
-        self._start_scheduler(timeout)
-        self._start_training_operator(timeout)
-        self._start_jobset(timeout)
-        self._start_kwok(timeout)
-        self.add_nodes(self.nodes, timeout=timeout)
-        if self.kueue:
-            self._start_kueue(timeout)
-
-    def _start_kueue(self, timeout: float) -> None:
-        """Kueue's CRDs, the controller, then its webhook configurations (only once it serves
-        them: a registered webhook nobody answers fails the writes it covers), then the queues."""
-        from kubernetes import client
-
-        home = kueue_mod.kueue_dir()
-        self.install_crds(kueue_mod.crd_paths(), timeout=timeout)
-        with self.api_client() as api:
-            try:
-                client.CoreV1Api(api).create_namespace({"metadata": {"name": kueue_mod.NAMESPACE}})
-            except client.ApiException as e:
-                if e.status != 409:
-                    raise
-        kdir = self.state_dir / "kueue"
-        certs_dir = kdir / "serving-certs"
-        kueue_mod.write_serving_cert(self._ca(), certs_dir)
-        webhook, probe = free_port(), free_port()
-        cfg = kdir / "config.yaml"
-        cfg.write_text(
-            kueue_mod.config_yaml(
-                webhook_port=webhook, probe_port=probe, cert_dir=certs_dir, frameworks=self.kueue_frameworks
-            )
-        )
-        self._start_component(
-            "kueue",
-            kueue_mod.argv_with_metrics_cert(
-                kdir,
-                [
-                    find_tool("kueue"),
-                    f"--config={cfg}",
-                    f"--kubeconfig={self.kubeconfig}",
-                    # its on-demand visibility API server would need an APIService and more certs
-                    "--feature-gates=VisibilityOnDemand=false",
-                ],
-                self._ca(),
-            ),
-            lambda: http_get(f"http://127.0.0.1:{probe}/readyz")[0] == 200,
-            timeout,
-        )
-        hooks = kueue_mod.webhook_configurations(
-            (home / "webhook" / "manifests.yaml").read_text(),
-            url=f"https://127.0.0.1:{webhook}",
-            ca_pem=(self.pki_dir / "ca.crt").read_bytes(),
-            frameworks=self.kueue_frameworks,
-        )
-        objs = [
-            *hooks,
-            *([kueue_mod.topology()] if self.kueue_topology else []),
-            *kueue_mod.resource_flavors(self.nodes, topology_aware=self.kueue_topology),
-            kueue_mod.cluster_queue(self.nodes),
-        ]
-        self.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(objs))
-        self._update_info(kueue_webhook=f"https://127.0.0.1:{webhook}", kueue_frameworks=list(self.kueue_frameworks))
-
-    def _start_jobset(self, timeout: float) -> None:
-        """The JobSet controller, then its webhook configurations once it serves them (its CRD is
-        one of every cluster's, :func:`.crds.default_crds`)."""
-        d = self.state_dir / "jobset"
-        cert_dir = webhooks.write_serving_cert(self._ca(), d / "serving-certs", jobset_mod.NAME)
-        probe, webhook = free_port(), free_port()
-        cfg = d / "config.yaml"
-        config = jobset_mod.config(probe_port=probe, webhook_port=webhook, cert_dir=cert_dir)
-        cfg.write_text(yaml.safe_dump(config, sort_keys=False))
-        self._start_component(
-            jobset_mod.NAME,
-            jobset_mod.argv(find_tool(jobset_mod.NAME), config_file=cfg, probe_port=probe),
-            lambda: http_get(f"http://127.0.0.1:{probe}/readyz")[0] == 200,
-            timeout,
-            env={**os.environ, "KUBECONFIG": str(self.kubeconfig)},
-        )
-        url = f"https://127.0.0.1:{webhook}"
-        self.apply(jobset_mod.webhook_configurations(url, (self.pki_dir / "ca.crt").read_bytes()))
-        self._update_info(jobset_webhook=url)
-
+    # ----- chain mode: what its controllers (:mod:`.chain_controllers`) ask of the cluster ---------
     def kueue_local_queue(self, namespace: str, name: str = "default") -> None:
         """A LocalQueue ``name`` in ``namespace`` on the dev cluster's ClusterQueue."""
         self.kubectl("apply", "-f", "-", input=yaml.safe_dump(kueue_mod.local_queue(namespace, name)))
-
-    def _start_scheduler(self, timeout: float) -> None:
-        port = free_port()
-        insecure = certs.insecure_ssl_context()  # its self-signed serving cert
-        self._start_component(
-            "kube-scheduler",
-            components.scheduler_argv(
-                find_tool("kube-scheduler"),
-                kubeconfig=self.state_dir / "scheduler.kubeconfig",
-                port=port,
-                verbosity=self.verbosity,
-            ),
-            lambda: http_get(f"https://127.0.0.1:{port}/healthz", context=insecure) == (200, "ok"),
-            timeout,
-        )
-        self._update_info(scheduler=f"https://127.0.0.1:{port}")
-
-    def _start_training_operator(self, timeout: float) -> None:
-        to_bin = find_tool("training-operator")
-        to_env, to_args = self.prepare_training_operator()
-        probe, metrics, webhook = free_port(), free_port(), free_port()
-        self._start_component(
-            "training-operator",
-            training_operator.argv(
-                self.state_dir,
-                components.training_operator_argv(
-                    to_bin,
-                    probe_port=probe,
-                    metrics_port=metrics,
-                    webhook_port=webhook,
-                    extra=[*to_args, *self.training_operator_args],
-                ),
-                kubeconfig=self.kubeconfig,
-            ),
-            lambda: http_get(f"http://127.0.0.1:{probe}/readyz")[0] == 200,
-            timeout,
-            env=to_env,
-        )
-        self._update_info(training_operator_metrics=f"http://127.0.0.1:{metrics}/metrics")
-
-    def _start_kwok(self, timeout: float) -> None:
-        kwok_bin = find_tool("kwok")
-        stages = kwok_stages_dir()
-        kwok_dir = self.state_dir / "kwok"
-        kwok_dir.mkdir(parents=True, exist_ok=True)
-        kport = free_port()
-        cfg = kwok_dir / "kwok.yaml"
-        cfg.write_text(chain_mod.kwok_config(stages, server_address=f"127.0.0.1:{kport}"))
-        env = {**os.environ, "KWOK_WORKDIR": str(kwok_dir)}  # no ~/.kwok config mixed in
-        self._start_component(
-            "kwok",
-            components.kwok_argv(kwok_bin, kubeconfig=self.kubeconfig, config=cfg),
-            lambda: http_get(f"http://127.0.0.1:{kport}/healthz")[0] == 200,
-            timeout,
-            env=env,
-        )
-        self._update_info(kwok=f"http://127.0.0.1:{kport}")
 
     def prepare_training_operator(self) -> tuple[dict, list[str]]:
         """What training-operator needs before it starts (see :mod:`.training_operator`).

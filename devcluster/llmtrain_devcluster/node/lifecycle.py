@@ -35,6 +35,7 @@ from typing import Any
 
 from ..certs import load_ca
 from ..kubeconfigs import write_cert_kubeconfig
+from ..pki import CertificateAuthority
 from ..process import (
     DevClusterError,
     free_port,
@@ -177,12 +178,44 @@ def _start(
     timeout: float,
     verbosity: int,
 ) -> None:
-    state_dir, logs = Path(cluster.state_dir), cluster.logs_dir
+    state_dir = Path(cluster.state_dir)
     sdir = slot_dir(slot.index)
     _kill_shims(_last_socket(sdir))  # of a run on this slot that died without its down
     cgroups.remove(slot.cgroup_root)
     for sub in ("ns/var-lib", "ns/var-log", "ns/run", "tmp", "cni/net.d", "cni/ipam", "containerd/state"):
         (d / sub).mkdir(parents=True, exist_ok=True)
+    ctd = _containerd_paths(d, sdir, tools["runc"], cni_bin)
+    info.update(
+        socket=str(ctd.socket), bridge=slot.bridge, ip=slot.ip, cgroup_root=slot.cgroup_root, subnet=slot.subnet
+    )
+    _write_info(state_dir, info)
+
+    network.create_bridge(slot)
+    cgroups.create(slot.cgroup_root)
+    env = {
+        **os.environ,
+        "PATH": f"{tools['containerd'].parent}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}",
+        "TMPDIR": str(d / "tmp"),
+    }
+    ctd_proc = _start_containerd(cluster, d, slot, info, ctd, tools["containerd"], archives, env, timeout)
+    ca = load_ca(cluster.pki_dir)
+    kproc = _start_kubelet(cluster, d, slot, info, ca, ctd, ctd_proc, tools["kubelet"], env, verbosity)
+    # CoreDNS while the kubelet registers.
+    dproc, ready_port = _start_coredns(cluster, d, slot, info, ca, tools["coredns"])
+
+    wait_ready("kubelet", kproc, lambda: _node_ready(cluster), timeout=timeout, log=cluster.logs_dir / "kubelet.log")
+    wait_ready(
+        "coredns",
+        dproc,
+        lambda: http_get(f"http://127.0.0.1:{ready_port}/ready")[0] == 200,
+        timeout=timeout,
+        log=cluster.logs_dir / "coredns.log",
+    )
+
+
+def _containerd_paths(d: Path, sdir: Path, runc: Path, cni_bin: Path) -> containerd.ContainerdPaths:
+    """Where the node's containerd keeps what: its root kept in the slot's directory across runs
+    (:func:`_prepare_root`), the rest in the state directory; no stale socket left at its path."""
     ctd = containerd.ContainerdPaths(
         root=sdir / "containerd-root",
         state=d / "containerd" / "state",
@@ -193,7 +226,7 @@ def _start(
         opt=d / "containerd" / "opt",
         cni_conf_dir=d / "cni" / "net.d",
         cni_bin_dir=cni_bin,
-        runc=tools["runc"],
+        runc=runc,
     )
     _prepare_root(ctd.root)
     if len(str(ctd.socket)) + len(".ttrpc") > _SOCKET_MAX:
@@ -204,33 +237,52 @@ def _start(
     for stale in (ctd.socket, Path(str(ctd.socket) + ".ttrpc")):
         stale.unlink(missing_ok=True)
     (sdir / "last-socket").write_text(str(ctd.socket))
-    info.update(
-        socket=str(ctd.socket), bridge=slot.bridge, ip=slot.ip, cgroup_root=slot.cgroup_root, subnet=slot.subnet
-    )
-    _write_info(state_dir, info)
+    return ctd
 
-    network.create_bridge(slot)
-    cgroups.create(slot.cgroup_root)
+
+def _start_containerd(
+    cluster: Any,
+    d: Path,
+    slot: Slot,
+    info: dict,
+    ctd: containerd.ContainerdPaths,
+    binary: Path,
+    archives: tuple[Path, ...],
+    env: dict[str, str],
+    timeout: float,
+) -> subprocess.Popen:
+    """containerd in the node's own mount namespace (the module's docstring), serving once its
+    socket answers, with ``archives`` imported (the first is the pause image)."""
+    state_dir = Path(cluster.state_dir)
     (ctd.cni_conf_dir / "10-llmtrain.conflist").write_text(network.cni_conflist(slot, d / "cni" / "ipam"))
     pause_ref = read_index(archives[0]).name
     cfg = d / "containerd" / "config.toml"
     cfg.write_text(containerd.config_toml(ctd, sandbox_image=pause_ref))
-
-    env = {
-        **os.environ,
-        "PATH": f"{tools['containerd'].parent}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}",
-        "TMPDIR": str(d / "tmp"),
-    }
     ns = [d / "ns" / "var-lib", d / "ns" / "var-log", d / "ns" / "run"]
     argv: list[str | Path] = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _NS_SH, "sh", *ns]
-    log = logs / "containerd.log"
-    ctd_proc = spawn([*argv, tools["containerd"], "--config", cfg], log, env=env)
+    log = cluster.logs_dir / "containerd.log"
+    ctd_proc = spawn([*argv, binary, "--config", cfg], log, env=env)
     info["pids"]["containerd"] = pid_record(ctd_proc)
     _write_info(state_dir, info)
     wait_ready("containerd", ctd_proc, lambda: _socket_up(ctd.socket), timeout=timeout, log=log)
     for archive in archives:
         images.import_image(state_dir, archive)
+    return ctd_proc
 
+
+def _start_kubelet(
+    cluster: Any,
+    d: Path,
+    slot: Slot,
+    info: dict,
+    ca: CertificateAuthority,
+    ctd: containerd.ContainerdPaths,
+    ctd_proc: subprocess.Popen,
+    binary: Path,
+    env: dict[str, str],
+    verbosity: int,
+) -> subprocess.Popen:
+    """The kubelet, in containerd's mount namespace; the caller waits for it (its node Ready)."""
     kpaths = kubelet.KubeletPaths(
         dir=d / "kubelet",
         # Its default, inside the node's mount namespace (so in the state directory's ns/var-lib):
@@ -241,19 +293,23 @@ def _start(
         client_ca=cluster.pki_dir / "ca.crt",
         runtime_socket=ctd.socket,
     )
-    ca = load_ca(cluster.pki_dir)
     kubelet.write_certs(ca, kpaths, name=NODE_NAME, ip=slot.ip, server=cluster.server)
     port, healthz = free_port(), free_port()
     kpaths.config.write_text(kubelet.config_yaml(kpaths, slot, port=port, healthz_port=healthz))
-    log = logs / "kubelet.log"
     nsenter = ["nsenter", f"--mount=/proc/{ctd_proc.pid}/ns/mnt", "--"]
-    kargv = kubelet.argv(tools["kubelet"], kpaths, name=NODE_NAME, ip=slot.ip, verbosity=verbosity)
-    kproc = spawn([*nsenter, *kargv], log, env=env)
+    kargv = kubelet.argv(binary, kpaths, name=NODE_NAME, ip=slot.ip, verbosity=verbosity)
+    kproc = spawn([*nsenter, *kargv], cluster.logs_dir / "kubelet.log", env=env)
     info["pids"]["kubelet"] = pid_record(kproc)
     info["kubelet"] = f"https://{slot.ip}:{port}"
-    _write_info(state_dir, info)
+    _write_info(Path(cluster.state_dir), info)
+    return kproc
 
-    # CoreDNS while the kubelet registers.
+
+def _start_coredns(
+    cluster: Any, d: Path, slot: Slot, info: dict, ca: CertificateAuthority, binary: Path
+) -> tuple[subprocess.Popen, int]:
+    """CoreDNS with its RBAC and a client certificate of its own; returns it and its readiness
+    port, for the caller to wait on."""
     _apply_rbac(cluster)
     cert, key = ca.issue(coredns.USER, client=True)
     dns_kc = d / "coredns" / "kubeconfig"
@@ -263,21 +319,11 @@ def _start(
     ready_port = free_port()
     corefile = d / "coredns" / "Corefile"
     corefile.write_text(coredns.corefile(slot, kubeconfig=dns_kc, ready_port=ready_port))
-    log = logs / "coredns.log"
-    dproc = spawn(coredns.argv(tools["coredns"], corefile), log)
+    dproc = spawn(coredns.argv(binary, corefile), cluster.logs_dir / "coredns.log")
     info["pids"]["coredns"] = pid_record(dproc)
     info["dns"] = f"{slot.ip}:53"
-    _write_info(state_dir, info)
-
-    klog = logs / "kubelet.log"
-    wait_ready("kubelet", kproc, lambda: _node_ready(cluster), timeout=timeout, log=klog)
-    wait_ready(
-        "coredns",
-        dproc,
-        lambda: http_get(f"http://127.0.0.1:{ready_port}/ready")[0] == 200,
-        timeout=timeout,
-        log=log,
-    )
+    _write_info(Path(cluster.state_dir), info)
+    return dproc, ready_port
 
 
 def _last_socket(sdir: Path) -> str | None:
