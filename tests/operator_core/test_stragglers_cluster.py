@@ -2,7 +2,7 @@
 against the real kube-apiserver: the scrape reads the straggler series, the snapshot checks the
 node against the attempt's own pods, decide writes condition StragglerDetected and its event, and
 the operator's per-job series follow. A node the attempt does not run on (the tenant's text) is not
-believed. (The decisions themselves, replace and its sums included: test_decide_table.py.)
+believed. (The decisions themselves, replace and its sums included: test_decide_nodes.py.)
 
 Rank 0 is a stand-in serving the straggler series as a Prometheus client writes them, on the
 operator's --trainer-metrics-port at a loopback address of its own."""

@@ -2,7 +2,7 @@
 and everything known about it, built by `observe.py`) and `Plan` (what `act.py` does about it).
 
 Both are plain data, so `decide.py` is a pure function between them and the tests build them by
-hand (tests/operator_core/test_decide_table.py).
+hand (tests/operator_core/test_decide_<stage>.py, one file per lifecycle stage).
 """
 
 from __future__ import annotations
