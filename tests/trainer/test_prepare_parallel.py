@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -143,3 +144,26 @@ def test_one_progress_bar_over_all_workers_and_the_final_report(capsys, tmp_path
     assert f"{text_bytes / body:.2f} bytes per token" in out.err
     for stage in ("list", "read", "tokenize", "write", "total"):
         assert f"{stage} " in out.err.split("time: ")[1]
+
+
+def test_the_llmtrain_script_imports_nothing_a_spawned_worker_would_not_use():
+    """Each worker that spawn starts re-runs the imports of the script its parent runs: the
+    `llmtrain` console script's module must not pull in the spec, pydantic, jinja2 or yaml."""
+    import subprocess
+    import sys
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    script = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]["llmtrain"]
+    heavy = ("llmtrain.spec", "llmtrain.cli", "pydantic", "jinja2", "yaml", "torch")
+    module = script.split(":")[0]
+    code = f"import sys, {module}; print(','.join(m for m in {heavy!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "", f"{script} imports {out.strip()}"
+    # and it still is the whole command, as a script and as `python -m llmtrain`
+    for argv in (
+        [sys.executable, "-m", "llmtrain", "--help"],
+        [str(Path(sys.executable).parent / "llmtrain"), "--help"],
+    ):
+        r = subprocess.run(argv, capture_output=True, text=True, check=True)
+        assert "prepare" in r.stdout and "validate" in r.stdout
