@@ -4,6 +4,7 @@ test cluster (`devcluster/`), and nothing of the trainer imports the dev cluster
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -14,8 +15,27 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _tracked_copy(dst: Path) -> Path:
+    """The tracked files as the working tree has them. pip builds a local project in place, and
+    setuptools leaves `llmtrain.egg-info` in the tree it builds: in the checkout, that stale copy of
+    the metadata is what `importlib.metadata` finds first in any process started there."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for rel in filter(None, listed.decode().split("\0")):
+        if (ROOT / rel).is_file():
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, dst / rel)
+    return dst
+
+
+def _stamp(path: Path) -> float | None:
+    return path.stat().st_mtime if path.exists() else None
+
+
 @pytest.mark.slow
 def test_the_wheel_holds_operator_and_trainer_but_not_devcluster(tmp_path):
+    egg_info = ROOT / "llmtrain.egg-info"
+    before = _stamp(egg_info)
+    src = _tracked_copy(tmp_path / "src")
     r = subprocess.run(
         [
             sys.executable,
@@ -27,7 +47,7 @@ def test_the_wheel_holds_operator_and_trainer_but_not_devcluster(tmp_path):
             "--no-build-isolation",
             "-w",
             str(tmp_path),
-            str(ROOT),
+            str(src),
         ],
         capture_output=True,
         text=True,
@@ -39,6 +59,7 @@ def test_the_wheel_holds_operator_and_trainer_but_not_devcluster(tmp_path):
     tops = {n.split("/", 1)[0] for n in zipfile.ZipFile(wheel).namelist()}
     assert {"llmtrain", "llmtrain_trainer"} <= tops
     assert "llmtrain_devcluster" not in tops, sorted(tops)
+    assert _stamp(egg_info) == before, "the build wrote llmtrain.egg-info into the checkout"
 
 
 def test_the_trainer_does_not_import_the_dev_cluster():
