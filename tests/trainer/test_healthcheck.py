@@ -49,6 +49,19 @@ def test_slow_rank_is_the_one_with_both_links_slow():
     assert verdict["suspectNodes"] == [{"node": 2, "host": "node-2", "problem": verdict["suspectRanks"]["2"][0]}]
 
 
+@pytest.mark.parametrize("n", [3, 4, 5, 8])
+def test_a_rank_at_40_percent_of_the_others_is_slow_at_every_world_size(n):
+    """Its own two links are left out of its yardstick. With the median over every link, a slow rank
+    at 3 ranks was measured against its own speed (never below half of it), and at 4 against the
+    mean of one of its links and a healthy one (so 40% passed as healthy)."""
+    links = [1.0] * n
+    links[0] = links[1] = 0.4  # rank 1: links (0, 1) and (1, 2)
+    verdict = judge(ranks(links), busbw=5.0, expected_busbw=None, min_fraction=0.5)
+    assert verdict["healthy"] is False and list(verdict["suspectRanks"]) == ["1"], verdict
+    links[0] = links[1] = 0.6  # above half: not slow
+    assert judge(ranks(links), busbw=5.0, expected_busbw=None, min_fraction=0.5)["healthy"] is True
+
+
 def test_uniform_links_are_healthy_and_two_ranks_have_no_relative_verdict():
     assert judge(ranks([9.0, 10.0, 11.0]), 5.0, None, 0.5)["healthy"] is True
     assert judge(ranks([0.1, 10.0]), 5.0, None, 0.5)["healthy"] is True

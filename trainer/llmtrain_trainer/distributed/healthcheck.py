@@ -18,7 +18,9 @@ seconds, and names the node to avoid when the answer is no:
    slows both of its links, each neighbour only one, so "both links slow" isolates it (needs ≥ 3
    ranks).
 
-Verdicts: a rank is *slow* when both its links are below `min_fraction` × the median link; the
+Verdicts: a rank is *slow* when both its links are below `min_fraction` × the median of the other
+links (its own two are left out of its yardstick: at 3 ranks they are two of the three links, and a
+median over all of them would be the slow rank's own speed, so it would never be flagged); the
 attempt is *degraded* when the all-reduce bus bandwidth is below `min_fraction` × the instance type's
 expected bus bandwidth (catalog `allreduce_busbw_gbps`, only checked on GPUs across nodes: on one
 node NVLink dominates, and on CPU there is no datasheet figure to hold loopback to).
@@ -188,7 +190,8 @@ def judge(results: list[RankResult], busbw: float, expected_busbw: float | None,
     """Turn every rank's measurements into the attempt's verdict (pure: unit-tested on its own).
 
     `link_gbps` of rank r is the link (r, r+1). A rank is slow when both of its links (to r-1 and to
-    r+1) are below `min_fraction` of the median link: its neighbours then have one slow link each.
+    r+1) are below `min_fraction` of the median of the other links: its neighbours then have one
+    slow link each.
     With two ranks there is one link and nothing to compare it with, so only the absolute check
     (all-reduce against the catalog) applies."""
     n = len(results)
@@ -198,13 +201,14 @@ def judge(results: list[RankResult], busbw: float, expected_busbw: float | None,
         if r.problems:
             suspects.setdefault(r.rank, []).extend(r.problems)
     if n >= 3:
-        median = statistics.median(r.link_gbps for r in results)
         for r in results:
             left = by_rank[(r.rank - 1) % n].link_gbps
+            others = [o.link_gbps for o in results if o.rank not in (r.rank, (r.rank - 1) % n)]
+            median = statistics.median(others)
             if r.link_gbps < min_fraction * median and left < min_fraction * median:
                 suspects.setdefault(r.rank, []).append(
                     f"links {left:.3f} and {r.link_gbps:.3f} GB/s, below {min_fraction:.0%} of the "
-                    f"median link ({median:.3f} GB/s)"
+                    f"median of the other links ({median:.3f} GB/s)"
                 )
     degraded = expected_busbw is not None and busbw < min_fraction * expected_busbw
     nodes: dict[tuple, dict] = {}
@@ -339,8 +343,8 @@ def main(argv: list[str]) -> int:
         "--min-fraction",
         type=float,
         default=0.5,
-        help="a rank below this fraction of the median link, or an all-reduce below this "
-        "fraction of the catalog's EFA bandwidth, is unhealthy (default 0.5)",
+        help="a rank with both links below this fraction of the median of the other links, or an "
+        "all-reduce below this fraction of the catalog's EFA bandwidth, is unhealthy (default 0.5)",
     )
     p.add_argument("--report", help="also write rank 0's JSON verdict to this file")
     a = p.parse_args(argv)

@@ -8,7 +8,7 @@ catches before the training-operator deletes the pod) without anyone scraping lo
 
   {"event": "healthcheck", "healthy": false, "busBandwidthGBps": 1.2, "expectedBusBandwidthGBps": 400,
    "degraded": false, "suspectNodes": [{"node": 1, "host": "<pod>", "nodeName": "<k8s node>"}],
-   "suspectRanks": {"8": ["links ... below 50% of the median link ..."]}, ...}
+   "suspectRanks": {"8": ["links ... below 50% of the median of the other links ..."]}, ...}
 
 What the operator does with it (forensics.py): the suspect nodes go to status.badNodes with reason
 "preflight: ...", the next attempt avoids them, status.preflight records the measurement (and the
