@@ -412,6 +412,7 @@ def render_attempt(
     c10d_host: str,
     backend_env: Mapping[str, str] | None = None,
     restart_policy: str | None = None,
+    subdomain: str | None = None,
     resume_before_step: int | None = None,
     avoid_nodes=(),
     rendezvous_credentials: bool = False,
@@ -420,13 +421,14 @@ def render_attempt(
     """Attempt `attempt`'s child object, as a dict ready for the API server: the backend's
     `template` (which includes the shared pod template) filled with the values decided here. A
     backend (llmtrain.backends) passes its template, the c10d host its controller names, what its
-    controller does not inject (`backend_env`) and the pod's `restart_policy` when its controller
-    does not set one. `resume_before_step`: a loss rollback the operator decided
-    (status.resumeBeforeStep, controller/policy/health.py). `cadence_inputs`: (job MTBF, blocking seconds
-    to start from) for intervalMinutes auto (llmtrain/cadence.py; without them the trainer uses the
-    prior and the planner's estimate). `avoid_nodes`: node names this attempt's pods must not land
-    on (status.avoidNodes). `rendezvous_credentials`: the operator's etcd requires client
-    certificates; a job that uses it mounts the attempt's Secret (render_rendezvous_secret) and
+    controller does not inject (`backend_env`), and the pods' `restart_policy` and `subdomain` (the
+    headless Service of their DNS names) where its controller sets none. `resume_before_step`: a
+    loss rollback the operator decided (status.resumeBeforeStep, controller/policy/health.py).
+    `cadence_inputs`: (job MTBF, blocking seconds to start from) for intervalMinutes auto
+    (llmtrain/cadence.py; without them the trainer uses the prior and the planner's estimate).
+    `avoid_nodes`: node names this attempt's pods must not land on (status.avoidNodes).
+    `rendezvous_credentials`: the operator's etcd requires client certificates; a job that uses it
+    mounts the attempt's Secret (render_rendezvous_secret) and
     speaks HTTPS."""
     inst = instance_type(spec.cluster.instance_type)
     procs = inst.workers_per_node(spec.cluster.processes_per_node)
@@ -473,6 +475,7 @@ def render_attempt(
         metrics_port=METRICS_PORT,
         grace_seconds=TERMINATION_GRACE_SECONDS,
         restart_policy=restart_policy,
+        subdomain=subdomain,
         node_selector=node_selector,
         tolerations=tolerations,
         command=COMMAND,

@@ -59,7 +59,7 @@ API_VERSION = f"{GROUP}/{VERSION}"
 DEFAULT_IMAGE = "public.ecr.aws/llmtrain/llmtrain-trainer:0.1.0"
 # The training backends (llmtrain.backends, one module each): what runs an attempt's pods. The
 # platform's default is the chart's backends.default (the operator's --default-backend).
-BACKENDS = ("pytorchjob", "jobset")
+BACKENDS = ("pytorchjob", "jobset", "job")
 DEFAULT_BACKEND = "pytorchjob"
 # The etcd the chart can install (release llmtrain in namespace llmtrain-system); the operator's
 # --default-etcd-endpoint overrides it. Used when spec.rendezvous.endpoint is unset.
@@ -189,10 +189,10 @@ class ClusterSpec(_Spec):
     backend: str | None = Field(
         None,
         json_schema_extra={"enum": list(BACKENDS)},
-        description="what runs the attempts' pods: pytorchjob (a Kubeflow PyTorchJob per attempt) or jobset "
-        "(a JobSet per attempt); unset: the platform's default (the operator chart's backends.default, or "
-        "backends.namespaceDefaults for this namespace). One the platform enabled (backends.enabled); "
-        "immutable, recorded in status.backend",
+        description="what runs the attempts' pods: pytorchjob (a Kubeflow PyTorchJob per attempt), jobset "
+        "(a JobSet per attempt) or job (a batch/v1 Indexed Job and its headless Service per attempt); unset: "
+        "the platform's default (the operator chart's backends.default, or backends.namespaceDefaults for this "
+        "namespace). One the platform enabled (backends.enabled); immutable, recorded in status.backend",
     )
     nodes: int = Field(1, ge=1, le=4096)
     min_nodes: int | None = Field(None, ge=1, le=4096, description="elastic lower bound (default: nodes)")

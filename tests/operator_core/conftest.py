@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 from typing import ClassVar
@@ -16,6 +17,7 @@ import yaml
 from kubernetes import client
 from prometheus_client import start_http_server
 
+from llmtrain.backends import get as get_backend
 from llmtrain.backends.jobset import COMPLETION_INDEX_LABEL
 from llmtrain.backends.pytorchjob import REPLICA_INDEX_LABEL
 from llmtrain.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
@@ -24,6 +26,32 @@ from llmtrain_devcluster.standins import jobset_status, pytorchjob_conditions, w
 
 PTJ = ("kubeflow.org", "v1", "pytorchjobs")
 JS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+
+
+def _kind(backend: str) -> tuple[str, str, str]:
+    """(group, version, plural) of the backend's child kind."""
+    k = get_backend(backend).child
+    return k.group, k.version, k.plural
+
+
+def batch_job_status(state: str, message: str = "", started: str | None = None) -> dict:
+    """The status the Job controller (Kubernetes 1.36) leaves a finished Job in, as the API server's
+    status validation accepts it: FailureTarget before Failed, SuccessCriteriaMet before Complete,
+    a start time (`started`: the one the controller set, immutable), no active pods."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    ends = {
+        "Failed": (("FailureTarget", "Failed"), "BackoffLimitExceeded", {"failed": 1}),
+        "Succeeded": (
+            ("SuccessCriteriaMet", "Complete"),
+            "CompletionsReached",
+            {"succeeded": 1, "completionTime": now},
+        ),
+    }
+    types, reason, counts = ends[state]
+    conditions = [
+        {"type": t, "status": "True", "reason": reason, "message": message, "lastTransitionTime": now} for t in types
+    ]
+    return {"status": {"startTime": started or now, "active": 0, "ready": 0, "conditions": conditions, **counts}}
 
 
 def wait_for(fn, timeout: float = 30, what: str = "condition"):
@@ -220,17 +248,21 @@ class Kube:
 
     def set_child_state(self, backend: str, namespace: str, name: str, state: str, message: str = "") -> None:
         """Write the attempt's child's status the way its controller does: the training-operator's
-        PyTorchJob condition `state`, or JobSet's controller's status for `state` (Running,
-        Failed, Succeeded)."""
+        PyTorchJob condition `state`, JobSet's controller's status for `state` (Running, Failed,
+        Succeeded), or the Job controller's for a finished Job (Failed, Succeeded)."""
         if backend == "pytorchjob":
             self.set_ptj_condition(namespace, name, state, message)
             return
-        self.custom.patch_namespaced_custom_object_status(
-            *JS[:2], namespace, JS[2], name, jobset_status(state, message)
-        )
+        group, version, plural = _kind(backend)
+        if backend == "job":
+            current = self.custom.get_namespaced_custom_object(group, version, namespace, plural, name)
+            status = batch_job_status(state, message, (current.get("status") or {}).get("startTime"))
+        else:
+            status = jobset_status(state, message)
+        self.custom.patch_namespaced_custom_object_status(group, version, namespace, plural, name, status)
 
     def wait_child(self, backend: str, namespace: str, name: str, timeout: float = 30) -> dict:
-        kind = PTJ if backend == "pytorchjob" else JS
+        kind = _kind(backend)
         return wait_for(
             lambda: self.custom.get_namespaced_custom_object(kind[0], kind[1], namespace, kind[2], name),
             timeout,
@@ -239,9 +271,9 @@ class Kube:
 
     def worker_pod(self, backend: str, namespace: str, child: dict, index: int, image: str) -> dict:
         """Worker `index`'s pod of attempt `child` (as read from the API), owned as its controller
-        owns it: by the PyTorchJob; on JobSet by the JobSet's Job, which the light cluster's test
-        makes as JobSet's controller would (`spec.managedBy` a stand-in, so the Job controller
-        leaves it alone), once per attempt."""
+        owns it: by the PyTorchJob, or the batch Job (job backend); on JobSet by the JobSet's Job,
+        which the light cluster's test makes as JobSet's controller would (`spec.managedBy` a
+        stand-in, so the Job controller leaves it alone), once per attempt."""
         job, attempt = (
             child["metadata"]["labels"]["llmtrain.dev/job"],
             int(child["metadata"]["name"].rsplit("-a", 1)[1]),
@@ -249,6 +281,13 @@ class Kube:
         pod = worker0_pod(job, attempt, image, owner=child if backend == "pytorchjob" else None)
         pod["metadata"]["name"] = f"{child['metadata']['name']}-worker-{index}"
         if backend == "pytorchjob":
+            return pod
+        labels = pod["metadata"]["labels"]
+        labels.pop(REPLICA_INDEX_LABEL, None)
+        labels[COMPLETION_INDEX_LABEL] = str(index)
+        if backend == "job":  # the Job's own pod (not its selector's: the Job controller leaves it be)
+            ref = {"apiVersion": "batch/v1", "kind": "Job", "name": child["metadata"]["name"]}
+            pod["metadata"]["ownerReferences"] = [{**ref, "uid": child["metadata"]["uid"], "controller": True}]
             return pod
         name = f"{child['metadata']['name']}-worker-0"
         batch = client.BatchV1Api(self.api)
@@ -272,9 +311,6 @@ class Kube:
                     },
                 },
             )
-        labels = pod["metadata"]["labels"]
-        labels.pop(REPLICA_INDEX_LABEL, None)
-        labels[COMPLETION_INDEX_LABEL] = str(index)
         pod["metadata"]["ownerReferences"] = [
             {
                 "apiVersion": "batch/v1",
@@ -289,7 +325,7 @@ class Kube:
 
     def children(self, backend: str, namespace: str, job: str) -> list[dict]:
         """The job's children of `backend`'s kind (the renderer's job label)."""
-        kind = PTJ if backend == "pytorchjob" else JS
+        kind = _kind(backend)
         return self.custom.list_namespaced_custom_object(
             kind[0], kind[1], namespace, kind[2], label_selector=f"llmtrain.dev/job={job}"
         )["items"]

@@ -126,9 +126,66 @@ def jobset_status(state: str | None, message: str = "", at: str | None = None) -
     return {"conditions": conds, "replicatedJobsStatus": [counts] if state is not None else [], "restarts": 0}
 
 
+def batch_job(
+    attempt: int,
+    state: str | None = None,
+    *,
+    owned: bool = True,
+    deleting: bool = False,
+    message: str = "",
+    raw_spec: dict | None = None,
+    name: str = "j",
+    suspended: bool = False,
+) -> dict:
+    """The Indexed Job of attempt `attempt` (the job backend) as the Job controller leaves it in
+    `state`: Running is every index ready (status.ready), Succeeded the Complete condition, Failed
+    the Failed condition (backoffLimit 0), Suspended spec.suspend."""
+    obj = ptj(attempt, None, owned=owned, deleting=deleting, raw_spec=raw_spec, name=name)
+    obj["apiVersion"], obj["kind"] = "batch/v1", "Job"
+    obj["metadata"]["annotations"]["llmtrain.dev/rendezvous-id"] = f"ns-j-01234567-a{attempt}"
+    obj["spec"] = {"parallelism": 1, "completions": 1, "completionMode": "Indexed", "backoffLimit": 0}
+    if suspended:
+        obj["spec"]["suspend"] = True
+    obj["status"] = batch_job_status(state, message)
+    return obj
+
+
+def batch_job_status(state: str | None, message: str = "", at: str | None = None) -> dict:
+    at = at or ago(minutes=5)
+    if state is None:
+        return {}
+    status: dict = {"active": 1, "ready": 0, "terminating": 0, "startTime": at}
+    if state == "Running":
+        status["ready"] = 1
+    elif state == "Succeeded":
+        status.update(active=0, succeeded=1)
+        status["conditions"] = [
+            {"type": t, "status": "True", "reason": "CompletionsReached", "lastTransitionTime": at}
+            for t in ("SuccessCriteriaMet", "Complete")
+        ]
+    elif state == "Failed":
+        status.update(active=0, failed=1)
+        status["conditions"] = [
+            {
+                "type": t,
+                "status": "True",
+                "reason": "BackoffLimitExceeded",
+                "message": message or "Job has reached the specified backoff limit",
+                "lastTransitionTime": at,
+            }
+            for t in ("FailureTarget", "Failed")
+        ]
+    return status
+
+
+# Each backend's child, as its controller leaves it (ptj's arguments): a backend without one here
+# fails every test that runs on all of them, rather than escape them.
+CHILDREN = {"pytorchjob": ptj, "jobset": jobset, "job": batch_job}
+
+
 def child(backend: str, *args, **kw) -> dict:
-    """The child object of `backend` (ptj's or jobset's arguments)."""
-    return (jobset if backend == "jobset" else ptj)(*args, **kw)
+    """The child object of `backend` (ptj's arguments)."""
+    return CHILDREN[backend](*args, **kw)
 
 
 def running(attempt: int = 1, restarts: int = 0, **status) -> dict:

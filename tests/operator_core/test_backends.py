@@ -185,7 +185,7 @@ def test_an_unknown_backend_is_refused_naming_the_field_and_the_choices():
     with pytest.raises(InvalidJob) as err:
         validate({"model": {"preset": "tiny"}, "cluster": {"instanceType": "cpu", "backend": "trainjob"}}, "j", "e:1")
     (p,) = err.value.problems
-    assert (p.field, p.accepted) == ("spec.cluster.backend", "pytorchjob | jobset") and "trainjob" in p.reason
+    assert (p.field, p.accepted) == ("spec.cluster.backend", "pytorchjob | jobset | job") and "trainjob" in p.reason
 
 
 # --- state ------------------------------------------------------------------------------------

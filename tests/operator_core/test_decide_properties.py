@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from llmtrain import backends
 from llmtrain.controller.adapters.act import wire
 from llmtrain.controller.policy.child_status import parse_time
 from llmtrain.controller.policy.progress import Progress, timestamp
@@ -32,7 +33,7 @@ from llmtrain.controller.policy.sicknodes import SickNode
 from llmtrain.controller.policy.snapshot import CreateResult
 from llmtrain.stragglers import RankScore, Window
 
-from .decide_world import CFG, NOW, child, decide_, jobset_status, snap, tiny
+from .decide_world import CFG, NOW, batch_job_status, child, decide_, jobset_status, snap, tiny
 
 NO_FLOOR = replace(CFG, min_restart_backoff=0.0)
 SICK = SickNode("n1", "AcceleratedHardwareReady", "NvidiaXID79Error")
@@ -56,7 +57,9 @@ EVENTS = st.one_of(
     st.tuples(st.just("slow"), st.booleans()),  # rank 0 reports a straggler on the attempt's node / none
 )
 FINAL_STEP = 20  # tiny()'s maxSteps: where the trainer's final summary says it ended
-BACKENDS = ("pytorchjob", "jobset")
+BACKENDS = tuple(backends.BACKENDS)  # every backend: a new one is in the histories at once
+# how a backend's controller leaves its child in a state, where that is not the PyTorchJob's conditions
+STATUS_OF = {"jobset": jobset_status, "job": batch_job_status}
 
 
 def merged(before: dict, update: dict) -> dict:
@@ -115,9 +118,9 @@ class World:
 
     def apply(self, kind, arg) -> None:
         self.history.append((kind, arg))
-        if kind == "state" and self.current() is not None and self.backend == "jobset":
-            if arg != "Restarting":  # a JobSet never restarts (failurePolicy.maxRestarts 0)
-                self.current()["status"] = jobset_status(arg, at=timestamp(self.now))
+        if kind == "state" and self.current() is not None and self.backend in STATUS_OF:
+            if arg != "Restarting":  # a JobSet (failurePolicy.maxRestarts 0), a Job (backoffLimit 0) never restart
+                self.current()["status"] = STATUS_OF[self.backend](arg, at=timestamp(self.now))
         elif kind == "state" and self.current() is not None:
             child = self.current()
             conds = [{"type": "Created", "status": "True", "lastTransitionTime": timestamp(self.now)}]
@@ -155,7 +158,7 @@ class World:
         elif kind == "reject_create":
             self.reject_next = True
         elif kind == "kueue_suspend" and self.current() is not None:
-            if self.backend == "jobset":
+            if self.backend in STATUS_OF:  # a JobSet's, a Job's own flag
                 self.current()["spec"]["suspend"] = arg
             else:
                 self.current().setdefault("spec", {})["runPolicy"] = {"suspend": arg}
@@ -227,7 +230,7 @@ class World:
             self.reject_next = False
             return CreateResult(name, "rejected", "422 Unprocessable Entity")
         rdzv = obj["metadata"]["annotations"]["llmtrain.dev/rendezvous-id"]
-        assert obj["kind"] == ("JobSet" if self.backend == "jobset" else "PyTorchJob"), obj["kind"]
+        assert obj["kind"] == backends.get(self.backend).child.kind, obj["kind"]
         if name in self.children:
             return CreateResult(name, "adopted", rendezvous_id=rdzv)
         assert name not in self.created or name in self.deleted_by_hand, f"{name} created twice: {self.history}"

@@ -166,11 +166,12 @@ CASES = [
     # --- the backend ---
     Case("no backend named: the default", known_backend, {}),
     Case("jobset", known_backend, {"cluster": {"backend": "jobset"}}),
+    Case("job", known_backend, {"cluster": {"backend": "job"}}),
     Case(
         "a backend llmtrain does not have",
         known_backend,
         {"cluster": {"backend": "trainjob"}},
-        ["spec.cluster.backend: unknown backend 'trainjob' (accepted: pytorchjob | jobset)"],
+        ["spec.cluster.backend: unknown backend 'trainjob' (accepted: pytorchjob | jobset | job)"],
     ),
     Case("any backend, offline", enabled_backend, {"cluster": {"backend": "jobset"}}),
     Case("an enabled one", enabled_backend, {"cluster": {"backend": "jobset"}}, enabled=("pytorchjob", "jobset")),

@@ -13,6 +13,7 @@ from ..render import RENDER_ERRORS
 from ..spec import BACKENDS as NAMES
 from ..spec import DEFAULT_BACKEND
 from .base import ApiKind, Backend, ChildState
+from .job import JOB
 from .jobset import JOBSET
 from .pytorchjob import PYTORCHJOB
 
@@ -28,7 +29,7 @@ __all__ = [
     "of_kind",
 ]
 
-BACKENDS: dict[str, Backend] = {b.name: b for b in (PYTORCHJOB, JOBSET)}
+BACKENDS: dict[str, Backend] = {b.name: b for b in (PYTORCHJOB, JOBSET, JOB)}
 assert tuple(BACKENDS) == NAMES, "spec.BACKENDS lists the backends of llmtrain.backends, in order"
 
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from .base import MAX_ATTEMPT_DIGITS, ApiKind, Backend, ChildState
+from .base import MAX_ATTEMPT_DIGITS, ApiKind, Backend, ChildState, count, state_by_conditions
 
 REPLICATED_JOB = "worker"
 # The Job controller's label on each pod of an Indexed Job (Kubernetes >= 1.28)
@@ -85,44 +85,19 @@ class JobSetBackend(Backend):
         }
 
     def state(self, obj: dict) -> ChildState:
-        spec, status = obj.get("spec") or {}, obj.get("status") or {}
-        conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
-        true = {c.get("type"): c for c in conditions if c.get("status") == "True"}
-        suspended = spec.get("suspend") is True
-        failure = ""
-        if "Failed" in true:
-            state = "Failed"
-            failure = str(true["Failed"].get("message") or true["Failed"].get("reason") or "the JobSet failed")
-        elif "Completed" in true:
-            state = "Succeeded"
-        elif suspended or "Suspended" in true:
-            state = "Suspended"
-        elif _all_jobs_ready(spec, status):
-            state = "Running"
-        else:
-            state = "Created"
-        return ChildState(
-            state=state,
-            suspended=suspended,
-            failure_message=failure,
-            rendezvous_id=((obj.get("metadata") or {}).get("annotations") or {}).get("llmtrain.dev/rendezvous-id"),
-        )
+        return state_by_conditions(obj, failed=("Failed",), succeeded=("Completed",), all_ready=_all_jobs_ready)
 
 
 def _all_jobs_ready(spec: dict, status: dict) -> bool:
     """Every Job of every replicated Job ready (all its pods ready) or done, as JobSet's own
     allJobsReady counts them."""
-    want = sum(_count(r.get("replicas", 1)) for r in spec.get("replicatedJobs") or [] if isinstance(r, dict))
+    want = sum(count(r.get("replicas", 1)) for r in spec.get("replicatedJobs") or [] if isinstance(r, dict))
     have = sum(
-        _count(r.get("ready")) + _count(r.get("succeeded"))
+        count(r.get("ready")) + count(r.get("succeeded"))
         for r in status.get("replicatedJobsStatus") or []
         if isinstance(r, dict)
     )
     return want > 0 and have >= want
-
-
-def _count(value) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 JOBSET = JobSetBackend()

@@ -62,6 +62,7 @@ class PyTorchJobBackend(Backend):
     rank_label = REPLICA_INDEX_LABEL
     kueue_framework = "kubeflow.org/pytorchjob"
     kueue_note = "deprecated, and left out of Kueue's default integrations from v0.19"
+    kueue_default = False
     installs = "the Kubeflow training-operator v1 (its PyTorchJob CRD and controller)"
 
     def c10d_host(self, child: str) -> str:

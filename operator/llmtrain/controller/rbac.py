@@ -36,13 +36,16 @@ JOB_RULES: dict[tuple[str, str], frozenset[str]] = {
 # Per backend the platform enabled (chart: backends.enabled), in the same namespaces as JOB_RULES:
 # kopf watches its children (watch.py, one watch per enabled backend); kube.get_child /
 # create_child / delete_child. With an `owner` kind between the child and its pods (a JobSet's
-# batch Jobs): kube.get_owner reads one to check whose its pods are (owners.py). Read only.
+# batch Jobs): kube.get_owner reads one to check whose its pods are (owners.py). Read only. With
+# companions (the job backend's headless Service): kube.create_service, created only.
 CHILD_VERBS = frozenset({"get", "list", "watch", "create", "delete"})
 OWNER_VERBS = frozenset({"get"})
+COMPANION_VERBS = frozenset({"create"})
 BACKEND_RULES: dict[str, dict[tuple[str, str], frozenset[str]]] = {
     name: {
         (b.child.group, b.child.plural): CHILD_VERBS,
         **({(b.owner.group, b.owner.plural): OWNER_VERBS} if b.owner is not None else {}),
+        **{(k.group, k.plural): COMPANION_VERBS for k in b.companion_kinds},
     }
     for name, b in BACKENDS.items()
 }

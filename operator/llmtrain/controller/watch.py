@@ -38,6 +38,8 @@ def register(op: Operator, registry: kopf.OperatorRegistry | None = None) -> Non
     async def child_event(event, body, namespace, name, labels, **_):
         op.start_workers()
         backend = backends.of_kind(body.get("kind"))
+        if backend is not None and not backend.is_child(body):
+            return  # another controller's object of that kind (a JobSet's batch Job)
         if event["type"] == "DELETED" or (backend is not None and backend.taken_up(body)):
             op.pacer.taken((namespace, name))  # a slot of the paced creates freed (pacing.py)
         if event["type"] == "DELETED":

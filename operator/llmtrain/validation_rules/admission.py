@@ -64,8 +64,13 @@ def enabled_backend(j: Subject) -> Iterator[Problem]:
             "spec.cluster.backend",
             f"backend {chosen!r}{how} is not enabled on this platform",
             f"{' | '.join(enabled)} (the operator chart's backends.enabled), or have the platform enable "
-            f"{chosen} (install {BACKENDS[chosen].installs} and add it there)",
+            f"{chosen} ({_enabling(chosen)})",
         )
+
+
+def _enabling(backend: str) -> str:
+    installs = BACKENDS[backend].installs
+    return f"install {installs} and add it there" if installs else "add it there: Kubernetes itself serves its kind"
 
 
 # A job's name limit is its backend's (backends.base.Backend.max_job_name; 45 on PyTorchJob).

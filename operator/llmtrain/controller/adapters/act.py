@@ -1,7 +1,7 @@
 """act: carry out a Plan, always in this order:
 
-  1. create (or adopt) the attempt's child (its backend's kind); what it came to is decided on again
-     (reconciler.py);
+  1. create (or adopt) the attempt's child (its backend's kind), then what its backend creates beside
+     it (the job backend's Service); what it came to is decided on again (reconciler.py);
   2. one status write, conditional on the snapshot's resourceVersion (409: observe again, decide again);
   3. delete every child of this job whose attempt is below status.attempt, wherever seen, and what
      the plan names (a suspended or given-up attempt's);
@@ -83,6 +83,8 @@ def create(op: Operator, o: Observed, obj: dict) -> CreateResult | None:
     op.attempts.put(child)
     if not owned_by(child, o.uid):
         return CreateResult(name, "not-owned")
+    for companion in backend.companions(child):  # adopted too: a crash may have come between the two
+        op.kube.create_service(companion)
     return CreateResult(name, "created" if was_created else "adopted", rendezvous_id=backend.state(child).rendezvous_id)
 
 

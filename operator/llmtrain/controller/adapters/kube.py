@@ -192,6 +192,18 @@ def create_child(kind: ApiKind, obj: dict) -> tuple[dict, bool]:
     return existing, False
 
 
+def create_service(obj: dict) -> bool:
+    """A child's companion Service (Backend.companions): True if created, False if one of that name
+    was there already (left as it is: created only, never read)."""
+    try:
+        _request("POST", "/api/v1/namespaces/{namespace}/services", {"namespace": obj["metadata"]["namespace"]}, obj)
+        return True
+    except ApiException as err:
+        if err.status != 409:
+            raise
+        return False
+
+
 def delete_child(kind: ApiKind, namespace: str, name: str) -> None:
     try:
         _request(
