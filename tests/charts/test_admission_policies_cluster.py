@@ -25,6 +25,8 @@ from llmtrain.validation import parse_spec
 pytestmark = [pytest.mark.infra]
 
 RELEASE = "llmtrain"
+# the backends this module's release enables (the job backend's policies: test_admission_policies_job_cluster.py)
+ENABLED = ("jobset", "pytorchjob")
 TRAINING_OPERATOR = "system:serviceaccount:kubeflow:training-operator"  # the chart's defaults
 JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"  # the dev cluster's too
 JOBSET_CONTROLLER = "system:serviceaccount:jobset-system:jobset-controller"  # JobSet's chart, release jobset
@@ -60,7 +62,7 @@ def setup(helm, dev_cluster):
     made = [release_ns, ns]
     try:
         helm.run("install", RELEASE, helm.operator_chart, "--namespace", release_ns, "--set", "etcd.enabled=true",
-                 "--set", "backends.enabled={pytorchjob,jobset}", kubeconfig=c.kubeconfig)
+                 "--set", f"backends.enabled={{{','.join(ENABLED)}}}", kubeconfig=c.kubeconfig)
         docs = [
             {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf", "namespace": ns},
              "stringData": {"token": "x"}},
@@ -177,7 +179,7 @@ EFA = {"cluster": {"instanceType": "p5.48xlarge", "nodes": 2, "image": "public.e
        "rendezvous": {"backend": "etcd-v2"}}
 
 
-@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("backend", ENABLED)
 def test_the_operator_may_create_what_it_renders(setup, dev_cluster, backend):
     c, ns, op = dev_cluster, setup["ns"], setup["operator"]
     first = {"pytorchjob": 1, "jobset": 11}[backend]  # attempts of their own: one owner, two kinds
@@ -328,7 +330,7 @@ def efa_namespaces(setup, dev_cluster):
     return efa_ns, baseline_ns
 
 
-@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("backend", ENABLED)
 def test_baseline_efa_namespaces_admit_exactly_the_efa_difference(setup, dev_cluster, efa_namespaces, backend):
     c, (efa_ns, baseline_ns) = dev_cluster, efa_namespaces
     creator, other = POD_CREATOR[backend], POD_CREATOR[{"pytorchjob": "jobset", "jobset": "pytorchjob"}[backend]]
@@ -386,7 +388,7 @@ def _unlabelled(child: dict) -> dict:
     return child
 
 
-@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("backend", ENABLED)
 def test_nobody_but_the_operator_makes_a_child_whose_pods_get_the_exception(setup, dev_cluster, backend):
     """Not even a cluster admin by hand, neither by creating one nor by adding the label to a child
     that had none (its controller would then make labelled pods from it)."""

@@ -504,3 +504,27 @@ def test_notes_show_how_to_watch_a_gpu_node_with_the_debug_tools(helm, release, 
     ).stdout
     assert f"kubectl exec -it -n {release} $POD -c nvtop -- nvtop" in notes
     assert "-l app.kubernetes.io/name=llmtrain-debug-tools,app.kubernetes.io/instance=notes-check" in notes
+
+
+def test_notes_name_each_enabled_backends_crd_and_kueue_integration(helm, release, dev_cluster):
+    """From the chart's files/backends.json (the registry's): a CRD to check for each backend that
+    has one, none for the job backend's built-in kind, and whether Kueue's defaults manage it."""
+    notes = helm.run(
+        "install",
+        "notes-backends",
+        helm.operator_chart,
+        "--dry-run",
+        "-n",
+        release,
+        "--set",
+        "backends.enabled={pytorchjob,jobset,job}",
+        "--set",
+        "rbac.userRoles=false",
+        kubeconfig=dev_cluster.kubeconfig,
+    ).stdout
+    notes = notes[notes.index("NOTES:") :]
+    assert "kubectl get crd pytorchjobs.kubeflow.org" in notes and "kubectl get crd jobsets.jobset.x-k8s.io" in notes
+    assert "crd jobs.batch" not in notes and "# job: Jobs are served by Kubernetes itself" in notes
+    assert "batch/job: in Kueue's default integrations" in notes
+    assert "jobset.x-k8s.io/jobset: in Kueue's default integrations" in notes
+    assert "kubeflow.org/pytorchjob: deprecated, and left out of Kueue's default integrations" in notes

@@ -4,6 +4,7 @@ hardening, Argo CD safety and the schema's rejections."""
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import re
 
@@ -262,7 +263,7 @@ def test_backends_reach_the_operator_and_its_rbac_and_admission_policies_follow_
     assert not any(a.startswith(("--backend=jobset", "--namespace-backend")) for a in _args(default))
     assert {"operator-pytorchjobs"} <= _policies(default) and "operator-jobsets" not in _policies(default)
     # the EFA exception reaches JobSet's pods (and its guards on JobSets and Jobs) only with jobset
-    jobset_efa = {"llmtrain-jobsets", "llmtrain-jobset-jobs"}
+    jobset_efa = {"llmtrain-jobsets", "llmtrain-jobs"}
     assert not jobset_efa & _policies(default)
     assert (("jobset.x-k8s.io", "jobsets") not in _rules(operator_role(default))
             and ("batch", "jobs") not in _rules(operator_role(default)))
@@ -284,6 +285,62 @@ def test_backends_reach_the_operator_and_its_rbac_and_admission_policies_follow_
                 ["--set-json", 'backends.namespaceDefaults={"team-a": "jobset"}']):
         r = helm.template(*bad, check=False)
         assert r.returncode != 0 and "is not in backends.enabled" in r.stderr, (bad, r.stderr)
+
+
+@pytest.mark.parametrize(
+    "enabled",
+    [c for n in range(1, len(rbac.BACKEND_RULES) + 1) for c in itertools.combinations(rbac.BACKEND_RULES, n)],
+    ids="+".join,
+)
+def test_the_rbac_of_every_set_of_backends_is_exactly_theirs(helm, enabled):
+    """The chart's rules for the backends come from files/backends.json (generated from the
+    registry): for every set of enabled backends, the role is the base rules and exactly the union
+    of theirs, where two need the same resource (jobset and job: batch Jobs) merged."""
+    docs = helm.manifests("--set", f"backends.enabled={{{','.join(enabled)}}}", "--set", f"backends.default={enabled[0]}")
+    want = {**EXPECTED_RULES}
+    for backend in rbac.BACKEND_RULES["pytorchjob"]:
+        del want[backend]
+    for name in enabled:
+        for key, verbs in rbac.BACKEND_RULES[name].items():
+            want[key] = set(want.get(key, set())) | set(verbs)
+    assert _rules(operator_role(docs)) == {**want, **FRAMEWORK_RULES}
+
+
+def test_the_charts_backends_file_is_the_registrys():
+    """files/backends.json is generated (scripts/gen-chart-crds.py), and the schema offers exactly
+    the registry's backends wherever it names one."""
+    from llmtrain.spec import BACKENDS
+
+    doc = json.loads((CHARTS / "llmtrain-operator" / "files" / "backends.json").read_text())
+    assert tuple(doc) == BACKENDS
+    schema = json.loads((CHARTS / "llmtrain-operator" / "values.schema.json").read_text())
+    props = schema["properties"]["backends"]["properties"]
+    enums = [props["enabled"]["items"]["enum"], props["default"]["enum"], props["namespaceDefaults"]["additionalProperties"]["enum"]]
+    assert enums == [list(BACKENDS)] * 3
+
+
+def test_the_job_backends_admission_policies_hold_its_jobs_and_services(helm):
+    """backends.enabled has job: the operator's Jobs are held to what the renderer makes, its
+    Services to the Jobs' headless ones, and (admission policies' EFA exception) the Jobs whose pods
+    carry llmtrain's label to the operator's and, with jobset, the JobSet controller's."""
+    only_job = helm.manifests("--set", "backends.enabled={job}", "--set", "backends.default=job")
+    assert {"operator-jobs", "llmtrain-jobs"} <= _policies(only_job)
+    assert not {"operator-pytorchjobs", "operator-jobsets", "llmtrain-jobsets"} & _policies(only_job)
+    objects = next(p for p in by_kind(only_job, "ValidatingAdmissionPolicy") if p["metadata"]["name"].endswith("operator-objects"))
+    assert {"services"} <= {r for rule in objects["spec"]["matchConstraints"]["resourceRules"] for r in rule["resources"]}
+    jobs_rule = next(p for p in by_kind(only_job, "ValidatingAdmissionPolicy") if p["metadata"]["name"].endswith(".llmtrain-jobs"))
+    (check,) = jobs_rule["spec"]["validations"]
+    assert "LLMTrainingJob" in check["expression"] and "JobSet" not in check["expression"]
+    assert "the llmtrain operator" in check["message"] and "JobSet controller" not in check["message"]
+    both = helm.manifests("--set", "backends.enabled={jobset,job}", "--set", "backends.default=job")
+    jobs_rule = next(p for p in by_kind(both, "ValidatingAdmissionPolicy") if p["metadata"]["name"].endswith(".llmtrain-jobs"))
+    (check,) = jobs_rule["spec"]["validations"]
+    assert "LLMTrainingJob" in check["expression"] and "JobSet" in check["expression"]
+    # without the job backend, the EFA exception still needs a JobSet's label on a Job's pod
+    efa = next(p for p in by_kind(helm.manifests("--set", "backends.enabled={jobset}", "--set", "backends.default=jobset"),
+                                  "ValidatingAdmissionPolicy") if p["metadata"]["name"].endswith("baseline-efa"))
+    variable = next(v for v in efa["spec"]["variables"] if v["name"] == "efa")
+    assert "jobset.sigs.k8s.io/jobset-name" in variable["expression"]
 
 
 def test_the_operator_accepts_the_flags_the_chart_gives_it(helm):

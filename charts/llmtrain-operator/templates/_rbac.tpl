@@ -3,7 +3,8 @@ The operator's permissions, shared by the ClusterRole (all namespaces) and the p
 Exactly the table in operator/llmtrain/controller/rbac.py, which names the code behind each verb
 (tests/charts/test_operator_rbac.py checks it against the code, test_chart_static.py this file
 against it): watch its jobs and read one before acting, write only their status, own the children
-of the backends enabled (backends.enabled: PyTorchJobs; JobSets, and read their Jobs), watch/list
+of the backends enabled (backends.enabled: PyTorchJobs; JobSets, and read their Jobs; batch Jobs
+and create their Services), watch/list
 pods (worker state, failures), post core Events. No reading of Secrets (with etcd auth it
 only creates the attempts' rendezvous credentials), no writes to the jobs themselves, nothing
 cluster-admin.
@@ -15,20 +16,23 @@ cluster-admin.
 - apiGroups: [llmtrain.dev]
   resources: [llmtrainingjobs/status]
   verbs: [patch]
-{{- if has "pytorchjob" .Values.backends.enabled }}
-- apiGroups: [kubeflow.org]
-  resources: [pytorchjobs]
-  verbs: [get, list, watch, create, delete]
+{{- /* Each enabled backend's (files/backends.json, generated from llmtrain.backends and
+controller/rbac.py): its child kind (get, list, watch, create, delete); a JobSet's batch Jobs,
+read to check they are the JobSet's before its pods are trusted; the job backend's headless
+Services, created only. Merged where two backends need the same resource. */}}
+{{- $backends := .Files.Get "files/backends.json" | fromJson }}
+{{- $rules := dict }}
+{{- range .Values.backends.enabled }}
+{{- range (index $backends .).rules }}
+{{- $key := printf "%s|%s" .group .resource }}
+{{- $_ := set $rules $key (concat (get $rules $key | default list) .verbs | uniq) }}
 {{- end }}
-{{- if has "jobset" .Values.backends.enabled }}
-- apiGroups: [jobset.x-k8s.io]
-  resources: [jobsets]
-  verbs: [get, list, watch, create, delete]
-{{- /* A JobSet's pods are its batch Jobs': the operator reads the Job to check it is the JobSet's
-(controller/adapters/owners.py) before it trusts its pods. Read only. */}}
-- apiGroups: [batch]
-  resources: [jobs]
-  verbs: [get]
+{{- end }}
+{{- range $key := keys $rules | sortAlpha }}
+{{- $gr := splitList "|" $key }}
+- apiGroups: [{{ index $gr 0 | quote }}]
+  resources: [{{ index $gr 1 }}]
+  verbs: [{{ get $rules $key | sortAlpha | join ", " }}]
 {{- end }}
 - apiGroups: [""]
   resources: [pods]
