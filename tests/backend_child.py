@@ -1,9 +1,9 @@
-"""An attempt's child and pods on either backend, for the tests that tell the same story on both
-(issue 28's parity: random faults, failover, Kueue, bad nodes, goodput).
+"""An attempt's child and pods on any backend, for the tests that tell the same story on all of
+them (issue 28's parity: random faults, failover, Kueue, bad nodes, goodput).
 
 A test takes the ``backend`` fixture (tests/conftest.py: one run per backend); its operator enables
-both (``OPERATOR_ARGS``) and its jobs name theirs (``on``), so one operator process, and one
-cluster, serve both runs of a module. What differs per backend is read from the backend itself
+them all (``OPERATOR_ARGS``) and its jobs name theirs (``on``), so one operator process, and one
+cluster, serve every run of a module. What differs per backend is read from the backend itself
 (llmtrain.backends): the child's kind, its state in decide's words, rank 0's pod label. Pods are
 found by the labels the renderer puts on every attempt's pods whatever the backend
 (``attempt_pods``), never by a backend controller's own label.
@@ -17,8 +17,8 @@ from llmtrain.backends import BACKENDS, get
 from llmtrain.render import ATTEMPT_LABEL, JOB_LABEL
 
 NAMES = tuple(BACKENDS)
-# an operator that serves jobs of either backend (the job's spec.cluster.backend picks)
-OPERATOR_ARGS = ("--backend", "pytorchjob", "--backend", "jobset")
+# an operator that serves jobs of every backend (the job's spec.cluster.backend picks)
+OPERATOR_ARGS = tuple(arg for name in NAMES for arg in ("--backend", name))
 
 
 def on(doc: dict, backend: str) -> dict:
@@ -61,11 +61,17 @@ def state(backend: str, obj: dict) -> str | None:
     return get(backend).state(obj).state
 
 
+# where each backend's child keeps the worker pod template (a backend missing here fails loudly)
+_POD_TEMPLATE = {
+    "pytorchjob": lambda obj: obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"],
+    "jobset": lambda obj: obj["spec"]["replicatedJobs"][0]["template"]["spec"]["template"],
+    "job": lambda obj: obj["spec"]["template"],
+}
+
+
 def pod_template(backend: str, obj: dict) -> dict:
     """The worker pod template inside a rendered or stored child."""
-    if backend == "jobset":
-        return obj["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
-    return obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    return _POD_TEMPLATE[backend](obj)
 
 
 def suspended(backend: str, obj: dict) -> bool:

@@ -39,6 +39,8 @@ os.environ.setdefault("GOMEMLIMIT", "1GiB")
 
 import pytest
 
+from llmtrain.backends import BACKENDS
+
 # Markers from fixtures (cluster, tools), the order and grouping of xdist runs (make test), and
 # the time per suite at the end of every run.
 pytest_plugins = ["plugins.needs", "plugins.schedule", "plugins.suite_times"]
@@ -103,8 +105,9 @@ def namespace(dev_cluster):
                     raise
 
 
-@pytest.fixture(params=("pytorchjob", "jobset"))
+@pytest.fixture(params=tuple(BACKENDS))
 def backend(request) -> str:
-    """The training backend a parity test runs on (issue 28): each such test runs once per backend,
-    both on the same module's cluster and operator (tests/backend_child.py)."""
+    """The training backend a parity test runs on (issue 28): each such test runs once per backend
+    (every one llmtrain.backends registers), all on the same module's cluster and operator
+    (tests/backend_child.py)."""
     return request.param

@@ -1,8 +1,8 @@
 """Real Kueue in the chain dev cluster (``DevCluster(chain=True, kueue=True)``, ``--kueue``).
 
 The pinned controller (``make tools``: ``sigs.k8s.io/kueue`` in the tools module, ``tools/k8s``)
-runs on the host with the integrations of llmtrain's two backends, ``kubeflow.org/pytorchjob`` and
-``jobset.x-k8s.io/jobset`` (:data:`CHAIN_FRAMEWORKS`), or with the release's own defaults
+runs on the host with the integrations of llmtrain's backends, ``kubeflow.org/pytorchjob``,
+``jobset.x-k8s.io/jobset`` and ``batch/job`` (:data:`CHAIN_FRAMEWORKS`), or with the release's own defaults
 (:func:`release_default_frameworks`: from v0.19 they leave ``kubeflow.org/pytorchjob`` out, so a
 suspended PyTorchJob is never admitted). Its webhooks are really called: the API server gets
 Kueue's own Mutating/ValidatingWebhookConfigurations (from its module's
@@ -26,6 +26,8 @@ from typing import Any
 
 import yaml
 
+from llmtrain.backends import BACKENDS
+
 from . import pki
 from .tools import ToolNotFoundError, refuse_in_unmarked_test, tools_dir
 
@@ -45,8 +47,8 @@ __all__ = [
 NAMESPACE = "kueue-system"
 CLUSTER_QUEUE = "llmtrain"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-# The integrations the chain enables: the child kinds of llmtrain's two backends.
-CHAIN_FRAMEWORKS = ("kubeflow.org/pytorchjob", "jobset.x-k8s.io/jobset")
+# The integrations the chain enables: the child kinds of llmtrain's backends.
+CHAIN_FRAMEWORKS = tuple(b.kueue_framework for b in BACKENDS.values())
 # Kueue's own objects' webhook paths (always served).
 _KUEUE_PATHS = "-kueue-x-k8s-io-"
 # Integrations Kueue names without a group: their kinds' API groups (core is "").

@@ -8,8 +8,10 @@ pods, the scheduler binds them, kwok runs them (and fails one on request, via it
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client, watch
 
 from llmtrain_devcluster.chain import FAIL_EXIT_CODE_ANNOTATION, FAIL_POD_LABEL
@@ -18,6 +20,14 @@ from operator_core.conftest import trainer_endpoint  # noqa: F401 - rank 0's met
 from plugins.needs import needs
 
 PTJ = ("kubeflow.org", "v1", "pytorchjobs")
+
+
+def p5_job_doc(name: str, max_restarts: int = 2) -> dict:
+    """examples/llama2-7b-p5.yaml as job `name` (2 p5 nodes), restarting at once up to `max_restarts`."""
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "llama2-7b-p5.yaml").read_text())
+    doc["metadata"] = {"name": name}
+    doc["spec"]["resilience"].update(maxRestarts=max_restarts, restartBackoffSeconds=0)
+    return doc
 
 
 def wait_for(fn, timeout: float = 60, what: str = "condition"):

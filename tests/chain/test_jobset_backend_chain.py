@@ -15,10 +15,8 @@ from __future__ import annotations
 import copy
 import json
 import time
-from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client
 
 from llmtrain.backends import JOBSET
@@ -29,11 +27,10 @@ from llmtrain.validation import parse_spec
 from llmtrain_devcluster.chain import COMPLETE_POD_LABEL
 from operator_core.conftest import OperatorProcess
 
-from .conftest import wait_for
+from .conftest import p5_job_doc, wait_for
 
 pytestmark = [pytest.mark.slow]  # `cluster` comes from the fixtures (tests/plugins/needs.py)
 
-REPO = Path(__file__).resolve().parents[2]
 JS = (JOBSET.child.group, JOBSET.child.version, JOBSET.child.plural)
 
 
@@ -50,17 +47,10 @@ def jobset_operator(chain_cluster, trainer_endpoint, tmp_path_factory):
     op.stop()
 
 
-def _job_doc(name: str) -> dict:
-    doc = yaml.safe_load((REPO / "examples" / "llama2-7b-p5.yaml").read_text())
-    doc["metadata"] = {"name": name}
-    doc["spec"]["resilience"].update(maxRestarts=2, restartBackoffSeconds=0)
-    return doc
-
-
 def test_a_jobset_job_runs_fails_over_and_succeeds_on_the_chain(chain, chain_ns, jobset_operator, trainer_endpoint):
     metrics, _ = trainer_endpoint
     name = "js-7b"
-    doc = _job_doc(name)
+    doc = p5_job_doc(name)
     chain.core.create_namespaced_service_account(
         chain_ns, {"metadata": {"name": doc["spec"]["cluster"]["serviceAccountName"]}}
     )

@@ -233,3 +233,29 @@ def test_a_killed_worker_resumes_from_memory_then_sigterm_checkpoints_and_the_ne
     assert second["resumeStep"] == ckpts[0] and st["progress"]["step"] == 400, (ckpts, second, st["progress"])
     assert second["resumeFrom"] == "durable", second
     assert st["restarts"] == 1 and st["attempt"] == 2, st
+
+
+@pytest.mark.slow(seconds=60)
+def test_a_job_backend_job_trains_on_real_pods_whose_c10d_host_is_its_services_dns_name(rp):
+    """The job backend's one piece no other backend has: the headless Service the operator creates,
+    which CoreDNS serves. Rank 1's torchrun reaches rank 0's c10d store at `<job>-0.<job>` (the Job
+    controller's hostname in the Service's subdomain): without the Service, or with a wrong
+    subdomain or selector, that name does not resolve and the rendezvous never forms."""
+    real = rp
+    name = real.apply(on(real.job("dns-job"), "job"))
+    st = real.wait(name, lambda st: st.get("phase") in ("Succeeded", "Failed"), "Succeeded", 240)
+    assert (st["phase"], st["backend"], st.get("restarts", 0)) == ("Succeeded", "job", 0), st
+    child = st["child"]
+    pods = real.pods(name, 1)
+    assert sorted(p.spec.hostname for p in pods) == [f"{child}-0", f"{child}-1"]
+    assert {p.spec.subdomain for p in pods} == {child}
+    (c,) = [c for c in pods[0].spec.containers if c.name == "pytorch"]
+    assert f"--rdzv-endpoint={child}-0.{child}:29400" in c.args, c.args
+    # both ranks trained together (rank 0's config line): the rendezvous formed through that name
+    worlds = [
+        e["world_size"]
+        for p in pods
+        for line in real.logs(p.metadata.name).splitlines()
+        if line.startswith("{") and "world_size" in (e := json.loads(line))
+    ]
+    assert worlds and set(worlds) == {2}, worlds

@@ -91,10 +91,10 @@ def test_with_other_frameworks_their_hooks_are_served_and_the_others_not():
     ]
 
 
-def test_the_pinned_releases_own_webhooks_cover_both_backends_kinds(kube_tools):
+def test_the_pinned_releases_own_webhooks_cover_every_backends_kind(kube_tools):
     """Against the pinned release's manifests: a mutating and a validating hook for each backend's
     kind, and the release's defaults (v0.19: PyTorchJob's integration commented out) serve none for
-    PyTorchJobs while JobSet's stay."""
+    PyTorchJobs while JobSet's and batch Jobs' stay."""
     text = (kueue.kueue_dir() / "webhook" / "manifests.yaml").read_text()
 
     def paths(frameworks):
@@ -109,18 +109,19 @@ def test_the_pinned_releases_own_webhooks_cover_both_backends_kinds(kube_tools):
     assert paths(kueue.CHAIN_FRAMEWORKS) == {
         f"/{op}-{kind}"
         for op in ("mutate", "validate")
-        for kind in ("kubeflow-org-v1-pytorchjob", "jobset-x-k8s-io-v1alpha2-jobset")
+        for kind in ("kubeflow-org-v1-pytorchjob", "jobset-x-k8s-io-v1alpha2-jobset", "batch-v1-job")
     }
     defaults = kueue.release_default_frameworks()
     assert "kubeflow.org/pytorchjob" not in defaults and "jobset.x-k8s.io/jobset" in defaults
     served = paths(defaults)
     assert "/mutate-jobset-x-k8s-io-v1alpha2-jobset" in served and "/mutate--v1-pod" in served
+    assert "/mutate-batch-v1-job" in served and "batch/job" in defaults
     assert not any("pytorchjob" in p for p in served)
 
 
-def test_the_configuration_enables_both_backends_integrations_or_the_given_ones(tmp_path):
+def test_the_configuration_enables_every_backends_integration_or_the_given_ones(tmp_path):
     cfg = yaml.safe_load(kueue.config_yaml(webhook_port=1, probe_port=2, cert_dir=tmp_path))
-    assert cfg["integrations"]["frameworks"] == ["kubeflow.org/pytorchjob", "jobset.x-k8s.io/jobset"]
+    assert cfg["integrations"]["frameworks"] == ["kubeflow.org/pytorchjob", "jobset.x-k8s.io/jobset", "batch/job"]
     assert cfg["webhook"] == {"port": 1, "host": "127.0.0.1", "certDir": str(tmp_path)}
     assert cfg["manageJobsWithoutQueueName"] is False
     other = yaml.safe_load(kueue.config_yaml(webhook_port=1, probe_port=2, cert_dir=tmp_path, frameworks=("pod",)))
