@@ -7,6 +7,7 @@
   docs/reference/metrics.md        <- the operator's and the trainer's prometheus-client registries
   docs/reference/validation.md     <- the rule table of operator/llmtrain/validation_rules/ (RULES)
                                       and the format words of operator/llmtrain/validation.py
+  docs/reference/backends.md       <- the backend registry, operator/llmtrain/backends/
   docs/reference/helm-values.md    <- the `# --` comments of charts/llmtrain-operator/values.yaml
   charts/llmtrain-operator/README.md  (helm-docs' convention, by a generator of our own: same table)
   docs/performance/recovery.md     <- its block between the BEGIN/END markers only: the in-memory
@@ -159,6 +160,55 @@ def api_md() -> str:
         "",
         *_model_section("status", status.LLMTrainingJobStatus),
     ]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# --- the backends -----------------------------------------------------------------------------------
+
+
+def backends_md() -> str:
+    from llmtrain.backends import BACKENDS, DEFAULT_BACKEND
+    from llmtrain.controller.rbac import BACKEND_RULES
+
+    def rules(name: str) -> str:
+        return "; ".join(
+            f"`{resource}`{f'.`{group}`' if group else ''}: {', '.join(sorted(verbs))}"
+            for (group, resource), verbs in BACKEND_RULES[name].items()
+        )
+
+    lines = [
+        HEADER.format(source="operator/llmtrain/backends/"),
+        "# Backends",
+        "",
+        "Each attempt of an LLMTrainingJob runs as one child object of its backend, named "
+        "`<job>-a<attempt>` (`spec.cluster.backend`; unset: the platform's default, the operator "
+        f"chart's `backends.default`, `{DEFAULT_BACKEND}` unless changed). The pods are the same on every "
+        "backend, and every restart is the operator's: the child never restarts a pod or itself. See "
+        "[the LLMTrainingJob](../concepts/llmtrainingjob.md#backends) for how a job's backend is chosen.",
+        "",
+        "| `spec.cluster.backend` | the child | the cluster needs | Kueue integration | c10d host of attempt 1 "
+        "of job `j` | rank 0's pod | longest job name (2 / 64 / 4096 nodes) | the operator's rights |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, b in BACKENDS.items():
+        needs = b.installs or "nothing: Kubernetes serves the kind"
+        kueue = f"`{b.kueue_framework}`" + ("" if b.kueue_default else f" ({b.kueue_note})")
+        child = f"`{b.child.kind}` (`{b.child.api_version}`)" + (
+            " and its headless `Service`" if b.companion_kinds else ""
+        )
+        limits = " / ".join(str(b.max_job_name(n)) for n in (2, 64, 4096))
+        lines.append(
+            f"| `{name}` | {child} | {needs} | {kueue} | `{b.c10d_host(b.child_name('j', 1))}` | "
+            f"`{b.rank_label}=0` | {limits} | {rules(name)} |"
+        )
+    lines += [
+        "",
+        "Only the backends the platform enabled (`backends.enabled`) may be named; the operator's RBAC "
+        "and admission policies follow them ([Helm values](helm-values.md)).",
+    ]
+    for name, b in BACKENDS.items():
+        doc = (sys.modules[type(b).__module__].__doc__ or "").strip()
+        lines += ["", f"## {name}", "", *_paragraphs(doc)[:1]]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -411,6 +461,7 @@ def expected_files() -> dict[Path, bytes]:
         REF / "metrics.md": metrics_md().encode(),
         REF / "validation.md": validation_md().encode(),
         REF / "helm-values.md": helm_values_md().encode(),
+        REF / "backends.md": backends_md().encode(),
         CHART / "README.md": chart_readme().encode(),
         RECOVERY: snapshot_case_study.render_page(RECOVERY.read_text()).encode(),
     }
