@@ -26,8 +26,8 @@ create→Running (p50/p95/p99), and clean-up (delete all → no PyTorchJob, no p
     .venv/bin/python bench/operator_scale.py                      # 1,000 jobs, 8 threads, own dev cluster
     .venv/bin/python bench/operator_scale.py --quick              # 20 jobs, 4 threads (the test suite runs this)
     .venv/bin/python bench/operator_scale.py --nodes 200 --jobs 200 --peer --repeat 2
-                                       # three paths on one cluster: llmtrain on JobSet, llmtrain on PyTorchJob,
-                                       # Kubeflow Trainer v2 (make peer-tools; bench/trainer_peer.py)
+                                       # four paths on one cluster: llmtrain on JobSet, on PyTorchJob, on a
+                                       # batch Job, Kubeflow Trainer v2 (make peer-tools; bench/trainer_peer.py)
     .venv/bin/python bench/operator_scale.py --peer --quick       # its smoke run: 3 jobs, 4 nodes, one phase each
     .venv/bin/python bench/operator_scale.py --kubeconfig K --running --jobs 1000
     .venv/bin/python bench/operator_scale.py --nodes 500 --jobs 1000 --training-operator-threads 4 \
@@ -583,9 +583,10 @@ def main(argv=None) -> int:
     )
     p.add_argument(
         "--paths",
-        default="llmtrain-jobset,llmtrain-pytorchjob,trainer",
+        default="llmtrain-jobset,llmtrain-pytorchjob,llmtrain-job,trainer",
         help="--peer: the paths measured, comma-separated: llmtrain-jobset (llmtrain, JobSet backend), "
-        "llmtrain-pytorchjob (llmtrain, PyTorchJob backend), trainer (Kubeflow Trainer v2); default all three",
+        "llmtrain-pytorchjob (llmtrain, PyTorchJob backend), llmtrain-job (llmtrain, job backend), trainer "
+        "(Kubeflow Trainer v2); default all four",
     )
     p.add_argument("--repeat", type=int, default=2, help="--peer / --baseline-tree: phases of each kind")
     p.add_argument(

@@ -1,13 +1,15 @@
-"""llmtrain on its two backends against its peer, Kubeflow Trainer v2, in one run on one chain dev
+"""llmtrain on its three backends against its peer, Kubeflow Trainer v2, in one run on one chain dev
 cluster: ``bench/operator_scale.py --nodes N --peer`` (see :func:`run_peer`).
 
-Three paths (``--paths``, all by default), from one object a user writes to the same pod on a
+Four paths (``--paths``, all by default), from one object a user writes to the same pod on a
 simulated p5 node:
 
 * ``llmtrain-jobset``: ``LLMTrainingJob`` (``spec.cluster.backend: jobset``) → the operator renders
   a JobSet → the JobSet controller its Job → the job controller its pod;
 * ``llmtrain-pytorchjob``: ``LLMTrainingJob`` → the operator renders a PyTorchJob → the
   training-operator v1 its pod;
+* ``llmtrain-job``: ``LLMTrainingJob`` (``spec.cluster.backend: job``) → the operator renders an
+  Indexed Job (and its headless Service) → the job controller its pod;
 * ``trainer``: an equivalent ``TrainJob`` → the Trainer applies a JobSet → Job → pod, against a
   ``ClusterTrainingRuntime`` made from the very pod template llmtrain renders (same image,
   resources, node selector, tolerations, env: :func:`torch_runtime`).
@@ -32,7 +34,8 @@ namespace; the order of the phases is :func:`phase_order`'s, mirrored across rep
   jobs that fit;
 * clean-up: delete all → no child and no pod left, then the namespace gone.
 Then, per figure, the median over each path's phases, the ratios of llmtrain-jobset against
-Trainer v2 and against llmtrain-pytorchjob, and issue 28's targets (:func:`targets`).
+Trainer v2 and against llmtrain-pytorchjob, of llmtrain-job against llmtrain-jobset and Trainer v2,
+and issue 28's targets (:func:`targets`).
 """
 
 from __future__ import annotations
@@ -138,7 +141,7 @@ class BenchPath(NamedTuple):
 
     name: str
     backend: str | None  # llmtrain's spec.cluster.backend (the operator runs with only it enabled); None: Trainer v2
-    child: tuple[str, str, str]  # the first object made for the job: PyTorchJob or JobSet
+    child: tuple[str, str, str]  # the first object made for the job: PyTorchJob, JobSet or batch Job
     has_jobs: bool  # batch Jobs between the child and the pods (JobSet's)
 
 
@@ -147,6 +150,7 @@ PATHS: dict[str, BenchPath] = {
     for p in (
         BenchPath("llmtrain-jobset", "jobset", JOBSET, True),
         BenchPath("llmtrain-pytorchjob", "pytorchjob", PTJ, False),
+        BenchPath("llmtrain-job", "job", ("batch", "v1", "jobs"), False),
         BenchPath("trainer", None, JOBSET, True),
     )
 }
@@ -543,6 +547,8 @@ RATIOS = (
     ("llmtrain-jobset", "trainer"),
     ("llmtrain-jobset", "llmtrain-pytorchjob"),
     ("llmtrain-pytorchjob", "trainer"),
+    ("llmtrain-job", "llmtrain-jobset"),
+    ("llmtrain-job", "trainer"),
 )
 
 

@@ -71,7 +71,7 @@ def test_a_bad_paths_flag_is_refused_naming_it_and_what_is_accepted():
     )
     assert proc.returncode == 2
     assert "--paths 'jobset': 'jobset' is not a path" in proc.stderr
-    assert "llmtrain-jobset, llmtrain-pytorchjob, trainer" in proc.stderr
+    assert "llmtrain-jobset, llmtrain-pytorchjob, llmtrain-job, trainer" in proc.stderr
 
 
 def test_the_targets_compare_llmtrain_on_jobset_with_the_right_path_and_direction():
@@ -146,7 +146,7 @@ def test_peer_quick_smoke(own_clusters):
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
-    assert [p["kind"] for p in out["phases"]] == ["llmtrain-jobset", "llmtrain-pytorchjob", "trainer"]
+    assert [p["kind"] for p in out["phases"]] == ["llmtrain-jobset", "llmtrain-pytorchjob", "llmtrain-job", "trainer"]
     for p in out["phases"]:
         assert p["reached_running"] == 3 and p["lost"] == 0 and p["duplicated"] == 0, p
         # kwok leaves every path's training pods Running (JobSet's are Job-owned): like for like
@@ -158,19 +158,22 @@ def test_peer_quick_smoke(own_clusters):
     s = out["summary"]
     assert s["jobs/s to the last first child"]["llmtrain-jobset / trainer"] > 0
     assert s["jobs/s to the last first child"]["llmtrain-jobset / llmtrain-pytorchjob"] > 0
+    assert s["jobs/s to the last first child"]["llmtrain-job / llmtrain-jobset"] > 0
     # Each path's own chain of stages, every stage seen for every job: the JobSet paths pass
-    # through batch Jobs, the PyTorchJob path straight to pods (the training-operator v1).
+    # through batch Jobs, the PyTorchJob and job paths straight to pods (the training-operator v1,
+    # the Job controller).
     for kind, hops in (
         ("llmtrain-jobset", 5),
         ("trainer", 5),
         ("llmtrain-pytorchjob", 4),
+        ("llmtrain-job", 4),
     ):
         stages = s["stages_s"][kind]
         assert len(stages) == hops and all(v["p50"] >= 0 for v in stages.values()), (kind, stages)
-        assert (kind == "llmtrain-pytorchjob") != ("child_created→jobs_created" in stages), stages
+        assert (hops == 4) != ("child_created→jobs_created" in stages), stages
     # The operator's CPU is the llmtrain paths' (and only theirs)
     cpu = s["llmtrain operator CPU per job above idle (ms)"]
-    assert set(cpu) >= {"llmtrain-jobset", "llmtrain-pytorchjob"} and "trainer" not in cpu, cpu
+    assert set(cpu) >= {"llmtrain-jobset", "llmtrain-pytorchjob", "llmtrain-job"} and "trainer" not in cpu, cpu
     assert [t["verdict"] in ("PASS", "FAIL") for t in s["targets"]] == [True] * 3, s["targets"]
     assert s["peak_rss_mib"]["trainer"]["trainer-controller-manager"] > 0
     assert s["peak_rss_mib"]["llmtrain-jobset"]["llmtrain-operator"] > 0
