@@ -132,10 +132,15 @@ locals {
       allowedImageRegistries = concat(["public.ecr.aws/llmtrain", "${local.account_id}.dkr.ecr.${var.region}.amazonaws.com"], var.llmtrain_allowed_image_registries)
       allowedServiceAccounts = [var.training_service_account]
     }
-    # The backends installed above; new jobs default to PyTorchJob while its operator is installed.
+    # The backends installed above (and the job backend, which needs nothing installed); new jobs
+    # default to PyTorchJob while its operator is installed, else to JobSet, else to the job backend.
     backends = {
-      enabled = concat(var.install_training_operator ? ["pytorchjob"] : [], var.install_jobset ? ["jobset"] : [])
-      default = var.install_training_operator ? "pytorchjob" : "jobset"
+      enabled = concat(
+        var.install_training_operator ? ["pytorchjob"] : [],
+        var.install_jobset ? ["jobset"] : [],
+        var.enable_job_backend ? ["job"] : [],
+      )
+      default = var.install_training_operator ? "pytorchjob" : (var.install_jobset ? "jobset" : "job")
     }
   }
 }
@@ -153,8 +158,8 @@ resource "helm_release" "llmtrain" {
 
   lifecycle {
     precondition {
-      condition     = var.install_training_operator || var.install_jobset
-      error_message = "install_training_operator and install_jobset are both false: the llmtrain operator needs a training backend (its chart's backends.enabled)."
+      condition     = var.install_training_operator || var.install_jobset || var.enable_job_backend
+      error_message = "install_training_operator, install_jobset and enable_job_backend are all false: the llmtrain operator needs a training backend (its chart's backends.enabled)."
     }
   }
 

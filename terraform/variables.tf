@@ -384,7 +384,13 @@ variable "training_operator_version" {
 }
 
 variable "install_jobset" {
-  description = "Install JobSet (its chart from registry.k8s.io, at jobset_version) and enable the llmtrain operator's jobset backend. With install_training_operator too, both backends are enabled and new jobs default to PyTorchJob (move namespaces with llmtrain_values.backends.namespaceDefaults); alone, JobSet is the default. At least one of the two is needed."
+  description = "Install JobSet (its chart from registry.k8s.io, at jobset_version) and enable the llmtrain operator's jobset backend. With install_training_operator too, both backends are enabled and new jobs default to PyTorchJob (move namespaces with llmtrain_values.backends.namespaceDefaults); alone, JobSet is the default. At least one of the three backends (with enable_job_backend) is needed."
+  type        = bool
+  default     = false
+}
+
+variable "enable_job_backend" {
+  description = "Enable the llmtrain operator's job backend (a batch/v1 Indexed Job and a headless Service per attempt: nothing to install, Kubernetes serves both). New jobs default to it only when neither install_training_operator nor install_jobset is set."
   type        = bool
   default     = false
 }
