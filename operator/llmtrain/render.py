@@ -428,8 +428,7 @@ def render_attempt(
     (llmtrain/cadence.py; without them the trainer uses the prior and the planner's estimate).
     `avoid_nodes`: node names this attempt's pods must not land on (status.avoidNodes).
     `rendezvous_credentials`: the operator's etcd requires client certificates; a job that uses it
-    mounts the attempt's Secret (render_rendezvous_secret) and
-    speaks HTTPS."""
+    mounts the attempt's Secret (render_rendezvous_secret) and speaks HTTPS."""
     inst = instance_type(spec.cluster.instance_type)
     procs = inst.workers_per_node(spec.cluster.processes_per_node)
     child = child_name(name, attempt)

@@ -13,6 +13,7 @@ import time
 from .adapters import kube as kube_calls
 from .adapters import nodes, rejections
 from .adapters.caches import AttemptCache, NodeHealth, PhaseGauge, PodCache, ProgressFacts, SpecCache
+from .adapters.companions import Companions
 from .adapters.metrics import OperatorMetrics
 from .adapters.monitor import Monitor
 from .adapters.observe import unseen_child
@@ -40,6 +41,7 @@ class Operator:
         self.node_health = NodeHealth()  # watched node conditions False, per node (sicknodes.py)
         self.specs = SpecCache(config.default_etcd_endpoint, enabled=config.backends)
         self.owners = PodOwners(kube)  # which objects' pods are an attempt's (owners.py)
+        self.companions = Companions(kube)  # the objects made beside a child (companions.py)
         self.failures = nodes.PodFailures(kube)  # what the pod watch saw fail, and where pods ran
         self.rejections = rejections.Refusals()  # refused creates per job (when one is final)
         self.monitor = Monitor(self)

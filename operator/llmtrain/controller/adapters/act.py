@@ -1,11 +1,12 @@
 """act: carry out a Plan, always in this order:
 
-  1. create (or adopt) the attempt's child (its backend's kind), then what its backend creates beside
-     it (the job backend's Service); what it came to is decided on again (reconciler.py);
+  1. create (or adopt) the attempt's child (its backend's kind); what it came to is decided on again
+     (reconciler.py);
   2. one status write, conditional on the snapshot's resourceVersion (409: observe again, decide again);
   3. delete every child of this job whose attempt is below status.attempt, wherever seen, and what
      the plan names (a suspended or given-up attempt's);
-  4. events, suspect-node taints, metrics; schedule the monitor.
+  4. what the backend creates beside the live attempt's child (companions.py: the job backend's
+     Service), events, suspect-node taints, metrics; schedule the monitor.
 
 Steps 3 and 4 run only once the write (if any) applied: nothing is deleted or announced for a
 transition that did not happen.
@@ -23,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from ... import backends
 from ...catalog import instance_type
 from ...spec import API_VERSION, KIND
-from ...status import Phase
+from ...status import TERMINAL, Phase
 from ..policy import accounting
 from ..policy.snapshot import CreateResult, Event, Observed, Plan
 from . import taints, tenancy
@@ -83,8 +84,6 @@ def create(op: Operator, o: Observed, obj: dict) -> CreateResult | None:
     op.attempts.put(child)
     if not owned_by(child, o.uid):
         return CreateResult(name, "not-owned")
-    for companion in backend.companions(child):  # adopted too: a crash may have come between the two
-        op.kube.create_service(companion)
     return CreateResult(name, "created" if was_created else "adopted", rendezvous_id=backend.state(child).rendezvous_id)
 
 
@@ -111,17 +110,14 @@ def finish(op: Operator, o: Observed, plan: Plan, job: dict) -> None:
     if backend is None:  # not a backend this operator knows (status.backend edited by hand): touch nothing
         doomed.clear()
     else:
+        live = status.get("phase") not in {p.value for p in TERMINAL}
         for name, child in op.attempts.of(o.namespace, o.name).items():  # left over from a crash between two steps
-            older = (attempt_of(child) or attempt) < attempt
-            if (
-                older
-                and is_kind(child, backend)
-                and owned_by(child, o.uid)
-                and not child["metadata"].get("deletionTimestamp")
-                and name not in doomed
-            ):
+            ours = is_kind(child, backend) and owned_by(child, o.uid) and not child["metadata"].get("deletionTimestamp")
+            if ours and (attempt_of(child) or attempt) < attempt and name not in doomed:
                 log.info("deleting %s/%s: superseded by attempt %s", o.namespace, name, attempt)
                 doomed[name] = None
+            elif ours and live and attempt_of(child) == attempt and name not in doomed:
+                op.companions.ensure(backend, child)
     for name in doomed:
         assert backend is not None
         op.kube.delete_child(backend.child, o.namespace, name)
