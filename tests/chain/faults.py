@@ -384,7 +384,12 @@ class Faults:
         name, job = self._choose(live)
         phase = self._job_phase(job)  # read before the delete: a terminal phase is so at the delete too
         try:
-            self.custom.delete_namespaced_custom_object(kind.group, kind.version, self.ns, kind.plural, name)
+            # as kubectl deletes it (and the operator does): its pods with it. Without a policy the
+            # API orphans a batch Job's pods (batch/v1's legacy default; a CRD's default is
+            # Background), which is another fault: the pods outlive their child
+            self.custom.delete_namespaced_custom_object(
+                kind.group, kind.version, self.ns, kind.plural, name, propagation_policy="Background"
+            )
         except ApiException as err:
             if err.status == 404:
                 return None
